@@ -1,0 +1,128 @@
+"""RFC 8785 JSON Canonicalization Scheme (JCS).
+
+The hashed bytes of every event are the JCS form of its envelope, so any third party
+with the RFC can recompute them. JCS is: no insignificant whitespace, object members
+sorted by their UTF-16 code units, strings escaped as ECMAScript's JSON.stringify
+does, and numbers printed as ECMAScript prints an IEEE-754 double.
+
+Integers are accepted only inside the interoperable range +-(2**53 - 1) (I-JSON,
+RFC 7493): beyond it a double cannot hold the value and two parties could disagree.
+NaN and the infinities have no JSON form and are rejected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = ["CanonicalizationError", "canonical_json", "canonical_number"]
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+# msgspec escapes strings exactly as ECMAScript does (short escapes for \b \t \n \f \r
+# \" \\, \u00XX lowercase for other controls, everything else verbatim), which is what
+# RFC 8785 section 3.2.2.2 requires; the test suite checks this against the oracle.
+_encode_str = msgspec.json.encode
+
+
+class CanonicalizationError(ValueError):
+    """The value has no RFC 8785 form (NaN, an unsafe integer, a non-JSON type)."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """Return the RFC 8785 canonical UTF-8 bytes of a JSON-compatible value."""
+    parts: list[bytes] = []
+    _emit(value, parts.append)
+    return b"".join(parts)
+
+
+def canonical_number(value: int | float) -> str:
+    """Serialise a number as ECMAScript's Number.prototype.toString does."""
+    if type(value) is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return str(value)
+        raise CanonicalizationError(
+            f"integer {value} is outside the interoperable range +-(2**53 - 1)"
+        )
+    if value != value or value in (float("inf"), float("-inf")):
+        raise CanonicalizationError(f"{value!r} has no JSON representation")
+    if value == 0:
+        return "0"  # also -0.0
+    if value < 0:
+        return "-" + _positive_double(-value)
+    return _positive_double(value)
+
+
+def _positive_double(value: float) -> str:
+    # repr() gives the shortest digit string that round-trips, as ECMAScript requires;
+    # only the placement of the decimal point and the exponent differ.
+    text = repr(value)
+    mantissa, _, exp = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = whole + frac
+    point = len(whole) + (int(exp) if exp else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0") or "0"
+    k, n = len(digits), point
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * (-n) + digits
+    e = n - 1
+    sign = "+" if e >= 0 else "-"
+    head = digits if k == 1 else digits[0] + "." + digits[1:]
+    return f"{head}e{sign}{abs(e)}"
+
+
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be")
+
+
+def _emit(value: Any, out: Any) -> None:
+    kind = type(value)
+    if kind is str:
+        out(_encode_str(value))
+    elif kind is dict:
+        keys = list(value)
+        for key in keys:
+            if type(key) is not str:
+                raise CanonicalizationError(f"object key {key!r} is not a string")
+        # Code-point order equals UTF-16 order unless a key holds a character at or
+        # above U+E000 (surrogate pairs sort below U+E000..U+FFFF in UTF-16).
+        if keys and max("".join(keys), default="\x00") >= "\ue000":
+            keys.sort(key=_utf16_key)
+        else:
+            keys.sort()
+        out(b"{")
+        first = True
+        for key in keys:
+            if not first:
+                out(b",")
+            first = False
+            out(_encode_str(key))
+            out(b":")
+            _emit(value[key], out)
+        out(b"}")
+    elif kind is list or kind is tuple:
+        out(b"[")
+        first = True
+        for item in value:
+            if not first:
+                out(b",")
+            first = False
+            _emit(item, out)
+        out(b"]")
+    elif value is None:
+        out(b"null")
+    elif value is True:
+        out(b"true")
+    elif value is False:
+        out(b"false")
+    elif kind is int or kind is float:
+        out(canonical_number(value).encode("ascii"))
+    else:
+        raise CanonicalizationError(f"{kind.__name__} is not a JSON type")

@@ -1,0 +1,217 @@
+"""The event catalog: every event type the plane records, and how stored payloads of
+older schema versions are upcast on read.
+
+A ``Catalog`` maps a type name to its Struct and current schema version and holds the
+upcasters. The store writes payloads with the version of the catalog it was opened with
+and, on read, upcasts older payloads step by step (v1 -> v2 -> ...) before decoding.
+Stored bytes never change; only what is read is upgraded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Union
+
+import msgspec
+
+from ..errors import UnknownEventTypeError
+from .base import JSON, EventPayload, NewEvent, RecordedEvent
+from .gates import Deviation, GateChecked, ToolCalled
+from .plans import (
+    AttemptFailed,
+    CompensationCompleted,
+    CompensationRequested,
+    DecisionRecorded,
+    Escalated,
+    ExecuteEntered,
+    FixRecorded,
+    GlobalConfig,
+    PlanApplied,
+    PlanCreated,
+    PlanHalted,
+    StrategyRecorded,
+    StrategyRevisionRequested,
+    TokenConsumed,
+    TokenMinted,
+)
+from .registry import (
+    ApproverKeyAdded,
+    ApproverKeyRevoked,
+    AttachmentCreated,
+    AttachmentDetached,
+    SkillDefined,
+    ToolRegistered,
+    ValidationRegistered,
+)
+from .reviews import (
+    Finding,
+    ReviewAccounted,
+    ReviewAccountingRejected,
+    ReviewCandidateSubmitted,
+    ReviewFailed,
+    ReviewReportCommitted,
+    ReviewStarted,
+)
+from .validation import (
+    ResolvedAttachment,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    ValidationRunStarted,
+)
+
+ALL_EVENT_TYPES: tuple[type[EventPayload], ...] = (
+    ToolRegistered,
+    ValidationRegistered,
+    SkillDefined,
+    AttachmentCreated,
+    AttachmentDetached,
+    ApproverKeyAdded,
+    ApproverKeyRevoked,
+    PlanCreated,
+    StrategyRecorded,
+    ExecuteEntered,
+    GateChecked,
+    ToolCalled,
+    AttemptFailed,
+    ValidationRunStarted,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    FixRecorded,
+    StrategyRevisionRequested,
+    Escalated,
+    DecisionRecorded,
+    TokenMinted,
+    TokenConsumed,
+    PlanApplied,
+    PlanHalted,
+    CompensationRequested,
+    CompensationCompleted,
+    ReviewStarted,
+    ReviewCandidateSubmitted,
+    ReviewAccountingRejected,
+    ReviewAccounted,
+    ReviewReportCommitted,
+    ReviewFailed,
+)
+
+# The tagged union: ``msgspec.json.decode(payload_bytes, type=AnyEvent)`` picks the Struct
+# from the payload's own "type" field.
+AnyEvent = Union[ALL_EVENT_TYPES]  # type: ignore[valid-type]  # noqa: UP007
+
+Upcaster = Callable[[dict[str, JSON]], dict[str, JSON]]
+
+
+class Catalog:
+    """Event types by name, their current schema versions, and the upcasters between."""
+
+    def __init__(self, types: Iterable[type[EventPayload]] = ALL_EVENT_TYPES) -> None:
+        self._types: dict[str, type[EventPayload]] = {}
+        self._decoders: dict[str, msgspec.json.Decoder[Any]] = {}
+        self._upcasters: dict[tuple[str, int], Upcaster] = {}
+        for cls in types:
+            self.add(cls)
+
+    def add(self, cls: type[EventPayload]) -> None:
+        name = cls.type_name()
+        if name in self._types and self._types[name] is not cls:
+            raise ValueError(f"event type {name!r} is defined twice")
+        self._types[name] = cls
+        self._decoders[name] = msgspec.json.Decoder(cls)
+
+    def upcaster(self, type_name: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+        """Register ``fn(payload_dict) -> payload_dict`` taking ``from_version`` to +1."""
+
+        def register(fn: Upcaster) -> Upcaster:
+            self._upcasters[(type_name, from_version)] = fn
+            return fn
+
+        return register
+
+    def __contains__(self, type_name: str) -> bool:
+        return type_name in self._types
+
+    def __iter__(self):
+        return iter(self._types.values())
+
+    def type_for(self, type_name: str) -> type[EventPayload]:
+        try:
+            return self._types[type_name]
+        except KeyError:
+            raise UnknownEventTypeError(
+                f"unknown event type {type_name!r}: the log was written by a newer or "
+                "different evidence-ledger"
+            ) from None
+
+    def version_of(self, type_name: str) -> int:
+        return self.type_for(type_name).SCHEMA_VERSION
+
+    def decode(self, type_name: str, schema_version: int, payload: bytes) -> EventPayload:
+        """Decode stored payload bytes, upcasting them first if they are older."""
+        cls = self.type_for(type_name)
+        if schema_version == cls.SCHEMA_VERSION:
+            return self._decoders[type_name].decode(payload)
+        if schema_version > cls.SCHEMA_VERSION:
+            raise UnknownEventTypeError(
+                f"event type {type_name!r} version {schema_version} is newer than this "
+                f"evidence-ledger knows ({cls.SCHEMA_VERSION})"
+            )
+        document = msgspec.json.decode(payload)
+        for version in range(schema_version, cls.SCHEMA_VERSION):
+            step = self._upcasters.get((type_name, version))
+            if step is None:
+                raise UnknownEventTypeError(
+                    f"no upcaster for {type_name!r} from version {version} to {version + 1}"
+                )
+            document = step(document)
+        document["type"] = type_name
+        return msgspec.convert(document, cls)
+
+
+DEFAULT_CATALOG = Catalog()
+
+__all__ = [
+    "ALL_EVENT_TYPES",
+    "DEFAULT_CATALOG",
+    "AnyEvent",
+    "ApproverKeyAdded",
+    "ApproverKeyRevoked",
+    "AttachmentCreated",
+    "AttachmentDetached",
+    "AttemptFailed",
+    "Catalog",
+    "CompensationCompleted",
+    "CompensationRequested",
+    "DecisionRecorded",
+    "Deviation",
+    "Escalated",
+    "EventPayload",
+    "ExecuteEntered",
+    "Finding",
+    "FixRecorded",
+    "GateChecked",
+    "GlobalConfig",
+    "NewEvent",
+    "PlanApplied",
+    "PlanCreated",
+    "PlanHalted",
+    "RecordedEvent",
+    "ResolvedAttachment",
+    "ReviewAccounted",
+    "ReviewAccountingRejected",
+    "ReviewCandidateSubmitted",
+    "ReviewFailed",
+    "ReviewReportCommitted",
+    "ReviewStarted",
+    "SkillDefined",
+    "StrategyRecorded",
+    "StrategyRevisionRequested",
+    "TokenConsumed",
+    "TokenMinted",
+    "ToolCalled",
+    "ToolRegistered",
+    "UnknownEventTypeError",
+    "ValidationRegistered",
+    "ValidationResultRecorded",
+    "ValidationRunCompleted",
+    "ValidationRunStarted",
+]

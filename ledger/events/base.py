@@ -1,0 +1,85 @@
+"""The event envelope and the base every event payload type derives from.
+
+Payloads are plain msgspec Structs in one tagged union (the tag field is ``type``), so a
+payload's stored JSON names its own type and decodes without the envelope. Each type
+carries, as class data, its ``SCHEMA_VERSION``, the template of the ``STREAM`` it is
+appended to, and ``DELTA``: in words, what its structural delta changes in that
+stream's state document (docs/events.md is generated from these).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+__all__ = ["EventPayload", "NewEvent", "RecordedEvent"]
+
+JSON = Any  # any JSON value: dict, list, str, int, float, bool or None
+
+
+class EventPayload(
+    msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, tag_field="type"
+):
+    """Base of every event payload. Subclasses set ``tag`` to their dotted type name."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    STREAM: ClassVar[str] = ""
+    DELTA: ClassVar[str] = ""
+
+    @classmethod
+    def type_name(cls) -> str:
+        return cls.__struct_config__.tag  # type: ignore[return-value]
+
+    def default_stream(self) -> str:
+        """The stream this event belongs to, filled from the payload's own fields."""
+        return self.STREAM.format(**{f: getattr(self, f) for f in self.__struct_fields__})
+
+
+class NewEvent(msgspec.Struct, kw_only=True, frozen=True):
+    """An event to append. The store assigns position, versions, time and hashes."""
+
+    payload: EventPayload
+    actor: str = "system"
+    delta: list[JSON] = msgspec.field(default_factory=list)
+    event_id: str | None = None  # a ULID; generated when absent
+    correlation_id: str | None = None
+    causation_id: str | None = None
+
+
+class RecordedEvent(msgspec.Struct, kw_only=True, frozen=True):
+    """An event as read back from the log, its payload upcast to the current version."""
+
+    position: int
+    event_id: str
+    stream: str
+    stream_version: int
+    type: str
+    schema_version: int  # the version the stored bytes were written with
+    recorded_at: str
+    actor: str
+    correlation_id: str | None
+    causation_id: str | None
+    payload: EventPayload
+    delta: list[JSON]
+    leaf_hash: bytes
+    chain_hash: bytes
+
+    def to_json(self) -> dict[str, JSON]:
+        """The documented JSON shape (docs/cli.md): hashes in hex, payload as an object."""
+        return {
+            "position": self.position,
+            "event_id": self.event_id,
+            "stream": self.stream,
+            "stream_version": self.stream_version,
+            "type": self.type,
+            "schema_version": self.schema_version,
+            "recorded_at": self.recorded_at,
+            "actor": self.actor,
+            "correlation_id": self.correlation_id,
+            "causation_id": self.causation_id,
+            "payload": msgspec.to_builtins(self.payload),
+            "delta": self.delta,
+            "leaf_hash": self.leaf_hash.hex(),
+            "chain_hash": self.chain_hash.hex(),
+        }

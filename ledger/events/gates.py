@@ -1,0 +1,72 @@
+"""Structural gate checks and tool calls (seed 003)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from .base import EventPayload
+
+DeviationKind = Literal[
+    "invented_tool",
+    "extra_field",
+    "missing_required",
+    "wrong_type",
+    "enum_mismatch",
+    "const_mismatch",
+    "constraint",
+    "no_output_declaration",
+]
+
+
+class Deviation(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """One structural difference between declared and actual. Values are never copied,
+    only their JSON type, so secrets in parameters stay out of the log."""
+
+    pointer: str  # RFC 6901, into the instance
+    kind: DeviationKind
+    expected: str
+    actual_type: str
+    schema_pointer: str = ""
+
+
+class GateChecked(EventPayload, tag="gate.checked", kw_only=True):
+    """An input or output gate check, pass or fail, with every deviation."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "appends to /gate_checks; on fail increments /iteration or sets /failed"
+
+    plan_id: str
+    gate: Literal["input", "output"]
+    tool: str
+    tool_version: int | None = None
+    step: str | None = None
+    schema_sha256: str | None = None
+    verdict: Literal["pass", "fail"]
+    deviations: list[Deviation] = []
+    attempt: int
+    iteration: int
+    strict_mode: bool
+    checked_sha256: str  # blob digest of the checked bytes
+
+
+class ToolCalled(EventPayload, tag="tool.called", kw_only=True):
+    """A tool call that passed the input gate ran (or was recorded by an orchestrator)."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "appends the call to /calls"
+
+    plan_id: str
+    call_id: str
+    tool: str
+    tool_version: int
+    step: str | None = None
+    attempt: int
+    executor: Literal["command", "recorded"]
+    params_sha256: str
+    output_sha256: str  # blob digest of the raw output bytes
+    exit_code: int | None = None
+    started_at: str
+    ended_at: str
+    duration_ms: int

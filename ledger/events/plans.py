@@ -1,0 +1,202 @@
+"""The plan lifecycle (seed 000): Strategize -> Execute -> Apply, the failure loop,
+signed human decisions, tokens, halts (seed 001) and compensation (seed 003)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from .base import EventPayload
+from .validation import Outcome
+
+Phase = Literal["strategize", "execute", "apply"]
+
+
+class GlobalConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    strict_mode: bool = False
+    retry_limit: int = 3
+    max_strategy_revisions: int = 1
+    max_iterations: int = 3
+
+
+class PlanCreated(EventPayload, tag="plan.created", kw_only=True):
+    """A plan was created in phase Strategize."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "creates the plan document: phase strategize, revision 0, attempt 0"
+
+    plan_id: str
+    project: str
+    resources: list[str]
+    global_config: GlobalConfig = GlobalConfig()
+
+
+class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True):
+    """The strategy for the current revision (with a decision's guidance, if any)."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "replaces /strategy (and /guidance)"
+
+    plan_id: str
+    revision: int
+    strategy: str
+    guidance: str | None = None
+
+
+class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True):
+    """The plan moved from Strategize to Execute with a fresh retry budget."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "replaces /phase with execute and resets /retries_used"
+
+    plan_id: str
+    revision: int
+
+
+class AttemptFailed(EventPayload, tag="plan.attempt_failed", kw_only=True):
+    """An attempt failed: a gate deviation (model_behavior) or a blocker (validation)."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "increments /retries_used or /iteration"
+
+    plan_id: str
+    attempt: int
+    iteration: int
+    failure_class: Literal["model_behavior", "validation"]
+    reason: str
+    cause_event_id: str | None = None
+
+
+class FixRecorded(EventPayload, tag="plan.fix_recorded", kw_only=True):
+    """The agent recorded a fix before re-validating."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "appends to /fixes"
+
+    plan_id: str
+    attempt: int
+    note: str
+    diff_sha256: str | None = None
+
+
+class StrategyRevisionRequested(EventPayload, tag="plan.strategy_revision_requested", kw_only=True):
+    """The retry limit was reached: the plan reverts to Strategize."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "replaces /phase with strategize and increments /revision"
+
+    plan_id: str
+    revision: int  # the new revision number
+    reason: str
+    failed_attempts: int
+
+
+class Escalated(EventPayload, tag="plan.escalated", kw_only=True):
+    """Strategy revisions are exhausted: a human must decide."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "sets /pending_decision"
+
+    plan_id: str
+    decision_id: str
+    options: list[str]
+    reason: str
+    revision: int
+    attempt: int
+
+
+class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True):
+    """A human decision, Ed25519-signed with a registered approver key."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "clears /pending_decision and records /decisions/<decision_id>"
+
+    plan_id: str
+    decision_id: str
+    choice: Literal["revise", "abandon"]
+    guidance: str | None = None
+    reason: str | None = None
+    escalation_hash: str  # chain hash of the escalation event, hex
+    signed_at: str
+    approver: str
+    key_fingerprint: str
+    signature: str  # base64 Ed25519 signature over the canonical decision record
+
+
+class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True):
+    """A pass over real results minted an apply token (INV1). Its secret is not here."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "sets /token with status minted"
+
+    plan_id: str
+    token_id: str
+    attempt: int
+    run_id: str
+    results_digest: str
+    issued_at: str
+    expires_at: str
+
+
+class TokenConsumed(EventPayload, tag="plan.token_consumed", kw_only=True):
+    """The token was verified and used; it can never be used again."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "replaces /token/status with consumed"
+
+    plan_id: str
+    token_id: str
+
+
+class PlanApplied(EventPayload, tag="plan.applied", kw_only=True):
+    """Apply, the point of no return, happened with a consumed token."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "replaces /phase with apply and sets /terminal to applied"
+
+    plan_id: str
+    token_id: str
+    changed_paths: list[str] = []
+
+
+class PlanHalted(EventPayload, tag="plan.halted", kw_only=True):
+    """A halt. ``halt_type`` == ``final_decision`` is the canonical outcome; the precise
+    cause is ``raw_halt_type`` (seed 001)."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "sets /halt; when terminal, sets /terminal to failed"
+
+    plan_id: str
+    halt_type: Outcome
+    final_decision: Outcome
+    raw_halt_type: str
+    reason: str
+    hint: str | None = None
+    phase: Phase
+    attempt: int
+    terminal: bool = False
+    result_refs: list[str] = []
+
+
+class CompensationRequested(EventPayload, tag="plan.compensation_requested", kw_only=True):
+    """A strict-mode deviation (or an orchestrator) routed the plan to compensation."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "sets /compensation with status requested"
+
+    plan_id: str
+    reason: str
+    cause_event_id: str | None = None
+
+
+class CompensationCompleted(EventPayload, tag="plan.compensation_completed", kw_only=True):
+    """Compensation commands ran; each command's exit code is kept."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "replaces /compensation/status with completed or failed"
+
+    plan_id: str
+    succeeded: bool
+    exit_codes: list[int] = []
+    output_sha256: str | None = None

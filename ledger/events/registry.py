@@ -1,0 +1,113 @@
+"""Registrations: tools, validations (a Validation IS-A Tool), skills, attachments and
+approver keys. Seed 000 is the specification of their fields."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .base import JSON, EventPayload
+
+
+class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True):
+    """A tool was registered, or re-registered with a change (a new version)."""
+
+    STREAM = "tool:{name}"
+    DELTA = "sets the whole tool document (first version) or replaces the changed fields"
+
+    name: str
+    version: int
+    description: str = ""
+    source: str = ""
+    declared_input_schema: JSON = None
+    input_schema: JSON = None  # normalised: closed objects
+    input_schema_sha256: str | None = None
+    declared_output_schema: JSON = None
+    output_schema: JSON = None
+    output_schema_sha256: str | None = None
+    capability: str | None = None
+    resource_slots: list[str] = []
+    lifecycle: dict[str, JSON] = {}
+    code: str | None = None
+    command: list[str] | None = None  # argv template of a `command` tool
+    mcp_server: str | None = None
+    mcp_tool_name: str | None = None
+    timeout_ms: int | None = None
+    idempotent: bool = False
+    writes: bool = False
+
+
+class ValidationRegistered(ToolRegistered, tag="validation.registered", kw_only=True):
+    """A validation was registered. It shares the tool namespace and stream."""
+
+    STREAM = "tool:{name}"
+    DELTA = "as tool.registered, plus mode, executor, wraps and transform"
+
+    mode: Literal["required", "informational"]
+    executor: Literal["command", "python", "wrapped"]
+    python: str | None = None  # "module:function" for the python executor
+    wraps: str | None = None
+    wraps_version: int | None = None
+    transform: str | None = None  # a JMESPath expression, pure by construction
+    checkpointable: bool = False
+    read_only: bool = True
+
+
+class SkillDefined(EventPayload, tag="skill.defined", kw_only=True):
+    """A skill (a named bundle of tools and validations) was defined or changed."""
+
+    STREAM = "skill:{name}"
+    DELTA = "sets description and members"
+
+    name: str
+    version: int
+    description: str = ""
+    members: list[str]
+
+
+class AttachmentCreated(EventPayload, tag="attachment.created", kw_only=True):
+    """A validation was attached to a resource at a scope."""
+
+    STREAM = "attachment:{attachment_id}"
+    DELTA = "creates the attachment document (status attached)"
+
+    attachment_id: str
+    validation: str
+    validation_version: int
+    resource: str
+    scope: Literal["direct", "project", "plan"]
+    project: str | None = None
+    plan: str | None = None
+    args: dict[str, JSON] = {}
+    args_sha256: str
+
+
+class AttachmentDetached(EventPayload, tag="attachment.detached", kw_only=True):
+    """An attachment was removed; resolution as of earlier positions still sees it."""
+
+    STREAM = "attachment:{attachment_id}"
+    DELTA = "replaces /status with detached"
+
+    attachment_id: str
+    reason: str = ""
+
+
+class ApproverKeyAdded(EventPayload, tag="approver_key.added", kw_only=True):
+    """An approver's Ed25519 public key was registered (the private key never is)."""
+
+    STREAM = "approver:{name}"
+    DELTA = "adds the key under /keys/<fingerprint> with status active"
+
+    name: str
+    public_key: str  # base64 of the raw 32-byte Ed25519 public key
+    fingerprint: str  # SHA-256 hex of the raw public key
+
+
+class ApproverKeyRevoked(EventPayload, tag="approver_key.revoked", kw_only=True):
+    """An approver key was revoked; decisions signed with it are refused from now on."""
+
+    STREAM = "approver:{name}"
+    DELTA = "replaces /keys/<fingerprint>/status with revoked"
+
+    name: str
+    fingerprint: str
+    reason: str = ""

@@ -1,0 +1,80 @@
+"""Validation runs at the end of Execute and their results (seeds 000 and 001)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from .base import JSON, EventPayload
+
+Outcome = Literal[
+    "pass", "escalate", "blocker", "validator_error", "internal_error", "environment_error"
+]
+NoVerdictCause = Literal[
+    "timeout", "crash", "malformed", "missing_program", "read_only_violation", "internal"
+]
+
+
+class ResolvedAttachment(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """One member of the resolved set a validation run was started with."""
+
+    attachment_id: str
+    scope: Literal["direct", "project", "plan"]
+    validation: str
+    validation_version: int
+    mode: Literal["required", "informational"]
+    resource: str
+    args: dict[str, JSON] = {}
+
+
+class ValidationRunStarted(EventPayload, tag="validation.run_started", kw_only=True):
+    """The resolved set of applicable attachments was recorded and the run began."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "sets /current_run and increments /attempt"
+
+    plan_id: str
+    run_id: str
+    attempt: int
+    revision: int
+    resolved: list[ResolvedAttachment]
+    resource_digests: dict[str, str] = {}  # resource -> tree digest before the run
+
+
+class ValidationResultRecorded(EventPayload, tag="validation.result_recorded", kw_only=True):
+    """One validation's result. ``verdict`` is None when there is none (see ``cause``)."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "adds the result under /current_run/results/<attachment_id>"
+
+    plan_id: str
+    run_id: str
+    attachment_id: str
+    validation: str
+    mode: Literal["required", "informational"]
+    verdict: bool | None
+    message: str | None = None
+    data: dict[str, JSON] | None = None
+    cause: NoVerdictCause | None = None
+    error: str | None = None
+    changed_paths: list[str] = []
+    raw_output_sha256: str | None = None
+    started_at: str
+    ended_at: str
+    duration_ms: int
+
+
+class ValidationRunCompleted(EventPayload, tag="validation.run_completed", kw_only=True):
+    """The run's outcome, classified by the rules of ``rules_version``."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "sets /last_outcome and clears /current_run"
+
+    plan_id: str
+    run_id: str
+    attempt: int
+    outcome: Outcome
+    rules_version: int
+    results_digest: str  # SHA-256 of the canonical list of result event ids and verdicts
+    informational_failures: list[str] = []
