@@ -212,7 +212,12 @@ class Store:
 
     @property
     def url(self) -> str:
-        return self.engine.url.render_as_string(hide_password=True)
+        """Where the ledger lives: an absolute SQLite path, or the URL without password."""
+        url = self.engine.url
+        if self.backend == "sqlite":
+            path = url.database or ":memory:"
+            return "sqlite:///" + (path if path == ":memory:" else os.path.abspath(path))
+        return url.render_as_string(hide_password=True)
 
     def close(self) -> None:
         self.engine.dispose()

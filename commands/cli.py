@@ -1,0 +1,52 @@
+"""The ``evidence`` command: a thin click layer over the handlers a Python user can call.
+
+``main`` owns the error convention: an input mistake (click usage error or any
+``ledger.LedgerError``) prints one ``error: ...`` line on stderr and exits 2, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+
+import ledger
+
+from . import log
+from .common import DB_HELP, EXIT_REFUSED
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", "db_url", default=None, metavar="URL", help=DB_HELP)
+@click.version_option(ledger.__version__, prog_name="evidence")
+@click.pass_context
+def cli(ctx: click.Context, db_url: str | None) -> None:
+    """Evidence Ledger: an append-only, verifiable log of an agent validation plane."""
+    if db_url is not None:
+        ctx.meta["evidence.db"] = db_url
+
+
+cli.add_command(log.init)
+cli.add_command(log.events)
+cli.add_command(log.verify)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        code = cli.main(args=argv, prog_name="evidence", standalone_mode=False)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_REFUSED)
+    except ledger.LedgerError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_REFUSED)
+    except click.Abort:
+        click.echo("error: aborted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""What every command shares: the ``--db`` option (before or after the command), opening
+the store, JSON and table output, and the exit-status convention.
+
+Exit status: 0 success; 1 a verdict (verify found a problem, a gate deviation, a halt);
+2 a refused command (bad input, or a step the state does not allow) — with one line
+``error: ...`` on stderr and nothing appended.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+import ledger
+
+EXIT_OK, EXIT_VERDICT, EXIT_REFUSED = 0, 1, 2
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DB_HELP = "Database URL (default: $EVIDENCE_DB, else sqlite:///evidence.db)."
+
+
+def db_option(fn: F) -> F:
+    """Accept ``--db`` after the command too: ``evidence events --db URL``."""
+
+    @click.option("--db", "db_url", default=None, metavar="URL", help=DB_HELP)
+    @functools.wraps(fn)
+    def wrapper(*args: Any, db_url: str | None, **kwargs: Any) -> Any:
+        if db_url is not None:
+            click.get_current_context().find_root().meta["evidence.db"] = db_url
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def db_url() -> str:
+    return click.get_current_context().find_root().meta.get("evidence.db") or ledger.default_url()
+
+
+def open_store(*, create: bool = False) -> ledger.Store:
+    """Open the ledger named by ``--db``; read-only commands never create a file."""
+    store = ledger.open(db_url(), create=create)
+    click.get_current_context().call_on_close(store.close)
+    return store
+
+
+def json_option(fn: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document (see docs/cli.md)."
+    )(fn)
+
+
+def emit_json(document: Any) -> None:
+    sys.stdout.buffer.write(msgspec.json.encode(document) + b"\n")
+    sys.stdout.flush()
+
+
+def console() -> Console:
+    return Console(soft_wrap=False)
+
+
+def table(*columns: str, title: str | None = None) -> Table:
+    t = Table(title=title, show_edge=False, header_style="bold")
+    for column in columns:
+        t.add_column(column, overflow="fold")
+    return t
+
+
+def fail(message: str) -> None:
+    """Refuse the command: one line on stderr, exit 2."""
+    raise click.UsageError(message)

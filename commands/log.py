@@ -1,0 +1,123 @@
+"""The log itself: ``init``, ``events`` and ``verify``."""
+
+from __future__ import annotations
+
+import click
+import msgspec
+
+from ledger.verify import parse_tree_head, verify_store
+
+from .common import (
+    EXIT_VERDICT,
+    console,
+    db_option,
+    emit_json,
+    fail,
+    json_option,
+    open_store,
+    table,
+)
+
+
+@click.command()
+@db_option
+@json_option
+def init(as_json: bool) -> None:
+    """Create the ledger (tables, append-only triggers, head) if it does not exist."""
+    store = open_store(create=True)
+    head = store.head()
+    meta = store.meta()
+    if as_json:
+        emit_json({
+            "db": store.url,
+            "ledger_id": meta["ledger_id"],
+            "schema_version": int(meta["schema_version"]),
+            "created_at": meta["created_at"],
+            "size": head.size,
+        })
+        return
+    click.echo(f"ledger {meta['ledger_id']} at {store.url}")
+    click.echo(f"schema version {meta['schema_version']}, {head.size} events")
+
+
+def _summary(payload: msgspec.Struct) -> str:
+    """A short one-line view of a payload for the table."""
+    fields = msgspec.structs.asdict(payload)
+    parts = []
+    for key, value in fields.items():
+        if value in (None, "", [], {}):
+            continue
+        text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+        parts.append(f"{key}={text}")
+    line = " ".join(parts)
+    return line if len(line) <= 100 else line[:99] + "…"
+
+
+@click.command()
+@click.option("--stream", help="Only this stream.")
+@click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
+@click.option("--from", "from_position", type=click.IntRange(min=1), default=1,
+              show_default=True, help="First position.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N events.")
+@db_option
+@json_option
+def events(
+    stream: str | None,
+    types: tuple[str, ...],
+    from_position: int,
+    limit: int | None,
+    as_json: bool,
+) -> None:
+    """List events in position order."""
+    store = open_store()
+    unknown = [t for t in types if t not in store.catalog]
+    if unknown:
+        fail(f"unknown event type {unknown[0]!r} (see docs/events.md)")
+    rows = []
+    for event in store.read_all(from_position, types=types or None, stream=stream):
+        rows.append(event)
+        if limit is not None and len(rows) >= limit:
+            break
+    if as_json:
+        emit_json({"events": [e.to_json() for e in rows]})
+        return
+    t = table("pos", "recorded_at", "stream", "ver", "type", "actor", "payload")
+    for e in rows:
+        t.add_row(str(e.position), e.recorded_at, e.stream, str(e.stream_version), e.type,
+                  e.actor, _summary(e.payload))
+    out = console()
+    out.print(t)
+    out.print(f"{len(rows)} event(s)")
+
+
+@click.command()
+@click.option("--against", metavar="SIZE:ROOT_HEX",
+              help="An earlier tree head you kept: prove the log still extends it.")
+@db_option
+@json_option
+def verify(against: str | None, as_json: bool) -> None:
+    """Recompute every leaf, the hash chain and the Merkle root from the stored bytes."""
+    try:
+        kept = parse_tree_head(against) if against else None
+    except ValueError as exc:
+        fail(f"--against: {exc}")
+    store = open_store()
+    report = verify_store(store, against=kept)
+    if as_json:
+        emit_json(report)
+    else:
+        out = console()
+        if report.ok:
+            out.print(f"ok: {report.size} events and {report.checked_blobs} blobs verified")
+            if report.against is not None:
+                out.print(f"extends the kept tree head {report.against.size}:{report.against.root}")
+        else:
+            where = report.first_bad_position
+            out.print(f"FAILED: {len(report.problems)} problem(s)"
+                      + (f", first bad position {where}" if where is not None else ""))
+            for p in report.problems:
+                at = f"position {p.position}" if p.position is not None else "head"
+                out.print(f"  {at}: {p.kind}: {p.detail}", markup=False)
+        out.print(f"tree head {report.size}:{report.root}")
+    if not report.ok:
+        click.get_current_context().exit(EXIT_VERDICT)

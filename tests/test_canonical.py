@@ -1,0 +1,121 @@
+"""RFC 8785 canonicalisation: the RFC's own examples, and the ``rfc8785`` package as an
+oracle on generated documents (floats and unicode included)."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.canonical import CanonicalizationError, canonical_json
+
+# RFC 8785 Appendix B: IEEE-754 bit patterns and their ECMAScript serialisation.
+APPENDIX_B = [
+    ("0000000000000000", "0"),
+    ("8000000000000000", "0"),
+    ("0000000000000001", "5e-324"),
+    ("8000000000000001", "-5e-324"),
+    ("7fefffffffffffff", "1.7976931348623157e+308"),
+    ("ffefffffffffffff", "-1.7976931348623157e+308"),
+    ("4340000000000000", "9007199254740992"),
+    ("c340000000000000", "-9007199254740992"),
+    ("4430000000000000", "295147905179352830000"),
+    ("44b52d02c7e14af5", "9.999999999999997e+22"),
+    ("44b52d02c7e14af6", "1e+23"),
+    ("44b52d02c7e14af7", "1.0000000000000001e+23"),
+    ("444b1ae4d6e2ef4e", "999999999999999700000"),
+    ("444b1ae4d6e2ef4f", "999999999999999900000"),
+    ("444b1ae4d6e2ef50", "1e+21"),
+    ("3eb0c6f7a0b5ed8c", "9.999999999999997e-7"),
+    ("3eb0c6f7a0b5ed8d", "0.000001"),
+    ("41b3de4355555553", "333333333.3333332"),
+    ("41b3de4355555554", "333333333.33333325"),
+    ("41b3de4355555555", "333333333.3333333"),
+    ("41b3de4355555556", "333333333.3333334"),
+    ("41b3de4355555557", "333333333.33333343"),
+    ("becbf647612f3696", "-0.0000033333333333333333"),
+    ("43143ff3c1cb0959", "1424953923781206.2"),
+]
+
+
+def _double(bits: str) -> float:
+    return struct.unpack(">d", bytes.fromhex(bits))[0]
+
+
+@pytest.mark.parametrize(("bits", "expected"), APPENDIX_B)
+def test_appendix_b_numbers(bits: str, expected: str) -> None:
+    assert canonical_json(_double(bits)) == expected.encode()
+
+
+@pytest.mark.parametrize("bits", ["7fffffffffffffff", "7ff0000000000000", "fff0000000000000"])
+def test_nan_and_infinity_are_refused(bits: str) -> None:
+    with pytest.raises(CanonicalizationError):
+        canonical_json(_double(bits))
+
+
+def test_section_3_2_2_example() -> None:
+    # RFC 8785 section 3.2.2 input and its canonical output.
+    text = (
+        '{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],'
+        ' "string": "\\u20ac$\\u000F\\u000aA\'\\u0042\\u0022\\u005c\\\\\\"\\/",'
+        ' "literals": [null, true, false]}'
+    )
+    expected = (
+        '{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],'
+        '"string":"\u20ac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}'
+    )
+    assert canonical_json(json.loads(text)) == expected.encode("utf-8")
+
+
+def test_section_3_2_3_sorting_by_utf16_code_units() -> None:
+    document = {
+        "\u20ac": "Euro Sign",
+        "\r": "Carriage Return",
+        "\ufb33": "Hebrew Letter Dalet With Dagesh",
+        "1": "One",
+        "\U0001f600": "Emoji: Grinning Face",
+        "\u0080": "Control",
+        "\u00f6": "Latin Small Letter O With Diaeresis",
+    }
+    keys = list(json.loads(canonical_json(document)))
+    assert keys == ["\r", "1", "\u0080", "\u00f6", "\u20ac", "\U0001f600", "\ufb33"]
+
+
+@pytest.mark.parametrize("value", [2**53, -(2**53), 10**30])
+def test_integers_outside_the_interoperable_range_are_refused(value: int) -> None:
+    with pytest.raises(CanonicalizationError):
+        canonical_json({"n": value})
+
+
+@pytest.mark.parametrize("value", [{1: "x"}, {"b": b"bytes"}, {"s": {1, 2}}])
+def test_non_json_values_are_refused(value: object) -> None:
+    with pytest.raises(CanonicalizationError):
+        canonical_json(value)
+
+
+safe_ints = st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+finite_floats = st.floats(allow_nan=False, allow_infinity=False)
+# Any code point except lone surrogates, which have no UTF-8 form.
+texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | safe_ints | finite_floats | texts,
+    lambda children: st.lists(children, max_size=5)
+    | st.dictionaries(texts, children, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(json_values)
+def test_matches_the_rfc8785_oracle(value: object) -> None:
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_every_double_matches_the_oracle(value: float) -> None:
+    assert canonical_json(value) == rfc8785.dumps(value)
