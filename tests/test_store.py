@@ -30,7 +30,9 @@ def test_append_and_read_back(store: ledger.Store) -> None:
     assert [e.stream_version for e in events] == [1, 2]
     assert isinstance(events[0].payload, PlanCreated)
     assert events[0].payload.resources == ["repo:api"]
-    assert events[1].payload == StrategyRecorded(plan_id="P-1", revision=0, strategy="fix the tests")
+    assert events[1].payload == StrategyRecorded(
+        plan_id="P-1", revision=0, strategy="fix the tests"
+    )
     assert len(events[0].event_id) == 26
     assert events[0].recorded_at.endswith("Z")
     assert [e.position for e in store.read_all()] == [1, 2]
@@ -221,7 +223,7 @@ def test_unknown_event_type_on_read(db_url: str) -> None:
     with ledger.open(db_url, catalog=catalog) as writer:
         writer.append("x", [NewEvent(payload=Alien(where="roswell"))])
     with ledger.open(db_url) as reader:
-        with pytest.raises(ledger.UnknownEventTypeError, match="alien.landed"):
+        with pytest.raises(ledger.UnknownEventTypeError, match=r"alien\.landed"):
             list(reader.read_all())
         assert verify_store(reader).ok  # verification needs no decoding
 
