@@ -146,6 +146,11 @@ def _make_engine(url: str, *, must_exist: bool) -> Engine:
 
 
 def _sqlite_engine(parsed: sa.URL, *, must_exist: bool) -> Engine:
+    if parsed.host or parsed.username or parsed.port:
+        raise LedgerURLError(
+            f"malformed SQLite URL {parsed.render_as_string()!r}: use sqlite:///relative/path "
+            "or sqlite:////absolute/path"
+        )
     path = parsed.database or ""
     memory = path in ("", ":memory:")
     if not memory:

@@ -1,0 +1,143 @@
+"""Render the event catalog as Markdown: ``python -m ledger.events.doc > docs/events.md``.
+
+The catalog is the single source: a test fails when docs/events.md drifts from it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from typing import Any
+
+import msgspec
+
+from . import ALL_EVENT_TYPES, EventPayload
+
+_HEADER = """\
+# Event catalog
+
+Generated from `ledger/events/` by `python -m ledger.events.doc > docs/events.md`;
+a test fails if this file drifts from the code.
+
+## The envelope
+
+Every event is one row of the `events` table. The store assigns everything but the
+payload, the actor, the delta and the optional ids.
+
+| field | meaning |
+| --- | --- |
+| `position` | global position: dense 1, 2, 3 … with no hole, equal to commit order |
+| `event_id` | ULID, unique in the log (a duplicate is an error, never dropped) |
+| `stream` | the stream the event belongs to (templates below) |
+| `stream_version` | 1, 2, 3 … within the stream, unique with it |
+| `type` | the dotted type name (the payload's `type` tag) |
+| `schema_version` | the payload's schema version when written; older ones are upcast on read |
+| `recorded_at` | RFC 3339 UTC with microseconds, e.g. `2026-11-29T20:07:13.123456Z` |
+| `actor` | who caused it (`system`, an agent, an approver) |
+| `correlation_id`, `causation_id` | optional ULIDs: the request, and the causing event |
+| `payload` | the RFC 8785 canonical JSON of the payload (fields below) |
+| `delta` | RFC 6902 JSON Patch taking the stream's state document from before to after |
+| `leaf_hash` | `SHA256(0x00 ‖ leaf_bytes)`, the RFC 9162 leaf hash |
+| `chain_hash` | `SHA256(chain_hash[i-1] ‖ leaf_hash[i])`, with 32 zero bytes before position 1 |
+
+`leaf_bytes` is the RFC 8785 canonical JSON of the object with the members `actor`,
+`causation_id`, `correlation_id`, `delta`, `event_id`, `payload`, `position`,
+`recorded_at`, `schema_version`, `stream`, `stream_version`, `type` (payload and delta
+as JSON values, not strings). The ledger head keeps the RFC 9162 Merkle tree over the
+leaf hashes. Integers in payloads must lie within +-(2^53 - 1); NaN and infinities are
+refused (they have no RFC 8785 form).
+
+## Streams
+
+| stream | holds |
+| --- | --- |
+| `tool:{name}` | registrations of a tool or validation (one namespace), one version per change |
+| `skill:{name}` | definitions of a skill |
+| `attachment:{attachment_id}` | one attachment: created, then possibly detached |
+| `approver:{name}` | an approver's public keys, added and revoked |
+| `plan:{plan_id}` | one plan: phases, gates, calls, runs, decisions, tokens, halts |
+| `review:{task_id}` | one advisory review |
+
+## Types
+"""
+
+
+def _doc(cls: type) -> str:
+    return " ".join(inspect.cleandoc(cls.__doc__ or "").split())
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return "JSON"
+    if tp is type(None):
+        return "null"
+    if origin is typing.Literal:
+        return " \\| ".join(f'"{a}"' for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(_type_name(a) for a in args)
+    if origin is list:
+        return f"list[{_type_name(args[0])}]"
+    if origin is dict:
+        return f"dict[{_type_name(args[0])}, {_type_name(args[1])}]"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _default(field: msgspec.structs.FieldInfo) -> str:
+    if field.required:
+        return "required"
+    if field.default_factory is not msgspec.NODEFAULT:
+        value = field.default_factory()
+    else:
+        value = field.default
+    if isinstance(value, msgspec.Struct):
+        return "defaults"
+    return f"`{msgspec.json.encode(value).decode()}`"
+
+
+def _nested(tp: Any, seen: dict[str, type]) -> None:
+    """Collect the value Structs (not events) a field type mentions, at any depth."""
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        if not issubclass(tp, EventPayload):
+            seen.setdefault(tp.__name__, tp)
+        return
+    for arg in typing.get_args(tp):
+        _nested(arg, seen)
+
+
+def _fields_table(cls: type[msgspec.Struct], skip: tuple[str, ...] = ()) -> list[str]:
+    lines = ["| field | type | default |", "| --- | --- | --- |"]
+    for field in msgspec.structs.fields(cls):
+        if field.name in skip:
+            continue
+        lines.append(f"| `{field.name}` | {_type_name(field.type)} | {_default(field)} |")
+    return lines
+
+
+def render() -> str:
+    out = [_HEADER]
+    nested: dict[str, type] = {}
+    for cls in ALL_EVENT_TYPES:
+        out.append(f"### `{cls.type_name()}` (v{cls.SCHEMA_VERSION})\n")
+        out.append(f"{_doc(cls)}\n")
+        out.append(f"- stream: `{cls.STREAM}`")
+        out.append(f"- delta: {cls.DELTA}\n")
+        out.extend(_fields_table(cls))
+        out.append("")
+        for field in msgspec.structs.fields(cls):
+            _nested(field.type, nested)
+    out.append("## Value types used in payloads\n")
+    for name, cls in sorted(nested.items()):
+        out.append(f"### `{name}`\n")
+        doc = _doc(cls)
+        if doc:
+            out.append(f"{doc}\n")
+        out.extend(_fields_table(cls))
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
