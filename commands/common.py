@@ -9,14 +9,14 @@ Exit status: 0 success; 1 a verdict (verify found a problem, a gate deviation, a
 from __future__ import annotations
 
 import functools
+import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
 import msgspec
 from rich.console import Console
-from rich.table import Table
 
 import ledger
 
@@ -63,14 +63,27 @@ def emit_json(document: Any) -> None:
 
 
 def console() -> Console:
-    return Console(soft_wrap=False)
+    return Console(soft_wrap=True, highlight=False)
 
 
-def table(*columns: str, title: str | None = None) -> Table:
-    t = Table(title=title, show_edge=False, header_style="bold")
-    for column in columns:
-        t.add_column(column, overflow="fold")
-    return t
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Aligned columns, one line per row. On a terminal a line longer than the screen is
+    cut with an ellipsis (the last column is the one that gives); piped output is whole."""
+    tty = sys.stdout.isatty()
+    limit = shutil.get_terminal_size().columns if tty else None
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns[:-1])]
+
+    def line(cells: Sequence[str]) -> str:
+        text = "  ".join([*(c.ljust(w) for c, w in zip(cells, widths, strict=False)), cells[-1]])
+        text = text.rstrip()
+        if limit is not None and len(text) > limit:
+            text = text[: limit - 1] + "…"
+        return text
+
+    header = line(columns)
+    click.echo(click.style(header, bold=True) if tty else header)
+    for row in rows:
+        click.echo(line(row))
 
 
 def fail(message: str) -> None:

@@ -15,7 +15,7 @@ from .common import (
     fail,
     json_option,
     open_store,
-    table,
+    print_table,
 )
 
 
@@ -81,13 +81,12 @@ def events(
     if as_json:
         emit_json({"events": [e.to_json() for e in rows]})
         return
-    t = table("pos", "recorded_at", "stream", "ver", "type", "actor", "payload")
-    for e in rows:
-        t.add_row(str(e.position), e.recorded_at, e.stream, str(e.stream_version), e.type,
-                  e.actor, _summary(e.payload))
-    out = console()
-    out.print(t)
-    out.print(f"{len(rows)} event(s)")
+    print_table(
+        ["pos", "recorded_at", "stream", "ver", "type", "actor", "payload"],
+        [[str(e.position), e.recorded_at, e.stream, str(e.stream_version), e.type, e.actor,
+          _summary(e.payload)] for e in rows],
+    )
+    click.echo(f"{len(rows)} event(s)")
 
 
 @click.command()
