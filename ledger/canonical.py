@@ -12,11 +12,12 @@ NaN and the infinities have no JSON form and are rejected.
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import msgspec
 
-__all__ = ["CanonicalizationError", "canonical_json", "canonical_number"]
+__all__ = ["CanonicalizationError", "canonical_json", "canonical_number", "canonical_struct"]
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
@@ -30,8 +31,83 @@ class CanonicalizationError(ValueError):
     """The value has no RFC 8785 form (NaN, an unsafe integer, a non-JSON type)."""
 
 
+# msgspec's sorted encoding is RFC 8785 exactly when the value is "plain": no floats
+# (their format differs, and NaN/Infinity would become null), integers within the safe
+# range, object keys whose UTF-16 order equals code-point order, and nothing JSON has
+# no type for. Plain values (the usual case) take that one C call; others the exact,
+# slower serialiser below.
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+
 def canonical_json(value: Any) -> bytes:
     """Return the RFC 8785 canonical UTF-8 bytes of a JSON-compatible value."""
+    if _is_plain(value):
+        return _encode(value)
+    return _exact(value)
+
+
+def canonical_struct(struct: msgspec.Struct) -> bytes:
+    """RFC 8785 bytes of a Struct's JSON form (what ``msgspec.to_builtins`` gives).
+
+    Only the fields whose declared type admits a number or free-form JSON are inspected
+    in Python; the rest is encoded by msgspec in one C call. msgspec does not check
+    types on construction, so the caller validates the result by decoding it.
+    """
+    if _is_plain(struct):
+        return _encode(struct)
+    return _exact(msgspec.to_builtins(struct))
+
+
+def _encode(value: Any) -> bytes:
+    try:
+        return _encode_sorted(value)
+    except UnicodeEncodeError as exc:  # a lone surrogate has no UTF-8 form
+        raise CanonicalizationError(str(exc)) from None
+
+
+_CHECKED_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _checked_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    """Fields whose declared type admits a number or any JSON value, at any depth."""
+    fields = _CHECKED_FIELDS.get(cls)
+    if fields is None:
+        hints = typing.get_type_hints(cls)
+        fields = tuple(f for f in cls.__struct_fields__ if _needs_check(hints[f]))
+        _CHECKED_FIELDS[cls] = fields
+    return fields
+
+
+def _needs_check(tp: Any) -> bool:
+    if tp is Any or tp is float or tp is int:
+        return True
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        return bool(_checked_fields(tp))
+    return any(_needs_check(arg) for arg in typing.get_args(tp) if not isinstance(arg, str))
+
+
+def _is_plain(value: Any) -> bool:
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not _is_plain(item):
+                return False
+            # UTF-16 order differs from code-point order only at or above U+E000.
+            if not key.isascii() and max(key) >= "\ue000":
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_is_plain(item) for item in value)
+    if isinstance(value, msgspec.Struct):
+        return all(_is_plain(getattr(value, f)) for f in _checked_fields(kind))
+    return False
+
+
+def _exact(value: Any) -> bytes:
     parts: list[bytes] = []
     _emit(value, parts.append)
     return b"".join(parts)

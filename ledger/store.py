@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError, NoSuchModuleError
 from ulid import ULID
 
 from . import schema
-from .canonical import CanonicalizationError, canonical_json
+from .canonical import CanonicalizationError, canonical_json, canonical_struct
 from .envelope import GENESIS_CHAIN, chain_next, leaf_bytes
 from .errors import (
     ConcurrencyError,
@@ -384,9 +384,12 @@ class Store:
                 if not new.actor:
                     raise InvalidEventError("an event needs an actor")
                 try:
-                    payload_bytes = canonical_json(msgspec.to_builtins(payload))
+                    payload_bytes = canonical_struct(payload)
+                    # What is stored must read back: this also type-checks the payload,
+                    # which msgspec does not do when a Struct is constructed.
+                    catalog.decode(type_name, payload.SCHEMA_VERSION, payload_bytes)
                     delta_bytes = canonical_json(new.delta) if new.delta else _EMPTY_DELTA
-                except CanonicalizationError as exc:
+                except (CanonicalizationError, msgspec.ValidationError) as exc:
                     raise InvalidEventError(f"{type_name}: {exc}") from None
                 rows.append(
                     (event_id, type_name, type(payload).SCHEMA_VERSION, recorded_at,

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import struct
+import typing
 
+import msgspec
 import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.canonical import CanonicalizationError, canonical_json
+from ledger.canonical import CanonicalizationError, canonical_json, canonical_struct
 
 # RFC 8785 Appendix B: IEEE-754 bit patterns and their ECMAScript serialisation.
 APPENDIX_B = [
@@ -119,3 +121,25 @@ def test_matches_the_rfc8785_oracle(value: object) -> None:
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_every_double_matches_the_oracle(value: float) -> None:
     assert canonical_json(value) == rfc8785.dumps(value)
+
+
+class _Sample(msgspec.Struct, tag_field="type", tag="sample", kw_only=True):
+    count: int
+    label: str
+    data: typing.Any = None
+    items: list[dict[str, typing.Any]] = []
+
+
+@settings(max_examples=400, deadline=None)
+@given(safe_ints, texts, json_values, st.lists(st.dictionaries(texts, json_values, max_size=3),
+                                               max_size=3))
+def test_structs_match_the_oracle(count: int, label: str, data: object, items: list) -> None:
+    sample = _Sample(count=count, label=label, data=data, items=items)
+    assert canonical_struct(sample) == rfc8785.dumps(msgspec.to_builtins(sample))
+
+
+def test_struct_fields_outside_the_json_domain_are_refused() -> None:
+    with pytest.raises(CanonicalizationError):
+        canonical_struct(_Sample(count=2**60, label="x"))
+    with pytest.raises(CanonicalizationError):
+        canonical_struct(_Sample(count=1, label="x", data={"v": float("nan")}))
