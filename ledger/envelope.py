@@ -19,9 +19,9 @@ import msgspec
 
 GENESIS_CHAIN = bytes(32)
 
-_json = msgspec.json.encode  # str -> JSON string (RFC 8785 escaping), None -> null
+json_string = msgspec.json.encode  # str -> JSON string (RFC 8785 escaping), None -> null
 
-_TEMPLATE = (
+LEAF_TEMPLATE = (
     b'{"actor":%b,"causation_id":%b,"correlation_id":%b,"delta":%b,"event_id":%b,'
     b'"payload":%b,"position":%d,"recorded_at":%b,"schema_version":%d,"stream":%b,'
     b'"stream_version":%d,"type":%b}'
@@ -42,19 +42,19 @@ def leaf_bytes(
     payload: bytes,
     delta: bytes,
 ) -> bytes:
-    return _TEMPLATE % (
-        _json(actor),
-        _json(causation_id),
-        _json(correlation_id),
+    return LEAF_TEMPLATE % (
+        json_string(actor),
+        json_string(causation_id),
+        json_string(correlation_id),
         delta,
-        _json(event_id),
+        json_string(event_id),
         payload,
         position,
-        _json(recorded_at),
+        json_string(recorded_at),
         schema_version,
-        _json(stream),
+        json_string(stream),
         stream_version,
-        _json(type_name),
+        json_string(type_name),
     )
 
 

@@ -83,6 +83,45 @@ class StreamAppend(NamedTuple):
     expected_version: ExpectedVersion = ANY
 
 
+class Snapshot:
+    """Raw reads inside one read transaction (see ``Store.snapshot``)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def head_row(self) -> tuple[int, bytes, bytes, bytes]:
+        """The stored head: size, chain hash, frontier bytes, root hash."""
+        h = schema.ledger_head.c
+        size, chain, frontier, root = self._conn.execute(
+            sa.select(h.size, h.chain_hash, h.frontier, h.root_hash)
+        ).one()
+        return size, bytes(chain), bytes(frontier), bytes(root)
+
+    def rows(self, batch_size: int = 10_000) -> Iterator[list[tuple[Any, ...]]]:
+        """Every stored row in position order, in batches, with constant memory."""
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY position"
+        dbapi = self._conn.connection.dbapi_connection
+        if self._conn.dialect.name == "postgresql":
+            cursor = dbapi.cursor(name="evidence_scan")  # server-side cursor
+            cursor.itersize = batch_size
+        else:
+            cursor = dbapi.cursor()
+        try:
+            cursor.execute(sql)
+            while rows := cursor.fetchmany(batch_size):
+                yield rows
+        finally:
+            cursor.close()
+
+    def blobs(self) -> Iterator[tuple[str, int, bytes]]:
+        b = schema.blobs.c
+        result = self._conn.execution_options(yield_per=256).execute(
+            sa.select(b.digest, b.size, b.data).order_by(b.digest)
+        )
+        for digest, size, data in result:
+            yield digest, size, bytes(data)
+
+
 class TreeHead(NamedTuple):
     """The log's size, its RFC 9162 root and the last chain hash."""
 
@@ -588,43 +627,14 @@ class Store:
                 return
             position = rows[-1][0] + 1
 
-    def scan_rows(self, batch_size: int = 10_000) -> Iterator[list[tuple[Any, ...]]]:
-        """The raw stored rows in position order, in one consistent snapshot.
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """One consistent read of the raw log: head, rows and blobs as of one moment.
 
         Used by ``verify``: nothing is decoded, the rows are exactly the stored bytes.
         """
-        sql = f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY position"
         with self._transaction() as conn:
-            dbapi = conn.connection.dbapi_connection
-            if self.backend == "postgresql":
-                cursor = dbapi.cursor(name="evidence_scan")  # server-side: constant memory
-                cursor.itersize = batch_size
-            else:
-                cursor = dbapi.cursor()
-            try:
-                cursor.execute(sql)
-                while rows := cursor.fetchmany(batch_size):
-                    yield rows
-            finally:
-                cursor.close()
-
-    def scan_blobs(self) -> Iterator[tuple[str, int, bytes]]:
-        with self._transaction() as conn:
-            result = conn.execution_options(yield_per=256).execute(
-                sa.select(schema.blobs.c.digest, schema.blobs.c.size, schema.blobs.c.data)
-                .order_by(schema.blobs.c.digest)
-            )
-            for digest, size, data in result:
-                yield digest, size, bytes(data)
-
-    def head_row(self) -> tuple[int, bytes, bytes, bytes]:
-        """The stored head: size, chain hash, frontier bytes, root hash."""
-        h = schema.ledger_head.c
-        with self._transaction() as conn:
-            size, chain, frontier, root = conn.execute(
-                sa.select(h.size, h.chain_hash, h.frontier, h.root_hash)
-            ).one()
-        return size, bytes(chain), bytes(frontier), bytes(root)
+            yield Snapshot(conn)
 
     def _decode(self, row: Sequence[Any]) -> RecordedEvent:
         (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,

@@ -15,13 +15,14 @@ hide another: the chain check at row i uses the stored chain hash of row i-1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from hashlib import sha256
 
 import msgspec
 
-from .envelope import GENESIS_CHAIN, leaf_bytes
-from .merkle import Frontier
-from .store import Store
+from .envelope import GENESIS_CHAIN, LEAF_TEMPLATE, json_string
+from .merkle import EMPTY_ROOT, Frontier
+from .store import Snapshot, Store
 
 __all__ = ["Problem", "TreeHeadRef", "VerifyReport", "parse_tree_head", "verify_store"]
 
@@ -74,61 +75,25 @@ def verify_store(
         if len(problems) < max_problems:
             problems.append(Problem(position, kind, detail))
 
-    frontier = Frontier()
-    previous_chain = GENESIS_CHAIN
-    expected = 1
-    versions: dict[str, int] = {}
-    against_root: bytes | None = None
-    if against is not None and against.size == 0:
-        against_root = frontier.root()
-    for rows in store.scan_rows():
-        for row in rows:
-            (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
-             corr, caus, payload, delta, stored_leaf, stored_chain) = row
-            if position != expected:
-                report(position, "hole",
-                       f"position {expected} is missing (next stored position is {position})")
-                expected = position
-            leaf = sha256(
-                b"\x00" + leaf_bytes(position, event_id, stream, stream_version, type_name, sv,
-                                     recorded_at, actor, corr, caus, bytes(payload), bytes(delta))
-            ).digest()
-            stored_leaf = bytes(stored_leaf)
-            stored_chain = bytes(stored_chain)
-            if leaf != stored_leaf:
-                report(position, "leaf_mismatch",
-                       "the stored row does not hash to its leaf hash (content changed)")
-            if sha256(previous_chain + stored_leaf).digest() != stored_chain:
-                report(position, "chain_mismatch",
-                       "chain hash does not follow from the previous row (a row before it "
-                       "was rewritten, removed or reordered)")
-            last = versions.get(stream, 0)
-            if stream_version != last + 1:
-                report(position, "stream_version",
-                       f"stream {stream!r} jumps from version {last} to {stream_version}")
-            versions[stream] = stream_version
-            frontier.append(leaf)
-            previous_chain = stored_chain
-            expected += 1
-            if against is not None and frontier.size == against.size:
-                against_root = frontier.root()
+    with store.snapshot() as snap:
+        head_size, head_chain, head_frontier, head_root = snap.head_row()
+        scan = _scan(snap, against.size if against is not None else None, report)
+        checked_blobs = 0
+        if check_blobs:
+            for digest, length, data in snap.blobs():
+                checked_blobs += 1
+                if sha256(data).hexdigest() != digest or len(data) != length:
+                    report(None, "blob_mismatch", f"blob {digest} does not hash to its digest")
 
+    frontier, last_chain, against_root = scan
     size = frontier.size
     root = frontier.root()
-    head_size, head_chain, head_frontier, head_root = store.head_row()
     if head_size != size:
         report(None, "head_size", f"the head records {head_size} events, the log holds {size}")
-    if head_chain != previous_chain:
+    if head_chain != last_chain:
         report(None, "head_chain", "the head's chain hash is not the last row's chain hash")
     if head_root != root or head_frontier != frontier.to_bytes():
         report(None, "head_root", "the head's Merkle root does not match the recomputed tree")
-
-    checked_blobs = 0
-    if check_blobs:
-        for digest, length, data in store.scan_blobs():
-            checked_blobs += 1
-            if sha256(data).hexdigest() != digest or len(data) != length:
-                report(None, "blob_mismatch", f"blob {digest} does not hash to its digest")
 
     against_out = None
     if against is not None:
@@ -150,10 +115,81 @@ def verify_store(
         ok=not problems,
         size=size,
         root=root.hex(),
-        chain_hash=previous_chain.hex(),
+        chain_hash=last_chain.hex(),
         checked_events=size,
         checked_blobs=checked_blobs,
         first_bad_position=min(positions) if positions else None,
         against=against_out,
         problems=problems,
     )
+
+
+def _scan(
+    snap: Snapshot, against_size: int | None, report: Callable[[int | None, str, str], None]
+) -> tuple[Frontier, bytes, bytes | None]:
+    """Check every row; return the recomputed tree, the last stored chain hash and the
+    root at ``against_size`` (if given and reached).
+
+    This loop is the whole cost of ``verify``, so it is written flat: the JSON forms of
+    the few distinct streams, types and actors are cached, and the Merkle frontier is
+    updated inline (the same steps as ``Frontier.append``).
+    """
+    frontier = Frontier()
+    hashes = frontier.hashes
+    size = 0
+    previous_chain = GENESIS_CHAIN
+    versions: dict[str, int] = {}
+    encoded: dict[str | None, bytes] = {None: b"null"}
+    against_root = EMPTY_ROOT if against_size == 0 else None
+    template = LEAF_TEMPLATE
+    for rows in snap.rows():
+        for (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
+             corr, caus, payload, delta, stored_leaf, stored_chain) in rows:
+            if position != size + 1:
+                report(position, "hole",
+                       f"position {size + 1} is missing (next stored position is {position})")
+            try:
+                stream_json = encoded[stream]
+            except KeyError:
+                stream_json = encoded[stream] = json_string(stream)
+            try:
+                type_json = encoded[type_name]
+            except KeyError:
+                type_json = encoded[type_name] = json_string(type_name)
+            try:
+                actor_json = encoded[actor]
+            except KeyError:
+                actor_json = encoded[actor] = json_string(actor)
+            leaf = sha256(b"\x00" + template % (
+                actor_json,
+                encoded[caus] if caus is None else json_string(caus),
+                encoded[corr] if corr is None else json_string(corr),
+                delta, json_string(event_id), payload, position, json_string(recorded_at),
+                sv, stream_json, stream_version, type_json,
+            )).digest()
+            if leaf != stored_leaf:
+                report(position, "leaf_mismatch",
+                       "the stored row does not hash to its leaf hash (content changed)")
+            if sha256(previous_chain + stored_leaf).digest() != stored_chain:
+                report(position, "chain_mismatch",
+                       "chain hash does not follow from the previous row (a row before it "
+                       "was rewritten, removed or reordered)")
+            last = versions.get(stream, 0)
+            if stream_version != last + 1:
+                report(position, "stream_version",
+                       f"stream {stream!r} jumps from version {last} to {stream_version}")
+            versions[stream] = stream_version
+            previous_chain = stored_chain
+            # Frontier.append, inline: merge one perfect subtree per trailing 1 bit.
+            hashes.append(leaf)
+            carry = size
+            while carry & 1:
+                right = hashes.pop()
+                hashes[-1] = sha256(b"\x01" + hashes[-1] + right).digest()
+                carry >>= 1
+            size += 1
+            if size == against_size:
+                frontier.size = size
+                against_root = frontier.root()
+    frontier.size = size
+    return frontier, bytes(previous_chain), against_root
