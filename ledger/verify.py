@@ -69,6 +69,8 @@ def verify_store(
     check_blobs: bool = True,
     max_problems: int = 100,
 ) -> VerifyReport:
+    if against is not None:
+        against = parse_tree_head(f"{against.size}:{against.root}")  # validates, lowercases
     problems: list[Problem] = []
 
     def report(position: int | None, kind: str, detail: str) -> None:
@@ -142,12 +144,14 @@ def _scan(
     encoded: dict[str | None, bytes] = {None: b"null"}
     against_root = EMPTY_ROOT if against_size == 0 else None
     template = LEAF_TEMPLATE
+    expected = 1  # the next position; after a hole, resynchronised to what is stored
     for rows in snap.rows():
         for (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
              corr, caus, payload, delta, stored_leaf, stored_chain) in rows:
-            if position != size + 1:
+            if position != expected:
                 report(position, "hole",
-                       f"position {size + 1} is missing (next stored position is {position})")
+                       f"position {expected} is missing (next stored position is {position})")
+            expected = position + 1
             try:
                 stream_json = encoded[stream]
             except KeyError:

@@ -1,0 +1,384 @@
+"""An attacker with database access against the append-only log.
+
+First the database's own guard: while the triggers exist, UPDATE and DELETE are refused.
+Then the attacker drops the triggers and edits rows with raw SQL (no ledger code on the
+write side), and ``verify_store`` must notice each edit, naming the right position.
+
+Two edits are self-consistent (every hash and the head recomputed): a truncated tail and
+a rewritten suffix. Nothing inside the database can show those; only a tree head kept
+from before the edit can, so those tests check both halves of that statement.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import ledger
+from ledger.canonical import canonical_json
+from ledger.envelope import GENESIS_CHAIN, chain_next, leaf_bytes
+from ledger.merkle import EMPTY_ROOT, Frontier, leaf_hash
+from ledger.verify import TreeHeadRef, VerifyReport, verify_store
+
+from .helpers import strategy
+
+EVENTS = 30
+STREAMS = 3
+BLOB = b"raw tool output: 3 passed, 0 failed\n" * 8
+
+# The append-only triggers each backend installs (ledger/schema.py), by table.
+TRIGGERS: dict[str, set[tuple[str, str]]] = {
+    "sqlite": {
+        ("events_no_update", "events"),
+        ("events_no_delete", "events"),
+        ("blobs_no_update", "blobs"),
+        ("blobs_no_delete", "blobs"),
+        ("ledger_head_no_delete", "ledger_head"),
+    },
+    "postgresql": {
+        ("events_append_only", "events"),
+        ("blobs_append_only", "blobs"),
+        ("events_no_truncate", "events"),
+        ("blobs_no_truncate", "blobs"),
+        ("ledger_head_no_truncate", "ledger_head"),
+        ("ledger_head_no_delete", "ledger_head"),
+    },
+}
+EVENT_COLUMNS = (
+    "position, event_id, stream, stream_version, type, schema_version, recorded_at, actor, "
+    "correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
+)
+
+
+@dataclass
+class Ledger:
+    store: ledger.Store
+    attacker: sa.Engine  # a plain connection to the same database, no ledger code
+    heads: list[TreeHeadRef]  # heads[n]: the tree head an auditor saw at size n
+    blob_digest: str
+
+    def verify(self, against: TreeHeadRef | None = None) -> VerifyReport:
+        return verify_store(self.store, against=against)
+
+
+@pytest.fixture
+def populated(db_url: str) -> Iterator[Ledger]:
+    """A ledger of 30 events over 3 streams and one blob, with every tree head kept."""
+    store = ledger.open(db_url)
+    heads = [_tree_head(store)]
+    for i in range(EVENTS):
+        plan = f"P-{i % STREAMS}"
+        store.append(f"plan:{plan}", [strategy(plan, f"strategy {i + 1}", revision=i)])
+        heads.append(_tree_head(store))
+    digest = store.put_blob(BLOB)
+    attacker = sa.create_engine(db_url)
+    try:
+        report = verify_store(store)
+        assert report.ok, report.problems
+        yield Ledger(store, attacker, heads, digest)
+    finally:
+        attacker.dispose()
+        store.close()
+
+
+@pytest.fixture
+def unguarded(populated: Ledger) -> Ledger:
+    """The same ledger after the attacker dropped every append-only trigger."""
+    backend = populated.store.backend
+    with populated.attacker.begin() as conn:
+        assert _triggers(conn, backend) == TRIGGERS[backend]
+        for name, table in TRIGGERS[backend]:
+            on_table = f" ON {table}" if backend == "postgresql" else ""
+            conn.exec_driver_sql(f"DROP TRIGGER {name}{on_table}")
+        assert _triggers(conn, backend) == set()
+    return populated
+
+
+# -- raw-SQL tools of the attacker ------------------------------------------------------
+
+
+def _tree_head(store: ledger.Store) -> TreeHeadRef:
+    head = store.head()
+    return TreeHeadRef(size=head.size, root=head.root.hex())
+
+
+def _triggers(conn: sa.Connection, backend: str) -> set[tuple[str, str]]:
+    if backend == "sqlite":
+        sql = "SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger'"
+    else:
+        sql = ("SELECT t.tgname, c.relname FROM pg_trigger t "
+               "JOIN pg_class c ON c.oid = t.tgrelid "
+               "JOIN pg_namespace n ON n.oid = c.relnamespace "
+               "WHERE NOT t.tgisinternal AND n.nspname = current_schema()")
+    return {(name, table) for name, table in conn.exec_driver_sql(sql)}
+
+
+def _rows(conn: sa.Connection) -> list[dict[str, Any]]:
+    result = conn.execute(sa.text(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY position"))
+    return [
+        {k: bytes(v) if isinstance(v, memoryview) else v for k, v in row.items()}
+        for row in result.mappings()
+    ]
+
+
+def _row(conn: sa.Connection, position: int) -> dict[str, Any]:
+    [row] = [r for r in _rows(conn) if r["position"] == position]
+    return row
+
+
+def _update(conn: sa.Connection, position: int, **columns: Any) -> None:
+    assignments = ", ".join(f"{name} = :{name}" for name in columns)
+    result = conn.execute(
+        sa.text(f"UPDATE events SET {assignments} WHERE position = :where_position"),
+        {**columns, "where_position": position},
+    )
+    assert result.rowcount == 1
+
+
+def _leaf(row: dict[str, Any]) -> bytes:
+    """The row's leaf hash, recomputed the way the store computes it."""
+    return leaf_hash(leaf_bytes(
+        row["position"], row["event_id"], row["stream"], row["stream_version"], row["type"],
+        row["schema_version"], row["recorded_at"], row["actor"], row["correlation_id"],
+        row["causation_id"], bytes(row["payload"]), bytes(row["delta"]),
+    ))
+
+
+def _forged_payload(row: dict[str, Any]) -> bytes:
+    """A different but well-formed payload: canonical JSON with the strategy replaced."""
+    payload = json.loads(row["payload"])
+    payload["strategy"] = f"forged {payload['strategy']}"
+    return canonical_json(payload)
+
+
+def _rehash_from(conn: sa.Connection, position: int) -> None:
+    """Recompute leaf and chain hash of every row from ``position`` on, in place."""
+    rows = _rows(conn)
+    chain = GENESIS_CHAIN
+    for row in rows:
+        if row["position"] >= position:
+            leaf = _leaf(row)
+            chain = chain_next(chain, leaf)
+            _update(conn, row["position"], leaf_hash=leaf, chain_hash=chain)
+        else:
+            chain = row["chain_hash"]
+
+
+def _rewrite_head(conn: sa.Connection) -> None:
+    """Make ledger_head describe exactly the rows that are there now."""
+    rows = _rows(conn)
+    frontier = Frontier()
+    for row in rows:
+        frontier.append(row["leaf_hash"])
+    conn.execute(
+        sa.text("UPDATE ledger_head SET size = :size, chain_hash = :chain, "
+                "frontier = :frontier, root_hash = :root WHERE id = 1"),
+        {"size": frontier.size, "chain": rows[-1]["chain_hash"] if rows else GENESIS_CHAIN,
+         "frontier": frontier.to_bytes(), "root": frontier.root()},
+    )
+
+
+def _row_problems(report: VerifyReport) -> dict[int, set[str]]:
+    found: dict[int, set[str]] = {}
+    for p in report.problems:
+        if p.position is not None:
+            found.setdefault(p.position, set()).add(p.kind)
+    return found
+
+
+# -- the guard ----------------------------------------------------------------------------
+
+
+def test_triggers_refuse_update_and_delete(populated: Ledger) -> None:
+    refused = [
+        "UPDATE events SET payload = payload WHERE position = 1",
+        "UPDATE events SET stream_version = stream_version + 100",
+        "DELETE FROM events WHERE position = 30",
+        "DELETE FROM events",
+        "UPDATE blobs SET data = data",
+        "DELETE FROM blobs",
+        "DELETE FROM ledger_head",
+    ]
+    if populated.store.backend == "postgresql":
+        refused += ["TRUNCATE events", "TRUNCATE blobs", "TRUNCATE ledger_head"]
+    for sql in refused:
+        with pytest.raises(sa.exc.DBAPIError, match="append-only"), \
+                populated.attacker.begin() as conn:
+            conn.exec_driver_sql(sql)
+    # Nothing changed: same head, still verifies.
+    assert _tree_head(populated.store) == populated.heads[EVENTS]
+    report = populated.verify()
+    assert report.ok, report.problems
+    assert populated.store.get_blob(populated.blob_digest) == BLOB
+
+
+# -- edits that a check of the log against itself catches ------------------------------
+
+
+def test_flipped_payload_byte_is_found_at_its_row(unguarded: Ledger) -> None:
+    target = 15
+    with unguarded.attacker.begin() as conn:
+        payload = bytearray(_row(conn, target)["payload"])
+        at = payload.index(b"strategy 15")
+        payload[at] ^= 0x20  # "strategy 15" -> "Strategy 15": one byte, still valid JSON
+        _update(conn, target, payload=bytes(payload))
+
+    report = unguarded.verify()
+    assert not report.ok
+    assert report.first_bad_position == target
+    # The chain links stored leaf hashes, so only the edited row itself is flagged.
+    assert _row_problems(report) == {target: {"leaf_mismatch"}}
+
+
+def test_deleted_middle_row_is_reported_as_a_hole(unguarded: Ledger) -> None:
+    target = 15
+    with unguarded.attacker.begin() as conn:
+        conn.execute(sa.text("DELETE FROM events WHERE position = :p"), {"p": target})
+
+    report = unguarded.verify()
+    assert not report.ok
+    holes = [p for p in report.problems if p.kind == "hole"]
+    assert len(holes) == 1
+    # Seen where the scan meets the gap: at the missing position or the next stored one.
+    assert holes[0].position in (target, target + 1)
+    assert report.first_bad_position in (target, target + 1)
+
+
+def test_deleted_tail_without_head_rewind_is_found(unguarded: Ledger) -> None:
+    # The naive truncation: rows gone, head untouched. The head gives it away.
+    with unguarded.attacker.begin() as conn:
+        conn.execute(sa.text("DELETE FROM events WHERE position > :p"), {"p": EVENTS - 3})
+
+    report = unguarded.verify()
+    assert not report.ok
+    assert "head_size" in {p.kind for p in report.problems}
+
+
+def test_swapped_rows_are_found_at_both_positions(unguarded: Ledger) -> None:
+    first, second = 10, 20
+    with unguarded.attacker.begin() as conn:
+        # Swapping every other column between the two rows is the same as swapping their
+        # position values; doing it through a free position dodges the unique constraints
+        # (event_id; stream + stream_version) that a column-wise swap would trip midway.
+        for old, new in ((first, -1), (second, first), (-1, second)):
+            conn.execute(sa.text("UPDATE events SET position = :new WHERE position = :old"),
+                         {"new": new, "old": old})
+        assert _row(conn, first)["payload"] != _row(conn, second)["payload"]
+
+    report = unguarded.verify()
+    assert not report.ok
+    assert report.first_bad_position == first
+    # The position is part of the hashed envelope, so both moved rows fail their leaf.
+    problems = _row_problems(report)
+    assert "leaf_mismatch" in problems[first]
+    assert "leaf_mismatch" in problems[second]
+
+
+def test_rewritten_row_with_its_own_hashes_fixed_breaks_the_next_link(
+    unguarded: Ledger,
+) -> None:
+    target = 15
+    with unguarded.attacker.begin() as conn:
+        row = _row(conn, target)
+        previous_chain = _row(conn, target - 1)["chain_hash"]
+        row["payload"] = _forged_payload(row)
+        leaf = _leaf(row)
+        _update(conn, target, payload=row["payload"], leaf_hash=leaf,
+                chain_hash=chain_next(previous_chain, leaf))
+
+    report = unguarded.verify()
+    assert not report.ok
+    # Row 15 is self-consistent now; the stored chain of row 16 still commits to the
+    # old row 15, so the break shows at row 15 or right after it.
+    assert report.first_bad_position in (target, target + 1)
+    assert "chain_mismatch" in _row_problems(report)[target + 1]
+
+
+def test_flipped_blob_byte_is_found(unguarded: Ledger) -> None:
+    tampered = bytearray(BLOB)
+    tampered[5] ^= 0x01
+    with unguarded.attacker.begin() as conn:
+        result = conn.execute(sa.text("UPDATE blobs SET data = :data WHERE digest = :digest"),
+                              {"data": bytes(tampered), "digest": unguarded.blob_digest})
+        assert result.rowcount == 1
+
+    report = unguarded.verify()
+    assert not report.ok
+    assert [p.kind for p in report.problems] == ["blob_mismatch"]
+    assert report.first_bad_position is None  # a blob is not a log position
+    # The events themselves are untouched.
+    assert verify_store(unguarded.store, check_blobs=False).ok
+
+
+# -- self-consistent edits: only an earlier tree head can tell -------------------------
+
+
+def test_consistent_truncation_needs_an_earlier_tree_head(unguarded: Ledger) -> None:
+    kept = 5
+    with unguarded.attacker.begin() as conn:
+        conn.execute(sa.text("DELETE FROM events WHERE position > :p"), {"p": EVENTS - kept})
+        _rewrite_head(conn)
+
+    # A self-consistent truncation cannot be seen without an earlier tree head: the rows
+    # left are exactly the log as it was at size 25, and the head was rewound to match.
+    report = unguarded.verify()
+    assert report.ok, report.problems
+    assert report.size == EVENTS - kept
+    assert verify_store(unguarded.store, against=unguarded.heads[EVENTS - kept]).ok
+
+    # An auditor who kept the head at size 30 sees that the log no longer extends it.
+    report = unguarded.verify(against=unguarded.heads[EVENTS])
+    assert not report.ok
+    assert report.against is not None and report.against.ok is False
+    assert "against_truncated" in {p.kind for p in report.problems}
+
+
+def test_consistent_suffix_rewrite_needs_an_earlier_tree_head(unguarded: Ledger) -> None:
+    rewritten = 5
+    first = EVENTS - rewritten + 1
+    with unguarded.attacker.begin() as conn:
+        for row in _rows(conn):
+            if row["position"] >= first:
+                _update(conn, row["position"], payload=_forged_payload(row))
+        _rehash_from(conn, first)
+        _rewrite_head(conn)
+        assert b"forged" in _row(conn, EVENTS)["payload"]
+
+    # Every leaf, chain hash and the head agree with the forged rows: the log checked
+    # against itself is fine.
+    report = unguarded.verify()
+    assert report.ok, report.problems
+    assert report.size == EVENTS
+    assert report.root != unguarded.heads[EVENTS].root
+
+    # The head kept at size 30 exposes the rewrite; a head from before the rewritten
+    # suffix still holds (the prefix is untouched), one from inside it does not.
+    report = unguarded.verify(against=unguarded.heads[EVENTS])
+    assert not report.ok
+    assert "against_inconsistent" in {p.kind for p in report.problems}
+    assert unguarded.verify(against=unguarded.heads[first - 1]).ok
+    assert not unguarded.verify(against=unguarded.heads[first]).ok
+
+
+# -- positive control ----------------------------------------------------------------
+
+
+def test_untampered_log_verifies_against_current_and_earlier_heads(populated: Ledger) -> None:
+    current = _tree_head(populated.store)
+    assert current == populated.heads[EVENTS]
+    assert populated.verify().ok
+    assert populated.verify(against=current).ok
+    # An earlier prefix head, taken before more appends, is still extended by the log.
+    earlier = populated.heads[10]
+    report = populated.verify(against=earlier)
+    assert report.ok, report.problems
+    assert report.against == TreeHeadRef(size=earlier.size, root=earlier.root, ok=True)
+    assert populated.verify(against=TreeHeadRef(size=0, root=EMPTY_ROOT.hex())).ok
+    # And the check is real: the right size with another root is refused.
+    wrong = TreeHeadRef(size=10, root=populated.heads[11].root)
+    assert not populated.verify(against=wrong).ok
