@@ -2,8 +2,8 @@
 
 ``events`` is the log; ``blobs`` holds large raw outputs by SHA-256; ``ledger_head`` is
 the one row every append locks, holding the tree size, the last chain hash and the
-Merkle frontier; ``ledger_meta`` records the schema version. Triggers make the
-database itself refuse UPDATE and DELETE on events and blobs.
+Merkle frontier (the root is computed from it); ``ledger_meta`` records the schema
+version. Triggers make the database itself refuse UPDATE and DELETE on events and blobs.
 """
 
 from __future__ import annotations
@@ -66,8 +66,7 @@ ledger_head = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("size", BigInteger, nullable=False),
     Column("chain_hash", LargeBinary, nullable=False),
-    Column("frontier", LargeBinary, nullable=False),
-    Column("root_hash", LargeBinary, nullable=False),
+    Column("frontier", LargeBinary, nullable=False),  # the root is derived from it
     CheckConstraint("id = 1", name="ck_ledger_head_one_row"),
 )
 

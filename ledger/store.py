@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import os
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -89,13 +90,13 @@ class Snapshot:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
 
-    def head_row(self) -> tuple[int, bytes, bytes, bytes]:
-        """The stored head: size, chain hash, frontier bytes, root hash."""
+    def head_row(self) -> tuple[int, bytes, bytes]:
+        """The stored head: size, chain hash, frontier bytes."""
         h = schema.ledger_head.c
-        size, chain, frontier, root = self._conn.execute(
-            sa.select(h.size, h.chain_hash, h.frontier, h.root_hash)
+        size, chain, frontier = self._conn.execute(
+            sa.select(h.size, h.chain_hash, h.frontier)
         ).one()
-        return size, bytes(chain), bytes(frontier), bytes(root)
+        return size, bytes(chain), bytes(frontier)
 
     def rows(self, batch_size: int = 10_000) -> Iterator[list[tuple[Any, ...]]]:
         """Every stored row in position order, in batches, with constant memory."""
@@ -227,7 +228,7 @@ def _sqlite_engine(parsed: sa.URL, *, must_exist: bool) -> Engine:
 
 
 def _utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"  # "+00:00" -> "Z"
 
 
 def _check_ulid(value: str, what: str) -> None:
@@ -248,11 +249,19 @@ class Store:
         if self.backend == "postgresql":
             self._head_sql += " FOR UPDATE"
         self._update_head_sql = (
-            f"UPDATE ledger_head SET size = {ph}, chain_hash = {ph}, frontier = {ph}, "
-            f"root_hash = {ph} WHERE id = 1"
+            f"UPDATE ledger_head SET size = {ph}, chain_hash = {ph}, frontier = {ph} "
+            "WHERE id = 1"
+        )
+        self._stream_version_sql = (
+            f"(SELECT MAX(stream_version) FROM events WHERE stream = {ph})"
         )
         self._ph = ph
         self._integrity_error = engine.dialect.loaded_dbapi.IntegrityError
+        # Each thread keeps one writer connection for the store's life: checking one out
+        # of the pool per append costs more than the append's own statements.
+        self._local = threading.local()
+        self._writers: list[Any] = []
+        self._writers_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -264,6 +273,10 @@ class Store:
         return url.render_as_string(hide_password=True)
 
     def close(self) -> None:
+        with self._writers_lock:
+            writers, self._writers = self._writers, []
+        for raw in writers:
+            raw.invalidate()  # closes the driver connection; it never returns to a pool
         self.engine.dispose()
 
     def __enter__(self) -> Store:
@@ -321,7 +334,7 @@ class Store:
         )
         conn.execute(
             schema.ledger_head.insert().values(
-                id=1, size=0, chain_hash=GENESIS_CHAIN, frontier=b"", root_hash=Frontier().root()
+                id=1, size=0, chain_hash=GENESIS_CHAIN, frontier=b""
             )
         )
 
@@ -372,15 +385,15 @@ class Store:
 
     @contextmanager
     def _write_cursor(self) -> Iterator[tuple[Any, Any]]:
-        """A write transaction on the driver connection, holding the ledger lock.
+        """A write transaction on this thread's driver connection.
 
         The append path talks to the driver directly: it is the hot path, and on
         PostgreSQL it pipelines (head lock + stream versions in one round trip; inserts,
         head update and commit in a second).
         """
-        raw = self.engine.raw_connection()
+        raw = self._writer()
+        driver = raw.driver_connection
         try:
-            driver = raw.driver_connection
             if self.backend == "postgresql":
                 with driver.pipeline():
                     yield driver.cursor(), driver.cursor()
@@ -388,13 +401,33 @@ class Store:
             else:
                 cursor = driver.cursor()
                 cursor.execute("BEGIN IMMEDIATE")
-                yield cursor, driver.cursor()
+                yield cursor, cursor
                 driver.commit()
         except BaseException:
-            raw.rollback()
+            try:
+                driver.rollback()
+            except Exception:
+                self._drop_writer(raw)  # the connection itself is gone
+                raise
+            if getattr(driver, "broken", False) or getattr(driver, "closed", False):
+                self._drop_writer(raw)
             raise
-        finally:
-            raw.close()
+
+    def _writer(self) -> Any:
+        raw = getattr(self._local, "writer", None)
+        if raw is None or self._local.pid != os.getpid():  # never share across a fork
+            raw = self.engine.raw_connection()
+            self._local.writer, self._local.pid = raw, os.getpid()
+            with self._writers_lock:
+                self._writers.append(raw)
+        return raw
+
+    def _drop_writer(self, raw: Any) -> None:
+        self._local.writer = None
+        with self._writers_lock:
+            if raw in self._writers:
+                self._writers.remove(raw)
+        raw.invalidate()
 
     def _prepare_rows(self, appends: Sequence[StreamAppend]) -> list[list[tuple[Any, ...]]]:
         """Validate and encode outside the lock: event id, payload and delta bytes."""
@@ -446,18 +479,26 @@ class Store:
         prepared: list[list[tuple[Any, ...]]],
         blob_list: list[bytes],
     ) -> list[int]:
-        # The version query runs after the lock statement, so (in READ COMMITTED) its
-        # snapshot includes every append committed before ours.
-        cursor.execute(self._head_sql)
         streams = list(dict.fromkeys(a.stream for a in appends))
-        versions_cursor.execute(
-            "SELECT stream, MAX(stream_version) FROM events WHERE stream IN "
-            f"({', '.join([self._ph] * len(streams))}) GROUP BY stream",
-            streams,
-        )
-        size, chain, packed = cursor.fetchone()
-        versions: dict[str, int] = dict.fromkeys(streams, 0)
-        versions.update(versions_cursor.fetchall())
+        # One scalar subquery per stream: each is a single backward step on the
+        # (stream, stream_version) index, however long the stream (IN ... GROUP BY would
+        # read every entry of the stream).
+        version_sql = ", ".join([self._stream_version_sql] * len(streams))
+        if self.backend == "postgresql":
+            # A separate statement after the lock: in READ COMMITTED its snapshot then
+            # includes every append committed before ours.
+            cursor.execute(self._head_sql)
+            versions_cursor.execute("SELECT " + version_sql, streams)
+            size, chain, packed = cursor.fetchone()
+            found = versions_cursor.fetchone()
+        else:
+            # BEGIN IMMEDIATE already holds the write lock: one statement reads it all.
+            cursor.execute(
+                "SELECT size, chain_hash, frontier, " + version_sql
+                + " FROM ledger_head WHERE id = 1", streams,
+            )
+            size, chain, packed, *found = cursor.fetchone()
+        versions = {stream: v or 0 for stream, v in zip(streams, found, strict=True)}
         frontier = Frontier.from_bytes(size, bytes(packed))
         chain = bytes(chain)
         position = size
@@ -485,10 +526,11 @@ class Store:
         if blob_list:
             self._insert_blobs(cursor, blob_list)
         if rows:
-            cursor.executemany(self._insert_sql, rows)
-            cursor.execute(
-                self._update_head_sql, (position, chain, frontier.to_bytes(), frontier.root())
-            )
+            if len(rows) == 1:
+                cursor.execute(self._insert_sql, rows[0])
+            else:
+                cursor.executemany(self._insert_sql, rows)
+            cursor.execute(self._update_head_sql, (position, chain, frontier.to_bytes()))
         return positions
 
     def _existing_ids(self, prepared: list[list[tuple[Any, ...]]]) -> list[str]:
@@ -537,15 +579,11 @@ class Store:
     # -- reads ------------------------------------------------------------------------
 
     def head(self) -> TreeHead:
+        """Size, RFC 9162 root (derived from the stored frontier) and last chain hash."""
+        h = schema.ledger_head.c
         with self._transaction() as conn:
-            size, root, chain = conn.execute(
-                sa.select(
-                    schema.ledger_head.c.size,
-                    schema.ledger_head.c.root_hash,
-                    schema.ledger_head.c.chain_hash,
-                )
-            ).one()
-        return TreeHead(size, root, chain)
+            size, chain, packed = conn.execute(sa.select(h.size, h.chain_hash, h.frontier)).one()
+        return TreeHead(size, Frontier.from_bytes(size, bytes(packed)).root(), bytes(chain))
 
     def stream_version(self, stream: str, *, as_of: int | None = None) -> int:
         ev = schema.events

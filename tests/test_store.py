@@ -240,3 +240,30 @@ def test_event_json_shape(store: ledger.Store) -> None:
     assert document["payload"]["type"] == "plan.created"
     assert document["correlation_id"] == "01J0000000000000000000000C"
     assert len(document["leaf_hash"]) == 64
+
+
+def test_threads_share_one_store(store: ledger.Store) -> None:
+    # Each thread appends through its own writer connection; the log stays dense.
+    import threading
+
+    def work(n: int) -> None:
+        for i in range(25):
+            store.append(f"thread:{n}", [strategy(f"T-{n}", text=str(i))], i)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [e.position for e in store.read_all()] == list(range(1, 101))
+    assert all(store.stream_version(f"thread:{n}") == 25 for n in range(4))
+    assert verify_store(store).ok
+
+
+def test_a_closed_store_releases_its_writers(db_url: str) -> None:
+    s = ledger.open(db_url)
+    s.append("s", [strategy()])
+    s.close()
+    with ledger.open(db_url) as again:  # nothing left holding a lock
+        again.append("s", [strategy()], 1)
+        assert again.head().size == 2

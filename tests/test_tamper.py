@@ -177,9 +177,9 @@ def _rewrite_head(conn: sa.Connection) -> None:
         frontier.append(row["leaf_hash"])
     conn.execute(
         sa.text("UPDATE ledger_head SET size = :size, chain_hash = :chain, "
-                "frontier = :frontier, root_hash = :root WHERE id = 1"),
+                "frontier = :frontier WHERE id = 1"),
         {"size": frontier.size, "chain": rows[-1]["chain_hash"] if rows else GENESIS_CHAIN,
-         "frontier": frontier.to_bytes(), "root": frontier.root()},
+         "frontier": frontier.to_bytes()},
     )
 
 

@@ -1,0 +1,214 @@
+"""Full-verify throughput: ``ledger.verify.verify_store`` against a hash-only scan.
+
+    python bench/verify.py [--events N] [--repeat K] [--postgres URL] [--skip-postgres]
+                           [--stat median|best] [--json] [--profile]
+
+Builds a ledger of N events (appends of 1000 events, one 4 KiB blob each) on SQLite
+(fresh temp file) and PostgreSQL (fresh schema), then times a full verify: every leaf
+recomputed from the row, the hash chain, the Merkle root against the head, stream
+versions and the blobs. The target is >= 500k events/s.
+
+The baseline, timed in the same run on the same rows, is the raw driver reading the
+same columns in position order (as ``Store.scan_rows`` does: same batch size, and a
+server-side cursor on PostgreSQL) and doing nothing but one SHA-256 over the
+concatenated payloads. It is the floor of any verify written in Python over this
+driver: the cost of getting the rows out plus hashing the bulk of the bytes once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from hashlib import sha256
+from typing import Any
+
+from _common import (  # bench/ is sys.path[0] when run as `python bench/verify.py`
+    COLUMNS,
+    Target,
+    Workload,
+    console,
+    err_console,
+    fresh_target,
+    machine_info,
+    pg_base_url,
+    pg_unreachable,
+    pick,
+    print_machine,
+    print_profile,
+    profile_top,
+    timed,
+)
+from rich.console import Console
+from rich.table import Table
+
+import ledger
+from ledger.verify import verify_store
+
+TARGET_EVENTS_PER_S = 500_000
+BUILD_BATCH = 1000
+SCAN_BATCH = 10_000  # Store.scan_rows' default
+BLOB_SIZE = 4096
+
+
+def build(store: ledger.Store, n_events: int) -> float:
+    """Append ``n_events`` in transactions of 1000; returns the seconds spent appending."""
+    work = Workload()
+    spent = 0.0
+    done = 0
+    while done < n_events:
+        size = min(BUILD_BATCH, n_events - done)
+        batch = work.batch(size, raw=False)
+        blob = os.urandom(BLOB_SIZE)  # e.g. a raw tool output the batch's events point to
+        spent += timed(lambda b=batch, blob=blob: store.append(b.stream, b.events,
+                                                               blobs=[blob]))
+        done += size
+    return spent
+
+
+def ours_verify(store: ledger.Store, n_events: int) -> None:
+    report = verify_store(store)
+    if not report.ok or report.checked_events != n_events:
+        raise RuntimeError(f"verify failed or short: ok={report.ok} "
+                           f"checked={report.checked_events} problems={report.problems[:3]}")
+
+
+def baseline_scan(target: Target, n_events: int) -> None:
+    conn = target.ledger_raw_connect()
+    digest = sha256()
+    sql = f"SELECT {COLUMNS} FROM events ORDER BY position"
+    n = 0
+    try:
+        if target.backend == "sqlite":
+            conn.execute("BEGIN")  # one read snapshot, as Store._transaction takes
+            cur = conn.cursor()
+        else:
+            import psycopg
+
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ  # as the store
+            cur = conn.cursor(name="evb_scan")  # server-side, as Store.scan_rows
+            cur.itersize = SCAN_BATCH
+        cur.execute(sql)
+        while rows := cur.fetchmany(SCAN_BATCH):
+            for row in rows:
+                digest.update(row[10])
+            n += len(rows)
+        cur.close()
+        conn.commit() if target.backend == "postgresql" else conn.execute("COMMIT")
+    finally:
+        conn.close()
+    if n != n_events:
+        raise RuntimeError(f"baseline scanned {n} rows, expected {n_events}")
+
+
+def run_backend(
+    target: Target, n: int, args: argparse.Namespace, out: Console
+) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """Build the ledger, then time verify and the baseline, interleaved."""
+    store = ledger.open(target.ledger_url)
+    top = None
+    try:
+        build_s = build(store, n)
+        out.print(f"{target.backend}: built {n} events in {build_s:.1f} s "
+                  f"({n / build_s:,.0f} events/s appending {BUILD_BATCH} per transaction)")
+        # Warm-up (discarded): page cache, statement caches, imports.
+        ours_verify(store, n)
+        baseline_scan(target, n)
+        sides = {"ours": lambda: ours_verify(store, n),
+                 "baseline": lambda: baseline_scan(target, n)}
+        samples: dict[str, list[float]] = {"ours": [], "baseline": []}
+        for rep in range(args.repeat):
+            for side in ("ours", "baseline") if rep % 2 == 0 else ("baseline", "ours"):
+                samples[side].append(timed(sides[side]))
+        if args.profile:
+            top = profile_top(sides["ours"], args.profile_top)
+    finally:
+        store.close()
+    ours_s = pick(samples["ours"], args.stat)
+    base_s = pick(samples["baseline"], args.stat)
+    row = {
+        "backend": target.backend,
+        "events": n,
+        "build_events_per_s": round(n / build_s),
+        "ours_s": round(ours_s, 3),
+        "ours_events_per_s": round(n / ours_s),
+        "baseline_s": round(base_s, 3),
+        "baseline_events_per_s": round(n / base_s),
+        "ours_over_baseline": round(ours_s / base_s, 2),
+        "target_events_per_s": TARGET_EVENTS_PER_S,
+        "met": n / ours_s >= TARGET_EVENTS_PER_S,
+        "ours_samples_s": [round(s, 4) for s in samples["ours"]],
+        "baseline_samples_s": [round(s, 4) for s in samples["baseline"]],
+    }
+    return row, top
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=200_000, help="ledger size")
+    ap.add_argument("--repeat", type=int, default=3, help="verifies (and baselines) per backend")
+    ap.add_argument("--stat", choices=("median", "best"), default="median")
+    ap.add_argument("--postgres", metavar="URL", default=None,
+                    help="PostgreSQL server (default: $EVIDENCE_BENCH_POSTGRES_URL, "
+                         "$EVIDENCE_TEST_POSTGRES_URL or postgresql+psycopg://"
+                         "postgres@127.0.0.1:5432/test)")
+    ap.add_argument("--skip-postgres", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print JSON on stdout")
+    ap.add_argument("--profile", action="store_true",
+                    help="also cProfile one verify per backend and print the hot spots")
+    ap.add_argument("--profile-top", type=int, default=5)
+    args = ap.parse_args(argv)
+    out = err_console if args.json else console
+
+    backends = ["sqlite"]
+    pg_url: str | None = None
+    if not args.skip_postgres:
+        pg_url = pg_base_url(args.postgres)
+        why = pg_unreachable(pg_url)
+        if why:
+            err_console.print(f"[yellow]skipping PostgreSQL: {why}[/]")
+            pg_url = None
+        else:
+            backends.append("postgresql")
+
+    info = machine_info(pg_url)
+    if not args.json:
+        print_machine(info)
+    n = args.events
+    rows: list[dict[str, Any]] = []
+    profiles: dict[str, Any] = {}
+    for backend in backends:
+        with fresh_target(backend, pg_url or "") as target:
+            row, top = run_backend(target, n, args, out)
+        rows.append(row)
+        if top is not None:
+            profiles[backend] = top
+
+    table = Table(title=f"full verify vs hash-only scan ({args.stat} of {args.repeat})",
+                  title_justify="left")
+    for col in ("backend", "events", "verify s", "verify ev/s", "baseline s",
+                "baseline ev/s", "verify/baseline", "target", "met"):
+        table.add_column(col, justify="left" if col == "backend" else "right")
+    for r in rows:
+        table.add_row(
+            r["backend"], f"{r['events']:,}", f"{r['ours_s']:.2f}",
+            f"{r['ours_events_per_s']:,}", f"{r['baseline_s']:.2f}",
+            f"{r['baseline_events_per_s']:,}", f"{r['ours_over_baseline']:.1f}x",
+            f">= {TARGET_EVENTS_PER_S:,}", "[green]yes[/]" if r["met"] else "[red]no[/]",
+        )
+    out.print(table)
+    for backend, top in profiles.items():
+        print_profile(out, f"cProfile verify_store, {backend}", top)
+    if args.json:
+        print(json.dumps({
+            "machine": info,
+            "config": {"events": n, "repeat": args.repeat, "stat": args.stat,
+                       "build_batch": BUILD_BATCH, "blob_bytes": BLOB_SIZE},
+            "results": rows,
+            "profiles": profiles,
+        }, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
