@@ -9,7 +9,7 @@ recomputed from the row, the hash chain, the Merkle root against the head, strea
 versions and the blobs. The target is >= 500k events/s.
 
 The baseline, timed in the same run on the same rows, is the raw driver reading the
-same columns in position order (as ``Store.scan_rows`` does: same batch size, and a
+same columns in position order (as ``Store.snapshot().rows`` does: same batch size, and a
 server-side cursor on PostgreSQL) and doing nothing but one SHA-256 over the
 concatenated payloads. It is the floor of any verify written in Python over this
 driver: the cost of getting the rows out plus hashing the bulk of the bytes once.
@@ -47,7 +47,7 @@ from ledger.verify import verify_store
 
 TARGET_EVENTS_PER_S = 500_000
 BUILD_BATCH = 1000
-SCAN_BATCH = 10_000  # Store.scan_rows' default
+SCAN_BATCH = 10_000  # Snapshot.rows' default
 BLOB_SIZE = 4096
 
 
@@ -86,7 +86,7 @@ def baseline_scan(target: Target, n_events: int) -> None:
             import psycopg
 
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ  # as the store
-            cur = conn.cursor(name="evb_scan")  # server-side, as Store.scan_rows
+            cur = conn.cursor(name="evb_scan")  # server-side, as Store.snapshot().rows
             cur.itersize = SCAN_BATCH
         cur.execute(sql)
         while rows := cur.fetchmany(SCAN_BATCH):
