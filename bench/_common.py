@@ -6,6 +6,7 @@ PostgreSQL data in a throw-away schema that is dropped at the end.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import hashlib
 import io
@@ -130,6 +131,35 @@ def pg_base_url(cli_value: str | None) -> str:
         if os.environ.get(name):
             return os.environ[name]
     return DEFAULT_PG_URL
+
+
+def add_common_args(ap: argparse.ArgumentParser, what_profile: str) -> None:
+    """The options both benchmarks take (see docs/performance.md)."""
+    ap.add_argument("--stat", choices=("median", "best"), default="median")
+    ap.add_argument("--postgres", metavar="URL", default=None,
+                    help="PostgreSQL server (default: $EVIDENCE_BENCH_POSTGRES_URL, "
+                         "$EVIDENCE_TEST_POSTGRES_URL or postgresql+psycopg://"
+                         "postgres@127.0.0.1:5432/test)")
+    ap.add_argument("--skip-postgres", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print JSON on stdout")
+    ap.add_argument("--profile", action="store_true",
+                    help=f"also cProfile {what_profile} and print the hot spots")
+    ap.add_argument("--profile-top", type=int, default=5)
+
+
+def select_backends(args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """SQLite always; PostgreSQL unless skipped or unreachable (then say why)."""
+    backends = ["sqlite"]
+    pg_url: str | None = None
+    if not args.skip_postgres:
+        pg_url = pg_base_url(args.postgres)
+        why = pg_unreachable(pg_url)
+        if why:
+            err_console.print(f"[yellow]skipping PostgreSQL: {why}[/]")
+            pg_url = None
+        else:
+            backends.append("postgresql")
+    return backends, pg_url
 
 
 def pg_conninfo(url: str) -> str:

@@ -34,18 +34,18 @@ from _common import (  # bench/ is sys.path[0] when run as `python bench/append.
     Batch,
     Target,
     Workload,
+    add_common_args,
     console,
     create_raw_table,
     err_console,
     fresh_target,
     machine_info,
     mean_payload_size,
-    pg_base_url,
-    pg_unreachable,
     pick,
     print_machine,
     print_profile,
     profile_top,
+    select_backends,
     timed,
 )
 from rich.table import Table
@@ -215,29 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per scenario")
     ap.add_argument("--slices", type=int, default=10,
                     help="ours and raw alternate every 1/SLICES of each append scenario")
-    ap.add_argument("--stat", choices=("median", "best"), default="median")
-    ap.add_argument("--postgres", metavar="URL", default=None,
-                    help="PostgreSQL server (default: $EVIDENCE_BENCH_POSTGRES_URL, "
-                         "$EVIDENCE_TEST_POSTGRES_URL or postgresql+psycopg://"
-                         "postgres@127.0.0.1:5432/test)")
-    ap.add_argument("--skip-postgres", action="store_true")
-    ap.add_argument("--json", action="store_true", help="print JSON on stdout")
-    ap.add_argument("--profile", action="store_true",
-                    help="also cProfile ours per scenario and print the hot spots")
-    ap.add_argument("--profile-top", type=int, default=5)
+    add_common_args(ap, "ours per scenario")
     args = ap.parse_args(argv)
     out = err_console if args.json else console
-
-    backends = ["sqlite"]
-    pg_url: str | None = None
-    if not args.skip_postgres:
-        pg_url = pg_base_url(args.postgres)
-        why = pg_unreachable(pg_url)
-        if why:
-            err_console.print(f"[yellow]skipping PostgreSQL: {why}[/]")
-            pg_url = None
-        else:
-            backends.append("postgresql")
+    backends, pg_url = select_backends(args)
 
     info = machine_info(pg_url)
     if not args.json:

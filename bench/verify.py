@@ -27,16 +27,16 @@ from _common import (  # bench/ is sys.path[0] when run as `python bench/verify.
     COLUMNS,
     Target,
     Workload,
+    add_common_args,
     console,
     err_console,
     fresh_target,
     machine_info,
-    pg_base_url,
-    pg_unreachable,
     pick,
     print_machine,
     print_profile,
     profile_top,
+    select_backends,
     timed,
 )
 from rich.console import Console
@@ -147,29 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=200_000, help="ledger size")
     ap.add_argument("--repeat", type=int, default=3, help="verifies (and baselines) per backend")
-    ap.add_argument("--stat", choices=("median", "best"), default="median")
-    ap.add_argument("--postgres", metavar="URL", default=None,
-                    help="PostgreSQL server (default: $EVIDENCE_BENCH_POSTGRES_URL, "
-                         "$EVIDENCE_TEST_POSTGRES_URL or postgresql+psycopg://"
-                         "postgres@127.0.0.1:5432/test)")
-    ap.add_argument("--skip-postgres", action="store_true")
-    ap.add_argument("--json", action="store_true", help="print JSON on stdout")
-    ap.add_argument("--profile", action="store_true",
-                    help="also cProfile one verify per backend and print the hot spots")
-    ap.add_argument("--profile-top", type=int, default=5)
+    add_common_args(ap, "one verify per backend")
     args = ap.parse_args(argv)
     out = err_console if args.json else console
-
-    backends = ["sqlite"]
-    pg_url: str | None = None
-    if not args.skip_postgres:
-        pg_url = pg_base_url(args.postgres)
-        why = pg_unreachable(pg_url)
-        if why:
-            err_console.print(f"[yellow]skipping PostgreSQL: {why}[/]")
-            pg_url = None
-        else:
-            backends.append("postgresql")
+    backends, pg_url = select_backends(args)
 
     info = machine_info(pg_url)
     if not args.json:
