@@ -14,7 +14,7 @@ import click
 
 import ledger
 
-from . import log
+from . import cli_log, cli_plans, cli_projections
 from .common import DB_HELP, EXIT_REFUSED
 
 
@@ -28,9 +28,11 @@ def cli(ctx: click.Context, db_url: str | None) -> None:
         ctx.meta["evidence.db"] = db_url
 
 
-cli.add_command(log.init)
-cli.add_command(log.events)
-cli.add_command(log.verify)
+cli.add_command(cli_log.init)
+cli.add_command(cli_log.events)
+cli.add_command(cli_log.verify)
+cli.add_command(cli_plans.plan)
+cli.add_command(cli_projections.projections)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -20,6 +20,8 @@ from rich.console import Console
 
 import ledger
 
+from .plane import Plane
+
 EXIT_OK, EXIT_VERDICT, EXIT_REFUSED = 0, 1, 2
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,6 +51,13 @@ def open_store(*, create: bool = False) -> ledger.Store:
     store = ledger.open(db_url(), create=create)
     click.get_current_context().call_on_close(store.close)
     return store
+
+
+def open_plane(*, create: bool = True) -> Plane:
+    """The store with its read models (opening them may rebuild or catch them up)."""
+    plane = Plane.open(db_url(), create=create)
+    click.get_current_context().call_on_close(plane.close)
+    return plane
 
 
 def json_option(fn: F) -> F:

@@ -123,6 +123,114 @@ class Snapshot:
             yield digest, size, bytes(data)
 
 
+class WriteTx:
+    """One write transaction holding the ledger lock (see ``Store.write``)."""
+
+    def __init__(self, store: Store, cursor: Any, aux: Any) -> None:
+        self._store, self._cursor, self._aux = store, cursor, aux
+        self.backend = store.backend
+        self.ph = store._ph  # the driver's placeholder: "?" or "%s"
+        self._size: int | None = None
+        self._event_ids: list[str] = []
+
+    def head_size(self) -> int:
+        """The log's size, locking the head first if this transaction has not yet."""
+        if self._size is None:
+            self._cursor.execute(self._store._head_sql)
+            self._size = self._cursor.fetchone()[0]
+        return self._size
+
+    def append_batch(
+        self, appends: Sequence[StreamAppend], *, blobs: Iterable[bytes] = ()
+    ) -> list[RecordedEvent]:
+        """Append inside this transaction; returns the events as they will be stored."""
+        prepared = self._store._prepare_rows(appends)
+        rows = self._append_prepared(appends, prepared, list(blobs))
+        payloads = [new.payload for _s, events, _e in appends for new in events]
+        return [
+            RecordedEvent(
+                position=row[0], event_id=row[1], stream=row[2], stream_version=row[3],
+                type=row[4], schema_version=row[5], recorded_at=row[6], actor=row[7],
+                correlation_id=row[8], causation_id=row[9], payload=payload,
+                delta=msgspec.json.decode(row[11]), leaf_hash=row[12], chain_hash=row[13],
+            )
+            for row, payload in zip(rows, payloads, strict=True)
+        ]
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._aux.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self._aux.executemany(sql, rows)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self._aux.execute(sql, params)
+        return list(self._aux.fetchall())
+
+    def _append_prepared(
+        self,
+        appends: Sequence[StreamAppend],
+        prepared: list[list[tuple[Any, ...]]],
+        blob_list: list[bytes],
+    ) -> list[tuple[Any, ...]]:
+        """Lock, check versions, hash, insert; returns the stored rows."""
+        store, cursor, versions_cursor = self._store, self._cursor, self._aux
+        self._event_ids.extend(row[0] for rows in prepared for row in rows)
+        streams = list(dict.fromkeys(a.stream for a in appends))
+        # One scalar subquery per stream: each is a single backward step on the
+        # (stream, stream_version) index, however long the stream (IN ... GROUP BY would
+        # read every entry of the stream).
+        version_sql = ", ".join([store._stream_version_sql] * len(streams))
+        if store.backend == "postgresql":
+            # A separate statement after the lock: in READ COMMITTED its snapshot then
+            # includes every append committed before ours.
+            cursor.execute(store._head_sql)
+            versions_cursor.execute("SELECT " + version_sql, streams)
+            size, chain, packed = cursor.fetchone()
+            found = versions_cursor.fetchone()
+        else:
+            # BEGIN IMMEDIATE already holds the write lock: one statement reads it all.
+            cursor.execute(
+                "SELECT size, chain_hash, frontier, " + version_sql
+                + " FROM ledger_head WHERE id = 1", streams,
+            )
+            size, chain, packed, *found = cursor.fetchone()
+        versions = {stream: v or 0 for stream, v in zip(streams, found, strict=True)}
+        frontier = Frontier.from_bytes(size, bytes(packed))
+        chain = bytes(chain)
+        position = size
+        rows: list[tuple[Any, ...]] = []
+        for (stream, _events, expected), stream_rows in zip(appends, prepared, strict=True):
+            version = versions[stream]
+            if expected is not ANY:
+                want = 0 if expected is NO_STREAM else expected
+                if version != want:
+                    shown = expected.value if isinstance(expected, Expect) else expected
+                    raise ConcurrencyError(stream, shown, version)
+            for (event_id, type_name, sv, recorded_at, actor, corr, caus, payload,
+                 delta) in stream_rows:
+                position += 1
+                version += 1
+                leaf = leaf_hash(leaf_bytes(position, event_id, stream, version, type_name, sv,
+                                            recorded_at, actor, corr, caus, payload, delta))
+                chain = chain_next(chain, leaf)
+                frontier.append(leaf)
+                rows.append((position, event_id, stream, version, type_name, sv, recorded_at,
+                             actor, corr, caus, payload, delta, leaf, chain))
+            versions[stream] = version
+        if blob_list:
+            store._insert_blobs(cursor, blob_list)
+        if rows:
+            if len(rows) == 1:
+                cursor.execute(store._insert_sql, rows[0])
+            else:
+                cursor.executemany(store._insert_sql, rows)
+            cursor.execute(store._update_head_sql, (position, chain, frontier.to_bytes()))
+        self._size = position
+        return rows
+
+
 class TreeHead(NamedTuple):
     """The log's size, its RFC 9162 root and the last chain hash."""
 
@@ -372,15 +480,25 @@ class Store:
     ) -> list[int]:
         """Append to several streams in one transaction: all of it, or none of it."""
         prepared = self._prepare_rows(appends)
-        blob_list = list(blobs)
+        with self.write() as tx:
+            rows = tx._append_prepared(appends, prepared, list(blobs))
+        return [row[0] for row in rows]
+
+    @contextmanager
+    def write(self) -> Iterator[WriteTx]:
+        """A write transaction holding the ledger lock.
+
+        Appends made through it and the caller's own statements (read models, written
+        inline by command handlers) commit together or not at all.
+        """
+        tx: WriteTx | None = None
         try:
-            with self._write_cursor() as (cursor, versions_cursor):
-                return self._append_locked(
-                    cursor, versions_cursor, appends, prepared, blob_list
-                )
+            with self._write_cursor() as (cursor, aux):
+                tx = WriteTx(self, cursor, aux)
+                yield tx
         except self._integrity_error as exc:
-            if "event_id" in str(exc):
-                raise DuplicateEventError(self._existing_ids(prepared)) from None
+            if "event_id" in str(exc) and tx is not None and tx._event_ids:
+                raise DuplicateEventError(self._existing_ids(tx._event_ids)) from None
             raise
 
     @contextmanager
@@ -471,70 +589,7 @@ class Store:
             prepared.append(rows)
         return prepared
 
-    def _append_locked(
-        self,
-        cursor: Any,
-        versions_cursor: Any,
-        appends: Sequence[StreamAppend],
-        prepared: list[list[tuple[Any, ...]]],
-        blob_list: list[bytes],
-    ) -> list[int]:
-        streams = list(dict.fromkeys(a.stream for a in appends))
-        # One scalar subquery per stream: each is a single backward step on the
-        # (stream, stream_version) index, however long the stream (IN ... GROUP BY would
-        # read every entry of the stream).
-        version_sql = ", ".join([self._stream_version_sql] * len(streams))
-        if self.backend == "postgresql":
-            # A separate statement after the lock: in READ COMMITTED its snapshot then
-            # includes every append committed before ours.
-            cursor.execute(self._head_sql)
-            versions_cursor.execute("SELECT " + version_sql, streams)
-            size, chain, packed = cursor.fetchone()
-            found = versions_cursor.fetchone()
-        else:
-            # BEGIN IMMEDIATE already holds the write lock: one statement reads it all.
-            cursor.execute(
-                "SELECT size, chain_hash, frontier, " + version_sql
-                + " FROM ledger_head WHERE id = 1", streams,
-            )
-            size, chain, packed, *found = cursor.fetchone()
-        versions = {stream: v or 0 for stream, v in zip(streams, found, strict=True)}
-        frontier = Frontier.from_bytes(size, bytes(packed))
-        chain = bytes(chain)
-        position = size
-        rows: list[tuple[Any, ...]] = []
-        positions: list[int] = []
-        for (stream, _events, expected), stream_rows in zip(appends, prepared, strict=True):
-            version = versions[stream]
-            if expected is not ANY:
-                want = 0 if expected is NO_STREAM else expected
-                if version != want:
-                    shown = expected.value if isinstance(expected, Expect) else expected
-                    raise ConcurrencyError(stream, shown, version)
-            for (event_id, type_name, sv, recorded_at, actor, corr, caus, payload,
-                 delta) in stream_rows:
-                position += 1
-                version += 1
-                leaf = leaf_hash(leaf_bytes(position, event_id, stream, version, type_name, sv,
-                                            recorded_at, actor, corr, caus, payload, delta))
-                chain = chain_next(chain, leaf)
-                frontier.append(leaf)
-                rows.append((position, event_id, stream, version, type_name, sv, recorded_at,
-                             actor, corr, caus, payload, delta, leaf, chain))
-                positions.append(position)
-            versions[stream] = version
-        if blob_list:
-            self._insert_blobs(cursor, blob_list)
-        if rows:
-            if len(rows) == 1:
-                cursor.execute(self._insert_sql, rows[0])
-            else:
-                cursor.executemany(self._insert_sql, rows)
-            cursor.execute(self._update_head_sql, (position, chain, frontier.to_bytes()))
-        return positions
-
-    def _existing_ids(self, prepared: list[list[tuple[Any, ...]]]) -> list[str]:
-        ids = [row[0] for rows in prepared for row in rows]
+    def _existing_ids(self, ids: list[str]) -> list[str]:
         with self._transaction() as conn:
             found = conn.execute(
                 sa.select(schema.events.c.event_id).where(schema.events.c.event_id.in_(ids))
@@ -618,6 +673,7 @@ class Store:
         batch_size: int = 1000,
         types: Sequence[str] | None = None,
         stream: str | None = None,
+        stream_prefix: str | None = None,
     ) -> Iterator[RecordedEvent]:
         """Every event from ``from_position`` (to ``to_position``), in position order.
 
@@ -626,7 +682,7 @@ class Store:
         """
         for batch in self.read_batches(
             from_position, to_position=to_position, batch_size=batch_size, types=types,
-            stream=stream,
+            stream=stream, stream_prefix=stream_prefix,
         ):
             yield from batch
 
@@ -638,7 +694,10 @@ class Store:
         batch_size: int = 1000,
         types: Sequence[str] | None = None,
         stream: str | None = None,
+        stream_prefix: str | None = None,
     ) -> Iterator[list[RecordedEvent]]:
+        """``read_all`` in lists. ``stream_prefix`` (e.g. ``"tool:"``) is applied to the
+        raw rows before decoding: filtering it in SQL would defeat paging by position."""
         ph = self._ph
         where = [f"position >= {ph}"]
         extra: list[Any] = []
@@ -660,7 +719,10 @@ class Store:
                 rows = conn.exec_driver_sql(sql, (position, *extra)).all()
             if not rows:
                 return
-            yield [decode(row) for row in rows]
+            if stream_prefix is None:
+                yield [decode(row) for row in rows]
+            else:
+                yield [decode(row) for row in rows if row[2].startswith(stream_prefix)]
             if len(rows) < batch_size:
                 return
             position = rows[-1][0] + 1

@@ -3,7 +3,7 @@ signed human decisions, tokens, halts (seed 001) and compensation (seed 003)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -14,10 +14,12 @@ Phase = Literal["strategize", "execute", "apply"]
 
 
 class GlobalConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """A plan's validation posture, fixed at creation (seed 003: one flag, whole run)."""
+
     strict_mode: bool = False
-    retry_limit: int = 3
-    max_strategy_revisions: int = 1
-    max_iterations: int = 3
+    retry_limit: Annotated[int, msgspec.Meta(ge=1)] = 3
+    max_strategy_revisions: Annotated[int, msgspec.Meta(ge=0)] = 1
+    max_iterations: Annotated[int, msgspec.Meta(ge=1)] = 3
 
 
 class PlanCreated(EventPayload, tag="plan.created", kw_only=True):

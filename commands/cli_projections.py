@@ -1,0 +1,60 @@
+"""``evidence projections status|rebuild``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from .common import db_option, emit_json, fail, json_option, open_plane, print_table
+
+
+@click.group()
+def projections() -> None:
+    """Read models folded from the log."""
+
+
+@projections.command("status")
+@db_option
+@json_option
+def status(as_json: bool) -> None:
+    """Each projection's version, checkpoint, the head and the lag."""
+    rows = open_plane().projections.status()
+    if as_json:
+        emit_json({"projections": [
+            {"name": r.name, "version": r.version, "checkpoint": r.checkpoint,
+             "head": r.head, "lag": r.lag} for r in rows]})
+        return
+    print_table(["name", "version", "checkpoint", "head", "lag"],
+                [[r.name, str(r.version), str(r.checkpoint), str(r.head), str(r.lag)]
+                 for r in rows])
+
+
+@projections.command("rebuild")
+@click.argument("name", required=False)
+@db_option
+@json_option
+def rebuild(name: str | None, as_json: bool) -> None:
+    """Rebuild NAME (or every projection) into fresh tables and swap them in."""
+    plane = open_plane()
+    engine = plane.projections
+    if name is not None and name not in engine.projections:
+        fail(f"unknown projection {name!r} (known: {', '.join(engine.projections)})")
+    names = [name] if name else list(engine.projections)
+    if sys.stderr.isatty() and not as_json:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      transient=True) as bar:
+            for n in names:
+                task = bar.add_task(f"rebuilding {n}", total=None)
+                engine.rebuild([n], lambda done, total, t=task: bar.update(
+                    t, completed=done, total=total))
+    else:
+        engine.rebuild(names)
+    rows = [r for r in engine.status() if r.name in names]
+    if as_json:
+        emit_json({"rebuilt": [{"name": r.name, "version": r.version,
+                                "checkpoint": r.checkpoint} for r in rows]})
+        return
+    for r in rows:
+        click.echo(f"rebuilt {r.name} (version {r.version}) to position {r.checkpoint}")

@@ -1,0 +1,141 @@
+"""Stream documents: the state of one stream as a plain JSON document, and the pure
+fold that advances it by one event.
+
+Every stream kind (``tool:``, ``skill:``, ``attachment:``, ``plan:`` …) has a fold
+``(document, payload) -> document``. Command handlers use it to compute each event's
+structural delta (the RFC 6902 patch from the document before to the document after),
+and the read models store the folded documents. Applying the deltas alone to ``{}``
+therefore rebuilds the same document as the fold: that is what an auditor checks.
+
+Folds never mutate their input and never read anything but the document and payload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jsonpatch
+import msgspec
+
+from ledger.events import (
+    AttachmentCreated,
+    AttachmentDetached,
+    EventPayload,
+    ExecuteEntered,
+    PlanCreated,
+    SkillDefined,
+    StrategyRecorded,
+    ToolRegistered,
+    ValidationRegistered,
+)
+
+Document = dict[str, Any]
+Fold = Callable[[Document, EventPayload], Document]
+
+# Fields of a registration that describe the registration, not the tool.
+_REGISTRATION_FIELDS = ("type", "name", "version")
+
+
+def tool_spec(payload: ToolRegistered) -> Document:
+    """The tool (or validation) definition carried by a registration event."""
+    spec = msgspec.to_builtins(payload)
+    for field in _REGISTRATION_FIELDS:
+        spec.pop(field, None)
+    return spec
+
+
+def fold_tool(doc: Document, payload: EventPayload) -> Document:
+    """``tool:{name}``: the current definition, its version, and every version kept."""
+    if not isinstance(payload, ToolRegistered):  # ValidationRegistered is a subclass
+        return doc
+    spec = tool_spec(payload)
+    versions = dict(doc.get("versions", {}))
+    versions[str(payload.version)] = spec
+    return {
+        "name": payload.name,
+        "kind": "validation" if isinstance(payload, ValidationRegistered) else "tool",
+        "version": payload.version,
+        "spec": spec,
+        "versions": versions,
+    }
+
+
+def fold_skill(doc: Document, payload: EventPayload) -> Document:
+    if not isinstance(payload, SkillDefined):
+        return doc
+    return {
+        "name": payload.name,
+        "version": payload.version,
+        "description": payload.description,
+        "members": list(payload.members),
+    }
+
+
+def fold_attachment(doc: Document, payload: EventPayload) -> Document:
+    if isinstance(payload, AttachmentCreated):
+        created = msgspec.to_builtins(payload)
+        created.pop("type")
+        created["status"] = "attached"
+        return created
+    if isinstance(payload, AttachmentDetached):
+        return {**doc, "status": "detached", "detach_reason": payload.reason}
+    return doc
+
+
+def fold_plan(doc: Document, payload: EventPayload) -> Document:
+    """``plan:{plan_id}``: phase, strategy and counters (later events extend this)."""
+    if isinstance(payload, PlanCreated):
+        return {
+            "plan_id": payload.plan_id,
+            "project": payload.project,
+            "resources": list(payload.resources),
+            "global_config": msgspec.to_builtins(payload.global_config),
+            "phase": "strategize",
+            "revision": 0,
+            "attempt": 0,
+            "strategy": None,
+        }
+    if isinstance(payload, StrategyRecorded):
+        return {**doc, "strategy": payload.strategy, "revision": payload.revision}
+    if isinstance(payload, ExecuteEntered):
+        return {**doc, "phase": "execute"}
+    return doc
+
+
+FOLDS: dict[str, Fold] = {
+    "tool": fold_tool,
+    "skill": fold_skill,
+    "attachment": fold_attachment,
+    "plan": fold_plan,
+}
+
+
+def stream_kind(stream: str) -> str:
+    return stream.partition(":")[0]
+
+
+def fold(stream: str, doc: Document, payload: EventPayload) -> Document:
+    """Advance ``stream``'s document by one event (unknown kinds keep ``{}``)."""
+    step = FOLDS.get(stream_kind(stream))
+    return step(doc, payload) if step else doc
+
+
+def fold_all(stream: str, payloads: Iterable[EventPayload]) -> Document:
+    doc: Document = {}
+    for payload in payloads:
+        doc = fold(stream, doc, payload)
+    return doc
+
+
+def apply_deltas(deltas: Iterable[list[Any]]) -> Document:
+    """Rebuild a stream document from its events' deltas alone (the auditor's way)."""
+    doc: Any = {}
+    for delta in deltas:
+        doc = jsonpatch.apply_patch(doc, delta, in_place=False)
+    return doc
+
+
+def delta(before: Document, after: Document) -> list[Any]:
+    """The RFC 6902 patch from ``before`` to ``after``."""
+    return jsonpatch.make_patch(before, after).patch

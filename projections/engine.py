@@ -1,0 +1,341 @@
+"""The projection engine: read models folded from the log, never state kept on the side.
+
+A projection here is a name, a version, the stream kind it folds (its pure fold is the
+stream document fold of ``projections.documents``), and one read-model table holding
+each stream's folded document plus a few columns extracted for queries. Its checkpoint
+(the last position it has applied) lives in ``projection_checkpoints`` and is written in
+the same transaction as its rows.
+
+Two ways of keeping up:
+
+- **inline**: a command handler appends through ``Store.write()`` and calls
+  ``apply_inline`` in that same transaction, so a query right after the command sees
+  it. Only projections that were current (checkpoint == the position before the
+  append) are advanced; a lagging one is left to catch up, never skipped over.
+- **catch-up**: ``catch_up`` applies everything from a checkpoint to the head, under
+  the ledger lock, in bounded transactions.
+
+``rebuild`` folds the log into a fresh table and swaps it in atomically; a projection
+whose version changed is rebuilt automatically when the engine opens. ``fold_as_of``
+folds in memory up to any position: incremental == rebuilt == folded, always.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import sqlalchemy as sa
+
+from ledger import RecordedEvent, Store
+from ledger.store import WriteTx
+
+from .documents import Document, fold
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+CHECKPOINTS = "projection_checkpoints"
+_checkpoint_meta = sa.MetaData()
+checkpoints = sa.Table(
+    CHECKPOINTS,
+    _checkpoint_meta,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("position", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.String(32), nullable=False),
+)
+
+CATCH_UP_BATCH = 5_000  # events per catch-up transaction: bounds how long the lock is held
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column extracted from the document for queries."""
+
+    name: str
+    type: sa.types.TypeEngine[Any]
+    value: Callable[[Document], Any]
+    index: bool = False
+
+
+@dataclass(frozen=True)
+class Projection:
+    """One read model: stream documents of one kind, keyed by the stream's id."""
+
+    name: str
+    version: int
+    kind: str  # the stream kind folded: "tool" folds the streams "tool:{name}"
+    columns: tuple[Column, ...] = ()
+
+    @property
+    def table_name(self) -> str:
+        return f"rm_{self.name}"
+
+    def table(self, name: str | None = None) -> sa.Table:
+        name = name or self.table_name
+        return sa.Table(
+            name,
+            sa.MetaData(),
+            sa.Column("key", sa.Text, nullable=False),
+            sa.Column("stream_version", sa.BigInteger, nullable=False),
+            sa.Column("position", sa.BigInteger, nullable=False),
+            sa.Column("doc", sa.LargeBinary, nullable=False),
+            *(sa.Column(c.name, c.type) for c in self.columns),
+            sa.PrimaryKeyConstraint("key", name=f"pk_{name}"),
+        )
+
+    def key_of(self, stream: str) -> str | None:
+        kind, sep, key = stream.partition(":")
+        return key if sep and kind == self.kind else None
+
+    def row(self, key: str, stream_version: int, position: int, doc: Document) -> tuple:
+        return (key, stream_version, position, _encode(doc),
+                *(c.value(doc) for c in self.columns))
+
+
+@dataclass(frozen=True)
+class ProjectionStatus:
+    name: str
+    version: int
+    stored_version: int | None
+    checkpoint: int
+    head: int
+
+    @property
+    def lag(self) -> int:
+        return self.head - self.checkpoint
+
+
+class ProjectionEngine:
+    """Keeps a set of projections over one store current (see the module docstring)."""
+
+    def __init__(self, store: Store, projections: Sequence[Projection]) -> None:
+        self.store = store
+        self.projections = {p.name: p for p in projections}
+        ph = store._ph
+        self._ph = ph
+        self._upsert: dict[str, str] = {}
+        for p in projections:
+            self._upsert[p.table_name] = self._upsert_sql(p, p.table_name)
+
+    # -- opening ----------------------------------------------------------------------
+
+    def open(self, progress: Progress | None = None) -> ProjectionEngine:
+        """Create missing read models, rebuild changed ones, catch up the rest."""
+        _checkpoint_meta.create_all(self.store.engine)
+        stored = self._stored_versions()
+        for p in self.projections.values():
+            if stored.get(p.name) != p.version or not self._table_exists(p.table_name):
+                self.rebuild([p.name], progress)
+        self.catch_up()
+        return self
+
+    def _stored_versions(self) -> dict[str, int]:
+        with self.store.engine.connect() as conn:
+            return dict(conn.execute(sa.select(checkpoints.c.name, checkpoints.c.version)).all())
+
+    def _table_exists(self, name: str) -> bool:
+        with self.store.engine.connect() as conn:
+            return sa.inspect(conn).has_table(name)
+
+    # -- inline -----------------------------------------------------------------------
+
+    def apply_inline(self, tx: WriteTx, events: Sequence[RecordedEvent]) -> None:
+        """Advance every current projection by ``events`` inside the append's transaction."""
+        if not events:
+            return
+        before, last = events[0].position - 1, events[-1].position
+        ph = tx.ph
+        current = {
+            name for name, position in tx.query(f"SELECT name, position FROM {CHECKPOINTS}")
+            if position == before and name in self.projections
+        }
+        for name in current:
+            self._apply(tx, self.projections[name], self.projections[name].table_name, events)
+        # One statement advances all of them; a lagging projection keeps its checkpoint.
+        tx.execute(
+            f"UPDATE {CHECKPOINTS} SET position = {ph}, updated_at = {ph} WHERE position = {ph}",
+            (last, _now(), before),
+        )
+
+    def _apply(
+        self, tx: WriteTx, p: Projection, table: str, events: Iterable[RecordedEvent]
+    ) -> None:
+        """Fold events into the rows of ``table``: load each touched document once."""
+        ph = tx.ph
+        docs: dict[str, tuple[int, int, Document]] = {}
+        for event in events:
+            key = p.key_of(event.stream)
+            if key is None:
+                continue
+            if key in docs:
+                doc = docs[key][2]
+            else:
+                found = tx.query(f"SELECT doc FROM {table} WHERE key = {ph}", (key,))
+                doc = _decode(found[0][0]) if found else {}
+            docs[key] = (event.stream_version, event.position, fold(event.stream, doc,
+                                                                     event.payload))
+        tx.executemany(self._upsert_sql(p, table) if table != p.table_name
+                       else self._upsert[table],
+                       [p.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()])
+
+    def _upsert_sql(self, p: Projection, table: str) -> str:
+        names = ["key", "stream_version", "position", "doc", *(c.name for c in p.columns)]
+        updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
+        return (f"INSERT INTO {table} ({', '.join(names)}) "
+                f"VALUES ({', '.join([self._ph] * len(names))}) "
+                f"ON CONFLICT (key) DO UPDATE SET {updates}")
+
+    # -- catch-up ---------------------------------------------------------------------
+
+    def catch_up(self) -> int:
+        """Apply whatever the checkpoints are behind the head by; returns events applied."""
+        applied = 0
+        while True:
+            with self.store.write() as tx:
+                head = tx.head_size()
+                behind = {
+                    name: position
+                    for name, position in tx.query(f"SELECT name, position FROM {CHECKPOINTS}")
+                    if name in self.projections and position < head
+                }
+                if not behind:
+                    return applied
+                start = min(behind.values()) + 1
+                end = min(head, start + CATCH_UP_BATCH - 1)
+                events = list(self.store.read_all(start, to_position=end))
+                for name, position in behind.items():
+                    p = self.projections[name]
+                    self._apply(tx, p, p.table_name, (e for e in events if e.position > position))
+                    self._set_checkpoint(tx, name, p.version, end)
+                applied += len(events)
+
+    def _set_checkpoint(self, tx: WriteTx, name: str, version: int, position: int) -> None:
+        ph = tx.ph
+        tx.execute(
+            f"UPDATE {CHECKPOINTS} SET version = {ph}, position = {ph}, updated_at = {ph} "
+            f"WHERE name = {ph}", (version, position, _now(), name),
+        )
+
+    # -- rebuild ----------------------------------------------------------------------
+
+    def rebuild(self, names: Iterable[str] | None = None,
+                progress: Progress | None = None) -> None:
+        """Fold the whole log into fresh tables and swap each in atomically."""
+        for name in list(names) if names is not None else list(self.projections):
+            self._rebuild_one(self.projections[name], progress)
+
+    def _rebuild_one(self, p: Projection, progress: Progress | None) -> None:
+        store = self.store
+        target = store.head().size
+        docs = fold_documents(p, store.read_all(to_position=target, stream_prefix=f"{p.kind}:"),
+                              progress=progress, total=target)
+        # A private name: two processes rebuilding at once never share a table.
+        fresh = f"{p.table_name}__rb_{secrets.token_hex(4)}"
+        fresh_table = p.table(fresh)
+        ddl = str(sa.schema.CreateTable(fresh_table).compile(dialect=store.engine.dialect))
+        with store.write() as tx:
+            tx.execute(ddl)
+            tx.executemany(self._upsert_sql(p, fresh),
+                           [p.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()])
+        try:
+            self._swap(p, fresh, target)
+        except BaseException:
+            with store.write() as tx:
+                tx.execute(f"DROP TABLE IF EXISTS {fresh}")
+            raise
+
+    def _swap(self, p: Projection, fresh: str, built_to: int) -> None:
+        """Bring the fresh table to the head and put it in place, in one transaction."""
+        with self.store.write() as tx:
+            head = tx.head_size()
+            if head > built_to:
+                self._apply(tx, p, fresh, self.store.read_all(built_to + 1, to_position=head))
+            tx.execute(f"DROP TABLE IF EXISTS {p.table_name}")
+            tx.execute(f"ALTER TABLE {fresh} RENAME TO {p.table_name}")
+            if tx.backend == "postgresql":  # constraint names are schema-wide there
+                tx.execute(f"ALTER TABLE {p.table_name} RENAME CONSTRAINT pk_{fresh} "
+                           f"TO pk_{p.table_name}")
+            for c in p.columns:
+                if c.index:
+                    tx.execute(f"CREATE INDEX ix_{p.table_name}_{c.name} "
+                               f"ON {p.table_name} ({c.name})")
+            ph = tx.ph
+            tx.execute(f"DELETE FROM {CHECKPOINTS} WHERE name = {ph}", (p.name,))
+            tx.execute(
+                f"INSERT INTO {CHECKPOINTS} (name, version, position, updated_at) "
+                f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, head, _now()),
+            )
+
+    # -- reading ----------------------------------------------------------------------
+
+    def status(self) -> list[ProjectionStatus]:
+        head = self.store.head().size
+        with self.store.engine.connect() as conn:
+            rows = {name: (version, position) for name, version, position in conn.execute(
+                sa.select(checkpoints.c.name, checkpoints.c.version, checkpoints.c.position))}
+        return [
+            ProjectionStatus(p.name, p.version, rows.get(p.name, (None, 0))[0],
+                             rows.get(p.name, (None, 0))[1], head)
+            for p in self.projections.values()
+        ]
+
+    def document(self, name: str, key: str) -> tuple[Document, int] | None:
+        """A stream's current document and stream version, or None if it has none."""
+        p = self.projections[name]
+        t = p.table()
+        with self.store.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(t.c.doc, t.c.stream_version).where(t.c.key == key)
+            ).first()
+        return (_decode(row[0]), row[1]) if row else None
+
+    def documents(self, name: str, *where: Any) -> list[Document]:
+        """Every current document of a projection, filtered on its extracted columns."""
+        p = self.projections[name]
+        t = p.table()
+        query = sa.select(t.c.doc).order_by(t.c.key)
+        for condition in where:
+            query = query.where(condition(t))
+        with self.store.engine.connect() as conn:
+            return [_decode(doc) for (doc,) in conn.execute(query)]
+
+    def fold_as_of(self, name: str, position: int) -> dict[str, Document]:
+        """The projection's documents as of ``position``, folded in memory (pure)."""
+        p = self.projections[name]
+        docs = fold_documents(p, self.store.read_all(to_position=position,
+                                                     stream_prefix=f"{p.kind}:"))
+        return {key: doc for key, (_v, _pos, doc) in docs.items()}
+
+
+def fold_documents(
+    p: Projection,
+    events: Iterable[RecordedEvent],
+    *,
+    progress: Progress | None = None,
+    total: int = 0,
+) -> dict[str, tuple[int, int, Document]]:
+    """key -> (stream version, position, document), folded from ``events``."""
+    docs: dict[str, tuple[int, int, Document]] = {}
+    for done, event in enumerate(events, start=1):
+        key = p.key_of(event.stream)
+        if key is not None:
+            previous = docs.get(key)
+            doc = fold(event.stream, previous[2] if previous else {}, event.payload)
+            docs[key] = (event.stream_version, event.position, doc)
+        if progress is not None and done % 1000 == 0:
+            progress(event.position, total)
+    if progress is not None:
+        progress(total, total)
+    return docs
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"

@@ -1,0 +1,63 @@
+"""The read models of the plane: one projection per stream kind.
+
+Each keeps the current document of every stream of its kind (see ``documents``), with
+a few columns extracted for queries. Bump a projection's version when its fold or
+columns change: it is rebuilt from the log the next time the engine opens.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from ledger import Store
+
+from .engine import Column, Progress, Projection, ProjectionEngine
+
+TOOLS = Projection(
+    name="tools",
+    version=1,
+    kind="tool",
+    columns=(
+        Column("kind", sa.String(16), lambda d: d.get("kind"), index=True),
+        Column("version", sa.Integer, lambda d: d.get("version")),
+        Column("mode", sa.String(16), lambda d: d.get("spec", {}).get("mode")),
+    ),
+)
+
+SKILLS = Projection(
+    name="skills",
+    version=1,
+    kind="skill",
+    columns=(Column("version", sa.Integer, lambda d: d.get("version")),),
+)
+
+ATTACHMENTS = Projection(
+    name="attachments",
+    version=1,
+    kind="attachment",
+    columns=(
+        Column("validation", sa.Text, lambda d: d.get("validation"), index=True),
+        Column("resource", sa.Text, lambda d: d.get("resource"), index=True),
+        Column("scope", sa.String(16), lambda d: d.get("scope")),
+        Column("project", sa.Text, lambda d: d.get("project")),
+        Column("plan", sa.Text, lambda d: d.get("plan")),
+        Column("status", sa.String(16), lambda d: d.get("status")),
+    ),
+)
+
+PLANS = Projection(
+    name="plans",
+    version=1,
+    kind="plan",
+    columns=(
+        Column("project", sa.Text, lambda d: d.get("project"), index=True),
+        Column("phase", sa.String(16), lambda d: d.get("phase")),
+    ),
+)
+
+ALL_PROJECTIONS: tuple[Projection, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS)
+
+
+def open_projections(store: Store, progress: Progress | None = None) -> ProjectionEngine:
+    """The engine over all read models: created, rebuilt if changed, caught up."""
+    return ProjectionEngine(store, ALL_PROJECTIONS).open(progress)
