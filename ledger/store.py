@@ -63,6 +63,7 @@ _EVENT_COLUMNS = (
     "actor, correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
 )
 _EMPTY_DELTA = b"[]"
+_decode_json = msgspec.json.decode
 _ULID_ALPHABET = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 
 
@@ -364,6 +365,7 @@ class Store:
             f"(SELECT MAX(stream_version) FROM events WHERE stream = {ph})"
         )
         self._ph = ph
+        self._decoders = catalog.current_decoders()
         self._integrity_error = engine.dialect.loaded_dbapi.IntegrityError
         # Each thread keeps one writer connection for the store's life: checking one out
         # of the pool per append costs more than the append's own statements.
@@ -739,19 +741,12 @@ class Store:
     def _decode(self, row: Sequence[Any]) -> RecordedEvent:
         (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
          corr, caus, payload, delta, leaf, chain) = row
+        decoder = self._decoders.get((type_name, sv))
         return RecordedEvent(
-            position=position,
-            event_id=event_id,
-            stream=stream,
-            stream_version=stream_version,
-            type=type_name,
-            schema_version=sv,
-            recorded_at=recorded_at,
-            actor=actor,
-            correlation_id=corr,
-            causation_id=caus,
-            payload=self.catalog.decode(type_name, sv, payload),
-            delta=[] if delta == _EMPTY_DELTA else msgspec.json.decode(delta),
-            leaf_hash=bytes(leaf),
-            chain_hash=bytes(chain),
+            position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
+            corr, caus,
+            decoder.decode(payload) if decoder is not None
+            else self.catalog.decode(type_name, sv, payload),  # upcast, or an unknown type
+            [] if delta == _EMPTY_DELTA else _decode_json(delta),
+            bytes(leaf), bytes(chain),
         )

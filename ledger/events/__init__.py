@@ -145,6 +145,11 @@ class Catalog:
     def version_of(self, type_name: str) -> int:
         return self.type_for(type_name).SCHEMA_VERSION
 
+    def current_decoders(self) -> dict[tuple[str, int], msgspec.json.Decoder[Any]]:
+        """(type, current schema version) -> decoder: the read path's fast lookup."""
+        return {(name, cls.SCHEMA_VERSION): self._decoders[name]
+                for name, cls in self._types.items()}
+
     def decode(self, type_name: str, schema_version: int, payload: bytes) -> EventPayload:
         """Decode stored payload bytes, upcasting them first if they are older."""
         cls = self.type_for(type_name)

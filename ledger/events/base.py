@@ -47,8 +47,11 @@ class NewEvent(msgspec.Struct, kw_only=True, frozen=True):
     causation_id: str | None = None
 
 
-class RecordedEvent(msgspec.Struct, kw_only=True, frozen=True):
-    """An event as read back from the log, its payload upcast to the current version."""
+class RecordedEvent(msgspec.Struct, frozen=True):
+    """An event as read back from the log, its payload upcast to the current version.
+
+    Fields are in the order of the ``events`` columns, so the store builds it
+    positionally (the read path's hot spot)."""
 
     position: int
     event_id: str
