@@ -14,7 +14,7 @@ import click
 
 import ledger
 
-from . import cli_log, cli_plans, cli_projections
+from . import cli_attachments, cli_log, cli_plans, cli_projections, cli_registry
 from .common import DB_HELP, EXIT_REFUSED
 
 
@@ -31,8 +31,14 @@ def cli(ctx: click.Context, db_url: str | None) -> None:
 cli.add_command(cli_log.init)
 cli.add_command(cli_log.events)
 cli.add_command(cli_log.verify)
+cli.add_command(cli_registry.tool)
+cli.add_command(cli_registry.validation)
+cli.add_command(cli_registry.skill)
 cli.add_command(cli_plans.plan)
 cli.add_command(cli_projections.projections)
+cli.add_command(cli_attachments.attach)
+cli.add_command(cli_attachments.detach)
+cli.add_command(cli_attachments.resolve)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

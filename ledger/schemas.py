@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import Any
@@ -43,15 +44,18 @@ __all__ = [
     "META_SCHEMA_URI",
     "InvalidSchemaError",
     "PreparedSchema",
+    "SchemaIndex",
     "SchemaProblem",
     "check_schema",
     "compile_schema",
     "escape_token",
+    "has_integer_only_types",
+    "in_place_property_names",
     "iter_subschemas",
     "json_pointer",
     "normalise_closed",
     "prepare_schema",
-    "resolve_local_ref",
+    "schema_at",
     "schema_sha256",
 ]
 
@@ -177,7 +181,7 @@ def iter_subschemas(schema: Any) -> Iterator[tuple[Path, Any]]:
             stack.extend(reversed(found))
 
 
-class _Index:
+class SchemaIndex:
     """Schema positions by path and by anchor, to resolve local references."""
 
     def __init__(self, schema: Any) -> None:
@@ -208,9 +212,45 @@ class _Index:
         return False, None
 
 
-def resolve_local_ref(schema: Any, ref: str) -> tuple[bool, Any]:
-    """Resolve a local ``$ref`` value against ``schema``: (found, target subschema)."""
-    return _Index(schema).resolve(ref)
+def schema_at(schema: Any, path: Iterator[str | int] | list[str | int]) -> Any:
+    """The value at a path of tokens (as jsonschema-rs reports them), or None."""
+    node = schema
+    for token in path:
+        if isinstance(node, dict) and isinstance(token, str):
+            node = node.get(token)
+        elif isinstance(node, list) and isinstance(token, int) and 0 <= token < len(node):
+            node = node[token]
+        else:
+            return None
+    return node
+
+
+def in_place_property_names(node: Any, index: SchemaIndex) -> set[str] | None:
+    """The property names ``node`` and the subschemas it applies in place (compositions,
+    ``if``/``then``/``else``, ``dependentSchemas``, local references) declare in
+    ``properties``: what its ``unevaluatedProperties`` would see evaluated if every part
+    passed. None when any name may be evaluated (a part with ``patternProperties`` or a
+    non-false ``additionalProperties``/``unevaluatedProperties``)."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if not isinstance(current, dict) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if current is not node and (
+            "patternProperties" in current
+            or current.get("additionalProperties", False) is not False
+            or current.get("unevaluatedProperties", False) is not False
+        ):
+            return None
+        properties = current.get("properties")
+        if isinstance(properties, dict):
+            names.update(properties)
+        stack.extend(_in_place_parts(current, index))
+        stack.append(current.get("if"))
+    return names
 
 
 # --- checking ---------------------------------------------------------------------------
@@ -241,7 +281,13 @@ def check_schema(schema: Any) -> list[SchemaProblem]:
         compile_schema(schema)
     except jsonschema_rs.ValidationError as exc:
         pointer = json_pointer(list(exc.instance_path))
-        return [SchemaProblem(pointer=pointer, message=_one_line(exc.message))]
+        message = _one_line(exc.message)
+        if message.startswith("Unknown format"):
+            message = (
+                f"unknown format {schema_at(schema, exc.instance_path)!r}: the checker "
+                "cannot assert it, and a declared format is never left unchecked"
+            )
+        return [SchemaProblem(pointer=pointer, message=message)]
     return []
 
 
@@ -259,7 +305,7 @@ def _meta_problems(schema: Any) -> Iterator[SchemaProblem]:
 
 
 def _reference_problems(schema: Any) -> Iterator[SchemaProblem]:
-    index = _Index(schema)
+    index = SchemaIndex(schema)
     for path, node in iter_subschemas(schema):
         if not isinstance(node, dict):
             continue
@@ -272,7 +318,8 @@ def _reference_problems(schema: Any) -> Iterator[SchemaProblem]:
             )
         if "$id" in node and node["$id"] not in ("", "#"):
             ident = node["$id"]
-            outside = isinstance(ident, str) and bool(urlsplit(ident).scheme or "//" in ident)
+            parts = urlsplit(ident) if isinstance(ident, str) else None
+            outside = parts is not None and bool(parts.scheme or parts.netloc)
             reason = "names a resource outside the document" if outside else "changes the base URI"
             yield SchemaProblem(
                 pointer=here + "/$id",
@@ -352,12 +399,23 @@ def _with_integer_tokens(node: Any) -> Any:
     return out
 
 
-def compile_schema(schema: Any) -> jsonschema_rs.Validator:
+def has_integer_only_types(schema: Any) -> bool:
+    """Whether some schema position admits "integer" but not "number"."""
+    return any(
+        isinstance(node, dict) and _admits_integer_only(node.get("type"))
+        for _, node in iter_subschemas(schema)
+    )
+
+
+def compile_schema(schema: Any, *, integer_tokens: bool = True) -> jsonschema_rs.Validator:
     """The compiled Draft 2020-12 validator the gates use: formats asserted (unknown ones
     refused), integer meaning an integer token, never any network access. Raises
-    ``jsonschema_rs.ValidationError`` for a schema it cannot compile."""
+    ``jsonschema_rs.ValidationError`` for a schema it cannot compile.
+
+    ``integer_tokens=False`` leaves out the integer-token keyword: equivalent, and
+    faster, for an instance that holds no float with a zero fraction."""
     return jsonschema_rs.Draft202012Validator(
-        _with_integer_tokens(schema),
+        _with_integer_tokens(schema) if integer_tokens else schema,
         validate_formats=True,
         ignore_unknown_formats=False,
         offline=True,
@@ -397,7 +455,7 @@ def _types(node: dict[str, Any]) -> set[str] | None:
     return None
 
 
-def _in_place_parts(node: dict[str, Any], index: _Index) -> Iterator[Any]:
+def _in_place_parts(node: dict[str, Any], index: SchemaIndex) -> Iterator[Any]:
     """Subschemas applied to the same instance whose evaluated properties count for this
     node's ``unevaluatedProperties``: compositions, then/else, dependentSchemas, and
     what ``$ref``/``$dynamicRef`` resolve to."""
@@ -410,7 +468,7 @@ def _in_place_parts(node: dict[str, Any], index: _Index) -> Iterator[Any]:
             yield target
 
 
-def _describes_object(node: Any, index: _Index, seen: set[int]) -> bool:
+def _describes_object(node: Any, index: SchemaIndex, seen: set[int]) -> bool:
     """Whether a part brings object structure (properties) into its parent."""
     if not isinstance(node, dict) or id(node) in seen:
         return False
@@ -423,7 +481,7 @@ def _describes_object(node: Any, index: _Index, seen: set[int]) -> bool:
     return any(_describes_object(part, index, seen) for part in _in_place_parts(node, index))
 
 
-def _closing_keyword(node: dict[str, Any], index: _Index) -> str | None:
+def _closing_keyword(node: dict[str, Any], index: SchemaIndex) -> str | None:
     if any(k in node for k in _OPENING_KEYWORDS):
         return None  # the schema decides its openness itself
     types = _types(node)
@@ -466,7 +524,7 @@ def normalise_closed(schema: Any) -> Any:
     Children of parts and definitions (e.g. a ``properties`` value inside an ``allOf``
     member or a ``$defs`` entry) are standalone positions again and are closed.
     """
-    index = _Index(schema)
+    index = SchemaIndex(schema)
 
     def transform(node: Any, role: Role, inert: bool) -> Any:
         if not isinstance(node, dict):
@@ -490,8 +548,6 @@ def normalise_closed(schema: Any) -> Any:
 
 def schema_sha256(schema: Any) -> str:
     """SHA-256 (hex) of the schema's RFC 8785 canonical bytes: key order does not matter."""
-    import hashlib
-
     return hashlib.sha256(canonical_json(schema)).hexdigest()
 
 
@@ -502,6 +558,32 @@ def prepare_schema(schema: Any) -> PreparedSchema:
     if problems:
         raise InvalidSchemaError(problems)
     normalised = normalise_closed(schema)
+    problems = _unsatisfiable_required(normalised)
+    if problems:
+        raise InvalidSchemaError(problems)
     return PreparedSchema(
         declared=copy.deepcopy(schema), normalised=normalised, sha256=schema_sha256(normalised)
     )
+
+
+def _unsatisfiable_required(schema: Any) -> list[SchemaProblem]:
+    """A closed object (``additionalProperties: false``, no ``patternProperties``) that
+    requires a property it does not declare can never be satisfied: every call would
+    fail. Refused at registration, where the author can fix it."""
+    problems: list[SchemaProblem] = []
+    for path, node in iter_subschemas(schema):
+        if not isinstance(node, dict) or node.get("additionalProperties") is not False:
+            continue
+        if "patternProperties" in node or not isinstance(node.get("required"), list):
+            continue
+        declared = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        for i, name in enumerate(node["required"]):
+            if name not in declared:
+                problems.append(
+                    SchemaProblem(
+                        pointer=json_pointer((*path, "required", i)),
+                        message=f"required property {name!r} is not declared in properties "
+                        "of a closed object: declare it, or open the object explicitly",
+                    )
+                )
+    return problems

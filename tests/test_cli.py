@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,24 +11,9 @@ import pytest
 import ledger
 from ledger.events import Catalog, EventPayload
 
-from .helpers import plan_created, strategy
+from .helpers import assert_refused, plan_created, run_cli, strategy
 
-
-def run(*args: str, cwd: Path | None = None, env: dict | None = None):
-    full_env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "commands.cli", *args],
-        capture_output=True, text=True, cwd=cwd, env=full_env, timeout=120,
-    )
-
-
-def assert_refused(result: subprocess.CompletedProcess, fragment: str) -> None:
-    assert result.returncode == 2, result
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert fragment in lines[0]
-    assert "Traceback" not in result.stderr
+run = run_cli
 
 
 def _seed(url: str, n: int = 5) -> None:
