@@ -454,12 +454,13 @@ class Store:
         return {k: v for k, v in rows}
 
     @contextmanager
-    def _transaction(self, *, write: bool = False) -> Iterator[Connection]:
+    def _transaction(self, *, write: bool = False, snapshot: bool = False
+                     ) -> Iterator[Connection]:
+        """A transaction; ``snapshot`` when several statements must see one moment."""
         with self.engine.connect() as conn:
             if write:
                 conn = conn.execution_options(evidence_write=True)
-            elif self.backend == "postgresql":
-                # One snapshot for the whole read (a verify must see one consistent log).
+            elif snapshot and self.backend == "postgresql":
                 conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
@@ -698,36 +699,63 @@ class Store:
         stream: str | None = None,
         stream_prefix: str | None = None,
     ) -> Iterator[list[RecordedEvent]]:
-        """``read_all`` in lists. ``stream_prefix`` (e.g. ``"tool:"``) is applied to the
-        raw rows before decoding: filtering it in SQL would defeat paging by position."""
+        """``read_all`` in lists (empty lists are skipped).
+
+        Without ``types``/``stream`` the log is read in windows of positions
+        ``[p, p + batch_size)``: positions are dense, so each window is an exact primary
+        key range, cheap under any query plan; reading stops at ``to_position`` or at the
+        head as it was when reading started. With a filter, keyset pages by position let
+        the database use the filter's index. ``stream_prefix`` (e.g. ``"tool:"``) is
+        applied to the raw rows before decoding."""
         ph = self._ph
-        where = [f"position >= {ph}"]
-        extra: list[Any] = []
-        if to_position is not None:
-            where.append(f"position <= {ph}")
-            extra.append(to_position)
-        if types:
-            where.append(f"type IN ({', '.join([ph] * len(types))})")
-            extra.extend(types)
-        if stream is not None:
-            where.append(f"stream = {ph}")
-            extra.append(stream)
-        sql = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} "
-               f"ORDER BY position LIMIT {int(batch_size)}")
         position = max(from_position, 1)
+        windowed = not types and stream is None
+        if windowed:
+            end = to_position if to_position is not None else self.head().size
+            sql = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE position >= {ph} "
+                   f"AND position <= {ph} ORDER BY position")
+        else:
+            where = [f"position >= {ph}"]
+            extra: list[Any] = []
+            if to_position is not None:
+                where.append(f"position <= {ph}")
+                extra.append(to_position)
+            if types:
+                where.append(f"type IN ({', '.join([ph] * len(types))})")
+                extra.extend(types)
+            if stream is not None:
+                where.append(f"stream = {ph}")
+                extra.append(stream)
+            sql = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} "
+                   f"ORDER BY position LIMIT {int(batch_size)}")
         decode = self._decode
         while True:
-            with self._transaction() as conn:
-                rows = conn.exec_driver_sql(sql, (position, *extra)).all()
-            if not rows:
-                return
-            if stream_prefix is None:
-                yield [decode(row) for row in rows]
+            if windowed:
+                if position > end:
+                    return
+                params: tuple[Any, ...] = (position, min(end, position + batch_size - 1))
             else:
-                yield [decode(row) for row in rows if row[2].startswith(stream_prefix)]
-            if len(rows) < batch_size:
+                params = (position, *extra)
+            with self._transaction() as conn:
+                # Plain driver tuples: SQLAlchemy Row objects cost more than decoding.
+                cursor = conn.connection.driver_connection.cursor()
+                try:
+                    cursor.execute(sql, params)
+                    rows = cursor.fetchall()
+                finally:
+                    cursor.close()
+            if windowed:
+                position = params[1] + 1
+            elif not rows:
                 return
-            position = rows[-1][0] + 1
+            else:
+                position = rows[-1][0] + 1
+            if stream_prefix is not None:
+                rows = [row for row in rows if row[2].startswith(stream_prefix)]
+            if rows:
+                yield [decode(row) for row in rows]
+            if not windowed and len(rows) < batch_size:
+                return
 
     @contextmanager
     def snapshot(self) -> Iterator[Snapshot]:
@@ -735,7 +763,7 @@ class Store:
 
         Used by ``verify``: nothing is decoded, the rows are exactly the stored bytes.
         """
-        with self._transaction() as conn:
+        with self._transaction(snapshot=True) as conn:
             yield Snapshot(conn)
 
     def _decode(self, row: Sequence[Any]) -> RecordedEvent:

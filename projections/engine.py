@@ -228,29 +228,31 @@ class ProjectionEngine:
 
     def rebuild(self, names: Iterable[str] | None = None,
                 progress: Progress | None = None) -> None:
-        """Fold the whole log into fresh tables and swap each in atomically."""
-        for name in list(names) if names is not None else list(self.projections):
-            self._rebuild_one(self.projections[name], progress)
-
-    def _rebuild_one(self, p: Projection, progress: Progress | None) -> None:
+        """Fold the log into fresh tables (one pass for all of them) and swap each in
+        atomically; appends made meanwhile are applied to the fresh table before the
+        swap, under the lock."""
+        chosen = [self.projections[n] for n in (names if names is not None
+                                                 else list(self.projections))]
         store = self.store
         target = store.head().size
-        docs = fold_documents(p, store.read_all(to_position=target, stream_prefix=f"{p.kind}:"),
-                              progress=progress, total=target)
-        # A private name: two processes rebuilding at once never share a table.
-        fresh = f"{p.table_name}__rb_{secrets.token_hex(4)}"
-        fresh_table = p.table(fresh)
-        ddl = str(sa.schema.CreateTable(fresh_table).compile(dialect=store.engine.dialect))
-        with store.write() as tx:
-            tx.execute(ddl)
-            tx.executemany(self._upsert_sql(p, fresh),
-                           [p.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()])
-        try:
-            self._swap(p, fresh, target)
-        except BaseException:
+        prefix = f"{chosen[0].kind}:" if len(chosen) == 1 else None
+        folded = fold_documents(chosen, store.read_all(to_position=target,
+                                                       stream_prefix=prefix),
+                                progress=progress, total=target)
+        for p in chosen:
+            # A private name: two processes rebuilding at once never share a table.
+            fresh = f"{p.table_name}__rb_{secrets.token_hex(4)}"
+            ddl = str(sa.schema.CreateTable(p.table(fresh)).compile(dialect=store.engine.dialect))
             with store.write() as tx:
-                tx.execute(f"DROP TABLE IF EXISTS {fresh}")
-            raise
+                tx.execute(ddl)
+                tx.executemany(self._upsert_sql(p, fresh), [
+                    p.row(key, v, pos, doc) for key, (v, pos, doc) in folded[p.name].items()])
+            try:
+                self._swap(p, fresh, target)
+            except BaseException:
+                with store.write() as tx:
+                    tx.execute(f"DROP TABLE IF EXISTS {fresh}")
+                raise
 
     def _swap(self, p: Projection, fresh: str, built_to: int) -> None:
         """Bring the fresh table to the head and put it in place, in one transaction."""
@@ -310,23 +312,25 @@ class ProjectionEngine:
     def fold_as_of(self, name: str, position: int) -> dict[str, Document]:
         """The projection's documents as of ``position``, folded in memory (pure)."""
         p = self.projections[name]
-        docs = fold_documents(p, self.store.read_all(to_position=position,
-                                                     stream_prefix=f"{p.kind}:"))
-        return {key: doc for key, (_v, _pos, doc) in docs.items()}
+        folded = fold_documents([p], self.store.read_all(to_position=position,
+                                                         stream_prefix=f"{p.kind}:"))
+        return {key: doc for key, (_v, _pos, doc) in folded[name].items()}
 
 
 def fold_documents(
-    p: Projection,
+    chosen: Sequence[Projection],
     events: Iterable[RecordedEvent],
     *,
     progress: Progress | None = None,
     total: int = 0,
-) -> dict[str, tuple[int, int, Document]]:
-    """key -> (stream version, position, document), folded from ``events``."""
-    docs: dict[str, tuple[int, int, Document]] = {}
+) -> dict[str, dict[str, tuple[int, int, Document]]]:
+    """name -> key -> (stream version, position, document), folded from ``events``."""
+    folded: dict[str, dict[str, tuple[int, int, Document]]] = {p.name: {} for p in chosen}
+    by_kind = {p.kind: folded[p.name] for p in chosen}
     for done, event in enumerate(events, start=1):
-        key = p.key_of(event.stream)
-        if key is not None:
+        kind, _, key = event.stream.partition(":")
+        docs = by_kind.get(kind)
+        if docs is not None:
             previous = docs.get(key)
             doc = fold(event.stream, previous[2] if previous else {}, event.payload)
             docs[key] = (event.stream_version, event.position, doc)
@@ -334,7 +338,7 @@ def fold_documents(
             progress(event.position, total)
     if progress is not None:
         progress(total, total)
-    return docs
+    return folded
 
 
 def _now() -> str:
