@@ -12,7 +12,8 @@ class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True):
     """A tool was registered, or re-registered with a change (a new version)."""
 
     STREAM = "tool:{name}"
-    DELTA = "sets the whole tool document (first version) or replaces the changed fields"
+    DELTA = ("creates the document {name, kind, version, spec, versions} (first version); "
+             "then replaces /version, the changed /spec fields and adds /versions/N")
 
     name: str
     version: int
@@ -40,7 +41,9 @@ class ValidationRegistered(ToolRegistered, tag="validation.registered", kw_only=
     """A validation was registered. It shares the tool namespace and stream."""
 
     STREAM = "tool:{name}"
-    DELTA = "as tool.registered, plus mode, executor, wraps and transform"
+    DELTA = ("as tool.registered (kind validation); the spec adds mode, executor, python, "
+             "wraps, wraps_version and transform, and its output schema is always the "
+             "structured result {passed, message?, data?}")
 
     mode: Literal["required", "informational"]
     executor: Literal["command", "python", "wrapped"]
