@@ -14,7 +14,14 @@ import click
 
 import ledger
 
-from . import cli_attachments, cli_log, cli_plans, cli_projections, cli_registry
+from . import (
+    cli_attachments,
+    cli_gates,
+    cli_log,
+    cli_plans,
+    cli_projections,
+    cli_registry,
+)
 from .common import DB_HELP, EXIT_REFUSED
 
 
@@ -39,6 +46,7 @@ cli.add_command(cli_projections.projections)
 cli.add_command(cli_attachments.attach)
 cli.add_command(cli_attachments.detach)
 cli.add_command(cli_attachments.resolve)
+cli.add_command(cli_gates.gate)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

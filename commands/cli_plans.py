@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from .common import db_option, emit_json, json_option, open_plane, print_table
-from .inputs import json_or_file
+from .history import plan_history, summarize
+from .inputs import json_or_file, text_or_file
+from .phases import enter_execute, record_strategy
 from .plans import create_plan, get_plan, list_plans
 
 
@@ -64,6 +66,7 @@ def show(plan_id: str, as_json: bool) -> None:
         emit_json({"plan": doc})
         return
     config = doc["global_config"]
+    halt = doc["halt"]
     rows = [
         ("plan", doc["plan_id"]),
         ("project", doc["project"]),
@@ -71,9 +74,61 @@ def show(plan_id: str, as_json: bool) -> None:
         ("phase", doc["phase"]),
         ("strategy revision", str(doc["revision"])),
         ("attempt", str(doc["attempt"])),
+        ("iteration", f"{doc['iteration']} of {config['max_iterations']}"),
+        ("retries used", f"{doc['retries_used']} of {config['retry_limit']}"),
         ("strategy", doc["strategy"] or "-"),
+        ("gate checks", f"{doc['gate_checks']} ({doc['gate_failures']} failed)"),
+        ("halt", f"{halt['halt_type']} (raw {halt['raw_halt_type']}): {halt['reason']}"
+         if halt else "-"),
+        ("compensation", doc["compensation"]["status"] if doc["compensation"] else "-"),
+        ("terminal", doc["terminal"] or "-"),
         ("global_config", " ".join(f"{k}={str(v).lower()}" for k, v in config.items())),
     ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key.ljust(width)}  {value}")
+
+
+@plan.command("strategize")
+@click.argument("plan_id")
+@click.option("--strategy", required=True, metavar="TEXT|@file", help="The strategy.")
+@db_option
+@json_option
+def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
+    """Record the strategy of the current revision (phase Strategize)."""
+    doc = record_strategy(open_plane(), plan_id, text_or_file(strategy, "--strategy"))
+    if as_json:
+        emit_json({"plan": doc})
+    else:
+        click.echo(f"plan {plan_id}: strategy recorded (revision {doc['revision']})")
+
+
+@plan.command("execute")
+@click.argument("plan_id")
+@db_option
+@json_option
+def execute(plan_id: str, as_json: bool) -> None:
+    """Enter Execute (needs a recorded strategy)."""
+    doc = enter_execute(open_plane(), plan_id)
+    if as_json:
+        emit_json({"plan": doc})
+    else:
+        click.echo(f"plan {plan_id} entered Execute (attempt {doc['attempt']})")
+
+
+@plan.command("history")
+@click.argument("plan_id")
+@db_option
+@json_option
+def history(plan_id: str, as_json: bool) -> None:
+    """The plan's timeline: every event with a one-line summary."""
+    events = plan_history(open_plane(), plan_id)
+    if as_json:
+        emit_json({"plan_id": plan_id, "events": [
+            {"position": e.position, "recorded_at": e.recorded_at, "actor": e.actor,
+             "type": e.type, "event_id": e.event_id, "summary": summarize(e.payload)}
+            for e in events]})
+        return
+    print_table(["pos", "recorded_at", "actor", "event", "summary"],
+                [[str(e.position), e.recorded_at, e.actor, e.type, summarize(e.payload)]
+                 for e in events])

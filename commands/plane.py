@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from ulid import ULID
+
 from ledger import (
     ConcurrencyError,
     EventPayload,
@@ -106,6 +108,7 @@ class Plane:
         actor: str = "system",
         blobs: Iterable[bytes] = (),
         correlation_id: str | None = None,
+        caused_by_first: bool = False,
     ) -> list[RecordedEvent]:
         """Load the stream, decide, append; decide again if the stream moved meanwhile."""
         blob_list = list(blobs)
@@ -117,7 +120,8 @@ class Plane:
                 return []
             try:
                 return self.append(state, payloads, actor=actor, blobs=blob_list,
-                                   correlation_id=correlation_id)
+                                   correlation_id=correlation_id,
+                                   caused_by_first=caused_by_first)
             except ConcurrencyError:
                 if attempt == RETRIES - 1:
                     raise
@@ -131,15 +135,22 @@ class Plane:
         actor: str = "system",
         blobs: Iterable[bytes] = (),
         correlation_id: str | None = None,
+        caused_by_first: bool = False,
     ) -> list[RecordedEvent]:
         """Append ``payloads`` to ``state.stream`` expecting ``state.version``, each with
-        its delta, and update the read models in the same transaction."""
+        its delta, and update the read models in the same transaction. With
+        ``caused_by_first`` the later events name the first as their causation (a gate
+        check and the failure and halt it routes to)."""
         doc = state.doc
         events = []
-        for payload in payloads:
+        first_id = str(ULID())
+        for i, payload in enumerate(payloads):
             after = fold(state.stream, doc, payload)
-            events.append(NewEvent(payload=payload, actor=actor, delta=delta(doc, after),
-                                   correlation_id=correlation_id))
+            events.append(NewEvent(
+                payload=payload, actor=actor, delta=delta(doc, after),
+                event_id=first_id if i == 0 else None, correlation_id=correlation_id,
+                causation_id=first_id if caused_by_first and i > 0 else None,
+            ))
             doc = after
         with self.store.write() as tx:
             recorded = tx.append_batch(

@@ -21,9 +21,13 @@ import msgspec
 from ledger.events import (
     AttachmentCreated,
     AttachmentDetached,
+    AttemptFailed,
+    CompensationRequested,
     EventPayload,
     ExecuteEntered,
+    GateChecked,
     PlanCreated,
+    PlanHalted,
     SkillDefined,
     StrategyRecorded,
     ToolRegistered,
@@ -84,7 +88,7 @@ def fold_attachment(doc: Document, payload: EventPayload) -> Document:
 
 
 def fold_plan(doc: Document, payload: EventPayload) -> Document:
-    """``plan:{plan_id}``: phase, strategy and counters (later events extend this)."""
+    """``plan:{plan_id}``: phase, strategy, counters, halt (later events extend this)."""
     if isinstance(payload, PlanCreated):
         return {
             "plan_id": payload.plan_id,
@@ -94,12 +98,41 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
             "phase": "strategize",
             "revision": 0,
             "attempt": 0,
+            "iteration": 0,
+            "retries_used": 0,
             "strategy": None,
+            "guidance": None,
+            "steps": {},
+            "gate_checks": 0,
+            "gate_failures": 0,
+            "halt": None,
+            "compensation": None,
+            "terminal": None,
         }
     if isinstance(payload, StrategyRecorded):
-        return {**doc, "strategy": payload.strategy, "revision": payload.revision}
+        return {**doc, "strategy": payload.strategy, "revision": payload.revision,
+                "guidance": payload.guidance}
     if isinstance(payload, ExecuteEntered):
-        return {**doc, "phase": "execute"}
+        return {**doc, "phase": "execute", "attempt": doc["attempt"] + 1, "iteration": 1,
+                "retries_used": 0}
+    if isinstance(payload, GateChecked):
+        changed = {"gate_checks": doc["gate_checks"] + 1,
+                   "gate_failures": doc["gate_failures"] + (payload.verdict == "fail")}
+        if payload.gate == "input" and payload.verdict == "pass" and payload.step:
+            changed["steps"] = {**doc["steps"], payload.step: {
+                "tool": payload.tool, "tool_version": payload.tool_version}}
+        return {**doc, **changed}
+    if isinstance(payload, AttemptFailed):
+        if payload.failure_class == "model_behavior":
+            return {**doc, "iteration": payload.iteration + 1}
+        return {**doc, "retries_used": doc["retries_used"] + 1}
+    if isinstance(payload, CompensationRequested):
+        return {**doc, "compensation": {"status": "requested", "reason": payload.reason}}
+    if isinstance(payload, PlanHalted):
+        halt = {"halt_type": payload.halt_type, "raw_halt_type": payload.raw_halt_type,
+                "reason": payload.reason, "hint": payload.hint, "terminal": payload.terminal}
+        return {**doc, "halt": halt, "terminal": "failed" if payload.terminal
+                else doc["terminal"]}
     return doc
 
 

@@ -47,7 +47,7 @@ ATTACHMENTS = Projection(
 
 PLANS = Projection(
     name="plans",
-    version=1,
+    version=2,  # 2: iteration, retries, steps, gate counters, halt, compensation
     kind="plan",
     columns=(
         Column("project", sa.Text, lambda d: d.get("project"), index=True),

@@ -35,7 +35,8 @@ class GateChecked(EventPayload, tag="gate.checked", kw_only=True):
     """An input or output gate check, pass or fail, with every deviation."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "appends to /gate_checks; on fail increments /iteration or sets /failed"
+    DELTA = ("increments /gate_checks (and /gate_failures on fail); an input gate pass "
+             "with a step records /steps/<step> = {tool, tool_version}")
 
     plan_id: str
     gate: Literal["input", "output"]

@@ -38,7 +38,7 @@ class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True)
     """The strategy for the current revision (with a decision's guidance, if any)."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "replaces /strategy (and /guidance)"
+    DELTA = "replaces /strategy, /revision and /guidance"
 
     plan_id: str
     revision: int
@@ -47,27 +47,30 @@ class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True)
 
 
 class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True):
-    """The plan moved from Strategize to Execute with a fresh retry budget."""
+    """The plan moved from Strategize to Execute: a new attempt, iteration 1, a fresh
+    retry budget."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "replaces /phase with execute and resets /retries_used"
+    DELTA = ("replaces /phase with execute, increments /attempt, sets /iteration to 1 and "
+             "/retries_used to 0")
 
     plan_id: str
     revision: int
 
 
 class AttemptFailed(EventPayload, tag="plan.attempt_failed", kw_only=True):
-    """An attempt failed: a gate deviation (model_behavior) or a blocker (validation)."""
+    """An attempt failed: a gate deviation (model_behavior) or a blocker (validation).
+    The envelope's causation_id names the event that failed it."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "increments /retries_used or /iteration"
+    DELTA = ("model_behavior: replaces /iteration with iteration + 1 (the critique loop's "
+             "next iteration); validation: increments /retries_used")
 
     plan_id: str
     attempt: int
     iteration: int
     failure_class: Literal["model_behavior", "validation"]
     reason: str
-    cause_event_id: str | None = None
 
 
 class FixRecorded(EventPayload, tag="plan.fix_recorded", kw_only=True):
@@ -167,7 +170,8 @@ class PlanHalted(EventPayload, tag="plan.halted", kw_only=True):
     cause is ``raw_halt_type`` (seed 001)."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "sets /halt; when terminal, sets /terminal to failed"
+    DELTA = ("sets /halt to {halt_type, raw_halt_type, reason, hint, terminal}; when "
+             "terminal, sets /terminal to failed")
 
     plan_id: str
     halt_type: Outcome
@@ -182,14 +186,14 @@ class PlanHalted(EventPayload, tag="plan.halted", kw_only=True):
 
 
 class CompensationRequested(EventPayload, tag="plan.compensation_requested", kw_only=True):
-    """A strict-mode deviation (or an orchestrator) routed the plan to compensation."""
+    """A strict-mode deviation (or an orchestrator) routed the plan to compensation.
+    The envelope's causation_id names the event that caused it."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "sets /compensation with status requested"
+    DELTA = "sets /compensation to {status: requested, reason}"
 
     plan_id: str
     reason: str
-    cause_event_id: str | None = None
 
 
 class CompensationCompleted(EventPayload, tag="plan.compensation_completed", kw_only=True):
