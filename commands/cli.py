@@ -21,6 +21,7 @@ from . import (
     cli_plans,
     cli_projections,
     cli_registry,
+    cli_runs,
 )
 from .common import DB_HELP, EXIT_REFUSED
 
@@ -47,6 +48,9 @@ cli.add_command(cli_attachments.attach)
 cli.add_command(cli_attachments.detach)
 cli.add_command(cli_attachments.resolve)
 cli.add_command(cli_gates.gate)
+cli.add_command(cli_runs.call)
+cli.add_command(cli_runs.validate)
+cli.add_command(cli_runs.halt)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from .common import EXIT_VERDICT, db_option, emit_json, json_option, open_plane, print_table
 from .gates import GateOutcome, gate_input, gate_output
-from .inputs import json_or_file
-from .plane import CommandRefused
-
-
-def _raw(value: str, what: str) -> bytes:
-    """The exact bytes to check: the text given, or the bytes of ``@file``."""
-    if not value.startswith("@"):
-        return value.encode("utf-8")
-    try:
-        return Path(value[1:]).read_bytes()
-    except OSError as exc:
-        raise CommandRefused(f"{what}: cannot read {value[1:]} ({exc.strerror})") from None
+from .inputs import json_or_file, raw_bytes
 
 
 def _report(outcome: GateOutcome, as_json: bool) -> None:
@@ -58,7 +45,7 @@ def gate() -> None:
 @json_option
 def input_(plan_id: str, tool: str, params: str, step: str | None, as_json: bool) -> None:
     """Check a proposed call: tool identity and parameters. Exit 1 on any deviation."""
-    _report(gate_input(open_plane(), plan_id, tool, _raw(params, "--params"), step=step),
+    _report(gate_input(open_plane(), plan_id, tool, raw_bytes(params, "--params"), step=step),
             as_json)
 
 
@@ -72,5 +59,5 @@ def input_(plan_id: str, tool: str, params: str, step: str | None, as_json: bool
 def output(plan_id: str, step: str, output: str, schema: str | None, as_json: bool) -> None:
     """Check a returned structure against the step's declaration. Exit 1 on any deviation."""
     declared = json_or_file(schema, "--schema") if schema is not None else None
-    _report(gate_output(open_plane(), plan_id, step, _raw(output, "--output"),
+    _report(gate_output(open_plane(), plan_id, step, raw_bytes(output, "--output"),
                         schema=declared), as_json)

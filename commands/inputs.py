@@ -22,6 +22,17 @@ def json_or_file(value: str, what: str) -> Any:
                              f"column {exc.colno})") from None
 
 
+def raw_bytes(value: str, what: str) -> bytes:
+    """The exact bytes given: the text itself, or the bytes of ``@file`` (for the gates,
+    which check what the agent produced, byte for byte)."""
+    if not value.startswith("@"):
+        return value.encode("utf-8")
+    try:
+        return Path(value[1:]).read_bytes()
+    except OSError as exc:
+        raise CommandRefused(f"{what}: cannot read {value[1:]} ({exc.strerror})") from None
+
+
 def text_or_file(value: str, what: str) -> str:
     """``TEXT`` or ``@file``."""
     if value.startswith("@"):

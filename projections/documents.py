@@ -30,8 +30,11 @@ from ledger.events import (
     PlanHalted,
     SkillDefined,
     StrategyRecorded,
+    ToolCalled,
     ToolRegistered,
     ValidationRegistered,
+    ValidationRunCompleted,
+    ValidationRunStarted,
 )
 
 Document = dict[str, Any]
@@ -108,6 +111,10 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
             "halt": None,
             "compensation": None,
             "terminal": None,
+            "tool_calls": 0,
+            "current_run": None,
+            "last_outcome": None,
+            "informational_failures": [],
         }
     if isinstance(payload, StrategyRecorded):
         return {**doc, "strategy": payload.strategy, "revision": payload.revision,
@@ -125,7 +132,16 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
     if isinstance(payload, AttemptFailed):
         if payload.failure_class == "model_behavior":
             return {**doc, "iteration": payload.iteration + 1}
-        return {**doc, "retries_used": doc["retries_used"] + 1}
+        # A failed validation run: the next attempt starts (fix, then re-validate).
+        return {**doc, "retries_used": doc["retries_used"] + 1,
+                "attempt": payload.attempt + 1, "iteration": 1}
+    if isinstance(payload, ValidationRunStarted):
+        return {**doc, "current_run": payload.run_id}
+    if isinstance(payload, ValidationRunCompleted):
+        return {**doc, "current_run": None, "last_outcome": payload.outcome,
+                "informational_failures": list(payload.informational_failures)}
+    if isinstance(payload, ToolCalled):
+        return {**doc, "tool_calls": doc.get("tool_calls", 0) + 1}
     if isinstance(payload, CompensationRequested):
         return {**doc, "compensation": {"status": "requested", "reason": payload.reason}}
     if isinstance(payload, PlanHalted):

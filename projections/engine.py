@@ -31,10 +31,11 @@ from typing import Any
 import msgspec
 import sqlalchemy as sa
 
-from ledger import RecordedEvent, Store
+from ledger import EventPayload, RecordedEvent, Store
 from ledger.store import WriteTx
 
-from .documents import Document, fold
+from .documents import Document
+from .documents import fold as fold_stream
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -67,12 +68,18 @@ class Column:
 
 @dataclass(frozen=True)
 class Projection:
-    """One read model: stream documents of one kind, keyed by the stream's id."""
+    """One read model: documents folded from the streams of one kind, keyed by the
+    stream's id. The fold defaults to the stream document fold; a projection with its
+    own view of the same streams (outcome classification) brings its own."""
 
     name: str
     version: int
     kind: str  # the stream kind folded: "tool" folds the streams "tool:{name}"
     columns: tuple[Column, ...] = ()
+    fold: Callable[[str, Document, EventPayload], Document] = fold_stream
+
+    def step(self, stream: str, doc: Document, payload: EventPayload) -> Document:
+        return self.fold(stream, doc, payload)
 
     @property
     def table_name(self) -> str:
@@ -180,8 +187,8 @@ class ProjectionEngine:
             else:
                 found = tx.query(f"SELECT doc FROM {table} WHERE key = {ph}", (key,))
                 doc = _decode(found[0][0]) if found else {}
-            docs[key] = (event.stream_version, event.position, fold(event.stream, doc,
-                                                                     event.payload))
+            docs[key] = (event.stream_version, event.position,
+                         p.step(event.stream, doc, event.payload))
         tx.executemany(self._upsert_sql(p, table) if table != p.table_name
                        else self._upsert[table],
                        [p.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()])
@@ -309,6 +316,13 @@ class ProjectionEngine:
         with self.store.engine.connect() as conn:
             return [_decode(doc) for (doc,) in conn.execute(query)]
 
+    def keyed_documents(self, name: str) -> dict[str, Document]:
+        """Every current document of a projection, by key (the stream's id)."""
+        t = self.projections[name].table()
+        with self.store.engine.connect() as conn:
+            return {key: _decode(doc) for key, doc in
+                    conn.execute(sa.select(t.c.key, t.c.doc).order_by(t.c.key))}
+
     def fold_as_of(self, name: str, position: int) -> dict[str, Document]:
         """The projection's documents as of ``position``, folded in memory (pure)."""
         p = self.projections[name]
@@ -326,13 +340,15 @@ def fold_documents(
 ) -> dict[str, dict[str, tuple[int, int, Document]]]:
     """name -> key -> (stream version, position, document), folded from ``events``."""
     folded: dict[str, dict[str, tuple[int, int, Document]]] = {p.name: {} for p in chosen}
-    by_kind = {p.kind: folded[p.name] for p in chosen}
+    by_kind: dict[str, list[Projection]] = {}
+    for p in chosen:
+        by_kind.setdefault(p.kind, []).append(p)
     for done, event in enumerate(events, start=1):
         kind, _, key = event.stream.partition(":")
-        docs = by_kind.get(kind)
-        if docs is not None:
+        for p in by_kind.get(kind, ()):
+            docs = folded[p.name]
             previous = docs.get(key)
-            doc = fold(event.stream, previous[2] if previous else {}, event.payload)
+            doc = p.step(event.stream, previous[2] if previous else {}, event.payload)
             docs[key] = (event.stream_version, event.position, doc)
         if progress is not None and done % 1000 == 0:
             progress(event.position, total)

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from ledger import Store
 
 from .engine import Column, Progress, Projection, ProjectionEngine
+from .outcomes import RULES_VERSION, fold_outcome
 
 TOOLS = Projection(
     name="tools",
@@ -47,7 +48,7 @@ ATTACHMENTS = Projection(
 
 PLANS = Projection(
     name="plans",
-    version=2,  # 2: iteration, retries, steps, gate counters, halt, compensation
+    version=3,  # 2: iteration, retries, steps, gate counters, halt; 3: runs, tool calls
     kind="plan",
     columns=(
         Column("project", sa.Text, lambda d: d.get("project"), index=True),
@@ -55,7 +56,18 @@ PLANS = Projection(
     ),
 )
 
-ALL_PROJECTIONS: tuple[Projection, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS)
+OUTCOMES = Projection(
+    name="outcomes",
+    version=RULES_VERSION,  # new classification rules rebuild it: drift becomes visible
+    kind="plan",
+    columns=(
+        Column("outcome", sa.String(24), lambda d: d.get("outcome")),
+        Column("drift", sa.Boolean, lambda d: d.get("drift")),
+    ),
+    fold=fold_outcome,
+)
+
+ALL_PROJECTIONS: tuple[Projection, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS, OUTCOMES)
 
 
 def open_projections(store: Store, progress: Progress | None = None) -> ProjectionEngine:

@@ -101,9 +101,7 @@ def _run(plane: Plane, step: tuple, attachments: list[str], plans: list[str]) ->
 
 def _documents(plane: Plane) -> dict[str, dict[str, dict]]:
     engine = plane.projections
-    keys = {"tools": "name", "skills": "name", "attachments": "attachment_id",
-            "plans": "plan_id"}
-    return {name: {d[keys[name]]: d for d in engine.documents(name)} for name in keys}
+    return {name: engine.keyed_documents(name) for name in engine.projections}
 
 
 def _check(backend: str, steps: list[tuple]) -> None:

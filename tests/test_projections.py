@@ -3,6 +3,8 @@ their rows; a changed version rebuilds; lagging projections are never skipped ov
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import sqlalchemy as sa
 
@@ -12,7 +14,7 @@ from commands.plans import create_plan
 from ledger.events import ExecuteEntered, StrategyRecorded
 from projections import ALL_PROJECTIONS, ProjectionEngine
 from projections.documents import fold_all
-from projections.engine import Projection
+from projections.read_models import PLANS, TOOLS
 
 from .helpers import plan_created
 
@@ -38,7 +40,8 @@ def test_catch_up_and_rebuild_equal_inline(db_url: str) -> None:
         plane.store.append("plan:P-0", [ledger.NewEvent(payload=StrategyRecorded(
             plan_id="P-0", revision=0, strategy="first"))], 1)
         lagging = {s.name: s.lag for s in plane.projections.status()}
-        assert lagging == {"tools": 1, "skills": 1, "attachments": 1, "plans": 1}
+        assert lagging == {"tools": 1, "skills": 1, "attachments": 1, "plans": 1,
+                           "outcomes": 1}
         create_plan(plane, "P-9", project="api", resources=["repo:9"])  # catches up first
         incremental = _snapshot(plane.projections)
         assert incremental["plans"][0]["strategy"] == "first"
@@ -81,7 +84,7 @@ def test_a_changed_version_is_rebuilt_on_open(db_url: str) -> None:
         create_plan(plane, "P-1", project="api", resources=["repo:api"])
         plane.store.append("plan:P-1", [ledger.NewEvent(payload=ExecuteEntered(
             plan_id="P-1", revision=0))], 1)
-    bumped = [Projection(p.name, p.version + (p.name == "plans"), p.kind, p.columns)
+    bumped = [dataclasses.replace(p, version=p.version + (p.name == "plans"))
               for p in ALL_PROJECTIONS]
     store = ledger.open(db_url)
     try:
@@ -89,7 +92,7 @@ def test_a_changed_version_is_rebuilt_on_open(db_url: str) -> None:
             conn.execute(sa.text("DELETE FROM rm_plans"))
         engine = ProjectionEngine(store, bumped).open()
         versions = {s.name: s.stored_version for s in engine.status()}
-        assert versions["plans"] == 2 and versions["tools"] == 1
+        assert versions["plans"] == PLANS.version + 1 and versions["tools"] == TOOLS.version
         (doc,) = engine.documents("plans")
         assert doc == fold_all("plan:P-1", [e.payload for e in store.read_stream("plan:P-1")])
         assert doc["phase"] == "execute"

@@ -1,0 +1,130 @@
+"""The outcome contract (seed 001): classifying a validation run and mapping halts.
+
+Pure and versioned. ``classify`` turns one run's results into a canonical outcome;
+``canonical_halt`` maps a raw halt type to its canonical value. The ``outcomes``
+projection re-classifies every plan's last run with the *current* rules, next to the
+outcome recorded when the run completed, so a rules change shows up on rebuild as drift
+(``evidence audit`` reports it).
+
+Precedence when several apply, and why:
+
+1. ``blocker`` — any required validation failed **with a verdict**. It is a verdict
+   about the work: the agent can act on it now; re-validating re-runs the others anyway.
+2. ``internal_error`` — an engine defect while running a required validation (cause
+   ``internal``): nothing about the work, and the other no-verdict results may share the
+   defect.
+3. ``validator_error`` — a required validation produced no verdict (timeout, crash,
+   malformed return, missing program, read-only violation). Operator: retry / inspect;
+   it never advises ``authorize``.
+4. ``pass`` — every required validation passed. Informational results never block;
+   their failures are listed.
+
+``environment_error`` is reached only when a tool call cannot invoke its program
+(``validate`` never invokes a coder); ``escalate`` only through the failure loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ledger.events import (
+    EventPayload,
+    PlanHalted,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    ValidationRunStarted,
+)
+
+from .documents import Document
+
+RULES_VERSION = 1
+
+VERDICTS = frozenset({"escalate", "blocker"})  # verdicts about the work
+NON_VERDICTS = frozenset({"validator_error", "internal_error", "environment_error"})
+
+# Who acts and what happens next, per canonical outcome (seed 001's tables).
+NEXT_ACTION: dict[str, tuple[str, str]] = {
+    "pass": ("agent", "a token is minted from these results; proceed to Apply"),
+    "escalate": ("human", "`evidence authorize DECISION_ID`, then re-validate"),
+    "blocker": ("agent -> human", "fix the work (or revise the strategy), then re-validate"),
+    "validator_error": ("operator", "retry / inspect the validator's logs; nothing is "
+                                    "wrong with the work"),
+    "internal_error": ("operator", "retry / inspect logs: an engine defect"),
+    "environment_error": ("operator", "install the missing program where the plan runs, "
+                                      "then re-run unchanged"),
+}
+
+# Known raw halt types -> canonical outcome. Anything else falls into the non-verdict
+# branch (internal_error: an operator inspects), never into blocker.
+RAW_HALT_TYPES: dict[str, str] = {
+    "validation_failed": "blocker",
+    "max_iterations": "blocker",
+    "structural_deviation": "blocker",
+    "escalated": "escalate",
+    "needs_decision": "escalate",
+    "timeout": "validator_error",
+    "crash": "validator_error",
+    "malformed": "validator_error",
+    "missing_program": "validator_error",
+    "read_only_violation": "validator_error",
+    "validator_error": "validator_error",
+    "internal": "internal_error",
+    "engine_exception": "internal_error",
+    "program_missing": "environment_error",
+    "coder_missing": "environment_error",
+    "container_runtime_missing": "environment_error",
+    "backend_unavailable": "environment_error",
+}
+
+
+def canonical_halt(raw_halt_type: str) -> str:
+    """The canonical value of a raw halt type; unknown ones are non-verdicts."""
+    return RAW_HALT_TYPES.get(raw_halt_type, "internal_error")
+
+
+def classify(results: Iterable[Mapping[str, Any]]) -> tuple[str, str, str]:
+    """(outcome, raw halt type, reason) for one run's results (mode, verdict, cause,
+    validation). The raw type of a pass is ``pass``."""
+    required = [r for r in results if r["mode"] == "required"]
+    failed = [r["validation"] for r in required if r["verdict"] is False]
+    if failed:
+        return "blocker", "validation_failed", f"required validation(s) failed: {_names(failed)}"
+    broken = [r for r in required if r["verdict"] is None]
+    internal = [r["validation"] for r in broken if r["cause"] == "internal"]
+    if internal:
+        return "internal_error", "internal", f"engine error running {_names(internal)}"
+    if broken:
+        causes = sorted({r["cause"] or "unknown" for r in broken})
+        raw = causes[0] if len(causes) == 1 else "validator_error"
+        return ("validator_error", raw, "no verdict from required validation(s) "
+                f"{_names(r['validation'] for r in broken)} ({', '.join(causes)})")
+    return "pass", "pass", "every required validation passed"
+
+
+def _names(names: Iterable[str]) -> str:
+    return ", ".join(sorted(set(names)))
+
+
+def fold_outcome(_stream: str, doc: Document, payload: EventPayload) -> Document:
+    """``outcomes`` read model: the plan's last run, re-classified by the current rules."""
+    if isinstance(payload, ValidationRunStarted):
+        return {"plan_id": payload.plan_id, "run_id": payload.run_id,
+                "attempt": payload.attempt, "results": {}, "recorded": None,
+                "halt": doc.get("halt")}
+    if isinstance(payload, ValidationResultRecorded) and doc.get("run_id") == payload.run_id:
+        results = {**doc["results"], payload.attachment_id: {
+            "validation": payload.validation, "mode": payload.mode,
+            "verdict": payload.verdict, "cause": payload.cause}}
+        return {**doc, "results": results}
+    if isinstance(payload, ValidationRunCompleted) and doc.get("run_id") == payload.run_id:
+        outcome, raw, _reason = classify(doc["results"].values())
+        return {**doc, "recorded": {"outcome": payload.outcome,
+                                    "rules_version": payload.rules_version},
+                "outcome": outcome, "raw_halt_type": raw, "rules_version": RULES_VERSION,
+                "drift": payload.outcome != outcome}
+    if isinstance(payload, PlanHalted):
+        return {**doc, "plan_id": payload.plan_id,
+                "halt": {"halt_type": payload.halt_type, "raw_halt_type": payload.raw_halt_type,
+                         "reclassified": canonical_halt(payload.raw_halt_type)}}
+    return doc
