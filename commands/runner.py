@@ -742,6 +742,41 @@ def _remove_tree(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
+class TreeGuard:
+    """A snapshot of an original resource tree, kept while validations run.
+
+    Validations run in copies, but one that writes through an absolute path (or a
+    python validation writing to its ``resource`` argument) could reach the original.
+    ``restore_if_changed`` compares the original with the snapshot afterwards and, if
+    anything differs, puts the snapshot back byte for byte: no write survives.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._scratch = Path(tempfile.mkdtemp(prefix="evidence-guard-"))
+        self._copy = self._scratch / "tree"
+        shutil.copytree(self.root, self._copy, symlinks=True, copy_function=_copy_entry)
+        self._before = _entries(self.root)
+
+    def restore_if_changed(self) -> list[str]:
+        """The changed paths (empty if none); the original is restored when there are."""
+        try:
+            changed = _changed(self._before, _entries(self.root))
+            if changed:
+                for name in os.listdir(self.root):
+                    path = self.root / name
+                    if path.is_dir() and not path.is_symlink():
+                        _remove_tree(path)
+                    else:
+                        path.unlink()
+                shutil.copytree(self._copy, self.root, symlinks=True, dirs_exist_ok=True,
+                                copy_function=_copy_entry)
+                os.chmod(self.root, self._before["."][1])
+            return changed
+        finally:
+            _remove_tree(self._scratch)
+
+
 # -- parallel runs ----------------------------------------------------------------------
 
 

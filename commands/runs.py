@@ -47,6 +47,7 @@ from .phases import require_plan
 from .plane import CommandRefused, Plane, StreamState
 from .runner import (
     ArgvError,
+    TreeGuard,
     ValidationRun,
     fill_argv,
     run_command,
@@ -239,7 +240,18 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
 
     # Durable before anything runs: the resolved set is what the run will be judged on.
     plane.run(f"plan:{plan_id}", start, actor=actor)
-    runs = run_parallel([_job(plane, r) for r in resolved], max_workers=max_workers)
+    guards = {r: TreeGuard(Path(r)) for r in digests}
+    try:
+        runs = run_parallel([_job(plane, r) for r in resolved], max_workers=max_workers)
+    finally:
+        reached = {r: guard.restore_if_changed() for r, guard in guards.items()}
+    for i, attachment in enumerate(resolved):
+        if reached.get(attachment.resource):  # a write reached the original: restored
+            runs[i] = msgspec.structs.replace(
+                runs[i], verdict=None, cause="read_only_violation", message=None,
+                data=None, changed_paths=reached[attachment.resource],
+                error="the original resource changed during the run; it was restored "
+                      "from the snapshot taken before")
     results = [
         ValidationResultRecorded(
             plan_id=plan_id, run_id=run_id, attachment_id=r.attachment_id,

@@ -41,6 +41,10 @@ elif mode == "string":
 elif mode == "write":
     open("new.txt", "w").write("x")
     print(json.dumps({"passed": True}))
+elif mode == "escape":  # writes to the original through its absolute path
+    os.remove(os.path.join(sys.argv[2], "src", "app.py"))
+    open(os.path.join(sys.argv[2], "planted.txt"), "w").write("x")
+    print(json.dumps({"passed": True}))
 '''
 
 MODE = {"type": "object", "properties": {"mode": {"type": "string"}}, "required": ["mode"]}
@@ -144,6 +148,19 @@ def test_a_validation_that_writes_is_caught_and_nothing_survives(plane: Plane,
     assert (result.verdict, result.cause, result.changed_paths) == (
         None, "read_only_violation", ["new.txt"])
     assert report.outcome == "validator_error"
+    assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
+
+
+def test_a_write_through_an_absolute_path_is_undone(plane: Plane, project: Path) -> None:
+    before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
+    register_validation(plane, {"name": "escaper", "mode": "informational", "command": [
+        sys.executable, str(project.parent / "v.py"), "escape", str(project)]})
+    _attach(plane, project, ("escaper", None), ("check", "pass"))
+    report = validate_plan(plane, "P-1")
+    causes = {r.validation: (r.verdict, r.cause) for r in report.results}
+    assert causes["escaper"] == (None, "read_only_violation")
+    changed = next(r.changed_paths for r in report.results if r.validation == "escaper")
+    assert "planted.txt" in changed and "src/app.py" in changed
     assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
 
 
