@@ -78,6 +78,9 @@ def show(plan_id: str, as_json: bool) -> None:
         ("retries used", f"{doc['retries_used']} of {config['retry_limit']}"),
         ("strategy", doc["strategy"] or "-"),
         ("gate checks", f"{doc['gate_checks']} ({doc['gate_failures']} failed)"),
+        ("tool calls", str(doc["tool_calls"])),
+        ("last outcome", doc["last_outcome"] or "-"),
+        ("informational failures", ", ".join(doc["informational_failures"]) or "-"),
         ("halt", f"{halt['halt_type']} (raw {halt['raw_halt_type']}): {halt['reason']}"
          if halt else "-"),
         ("compensation", doc["compensation"]["status"] if doc["compensation"] else "-"),
