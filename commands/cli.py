@@ -17,6 +17,7 @@ import ledger
 from . import (
     cli_attachments,
     cli_gates,
+    cli_lifecycle,
     cli_log,
     cli_plans,
     cli_projections,
@@ -51,6 +52,10 @@ cli.add_command(cli_gates.gate)
 cli.add_command(cli_runs.call)
 cli.add_command(cli_runs.validate)
 cli.add_command(cli_runs.halt)
+cli.add_command(cli_lifecycle.fix)
+cli.add_command(cli_lifecycle.keys)
+cli.add_command(cli_lifecycle.authorize_)
+cli.add_command(cli_lifecycle.apply_)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 import msgspec
 
+from ledger.signing import load_or_create_plane_key, plane_key_path
 from ledger.verify import parse_tree_head, verify_store
 
 from .common import (
@@ -27,6 +28,7 @@ def init(as_json: bool) -> None:
     store = open_store(create=True)
     head = store.head()
     meta = store.meta()
+    load_or_create_plane_key(store.url)  # mints tokens; kept outside the events table
     if as_json:
         emit_json({
             "db": store.url,
@@ -34,10 +36,12 @@ def init(as_json: bool) -> None:
             "schema_version": int(meta["schema_version"]),
             "created_at": meta["created_at"],
             "size": head.size,
+            "plane_key": str(plane_key_path(store.url)),
         })
         return
     click.echo(f"ledger {meta['ledger_id']} at {store.url}")
     click.echo(f"schema version {meta['schema_version']}, {head.size} events")
+    click.echo(f"plane key {plane_key_path(store.url)} (mints apply tokens; keep it private)")
 
 
 def _summary(payload: msgspec.Struct) -> str:

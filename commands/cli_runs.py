@@ -71,7 +71,18 @@ def validate(plan_id: str, as_json: bool) -> None:
             click.echo("informational failures (never block): "
                        + ", ".join(doc["informational_failures"]))
         click.echo(f"outcome: {doc['outcome']} — {doc['reason']}")
-        click.echo(f"next: {doc['who_acts']}: {doc['next_action']}")
+        if doc["token"]:
+            click.echo(f"token: {doc['token']}")
+            click.echo(f"next: evidence apply {plan_id} --token TOKEN")
+        elif doc["escalation"]:
+            click.echo(f"escalated: decision {doc['escalation']['decision_id']} — "
+                       f"evidence authorize {doc['escalation']['decision_id']} --key FILE "
+                       "(--revise TEXT | --abandon)")
+        elif doc["strategy_revision"] is not None:
+            click.echo(f"retry limit reached: plan back in Strategize (revision "
+                       f"{doc['strategy_revision']}); record a new strategy")
+        else:
+            click.echo(f"next: {doc['who_acts']}: {doc['next_action']}")
     if report.outcome != "pass":
         click.get_current_context().exit(EXIT_VERDICT)
 

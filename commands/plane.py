@@ -34,7 +34,7 @@ RETRIES = 5  # decide again this often when another writer moved the stream mean
 
 # Which read model holds the documents of each stream kind.
 _PROJECTION_OF_KIND = {"tool": "tools", "skill": "skills", "attachment": "attachments",
-                       "plan": "plans"}
+                       "plan": "plans", "approver": "approvers"}
 
 
 class CommandRefused(LedgerError):

@@ -43,6 +43,7 @@ from projections.outcomes import NEXT_ACTION, RULES_VERSION, canonical_halt, cla
 from projections.resolution import resolve
 
 from .gates import GateOutcome, as_bytes, gate_input, gate_output
+from .lifecycle import after_blocker, require_no_pending_decision, token_for_pass
 from .phases import require_plan
 from .plane import CommandRefused, Plane, StreamState
 from .runner import (
@@ -75,6 +76,7 @@ def workdir_of(plan: Document) -> Path | None:
 
 def _execute_plan(state: StreamState, plan_id: str) -> Document:
     doc = require_plan(state, plan_id)
+    require_no_pending_decision(doc, plan_id)
     if doc["phase"] != "execute":
         raise CommandRefused(f"plan {plan_id} is in {doc['phase'].capitalize()}: tool calls "
                              "and validations happen only in Execute")
@@ -187,6 +189,7 @@ class ValidationReport:
     resolved: list[ResolvedAttachment]
     results: list[ValidationResultRecorded] = field(default_factory=list)
     events: list[RecordedEvent] = field(default_factory=list)
+    token: str | None = None  # handed to the agent on a pass; the log keeps its digest
 
     @property
     def informational_failures(self) -> list[str]:
@@ -201,6 +204,13 @@ class ValidationReport:
             "outcome": self.outcome, "raw_halt_type": self.raw_halt_type,
             "reason": self.reason, "who_acts": who, "next_action": then,
             "rules_version": RULES_VERSION,
+            "token": self.token,
+            "escalation": next(({"decision_id": e.payload.decision_id,
+                                 "options": e.payload.options} for e in self.events
+                                if e.type == "plan.escalated"), None),
+            "strategy_revision": next((e.payload.revision for e in self.events
+                                       if e.type == "plan.strategy_revision_requested"),
+                                      None),
             "informational_failures": self.informational_failures,
             "results": [{**msgspec.to_builtins(r), "scope": scopes.get(r.attachment_id)}
                         for r in self.results],
@@ -269,19 +279,32 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
         plan_id=plan_id, run_id=run_id, attempt=attempt, outcome=outcome,
         rules_version=RULES_VERSION, results_digest=results_digest(results),
         informational_failures=report.informational_failures)
-    follow: list[EventPayload] = []
-    if outcome != "pass":
-        who, then = NEXT_ACTION[outcome]
-        follow.append(PlanHalted(
-            plan_id=plan_id, halt_type=outcome, final_decision=outcome, raw_halt_type=raw,
-            reason=reason, hint=f"{who}: {then}", phase="execute", attempt=attempt,
-            result_refs=[run_id]))
-    if outcome == "blocker":
-        follow.append(AttemptFailed(plan_id=plan_id, attempt=attempt, iteration=plan[
-            "iteration"], failure_class="validation", reason=reason))
+    minted: dict[str, str] = {}
+
+    def finish(state: StreamState) -> list[EventPayload]:
+        # Decided on the plan as it is now: counters move with concurrent writers.
+        doc = state.doc
+        follow: list[EventPayload] = []
+        if outcome == "pass":
+            token, event = token_for_pass(plane, doc, run_id, completed.results_digest)
+            minted["token"] = token
+            follow.append(event)
+        else:
+            who, then = NEXT_ACTION[outcome]
+            follow.append(PlanHalted(
+                plan_id=plan_id, halt_type=outcome, final_decision=outcome,
+                raw_halt_type=raw, reason=reason, hint=f"{who}: {then}", phase="execute",
+                attempt=attempt, result_refs=[run_id]))
+        if outcome == "blocker":
+            follow.append(AttemptFailed(plan_id=plan_id, attempt=attempt,
+                                        iteration=doc["iteration"],
+                                        failure_class="validation", reason=reason))
+            follow.extend(after_blocker(doc, reason))
+        return [*results, completed, *follow]
+
     outputs = [run.raw_output for run in runs if run.raw_output is not None]
-    report.events = plane.run(f"plan:{plan_id}", lambda _s: [*results, completed, *follow],
-                              actor=actor, blobs=outputs)
+    report.events = plane.run(f"plan:{plan_id}", finish, actor=actor, blobs=outputs)
+    report.token = minted.get("token")
     return report
 
 

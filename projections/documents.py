@@ -19,17 +19,26 @@ import jsonpatch
 import msgspec
 
 from ledger.events import (
+    ApproverKeyAdded,
+    ApproverKeyRevoked,
     AttachmentCreated,
     AttachmentDetached,
     AttemptFailed,
     CompensationRequested,
+    DecisionRecorded,
+    Escalated,
     EventPayload,
     ExecuteEntered,
+    FixRecorded,
     GateChecked,
+    PlanApplied,
     PlanCreated,
     PlanHalted,
     SkillDefined,
     StrategyRecorded,
+    StrategyRevisionRequested,
+    TokenConsumed,
+    TokenMinted,
     ToolCalled,
     ToolRegistered,
     ValidationRegistered,
@@ -115,6 +124,11 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
             "current_run": None,
             "last_outcome": None,
             "informational_failures": [],
+            "fixes": 0,
+            "revisions_used": 0,
+            "pending_decision": None,
+            "decisions": {},
+            "token": None,
         }
     if isinstance(payload, StrategyRecorded):
         return {**doc, "strategy": payload.strategy, "revision": payload.revision,
@@ -136,12 +150,38 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
         return {**doc, "retries_used": doc["retries_used"] + 1,
                 "attempt": payload.attempt + 1, "iteration": 1}
     if isinstance(payload, ValidationRunStarted):
-        return {**doc, "current_run": payload.run_id}
+        return {**doc, "current_run": payload.run_id, "token": _superseded(doc["token"])}
+    if isinstance(payload, FixRecorded):
+        return {**doc, "fixes": doc["fixes"] + 1, "token": _superseded(doc["token"])}
+    if isinstance(payload, StrategyRevisionRequested):
+        return {**doc, "phase": "strategize", "revision": payload.revision, "strategy": None,
+                "revisions_used": doc["revisions_used"] + 1, "halt": None}
+    if isinstance(payload, Escalated):
+        return {**doc, "pending_decision": {"decision_id": payload.decision_id,
+                                            "options": list(payload.options),
+                                            "reason": payload.reason}}
+    if isinstance(payload, DecisionRecorded):
+        decided = {**doc, "pending_decision": None,
+                   "decisions": {**doc["decisions"], payload.decision_id: payload.choice}}
+        if payload.choice == "revise":
+            return {**decided, "phase": "strategize", "revision": doc["revision"] + 1,
+                    "strategy": None, "guidance": payload.guidance, "retries_used": 0,
+                    "revisions_used": 0, "halt": None}
+        return {**decided, "terminal": "failed"}
+    if isinstance(payload, TokenMinted):
+        return {**doc, "token": {"token_id": payload.token_id,
+                                 "token_sha256": payload.token_sha256,
+                                 "attempt": payload.attempt, "run_id": payload.run_id,
+                                 "expires_at": payload.expires_at, "status": "minted"}}
+    if isinstance(payload, TokenConsumed):
+        return {**doc, "token": {**doc["token"], "status": "consumed"}}
+    if isinstance(payload, PlanApplied):
+        return {**doc, "phase": "apply", "terminal": "applied"}
     if isinstance(payload, ValidationRunCompleted):
         return {**doc, "current_run": None, "last_outcome": payload.outcome,
                 "informational_failures": list(payload.informational_failures)}
     if isinstance(payload, ToolCalled):
-        return {**doc, "tool_calls": doc.get("tool_calls", 0) + 1}
+        return {**doc, "tool_calls": doc["tool_calls"] + 1, "token": _superseded(doc["token"])}
     if isinstance(payload, CompensationRequested):
         return {**doc, "compensation": {"status": "requested", "reason": payload.reason}}
     if isinstance(payload, PlanHalted):
@@ -152,7 +192,29 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
     return doc
 
 
+def _superseded(token: Document | None) -> Document | None:
+    """A minted, unused token stops being valid when the work or its evidence moves on:
+    a new run, a fix or a tool call (INV1: nothing may invalidate what it was minted on)."""
+    if token is not None and token["status"] == "minted":
+        return {**token, "status": "superseded"}
+    return token
+
+
+def fold_approver(doc: Document, payload: EventPayload) -> Document:
+    """``approver:{name}``: the approver's public keys by fingerprint, active or revoked."""
+    if isinstance(payload, ApproverKeyAdded):
+        keys = {**doc.get("keys", {}), payload.fingerprint: {
+            "public_key": payload.public_key, "status": "active"}}
+        return {"name": payload.name, "keys": keys}
+    if isinstance(payload, ApproverKeyRevoked):
+        key = doc["keys"][payload.fingerprint]
+        return {**doc, "keys": {**doc["keys"], payload.fingerprint: {
+            **key, "status": "revoked"}}}
+    return doc
+
+
 FOLDS: dict[str, Fold] = {
+    "approver": fold_approver,
     "tool": fold_tool,
     "skill": fold_skill,
     "attachment": fold_attachment,

@@ -48,7 +48,7 @@ ATTACHMENTS = Projection(
 
 PLANS = Projection(
     name="plans",
-    version=3,  # 2: iteration, retries, steps, gate counters, halt; 3: runs, tool calls
+    version=4,  # 2: iteration, steps, gates, halt; 3: runs, calls; 4: decisions, tokens
     kind="plan",
     columns=(
         Column("project", sa.Text, lambda d: d.get("project"), index=True),
@@ -67,7 +67,10 @@ OUTCOMES = Projection(
     fold=fold_outcome,
 )
 
-ALL_PROJECTIONS: tuple[Projection, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS, OUTCOMES)
+APPROVERS = Projection(name="approvers", version=1, kind="approver")
+
+ALL_PROJECTIONS: tuple[Projection, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS, OUTCOMES,
+                                           APPROVERS)
 
 
 def open_projections(store: Store, progress: Progress | None = None) -> ProjectionEngine:

@@ -72,3 +72,11 @@ def store(db_url) -> Iterator[ledger.Store]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture(autouse=True)
+def _plane_key(tmp_path_factory, monkeypatch) -> None:
+    """Each test's plane key in its own temp dir (subprocesses inherit it): no test
+    writes a key into the home directory."""
+    key_dir = tmp_path_factory.mktemp("plane-key")
+    monkeypatch.setenv("EVIDENCE_PLANE_KEY", str(key_dir / "plane.key"))

@@ -89,7 +89,8 @@ class StrategyRevisionRequested(EventPayload, tag="plan.strategy_revision_reques
     """The retry limit was reached: the plan reverts to Strategize."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "replaces /phase with strategize and increments /revision"
+    DELTA = ("replaces /phase with strategize, /revision with the new one, clears /strategy, "
+             "increments /revisions_used")
 
     plan_id: str
     revision: int  # the new revision number
@@ -101,7 +102,7 @@ class Escalated(EventPayload, tag="plan.escalated", kw_only=True):
     """Strategy revisions are exhausted: a human must decide."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "sets /pending_decision"
+    DELTA = "sets /pending_decision to {decision_id, options, reason}"
 
     plan_id: str
     decision_id: str
@@ -115,7 +116,8 @@ class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True)
     """A human decision, Ed25519-signed with a registered approver key."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "clears /pending_decision and records /decisions/<decision_id>"
+    DELTA = ("clears /pending_decision, records /decisions/<decision_id>; revise: back to "
+             "strategize with /guidance and fresh budgets; abandon: /terminal failed")
 
     plan_id: str
     decision_id: str
@@ -133,10 +135,11 @@ class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True):
     """A pass over real results minted an apply token (INV1). Its secret is not here."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "sets /token with status minted"
+    DELTA = "sets /token to {token_id, token_sha256, attempt, run_id, expires_at, status minted}"
 
     plan_id: str
     token_id: str
+    token_sha256: str  # SHA-256 of the token string handed out; the token itself is not here
     attempt: int
     run_id: str
     results_digest: str
