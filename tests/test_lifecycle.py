@@ -55,7 +55,7 @@ def setup(db_url: str, tmp_path: Path):
         record_strategy(plane, "P-1", "make the status good")
         enter_execute(plane, "P-1")
         generate_key_pair(tmp_path / "alice.key")
-        add_approver_key(plane, "alice", tmp_path / "alice.pub")
+        add_approver_key(plane, "alice", tmp_path / "alice.key.pub")
         yield plane, project, tmp_path
 
 
@@ -200,6 +200,7 @@ def test_decisions_need_a_registered_unrevoked_key_and_a_pending_escalation(setu
     with pytest.raises(CommandRefused, match="no registered approver"):
         authorize(plane, decision_id, tmp / "mallory.key", choice="abandon")
     # The plane's own key (the agent side can reach it) cannot decide either.
+    load_or_create_plane_key(plane.store.url)
     plane_key = plane_key_path(plane.store.url)
     with pytest.raises(CommandRefused, match="no registered approver"):
         authorize(plane, decision_id, plane_key, choice="abandon")
@@ -207,7 +208,7 @@ def test_decisions_need_a_registered_unrevoked_key_and_a_pending_escalation(setu
     with pytest.raises(CommandRefused, match="revoked"):
         authorize(plane, decision_id, tmp / "alice.key", choice="abandon")
     generate_key_pair(tmp / "bob.key")
-    add_approver_key(plane, "bob", tmp / "bob.pub")
+    add_approver_key(plane, "bob", tmp / "bob.key.pub")
     authorize(plane, decision_id, tmp / "bob.key", choice="abandon")
     with pytest.raises(CommandRefused, match="no pending escalation"):
         authorize(plane, decision_id, tmp / "bob.key", choice="abandon")  # already decided

@@ -62,7 +62,8 @@ def test_cli(db_url: str, tmp_path: Path) -> None:
     assert "strict_mode=true" in shown.stdout and "strategize" in shown.stdout
     status = json.loads(run_cli("projections", "status", "--json", "--db", db_url).stdout)
     assert {p["name"]: p["lag"] for p in status["projections"]} == {
-        "tools": 0, "skills": 0, "attachments": 0, "plans": 0, "outcomes": 0}
+        "tools": 0, "skills": 0, "attachments": 0, "plans": 0, "outcomes": 0,
+        "approvers": 0}
     rebuilt = run_cli("projections", "rebuild", "plans", "--db", db_url)
     assert rebuilt.returncode == 0 and "rebuilt plans" in rebuilt.stdout
     for bad, fragment in [

@@ -92,7 +92,8 @@ def test_all_required_pass_informational_failures_are_surfaced(plane: Plane,
     assert report.informational_failures == ["advice"]
     assert [e.type for e in report.events] == [
         "validation.result_recorded", "validation.result_recorded",
-        "validation.run_completed"]
+        "validation.run_completed", "plan.token_minted"]
+    assert report.token is not None
     doc = get_plan(plane, "P-1")
     assert doc["last_outcome"] == "pass" and doc["halt"] is None
     assert doc["informational_failures"] == ["advice"]
