@@ -42,17 +42,23 @@ def create(plan_id: str, project: str, resources: tuple[str, ...], config: str |
 
 @plan.command("list")
 @click.option("--project", help="Only plans of this project.")
+@click.option("--phase", type=click.Choice(["strategize", "execute", "apply"]),
+              help="Only plans in this phase.")
+@click.option("--outcome", help="Only plans whose last validation outcome is this.")
 @db_option
 @json_option
-def list_(project: str | None, as_json: bool) -> None:
+def list_(project: str | None, phase: str | None, outcome: str | None, as_json: bool) -> None:
     """List plans."""
-    plans = list_plans(open_plane(), project=project)
+    plans = [p for p in list_plans(open_plane(), project=project)
+             if (phase is None or p["phase"] == phase)
+             and (outcome is None or p["last_outcome"] == outcome)]
     if as_json:
         emit_json({"plans": plans})
         return
-    print_table(["plan", "project", "phase", "revision", "resources"],
+    print_table(["plan", "project", "phase", "revision", "outcome", "terminal", "resources"],
                 [[p["plan_id"], p["project"], p["phase"], str(p["revision"]),
-                  " ".join(p["resources"])] for p in plans])
+                  p["last_outcome"] or "-", p["terminal"] or "-", " ".join(p["resources"])]
+                 for p in plans])
 
 
 @plan.command("show")
@@ -75,7 +81,13 @@ def show(plan_id: str, as_json: bool) -> None:
         ("strategy revision", str(doc["revision"])),
         ("attempt", str(doc["attempt"])),
         ("iteration", f"{doc['iteration']} of {config['max_iterations']}"),
-        ("retries used", f"{doc['retries_used']} of {config['retry_limit']}"),
+        ("retries left", str(max(0, config["retry_limit"] - doc["retries_used"]))),
+        ("strategy revisions used",
+         f"{doc['revisions_used']} of {config['max_strategy_revisions']}"),
+        ("pending decision", doc["pending_decision"]["decision_id"]
+         if doc["pending_decision"] else "-"),
+        ("token", f"{doc['token']['token_id']} ({doc['token']['status']})"
+         if doc["token"] else "-"),
         ("strategy", doc["strategy"] or "-"),
         ("gate checks", f"{doc['gate_checks']} ({doc['gate_failures']} failed)"),
         ("tool calls", str(doc["tool_calls"])),
