@@ -16,6 +16,7 @@ import ledger
 
 from . import (
     cli_attachments,
+    cli_driver,
     cli_gates,
     cli_lifecycle,
     cli_log,
@@ -56,6 +57,8 @@ cli.add_command(cli_lifecycle.fix)
 cli.add_command(cli_lifecycle.keys)
 cli.add_command(cli_lifecycle.authorize_)
 cli.add_command(cli_lifecycle.apply_)
+cli.add_command(cli_driver.run)
+cli.add_command(cli_driver.demo)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -8,13 +8,25 @@ from typing import Any
 from ledger import RecordedEvent
 from ledger.events import (
     AttemptFailed,
+    CompensationCompleted,
     CompensationRequested,
+    DecisionRecorded,
+    Escalated,
     EventPayload,
     ExecuteEntered,
+    FixRecorded,
     GateChecked,
+    PlanApplied,
     PlanCreated,
     PlanHalted,
     StrategyRecorded,
+    StrategyRevisionRequested,
+    TokenConsumed,
+    TokenMinted,
+    ToolCalled,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    ValidationRunStarted,
 )
 
 from .plane import CommandRefused, Plane
@@ -49,6 +61,25 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
                               f"({p.failure_class}): {p.reason}"),
     CompensationRequested: lambda p: f"compensation requested: {p.reason}",
     PlanHalted: _halt,
+    ToolCalled: lambda p: (f"tool {p.tool} ({p.executor}) exit {p.exit_code}, "
+                           f"{p.duration_ms} ms"),
+    ValidationRunStarted: lambda p: (f"validation run {p.run_id[-6:]} of attempt {p.attempt}: "
+                                     f"{len(p.resolved)} attachment(s)"),
+    ValidationResultRecorded: lambda p: (
+        f"{p.validation} [{p.mode}]: "
+        + (("pass" if p.verdict else "fail") if p.verdict is not None
+           else f"no verdict ({p.cause})") + (f" — {_short(p.message)}" if p.message else "")),
+    ValidationRunCompleted: lambda p: f"outcome {p.outcome} (rules v{p.rules_version})",
+    FixRecorded: lambda p: f"fix for attempt {p.attempt}: {_short(p.note)}",
+    StrategyRevisionRequested: lambda p: f"strategy revision {p.revision}: {p.reason}",
+    Escalated: lambda p: f"escalated: decision {p.decision_id} ({', '.join(p.options)})",
+    DecisionRecorded: lambda p: (f"decision {p.decision_id}: {p.choice} by {p.approver}"
+                                 + (f" — {_short(p.guidance)}" if p.guidance else "")),
+    TokenMinted: lambda p: f"token {p.token_id} minted (attempt {p.attempt})",
+    TokenConsumed: lambda p: f"token {p.token_id} consumed",
+    PlanApplied: lambda p: f"applied ({len(p.changed_paths)} path(s) changed)",
+    CompensationCompleted: lambda p: (f"compensation {'completed' if p.succeeded else 'failed'}"
+                                      f" (exit codes {p.exit_codes})"),
 }
 
 

@@ -142,7 +142,8 @@ def token_for_pass(plane: Plane, plan: Document, run_id: str,
     return token, TokenMinted(token_sha256=token_digest(token), run_id=run_id, **claims)
 
 
-def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent") -> Document:
+def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
+               changed_paths: list[str] | None = None) -> Document:
     """Apply with a valid token: signature, plan, expiry, single use; consumed atomically."""
     public = load_or_create_plane_key(plane.store.url).public_key()
     try:
@@ -164,7 +165,8 @@ def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent") 
         if doc["phase"] != "execute" or doc["last_outcome"] != "pass":
             raise CommandRefused(f"plan {plan_id} is not at a passing end of Execute")
         return [TokenConsumed(plan_id=plan_id, token_id=claims.token_id),
-                PlanApplied(plan_id=plan_id, token_id=claims.token_id)]
+                PlanApplied(plan_id=plan_id, token_id=claims.token_id,
+                            changed_paths=changed_paths or [])]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by_first=True)
     return plane.projections.document("plans", plan_id)[0]  # type: ignore[index]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,11 +66,23 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def workdir_of(plan: Document) -> Path | None:
-    """The first of the plan's resources that names an existing directory."""
+Sandbox = Mapping[str, Path]  # resource -> the directory work on it happens in
+
+
+def directory_of(resource: str, sandbox: Sandbox | None) -> Path | None:
+    """Where work on ``resource`` happens: its sandbox copy when the plan runs in one
+    (until Apply), else the resource itself when it names an existing directory."""
+    if sandbox and resource in sandbox:
+        return sandbox[resource]
+    return Path(resource) if os.path.isdir(resource) else None
+
+
+def workdir_of(plan: Document, sandbox: Sandbox | None = None) -> Path | None:
+    """The first of the plan's resources that is a directory (or has a sandbox copy)."""
     for resource in plan["resources"]:
-        if os.path.isdir(resource):
-            return Path(resource)
+        found = directory_of(resource, sandbox)
+        if found is not None:
+            return found
     return None
 
 
@@ -117,6 +129,7 @@ def call_tool(
     step: str | None = None,
     output_schema: Any = None,
     recorded_output: bytes | str | Any | None = None,
+    sandbox: Sandbox | None = None,
     actor: str = "agent",
 ) -> CallReport:
     """Input gate, run (or take the recorded output), output gate; all recorded."""
@@ -145,7 +158,7 @@ def call_tool(
         except ArgvError as exc:
             raise CommandRefused(f"cannot build the command line of {tool!r}: {exc}") from None
         timeout = spec["timeout_ms"] / 1000 if spec.get("timeout_ms") else DEFAULT_TIMEOUT_S
-        result = run_command(argv, cwd=workdir_of(plan[0]) if plan else None,
+        result = run_command(argv, cwd=workdir_of(plan[0], sandbox) if plan else None,
                              timeout_s=timeout)
         if result.missing_program is not None:
             report.halt = record_halt(
@@ -231,14 +244,17 @@ def resolve_for_plan(plane: Plane, plan: Document) -> list[ResolvedAttachment]:
 
 
 def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
-                  max_workers: int = MAX_PARALLEL) -> ValidationReport:
+                  max_workers: int = MAX_PARALLEL,
+                  sandbox: Sandbox | None = None) -> ValidationReport:
     """Run the validations that apply to the plan and classify the outcome."""
     plane.projections.catch_up()
     found = plane.projections.document("plans", plan_id)
     plan = _execute_plan(StreamState(f"plan:{plan_id}", found[0] if found else {},
                                      found[1] if found else 0), plan_id)
     resolved = resolve_for_plan(plane, plan)
-    digests = {r: tree_digest(Path(r)) for r in plan["resources"] if os.path.isdir(r)}
+    directories = {r: d for r in plan["resources"]
+                   if (d := directory_of(r, sandbox)) is not None}
+    digests = {r: tree_digest(d) for r, d in directories.items()}
     run_id = str(ULID())
     attempt = plan["attempt"]
 
@@ -250,9 +266,10 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
 
     # Durable before anything runs: the resolved set is what the run will be judged on.
     plane.run(f"plan:{plan_id}", start, actor=actor)
-    guards = {r: TreeGuard(Path(r)) for r in digests}
+    guards = {r: TreeGuard(d) for r, d in directories.items()}
     try:
-        runs = run_parallel([_job(plane, r) for r in resolved], max_workers=max_workers)
+        runs = run_parallel([_job(plane, r, directories.get(r.resource)) for r in resolved],
+                        max_workers=max_workers)
     finally:
         reached = {r: guard.restore_if_changed() for r, guard in guards.items()}
     for i, attachment in enumerate(resolved):
@@ -315,7 +332,8 @@ def results_digest(results: list[ValidationResultRecorded]) -> str:
          for r in results), key=lambda row: row[0])))
 
 
-def _job(plane: Plane, attachment: ResolvedAttachment) -> Callable[[], ValidationRun]:
+def _job(plane: Plane, attachment: ResolvedAttachment,
+         workdir: Path | None) -> Callable[[], ValidationRun]:
     validation = plane.projections.document("tools", attachment.validation)
     spec = validation[0]["spec"] if validation else {}
     wrapped = None
@@ -324,8 +342,6 @@ def _job(plane: Plane, attachment: ResolvedAttachment) -> Callable[[], Validatio
         if tool is not None:
             versions = tool[0]["versions"]
             wrapped = versions.get(str(spec.get("wraps_version")), tool[0]["spec"])
-    workdir = Path(attachment.resource) if os.path.isdir(attachment.resource) else None
-
     def job() -> ValidationRun:
         return run_validation(spec, attachment.args, attachment.resource, workdir=workdir,
                               wrapped_tool=wrapped)

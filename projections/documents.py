@@ -24,6 +24,7 @@ from ledger.events import (
     AttachmentCreated,
     AttachmentDetached,
     AttemptFailed,
+    CompensationCompleted,
     CompensationRequested,
     DecisionRecorded,
     Escalated,
@@ -45,6 +46,8 @@ from ledger.events import (
     ValidationRunCompleted,
     ValidationRunStarted,
 )
+
+from .reviews import fold_review
 
 Document = dict[str, Any]
 Fold = Callable[[Document, EventPayload], Document]
@@ -184,6 +187,9 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
         return {**doc, "tool_calls": doc["tool_calls"] + 1, "token": _superseded(doc["token"])}
     if isinstance(payload, CompensationRequested):
         return {**doc, "compensation": {"status": "requested", "reason": payload.reason}}
+    if isinstance(payload, CompensationCompleted):
+        status = "completed" if payload.succeeded else "failed"
+        return {**doc, "compensation": {**doc["compensation"], "status": status}}
     if isinstance(payload, PlanHalted):
         halt = {"halt_type": payload.halt_type, "raw_halt_type": payload.raw_halt_type,
                 "reason": payload.reason, "hint": payload.hint, "terminal": payload.terminal}
@@ -219,6 +225,7 @@ FOLDS: dict[str, Fold] = {
     "skill": fold_skill,
     "attachment": fold_attachment,
     "plan": fold_plan,
+    "review": fold_review,
 }
 
 

@@ -48,7 +48,7 @@ ATTACHMENTS = Projection(
 
 PLANS = Projection(
     name="plans",
-    version=4,  # 2: iteration, steps, gates, halt; 3: runs, calls; 4: decisions, tokens
+    version=5,  # 2: gates, halt; 3: runs, calls; 4: decisions, tokens; 5: compensation done
     kind="plan",
     columns=(
         Column("project", sa.Text, lambda d: d.get("project"), index=True),

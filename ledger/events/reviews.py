@@ -34,10 +34,11 @@ class ReviewCandidateSubmitted(EventPayload, tag="review.candidate_submitted", k
     """A reviewer's candidate report; an invalid one becomes that reviewer's limitation."""
 
     STREAM = "review:{task_id}"
-    DELTA = "appends the candidate under /candidates/<label>"
+    DELTA = "adds the candidate under /candidates/<label>"
 
     task_id: str
     label: str  # anonymised: A, B, C ... in submission order
+    reviewer: str  # who submitted (kept for audit; reports and evaluators see the label)
     valid: bool
     findings: list[Finding] = []
     verified: list[str] = []
@@ -46,10 +47,11 @@ class ReviewCandidateSubmitted(EventPayload, tag="review.candidate_submitted", k
 
 
 class ReviewAccountingRejected(EventPayload, tag="review.accounting_rejected", kw_only=True):
-    """An evaluator accounting broke the rules; every violation is listed."""
+    """An evaluator accounting broke the rules; every violation is listed (with its
+    RFC 6901 pointer into the accounting). One repair attempt follows the first."""
 
     STREAM = "review:{task_id}"
-    DELTA = "increments /accounting_attempts"
+    DELTA = "increments /accounting_attempts, sets /rejections/<n> and status repair"
 
     task_id: str
     attempt: int
@@ -60,7 +62,7 @@ class ReviewAccounted(EventPayload, tag="review.accounted", kw_only=True):
     """The evaluator's accounting was accepted: each source finding exactly once."""
 
     STREAM = "review:{task_id}"
-    DELTA = "sets /accounting and status accounted"
+    DELTA = "sets /accounting, /accounting_attempts and status accounted"
 
     task_id: str
     attempt: int
@@ -71,17 +73,20 @@ class ReviewReportCommitted(EventPayload, tag="review.report_committed", kw_only
     """The deterministic report was rendered and committed with its SHA-256."""
 
     STREAM = "review:{task_id}"
-    DELTA = "sets /report_sha256 and status completed"
+    DELTA = "sets /report (sha256, size, counts) and status completed"
 
     task_id: str
     report_sha256: str  # also the blob digest of the report bytes
+    report_size: int
+    findings: int  # merged findings in the report
+    exclusions: int
 
 
 class ReviewFailed(EventPayload, tag="review.failed", kw_only=True):
     """The review failed (e.g. the accounting repair attempt failed too)."""
 
     STREAM = "review:{task_id}"
-    DELTA = "replaces /status with failed"
+    DELTA = "sets /failure and status failed"
 
     task_id: str
     reason: str

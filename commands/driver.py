@@ -1,0 +1,289 @@
+"""``evidence run``: drive a whole plan from a plan file, with real programs.
+
+Registers what the file declares (idempotently), creates the plan, copies each directory
+resource into a **sandbox** and drives Strategize -> Execute (every step through both
+gates, the tool run in the sandbox) -> validations (in the sandbox) -> the failure loop
+with the file's fixes and strategy revisions -> pass -> token -> **Apply**, which copies
+the sandbox back onto the resource only with a valid token. On an escalation it stops;
+``resume`` continues after the human decision. The run's own bookkeeping (plan file,
+sandbox paths) is a small ``run.json`` in the work directory; the plan's state always
+comes from the ledger.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from hashlib import sha256
+from pathlib import Path
+from typing import Any
+
+from ledger.canonical import canonical_json
+from ledger.events import CompensationCompleted
+from ledger.verify import verify_store
+from projections.documents import Document
+
+from .attachments import attach
+from .lifecycle import apply_plan, record_fix
+from .phases import enter_execute, record_strategy
+from .plane import CommandRefused, Plane, StreamState
+from .planfile import PlanFile, load_plan_file
+from .plans import create_plan, get_plan
+from .registry import define_skill, register_tool, register_validation
+from .runs import call_tool, validate_plan
+
+Say = Callable[[str, str], None]  # (stage, message)
+
+
+@dataclass
+class RunSummary:
+    plan_id: str
+    outcome: str | None
+    state: str  # applied | escalated | halted | compensated | failed
+    token: str | None = None
+    decision_id: str | None = None
+    halt: dict[str, Any] | None = None
+    positions: list[int] = field(default_factory=list)
+    verify_ok: bool = False
+    tree_head: str = ""
+    ledger: str = ""
+    changed_paths: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _quiet(_stage: str, _message: str) -> None:
+    pass
+
+
+def run_plan_file(plane: Plane, path: Path, *, workdir: Path | None = None,
+                  plan_id: str | None = None, say: Say = _quiet) -> RunSummary:
+    path = path.resolve()
+    pf = load_plan_file(path)
+    plan_id = plan_id or pf.plan.id
+    base = path.parent
+    resources = [_resource(r, base) for r in pf.plan.resources]
+    plane.projections.catch_up()
+    if plane.projections.document("plans", plan_id) is not None:
+        raise CommandRefused(f"plan {plan_id!r} already exists: continue it with "
+                             f"`evidence run --resume {plan_id}` or give --plan-id")
+    start = plane.store.head().size
+    _register(plane, pf, say)
+    create_plan(plane, plan_id, project=pf.plan.project, resources=resources,
+                config=pf.plan.global_config)
+    say("plan", f"{plan_id} created (project {pf.plan.project})")
+    for entry in pf.attachments:
+        _attach_once(plane, entry.validation, _resource(entry.resource, base), entry.scope,
+                     pf.plan.project, plan_id, entry.args, say)
+    run_dir = (workdir or Path.cwd() / ".evidence-runs").resolve() / plan_id
+    sandbox = _make_sandbox(resources, run_dir / "sandbox")
+    (run_dir / "run.json").write_text(json.dumps(
+        {"plan_file": str(path), "sandbox": {r: str(p) for r, p in sandbox.items()}}))
+    return _drive(plane, pf, plan_id, sandbox, start, say)
+
+
+def resume(plane: Plane, plan_id: str, *, workdir: Path | None = None,
+           say: Say = _quiet) -> RunSummary:
+    run_dir = (workdir or Path.cwd() / ".evidence-runs").resolve() / plan_id
+    try:
+        state = json.loads((run_dir / "run.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        raise CommandRefused(f"no run of plan {plan_id!r} under {run_dir.parent} "
+                             "(give the same --workdir as the run)") from None
+    pf = load_plan_file(Path(state["plan_file"]))
+    sandbox = {r: Path(p) for r, p in state["sandbox"].items()}
+    return _drive(plane, pf, plan_id, sandbox, plane.store.head().size, say)
+
+
+def _resource(value: str, base: Path) -> str:
+    """A resource naming a path relative to the plan file becomes that absolute path."""
+    candidate = (base / value).resolve()
+    return str(candidate) if candidate.exists() else value
+
+
+def _register(plane: Plane, pf: PlanFile, say: Say) -> None:
+    for spec in pf.tools:
+        done = register_tool(plane, spec)
+        say("register", f"tool {done.name} v{done.version}"
+                        + ("" if done.changed else " (unchanged)"))
+    for spec in pf.validations:
+        done = register_validation(plane, spec)
+        say("register", f"validation {done.name} v{done.version}"
+                        + ("" if done.changed else " (unchanged)"))
+    for spec in pf.skills:
+        done = define_skill(plane, spec)
+        say("register", f"skill {done.name} v{done.version}")
+
+
+def _attach_once(plane: Plane, validation: str, resource: str, scope: str, project: str,
+                 plan_id: str, args: dict[str, Any], say: Say) -> None:
+    """Attach unless an identical attachment is already in force (running a file twice
+    must not duplicate them)."""
+    digest = sha256(canonical_json(args)).hexdigest()
+    wanted = {"validation": validation, "resource": resource, "scope": scope,
+              "project": project if scope == "project" else None,
+              "plan": plan_id if scope == "plan" else None, "args_sha256": digest}
+    for doc in plane.projections.documents("attachments", lambda t: t.c.resource == resource):
+        if doc["status"] == "attached" and all(doc[k] == v for k, v in wanted.items()):
+            say("attach", f"{validation} on {resource} ({scope}) already attached")
+            return
+    attach(plane, validation, resource=resource, args=args,
+           project=wanted["project"], plan=wanted["plan"])
+    say("attach", f"{validation} on {resource} ({scope})")
+
+
+def _make_sandbox(resources: list[str], root: Path) -> dict[str, Path]:
+    sandbox: dict[str, Path] = {}
+    for i, resource in enumerate(resources):
+        if os.path.isdir(resource):
+            target = root / f"{i}-{Path(resource).name}"
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(resource, target, symlinks=True)
+            sandbox[resource] = target
+    return sandbox
+
+
+def _drive(plane: Plane, pf: PlanFile, plan_id: str, sandbox: dict[str, Path], start: int,
+           say: Say) -> RunSummary:
+    strategies = pf.agent.strategies
+    while True:
+        doc = get_plan(plane, plan_id)
+        if doc["terminal"] is not None or doc["pending_decision"] is not None:
+            return _summary(plane, plan_id, doc, start)
+        if doc["phase"] == "strategize":
+            strategy = strategies[min(doc["revision"], len(strategies) - 1)]
+            record_strategy(plane, plan_id, strategy.strategy)
+            doc = enter_execute(plane, plan_id)
+            say("strategize", f"revision {doc['revision']}: {strategy.strategy}")
+        strategy = strategies[min(doc["revision"], len(strategies) - 1)]
+        attempt = strategy.attempts[min(doc["retries_used"], len(strategy.attempts) - 1)]
+        say("execute", f"attempt {doc['attempt']}")
+        for step in attempt.steps:
+            if not _run_step(plane, pf, plan_id, step, sandbox, say):
+                return _summary(plane, plan_id, get_plan(plane, plan_id), start)
+        report = validate_plan(plane, plan_id, sandbox=sandbox)
+        for r in report.results:
+            verdict = ("pass" if r.verdict else "FAIL") if r.verdict is not None \
+                else f"no verdict ({r.cause})"
+            say("validate", f"{r.validation} [{r.mode}]: {verdict}"
+                            + (f" — {r.message}" if r.message else ""))
+        say("outcome", report.outcome)
+        if report.outcome == "pass":
+            return _apply(plane, plan_id, report.token or "", sandbox, start, say)
+        if report.outcome != "blocker":
+            return _summary(plane, plan_id, get_plan(plane, plan_id), start)
+        doc = get_plan(plane, plan_id)
+        if doc["phase"] == "execute" and doc["pending_decision"] is None and attempt.fix:
+            _apply_fix(plane, plan_id, attempt.fix.note, attempt.fix.files, doc, sandbox)
+            say("fix", attempt.fix.note)
+
+
+def _run_step(plane: Plane, pf: PlanFile, plan_id: str, step: Any,
+              sandbox: dict[str, Path], say: Say) -> bool:
+    """One step through both gates; the critique loop re-proposes it until it passes or
+    the plane halts the plan. False when the plan cannot go on."""
+    while True:
+        report = call_tool(plane, plan_id, step.tool, step.params, step=step.step,
+                           output_schema=step.output, sandbox=sandbox)
+        if report.ok:
+            say("step", f"{step.step}: {step.tool} passed both gates")
+            return True
+        gate = report.input_gate if not report.input_gate.passed else report.output_gate
+        if report.halt is not None or gate is None:
+            say("halt", report.halt.reason if report.halt else "the call could not run")
+            return False
+        say("step", f"{step.step}: {gate.check.gate} gate failed "
+                    f"({len(gate.check.deviations)} deviation(s)), routed {gate.routed}")
+        if gate.routed == "compensation":
+            _compensate(plane, plan_id, pf.agent.compensation, sandbox, say)
+            return False
+        if gate.routed == "halted":
+            return False
+
+
+def _apply_fix(plane: Plane, plan_id: str, note: str, files: dict[str, str], doc: Document,
+               sandbox: dict[str, Path]) -> None:
+    root = next((sandbox[r] for r in doc["resources"] if r in sandbox), None)
+    diff = []
+    for relative, content in sorted(files.items()):
+        if root is None:
+            raise CommandRefused("a fix with files needs a directory resource")
+        target = (root / relative).resolve()
+        if root.resolve() not in target.parents:
+            raise CommandRefused(f"fix path {relative!r} leaves the resource")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        diff.append(f"--- {relative}\n{content}")
+    record_fix(plane, plan_id, note, diff="\n".join(diff).encode() if diff else None)
+
+
+def _compensate(plane: Plane, plan_id: str, commands: list[list[str]],
+                sandbox: dict[str, Path], say: Say) -> None:
+    cwd = next(iter(sandbox.values()), None)
+    codes, output = [], b""
+    for argv in commands:
+        try:
+            done = subprocess.run(argv, cwd=cwd, capture_output=True, timeout=120, check=False)
+            codes.append(done.returncode)
+            output += done.stdout + done.stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            codes.append(-1)
+            output += f"{argv[0]}: {exc}\n".encode()
+        say("compensate", f"{' '.join(argv)} -> exit {codes[-1]}")
+
+    def decide(state: StreamState) -> list[CompensationCompleted]:
+        if (state.doc.get("compensation") or {}).get("status") != "requested":
+            raise CommandRefused(f"plan {plan_id} has no compensation requested")
+        return [CompensationCompleted(plan_id=plan_id, succeeded=all(c == 0 for c in codes),
+                                      exit_codes=codes, output_sha256=sha256(output).hexdigest())]
+
+    plane.run(f"plan:{plan_id}", decide, blobs=[output])
+
+
+def _apply(plane: Plane, plan_id: str, token: str, sandbox: dict[str, Path], start: int,
+           say: Say) -> RunSummary:
+    changed = sorted(p for resource, copy in sandbox.items()
+                     for p in _changed_files(Path(resource), copy))
+    apply_plan(plane, plan_id, token, changed_paths=changed)
+    for resource, copy in sandbox.items():  # only now, with the token consumed
+        _copy_back(copy, Path(resource))
+    say("apply", f"{len(changed)} file(s) changed: {', '.join(changed) or '-'}")
+    summary = _summary(plane, plan_id, get_plan(plane, plan_id), start)
+    summary.token, summary.changed_paths = token, changed
+    return summary
+
+
+def _changed_files(original: Path, copy: Path) -> list[str]:
+    changed = []
+    for root, _dirs, files in os.walk(copy):
+        for name in files:
+            path = Path(root) / name
+            relative = path.relative_to(copy)
+            target = original / relative
+            if not target.exists() or not filecmp.cmp(path, target, shallow=False):
+                changed.append(str(Path(original.name) / relative))
+    return changed
+
+
+def _copy_back(copy: Path, original: Path) -> None:
+    shutil.copytree(copy, original, symlinks=True, dirs_exist_ok=True)
+
+
+def _summary(plane: Plane, plan_id: str, doc: Document, start: int) -> RunSummary:
+    state = ("applied" if doc["terminal"] == "applied"
+             else "escalated" if doc["pending_decision"]
+             else "compensated" if doc["compensation"]
+             else "failed" if doc["terminal"] == "failed" else "halted")
+    report = verify_store(plane.store)
+    return RunSummary(
+        plan_id=plan_id, outcome=doc["last_outcome"], state=state,
+        decision_id=(doc["pending_decision"] or {}).get("decision_id"), halt=doc["halt"],
+        positions=[start + 1, report.size], verify_ok=report.ok,
+        tree_head=f"{report.size}:{report.root}", ledger=plane.store.url)
