@@ -17,14 +17,17 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ledger.canonical import canonical_json
-from ledger.events import CompensationCompleted
+from ledger.events import CompensationCompleted, ToolRegistered, ValidationRegistered
 from ledger.verify import verify_store
 from projections.documents import Document
 
@@ -73,14 +76,9 @@ def run_plan_file(plane: Plane, path: Path, *, workdir: Path | None = None,
     if plane.projections.document("plans", plan_id) is not None:
         raise CommandRefused(f"plan {plan_id!r} already exists: continue it with "
                              f"`evidence run --resume {plan_id}` or give --plan-id")
+    _preflight(plane, pf, plan_id, resources, base)
     start = plane.store.head().size
-    _register(plane, pf, say)
-    create_plan(plane, plan_id, project=pf.plan.project, resources=resources,
-                config=pf.plan.global_config)
-    say("plan", f"{plan_id} created (project {pf.plan.project})")
-    for entry in pf.attachments:
-        _attach_once(plane, entry.validation, _resource(entry.resource, base), entry.scope,
-                     pf.plan.project, plan_id, entry.args, say)
+    _declare(plane, pf, plan_id, resources, base, say)
     run_dir = (workdir or Path.cwd() / ".evidence-runs").resolve() / plan_id
     sandbox = _make_sandbox(resources, run_dir / "sandbox")
     (run_dir / "run.json").write_text(json.dumps(
@@ -105,6 +103,32 @@ def _resource(value: str, base: Path) -> str:
     """A resource naming a path relative to the plan file becomes that absolute path."""
     candidate = (base / value).resolve()
     return str(candidate) if candidate.exists() else value
+
+
+def _declare(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], base: Path,
+             say: Say) -> None:
+    """Registrations, the plan and its attachments, as the file declares them."""
+    _register(plane, pf, say)
+    create_plan(plane, plan_id, project=pf.plan.project, resources=resources,
+                config=pf.plan.global_config)
+    say("plan", f"{plan_id} created (project {pf.plan.project})")
+    for entry in pf.attachments:
+        _attach_once(plane, entry.validation, _resource(entry.resource, base), entry.scope,
+                     pf.plan.project, plan_id, entry.args, say)
+
+
+def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str],
+               base: Path) -> None:
+    """Declare everything first in a scratch ledger seeded with this ledger's registry:
+    a mistake anywhere in the file is refused before the real ledger sees any of it."""
+    with tempfile.TemporaryDirectory(prefix="evidence-preflight-") as tmp, \
+            Plane.open(f"sqlite:///{Path(tmp) / 'preflight.db'}") as scratch:
+        for doc in plane.projections.documents("tools"):
+            kind = ValidationRegistered if doc["kind"] == "validation" else ToolRegistered
+            payload = msgspec.convert({**doc["spec"], "name": doc["name"],
+                                       "version": doc["version"]}, kind)
+            scratch.append(scratch.state(f"tool:{doc['name']}"), [payload])
+        _declare(scratch, pf, plan_id, resources, base, _quiet)
 
 
 def _register(plane: Plane, pf: PlanFile, say: Say) -> None:

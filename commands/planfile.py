@@ -96,7 +96,8 @@ def load_plan_file(path: Path) -> PlanFile:
     try:
         return PlanFile.model_validate(raw)
     except ValidationError as exc:
-        error = exc.errors()[0]
+        # An unknown key usually explains a "missing" one (a typo): name it first.
+        error = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         where = ".".join(str(part) for part in error["loc"])
         line = _yaml_line(text, error["loc"]) if is_yaml else None
         at = f" (line {line})" if line else ""

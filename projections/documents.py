@@ -137,7 +137,8 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
         return {**doc, "strategy": payload.strategy, "revision": payload.revision,
                 "guidance": payload.guidance}
     if isinstance(payload, ExecuteEntered):
-        return {**doc, "phase": "execute", "attempt": doc["attempt"] + 1, "iteration": 1,
+        # The first Execute starts attempt 1; a failed attempt already moved to the next.
+        return {**doc, "phase": "execute", "attempt": max(doc["attempt"], 1), "iteration": 1,
                 "retries_used": 0}
     if isinstance(payload, GateChecked):
         changed = {"gate_checks": doc["gate_checks"] + 1,

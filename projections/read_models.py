@@ -48,7 +48,7 @@ ATTACHMENTS = Projection(
 
 PLANS = Projection(
     name="plans",
-    version=5,  # 2: gates, halt; 3: runs, calls; 4: decisions, tokens; 5: compensation done
+    version=6,  # 2: gates; 3: runs; 4: decisions, tokens; 5: compensation; 6: attempts
     kind="plan",
     columns=(
         Column("project", sa.Text, lambda d: d.get("project"), index=True),

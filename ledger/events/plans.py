@@ -51,8 +51,8 @@ class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True):
     retry budget."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = ("replaces /phase with execute, increments /attempt, sets /iteration to 1 and "
-             "/retries_used to 0")
+    DELTA = ("replaces /phase with execute, sets /attempt to at least 1, /iteration to 1 "
+             "and /retries_used to 0")
 
     plan_id: str
     revision: int
