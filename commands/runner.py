@@ -180,8 +180,11 @@ def run_command(argv: list[str], *, cwd: Path | None, timeout_s: float | None,
     """Run ``argv`` (no shell) in its own process group; never raises for the program's
     sake. On timeout the whole group is killed and ``timed_out`` is set; a program that
     cannot be found or executed gives ``missing_program=argv[0]``. ``env`` (default: this
-    process's environment) replaces the environment."""
+    process's environment) replaces the environment. A bare ``python`` or ``python3`` is
+    the interpreter running the plane, so plan files work in any virtualenv."""
     argv = list(argv)
+    if argv[:1] in (["python"], ["python3"]):
+        argv[0] = sys.executable
     started, clock = _now(), time.monotonic()
 
     def result(**fields: Any) -> RunResult:

@@ -124,3 +124,12 @@ def test_plan_file_mistakes_append_nothing(sqlite_url: str, copy, edit, fragment
                 if not e.stream.startswith(("tool:", "attachment:"))] == []
         if "writes" not in fragment:
             assert store.head().size == 0
+
+
+def test_demo(tmp_path: Path) -> None:
+    """The README's first command: the demo reaches a verified pass on SQLite."""
+    result = run_cli("demo", "--keep", str(tmp_path / "demo"), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "plan green-after-fix: applied (outcome pass)" in result.stdout
+    assert "verify: ok" in result.stdout and "plan history:" in result.stdout
+    assert (tmp_path / "demo" / "demo.db").exists()
