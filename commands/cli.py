@@ -23,6 +23,7 @@ from . import (
     cli_plans,
     cli_projections,
     cli_registry,
+    cli_reviews,
     cli_runs,
 )
 from .common import DB_HELP, EXIT_REFUSED
@@ -59,6 +60,7 @@ cli.add_command(cli_lifecycle.authorize_)
 cli.add_command(cli_lifecycle.apply_)
 cli.add_command(cli_driver.run)
 cli.add_command(cli_driver.demo)
+cli.add_command(cli_reviews.review)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
