@@ -16,6 +16,7 @@ import ledger
 
 from . import (
     cli_attachments,
+    cli_audit,
     cli_driver,
     cli_gates,
     cli_lifecycle,
@@ -61,6 +62,10 @@ cli.add_command(cli_lifecycle.apply_)
 cli.add_command(cli_driver.run)
 cli.add_command(cli_driver.demo)
 cli.add_command(cli_reviews.review)
+cli.add_command(cli_audit.replay)
+cli.add_command(cli_audit.audit)
+cli.add_command(cli_audit.checkpoint)
+cli.add_command(cli_audit.prove)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 import msgspec
 
 from ledger.signing import load_or_create_plane_key, plane_key_path
 from ledger.verify import parse_tree_head, verify_store
 
+from .cli_audit import verify_checkpoint_command
 from .common import (
     EXIT_VERDICT,
     console,
@@ -96,10 +99,23 @@ def events(
 @click.command()
 @click.option("--against", metavar="SIZE:ROOT_HEX",
               help="An earlier tree head you kept: prove the log still extends it.")
+@click.option("--checkpoint", "checkpoint_file",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="A signed checkpoint you kept: check its signature and that the log "
+                   "extends it.")
+@click.option("--public-key", "public_key_file",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="The checkpoint signer's public key (default: the plane key).")
 @db_option
 @json_option
-def verify(against: str | None, as_json: bool) -> None:
+def verify(against: str | None, checkpoint_file: Path | None, public_key_file: Path | None,
+           as_json: bool) -> None:
     """Recompute every leaf, the hash chain and the Merkle root from the stored bytes."""
+    if checkpoint_file is not None:
+        if against:
+            fail("give --against or --checkpoint, not both")
+        verify_checkpoint_command(checkpoint_file, public_key_file, as_json)
+        return
     try:
         kept = parse_tree_head(against) if against else None
     except ValueError as exc:

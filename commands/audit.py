@@ -1,0 +1,549 @@
+"""The auditor's handlers: replay a plan, and audit the log's invariants.
+
+Both read the log only (a ``Store``; no read model is trusted): replay folds one plan's
+stream with ``projections.documents.fold``; the audit walks the whole log once in
+position order, keeping the folded documents of every stream, and checks at each event
+what must hold there. Every violation names its position, the invariant and what was
+expected; nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import jsonpatch
+import msgspec
+
+from ledger import RecordedEvent, Store
+from ledger.checker import check
+from ledger.events import (
+    DecisionRecorded,
+    Escalated,
+    FixRecorded,
+    GateChecked,
+    PlanApplied,
+    PlanHalted,
+    TokenConsumed,
+    TokenMinted,
+    ToolCalled,
+    ValidationRegistered,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    ValidationRunStarted,
+)
+from projections.documents import Document, fold, stream_kind
+from projections.outcomes import RULES_VERSION, canonical_halt, classify
+from projections.resolution import resolve
+
+from .history import summarize
+from .plane import CommandRefused
+from .registry import TransformError, apply_transform
+from .runs import results_digest
+
+__all__ = [
+    "INVARIANTS",
+    "AuditReport",
+    "ReplayStep",
+    "Violation",
+    "audit",
+    "plan_state",
+    "replay_plan",
+]
+
+# The invariant names a violation can carry (docs/auditing.md explains each).
+INVARIANTS = (
+    "INV1",  # a token only from a complete, passing, un-invalidated run
+    "INV3",  # decisions only on escalations; no token after a blocker without a pass
+    "ordering",  # escalate -> decision -> re-validation -> token; Apply; tokens once
+    "gate_rederivation",  # gate check re-run on recorded bytes gives the recorded verdict
+    "transform_rederivation",  # wrapped transform re-run on the raw output
+    "outcome_drift",  # classification with the current rules differs from the recorded
+    "delta_fold",  # a stream rebuilt from its deltas differs from its fold
+    "read_only",  # a registered validation that is not read-only
+    "gate_routing",  # a failed gate check not routed as the plan's strict_mode says
+)
+
+
+# ------------------------------------------------------------------------------ replay
+
+
+class ReplayStep(msgspec.Struct, kw_only=True):
+    """The plan's state right after one of its events."""
+
+    position: int
+    stream_version: int
+    recorded_at: str
+    actor: str
+    type: str
+    summary: str
+    phase: str | None
+    revision: int | None
+    attempt: int | None
+    retries_left: int | None
+    outcome: str | None
+    token: dict[str, Any] | None
+    terminal: str | None
+    document: Document  # the whole folded plan document
+
+
+def plan_state(doc: Document) -> dict[str, Any]:
+    """The replay columns of a folded plan document."""
+    if not doc:
+        return {"phase": None, "revision": None, "attempt": None, "retries_left": None,
+                "outcome": None, "token": None, "terminal": None}
+    limit = doc["global_config"].get("retry_limit", 0)
+    token = doc.get("token")
+    return {
+        "phase": doc["phase"],
+        "revision": doc["revision"],
+        "attempt": doc["attempt"],
+        "retries_left": max(0, limit - doc["retries_used"]),
+        "outcome": doc["last_outcome"],
+        "token": {"token_id": token["token_id"], "status": token["status"]} if token else None,
+        "terminal": doc["terminal"],
+    }
+
+
+def replay_plan(store: Store, plan_id: str, as_of: int | None = None) -> list[ReplayStep]:
+    """Fold plan ``plan_id``'s stream event by event (up to position ``as_of``)."""
+    if as_of is not None and as_of < 1:
+        raise CommandRefused(f"--as-of {as_of}: positions start at 1")
+    stream = f"plan:{plan_id}"
+    events = store.read_stream(stream, as_of=as_of)
+    if not events:
+        where = f" as of position {as_of}" if as_of is not None else ""
+        raise CommandRefused(f"unknown plan {plan_id!r}{where}")
+    doc: Document = {}
+    steps = []
+    for event in events:
+        doc = fold(stream, doc, event.payload)
+        steps.append(ReplayStep(
+            position=event.position, stream_version=event.stream_version,
+            recorded_at=event.recorded_at, actor=event.actor, type=event.type,
+            summary=summarize(event.payload), document=doc, **plan_state(doc)))
+    return steps
+
+
+# ------------------------------------------------------------------------------- audit
+
+
+class Violation(msgspec.Struct, kw_only=True):
+    position: int | None
+    plan_id: str | None
+    invariant: str
+    expected: str
+    found: str
+
+
+class AuditReport(msgspec.Struct, kw_only=True):
+    ok: bool
+    size: int  # the log was audited up to this position
+    plans: list[str]
+    checked: dict[str, int]  # how many times each check ran
+    violations: list[Violation]
+
+
+class _Run:
+    __slots__ = ("attempt", "completed", "invalidated_at", "position", "resolved",
+                 "results", "run_id")
+
+    def __init__(self, payload: ValidationRunStarted, position: int) -> None:
+        self.run_id = payload.run_id
+        self.attempt = payload.attempt
+        self.resolved = list(payload.resolved)
+        self.position = position
+        self.results: list[ValidationResultRecorded] = []
+        self.completed: ValidationRunCompleted | None = None
+        self.invalidated_at: int | None = None  # the first event after it that supersedes
+
+
+class _PlanWalk:
+    """What the audit remembers about one plan while walking its events."""
+
+    def __init__(self) -> None:
+        self.doc: Document = {}
+        self.runs: dict[str, _Run] = {}
+        self.last_run: _Run | None = None
+        self.last_completed: _Run | None = None
+        self.escalations: dict[str, int] = {}  # decision_id -> position
+        self.escalation_halt: dict[str, str] = {}  # decision_id -> canonical halt after it
+        self.pending_escalation: str | None = None
+        self.decided: dict[str, tuple[int, str]] = {}  # decision_id -> (position, choice)
+        self.last_escalation: str | None = None
+        self.minted: dict[str, int] = {}
+        self.consumed: dict[str, int] = {}
+        self.apply_at: int | None = None  # Apply began (the token consumed)
+        # A failed gate check whose routing is being collected: (position, event id,
+        # expected event types, the types seen so far caused by it).
+        self.routing: tuple[int, str, list[str], list[str]] | None = None
+
+
+def audit(store: Store, *, plan: str | None = None, max_violations: int = 1000) -> AuditReport:
+    """Check every invariant over the log up to its current head (one plan's events only
+    with ``plan``; the attachment and tool streams are always folded, as resolution
+    needs them)."""
+    size = store.head().size
+    if plan is not None and not store.read_stream(f"plan:{plan}", as_of=size):
+        raise CommandRefused(f"unknown plan {plan!r}")
+    auditor = _Auditor(store, plan, max_violations)
+    for event in store.read_all(to_position=size):
+        auditor.step(event)
+    auditor.finish()
+    return AuditReport(ok=not auditor.violations, size=size, plans=sorted(auditor.plans),
+                       checked=dict(sorted(auditor.checked.items())),
+                       violations=auditor.violations)
+
+
+class _Auditor:
+    def __init__(self, store: Store, plan: str | None, max_violations: int) -> None:
+        self.store = store
+        self.plan = plan
+        self.max = max_violations
+        self.violations: list[Violation] = []
+        self.checked: dict[str, int] = {}
+        self.docs: dict[str, Document] = {}  # stream -> folded document
+        self.rebuilt: dict[str, Any] = {}  # stream -> document rebuilt from deltas
+        self.broken: set[str] = set()  # streams whose deltas already diverged
+        self.plans: dict[str, _PlanWalk] = {}
+
+    def violation(self, position: int | None, plan_id: str | None, invariant: str,
+                  expected: str, found: str) -> None:
+        if len(self.violations) < self.max:
+            self.violations.append(Violation(position=position, plan_id=plan_id,
+                                             invariant=invariant, expected=expected,
+                                             found=found))
+
+    def count(self, name: str) -> None:
+        self.checked[name] = self.checked.get(name, 0) + 1
+
+    # -- the walk ---------------------------------------------------------------------
+
+    def step(self, event: RecordedEvent) -> None:
+        stream = event.stream
+        kind, _, key = stream.partition(":")
+        in_scope = kind != "plan" or self.plan is None or key == self.plan
+        before = self.docs.get(stream, {})
+        if isinstance(event.payload, ValidationRegistered) and in_scope:
+            self.check_read_only(event)
+        if kind == "plan" and in_scope:
+            walk = self.plans.setdefault(key, _PlanWalk())
+            self.plan_event(key, walk, event)  # sees the state before the event
+        after = fold(stream, before, event.payload)
+        self.docs[stream] = after
+        if in_scope:
+            self.check_delta(event, after)
+        if kind == "plan" and in_scope:
+            self.plans[key].doc = after
+
+    def finish(self) -> None:
+        for plan_id, walk in self.plans.items():
+            self.close_routing(plan_id, walk)
+
+    def check_read_only(self, event: RecordedEvent) -> None:
+        p = event.payload
+        self.count("read_only")
+        if p.writes or p.checkpointable or not p.read_only:
+            self.violation(event.position, None, "read_only",
+                           f"validation {p.name} v{p.version} is read-only (writes false, "
+                           "checkpointable false, read_only true)",
+                           f"writes {p.writes}, checkpointable {p.checkpointable}, "
+                           f"read_only {p.read_only}")
+
+    def check_delta(self, event: RecordedEvent, after: Document) -> None:
+        stream = event.stream
+        if stream in self.broken:
+            return
+        self.count("delta_fold")
+        try:
+            rebuilt = jsonpatch.apply_patch(self.rebuilt.get(stream, {}), event.delta,
+                                            in_place=False)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            self.broken.add(stream)
+            self.violation(event.position, _plan_of(stream), "delta_fold",
+                           f"the delta of {stream} v{event.stream_version} applies to the "
+                           "document rebuilt so far", f"it does not: {exc}")
+            return
+        self.rebuilt[stream] = rebuilt
+        if rebuilt != after:
+            self.broken.add(stream)
+            self.violation(event.position, _plan_of(stream), "delta_fold",
+                           f"{stream} rebuilt from its deltas equals its fold",
+                           f"they differ from stream version {event.stream_version} on")
+
+    # -- one plan event -----------------------------------------------------------------
+
+    def plan_event(self, plan_id: str, walk: _PlanWalk, event: RecordedEvent) -> None:
+        p = event.payload
+        pos = event.position
+        if walk.routing is not None:
+            if event.causation_id == walk.routing[1]:
+                walk.routing[3].append(event.type)
+            else:
+                self.close_routing(plan_id, walk)
+        validation = (ValidationRunStarted, ValidationResultRecorded, ValidationRunCompleted)
+        if isinstance(p, validation) and walk.apply_at is not None:
+            self.violation(pos, plan_id, "ordering", "no validation event inside Apply",
+                           f"{event.type} after Apply began at position {walk.apply_at}")
+        if isinstance(p, ValidationRunStarted):
+            if walk.last_run is not None and walk.last_run.invalidated_at is None:
+                walk.last_run.invalidated_at = pos
+            run = _Run(p, pos)
+            walk.runs[p.run_id] = run
+            walk.last_run = run
+        elif isinstance(p, ValidationResultRecorded):
+            run = walk.runs.get(p.run_id)
+            if run is None or run.completed is not None:
+                self.violation(pos, plan_id, "ordering",
+                               "a validation result inside its started, unfinished run",
+                               f"run {p.run_id} is {'unknown' if run is None else 'completed'}")
+            else:
+                run.results.append(p)
+            self.check_transform(plan_id, event, p, run)
+        elif isinstance(p, ValidationRunCompleted):
+            run = walk.runs.get(p.run_id)
+            if run is None:
+                self.violation(pos, plan_id, "ordering", "a completed run was started",
+                               f"run {p.run_id} never started")
+            else:
+                run.completed = p
+                walk.last_completed = run
+                self.check_outcome(plan_id, pos, run, p)
+        elif isinstance(p, FixRecorded | ToolCalled):
+            if walk.last_run is not None and walk.last_run.invalidated_at is None:
+                walk.last_run.invalidated_at = pos
+        elif isinstance(p, GateChecked):
+            self.check_gate(plan_id, pos, p)
+            self.open_routing(plan_id, walk, event, p)
+        elif isinstance(p, Escalated):
+            walk.escalations[p.decision_id] = pos
+            walk.pending_escalation = p.decision_id
+            walk.last_escalation = p.decision_id
+        elif isinstance(p, PlanHalted):
+            if walk.pending_escalation is not None and \
+                    walk.pending_escalation not in walk.escalation_halt:
+                walk.escalation_halt[walk.pending_escalation] = canonical_halt(p.raw_halt_type)
+        elif isinstance(p, DecisionRecorded):
+            self.check_decision(plan_id, pos, walk, p)
+        elif isinstance(p, TokenMinted):
+            self.check_token(plan_id, pos, walk, p)
+        elif isinstance(p, TokenConsumed):
+            self.count("tokens_once")
+            if p.token_id not in walk.minted:
+                self.violation(pos, plan_id, "ordering", "only a token minted for the plan "
+                               "is consumed", f"token {p.token_id} was never minted")
+            elif p.token_id in walk.consumed:
+                self.violation(pos, plan_id, "ordering", "a token is consumed once",
+                               f"token {p.token_id} was already consumed at position "
+                               f"{walk.consumed[p.token_id]}")
+            else:
+                token = walk.doc.get("token") or {}
+                if token.get("token_id") != p.token_id or token.get("status") != "minted":
+                    self.violation(pos, plan_id, "INV1", "the consumed token is the plan's "
+                                   "current, unsuperseded token",
+                                   f"token {p.token_id} is {token.get('status', 'not current')}")
+            walk.consumed.setdefault(p.token_id, pos)
+            walk.apply_at = walk.apply_at or pos
+        elif isinstance(p, PlanApplied):
+            if p.token_id not in walk.consumed:
+                self.violation(pos, plan_id, "ordering", "Apply follows the consumption of "
+                               "its token", f"token {p.token_id} was not consumed")
+            walk.apply_at = walk.apply_at or pos
+
+    # -- INV3 and the escalation order ------------------------------------------------
+
+    def check_decision(self, plan_id: str, pos: int, walk: _PlanWalk,
+                       p: DecisionRecorded) -> None:
+        self.count("INV3")
+        if p.decision_id not in walk.escalations:
+            self.violation(pos, plan_id, "INV3", "a decision follows an escalation",
+                           f"decision {p.decision_id} has no escalation before it")
+        elif p.decision_id in walk.decided:
+            self.violation(pos, plan_id, "INV3", "one decision per escalation",
+                           f"decision {p.decision_id} was already recorded at position "
+                           f"{walk.decided[p.decision_id][0]}")
+        else:
+            halt = walk.escalation_halt.get(p.decision_id, "escalate")
+            if halt != "escalate":
+                self.violation(pos, plan_id, "INV3", "no decision concerns a blocker",
+                               f"decision {p.decision_id} follows a halt classified {halt}")
+        walk.decided.setdefault(p.decision_id, (pos, p.choice))
+        if walk.pending_escalation == p.decision_id:
+            walk.pending_escalation = None
+
+    # -- INV1 -------------------------------------------------------------------------
+
+    def check_token(self, plan_id: str, pos: int, walk: _PlanWalk, p: TokenMinted) -> None:
+        self.count("INV1")
+        walk.minted.setdefault(p.token_id, pos)
+        run = walk.runs.get(p.run_id)
+        last = walk.last_completed
+        if run is None or run.completed is None:
+            self.violation(pos, plan_id, "INV1", "a token is minted from a completed run",
+                           f"run {p.run_id} {'never started' if run is None else 'is open'}")
+            return
+        if run is not last:
+            self.violation(pos, plan_id, "INV1", "a token is minted from the plan's latest run",
+                           f"run {p.run_id} is not the latest completed run")
+        if last is not None and last.completed is not None and \
+                last.completed.outcome == "blocker":
+            self.violation(pos, plan_id, "INV3", "no token after a blocker without a later "
+                           "passing run", f"the latest run {last.run_id} is a blocker")
+        elif run.completed.outcome != "pass":
+            self.violation(pos, plan_id, "INV1", "a token only from a passing run",
+                           f"run {p.run_id} completed with outcome {run.completed.outcome}")
+        if run.invalidated_at is not None:
+            self.violation(pos, plan_id, "INV1", "nothing invalidates the run before the "
+                           "token", f"position {run.invalidated_at} superseded run {p.run_id}")
+        doc = walk.doc
+        if p.attempt != run.attempt or p.attempt != doc.get("attempt"):
+            self.violation(pos, plan_id, "INV1", f"the token's attempt {p.attempt} is the "
+                           "run's and the plan's", f"run attempt {run.attempt}, plan attempt "
+                           f"{doc.get('attempt')}")
+        if p.results_digest != run.completed.results_digest:
+            self.violation(pos, plan_id, "INV1", "the token binds the run's results digest",
+                           f"{p.results_digest} != {run.completed.results_digest}")
+        if results_digest(run.results) != run.completed.results_digest:
+            self.violation(pos, plan_id, "INV1", "the run's results digest is the digest of "
+                           "its recorded results", "it is not")
+        passing = {r.attachment_id for r in run.results
+                   if r.verdict is True and r.cause is None}
+        recorded = {(r.attachment_id, r.validation_version) for r in run.resolved}
+        for r in run.resolved:
+            if r.mode == "required" and r.attachment_id not in passing:
+                self.violation(pos, plan_id, "INV1", f"required attachment {r.attachment_id} "
+                               f"({r.validation}) has a passing real result in run {p.run_id}",
+                               "it has none")
+        for r in self.resolve_now(doc):
+            if r.mode != "required":
+                continue
+            if (r.attachment_id, r.validation_version) not in recorded:
+                self.violation(pos, plan_id, "INV1", f"required attachment {r.attachment_id} "
+                               f"({r.validation} v{r.validation_version}), which applies at the "
+                               f"token, is in run {p.run_id}'s resolved set", "it is not")
+        # The escalation order: escalate -> decision -> re-validation -> token.
+        esc = walk.last_escalation
+        if esc is not None:
+            self.count("ordering")
+            decided = walk.decided.get(esc)
+            if decided is None or decided[1] != "revise":
+                self.violation(pos, plan_id, "ordering", f"escalation {esc} is decided "
+                               "(revise) before a token", "no such decision before the token")
+            elif run.position < decided[0]:
+                self.violation(pos, plan_id, "ordering", "the token's run started after the "
+                               f"decision at position {decided[0]}",
+                               f"run {p.run_id} started at position {run.position}")
+
+    def resolve_now(self, plan_doc: Document) -> list[Any]:
+        attachments = [d for s, d in self.docs.items() if stream_kind(s) == "attachment"]
+        tools = {d["name"]: d for s, d in self.docs.items()
+                 if stream_kind(s) == "tool" and d.get("kind") == "validation"}
+        seen: dict[str, Any] = {}
+        for resource in plan_doc.get("resources", []):
+            for row in resolve([a for a in attachments if a.get("resource") == resource], tools,
+                               resource=resource, project=plan_doc.get("project"),
+                               plan=plan_doc.get("plan_id")):
+                seen.setdefault(row.attachment_id, row)
+        return list(seen.values())
+
+    # -- re-derivation ----------------------------------------------------------------
+
+    def check_outcome(self, plan_id: str, pos: int, run: _Run,
+                      p: ValidationRunCompleted) -> None:
+        self.count("outcome")
+        outcome, _raw, _reason = classify(msgspec.to_builtins(r) for r in run.results)
+        if outcome != p.outcome:
+            self.violation(pos, plan_id, "outcome_drift",
+                           f"outcome {outcome} (rules v{RULES_VERSION})",
+                           f"recorded {p.outcome} (rules v{p.rules_version})")
+
+    def open_routing(self, plan_id: str, walk: _PlanWalk, event: RecordedEvent,
+                     p: GateChecked) -> None:
+        config = walk.doc.get("global_config", {})
+        strict = config.get("strict_mode")
+        if p.strict_mode != strict:
+            self.violation(event.position, plan_id, "gate_routing",
+                           f"the gate check records the plan's strict_mode {strict}",
+                           f"strict_mode {p.strict_mode}")
+        if p.verdict != "fail":
+            return
+        if p.strict_mode:
+            expected = ["plan.compensation_requested", "plan.halted"]
+        elif p.iteration < config.get("max_iterations", 0):
+            expected = ["plan.attempt_failed"]
+        else:
+            expected = ["plan.attempt_failed", "plan.halted"]
+        walk.routing = (event.position, event.event_id, expected, [])
+
+    def close_routing(self, plan_id: str, walk: _PlanWalk) -> None:
+        if walk.routing is None:
+            return
+        position, _event_id, expected, seen = walk.routing
+        walk.routing = None
+        self.count("gate_routing")
+        if seen != expected:
+            self.violation(position, plan_id, "gate_routing",
+                           f"the failed gate check is followed by {', '.join(expected)}",
+                           ", ".join(seen) or "nothing caused by it")
+
+    def check_gate(self, plan_id: str, pos: int, p: GateChecked) -> None:
+        if p.schema_sha256 is None:
+            return  # no declaration to check against (an invented tool, no output schema)
+        self.count("gate_rederivation")
+        schema_bytes = self.store.get_blob(p.schema_sha256)
+        checked = self.store.get_blob(p.checked_sha256) if p.checked_sha256 else None
+        if schema_bytes is None or checked is None:
+            missing = "schema" if schema_bytes is None else "checked bytes"
+            self.violation(pos, plan_id, "gate_rederivation",
+                           f"the gate's {missing} are in the blob store",
+                           f"blob {p.schema_sha256 if schema_bytes is None else p.checked_sha256}"
+                           " is missing")
+            return
+        schema = msgspec.json.decode(bytes(schema_bytes))
+        deviations = check(schema, bytes(checked), schema_sha256=p.schema_sha256)
+        verdict = "fail" if deviations else "pass"
+        if verdict != p.verdict or list(deviations) != list(p.deviations):
+            self.violation(pos, plan_id, "gate_rederivation",
+                           f"verdict {verdict} with {len(deviations)} deviation(s) "
+                           f"{_pointers(deviations)}",
+                           f"recorded {p.verdict} with {len(p.deviations)} deviation(s) "
+                           f"{_pointers(p.deviations)}")
+
+    def check_transform(self, plan_id: str, event: RecordedEvent,
+                        p: ValidationResultRecorded, run: _Run | None) -> None:
+        if run is None or p.raw_output_sha256 is None:
+            return
+        member = next((r for r in run.resolved if r.attachment_id == p.attachment_id), None)
+        tool = self.docs.get(f"tool:{p.validation}", {})
+        spec = tool.get("versions", {}).get(str(member.validation_version)) if member else None
+        if not spec or not spec.get("wraps") or not spec.get("transform"):
+            return
+        if p.verdict is None and p.cause != "malformed":
+            return  # it never reached the transform (timeout, crash, missing program)
+        raw = self.store.get_blob(p.raw_output_sha256)
+        if raw is None:
+            return  # the raw output was not kept: nothing to re-run on
+        self.count("transform_rederivation")
+        recorded = (f"passed={p.verdict} message={p.message!r}" if p.verdict is not None
+                    else f"no verdict ({p.cause})")
+        try:
+            result = apply_transform(spec["transform"], msgspec.json.decode(bytes(raw)))
+        except (TransformError, msgspec.DecodeError) as exc:
+            if p.verdict is not None:
+                self.violation(event.position, plan_id, "transform_rederivation",
+                               f"the transform fails on the raw output ({exc})", recorded)
+            return
+        derived = (result["passed"], result.get("message"), result.get("data"))
+        if derived != (p.verdict, p.message, p.data):
+            self.violation(event.position, plan_id, "transform_rederivation",
+                           f"passed={derived[0]} message={derived[1]!r}", recorded)
+
+
+def _plan_of(stream: str) -> str | None:
+    kind, _, key = stream.partition(":")
+    return key if kind == "plan" else None
+
+
+def _pointers(deviations: Iterable[Any]) -> str:
+    found = [f"{d.kind}@{d.pointer or '/'}" for d in deviations]
+    return "[" + ", ".join(found[:5]) + (", …" if len(found) > 5 else "") + "]"

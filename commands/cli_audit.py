@@ -1,0 +1,193 @@
+"""The auditor's commands: ``replay``, ``audit``, ``checkpoint`` and ``prove``, and the
+``verify --checkpoint FILE`` helper (``verify_checkpoint_command``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ledger.checkpoints import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointReport,
+    prove_inclusion,
+    sign_checkpoint,
+    verify_against_checkpoint,
+)
+from ledger.signing import (
+    fingerprint,
+    load_private_key,
+    load_public_key,
+    plane_key_path,
+    public_key_b64,
+)
+
+from .audit import audit as run_audit
+from .audit import replay_plan
+from .common import (
+    EXIT_VERDICT,
+    console,
+    db_option,
+    emit_json,
+    fail,
+    json_option,
+    open_store,
+    print_table,
+)
+
+__all__ = ["audit", "checkpoint", "prove", "replay", "verify_against_checkpoint",
+           "verify_checkpoint_command"]
+
+
+@click.command()
+@click.argument("plan_id")
+@click.option("--as-of", "as_of", type=click.IntRange(min=1), default=None, metavar="POS",
+              help="Stop at this log position.")
+@db_option
+@json_option
+def replay(plan_id: str, as_of: int | None, as_json: bool) -> None:
+    """The plan's state after each of its events, folded from the log."""
+    steps = replay_plan(open_store(), plan_id, as_of)
+    if as_json:
+        emit_json({"plan_id": plan_id, "as_of": as_of, "steps": steps})
+        return
+    print_table(
+        ["pos", "event", "phase", "rev", "attempt", "retries_left", "outcome", "token",
+         "terminal", "summary"],
+        [[str(s.position), s.type, s.phase or "-", _str(s.revision), _str(s.attempt),
+          _str(s.retries_left), s.outcome or "-",
+          f"{s.token['token_id'][-6:]} {s.token['status']}" if s.token else "-",
+          s.terminal or "-", s.summary] for s in steps],
+    )
+
+
+def _str(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+@click.command()
+@click.option("--plan", "plan_id", default=None, help="Only this plan's events.")
+@db_option
+@json_option
+def audit(plan_id: str | None, as_json: bool) -> None:
+    """Check the invariants and re-derive every verdict from recorded inputs."""
+    report = run_audit(open_store(), plan=plan_id)
+    if as_json:
+        emit_json(report)
+    else:
+        out = console()
+        checks = ", ".join(f"{k} {v}" for k, v in report.checked.items())
+        if report.ok:
+            out.print(f"ok: {report.size} events audited ({checks})", markup=False)
+        else:
+            out.print(f"FAILED: {len(report.violations)} violation(s) in {report.size} events",
+                      markup=False)
+            for v in report.violations:
+                at = f"position {v.position}" if v.position is not None else "log"
+                out.print(f"  {at}: {v.invariant}"
+                          + (f" (plan {v.plan_id})" if v.plan_id else "")
+                          + f": expected {v.expected}; found {v.found}", markup=False)
+    if not report.ok:
+        click.get_current_context().exit(EXIT_VERDICT)
+
+
+@click.command()
+@click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Sign with this Ed25519 private key (default: the plane key).")
+@click.option("--origin", default=None, metavar="NAME",
+              help="The checkpoint's origin line (default: evidence-ledger/<ledger id>).")
+@db_option
+@json_option
+def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None:
+    """Print a signed tree head (C2SP tlog-checkpoint) of the current log."""
+    store = open_store()
+    if key_file is None:
+        key_file = plane_key_path(store.url)
+        if not os.path.lexists(key_file):
+            fail(f"no plane key at {key_file}: run `evidence init`, or give --key FILE")
+    key = load_private_key(key_file)
+    origin = origin or f"evidence-ledger/{store.meta()['ledger_id']}"
+    head = store.head()
+    try:
+        text = sign_checkpoint(Checkpoint(origin=origin, size=head.size, root=head.root), key)
+    except CheckpointError as exc:
+        fail(f"--origin: {exc}")
+    if as_json:
+        emit_json({"checkpoint": text, "origin": origin, "size": head.size,
+                   "root": head.root.hex(), "key_name": origin,
+                   "public_key": public_key_b64(key), "fingerprint": fingerprint(key)})
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command()
+@click.argument("position", type=click.IntRange(min=1))
+@click.option("--size", type=click.IntRange(min=1), default=None, metavar="N",
+              help="In the tree of the first N events (default: the whole log).")
+@db_option
+@json_option
+def prove(position: int, size: int | None, as_json: bool) -> None:
+    """Print the RFC 9162 inclusion proof of the event at POSITION."""
+    try:
+        proof = prove_inclusion(open_store(), position, size)
+    except CheckpointError as exc:
+        fail(str(exc))
+    if as_json:
+        emit_json(proof)
+        return
+    click.echo(f"leaf_index {proof.leaf_index}")
+    click.echo(f"tree_size {proof.tree_size}")
+    click.echo(f"leaf_hash {proof.leaf_hash}")
+    click.echo(f"root {proof.root}")
+    for node in proof.proof:
+        click.echo(node)
+
+
+# ------------------------------------------------------- verify --checkpoint FILE (helper)
+
+
+def verify_checkpoint_command(checkpoint_file: Path, public_key_file: Path | None,
+                              as_json: bool) -> CheckpointReport:
+    """The body of ``evidence verify --checkpoint FILE [--public-key FILE]``: check the
+    note's signature (by the public key given, else the plane key's) and that the log
+    extends its tree head; print the report; exit 1 if anything failed."""
+    try:
+        text = checkpoint_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--checkpoint: cannot read {checkpoint_file}: {exc}")
+    store = open_store()
+    if public_key_file is not None:
+        public_key = load_public_key(public_key_file)
+    else:
+        plane = plane_key_path(store.url)
+        if not os.path.lexists(plane):
+            fail("--checkpoint needs --public-key FILE (no plane key here to check it with)")
+        public_key = load_private_key(plane).public_key()
+    report = verify_against_checkpoint(store, text, public_key)
+    if as_json:
+        emit_json(report)
+    else:
+        print_checkpoint_report(report)
+    if not report.ok:
+        click.get_current_context().exit(EXIT_VERDICT)
+    return report
+
+
+def print_checkpoint_report(report: CheckpointReport) -> None:
+    out = console()
+    v = report.verify
+    cp = report.checkpoint
+    if report.ok and cp is not None:
+        out.print(f"ok: {v.size} events and {v.checked_blobs} blobs verified", markup=False)
+        out.print(f"signed checkpoint {cp.origin} {cp.size}:{cp.root}: signature ok, "
+                  f"consistent with the current log ({len(cp.consistency_proof)}-hash proof)",
+                  markup=False)
+    else:
+        problems = [*report.problems, *v.problems]
+        out.print(f"FAILED: {len(problems)} problem(s)", markup=False)
+        for p in problems:
+            at = f"position {p.position}" if p.position is not None else "head"
+            out.print(f"  {at}: {p.kind}: {p.detail}", markup=False)
+    out.print(f"tree head {v.size}:{v.root}", markup=False)

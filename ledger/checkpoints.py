@@ -1,0 +1,335 @@
+"""Signed tree heads in the C2SP ``tlog-checkpoint`` format, and checking the log against one.
+
+A checkpoint is a C2SP signed note (https://c2sp.org/signed-note) whose body is
+(https://c2sp.org/tlog-checkpoint)::
+
+    <origin>\\n
+    <tree size, decimal>\\n
+    <base64 of the RFC 9162 root hash>\\n
+    \\n
+    — <key name> <base64(key hash[4] || Ed25519 signature[64])>\\n
+
+The signature covers the body exactly (the three lines, each ending in a newline). The
+key hash is ``SHA-256(key name || 0x0A || 0x01 || raw public key)[:4]`` (0x01 is the
+Ed25519 signature type of signed notes). The key name defaults to the origin, as the
+transparency-dev tools do. Any tool that reads checkpoints (``note.Open`` in Go) can
+check one printed here with the public key, and the reverse.
+
+``verify_against_checkpoint`` is the auditor's check: the note is signed by the given key,
+and the current log extends the tree head it names (an RFC 9162 consistency proof from
+that head to the current one, computed from the stored leaves, and ``verify_store`` over
+every stored byte with the kept head as ``against``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections.abc import Sequence
+
+import msgspec
+import sqlalchemy as sa
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+from . import schema
+from .errors import LedgerError
+from .merkle import (
+    EMPTY_ROOT,
+    consistency_proof,
+    inclusion_proof,
+    root_of,
+    verify_consistency,
+)
+from .store import Store
+from .verify import Problem, TreeHeadRef, VerifyReport, verify_store
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "CheckpointReport",
+    "InclusionProof",
+    "Signature",
+    "consistency_with",
+    "format_signature",
+    "inclusion_from_leaves",
+    "key_hash",
+    "open_note",
+    "parse_checkpoint",
+    "parse_note",
+    "prove_inclusion",
+    "sign_checkpoint",
+    "sign_note",
+    "stored_leaves",
+    "verify_against_checkpoint",
+    "verify_checkpoint_signature",
+]
+
+SIGNATURE_PREFIX = "\u2014 "  # an em dash and a space start every signature line
+_ED25519_TYPE = b"\x01"
+_SIG_LEN = 64
+_MAX_NOTE = 64 * 1024
+_SIZE_RE = re.compile(r"(0|[1-9][0-9]{0,19})")
+
+
+class CheckpointError(LedgerError):
+    """A checkpoint that cannot be parsed (or a key that cannot sign one)."""
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+    origin: str
+    size: int
+    root: bytes
+    extensions: tuple[str, ...] = ()
+
+    def body(self) -> str:
+        lines = [self.origin, str(self.size), base64.b64encode(self.root).decode("ascii"),
+                 *self.extensions]
+        return "".join(f"{line}\n" for line in lines)
+
+
+class Signature(msgspec.Struct, frozen=True):
+    name: str
+    key_hash: bytes
+    signature: bytes
+
+
+def _raw_public(key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
+    if isinstance(key, Ed25519PrivateKey):
+        key = key.public_key()
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def _check_name(name: str, what: str) -> None:
+    if not name or any(c.isspace() for c in name) or "+" in name:
+        raise CheckpointError(f"{what} {name!r} must be non-empty, with no spaces or '+'")
+
+
+def key_hash(name: str, key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
+    """The 4-byte key id of a signed-note Ed25519 key."""
+    return hashlib.sha256(name.encode("utf-8") + b"\n" + _ED25519_TYPE
+                          + _raw_public(key)).digest()[:4]
+
+
+def sign_note(text: str, key: Ed25519PrivateKey, name: str) -> str:
+    """A C2SP signed note: ``text`` (non-empty lines, ending in a newline), a blank
+    line, and one Ed25519 signature line by ``name``."""
+    _check_name(name, "key name")
+    if not text.endswith("\n") or "\n\n" in text or text.startswith("\n"):
+        raise CheckpointError("note text must be non-empty lines, each ending in a newline")
+    signature = key.sign(text.encode("utf-8"))
+    return text + "\n" + format_signature(Signature(name, key_hash(name, key), signature))
+
+
+def format_signature(sig: Signature) -> str:
+    blob = base64.b64encode(sig.key_hash + sig.signature).decode("ascii")
+    return f"{SIGNATURE_PREFIX}{sig.name} {blob}\n"
+
+
+def sign_checkpoint(
+    checkpoint: Checkpoint, key: Ed25519PrivateKey, *, name: str | None = None
+) -> str:
+    """The signed note text of ``checkpoint`` (key name: ``name``, else the origin)."""
+    _check_name(checkpoint.origin, "origin")
+    if len(checkpoint.root) != 32:
+        raise CheckpointError("a checkpoint root hash is 32 bytes")
+    return sign_note(checkpoint.body(), key, name or checkpoint.origin)
+
+
+def parse_note(note: str) -> tuple[str, list[Signature]]:
+    """Split a signed note into its text and its signature lines (strict)."""
+    if len(note) > _MAX_NOTE:
+        raise CheckpointError("checkpoint is too large")
+    if "\r" in note or not note.endswith("\n"):
+        raise CheckpointError("checkpoint must use \\n line endings and end with a newline")
+    text, sep, sig_block = note.partition("\n\n")
+    if not sep:
+        raise CheckpointError("checkpoint has no blank line before its signatures")
+    signatures = []
+    for line in sig_block[:-1].split("\n"):
+        if not line.startswith(SIGNATURE_PREFIX):
+            raise CheckpointError(f"malformed signature line {line[:60]!r}")
+        name, space, encoded = line[len(SIGNATURE_PREFIX):].partition(" ")
+        raw = _b64(encoded) if space else None
+        if not name or raw is None or len(raw) < 5:
+            raise CheckpointError(f"malformed signature line {line[:60]!r}")
+        signatures.append(Signature(name, raw[:4], raw[4:]))
+    return text + "\n", signatures
+
+
+def open_note(note: str, public_key: Ed25519PublicKey) -> str:
+    """The note's text, if at least one signature line is a valid signature by
+    ``public_key``; raises ``CheckpointError`` otherwise. Lines by other keys are
+    ignored, as signed notes allow (co-signers, witnesses)."""
+    text, signatures = parse_note(note)
+    for sig in signatures:
+        if sig.key_hash != key_hash(sig.name, public_key) or len(sig.signature) != _SIG_LEN:
+            continue
+        try:
+            public_key.verify(sig.signature, text.encode("utf-8"))
+        except InvalidSignature:
+            raise CheckpointError(
+                f"the signature by {sig.name!r} does not verify: the checkpoint was altered "
+                "or signed by another key") from None
+        return text
+    raise CheckpointError("no signature line on the checkpoint is by the given public key")
+
+
+def parse_checkpoint(note: str) -> tuple[Checkpoint, list[Signature]]:
+    """Parse a signed checkpoint note strictly (signatures not checked)."""
+    text, signatures = parse_note(note)
+    lines = text[:-1].split("\n")
+    if len(lines) < 3:
+        raise CheckpointError("checkpoint body needs origin, tree size and root hash lines")
+    origin, size_text, root_text, *extensions = lines
+    if not origin:
+        raise CheckpointError("checkpoint origin line is empty")
+    if any(not line for line in extensions):
+        raise CheckpointError("checkpoint body has an empty line")
+    if not _SIZE_RE.fullmatch(size_text):
+        raise CheckpointError(f"checkpoint tree size {size_text[:40]!r} is not a decimal number")
+    root = _b64(root_text)
+    if root is None or len(root) != 32:
+        raise CheckpointError("checkpoint root hash is not base64 of 32 bytes")
+    checkpoint = Checkpoint(origin=origin, size=int(size_text), root=root,
+                            extensions=tuple(extensions))
+    return checkpoint, signatures
+
+
+def verify_checkpoint_signature(note: str, public_key: Ed25519PublicKey) -> Checkpoint:
+    """The checkpoint, if it is signed by ``public_key`` (see ``open_note``)."""
+    open_note(note, public_key)
+    return parse_checkpoint(note)[0]
+
+
+def _b64(text: str) -> bytes | None:
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        return None
+    return raw if base64.b64encode(raw).decode("ascii") == text else None
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def stored_leaves(store: Store, size: int | None = None) -> list[bytes]:
+    """The stored leaf hashes in position order (the first ``size`` of them), read in
+    one statement.
+
+    They are what proofs are built from; ``verify_store`` is what shows each one is the
+    hash of its row."""
+    ev = schema.events.c
+    query = sa.select(ev.leaf_hash).order_by(ev.position)
+    if size is not None:
+        query = query.limit(size)
+    with store.engine.connect() as conn:
+        return [bytes(leaf) for (leaf,) in conn.execute(query)]
+
+
+class InclusionProof(msgspec.Struct, kw_only=True):
+    position: int
+    leaf_index: int
+    tree_size: int
+    leaf_hash: str
+    root: str
+    proof: list[str]
+
+
+def prove_inclusion(store: Store, position: int, size: int | None = None) -> InclusionProof:
+    """RFC 9162 inclusion proof of the event at ``position`` (1-based) in the tree of the
+    first ``size`` events (default: the whole log)."""
+    head = store.head().size
+    size = head if size is None else size
+    if not 0 < size <= head:
+        raise CheckpointError(f"tree size {size} is not within 1..{head}")
+    return inclusion_from_leaves(stored_leaves(store, size), position)
+
+
+def inclusion_from_leaves(leaves: Sequence[bytes], position: int) -> InclusionProof:
+    """The inclusion proof of the leaf at 1-based ``position`` in the tree of ``leaves``."""
+    if not 0 < position <= len(leaves):
+        raise CheckpointError(f"position {position} is not within 1..{len(leaves)}")
+    return InclusionProof(
+        position=position, leaf_index=position - 1, tree_size=len(leaves),
+        leaf_hash=leaves[position - 1].hex(), root=root_of(leaves).hex(),
+        proof=[p.hex() for p in inclusion_proof(leaves, position - 1)],
+    )
+
+
+def consistency_with(
+    checkpoint: Checkpoint, leaves: Sequence[bytes]
+) -> tuple[bool | None, list[bytes], Problem | None]:
+    """Whether the tree of ``leaves`` extends the checkpoint's tree head: (consistent or
+    None if it cannot be checked, the RFC 9162 consistency proof, the problem if any)."""
+    if checkpoint.size > len(leaves):
+        return None, [], Problem(None, "checkpoint_truncated",
+                                 f"the checkpoint covers {checkpoint.size} events but the log "
+                                 f"holds {len(leaves)}: the log was truncated")
+    proof: list[bytes] = []
+    if checkpoint.size == 0:
+        consistent = checkpoint.root == EMPTY_ROOT
+    else:
+        proof = consistency_proof(leaves, checkpoint.size)
+        consistent = verify_consistency(checkpoint.size, len(leaves), checkpoint.root,
+                                        root_of(leaves), proof)
+    if consistent:
+        return True, proof, None
+    return False, proof, Problem(
+        None, "checkpoint_inconsistent",
+        f"no consistency proof from the checkpoint's tree head {checkpoint.size}:"
+        f"{checkpoint.root.hex()} to the current log: events at or before position "
+        f"{checkpoint.size} were rewritten since it was signed")
+
+
+class CheckpointHead(msgspec.Struct, kw_only=True):
+    origin: str
+    size: int
+    root: str  # hex
+    signature_ok: bool
+    consistent: bool | None  # None: not checked (a bad signature, or a truncated log)
+    consistency_proof: list[str]
+
+
+class CheckpointReport(msgspec.Struct, kw_only=True):
+    ok: bool
+    checkpoint: CheckpointHead | None
+    verify: VerifyReport
+    problems: list[Problem]  # about the checkpoint; the log's own are in verify.problems
+
+
+def verify_against_checkpoint(
+    store: Store, checkpoint_text: str, public_key: Ed25519PublicKey
+) -> CheckpointReport:
+    """Check the note's signature, then that the current log extends its tree head: an
+    RFC 9162 consistency proof from it to the current head, and ``verify_store`` of every
+    stored byte (with the kept head as ``against``). ``ok`` only if all of that holds."""
+    problems: list[Problem] = []
+    try:
+        checkpoint, _ = parse_checkpoint(checkpoint_text)
+    except CheckpointError as exc:
+        problems.append(Problem(None, "checkpoint_malformed", str(exc)))
+        return CheckpointReport(ok=False, checkpoint=None, verify=verify_store(store),
+                                problems=problems)
+    signature_ok = True
+    try:
+        verify_checkpoint_signature(checkpoint_text, public_key)
+    except CheckpointError as exc:
+        signature_ok = False
+        problems.append(Problem(None, "checkpoint_signature", str(exc)))
+    kept = TreeHeadRef(size=checkpoint.size, root=checkpoint.root.hex())
+    report = verify_store(store, against=kept)
+    consistent, proof, problem = consistency_with(checkpoint, stored_leaves(store))
+    if problem is not None:
+        problems.append(problem)
+    head = CheckpointHead(origin=checkpoint.origin, size=checkpoint.size,
+                          root=checkpoint.root.hex(), signature_ok=signature_ok,
+                          consistent=consistent, consistency_proof=[p.hex() for p in proof])
+    return CheckpointReport(ok=report.ok and not problems, checkpoint=head, verify=report,
+                            problems=problems)

@@ -1,0 +1,393 @@
+"""``evidence replay`` and ``evidence audit``: the replayed state equals the plans read
+model as of every position; a log written by the plane audits clean; each invariant,
+broken by events an attacker (or a bug) appended around the command handlers, is
+reported with its position."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import ledger
+from commands.attachments import attach
+from commands.audit import audit, replay_plan
+from commands.lifecycle import add_approver_key, apply_plan, authorize, record_fix
+from commands.phases import enter_execute, record_strategy
+from commands.plane import CommandRefused, Plane
+from commands.plans import create_plan
+from commands.registry import register_validation
+from commands.runs import validate_plan
+from ledger import NewEvent
+from ledger.canonical import canonical_json
+from ledger.events import (
+    AttemptFailed,
+    CompensationRequested,
+    DecisionRecorded,
+    FixRecorded,
+    GateChecked,
+    PlanHalted,
+    TokenConsumed,
+    TokenMinted,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    ValidationRunStarted,
+)
+from ledger.events.gates import Deviation
+from ledger.signing import generate_key_pair
+from projections import open_projections
+
+from .helpers import assert_refused, run_cli, strategy
+from .test_checkpoints import evidence
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+CHECK = """
+import json, sys
+ok = open("status.txt").read().strip() == "good"
+print(json.dumps({"passed": ok, "message": "status is good" if ok else "status is bad"}))
+"""
+
+
+@pytest.fixture
+def setup(db_url: str, tmp_path: Path):
+    """Plan P-1 through a failure, an escalation, a signed revise decision, a passing run,
+    its token and Apply (the lifecycle tests' scenario)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "status.txt").write_text("bad\n")
+    (tmp_path / "check.py").write_text(CHECK)
+    with Plane.open(db_url) as plane:
+        register_validation(plane, {"name": "status", "mode": "required",
+                                    "command": [sys.executable, str(tmp_path / "check.py")]})
+        create_plan(plane, "P-1", project="api", resources=[str(project)],
+                    config={"retry_limit": 1, "max_strategy_revisions": 0})
+        attach(plane, "status", resource=str(project))
+        record_strategy(plane, "P-1", "make the status good")
+        enter_execute(plane, "P-1")
+        generate_key_pair(tmp_path / "alice.key")
+        add_approver_key(plane, "alice", tmp_path / "alice.key.pub")
+        report = validate_plan(plane, "P-1")
+        escalation = report.to_json()["escalation"]
+        assert report.outcome == "blocker" and escalation is not None, report.to_json()
+        authorize(plane, escalation["decision_id"], tmp_path / "alice.key", choice="revise",
+                  guidance="write good")
+        record_strategy(plane, "P-1", "write good")
+        enter_execute(plane, "P-1")
+        (project / "status.txt").write_text("good\n")
+        record_fix(plane, "P-1", "status is good now")
+        report = validate_plan(plane, "P-1")
+        assert report.outcome == "pass" and report.token
+        apply_plan(plane, "P-1", report.token)
+        yield plane, project, tmp_path
+
+
+def _types(report) -> set[str]:
+    return {v.invariant for v in report.violations}
+
+
+# -- replay ---------------------------------------------------------------------------------
+
+
+def test_replay_equals_the_plans_read_model_at_every_position(setup) -> None:
+    plane, _project, _tmp = setup
+    head = plane.store.head().size
+    steps = replay_plan(plane.store, "P-1")
+    assert [s.type for s in steps][-3:] == ["plan.token_minted", "plan.token_consumed",
+                                           "plan.applied"]
+    by_position = {s.position: s for s in steps}
+    expected = None
+    for position in range(1, head + 1):
+        folded = plane.projections.fold_as_of("plans", position).get("P-1")
+        if position in by_position:
+            expected = by_position[position].document
+            as_of = replay_plan(plane.store, "P-1", as_of=position)
+            assert as_of[-1].document == folded and as_of[-1].position == position
+        assert expected == folded, position  # between plan events the state stands still
+    assert steps[-1].document == plane.projections.document("plans", "P-1")[0]
+    last = steps[-1]
+    assert (last.phase, last.revision, last.outcome, last.terminal) == (
+        "apply", 1, "pass", "applied")
+    assert last.token["status"] == "consumed"
+    decided = next(s for s in steps if s.type == "plan.decision_recorded")
+    assert (decided.phase, decided.revision, decided.retries_left) == ("strategize", 1, 1)
+    failed = next(s for s in steps if s.type == "plan.attempt_failed")
+    assert failed.retries_left == 0 and failed.outcome == "blocker"
+    minted = next(s for s in steps if s.type == "plan.token_minted")
+    assert minted.token["status"] == "minted"
+
+
+def test_replay_refuses_an_unknown_plan_or_position(setup) -> None:
+    plane, _project, _tmp = setup
+    with pytest.raises(CommandRefused, match="unknown plan 'P-2'"):
+        replay_plan(plane.store, "P-2")
+    created = plane.store.read_stream("plan:P-1")[0].position
+    with pytest.raises(CommandRefused, match="as of position"):
+        replay_plan(plane.store, "P-1", as_of=created - 1)
+
+
+def test_replay_cli(setup, db_url: str) -> None:
+    plane, _project, _tmp = setup
+    stream = plane.store.read_stream("plan:P-1")
+    middle = stream[len(stream) // 2].position
+    result = evidence("replay", "P-1", "--as-of", str(middle), "--json", "--db", db_url)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["as_of"] == middle and doc["steps"][-1]["position"] == middle
+    assert doc["steps"][-1]["document"] == plane.projections.fold_as_of(
+        "plans", middle)["P-1"]
+    assert {"phase", "revision", "attempt", "retries_left", "outcome", "token"} <= set(
+        doc["steps"][0])
+    table = evidence("replay", "P-1", "--db", db_url)
+    assert table.returncode == 0 and "plan.applied" in table.stdout
+    assert table.stdout.splitlines()[0].split()[:4] == ["pos", "event", "phase", "rev"]
+    assert_refused(evidence("replay", "nope", "--db", db_url), "unknown plan 'nope'")
+    assert_refused(evidence("replay", "P-1", "--as-of", "0", "--db", db_url), "--as-of")
+
+
+# -- audit: a clean log -------------------------------------------------------------------
+
+
+def test_a_log_written_by_the_plane_audits_clean(setup, db_url: str) -> None:
+    plane, _project, _tmp = setup
+    report = audit(plane.store)
+    assert report.ok, report.violations
+    assert report.plans == ["P-1"] and report.size == plane.store.head().size
+    assert report.checked["INV1"] == 1 and report.checked["INV3"] == 1
+    assert report.checked["outcome"] == 2 and report.checked["tokens_once"] == 1
+    assert report.checked["delta_fold"] == report.size
+    assert audit(plane.store, plan="P-1").ok
+    with pytest.raises(CommandRefused, match="unknown plan"):
+        audit(plane.store, plan="P-9")
+    result = evidence("audit", "--json", "--db", db_url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["ok"] is True
+    assert evidence("audit", "--plan", "P-1", "--db", db_url).stdout.startswith("ok: ")
+
+
+# -- audit: each invariant broken -----------------------------------------------------------
+
+
+def _forge(plane: Plane, *payloads, blobs=(), stream: str = "plan:P-1",
+           caused_by_first: bool = False) -> list[int]:
+    """Append around the handlers (with correct deltas), as a buggy writer could."""
+    plane.projections.catch_up()
+    recorded = plane.append(plane.state(stream), list(payloads), blobs=blobs,
+                            caused_by_first=caused_by_first)
+    return [e.position for e in recorded]
+
+
+def _events(plane: Plane, type_: type):
+    return [e for e in plane.store.read_stream("plan:P-1") if isinstance(e.payload, type_)]
+
+
+def test_validation_inside_apply_and_a_token_consumed_twice(setup) -> None:
+    plane, _project, _tmp = setup
+    started = _events(plane, ValidationRunStarted)[-1].payload
+    minted = _events(plane, TokenMinted)[-1].payload
+    run = msgspec.structs.replace(started, run_id="01J00000000000000000000000")
+    again, inside = _forge(plane, TokenConsumed(plan_id="P-1", token_id=minted.token_id), run)
+    report = audit(plane.store)
+    found = {(v.position, v.invariant) for v in report.violations}
+    assert (again, "ordering") in found and (inside, "ordering") in found
+    twice = next(v for v in report.violations if v.position == again)
+    assert "consumed once" in twice.expected
+    result = evidence("audit", "--db", plane.store.url)
+    assert result.returncode == 1 and f"position {inside}: ordering" in result.stdout
+
+
+def test_a_token_after_an_invalidating_fix_breaks_inv1(setup) -> None:
+    plane, _project, _tmp = setup
+    minted = _events(plane, TokenMinted)[-1]
+    # A second token for the same run, minted after a fix superseded the run.
+    fix_at, token_at = _forge(
+        plane,
+        FixRecorded(plan_id="P-1", attempt=minted.payload.attempt, note="later edit"),
+        msgspec.structs.replace(minted.payload, token_id="01J00000000000000000000001"))
+    report = audit(plane.store, plan="P-1")
+    inv1 = [v for v in report.violations if v.invariant == "INV1" and v.position == token_at]
+    assert inv1 and any(f"position {fix_at}" in v.found for v in inv1)
+
+
+def test_a_required_attachment_added_before_the_token_breaks_inv1(setup) -> None:
+    plane, project, tmp = setup
+    register_validation(plane, {"name": "also", "mode": "required",
+                                "command": [sys.executable, str(tmp / "check.py")]})
+    attach(plane, "also", resource=str(project))
+    minted = _events(plane, TokenMinted)[-1].payload
+    [at] = _forge(plane, msgspec.structs.replace(minted, token_id="01J0000000000000000000000A"))
+    [violation] = [v for v in audit(plane.store).violations if v.position == at]
+    assert violation.invariant == "INV1" and "(also v1), which applies at the token" in (
+        violation.expected)
+
+
+def test_decision_without_escalation_breaks_inv3(setup) -> None:
+    plane, _project, _tmp = setup
+    real = _events(plane, DecisionRecorded)[0].payload
+    [at] = _forge(plane, msgspec.structs.replace(real, decision_id="01J0000000000000000000000D"))
+    [violation] = [v for v in audit(plane.store).violations if v.position == at]
+    assert violation.invariant == "INV3" and "follows an escalation" in violation.expected
+
+
+def test_a_token_from_a_failed_run_and_outcome_drift(setup) -> None:
+    plane, _project, _tmp = setup
+    started = _events(plane, ValidationRunStarted)[-1].payload
+    result = _events(plane, ValidationResultRecorded)[-1].payload
+    minted = _events(plane, TokenMinted)[-1].payload
+    run_id = "01J0000000000000000000000R"
+    failed = msgspec.structs.replace(result, run_id=run_id, verdict=False, message="bad")
+    positions = _forge(
+        plane,
+        msgspec.structs.replace(started, run_id=run_id),
+        failed,
+        ValidationRunCompleted(plan_id="P-1", run_id=run_id, attempt=started.attempt,
+                               outcome="pass", rules_version=1, results_digest="0" * 64),
+        msgspec.structs.replace(minted, run_id=run_id, token_id="01J0000000000000000000000T",
+                                results_digest="0" * 64),
+    )
+    report = audit(plane.store)
+    by_position = {}
+    for v in report.violations:
+        by_position.setdefault(v.position, []).append(v)
+    [drift] = [v for v in by_position[positions[2]] if v.invariant == "outcome_drift"]
+    assert "blocker" in drift.expected and "recorded pass" in drift.found  # both values
+    token = by_position[positions[3]]
+    assert any("passing real result" in v.expected for v in token if v.invariant == "INV1")
+    assert any("results digest" in v.expected for v in token)
+
+
+def test_a_gate_verdict_that_does_not_follow_from_its_bytes(setup) -> None:
+    plane, _project, _tmp = setup
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    schema_bytes, checked = canonical_json(schema), b'{"n": "seven"}'
+    doc = plane.state("plan:P-1").doc
+
+    def gate(raw: bytes, verdict: str, digest: str | None = None) -> GateChecked:
+        return GateChecked(plan_id="P-1", gate="output", tool="t", tool_version=1, step="s",
+                           schema_sha256=digest or hashlib.sha256(schema_bytes).hexdigest(),
+                           verdict=verdict, deviations=[], attempt=doc["attempt"],
+                           iteration=doc["iteration"], strict_mode=True,
+                           checked_sha256=hashlib.sha256(raw).hexdigest())
+
+    lied, honest, missing = _forge(plane, gate(checked, "pass"), gate(b'{"n": 7}', "pass"),
+                                   gate(checked, "pass", "ab" * 32),
+                                   blobs=[schema_bytes, checked, b'{"n": 7}'])
+    report = audit(plane.store)
+    gates = {v.position: v for v in report.violations if v.invariant == "gate_rederivation"}
+    assert set(gates) == {lied, missing} and honest not in gates
+    assert "fail" in gates[lied].expected and "recorded pass" in gates[lied].found
+    assert "missing" in gates[missing].found
+
+
+def test_gate_failures_routed_against_strict_mode(setup) -> None:
+    plane, _project, _tmp = setup
+    doc = plane.state("plan:P-1").doc
+    strict = doc["global_config"]["strict_mode"]
+    raw = b'{"n": 7}'
+    failed = GateChecked(plan_id="P-1", gate="output", tool="t", tool_version=1, step="s",
+                         schema_sha256=None, verdict="fail", deviations=[Deviation(
+                             pointer="", kind="no_output_declaration", expected="x",
+                             actual_type="object")],
+                         attempt=doc["attempt"], iteration=1, strict_mode=strict,
+                         checked_sha256=hashlib.sha256(raw).hexdigest())
+    routed = (
+        [CompensationRequested(plan_id="P-1", reason="r"),
+         PlanHalted(plan_id="P-1", halt_type="blocker", final_decision="blocker",
+                    raw_halt_type="structural_deviation", reason="r", phase="execute",
+                    attempt=doc["attempt"], terminal=True)] if strict
+        else [AttemptFailed(plan_id="P-1", attempt=doc["attempt"], iteration=1,
+                            failure_class="model_behavior", reason="r")])
+    _forge(plane, failed, *routed, blobs=[raw], caused_by_first=True)
+    report = audit(plane.store)
+    assert not [v for v in report.violations if v.invariant == "gate_routing"]
+    assert report.checked["gate_routing"] == 1
+    unrouted, = _forge(plane, failed, blobs=[raw])  # nothing follows it
+    wrong_mode, = _forge(plane, msgspec.structs.replace(failed, verdict="pass", deviations=[],
+                                                        strict_mode=not strict))
+    routing = {v.position: v for v in audit(plane.store).violations
+               if v.invariant == "gate_routing"}
+    assert set(routing) == {unrouted, wrong_mode}
+    assert routing[unrouted].found == "nothing caused by it"
+    assert "strict_mode" in routing[wrong_mode].expected
+
+
+def test_a_validation_registered_writable(setup) -> None:
+    plane, _project, _tmp = setup
+    real = plane.store.read_stream("tool:status")[0].payload
+    at, = _forge(plane, msgspec.structs.replace(real, name="writer", writes=True),
+                 stream="tool:writer")
+    [violation] = audit(plane.store).violations
+    assert (violation.position, violation.invariant) == (at, "read_only")
+    assert "writes True" in violation.found
+
+
+def test_a_delta_that_does_not_rebuild_the_fold(setup) -> None:
+    plane, _project, _tmp = setup
+    [position] = plane.store.append("plan:P-9", [NewEvent(
+        payload=strategy("P-9").payload, delta=[{"op": "add", "path": "/x", "value": 1}])])
+    [violation] = audit(plane.store).violations
+    assert (violation.position, violation.invariant) == (position, "delta_fold")
+    assert audit(plane.store, plan="P-1").ok  # another plan's problem
+
+
+# -- the examples: gate checks and wrapped transforms re-derived ---------------------------
+
+
+def test_escalation_example_rederives_gates_and_transforms(sqlite_url: str,
+                                                           tmp_path: Path) -> None:
+    root = tmp_path / "escalation"
+    shutil.copytree(EXAMPLES / "escalation", root)
+
+    def run(*args: str) -> dict:
+        result = run_cli("run", *args, "--json", "--db", sqlite_url, "--workdir",
+                         str(tmp_path / "runs"), cwd=root)
+        assert result.returncode in (0, 1), result.stderr
+        return json.loads(result.stdout)["run"]
+
+    decision = run(str(root / "plan.yaml"))["decision_id"]
+    key = tmp_path / "alice.key"
+    assert run_cli("keys", "generate", "--out", str(key)).returncode == 0
+    assert run_cli("keys", "add", "alice", f"{key}.pub", "--db", sqlite_url).returncode == 0
+    assert run_cli("authorize", decision, "--key", str(key), "--revise", "fix calc.add",
+                   "--db", sqlite_url).returncode == 0
+    assert run("--resume", "escalation")["state"] == "applied"
+    with ledger.open(sqlite_url) as store:
+        report = audit(store)
+        assert report.ok, report.violations
+        assert report.checked["gate_rederivation"] == 2
+        assert report.checked["transform_rederivation"] == 3
+        # A result whose recorded verdict the transform does not give on its raw output.
+        plane = Plane(store, open_projections(store))
+        stream = store.read_stream("plan:escalation")
+        failing = next(e.payload for e in stream if isinstance(e.payload, ValidationResultRecorded)
+                       and e.payload.verdict is False)
+        started = next(e.payload for e in stream if isinstance(e.payload, ValidationRunStarted)
+                       and e.payload.run_id == failing.run_id)
+        run_id = "01J0000000000000000000000W"
+        plane.projections.catch_up()
+        recorded = plane.append(plane.state("plan:escalation"), [
+            msgspec.structs.replace(started, run_id=run_id),
+            msgspec.structs.replace(failing, run_id=run_id, verdict=True)])
+        lied = recorded[1].position
+        report = audit(store, plan="escalation")
+        [transform] = [v for v in report.violations if v.invariant == "transform_rederivation"]
+        assert transform.position == lied
+        assert "passed=False" in transform.expected and "passed=True" in transform.found
+
+
+def test_strict_output_deviation_example_audits_clean(sqlite_url: str, tmp_path: Path) -> None:
+    root = tmp_path / "strict-output-deviation"
+    shutil.copytree(EXAMPLES / "strict-output-deviation", root)
+    result = run_cli("run", str(root / "plan.yaml"), "--json", "--db", sqlite_url,
+                     "--workdir", str(tmp_path / "runs"), cwd=root)
+    assert result.returncode == 1, result.stderr  # halted by the strict output gate
+    with ledger.open(sqlite_url) as store:
+        report = audit(store)
+    assert report.ok, report.violations
+    assert report.checked["gate_routing"] >= 1 and report.checked["gate_rederivation"] >= 1
+    assert report.checked["read_only"] >= 1
