@@ -15,6 +15,7 @@ import click
 import ledger
 
 from . import (
+    cli_analytics,
     cli_attachments,
     cli_audit,
     cli_driver,
@@ -66,6 +67,9 @@ cli.add_command(cli_audit.replay)
 cli.add_command(cli_audit.audit)
 cli.add_command(cli_audit.checkpoint)
 cli.add_command(cli_audit.prove)
+cli.add_command(cli_analytics.tail)
+cli.add_command(cli_analytics.export)
+cli.add_command(cli_analytics.stats)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

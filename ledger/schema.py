@@ -3,7 +3,8 @@
 ``events`` is the log; ``blobs`` holds large raw outputs by SHA-256; ``ledger_head`` is
 the one row every append locks, holding the tree size, the last chain hash and the
 Merkle frontier (the root is computed from it); ``ledger_meta`` records the schema
-version. Triggers make the database itself refuse UPDATE and DELETE on events and blobs.
+version; ``consumer_checkpoints`` holds subscription consumers' acknowledged positions.
+Triggers make the database itself refuse UPDATE and DELETE on events and blobs.
 """
 
 from __future__ import annotations
@@ -68,6 +69,16 @@ ledger_head = Table(
     Column("chain_hash", LargeBinary, nullable=False),
     Column("frontier", LargeBinary, nullable=False),  # the root is derived from it
     CheckConstraint("id = 1", name="ck_ledger_head_one_row"),
+)
+
+# A named downstream consumer's acknowledged position (ledger.subscriptions): advanced
+# only when the consumer acknowledges, never by the store.
+consumer_checkpoints = Table(
+    "consumer_checkpoints",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", String(32), nullable=False),
 )
 
 ledger_meta = Table(

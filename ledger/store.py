@@ -425,6 +425,10 @@ class Store:
                     )
                 if found < 1:
                     raise LedgerOpenError(f"{self.url} has a damaged ledger_meta table")
+                if not inspector.has_table("consumer_checkpoints"):  # added after v1 shipped
+                    if self.backend == "postgresql":
+                        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7177001)")
+                    schema.consumer_checkpoints.create(conn, checkfirst=True)
         except LedgerError:
             raise
         except DBAPIError as exc:
