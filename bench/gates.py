@@ -1,7 +1,7 @@
 """Structural gate checks: the strict checker against python-jsonschema, µs per check.
 
     python bench/gates.py [--repeat K] [--number N] [--stat median|best] [--json]
-                          [--profile] [--profile-case CASE]
+                          [--breakdown] [--profile] [--profile-case CASE]
 
 Three schemas, each prepared for registration (``prepare_schema``) so both sides validate
 against the same normalised (closed) schema:
@@ -9,11 +9,12 @@ against the same normalised (closed) schema:
 - small: 4 flat properties;
 - typical: an MCP-tool-sized schema, 15 properties at the top, a nested object, arrays
   of objects, enums, string patterns and lengths, integer ranges;
-- large: a deployment spec 4 object levels deep, arrays of objects, ``$defs`` reached
-  through ``$ref``, about 100 declared properties.
+- large: a deployment spec 5 object levels deep (root, service, container, resources,
+  limits), arrays of objects, ``$defs`` reached through ``$ref``, 101 declared properties.
 
 For each, a valid instance and an invalid one with several deviations (extra fields at
-two depths, a wrong type, a missing required field, an enum mismatch), as the raw JSON
+two depths, both at the root for the flat small schema, a wrong type, a missing required
+field, an enum mismatch), as the raw JSON
 bytes an agent produced. Timed in the same run, alternating sides on every repeat:
 
 - ours: ``ledger.checker.check(schema, raw, schema_sha256=sha)``, exactly as a gate calls
@@ -520,122 +521,166 @@ CASES: dict[str, tuple[dict[str, Any], Callable[[], Any], Callable[[], Any]]] = 
 
 
 def per_call_us(fn: Callable[[], object], number: int) -> float:
-    """µs per call over one loop of ``number`` calls."""
+    """µs per call over one loop of ``number`` calls (garbage collection left on, as in a
+    gate: both sides pay for what they allocate)."""
     start = time.perf_counter()
     for _ in range(number):
         fn()
     return (time.perf_counter() - start) / number * 1e6
 
 
-def auto_number(fn: Callable[[], object]) -> int:
-    """Calls per timing loop so that one loop takes about MEASURE_SECONDS."""
+def auto_number(fn: Callable[[], object], seconds: float = MEASURE_SECONDS) -> int:
+    """Calls per timing loop so that one loop takes about ``seconds``."""
     number = 1
     while True:
         elapsed = per_call_us(fn, number) * number / 1e6
-        if elapsed >= MEASURE_SECONDS / 10 or number >= 1 << 24:
-            return max(1, round(number * MEASURE_SECONDS / max(elapsed, 1e-9)))
+        if elapsed >= seconds / 10 or number >= 1 << 24:
+            return max(1, round(number * seconds / max(elapsed, 1e-9)))
         number *= 10
+
+
+def measure(fn: Callable[[], object], number: int, repeat: int, stat: str) -> float:
+    return pick([per_call_us(fn, number) for _ in range(repeat)], stat)
+
+
+def breakdown(schema: Any, sha: str, raw: bytes, variant: str,
+              args: argparse.Namespace) -> dict[str, float] | None:
+    """Where the time of one check goes: each step of ``check`` timed on its own. Uses
+    the checker's internals (so it says so and gives up if they have changed)."""
+    try:
+        from ledger.checker import (
+            _compiled,
+            _decoder,
+            _duplicate_members,
+            _finish,
+            _seen,
+            _translate,
+        )
+    except ImportError as exc:
+        err_console.print(f"[yellow]no breakdown: ledger.checker internals changed ({exc})[/]")
+        return None
+    seconds = MEASURE_SECONDS / 4  # many small steps: shorter loops
+    instance = _decoder.decode(raw)
+    compiled = _compiled(schema, sha)
+    validator = compiled.strict if _seen.integral_float else compiled.plain
+    steps: dict[str, Callable[[], object]] = {
+        "decode (msgspec + float hook)": lambda: _decoder.decode(raw),
+        "duplicate-member check": lambda: _duplicate_members(raw, instance),
+        "compiled-validator lookup": lambda: _compiled(schema, sha),
+        "is_valid (jsonschema-rs)": lambda: validator.is_valid(instance),
+    }
+    found: list[Any] = []
+    if variant == "invalid":
+        def drain() -> list[Any]:
+            return list(validator.iter_errors(instance))
+
+        def drain_translate() -> list[Any]:
+            out: list[Any] = []
+            for error in validator.iter_errors(instance):
+                out.extend(_translate(error, instance, compiled))
+            return out
+
+        found = drain_translate()
+        steps["iter_errors drained (jsonschema-rs)"] = drain
+        steps["translate to deviations (Python)"] = drain_translate  # minus drain, below
+        steps["_finish: filter, dedupe, sort (Python)"] = lambda: _finish(found)
+    times = {name: measure(fn, auto_number(fn, seconds), args.repeat, args.stat)
+             for name, fn in steps.items()}
+    if variant == "invalid":
+        times["translate to deviations (Python)"] -= times["iter_errors drained (jsonschema-rs)"]
+
+    def total() -> object:
+        return check(schema, raw, schema_sha256=sha)
+
+    times["check() total"] = measure(total, auto_number(total, seconds), args.repeat, args.stat)
+    parts = sum(v for k, v in times.items() if k != "check() total")
+    times["rest (check minus the steps above)"] = times["check() total"] - parts
+
+    def loads() -> object:
+        return json.loads(raw)
+
+    times["theirs: json.loads"] = measure(loads, auto_number(loads, seconds), args.repeat,
+                                          args.stat)
+    return times
 
 
 def error_name(error: Any) -> str:
     return str(error.validator)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=5, help="timing loops per side and case")
-    ap.add_argument("--number", type=int, default=0,
-                    help=f"calls per timing loop (default: about {MEASURE_SECONDS} s a loop)")
-    ap.add_argument("--stat", choices=("median", "best"), default="median")
-    ap.add_argument("--json", action="store_true", help="print JSON on stdout")
-    ap.add_argument("--profile", action="store_true",
-                    help="also cProfile ours on --profile-case and print the hot spots")
-    ap.add_argument("--profile-case", default="large-invalid",
-                    choices=[f"{c}-{v}" for c in CASES for v in ("valid", "invalid")])
-    ap.add_argument("--profile-top", type=int, default=12)
-    args = ap.parse_args(argv)
-    out = err_console if args.json else console
+# --- the run ----------------------------------------------------------------------------------
 
-    info = machine_info(None)
-    for package in ("jsonschema", "jsonschema_rs"):
-        info[package] = importlib.metadata.version(package)
-    if not args.json:
-        print_machine(info)
-    out.print("Both sides parse the raw JSON bytes inside the timed call: ours "
-              "check(schema, raw, schema_sha256=...) (msgspec decode), theirs "
-              "json.loads(raw) then Draft202012Validator(schema) built once.")
 
-    rows: list[dict[str, Any]] = []
-    calls: dict[str, Callable[[], object]] = {}
-    for case, (declared, make_valid, make_invalid) in CASES.items():
-        prepared = prepare_schema(copy.deepcopy(declared))
-        schema, sha = prepared.normalised, prepared.sha256
-        theirs_validator = Draft202012Validator(schema)  # built once, reused: its best case
-        for variant, make in (("valid", make_valid), ("invalid", make_invalid)):
-            raw = json.dumps(make(), separators=(",", ":")).encode()
+def run_case(case: str, variant: str, schema: Any, sha: str, theirs_validator: Any,
+             raw: bytes, args: argparse.Namespace, out: Any) -> tuple[dict[str, Any],
+                                                                     Callable[[], object]]:
+    def ours() -> object:
+        return check(schema, raw, schema_sha256=sha)  # as a gate calls it
 
-            def ours(raw: bytes = raw, schema: Any = schema, sha: str = sha) -> object:
-                return check(schema, raw, schema_sha256=sha)
+    def theirs() -> object:
+        if variant == "valid":
+            return theirs_validator.is_valid(json.loads(raw))
+        return list(theirs_validator.iter_errors(json.loads(raw)))  # all errors, like ours
 
-            if variant == "valid":
-                def theirs(raw: bytes = raw, v: Any = theirs_validator) -> object:
-                    return v.is_valid(json.loads(raw))
-            else:
-                def theirs(raw: bytes = raw, v: Any = theirs_validator) -> object:
-                    return list(v.iter_errors(json.loads(raw)))
+    # Verdicts first (this also fills the compiled-validator cache, as a gate's first call).
+    deviations = check(schema, raw, schema_sha256=sha)
+    errors = list(theirs_validator.iter_errors(json.loads(raw)))
+    if bool(deviations) != bool(errors) or bool(errors) != (variant == "invalid"):
+        raise SystemExit(f"{case}/{variant}: verdicts disagree: ours {len(deviations)} "
+                         f"deviations, theirs {len(errors)} errors")
+    ours_kinds = dict(Counter(d.kind for d in deviations))
+    theirs_kinds = dict(Counter(error_name(e) for e in errors))
+    out.print(f"{case}/{variant}: {len(raw):,} bytes, both {'fail' if errors else 'pass'}; "
+              f"ours {len(deviations)} deviations {ours_kinds or ''}, theirs {len(errors)} "
+              f"errors {theirs_kinds or ''}", highlight=False)
+    for d in deviations:
+        out.print(f"    {d.kind:<17} {d.pointer or '(root)'}  expected {d.expected}",
+                  highlight=False, markup=False)
 
-            # Verdicts first (this also warms the compiled-validator cache).
-            deviations = check(schema, raw, schema_sha256=sha)
-            errors = list(theirs_validator.iter_errors(json.loads(raw)))
-            if bool(deviations) != bool(errors) or bool(errors) != (variant == "invalid"):
-                raise SystemExit(f"{case}/{variant}: verdicts disagree: ours "
-                                 f"{len(deviations)} deviations, theirs {len(errors)} errors")
-            ours_kinds = Counter(d.kind for d in deviations)
-            theirs_kinds = Counter(error_name(e) for e in errors)
-            out.print(f"{case}/{variant}: {len(raw):,} bytes, agree "
-                      f"({'pass' if not errors else 'fail'}); ours {len(deviations)} "
-                      f"deviations {dict(ours_kinds) or ''}, theirs {len(errors)} errors "
-                      f"{dict(theirs_kinds) or ''}")
-            for d in deviations:
-                out.print(f"    {d.kind:<17} {d.pointer or '(root)'}  expected {d.expected}",
-                          highlight=False, markup=False)
+    number_ours = args.number or auto_number(ours)
+    number_theirs = args.number or auto_number(theirs)
+    ours_us: list[float] = []
+    theirs_us: list[float] = []
+    for r in range(args.repeat):
+        # Alternate who goes first so drift in machine load hits both sides.
+        if r % 2 == 0:
+            ours_us.append(per_call_us(ours, number_ours))
+            theirs_us.append(per_call_us(theirs, number_theirs))
+        else:
+            theirs_us.append(per_call_us(theirs, number_theirs))
+            ours_us.append(per_call_us(ours, number_ours))
+    o, t = pick(ours_us, args.stat), pick(theirs_us, args.stat)
+    ratios = [b / a for a, b in zip(ours_us, theirs_us, strict=True)]
+    target = TARGET_SPEEDUP[variant]
+    row = {
+        "schema": case,
+        "instance": variant,
+        "declared_properties": declared_properties(schema),
+        "object_depth": object_depth(schema),
+        "bytes": len(raw),
+        "ours_deviations": len(deviations),
+        "ours_kinds": ours_kinds,
+        "theirs_errors": len(errors),
+        "theirs_kinds": theirs_kinds,
+        "ours_us": round(o, 2),
+        "theirs_us": round(t, 2),
+        "speedup": round(t / o, 1),
+        "per_run_range": [round(min(ratios), 1), round(max(ratios), 1)],
+        "target_speedup": target,
+        "met": t / o >= target,
+        "number_ours": number_ours,
+        "number_theirs": number_theirs,
+        "ours_samples_us": [round(s, 2) for s in ours_us],
+        "theirs_samples_us": [round(s, 2) for s in theirs_us],
+    }
+    if args.breakdown:
+        times = breakdown(schema, sha, raw, variant, args)
+        if times is not None:
+            row["breakdown_us"] = {k: round(v, 2) for k, v in times.items()}
+    return row, ours
 
-            number_ours = args.number or auto_number(ours)
-            number_theirs = args.number or auto_number(theirs)
-            ours_us: list[float] = []
-            theirs_us: list[float] = []
-            for r in range(args.repeat):
-                # Alternate who goes first so drift in machine load hits both sides.
-                if r % 2 == 0:
-                    ours_us.append(per_call_us(ours, number_ours))
-                    theirs_us.append(per_call_us(theirs, number_theirs))
-                else:
-                    theirs_us.append(per_call_us(theirs, number_theirs))
-                    ours_us.append(per_call_us(ours, number_ours))
-            o, t = pick(ours_us, args.stat), pick(theirs_us, args.stat)
-            ratios = [b / a for a, b in zip(ours_us, theirs_us, strict=True)]
-            target = TARGET_SPEEDUP[variant]
-            rows.append({
-                "schema": case,
-                "instance": variant,
-                "declared_properties": declared_properties(schema),
-                "object_depth": object_depth(schema),
-                "bytes": len(raw),
-                "ours_deviations": len(deviations),
-                "theirs_errors": len(errors),
-                "ours_us": round(o, 2),
-                "theirs_us": round(t, 2),
-                "speedup": round(t / o, 1),
-                "per_run_range": [round(min(ratios), 1), round(max(ratios), 1)],
-                "target_speedup": target,
-                "met": t / o >= target,
-                "number_ours": number_ours,
-                "number_theirs": number_theirs,
-                "ours_samples_us": [round(s, 2) for s in ours_us],
-                "theirs_samples_us": [round(s, 2) for s in theirs_us],
-            })
-            calls[f"{case}-{variant}"] = ours
 
+def print_results(out: Any, rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     table = Table(title=f"structural gate check, µs per check ({args.stat} of {args.repeat}; "
                         "both sides parse the raw bytes)", title_justify="left")
     for col in ("schema", "instance", "props", "bytes", "dev / err", "ours µs",
@@ -649,11 +694,68 @@ def main(argv: list[str] | None = None) -> int:
                       f"{low:.1f}-{high:.1f}x", f">= {r['target_speedup']:.0f}x",
                       "[green]yes[/]" if r["met"] else "[red]no[/]")
     out.print(table)
+    with_breakdown = [r for r in rows if "breakdown_us" in r]
+    if not with_breakdown:
+        return
+    keys = [k for r in with_breakdown for k in r["breakdown_us"]]
+    last = ("check() total", "rest (check minus the steps above)", "theirs: json.loads")
+    steps = [k for k in dict.fromkeys(keys) if k not in last] + [k for k in last if k in keys]
+    table = Table(title="ours, step by step (µs per check; each step timed on its own)",
+                  title_justify="left")
+    table.add_column("step")
+    for r in with_breakdown:
+        table.add_column(f"{r['schema']} {r['instance']}", justify="right")
+    for step in steps:
+        table.add_row(step, *(f"{r['breakdown_us'][step]:.2f}" if step in r["breakdown_us"]
+                              else "" for r in with_breakdown))
+    out.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=5, help="timing loops per side and case")
+    ap.add_argument("--number", type=int, default=0,
+                    help=f"calls per timing loop (default: about {MEASURE_SECONDS} s a loop)")
+    ap.add_argument("--stat", choices=("median", "best"), default="median")
+    ap.add_argument("--json", action="store_true",
+                    help="print JSON on stdout (the tables go to stderr)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time each step of ours on its own (uses checker internals)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also cProfile ours on --profile-case and print the hot spots")
+    ap.add_argument("--profile-case", default="large-invalid",
+                    choices=[f"{c}-{v}" for c in CASES for v in ("valid", "invalid")])
+    ap.add_argument("--profile-top", type=int, default=12)
+    args = ap.parse_args(argv)
+    out = err_console if args.json else console
+
+    info = machine_info(None)
+    for package in ("jsonschema", "jsonschema_rs"):
+        info[package] = importlib.metadata.version(package)
+    if not args.json:
+        print_machine(info)
+    out.print("Both sides start from the raw JSON bytes inside the timed call: ours "
+              "check(schema, raw, schema_sha256=sha) decodes them (msgspec); theirs "
+              "json.loads(raw), then the Draft202012Validator built once. Same normalised "
+              "(closed) schema on both sides.", highlight=False)
+
+    rows: list[dict[str, Any]] = []
+    calls: dict[str, Callable[[], object]] = {}
+    for case, (declared, make_valid, make_invalid) in CASES.items():
+        prepared = prepare_schema(copy.deepcopy(declared))
+        schema, sha = prepared.normalised, prepared.sha256
+        theirs_validator = Draft202012Validator(schema)  # built once, reused: its best case
+        for variant, make in (("valid", make_valid), ("invalid", make_invalid)):
+            raw = json.dumps(make(), separators=(",", ":")).encode()  # as an agent sends it
+            row, ours = run_case(case, variant, schema, sha, theirs_validator, raw, args, out)
+            rows.append(row)
+            calls[f"{case}-{variant}"] = ours
+    print_results(out, rows, args)
 
     profile: list[dict[str, Any]] = []
     if args.profile:
         fn = calls[args.profile_case]
-        n = max(1, round(auto_number(fn) * 5))  # about a second of calls
+        n = auto_number(fn, 1.0)  # about a second of calls (more under the profiler)
 
         def loop() -> None:
             for _ in range(n):
