@@ -54,6 +54,7 @@ from ledger.signing import (
     verify_record,
     verify_token,
 )
+from ledger.timestamps import rfc3339
 from projections.documents import Document
 
 from .names import check_identifier
@@ -66,10 +67,6 @@ DECISION_OPTIONS = ["revise", "abandon"]
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _rfc3339(moment: datetime) -> str:
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 # -- the failure loop ---------------------------------------------------------------------
@@ -136,8 +133,8 @@ def token_for_pass(plane: Plane, plan: Document, run_id: str,
     issued = _now()
     claims: dict[str, Any] = {
         "token_id": str(ULID()), "plan_id": plan["plan_id"], "attempt": plan["attempt"],
-        "results_digest": results_digest, "issued_at": _rfc3339(issued),
-        "expires_at": _rfc3339(issued + TOKEN_TTL)}
+        "results_digest": results_digest, "issued_at": rfc3339(issued),
+        "expires_at": rfc3339(issued + TOKEN_TTL)}
     token = mint_token(key, **claims)
     return token, TokenMinted(token_sha256=token_digest(token), run_id=run_id, **claims)
 
@@ -249,7 +246,7 @@ def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
     escalation = next(e for e in plane.store.read_stream(f"plan:{pending.plan_id}")
                       if isinstance(e.payload, Escalated)
                       and e.payload.decision_id == decision_id)
-    signed_at = _rfc3339(_now())
+    signed_at = rfc3339(_now())
     record = decision_record(decision_id, pending.plan_id, choice,
                              guidance if choice == "revise" else None,
                              escalation.chain_hash.hex(), signed_at)

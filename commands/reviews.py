@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -46,6 +46,7 @@ from ledger.events import (
     ValidationResultRecorded,
 )
 from ledger.events.gates import Deviation
+from ledger.timestamps import utc_now
 from projections import delta, fold
 from projections.documents import Document
 
@@ -711,7 +712,7 @@ def _plan_result(plane: Plane, state: StreamState, *,
         return []
     task_id = doc["task_id"]
     started_at = plane.store.read_stream(state.stream)[0].recorded_at
-    ended_at = datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+    ended_at = utc_now()
     duration = datetime.fromisoformat(ended_at[:-1]) - datetime.fromisoformat(started_at[:-1])
     data: dict[str, Any] = {"review_task_id": task_id, "advisory": True,
                             "status": "completed" if committed else "failed"}

@@ -55,13 +55,13 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
 from ledger.canonical import CanonicalizationError, canonical_json
+from ledger.timestamps import utc_now
 
 # commands.registry imports commands.plane at module level (it holds the handlers too);
 # importing it here only loads code, it opens no database.
@@ -166,8 +166,6 @@ class RunResult(msgspec.Struct, kw_only=True):
     signal: int | None = None  # the signal that ended it (not set on a timeout kill)
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def _elapsed_ms(since: float) -> int:
@@ -185,13 +183,13 @@ def run_command(argv: list[str], *, cwd: Path | None, timeout_s: float | None,
     argv = list(argv)
     if argv[:1] in (["python"], ["python3"]):
         argv[0] = sys.executable
-    started, clock = _now(), time.monotonic()
+    started, clock = utc_now(), time.monotonic()
 
     def result(**fields: Any) -> RunResult:
         fields.setdefault("exit_code", None)
         fields.setdefault("stdout", b"")
         fields.setdefault("stderr", b"")
-        return RunResult(argv=argv, started_at=started, ended_at=_now(),
+        return RunResult(argv=argv, started_at=started, ended_at=utc_now(),
                          duration_ms=_elapsed_ms(clock), **fields)
 
     if not argv:
@@ -376,7 +374,7 @@ def run_validation(spec: Mapping[str, Any], args: Mapping[str, Any], resource: s
                    default_timeout_s: float = 300.0) -> ValidationRun:
     """Run one validation in its own copy of ``workdir`` (an empty directory if None) and
     return its result. Never raises: an unexpected error is ``cause="internal"``."""
-    started, clock = _now(), time.monotonic()
+    started, clock = utc_now(), time.monotonic()
     scratch: Path | None = None
     try:
         scratch = Path(tempfile.mkdtemp(prefix="evidence-validation-"))
@@ -417,7 +415,7 @@ def _finish(outcome: _Outcome, started: str, clock: float,
     return ValidationRun(
         verdict=outcome.verdict, message=outcome.message, data=outcome.data,
         cause=outcome.cause, error=outcome.error, changed_paths=changed,
-        raw_output=outcome.raw_output, started_at=started, ended_at=_now(),
+        raw_output=outcome.raw_output, started_at=started, ended_at=utc_now(),
         duration_ms=_elapsed_ms(clock))
 
 
@@ -794,7 +792,7 @@ def run_parallel(jobs: Sequence[Callable[[], ValidationRun]], *,
         return []
 
     def guarded(job: Callable[[], ValidationRun]) -> ValidationRun:
-        started, clock = _now(), time.monotonic()
+        started, clock = utc_now(), time.monotonic()
         try:
             return job()
         except Exception as exc:

@@ -19,7 +19,7 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from ledger.events import (
     ValidationRunCompleted,
     ValidationRunStarted,
 )
+from ledger.timestamps import utc_now
 from projections.documents import Document
 from projections.outcomes import NEXT_ACTION, RULES_VERSION, canonical_halt, classify
 from projections.resolution import resolve
@@ -148,7 +149,7 @@ def call_tool(
     if not report.input_gate.passed:
         return report  # an invented tool or bad parameters: the call is never made
     spec = tool_doc[0]["spec"] if tool_doc else {}
-    started = ended = _now()
+    started = ended = utc_now()
     exit_code: int | None = None
     if recorded_output is not None:
         output, executor = as_bytes(recorded_output), "recorded"
@@ -374,8 +375,6 @@ def record_halt(plane: Plane, plan_id: str, raw_type: str, reason: str, *,
     return halted["event"]
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def _duration_ms(started: str, ended: str) -> int:

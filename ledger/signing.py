@@ -44,6 +44,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from .canonical import CanonicalizationError, canonical_json
 from .errors import LedgerError
+from .timestamps import rfc3339
 
 __all__ = [
     "DECISION_CHOICES",
@@ -526,7 +527,7 @@ def _as_rfc3339(value: str | datetime) -> str:
     if value.tzinfo is None or value.utcoffset() is None:
         raise SigningError("token times must be timezone-aware datetimes or RFC 3339 strings")
     # Same form as the store's recorded_at: microseconds, "Z".
-    return value.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+    return rfc3339(value)
 
 
 def _raw_public(key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:

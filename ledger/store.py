@@ -18,7 +18,6 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from hashlib import sha256
 from typing import Any, NamedTuple
 
@@ -43,6 +42,7 @@ from .errors import (
 )
 from .events import DEFAULT_CATALOG, Catalog, NewEvent, RecordedEvent
 from .merkle import Frontier, leaf_hash
+from .timestamps import utc_now
 
 __all__ = [
     "ANY",
@@ -336,10 +336,6 @@ def _sqlite_engine(parsed: sa.URL, *, must_exist: bool) -> Engine:
     return engine
 
 
-def _utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"  # "+00:00" -> "Z"
-
-
 def _check_ulid(value: str, what: str) -> None:
     if len(value) != 26 or not _ULID_ALPHABET.issuperset(value) or value[0] > "7":
         raise InvalidEventError(f"{what} {value!r} is not a ULID (26 Crockford base32 chars)")
@@ -443,7 +439,7 @@ class Store:
             [
                 {"key": "schema_version", "value": str(schema.SCHEMA_VERSION)},
                 {"key": "ledger_id", "value": str(ULID())},
-                {"key": "created_at", "value": _utc_now()},
+                {"key": "created_at", "value": utc_now()},
             ],
         )
         conn.execute(
@@ -556,7 +552,7 @@ class Store:
 
     def _prepare_rows(self, appends: Sequence[StreamAppend]) -> list[list[tuple[Any, ...]]]:
         """Validate and encode outside the lock: event id, payload and delta bytes."""
-        recorded_at = _utc_now()
+        recorded_at = utc_now()
         catalog = self.catalog
         seen: set[str] = set()
         prepared = []

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -33,6 +32,7 @@ from . import schema
 from .errors import LedgerError
 from .events import RecordedEvent
 from .store import Store
+from .timestamps import utc_now
 
 __all__ = ["Subscription", "checkpoint", "consumers", "subscribe"]
 
@@ -43,8 +43,6 @@ class SubscriptionError(LedgerError):
     """A subscription asked for something impossible (bad name, ack ahead of delivery)."""
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def _check_name(name: str) -> None:
@@ -71,7 +69,7 @@ def _save_checkpoint(store: Store, consumer: str, position: int) -> None:
     """Upsert, never moving backwards (two instances of one consumer may race)."""
     table = schema.consumer_checkpoints
     dialect = postgresql if store.backend == "postgresql" else sqlite
-    stmt = dialect.insert(table).values(name=consumer, position=position, updated_at=_now())
+    stmt = dialect.insert(table).values(name=consumer, position=position, updated_at=utc_now())
     stmt = stmt.on_conflict_do_update(
         index_elements=[table.c.name],
         set_={"position": stmt.excluded.position, "updated_at": stmt.excluded.updated_at},

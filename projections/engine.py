@@ -25,7 +25,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -33,6 +32,7 @@ import sqlalchemy as sa
 
 from ledger import EventPayload, RecordedEvent, Store
 from ledger.store import WriteTx
+from ledger.timestamps import utc_now
 
 from .documents import Document
 from .documents import fold as fold_stream
@@ -169,7 +169,7 @@ class ProjectionEngine:
         # One statement advances all of them; a lagging projection keeps its checkpoint.
         tx.execute(
             f"UPDATE {CHECKPOINTS} SET position = {ph}, updated_at = {ph} WHERE position = {ph}",
-            (last, _now(), before),
+            (last, utc_now(), before),
         )
 
     def _apply(
@@ -228,7 +228,7 @@ class ProjectionEngine:
         ph = tx.ph
         tx.execute(
             f"UPDATE {CHECKPOINTS} SET version = {ph}, position = {ph}, updated_at = {ph} "
-            f"WHERE name = {ph}", (version, position, _now(), name),
+            f"WHERE name = {ph}", (version, position, utc_now(), name),
         )
 
     # -- rebuild ----------------------------------------------------------------------
@@ -280,7 +280,7 @@ class ProjectionEngine:
             tx.execute(f"DELETE FROM {CHECKPOINTS} WHERE name = {ph}", (p.name,))
             tx.execute(
                 f"INSERT INTO {CHECKPOINTS} (name, version, position, updated_at) "
-                f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, head, _now()),
+                f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, head, utc_now()),
             )
 
     # -- reading ----------------------------------------------------------------------
@@ -357,5 +357,3 @@ def fold_documents(
     return folded
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")[:-6] + "Z"

@@ -7,8 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from commands.attachments import attach
+from commands.lifecycle import add_approver_key
+from commands.phases import enter_execute, record_strategy
+from commands.plane import Plane
+from commands.plans import create_plan
+from commands.registry import register_validation
 from ledger import NewEvent
 from ledger.events import PlanCreated, StrategyRecorded
+from ledger.signing import generate_key_pair
 
 
 def plan_created(plan_id: str = "P-1", **kw: object) -> NewEvent:
@@ -40,3 +47,29 @@ def assert_refused(result: subprocess.CompletedProcess[str], *fragments: str) ->
     assert "Traceback" not in result.stderr
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+STATUS_CHECK = """
+import json, sys
+ok = open("status.txt").read().strip() == "good"
+print(json.dumps({"passed": ok, "message": "status is good" if ok else "status is bad"}))
+"""
+
+
+def status_plan(plane: Plane, tmp_path: Path, config: dict) -> Path:
+    """Plan P-1 in Execute on a project whose required validation passes only when
+    status.txt says "good" (it says "bad"), with approver alice registered; the key
+    pair is alice.key / alice.key.pub in ``tmp_path``. Returns the project directory."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "status.txt").write_text("bad\n")
+    (tmp_path / "check.py").write_text(STATUS_CHECK)
+    register_validation(plane, {"name": "status", "mode": "required",
+                                "command": [sys.executable, str(tmp_path / "check.py")]})
+    create_plan(plane, "P-1", project="api", resources=[str(project)], config=config)
+    attach(plane, "status", resource=str(project))
+    record_strategy(plane, "P-1", "make the status good")
+    enter_execute(plane, "P-1")
+    generate_key_pair(tmp_path / "alice.key")
+    add_approver_key(plane, "alice", tmp_path / "alice.key.pub")
+    return project

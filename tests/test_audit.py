@@ -17,10 +17,9 @@ import pytest
 import ledger
 from commands.attachments import attach
 from commands.audit import audit, replay_plan
-from commands.lifecycle import add_approver_key, apply_plan, authorize, record_fix
+from commands.lifecycle import apply_plan, authorize, record_fix
 from commands.phases import enter_execute, record_strategy
 from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan
 from commands.registry import register_validation
 from commands.runs import validate_plan
 from ledger import NewEvent
@@ -39,39 +38,21 @@ from ledger.events import (
     ValidationRunStarted,
 )
 from ledger.events.gates import Deviation
-from ledger.signing import generate_key_pair
 from projections import open_projections
 
-from .helpers import assert_refused, run_cli, strategy
+from .helpers import assert_refused, run_cli, status_plan, strategy
 from .test_checkpoints import evidence
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-CHECK = """
-import json, sys
-ok = open("status.txt").read().strip() == "good"
-print(json.dumps({"passed": ok, "message": "status is good" if ok else "status is bad"}))
-"""
 
 
 @pytest.fixture
 def setup(db_url: str, tmp_path: Path):
     """Plan P-1 through a failure, an escalation, a signed revise decision, a passing run,
     its token and Apply (the lifecycle tests' scenario)."""
-    project = tmp_path / "proj"
-    project.mkdir()
-    (project / "status.txt").write_text("bad\n")
-    (tmp_path / "check.py").write_text(CHECK)
     with Plane.open(db_url) as plane:
-        register_validation(plane, {"name": "status", "mode": "required",
-                                    "command": [sys.executable, str(tmp_path / "check.py")]})
-        create_plan(plane, "P-1", project="api", resources=[str(project)],
-                    config={"retry_limit": 1, "max_strategy_revisions": 0})
-        attach(plane, "status", resource=str(project))
-        record_strategy(plane, "P-1", "make the status good")
-        enter_execute(plane, "P-1")
-        generate_key_pair(tmp_path / "alice.key")
-        add_approver_key(plane, "alice", tmp_path / "alice.key.pub")
+        project = status_plan(plane, tmp_path, {"retry_limit": 1, "max_strategy_revisions": 0})
         report = validate_plan(plane, "P-1")
         escalation = report.to_json()["escalation"]
         assert report.outcome == "blocker" and escalation is not None, report.to_json()

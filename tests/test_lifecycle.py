@@ -3,14 +3,12 @@ fix -> revalidate -> retry limit -> strategy revision -> escalation -> decision.
 
 from __future__ import annotations
 
-import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from commands.attachments import attach
 from commands.lifecycle import (
     add_approver_key,
     apply_plan,
@@ -22,7 +20,6 @@ from commands.lifecycle import (
 from commands.phases import enter_execute, record_strategy
 from commands.plane import CommandRefused, Plane
 from commands.plans import create_plan, get_plan
-from commands.registry import register_validation
 from commands.runs import validate_plan
 from ledger.signing import (
     generate_key_pair,
@@ -31,31 +28,13 @@ from ledger.signing import (
     plane_key_path,
 )
 
-from .helpers import assert_refused, run_cli
-
-CHECK = """
-import json, sys
-ok = open("status.txt").read().strip() == "good"
-print(json.dumps({"passed": ok, "message": "status is good" if ok else "status is bad"}))
-"""
+from .helpers import assert_refused, run_cli, status_plan
 
 
 @pytest.fixture
 def setup(db_url: str, tmp_path: Path):
-    project = tmp_path / "proj"
-    project.mkdir()
-    (project / "status.txt").write_text("bad\n")
-    (tmp_path / "check.py").write_text(CHECK)
     with Plane.open(db_url) as plane:
-        register_validation(plane, {"name": "status", "mode": "required",
-                                    "command": [sys.executable, str(tmp_path / "check.py")]})
-        create_plan(plane, "P-1", project="api", resources=[str(project)],
-                    config={"retry_limit": 2, "max_strategy_revisions": 1})
-        attach(plane, "status", resource=str(project))
-        record_strategy(plane, "P-1", "make the status good")
-        enter_execute(plane, "P-1")
-        generate_key_pair(tmp_path / "alice.key")
-        add_approver_key(plane, "alice", tmp_path / "alice.key.pub")
+        project = status_plan(plane, tmp_path, {"retry_limit": 2, "max_strategy_revisions": 1})
         yield plane, project, tmp_path
 
 
