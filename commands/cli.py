@@ -25,6 +25,7 @@ from . import (
     cli_plans,
     cli_projections,
     cli_registry,
+    cli_report,
     cli_reviews,
     cli_runs,
 )
@@ -67,6 +68,7 @@ cli.add_command(cli_audit.replay)
 cli.add_command(cli_audit.audit)
 cli.add_command(cli_audit.checkpoint)
 cli.add_command(cli_audit.prove)
+cli.add_command(cli_report.report)
 cli.add_command(cli_analytics.tail)
 cli.add_command(cli_analytics.export)
 cli.add_command(cli_analytics.stats)
