@@ -1,10 +1,10 @@
 """The auditor's handlers: replay a plan, and audit the log's invariants.
 
-Both read the log only (a ``Store``; no read model is trusted): replay folds one plan's
-stream with ``projections.documents.fold``; the audit walks the whole log once in
-position order, keeping the folded documents of every stream, and checks at each event
-what must hold there. Every violation names its position, the invariant and what was
-expected; nothing here writes.
+Both read the log only (a ``LogReader``: a ``Store``, or an offline bundle; no read
+model is trusted): replay folds one plan's stream with ``projections.documents.fold``;
+the audit walks the whole log once in position order, keeping the folded documents of
+every stream, and checks at each event what must hold there. Every violation names its
+position, the invariant and what was expected; nothing here writes.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import jsonpatch
 import msgspec
 
-from ledger import RecordedEvent, Store
+from ledger import LogReader, RecordedEvent
 from ledger.checker import check
 from ledger.events import (
     DecisionRecorded,
@@ -105,7 +105,7 @@ def plan_state(doc: Document) -> dict[str, Any]:
     }
 
 
-def replay_plan(store: Store, plan_id: str, as_of: int | None = None) -> list[ReplayStep]:
+def replay_plan(store: LogReader, plan_id: str, as_of: int | None = None) -> list[ReplayStep]:
     """Fold plan ``plan_id``'s stream event by event (up to position ``as_of``)."""
     if as_of is not None and as_of < 1:
         raise CommandRefused(f"--as-of {as_of}: positions start at 1")
@@ -179,7 +179,7 @@ class _PlanWalk:
         self.routing: tuple[int, str, list[str], list[str]] | None = None
 
 
-def audit(store: Store, *, plan: str | None = None, max_violations: int = 1000) -> AuditReport:
+def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 1000) -> AuditReport:
     """Check every invariant over the log up to its current head (one plan's events only
     with ``plan``; the attachment and tool streams are always folded, as resolution
     needs them)."""
@@ -196,7 +196,7 @@ def audit(store: Store, *, plan: str | None = None, max_violations: int = 1000) 
 
 
 class _Auditor:
-    def __init__(self, store: Store, plan: str | None, max_violations: int) -> None:
+    def __init__(self, store: LogReader, plan: str | None, max_violations: int) -> None:
         self.store = store
         self.plan = plan
         self.max = max_violations

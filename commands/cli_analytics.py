@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 import click
 import msgspec
@@ -12,6 +13,7 @@ import msgspec
 from ledger.subscriptions import subscribe
 
 from . import analytics
+from .cli_bundle import export_bundle_command
 from .cli_log import _summary
 from .common import (
     console,
@@ -80,7 +82,7 @@ def tail(from_position: int | None, consumer: str | None, follow: bool,
 
 
 @click.command()
-@click.option("--format", "fmt", type=click.Choice(analytics.FORMATS), required=True,
+@click.option("--format", "fmt", type=click.Choice(analytics.FORMATS), default=None,
               help="jsonl, csv, or parquet (needs the analytics extra).")
 @click.option("--since", type=click.IntRange(min=1), default=1, show_default=True,
               help="First position exported.")
@@ -88,15 +90,35 @@ def tail(from_position: int | None, consumer: str | None, follow: bool,
               help="Last position exported (default: the head when the export starts).")
 @click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
 @click.option("--plan", help="Only the events of this plan.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, writable=True),
+@click.option("--out", type=click.Path(dir_okay=False, writable=True),
               help="The file to write (replaced atomically).")
+@click.option("--bundle", "bundle_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Instead: write an offline bundle for auditors (docs/auditing.md).")
+@click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --bundle: sign its checkpoint with this key (default: the plane key).")
+@click.option("--origin", default=None, metavar="NAME",
+              help="With --bundle: the checkpoint's origin (default: evidence-ledger/<id>).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=2_000, show_default=True,
               hidden=True)
 @db_option
 @json_option
-def export(fmt: str, since: int, until: int | None, types: tuple[str, ...], plan: str | None,
-           out: str, batch_size: int, as_json: bool) -> None:
-    """Write events to a file with the flat analytics columns (docs/analytics.md)."""
+def export(fmt: str | None, since: int, until: int | None, types: tuple[str, ...],
+           plan: str | None, out: str | None, bundle_out: Path | None, key_file: Path | None,
+           origin: str | None, batch_size: int, as_json: bool) -> None:
+    """Write events to a file with the flat analytics columns (docs/analytics.md), or an
+    offline bundle (--bundle FILE [--plan P])."""
+    if bundle_out is not None:
+        extra = [name for name, given in (("--format", fmt), ("--out", out),
+                                          ("--since", since != 1), ("--until", until),
+                                          ("--type", types)) if given]
+        if extra:
+            fail(f"--bundle takes only --plan, --key and --origin, not {', '.join(extra)}")
+        export_bundle_command(bundle_out, plan, key_file, origin, as_json)
+        return
+    if fmt is None or out is None:
+        fail("export needs --format and --out (or --bundle FILE)")
+    if key_file is not None or origin is not None:
+        fail("--key and --origin apply only to --bundle")
     store = open_store()
     if sys.stderr.isatty() and not as_json:
         from rich.progress import Progress

@@ -26,6 +26,7 @@ from ledger.signing import (
 
 from .audit import audit as run_audit
 from .audit import replay_plan
+from .cli_bundle import bundle_option, default_origin, open_verified_bundle, signing_key
 from .common import (
     EXIT_VERDICT,
     console,
@@ -41,15 +42,25 @@ __all__ = ["audit", "checkpoint", "prove", "replay", "verify_against_checkpoint"
            "verify_checkpoint_command"]
 
 
+_public_key_option = click.option(
+    "--public-key", "public_key_file", type=click.Path(dir_okay=False, path_type=Path),
+    help="With --bundle: check its checkpoint with this key (default: the key it carries).")
+
+
 @click.command()
 @click.argument("plan_id")
 @click.option("--as-of", "as_of", type=click.IntRange(min=1), default=None, metavar="POS",
               help="Stop at this log position.")
+@bundle_option
+@_public_key_option
 @db_option
 @json_option
-def replay(plan_id: str, as_of: int | None, as_json: bool) -> None:
+def replay(plan_id: str, as_of: int | None, bundle_file: Path | None,
+           public_key_file: Path | None, as_json: bool) -> None:
     """The plan's state after each of its events, folded from the log."""
-    steps = replay_plan(open_store(), plan_id, as_of)
+    log = (open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file
+           else open_store())
+    steps = replay_plan(log, plan_id, as_of)
     if as_json:
         emit_json({"plan_id": plan_id, "as_of": as_of, "steps": steps})
         return
@@ -69,11 +80,16 @@ def _str(value: int | None) -> str:
 
 @click.command()
 @click.option("--plan", "plan_id", default=None, help="Only this plan's events.")
+@bundle_option
+@_public_key_option
 @db_option
 @json_option
-def audit(plan_id: str | None, as_json: bool) -> None:
+def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path | None,
+          as_json: bool) -> None:
     """Check the invariants and re-derive every verdict from recorded inputs."""
-    report = run_audit(open_store(), plan=plan_id)
+    log = (open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file
+           else open_store())
+    report = run_audit(log, plan=plan_id)
     if as_json:
         emit_json(report)
     else:
@@ -103,12 +119,8 @@ def audit(plan_id: str | None, as_json: bool) -> None:
 def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None:
     """Print a signed tree head (C2SP tlog-checkpoint) of the current log."""
     store = open_store()
-    if key_file is None:
-        key_file = plane_key_path(store.url)
-        if not os.path.lexists(key_file):
-            fail(f"no plane key at {key_file}: run `evidence init`, or give --key FILE")
-    key = load_private_key(key_file)
-    origin = origin or f"evidence-ledger/{store.meta()['ledger_id']}"
+    key = signing_key(store, key_file)
+    origin = origin or default_origin(store)
     head = store.head()
     try:
         text = sign_checkpoint(Checkpoint(origin=origin, size=head.size, root=head.root), key)

@@ -11,6 +11,7 @@ from ledger.signing import load_or_create_plane_key, plane_key_path
 from ledger.verify import parse_tree_head, verify_store
 
 from .cli_audit import verify_checkpoint_command
+from .cli_bundle import bundle_option, verify_bundle_command
 from .common import (
     EXIT_VERDICT,
     console,
@@ -105,12 +106,20 @@ def events(
                    "extends it.")
 @click.option("--public-key", "public_key_file",
               type=click.Path(dir_okay=False, path_type=Path),
-              help="The checkpoint signer's public key (default: the plane key).")
+              help="The checkpoint signer's public key (default: the plane key; with "
+                   "--bundle, the key the bundle carries).")
+@bundle_option
 @db_option
 @json_option
 def verify(against: str | None, checkpoint_file: Path | None, public_key_file: Path | None,
-           as_json: bool) -> None:
-    """Recompute every leaf, the hash chain and the Merkle root from the stored bytes."""
+           bundle_file: Path | None, as_json: bool) -> None:
+    """Recompute every leaf, the hash chain and the Merkle root from the stored bytes
+    (with --bundle: check an offline bundle, with no database)."""
+    if bundle_file is not None:
+        if against:
+            fail("--against does not apply to --bundle: give a kept --checkpoint FILE")
+        verify_bundle_command(bundle_file, checkpoint_file, public_key_file, as_json)
+        return
     if checkpoint_file is not None:
         if against:
             fail("give --against or --checkpoint, not both")

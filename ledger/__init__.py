@@ -12,7 +12,16 @@ from .errors import (
     UnknownEventTypeError,
 )
 from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
-from .store import ANY, NO_STREAM, Expect, Store, StreamAppend, TreeHead, default_url
+from .store import (
+    ANY,
+    NO_STREAM,
+    Expect,
+    LogReader,
+    Store,
+    StreamAppend,
+    TreeHead,
+    default_url,
+)
 from .store import open_store as open
 
 __version__ = "0.1.0"
@@ -31,6 +40,7 @@ __all__ = [
     "LedgerOpenError",
     "LedgerSchemaError",
     "LedgerURLError",
+    "LogReader",
     "NewEvent",
     "RecordedEvent",
     "Store",

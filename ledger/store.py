@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from hashlib import sha256
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 import sqlalchemy as sa
@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_URL",
     "NO_STREAM",
     "Expect",
+    "LogReader",
     "Store",
     "StreamAppend",
     "TreeHead",
@@ -114,6 +115,12 @@ class Snapshot:
                 yield rows
         finally:
             cursor.close()
+
+    def blob(self, digest: str) -> bytes | None:
+        data = self._conn.execute(
+            sa.select(schema.blobs.c.data).where(schema.blobs.c.digest == digest)
+        ).scalar_one_or_none()
+        return None if data is None else bytes(data)
 
     def blobs(self) -> Iterator[tuple[str, int, bytes]]:
         b = schema.blobs.c
@@ -230,6 +237,23 @@ class WriteTx:
             cursor.execute(store._update_head_sql, (position, chain, frontier.to_bytes()))
         self._size = position
         return rows
+
+
+class LogReader(Protocol):
+    """The reads an auditor's handler needs (audit, replay, report): a ``Store``, or an
+    offline ``ledger.bundle.Bundle``."""
+
+    def head(self) -> TreeHead: ...
+
+    def read_all(self, from_position: int = 1, *, to_position: int | None = None,
+                 batch_size: int = 1000, types: Sequence[str] | None = None,
+                 stream: str | None = None, stream_prefix: str | None = None,
+                 ) -> Iterator[RecordedEvent]: ...
+
+    def read_stream(self, stream: str, from_version: int = 1, *, as_of: int | None = None
+                    ) -> list[RecordedEvent]: ...
+
+    def get_blob(self, digest: str) -> bytes | None: ...
 
 
 class TreeHead(NamedTuple):

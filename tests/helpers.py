@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 from commands.attachments import attach
-from commands.lifecycle import add_approver_key
+from commands.lifecycle import add_approver_key, apply_plan, authorize, record_fix
 from commands.phases import enter_execute, record_strategy
 from commands.plane import Plane
 from commands.plans import create_plan
 from commands.registry import register_validation
+from commands.runs import validate_plan
 from ledger import NewEvent
 from ledger.events import PlanCreated, StrategyRecorded
 from ledger.signing import generate_key_pair
@@ -72,4 +73,23 @@ def status_plan(plane: Plane, tmp_path: Path, config: dict) -> Path:
     enter_execute(plane, "P-1")
     generate_key_pair(tmp_path / "alice.key")
     add_approver_key(plane, "alice", tmp_path / "alice.key.pub")
+    return project
+
+
+def applied_plan(plane: Plane, tmp_path: Path) -> Path:
+    """``status_plan`` taken through a failure, an escalation, alice's signed revise
+    decision, a fix, a passing run, its token and Apply. Returns the project directory."""
+    project = status_plan(plane, tmp_path, {"retry_limit": 1, "max_strategy_revisions": 0})
+    report = validate_plan(plane, "P-1")
+    escalation = report.to_json()["escalation"]
+    assert report.outcome == "blocker" and escalation is not None, report.to_json()
+    authorize(plane, escalation["decision_id"], tmp_path / "alice.key", choice="revise",
+              guidance="write good")
+    record_strategy(plane, "P-1", "write good")
+    enter_execute(plane, "P-1")
+    (project / "status.txt").write_text("good\n")
+    record_fix(plane, "P-1", "status is good now")
+    report = validate_plan(plane, "P-1")
+    assert report.outcome == "pass" and report.token
+    apply_plan(plane, "P-1", report.token)
     return project

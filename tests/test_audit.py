@@ -17,11 +17,8 @@ import pytest
 import ledger
 from commands.attachments import attach
 from commands.audit import audit, replay_plan
-from commands.lifecycle import apply_plan, authorize, record_fix
-from commands.phases import enter_execute, record_strategy
 from commands.plane import CommandRefused, Plane
 from commands.registry import register_validation
-from commands.runs import validate_plan
 from ledger import NewEvent
 from ledger.canonical import canonical_json
 from ledger.events import (
@@ -40,7 +37,7 @@ from ledger.events import (
 from ledger.events.gates import Deviation
 from projections import open_projections
 
-from .helpers import assert_refused, run_cli, status_plan, strategy
+from .helpers import applied_plan, assert_refused, run_cli, strategy
 from .test_checkpoints import evidence
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -52,19 +49,7 @@ def setup(db_url: str, tmp_path: Path):
     """Plan P-1 through a failure, an escalation, a signed revise decision, a passing run,
     its token and Apply (the lifecycle tests' scenario)."""
     with Plane.open(db_url) as plane:
-        project = status_plan(plane, tmp_path, {"retry_limit": 1, "max_strategy_revisions": 0})
-        report = validate_plan(plane, "P-1")
-        escalation = report.to_json()["escalation"]
-        assert report.outcome == "blocker" and escalation is not None, report.to_json()
-        authorize(plane, escalation["decision_id"], tmp_path / "alice.key", choice="revise",
-                  guidance="write good")
-        record_strategy(plane, "P-1", "write good")
-        enter_execute(plane, "P-1")
-        (project / "status.txt").write_text("good\n")
-        record_fix(plane, "P-1", "status is good now")
-        report = validate_plan(plane, "P-1")
-        assert report.outcome == "pass" and report.token
-        apply_plan(plane, "P-1", report.token)
+        project = applied_plan(plane, tmp_path)
         yield plane, project, tmp_path
 
 
