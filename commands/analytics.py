@@ -24,9 +24,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+import sqlalchemy as sa
 
 import ledger
 from ledger.merkle import Frontier
+from projections.analytics import ANALYTICS
+from projections.engine import CHECKPOINTS, ProjectionEngine
 
 FORMATS = ("jsonl", "csv", "parquet")
 COLUMNS_VERSION = 1
@@ -323,96 +326,105 @@ def _p95(values: list[int]) -> int | None:
     return ordered[max(0, -(-95 * len(ordered) // 100) - 1)]
 
 
-def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) -> dict[str, Any]:
-    """Aggregates over the events from ``since`` (one streaming pass; see docs/analytics.md).
+def _counts(conn: Any, sql: str, params: dict[str, Any]) -> dict[str, int]:
+    """label -> count from ``SELECT label, count, first position``: by count, then by
+    first occurrence (what ``Counter.most_common`` of a pass over the log gives)."""
+    rows = conn.execute(sa.text(sql), params).all()
+    return {label: int(n) for label, n, _first in sorted(rows, key=lambda r: (-r[1], r[2]))}
 
-    Only plan-stream events count; with ``project`` only the plans of that project.
+
+def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) -> dict[str, Any]:
+    """Aggregates over the plan-stream events from ``since``, answered with SQL over the
+    analytics projection (``projections.analytics``), caught up first; with ``project``
+    only the plans of that project. See docs/analytics.md.
     """
     if since < 1:
         raise ExportError(f"--since must be >= 1, got {since}")
-    head = store.head().size
-    projects = _plan_projects(store, head, None)
-    runs: dict[str, dict[str, tuple[str, bytes, str]]] = {}  # run -> attachment -> key
-    durations: dict[str, list[int]] = {}
-    counts: dict[str, Counter[str]] = {}
-    flaky: dict[tuple[str, bytes, str], Counter[str]] = {}
-    plans: dict[str, dict[str, Any]] = {}
-    halts: Counter[str] = Counter()
-    informational: Counter[str] = Counter()
-    by_kind: Counter[str] = Counter()
-    by_tool: Counter[str] = Counter()
-    for batch in store.read_batches(since, to_position=head, batch_size=2_000):
-        for event in batch:
-            p = event.payload
-            plan_id = getattr(p, "plan_id", None)
-            if plan_id is None or not event.stream.startswith("plan:"):
-                continue
-            if event.type == "plan.created":
-                projects.setdefault(plan_id, p.project)
-            if project is not None and projects.get(plan_id) != project:
-                continue
-            plan = plans.setdefault(plan_id, {
-                "plan": plan_id, "project": projects.get(plan_id), "attempts": 0,
-                "failed_attempts": 0, "strategy_revisions": 0, "outcome": None,
-                "halt_type": None,
-            })
-            t = event.type
-            if t == "validation.run_started":
-                plan["attempts"] = max(plan["attempts"], p.attempt)
-                runs[p.run_id] = {
-                    a.attachment_id: (a.validation, _encode(a.args),
-                                      p.resource_digests.get(a.resource, ""))
-                    for a in p.resolved
-                }
-            elif t == "validation.result_recorded":
-                verdict = _verdict(p) or "no_verdict"
-                counts.setdefault(p.validation, Counter())[verdict] += 1
-                durations.setdefault(p.validation, []).append(p.duration_ms)
-                key = runs.get(p.run_id, {}).get(p.attachment_id)
-                if key is not None and verdict != "no_verdict":
-                    flaky.setdefault(key, Counter())[verdict] += 1
-            elif t == "validation.run_completed":
-                runs.pop(p.run_id, None)
-                plan["outcome"] = p.outcome
-                informational.update(p.informational_failures)
-            elif t == "plan.attempt_failed":
-                plan["failed_attempts"] += 1
-            elif t == "plan.strategy_revision_requested":
-                plan["strategy_revisions"] += 1
-            elif t == "plan.halted":
-                halts[p.halt_type] += 1
-                plan["halt_type"] = p.halt_type
-            elif t == "plan.applied":
-                plan["outcome"] = "applied"
-            elif t == "gate.checked":
-                for d in p.deviations:
-                    by_kind[d.kind] += 1
-                    by_tool[p.tool] += 1
+    ProjectionEngine(store, [ANALYTICS]).open()  # create, rebuild if changed, catch up
+    t = ANALYTICS.table_names()
+    params: dict[str, Any] = {"since": since, "project": project}
+    only = " AND project = :project" if project is not None else ""
+    window = f"position >= :since{only}"
+    # One snapshot: the checkpoint and every table as of the same moment.
+    with store._transaction(snapshot=True) as conn:
+        tree_size = conn.execute(
+            sa.text(f"SELECT position FROM {CHECKPOINTS} WHERE name = :name"),
+            {"name": ANALYTICS.name}).scalar_one()
+        counts: dict[str, dict[str, int]] = {}
+        for name, verdict, n in conn.execute(sa.text(
+                f"SELECT validation, verdict, count(*) FROM {t['results']} WHERE {window} "
+                "GROUP BY validation, verdict"), params):
+            counts.setdefault(name, {})[verdict] = int(n)
+        durations: dict[str, list[int]] = {}
+        for name, ms in conn.execute(sa.text(
+                f"SELECT validation, duration_ms FROM {t['results']} WHERE {window} "
+                "ORDER BY validation, duration_ms"), params):
+            durations.setdefault(name, []).append(int(ms))
+        flaky = conn.execute(sa.text(
+            "SELECT validation, args, input_digest, "
+            "sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END), "
+            "sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) "
+            f"FROM {t['results']} WHERE {window} AND args_digest IS NOT NULL "
+            "GROUP BY validation, args_digest, args, input_digest "
+            "HAVING sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END) > 0 "
+            "AND sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) > 0"), params).all()
+        # A plan counts if it has an event in the window (its last one is in it); its
+        # numbers come from its facts in the window.
+        last = ("(SELECT f.value FROM {facts} f WHERE f.plan = p.plan AND f.fact IN ({kinds}) "
+                "AND f.position >= :since ORDER BY f.position DESC LIMIT 1)")
+        plans = conn.execute(sa.text(
+            "SELECT p.plan, p.project, coalesce(c.attempts, 0), coalesce(c.failed, 0), "
+            "coalesce(c.revisions, 0), "
+            + last.format(facts=t["plan_facts"], kinds="'run_completed', 'applied'") + ", "
+            + last.format(facts=t["plan_facts"], kinds="'halted'")
+            + f" FROM {t['plans']} p LEFT JOIN ("
+            "SELECT plan, max(CASE WHEN fact = 'run_started' THEN attempt END) AS attempts, "
+            "sum(CASE WHEN fact = 'attempt_failed' THEN 1 ELSE 0 END) AS failed, "
+            "sum(CASE WHEN fact = 'strategy_revision' THEN 1 ELSE 0 END) AS revisions "
+            f"FROM {t['plan_facts']} WHERE position >= :since GROUP BY plan) c "
+            "ON c.plan = p.plan WHERE p.last_position >= :since"
+            + (" AND p.project = :project" if project is not None else "")), params).all()
+        halts = _counts(conn, f"SELECT value, count(*), min(position) FROM {t['plan_facts']} "
+                              f"WHERE fact = 'halted' AND {window} GROUP BY value", params)
+        informational = _counts(
+            conn, f"SELECT validation, count(*), min(position) "
+                  f"FROM {t['informational_failures']} WHERE {window} GROUP BY validation",
+            params)
+        by_kind = _counts(conn, f"SELECT kind, count(*), min(position) FROM "
+                                f"{t['deviations']} WHERE {window} GROUP BY kind", params)
+        by_tool = _counts(conn, f"SELECT tool, count(*), min(position) FROM "
+                                f"{t['deviations']} WHERE {window} GROUP BY tool", params)
     validations = []
     for name in sorted(counts):
         c, d = counts[name], durations[name]
         n = sum(c.values())
         validations.append({
-            "validation": name, "runs": n, "pass": c["pass"], "fail": c["fail"],
-            "no_verdict": c["no_verdict"], "pass_rate": c["pass"] / n,
-            "no_verdict_rate": c["no_verdict"] / n, "mean_ms": sum(d) / len(d),
+            "validation": name, "runs": n, "pass": c.get("pass", 0), "fail": c.get("fail", 0),
+            "no_verdict": c.get("no_verdict", 0), "pass_rate": c.get("pass", 0) / n,
+            "no_verdict_rate": c.get("no_verdict", 0) / n, "mean_ms": sum(d) / len(d),
             "p95_ms": _p95(d),
         })
+    plan_rows = sorted(
+        ({"plan": plan, "project": proj, "attempts": int(attempts),
+          "failed_attempts": int(failed), "strategy_revisions": int(revisions),
+          "outcome": outcome, "halt_type": halt_type}
+         for plan, proj, attempts, failed, revisions, outcome, halt_type in plans),
+        key=lambda p: p["plan"])
+    outcomes = Counter(p["outcome"] or "none" for p in plan_rows)
     return {
-        "tree_size": head,
+        "tree_size": int(tree_size),
         "since": since,
         "project": project,
         "validations": validations,
         "flaky": [
             {"validation": v, "args": msgspec.json.decode(a), "input_digest": digest,
-             "pass": c["pass"], "fail": c["fail"]}
-            for (v, a, digest), c in sorted(flaky.items()) if c["pass"] and c["fail"]
+             "pass": int(passed), "fail": int(failed)}
+            for v, a, digest, passed, failed in sorted(flaky)
         ],
-        "plans_by_outcome": dict(Counter(
-            p["outcome"] or "none" for p in plans.values()).most_common()),
-        "halts_by_type": dict(halts.most_common()),
-        "plans": sorted(plans.values(), key=lambda p: p["plan"]),
-        "informational_failures": dict(informational.most_common()),
-        "deviations_by_kind": dict(by_kind.most_common()),
-        "deviations_by_tool": dict(by_tool.most_common()),
+        "plans_by_outcome": dict(sorted(outcomes.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "halts_by_type": halts,
+        "plans": plan_rows,
+        "informational_failures": informational,
+        "deviations_by_kind": by_kind,
+        "deviations_by_tool": by_tool,
     }

@@ -18,12 +18,18 @@ Two ways of keeping up:
 ``rebuild`` folds the log into a fresh table and swaps it in atomically; a projection
 whose version changed is rebuilt automatically when the engine opens. ``fold_as_of``
 folds in memory up to any position: incremental == rebuilt == folded, always.
+
+A second shape, ``AggregateProjection``, is for cross-stream aggregates (analytics):
+its own tables ``rm_<name>_<part>`` and an ``apply(tx, tables, events)`` step that
+writes rows with SQL. It is kept exactly like the document projections (inline in the
+append's transaction, catch-up, rebuild into fresh tables with an atomic swap, one
+checkpoint row, rebuilt when its version changes).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +114,55 @@ class Projection:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One table of an aggregate projection: ``rm_<projection>_<name>``."""
+
+    name: str
+    columns: tuple[tuple[str, sa.types.TypeEngine[Any]], ...]
+    primary_key: tuple[str, ...]
+    indexes: tuple[tuple[str, ...], ...] = ()
+
+    def table(self, physical: str) -> sa.Table:
+        return sa.Table(
+            physical,
+            sa.MetaData(),
+            *(sa.Column(name, type_, nullable=name not in self.primary_key)
+              for name, type_ in self.columns),
+            sa.PrimaryKeyConstraint(*self.primary_key, name=f"pk_{physical}"),
+        )
+
+
+# (write transaction, part name -> physical table name, events in position order)
+AggregateApply = Callable[[WriteTx, Mapping[str, str], Sequence[RecordedEvent]], None]
+
+
+@dataclass(frozen=True)
+class AggregateProjection:
+    """A cross-stream projection: rows in its own tables, written by ``apply``.
+
+    ``apply`` must be deterministic in the events it is given and the rows already in
+    the tables it is given (never other tables, never the clock): that is what makes
+    incremental == rebuilt. It receives the physical names, so the same step fills the
+    live tables inline and fresh ones during a rebuild.
+    """
+
+    name: str
+    version: int
+    parts: tuple[Part, ...]
+    apply: AggregateApply
+
+    def table_names(self, suffix: str = "") -> dict[str, str]:
+        return {part.name: f"rm_{self.name}_{part.name}{suffix}" for part in self.parts}
+
+
+AnyProjection = Projection | AggregateProjection
+
+
+class _Discard(Exception):
+    """Raised to roll back a scratch transaction (``fold_as_of`` of an aggregate)."""
+
+
+@dataclass(frozen=True)
 class ProjectionStatus:
     name: str
     version: int
@@ -123,14 +178,15 @@ class ProjectionStatus:
 class ProjectionEngine:
     """Keeps a set of projections over one store current (see the module docstring)."""
 
-    def __init__(self, store: Store, projections: Sequence[Projection]) -> None:
+    def __init__(self, store: Store, projections: Sequence[AnyProjection]) -> None:
         self.store = store
-        self.projections = {p.name: p for p in projections}
+        self.projections: dict[str, AnyProjection] = {p.name: p for p in projections}
         ph = store._ph
         self._ph = ph
         self._upsert: dict[str, str] = {}
         for p in projections:
-            self._upsert[p.table_name] = self._upsert_sql(p, p.table_name)
+            if isinstance(p, Projection):
+                self._upsert[p.table_name] = self._upsert_sql(p, p.table_name)
 
     # -- opening ----------------------------------------------------------------------
 
@@ -139,7 +195,9 @@ class ProjectionEngine:
         _checkpoint_meta.create_all(self.store.engine)
         stored = self._stored_versions()
         for p in self.projections.values():
-            if stored.get(p.name) != p.version or not self._table_exists(p.table_name):
+            tables = ([p.table_name] if isinstance(p, Projection)
+                      else list(p.table_names().values()))
+            if stored.get(p.name) != p.version or not all(map(self._table_exists, tables)):
                 self.rebuild([p.name], progress)
         self.catch_up()
         return self
@@ -165,12 +223,19 @@ class ProjectionEngine:
             if position == before and name in self.projections
         }
         for name in current:
-            self._apply(tx, self.projections[name], self.projections[name].table_name, events)
+            self._apply_any(tx, self.projections[name], events)
         # One statement advances all of them; a lagging projection keeps its checkpoint.
         tx.execute(
             f"UPDATE {CHECKPOINTS} SET position = {ph}, updated_at = {ph} WHERE position = {ph}",
             (last, utc_now(), before),
         )
+
+    def _apply_any(self, tx: WriteTx, p: AnyProjection, events: Sequence[RecordedEvent]) -> None:
+        """Advance the live tables of either shape of projection by ``events``."""
+        if isinstance(p, Projection):
+            self._apply(tx, p, p.table_name, events)
+        else:
+            p.apply(tx, p.table_names(), events)
 
     def _apply(
         self, tx: WriteTx, p: Projection, table: str, events: Iterable[RecordedEvent]
@@ -220,7 +285,7 @@ class ProjectionEngine:
                 events = list(self.store.read_all(start, to_position=end))
                 for name, position in behind.items():
                     p = self.projections[name]
-                    self._apply(tx, p, p.table_name, (e for e in events if e.position > position))
+                    self._apply_any(tx, p, [e for e in events if e.position > position])
                     self._set_checkpoint(tx, name, p.version, end)
                 applied += len(events)
 
@@ -238,8 +303,14 @@ class ProjectionEngine:
         """Fold the log into fresh tables (one pass for all of them) and swap each in
         atomically; appends made meanwhile are applied to the fresh table before the
         swap, under the lock."""
-        chosen = [self.projections[n] for n in (names if names is not None
-                                                 else list(self.projections))]
+        every = [self.projections[n] for n in (names if names is not None
+                                                else list(self.projections))]
+        aggregates = [p for p in every if isinstance(p, AggregateProjection)]
+        if aggregates:
+            self._rebuild_aggregates(aggregates, progress)
+        chosen = [p for p in every if isinstance(p, Projection)]
+        if not chosen:
+            return
         store = self.store
         target = store.head().size
         prefix = f"{chosen[0].kind}:" if len(chosen) == 1 else None
@@ -283,6 +354,109 @@ class ProjectionEngine:
                 f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, head, utc_now()),
             )
 
+    # -- aggregates -------------------------------------------------------------------
+
+    def _create_tables(self, tx: WriteTx, p: AggregateProjection, names: Mapping[str, str]
+                       ) -> None:
+        dialect = self.store.engine.dialect
+        for part in p.parts:
+            tx.execute(str(sa.schema.CreateTable(part.table(names[part.name]))
+                           .compile(dialect=dialect)))
+
+    def _fill(self, tx: WriteTx, p: AggregateProjection, names: Mapping[str, str],
+              start: int, end: int) -> None:
+        """Apply the events ``start..end`` to the tables ``names``, batch by batch."""
+        for batch in self.store.read_batches(start, to_position=end,
+                                             batch_size=CATCH_UP_BATCH):
+            p.apply(tx, names, batch)
+
+    def _rebuild_aggregates(self, chosen: Sequence[AggregateProjection],
+                            progress: Progress | None) -> None:
+        """Apply the log to fresh tables in bounded transactions (one pass for all of
+        them), then swap each set in with its checkpoint, under the lock."""
+        store = self.store
+        target = store.head().size
+        # Private names: two processes rebuilding at once never share a table.
+        fresh = {p.name: p.table_names(f"__rb_{secrets.token_hex(4)}") for p in chosen}
+        try:
+            with store.write() as tx:
+                for p in chosen:
+                    self._create_tables(tx, p, fresh[p.name])
+            for batch in store.read_batches(1, to_position=target, batch_size=CATCH_UP_BATCH):
+                with store.write() as tx:
+                    for p in chosen:
+                        p.apply(tx, fresh[p.name], batch)
+                if progress is not None:
+                    progress(batch[-1].position, target)
+            for p in chosen:
+                self._swap_aggregate(p, fresh[p.name], target)
+            if progress is not None:
+                progress(target, target)
+        except BaseException:
+            with store.write() as tx:  # a swapped set was renamed: IF EXISTS skips it
+                for names in fresh.values():
+                    for table in names.values():
+                        tx.execute(f"DROP TABLE IF EXISTS {table}")
+            raise
+
+    def _swap_aggregate(self, p: AggregateProjection, fresh: Mapping[str, str],
+                        built_to: int) -> None:
+        """Bring the fresh tables to the head and put them in place, in one transaction."""
+        live = p.table_names()
+        with self.store.write() as tx:
+            head = tx.head_size()
+            if head > built_to:
+                self._fill(tx, p, fresh, built_to + 1, head)
+            for part in p.parts:
+                old, new = fresh[part.name], live[part.name]
+                tx.execute(f"DROP TABLE IF EXISTS {new}")
+                tx.execute(f"ALTER TABLE {old} RENAME TO {new}")
+                if tx.backend == "postgresql":  # constraint names are schema-wide there
+                    tx.execute(f"ALTER TABLE {new} RENAME CONSTRAINT pk_{old} TO pk_{new}")
+                for columns in part.indexes:
+                    tx.execute(f"CREATE INDEX ix_{new}_{'_'.join(columns)} "
+                               f"ON {new} ({', '.join(columns)})")
+            ph = tx.ph
+            tx.execute(f"DELETE FROM {CHECKPOINTS} WHERE name = {ph}", (p.name,))
+            tx.execute(
+                f"INSERT INTO {CHECKPOINTS} (name, version, position, updated_at) "
+                f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, head, utc_now()),
+            )
+
+    @staticmethod
+    def _rows(query: Callable[[str], Sequence[Sequence[Any]]], p: AggregateProjection,
+              names: Mapping[str, str]) -> dict[str, Document]:
+        """Every row of an aggregate as a document keyed ``part/primary key``."""
+        rows: dict[str, Document] = {}
+        for part in p.parts:
+            columns = [name for name, _ in part.columns]
+            found = query(f"SELECT {', '.join(columns)} FROM {names[part.name]}")
+            for values in found:
+                row = dict(zip(columns, values, strict=True))
+                key = "/".join(str(row[c]) for c in part.primary_key)
+                rows[f"{part.name}/{key}"] = row
+        return dict(sorted(rows.items()))
+
+    def _aggregate_rows(self, p: AggregateProjection) -> dict[str, Document]:
+        with self.store.engine.connect() as conn:
+            return self._rows(lambda sql: conn.exec_driver_sql(sql).all(), p,
+                              p.table_names())
+
+    def _aggregate_as_of(self, p: AggregateProjection, position: int) -> dict[str, Document]:
+        """Apply the log up to ``position`` to scratch tables in a transaction that is
+        rolled back: the same step as inline and rebuild, and nothing is kept."""
+        names = p.table_names(f"__asof_{secrets.token_hex(4)}")
+        rows: dict[str, Document] = {}
+        try:
+            with self.store.write() as tx:
+                self._create_tables(tx, p, names)
+                self._fill(tx, p, names, 1, position)
+                rows = self._rows(tx.query, p, names)
+                raise _Discard
+        except _Discard:
+            pass
+        return rows
+
     # -- reading ----------------------------------------------------------------------
 
     def status(self) -> list[ProjectionStatus]:
@@ -296,9 +470,15 @@ class ProjectionEngine:
             for p in self.projections.values()
         ]
 
+    def _document_projection(self, name: str) -> Projection:
+        p = self.projections[name]
+        if not isinstance(p, Projection):
+            raise TypeError(f"projection {name!r} is an aggregate: it has no documents by key")
+        return p
+
     def document(self, name: str, key: str) -> tuple[Document, int] | None:
         """A stream's current document and stream version, or None if it has none."""
-        p = self.projections[name]
+        p = self._document_projection(name)
         t = p.table()
         with self.store.engine.connect() as conn:
             row = conn.execute(
@@ -307,8 +487,11 @@ class ProjectionEngine:
         return (_decode(row[0]), row[1]) if row else None
 
     def documents(self, name: str, *where: Any) -> list[Document]:
-        """Every current document of a projection, filtered on its extracted columns."""
+        """Every current document of a projection, filtered on its extracted columns
+        (an aggregate's rows, unfiltered, in the order of ``keyed_documents``)."""
         p = self.projections[name]
+        if isinstance(p, AggregateProjection):
+            return list(self._aggregate_rows(p).values())
         t = p.table()
         query = sa.select(t.c.doc).order_by(t.c.key)
         for condition in where:
@@ -317,15 +500,22 @@ class ProjectionEngine:
             return [_decode(doc) for (doc,) in conn.execute(query)]
 
     def keyed_documents(self, name: str) -> dict[str, Document]:
-        """Every current document of a projection, by key (the stream's id)."""
-        t = self.projections[name].table()
+        """Every current document of a projection, by key (the stream's id); for an
+        aggregate, every row keyed ``part/primary key``."""
+        p = self.projections[name]
+        if isinstance(p, AggregateProjection):
+            return self._aggregate_rows(p)
+        t = p.table()
         with self.store.engine.connect() as conn:
             return {key: _decode(doc) for key, doc in
                     conn.execute(sa.select(t.c.key, t.c.doc).order_by(t.c.key))}
 
     def fold_as_of(self, name: str, position: int) -> dict[str, Document]:
-        """The projection's documents as of ``position``, folded in memory (pure)."""
+        """The projection's documents as of ``position``, folded in memory (pure); an
+        aggregate's rows as of ``position``, built in a rolled-back transaction."""
         p = self.projections[name]
+        if isinstance(p, AggregateProjection):
+            return self._aggregate_as_of(p, position)
         folded = fold_documents([p], self.store.read_all(to_position=position,
                                                          stream_prefix=f"{p.kind}:"))
         return {key: doc for key, (_v, _pos, doc) in folded[name].items()}

@@ -1,4 +1,5 @@
-"""The read models of the plane: one projection per stream kind.
+"""The read models of the plane: one projection per stream kind, and the analytics
+aggregate.
 
 Each keeps the current document of every stream of its kind (see ``documents``), with
 a few columns extracted for queries. Bump a projection's version when its fold or
@@ -11,7 +12,8 @@ import sqlalchemy as sa
 
 from ledger import Store
 
-from .engine import Column, Progress, Projection, ProjectionEngine
+from .analytics import ANALYTICS
+from .engine import AnyProjection, Column, Progress, Projection, ProjectionEngine
 from .outcomes import RULES_VERSION, fold_outcome
 
 TOOLS = Projection(
@@ -69,8 +71,9 @@ OUTCOMES = Projection(
 
 APPROVERS = Projection(name="approvers", version=1, kind="approver")
 
-ALL_PROJECTIONS: tuple[Projection, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS, OUTCOMES,
-                                           APPROVERS)
+# ANALYTICS is an aggregate over every plan (projections/analytics.py), not per stream.
+ALL_PROJECTIONS: tuple[AnyProjection, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS, OUTCOMES,
+                                              APPROVERS, ANALYTICS)
 
 
 def open_projections(store: Store, progress: Progress | None = None) -> ProjectionEngine:

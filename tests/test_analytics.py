@@ -17,7 +17,7 @@ import pytest
 
 import ledger
 from commands import analytics
-from ledger import NewEvent
+from ledger import NewEvent, StreamAppend
 from ledger.events import (
     AttemptFailed,
     Deviation,
@@ -285,32 +285,42 @@ def _run(plan: str, run: int, verdicts: dict[str, bool | None], digest: str,
     return [NewEvent(payload=p) for p in (started, *results, done)]
 
 
-def _stats_ledger(url: str) -> None:
-    with ledger.open(url) as store:
-        store.append("plan:F", [NewEvent(payload=PlanCreated(
-            plan_id="F", project="px", resources=["repo:api"]))])
-        store.append("plan:F", _run("F", 1, {"lint": True, "tests": False, "style": False},
-                                    "d1", {"lint": 10, "tests": 100, "style": 5}, "blocker"))
-        store.append("plan:F", [NewEvent(payload=AttemptFailed(
-            plan_id="F", attempt=1, iteration=1, failure_class="validation", reason="red"))])
-        store.append("plan:F", _run("F", 2, {"lint": False, "tests": None, "style": True},
-                                    "d1", {"lint": 30, "tests": 900, "style": 5},
-                                    "validator_error"))
-        store.append("plan:F", _run("F", 3, {"lint": True, "tests": True, "style": True},
-                                    "d2", {"lint": 20, "tests": 200, "style": 5}, "pass"))
-        store.append("plan:F", [NewEvent(payload=PlanHalted(
+def stats_appends() -> list[list[StreamAppend]]:
+    """The stats scenario, one list per append (tests replay it inline and lagging)."""
+    def one(stream: str, events: list[NewEvent]) -> list[StreamAppend]:
+        return [StreamAppend(stream, events)]
+
+    return [
+        one("plan:F", [NewEvent(payload=PlanCreated(
+            plan_id="F", project="px", resources=["repo:api"]))]),
+        one("plan:F", _run("F", 1, {"lint": True, "tests": False, "style": False},
+                           "d1", {"lint": 10, "tests": 100, "style": 5}, "blocker")),
+        one("plan:F", [NewEvent(payload=AttemptFailed(
+            plan_id="F", attempt=1, iteration=1, failure_class="validation", reason="red"))]),
+        one("plan:F", _run("F", 2, {"lint": False, "tests": None, "style": True},
+                           "d1", {"lint": 30, "tests": 900, "style": 5}, "validator_error")),
+        one("plan:F", _run("F", 3, {"lint": True, "tests": True, "style": True},
+                           "d2", {"lint": 20, "tests": 200, "style": 5}, "pass")),
+        one("plan:F", [NewEvent(payload=PlanHalted(
             plan_id="F", halt_type="blocker", final_decision="blocker",
-            raw_halt_type="validation_failed", reason="red", phase="execute", attempt=1))])
-        store.append("plan:F", [NewEvent(payload=GateChecked(
+            raw_halt_type="validation_failed", reason="red", phase="execute", attempt=1))]),
+        one("plan:F", [NewEvent(payload=GateChecked(
             plan_id="F", gate="input", tool="deploy", verdict="fail", attempt=1, iteration=1,
             strict_mode=True, checked_sha256="0" * 64, deviations=[
                 Deviation(pointer="/x", kind="extra_field", expected="nothing",
                           actual_type="string"),
                 Deviation(pointer="/y", kind="wrong_type", expected="integer",
-                          actual_type="string")]))])
-        store.append("plan:G", [NewEvent(payload=PlanCreated(
-            plan_id="G", project="other", resources=["repo:api"]))])
-        store.append("plan:G", _run("G", 1, {"lint": True}, "d9", {"lint": 40}, "pass"))
+                          actual_type="string")]))]),
+        one("plan:G", [NewEvent(payload=PlanCreated(
+            plan_id="G", project="other", resources=["repo:api"]))]),
+        one("plan:G", _run("G", 1, {"lint": True}, "d9", {"lint": 40}, "pass")),
+    ]
+
+
+def _stats_ledger(url: str) -> None:
+    with ledger.open(url) as store:
+        for append in stats_appends():
+            store.append_batch(append)
 
 
 def test_stats_aggregates(db_url: str) -> None:

@@ -63,7 +63,7 @@ def test_cli(db_url: str, tmp_path: Path) -> None:
     status = json.loads(run_cli("projections", "status", "--json", "--db", db_url).stdout)
     assert {p["name"]: p["lag"] for p in status["projections"]} == {
         "tools": 0, "skills": 0, "attachments": 0, "plans": 0, "outcomes": 0,
-        "approvers": 0}
+        "approvers": 0, "analytics": 0}
     rebuilt = run_cli("projections", "rebuild", "plans", "--db", db_url)
     assert rebuilt.returncode == 0 and "rebuilt plans" in rebuilt.stdout
     for bad, fragment in [

@@ -41,7 +41,7 @@ def test_catch_up_and_rebuild_equal_inline(db_url: str) -> None:
             plan_id="P-0", revision=0, strategy="first"))], 1)
         lagging = {s.name: s.lag for s in plane.projections.status()}
         assert lagging == {"tools": 1, "skills": 1, "attachments": 1, "plans": 1,
-                           "outcomes": 1, "approvers": 1}
+                           "outcomes": 1, "approvers": 1, "analytics": 1}
         create_plan(plane, "P-9", project="api", resources=["repo:9"])  # catches up first
         incremental = _snapshot(plane.projections)
         assert incremental["plans"][0]["strategy"] == "first"
