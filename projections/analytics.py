@@ -110,11 +110,12 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
         return  # most appends outside plans cost nothing here
     ph = tx.ph
     plans: dict[str, dict[str, Any]] = {}
-    for plan_id in dict.fromkeys(e.payload.plan_id for e in relevant):
-        found = tx.query(f"SELECT {', '.join(PLAN_COLUMNS)} FROM {t['plans']} "
-                         f"WHERE plan = {ph}", (plan_id,))
-        if found:
-            plans[plan_id] = dict(zip(PLAN_COLUMNS, found[0], strict=True))
+    touched = list(dict.fromkeys(e.payload.plan_id for e in relevant))
+    for i in range(0, len(touched), 500):  # a few statements per batch, not one per plan
+        chunk = touched[i:i + 500]
+        for found in tx.query(f"SELECT {', '.join(PLAN_COLUMNS)} FROM {t['plans']} "
+                              f"WHERE plan IN ({', '.join([ph] * len(chunk))})", chunk):
+            plans[found[0]] = dict(zip(PLAN_COLUMNS, found, strict=True))
     runs: dict[tuple[str, str], tuple[str, str, str]] = {}  # resolved in this batch
     new_runs: list[tuple[Any, ...]] = []
     facts: list[tuple[Any, ...]] = []

@@ -29,7 +29,7 @@ checkpoint row, rebuilt when its version changes).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -306,17 +306,33 @@ class ProjectionEngine:
         every = [self.projections[n] for n in (names if names is not None
                                                 else list(self.projections))]
         aggregates = [p for p in every if isinstance(p, AggregateProjection)]
-        if aggregates:
-            self._rebuild_aggregates(aggregates, progress)
         chosen = [p for p in every if isinstance(p, Projection)]
-        if not chosen:
-            return
         store = self.store
         target = store.head().size
-        prefix = f"{chosen[0].kind}:" if len(chosen) == 1 else None
-        folded = fold_documents(chosen, store.read_all(to_position=target,
-                                                       stream_prefix=prefix),
-                                progress=progress, total=target)
+        # Private names: two processes rebuilding at once never share a table.
+        fresh_sets = {p.name: p.table_names(f"__rb_{secrets.token_hex(4)}")
+                      for p in aggregates}
+        try:
+            if aggregates:
+                with store.write() as tx:
+                    for p in aggregates:
+                        self._create_tables(tx, p, fresh_sets[p.name])
+                events: Iterable[RecordedEvent] = self._applying(aggregates, fresh_sets, target)
+            else:
+                prefix = f"{chosen[0].kind}:" if len(chosen) == 1 else None
+                events = store.read_all(to_position=target, stream_prefix=prefix)
+            # One pass over the log: the aggregates are applied batch by batch as the
+            # document folds consume the events.
+            folded = fold_documents(chosen, events, progress=progress, total=target)
+            for p in aggregates:
+                self._swap_aggregate(p, fresh_sets[p.name], target)
+        except BaseException:
+            if aggregates:
+                with store.write() as tx:  # a swapped set was renamed: IF EXISTS skips it
+                    for table_names in fresh_sets.values():
+                        for table in table_names.values():
+                            tx.execute(f"DROP TABLE IF EXISTS {table}")
+            raise
         for p in chosen:
             # A private name: two processes rebuilding at once never share a table.
             fresh = f"{p.table_name}__rb_{secrets.token_hex(4)}"
@@ -370,34 +386,17 @@ class ProjectionEngine:
                                              batch_size=CATCH_UP_BATCH):
             p.apply(tx, names, batch)
 
-    def _rebuild_aggregates(self, chosen: Sequence[AggregateProjection],
-                            progress: Progress | None) -> None:
-        """Apply the log to fresh tables in bounded transactions (one pass for all of
-        them), then swap each set in with its checkpoint, under the lock."""
-        store = self.store
-        target = store.head().size
-        # Private names: two processes rebuilding at once never share a table.
-        fresh = {p.name: p.table_names(f"__rb_{secrets.token_hex(4)}") for p in chosen}
-        try:
-            with store.write() as tx:
+    def _applying(self, chosen: Sequence[AggregateProjection],
+                  fresh: Mapping[str, Mapping[str, str]], target: int
+                  ) -> Iterator[RecordedEvent]:
+        """The events ``1..target``, each batch applied to the aggregates' fresh tables
+        (its own bounded transaction) before it is passed on."""
+        for batch in self.store.read_batches(1, to_position=target,
+                                             batch_size=CATCH_UP_BATCH):
+            with self.store.write() as tx:
                 for p in chosen:
-                    self._create_tables(tx, p, fresh[p.name])
-            for batch in store.read_batches(1, to_position=target, batch_size=CATCH_UP_BATCH):
-                with store.write() as tx:
-                    for p in chosen:
-                        p.apply(tx, fresh[p.name], batch)
-                if progress is not None:
-                    progress(batch[-1].position, target)
-            for p in chosen:
-                self._swap_aggregate(p, fresh[p.name], target)
-            if progress is not None:
-                progress(target, target)
-        except BaseException:
-            with store.write() as tx:  # a swapped set was renamed: IF EXISTS skips it
-                for names in fresh.values():
-                    for table in names.values():
-                        tx.execute(f"DROP TABLE IF EXISTS {table}")
-            raise
+                    p.apply(tx, fresh[p.name], batch)
+            yield from batch
 
     def _swap_aggregate(self, p: AggregateProjection, fresh: Mapping[str, str],
                         built_to: int) -> None:
