@@ -44,6 +44,7 @@ from projections.outcomes import RULES_VERSION, classify
 
 from .audit import AuditReport, replay_plan
 from .audit import audit as run_audit
+from .history import summarize
 from .plane import CommandRefused
 
 __all__ = [
@@ -181,11 +182,12 @@ class AuditSummary(msgspec.Struct, kw_only=True):
 
 class PlanReport(msgspec.Struct, kw_only=True):
     plan_id: str
-    project: str
+    # Optional: a plan stream forged without its plan.created still gets a report.
+    project: str | None
     resources: list[str]
-    phase: str
-    revision: int
-    attempt: int
+    phase: str | None
+    revision: int | None
+    attempt: int | None
     outcome: str | None
     terminal: str | None
     strict_mode: bool | None
@@ -226,8 +228,19 @@ def gather_report(
     events = source.read_stream(f"plan:{plan_id}", as_of=size)
     if not events:
         raise CommandRefused(f"unknown plan {plan_id!r}")
-    steps = replay_plan(source, plan_id, as_of=size)  # type: ignore[arg-type]  # a LogSource
-    doc = steps[-1].document
+    try:
+        steps = replay_plan(source, plan_id, as_of=size)  # type: ignore[arg-type]
+        doc = steps[-1].document
+        timeline = [TimelineRow(position=s.position, recorded_at=s.recorded_at,
+                                actor=s.actor, type=s.type, phase=s.phase, summary=s.summary)
+                    for s in steps]
+    except (KeyError, TypeError):
+        # A stream the plan fold cannot read (forged, e.g. no plan.created first): the
+        # report must still show it; the audit reports what is wrong with it.
+        doc = {}
+        timeline = [TimelineRow(position=e.position, recorded_at=e.recorded_at, actor=e.actor,
+                                type=e.type, phase=None, summary=summarize(e.payload))
+                    for e in events]
     if callable(verification):
         verification = verification()
     if audit_report is None:
@@ -236,13 +249,12 @@ def gather_report(
         audit_report = audit_report()
     config = doc.get("global_config") or {}
     return PlanReport(
-        plan_id=plan_id, project=doc["project"], resources=list(doc["resources"]),
-        phase=doc["phase"], revision=doc["revision"], attempt=doc["attempt"],
-        outcome=doc["last_outcome"], terminal=doc["terminal"],
+        plan_id=plan_id, project=doc.get("project"), resources=list(doc.get("resources", [])),
+        phase=doc.get("phase"), revision=doc.get("revision"), attempt=doc.get("attempt"),
+        outcome=doc.get("last_outcome"), terminal=doc.get("terminal"),
         strict_mode=config.get("strict_mode"), source=source_label, size=size,
         root=head.root.hex(), generated_at=generated_at or utc_now(),
-        timeline=[TimelineRow(position=s.position, recorded_at=s.recorded_at, actor=s.actor,
-                              type=s.type, phase=s.phase, summary=s.summary) for s in steps],
+        timeline=timeline,
         gates=_gates(events), runs=_runs(events), decisions=_decisions(source, events, size),
         tokens=_tokens(events), halts=_halts(events),
         verification=VerificationSummary(

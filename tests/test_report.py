@@ -203,6 +203,19 @@ def test_every_value_is_escaped(sqlite_url: str, tmp_path: Path) -> None:
     assert "&lt;/table&gt;&lt;h2&gt;Forged&lt;/h2&gt;" in page
 
 
+def test_a_plan_stream_without_its_creation_still_gets_a_report(sqlite_url: str,
+                                                                 tmp_path: Path) -> None:
+    with ledger.open(sqlite_url) as store:  # forged: a strategy with no plan.created
+        store.append("plan:P-9", [ledger.NewEvent(payload=StrategyRecorded(
+            plan_id="P-9", revision=0, strategy="orphan"))])
+    out = tmp_path / "orphan.html"
+    result = report_cli("P-9", out, sqlite_url)
+    assert result.returncode == 0, result.stderr
+    page = out.read_text(encoding="utf-8")
+    assert sections(page) == SECTIONS and "strategy, revision 0: orphan" in page
+    assert "<code>delta_fold</code>" in page  # the audit says what is wrong with it
+
+
 # -- refusals ------------------------------------------------------------------------
 
 
