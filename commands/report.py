@@ -14,13 +14,14 @@ Content-Security-Policy forbids loading any), every value HTML-escaped.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
 import ledger
-from ledger import RecordedEvent
+from ledger import LogReader, RecordedEvent
+from ledger.bundle import BundleReport
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
@@ -37,7 +38,6 @@ from ledger.events import (
     ValidationRunStarted,
 )
 from ledger.signing import SigningError, decision_record, public_key_from_b64, verify_record
-from ledger.store import TreeHead
 from ledger.timestamps import utc_now
 from ledger.verify import VerifyReport
 from projections.outcomes import RULES_VERSION, classify
@@ -55,18 +55,12 @@ __all__ = [
 ]
 
 
-class LogSource(Protocol):
-    """What the report reads: the subset of ``ledger.Store`` replay and audit use."""
+# What the report reads: the interface replay and audit read through (a ``Store``, or an
+# offline ``ledger.bundle.Bundle``); only head, read_all, read_stream and get_blob are used.
+LogSource = LogReader
 
-    def head(self) -> TreeHead: ...
-
-    def read_all(self, from_position: int = 1, *,
-                 to_position: int | None = None) -> Iterable[RecordedEvent]: ...
-
-    def read_stream(self, stream: str, from_version: int = 1, *,
-                    as_of: int | None = None) -> list[RecordedEvent]: ...
-
-    def get_blob(self, digest: str) -> bytes | None: ...
+# The byte-level check of what is read: a database's, or an offline bundle's.
+Verification = VerifyReport | BundleReport
 
 
 # ------------------------------------------------------------------------- the data
@@ -212,15 +206,16 @@ def gather_report(
     source: LogSource,
     plan_id: str,
     *,
-    verification: VerifyReport | Callable[[], VerifyReport],
+    verification: Verification | Callable[[], Verification],
     audit_report: AuditReport | Callable[[], AuditReport] | None = None,
     source_label: str = "",
     generated_at: str | None = None,
 ) -> PlanReport:
     """Everything the report shows about ``plan_id``, read as of the current head.
 
-    ``verification`` is the byte-level check of the log (``verify_store`` for a database;
-    a bundle passes its own). ``audit_report`` defaults to ``audit(source, plan=plan_id)``.
+    ``verification`` is the byte-level check of the log: ``verify_store``'s report for a
+    database, a bundle's ``BundleReport`` for a bundle (or a callable returning one).
+    ``audit_report`` defaults to ``audit(source, plan=plan_id)``.
     Raises ``CommandRefused`` for an unknown plan.
     """
     head = source.head()
@@ -229,7 +224,7 @@ def gather_report(
     if not events:
         raise CommandRefused(f"unknown plan {plan_id!r}")
     try:
-        steps = replay_plan(source, plan_id, as_of=size)  # type: ignore[arg-type]
+        steps = replay_plan(source, plan_id, as_of=size)
         doc = steps[-1].document
         timeline = [TimelineRow(position=s.position, recorded_at=s.recorded_at,
                                 actor=s.actor, type=s.type, phase=s.phase, summary=s.summary)
@@ -244,7 +239,7 @@ def gather_report(
     if callable(verification):
         verification = verification()
     if audit_report is None:
-        audit_report = run_audit(source, plan=plan_id)  # type: ignore[arg-type]
+        audit_report = run_audit(source, plan=plan_id)
     elif callable(audit_report):
         audit_report = audit_report()
     config = doc.get("global_config") or {}
@@ -257,18 +252,25 @@ def gather_report(
         timeline=timeline,
         gates=_gates(events), runs=_runs(events), decisions=_decisions(source, events, size),
         tokens=_tokens(events), halts=_halts(events),
-        verification=VerificationSummary(
-            ok=verification.ok, size=verification.size, root=verification.root,
-            checked_events=verification.checked_events,
-            checked_blobs=verification.checked_blobs,
-            problems=[ProblemRow(position=p.position, kind=p.kind, detail=p.detail)
-                      for p in verification.problems]),
+        verification=_verification(verification),
         audit=AuditSummary(
             ok=audit_report.ok, size=audit_report.size, checked=dict(audit_report.checked),
             violations=[ProblemRow(position=v.position, kind=v.invariant,
                                    detail=f"expected {v.expected}; found {v.found}")
                         for v in audit_report.violations]),
     )
+
+
+def _verification(v: Verification) -> VerificationSummary:
+    if isinstance(v, BundleReport):
+        checked_events, checked_blobs = v.events, v.blobs
+    else:
+        checked_events, checked_blobs = v.checked_events, v.checked_blobs
+    return VerificationSummary(
+        ok=v.ok, size=v.size or 0, root=v.root or "", checked_events=checked_events,
+        checked_blobs=checked_blobs,
+        problems=[ProblemRow(position=p.position, kind=p.kind, detail=p.detail)
+                  for p in v.problems])
 
 
 def _gates(events: list[RecordedEvent]) -> list[GateRow]:
@@ -354,7 +356,10 @@ def _signature_status(source: LogSource, event: RecordedEvent,
     p: DecisionRecorded = event.payload  # type: ignore[assignment]
     if escalation is None:
         return "no escalation before it"
-    if escalation.chain_hash.hex() != p.escalation_hash:
+    # A bundle authenticates through the Merkle tree and carries no chain hashes: there
+    # the signature is still checked, the pin to the escalation's chain hash cannot be.
+    pinned = bool(escalation.chain_hash)
+    if pinned and escalation.chain_hash.hex() != p.escalation_hash:
         return "escalation hash mismatch"
     key: str | None = None
     revoked = False
@@ -374,7 +379,9 @@ def _signature_status(source: LogSource, event: RecordedEvent,
         ok = verify_record(public_key_from_b64(key), record, p.signature, domain="decision")
     except SigningError as exc:
         return f"cannot check: {exc}"
-    return "verified" if ok else "signature does not verify"
+    if not ok:
+        return "signature does not verify"
+    return "verified" if pinned else "verified (escalation pin not checkable: no chain hashes)"
 
 
 def _tokens(events: list[RecordedEvent]) -> list[TokenRow]:
@@ -451,8 +458,12 @@ def _yes_no(value: bool | None) -> str | None:
 
 def _badge(value: Any) -> str:
     text = "-" if value is None else str(value)
-    kind = ("ok" if text in _OK else "bad" if text in _BAD or text.startswith("no verdict")
-            else "warn" if text in _WARN else "muted")
+    if text in _OK or text.startswith("verified ("):
+        kind = "ok"
+    elif text in _BAD or text.startswith("no verdict"):
+        kind = "bad"
+    else:
+        kind = "warn" if text in _WARN else "muted"
     return f'<span class="badge {kind}">{_e(text)}</span>'
 
 

@@ -29,7 +29,9 @@ from commands.registry import register_tool
 from commands.report import gather_report, render_html
 from commands.runs import record_halt, validate_plan
 from ledger import RecordedEvent
+from ledger.bundle import load_bundle, write_bundle
 from ledger.events import PlanCreated, StrategyRecorded
+from ledger.signing import generate_key_pair
 from ledger.store import TreeHead
 from ledger.verify import verify_store
 
@@ -308,6 +310,28 @@ def test_gather_report_reads_only_the_small_interface(sqlite_url: str, tmp_path:
     assert "expected e&lt;1&gt;; found f&amp;2" in page
     with pytest.raises(CommandRefused, match="unknown plan 'P-2'"):
         gather_report(memory, "P-2", verification=verified)
+
+
+def test_a_report_from_an_offline_bundle(sqlite_url: str, tmp_path: Path) -> None:
+    ids = applied_plan(sqlite_url, tmp_path)
+    keys = generate_key_pair(tmp_path / "plane.key")
+    with ledger.open(sqlite_url) as store:
+        write_bundle(store, tmp_path / "p1.bundle", key=keys.private_key,
+                     origin="evidence-ledger/test", plan="P-1")
+        from_store = gather_report(store, "P-1", verification=verify_store(store))
+    bundle = load_bundle(tmp_path / "p1.bundle", public_key=keys.public_key)
+    report = gather_report(bundle, "P-1", verification=bundle.report,
+                           source_label="p1.bundle")
+    assert report.verification.ok and report.verification.checked_events > 0
+    assert report.verification.root == from_store.root == report.root
+    assert report.audit.ok and report.timeline == from_store.timeline
+    assert report.tokens == from_store.tokens and report.runs == from_store.runs
+    # A bundle has no chain hashes: the signature is checked, the escalation pin cannot be.
+    [decision] = report.decisions
+    assert decision.signature.startswith("verified (escalation pin not checkable")
+    assert msgspec.structs.replace(decision, signature="verified") == from_store.decisions[0]
+    page = render_html(report)
+    assert ids["token_id"] in page and "p1.bundle" in page and ">verified<" in page
 
 
 # -- a real browser ------------------------------------------------------------------
