@@ -88,20 +88,19 @@ class ReplayStep(msgspec.Struct, kw_only=True):
 
 
 def plan_state(doc: Document) -> dict[str, Any]:
-    """The replay columns of a folded plan document."""
-    if not doc:
-        return {"phase": None, "revision": None, "attempt": None, "retries_left": None,
-                "outcome": None, "token": None, "terminal": None}
-    limit = doc["global_config"].get("retry_limit", 0)
+    """The replay columns of a folded plan document (None where a forged stream, with no
+    ``plan.created`` first, left a member out: replay shows it, the audit reports it)."""
+    limit = (doc.get("global_config") or {}).get("retry_limit", 0)
+    used = doc.get("retries_used")
     token = doc.get("token")
     return {
-        "phase": doc["phase"],
-        "revision": doc["revision"],
-        "attempt": doc["attempt"],
-        "retries_left": max(0, limit - doc["retries_used"]),
-        "outcome": doc["last_outcome"],
+        "phase": doc.get("phase"),
+        "revision": doc.get("revision"),
+        "attempt": doc.get("attempt"),
+        "retries_left": None if used is None else max(0, limit - used),
+        "outcome": doc.get("last_outcome"),
         "token": {"token_id": token["token_id"], "status": token["status"]} if token else None,
-        "terminal": doc["terminal"],
+        "terminal": doc.get("terminal"),
     }
 
 

@@ -26,7 +26,13 @@ from ledger.signing import (
 
 from .audit import audit as run_audit
 from .audit import replay_plan
-from .cli_bundle import bundle_option, default_origin, open_verified_bundle, signing_key
+from .cli_bundle import (
+    bundle_option,
+    default_origin,
+    open_verified_bundle,
+    public_key_option,
+    signing_key,
+)
 from .common import (
     EXIT_VERDICT,
     console,
@@ -42,17 +48,12 @@ __all__ = ["audit", "checkpoint", "prove", "replay", "verify_against_checkpoint"
            "verify_checkpoint_command"]
 
 
-_public_key_option = click.option(
-    "--public-key", "public_key_file", type=click.Path(dir_okay=False, path_type=Path),
-    help="With --bundle: check its checkpoint with this key (default: the key it carries).")
-
-
 @click.command()
 @click.argument("plan_id")
 @click.option("--as-of", "as_of", type=click.IntRange(min=1), default=None, metavar="POS",
               help="Stop at this log position.")
 @bundle_option
-@_public_key_option
+@public_key_option
 @db_option
 @json_option
 def replay(plan_id: str, as_of: int | None, bundle_file: Path | None,
@@ -81,7 +82,7 @@ def _str(value: int | None) -> str:
 @click.command()
 @click.option("--plan", "plan_id", default=None, help="Only this plan's events.")
 @bundle_option
-@_public_key_option
+@public_key_option
 @db_option
 @json_option
 def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path | None,

@@ -20,8 +20,10 @@ __all__ = [
     "bundle_option",
     "default_origin",
     "export_bundle_command",
+    "load_bundle_or_refuse",
     "open_verified_bundle",
     "print_bundle_report",
+    "public_key_option",
     "signing_key",
     "verify_bundle_command",
 ]
@@ -34,6 +36,14 @@ def bundle_option(fn: F) -> F:
         "--bundle", "bundle_file", type=click.Path(dir_okay=False, path_type=Path),
         default=None,
         help="Read this offline bundle (evidence export --bundle) instead of a database.",
+    )(fn)
+
+
+def public_key_option(fn: F) -> F:
+    return click.option(
+        "--public-key", "public_key_file", type=click.Path(dir_okay=False, path_type=Path),
+        help="With --bundle: check its checkpoint with this key (default: the key it "
+             "carries).",
     )(fn)
 
 
@@ -69,8 +79,10 @@ def export_bundle_command(out: Path, plan: str | None, key_file: Path | None,
     click.echo(f"signed checkpoint {summary.origin} {summary.size}:{summary.root}")
 
 
-def _load(bundle_file: Path, public_key_file: Path | None,
-          checkpoint_file: Path | None) -> Bundle:
+def load_bundle_or_refuse(bundle_file: Path, public_key_file: Path | None,
+                          checkpoint_file: Path | None = None) -> Bundle:
+    """The bundle read and checked (``Bundle.report`` says how it fared); an unreadable
+    file or key is a refused command."""
     public_key = load_public_key(public_key_file) if public_key_file is not None else None
     kept = None
     if checkpoint_file is not None:
@@ -107,7 +119,7 @@ def print_bundle_report(report: BundleReport) -> None:
 
 def verify_bundle_command(bundle_file: Path, checkpoint_file: Path | None,
                           public_key_file: Path | None, as_json: bool) -> None:
-    report = _load(bundle_file, public_key_file, checkpoint_file).report
+    report = load_bundle_or_refuse(bundle_file, public_key_file, checkpoint_file).report
     if as_json:
         emit_json(report)
     else:
@@ -121,7 +133,7 @@ def open_verified_bundle(bundle_file: Path, public_key_file: Path | None,
     """The bundle, for ``audit``/``replay``; one that does not verify is a verdict
     (exit 1, its problems printed): nothing is derived from bytes that are not
     authentic."""
-    bundle = _load(bundle_file, public_key_file, None)
+    bundle = load_bundle_or_refuse(bundle_file, public_key_file, None)
     if not bundle.report.ok:
         if as_json:
             emit_json({"ok": False, "bundle": bundle.report})

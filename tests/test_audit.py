@@ -357,3 +357,13 @@ def test_strict_output_deviation_example_audits_clean(sqlite_url: str, tmp_path:
     assert report.ok, report.violations
     assert report.checked["gate_routing"] >= 1 and report.checked["gate_rederivation"] >= 1
     assert report.checked["read_only"] >= 1
+
+
+def test_replay_of_a_forged_plan_stream_shows_what_it_can(sqlite_url) -> None:
+    with ledger.open(sqlite_url) as store:  # no plan.created: appended around the handlers
+        store.append("plan:F-1", [strategy("F-1", "forged")])
+        steps = replay_plan(store, "F-1")
+    assert [(s.type, s.phase, s.retries_left) for s in steps] == [
+        ("plan.strategy_recorded", None, None)]
+    result = run_cli("replay", "F-1", "--db", sqlite_url)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr

@@ -21,13 +21,12 @@ import pytest
 import ledger
 from commands.audit import Violation, audit
 from commands.gates import gate_input
-from commands.lifecycle import apply_plan, authorize, record_fix
 from commands.phases import enter_execute, record_strategy
 from commands.plane import CommandRefused, Plane
 from commands.plans import create_plan
 from commands.registry import register_tool
 from commands.report import gather_report, render_html
-from commands.runs import record_halt, validate_plan
+from commands.runs import record_halt
 from ledger import RecordedEvent
 from ledger.bundle import load_bundle, write_bundle
 from ledger.events import PlanCreated, StrategyRecorded
@@ -35,7 +34,7 @@ from ledger.signing import generate_key_pair
 from ledger.store import TreeHead
 from ledger.verify import verify_store
 
-from .helpers import assert_refused, run_cli, status_plan
+from .helpers import applied_plan, assert_refused, run_cli
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 SECTIONS = ["Plan", "Timeline", "Gate checks", "Validation results", "Decisions", "Token",
@@ -48,24 +47,15 @@ SEARCH = {
 }
 
 
-def applied_plan(db_url: str, tmp_path: Path) -> dict[str, str]:
-    """The status_plan scenario taken to Apply: a blocker, an escalation, alice's signed
-    revise decision, the fix, a passing run, its token, Apply."""
+def applied_plan_ids(db_url: str, tmp_path: Path) -> dict[str, str]:
+    """``helpers.applied_plan`` (a blocker, an escalation, alice's signed revise decision,
+    the fix, a passing run, its token, Apply); returns the decision and token ids."""
     with Plane.open(db_url) as plane:
-        project = status_plan(plane, tmp_path, {"retry_limit": 1, "max_strategy_revisions": 0})
-        escalation = validate_plan(plane, "P-1").to_json()["escalation"]
-        decision = authorize(plane, escalation["decision_id"], tmp_path / "alice.key",
-                             choice="revise", guidance="write good")
-        record_strategy(plane, "P-1", "write good")
-        enter_execute(plane, "P-1")
-        (project / "status.txt").write_text("good\n")
-        record_fix(plane, "P-1", "status is good now")
-        report = validate_plan(plane, "P-1")
-        assert report.outcome == "pass" and report.token
-        apply_plan(plane, "P-1", report.token)
-        minted = next(e.payload for e in plane.store.read_stream("plan:P-1")
-                      if e.type == "plan.token_minted")
-        return {"decision_id": decision.decision_id, "token_id": minted.token_id}
+        applied_plan(plane, tmp_path)
+        events = plane.store.read_stream("plan:P-1")
+        decided = next(e.payload for e in events if e.type == "plan.decision_recorded")
+        minted = next(e.payload for e in events if e.type == "plan.token_minted")
+        return {"decision_id": decided.decision_id, "token_id": minted.token_id}
 
 
 def deviating_plan(db_url: str, params: bytes = b'{"query": "x", "extra": 1}') -> None:
@@ -120,7 +110,7 @@ def assert_self_contained(page: str) -> None:
 
 
 def test_report_of_an_applied_plan(db_url: str, tmp_path: Path) -> None:
-    ids = applied_plan(db_url, tmp_path)
+    ids = applied_plan_ids(db_url, tmp_path)
     out = tmp_path / "out" / "report.html"
     out.parent.mkdir()
     result = report_cli("P-1", out, db_url)
@@ -285,7 +275,7 @@ class MemorySource:
 
 
 def test_gather_report_reads_only_the_small_interface(sqlite_url: str, tmp_path: Path) -> None:
-    ids = applied_plan(sqlite_url, tmp_path)
+    ids = applied_plan_ids(sqlite_url, tmp_path)
     with ledger.open(sqlite_url) as store:
         verified = verify_store(store)
         with store.snapshot() as snap:
@@ -313,7 +303,7 @@ def test_gather_report_reads_only_the_small_interface(sqlite_url: str, tmp_path:
 
 
 def test_a_report_from_an_offline_bundle(sqlite_url: str, tmp_path: Path) -> None:
-    ids = applied_plan(sqlite_url, tmp_path)
+    ids = applied_plan_ids(sqlite_url, tmp_path)
     keys = generate_key_pair(tmp_path / "plane.key")
     with ledger.open(sqlite_url) as store:
         write_bundle(store, tmp_path / "p1.bundle", key=keys.private_key,
@@ -361,7 +351,7 @@ def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     from PIL import Image
 
     db_url = f"sqlite:///{tmp_path / 'evidence.db'}"
-    applied_plan(db_url, tmp_path)
+    applied_plan_ids(db_url, tmp_path)
     out = tmp_path / "report.html"
     assert report_cli("P-1", out, db_url).returncode == 0
     url = out.resolve().as_uri()
