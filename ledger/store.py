@@ -116,6 +116,10 @@ class Snapshot:
         finally:
             cursor.close()
 
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Any read inside the snapshot (read models and their checkpoints, say)."""
+        return [tuple(row) for row in self._conn.exec_driver_sql(sql, tuple(params)).all()]
+
     def blob(self, digest: str) -> bytes | None:
         data = self._conn.execute(
             sa.select(schema.blobs.c.data).where(schema.blobs.c.digest == digest)
