@@ -15,7 +15,7 @@ from typing import Any
 import jsonpatch
 import msgspec
 
-from ledger import LogReader, RecordedEvent
+from ledger import LogReader, RecordedEvent, Store
 from ledger.checker import check
 from ledger.events import (
     DecisionRecorded,
@@ -32,7 +32,9 @@ from ledger.events import (
     ValidationRunCompleted,
     ValidationRunStarted,
 )
+from projections import ALL_PROJECTIONS, ProjectionEngine
 from projections.documents import Document, fold, stream_kind
+from projections.engine import ReadModelCheck
 from projections.outcomes import RULES_VERSION, canonical_halt, classify
 from projections.resolution import resolve
 
@@ -62,6 +64,7 @@ INVARIANTS = (
     "delta_fold",  # a stream rebuilt from its deltas differs from its fold
     "read_only",  # a registered validation that is not read-only
     "gate_routing",  # a failed gate check not routed as the plan's strict_mode says
+    "read_model",  # a stored read model differs from a fresh fold up to its checkpoint
 )
 
 
@@ -141,6 +144,9 @@ class AuditReport(msgspec.Struct, kw_only=True):
     plans: list[str]
     checked: dict[str, int]  # how many times each check ran
     violations: list[Violation]
+    # each read model's check: ok, differs, stale (another version built it: the next
+    # open rebuilds it), absent; empty on a bundle, which has none
+    read_models: dict[str, str] = {}
 
 
 class _Run:
@@ -178,10 +184,13 @@ class _PlanWalk:
         self.routing: tuple[int, str, list[str], list[str]] | None = None
 
 
-def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 1000) -> AuditReport:
+def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 1000,
+          read_models: bool = True) -> AuditReport:
     """Check every invariant over the log up to its current head (one plan's events only
     with ``plan``; the attachment and tool streams are always folded, as resolution
-    needs them)."""
+    needs them). On a database, for the whole log (no ``plan``) and with
+    ``read_models``, also compare every read model with a fresh fold of the log up to
+    its checkpoint."""
     size = store.head().size
     if plan is not None and not store.read_stream(f"plan:{plan}", as_of=size):
         raise CommandRefused(f"unknown plan {plan!r}")
@@ -189,9 +198,27 @@ def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 10
     for event in store.read_all(to_position=size):
         auditor.step(event)
     auditor.finish()
+    statuses: dict[str, str] = {}
+    if read_models and plan is None and isinstance(store, Store):
+        for check in check_read_models(store):
+            statuses[check.name] = check.status
+            if check.status in ("ok", "differs"):
+                auditor.count("read_model")
+            if not check.ok:
+                auditor.violation(
+                    check.checkpoint, None, "read_model",
+                    f"read model {check.name!r} equal to a fresh fold of the log up to its "
+                    f"checkpoint {check.checkpoint}", "; ".join(check.differences))
     return AuditReport(ok=not auditor.violations, size=size, plans=sorted(auditor.plans),
                        checked=dict(sorted(auditor.checked.items())),
-                       violations=auditor.violations)
+                       violations=auditor.violations, read_models=statuses)
+
+
+def check_read_models(store: Store) -> list[ReadModelCheck]:
+    """Every read model as it is stored (the engine is not opened, so nothing is caught
+    up or rebuilt first) against a fresh fold of the log."""
+    engine = ProjectionEngine(store, ALL_PROJECTIONS)
+    return [engine.check(p.name) for p in ALL_PROJECTIONS]
 
 
 class _Auditor:

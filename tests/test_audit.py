@@ -27,6 +27,7 @@ from ledger.events import (
     DecisionRecorded,
     FixRecorded,
     GateChecked,
+    PlanCreated,
     PlanHalted,
     TokenConsumed,
     TokenMinted,
@@ -35,7 +36,7 @@ from ledger.events import (
     ValidationRunStarted,
 )
 from ledger.events.gates import Deviation
-from projections import open_projections
+from projections import ALL_PROJECTIONS, delta, fold, open_projections
 
 from .helpers import applied_plan, assert_refused, run_cli, strategy
 from .test_checkpoints import evidence
@@ -367,3 +368,63 @@ def test_replay_of_a_forged_plan_stream_shows_what_it_can(sqlite_url) -> None:
         ("plan.strategy_recorded", None, None)]
     result = run_cli("replay", "F-1", "--db", sqlite_url)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+
+
+# -- read models against a fresh fold -----------------------------------------------------
+
+
+def _write_sql(plane: Plane, sql: str) -> None:
+    with plane.store.write() as tx:  # a read model is a plain table: an operator can edit it
+        tx.execute(sql)
+
+
+def test_every_read_model_equals_a_fresh_fold(setup) -> None:
+    plane, _project, _tmp = setup
+    report = audit(plane.store)
+    assert report.ok, report.violations
+    assert set(report.read_models) == {p.name for p in ALL_PROJECTIONS}
+    assert set(report.read_models.values()) == {"ok"}
+    assert report.checked["read_model"] == len(ALL_PROJECTIONS)
+    # appended around the plane (its delta made here), the read models lag: each is
+    # checked at its own checkpoint, so they are still sound
+    created = PlanCreated(plan_id="P-9", project="web", resources=["repo:web"])
+    after = fold("plan:P-9", {}, created)
+    plane.store.append("plan:P-9", [NewEvent(payload=created, delta=delta({}, after))])
+    report = audit(plane.store)
+    assert report.ok, report.violations
+    statuses = {s.name: s for s in plane.projections.status()}
+    assert statuses["plans"].lag == 1
+
+
+@pytest.mark.parametrize("sql, name, key", [
+    ("UPDATE rm_plans SET phase = 'strategize' WHERE key = 'P-1'", "plans", "P-1"),
+    ("DELETE FROM rm_tools", "tools", "status"),
+    ("UPDATE rm_analytics_plans SET attempts = attempts + 1", "analytics", "plans/P-1"),
+    ("DELETE FROM rm_analytics_results WHERE position = (SELECT MIN(position) FROM "
+     "rm_analytics_results)", "analytics", "results/"),
+])
+def test_an_edited_read_model_is_a_violation(setup, sql: str, name: str, key: str) -> None:
+    plane, _project, _tmp = setup
+    _write_sql(plane, sql)
+    report = audit(plane.store)
+    assert not report.ok and report.read_models[name] == "differs"
+    (violation,) = report.violations
+    assert violation.invariant == "read_model" and name in violation.expected
+    assert key in violation.found
+    assert audit(plane.store, plan="P-1").ok  # a plan's audit leaves read models alone
+
+
+def test_a_read_model_built_by_another_version_is_stale_not_wrong(setup, db_url) -> None:
+    plane, _project, _tmp = setup
+    _write_sql(plane, "UPDATE rm_plans SET phase = 'strategize'")
+    _write_sql(plane, "UPDATE projection_checkpoints SET version = version + 100 "
+                      "WHERE name = 'plans'")
+    report = audit(plane.store)
+    assert report.ok and report.read_models["plans"] == "stale"
+    assert report.checked["read_model"] == len(ALL_PROJECTIONS) - 1
+    result = run_cli("audit", "--json", "--db", db_url)
+    assert result.returncode == 0 and json.loads(result.stdout)["read_models"]["plans"] == (
+        "stale")
+    _write_sql(plane, "DELETE FROM rm_outcomes")
+    result = run_cli("audit", "--db", db_url)
+    assert result.returncode == 1 and "read_model" in result.stdout, result.stdout

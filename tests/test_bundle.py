@@ -52,7 +52,7 @@ def test_a_whole_log_bundle_verifies_audits_and_replays_as_the_ledger(two_plans)
     assert [e.leaf_hash for e in bundle.read_all()] == [
         e.leaf_hash for e in plane.store.read_all()]
     assert [e.payload for e in bundle.read_all()] == [e.payload for e in plane.store.read_all()]
-    assert audit(bundle) == audit(plane.store)
+    assert audit(bundle) == audit(plane.store, read_models=False)
     assert audit(bundle, plan="P-1") == audit(plane.store, plan="P-1")
     assert replay_plan(bundle, "P-1") == replay_plan(plane.store, "P-1")
     middle = plane.store.read_stream("plan:P-1")[10].position
