@@ -213,6 +213,9 @@ def write_bundle(
                 for digest, data in blobs:
                     f.write(_line({"data": base64.b64encode(data).decode("ascii"),
                                    "digest": digest}))
+            umask = os.umask(0)  # mkstemp made it 0600; a bundle is for handing over
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
             os.replace(tmp, out)
         except BaseException:
             if os.path.exists(tmp):
