@@ -34,7 +34,6 @@ and replay run on it unchanged; it holds the bundle in memory.
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 import shutil
 import tempfile
@@ -48,7 +47,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from .canonical import canonical_json
+from .canonical import canonical_json, strict_b64decode
 from .checkpoints import (
     Checkpoint,
     CheckpointError,
@@ -388,7 +387,7 @@ class _Reader:
             return
         header = self.header
         assert header is not None
-        raw = _b64(text) if isinstance(text, str) else None
+        raw = strict_b64decode(text) if isinstance(text, str) else None
         if raw is None:
             self.problem(None, "leaves", "the leaves record is not strict base64")
             return
@@ -498,7 +497,7 @@ class _Reader:
                 self.problem(None, "blob", f"line {number} is not a canonical blob record")
                 continue
             digest = record["digest"]
-            data = _b64(record["data"])
+            data = strict_b64decode(record["data"])
             if data is None:
                 self.problem(None, "blob", f"line {number}: blob {digest} is not strict base64")
                 continue
@@ -524,14 +523,6 @@ class _Reader:
         if listed != from_events:
             self.problem(None, "keys", "the approver keys listed differ from the "
                          "approver_key.added events the bundle holds")
-
-
-def _b64(text: str) -> bytes | None:
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return None
-    return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
 def _kept(reader: _Reader, note: str) -> KeptCheckpoint:

@@ -12,12 +12,20 @@ NaN and the infinities have no JSON form and are rejected.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import typing
 from typing import Any
 
 import msgspec
 
-__all__ = ["CanonicalizationError", "canonical_json", "canonical_number", "canonical_struct"]
+__all__ = [
+    "CanonicalizationError",
+    "canonical_json",
+    "canonical_number",
+    "canonical_struct",
+    "strict_b64decode",
+]
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
@@ -202,3 +210,14 @@ def _emit(value: Any, out: Any) -> None:
         out(canonical_number(value).encode("ascii"))
     else:
         raise CanonicalizationError(f"{kind.__name__} is not a JSON type")
+
+
+def strict_b64decode(text: str) -> bytes | None:
+    """Standard base64, or None. Only the canonical encoding is accepted, so one value
+    has exactly one textual form (no malleability through padding bits or whitespace):
+    what is signed or hashed cannot be re-spelled."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, AttributeError):
+        return None
+    return raw if base64.b64encode(raw).decode("ascii") == text else None

@@ -24,7 +24,6 @@ every stored byte with the kept head as ``against``).
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import re
 from collections.abc import Sequence
@@ -39,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from . import schema
+from .canonical import strict_b64decode
 from .errors import LedgerError
 from .merkle import (
     EMPTY_ROOT,
@@ -156,7 +156,7 @@ def parse_note(note: str) -> tuple[str, list[Signature]]:
         if not line.startswith(SIGNATURE_PREFIX):
             raise CheckpointError(f"malformed signature line {line[:60]!r}")
         name, space, encoded = line[len(SIGNATURE_PREFIX):].partition(" ")
-        raw = _b64(encoded) if space else None
+        raw = strict_b64decode(encoded) if space else None
         if not name or raw is None or len(raw) < 5:
             raise CheckpointError(f"malformed signature line {line[:60]!r}")
         signatures.append(Signature(name, raw[:4], raw[4:]))
@@ -194,7 +194,7 @@ def parse_checkpoint(note: str) -> tuple[Checkpoint, list[Signature]]:
         raise CheckpointError("checkpoint body has an empty line")
     if not _SIZE_RE.fullmatch(size_text):
         raise CheckpointError(f"checkpoint tree size {size_text[:40]!r} is not a decimal number")
-    root = _b64(root_text)
+    root = strict_b64decode(root_text)
     if root is None or len(root) != 32:
         raise CheckpointError("checkpoint root hash is not base64 of 32 bytes")
     checkpoint = Checkpoint(origin=origin, size=int(size_text), root=root,
@@ -206,14 +206,6 @@ def verify_checkpoint_signature(note: str, public_key: Ed25519PublicKey) -> Chec
     """The checkpoint, if it is signed by ``public_key`` (see ``open_note``)."""
     open_note(note, public_key)
     return parse_checkpoint(note)[0]
-
-
-def _b64(text: str) -> bytes | None:
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return None
-    return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
 # --------------------------------------------------------------------------- the store

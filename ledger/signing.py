@@ -23,7 +23,6 @@ pass them to ``verify_token``). Events record ``token_digest(token)``, never the
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import hashlib
 import os
@@ -42,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from .canonical import CanonicalizationError, canonical_json
+from .canonical import CanonicalizationError, canonical_json, strict_b64decode
 from .errors import LedgerError
 from .timestamps import rfc3339
 
@@ -204,7 +203,7 @@ def fingerprint(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
 
 def public_key_from_b64(text: str) -> Ed25519PublicKey:
     """The public key whose raw 32 bytes ``text`` encodes (strict standard base64)."""
-    raw = _b64decode_strict(text)
+    raw = strict_b64decode(text)
     if raw is None:
         raise SigningError("public key is not valid base64")
     if len(raw) != _RAW_KEY_LEN:
@@ -241,7 +240,7 @@ def verify_record(public_key: Ed25519PublicKey, record: dict[str, Any], signatur
     _check_domain(domain)
     if not isinstance(signature_b64, str):
         return False
-    signature = _b64decode_strict(signature_b64)
+    signature = strict_b64decode(signature_b64)
     if signature is None or len(signature) != _SIGNATURE_LEN:
         return False
     try:
@@ -440,16 +439,6 @@ def _verify_raw(key: Ed25519PublicKey, signature: bytes, message: bytes) -> bool
     except InvalidSignature:
         return False
     return True
-
-
-def _b64decode_strict(text: str) -> bytes | None:
-    """Standard base64, or None. Only the canonical encoding is accepted, so one value
-    has exactly one textual form (no malleability through padding bits)."""
-    try:
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, AttributeError):
-        return None
-    return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
 def _b64url(raw: bytes) -> str:
