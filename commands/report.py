@@ -48,16 +48,11 @@ from .history import summarize
 from .plane import CommandRefused
 
 __all__ = [
-    "LogSource",
     "PlanReport",
     "gather_report",
     "render_html",
 ]
 
-
-# What the report reads: the interface replay and audit read through (a ``Store``, or an
-# offline ``ledger.bundle.Bundle``); only head, read_all, read_stream and get_blob are used.
-LogSource = LogReader
 
 # The byte-level check of what is read: a database's, or an offline bundle's.
 Verification = VerifyReport | BundleReport
@@ -203,7 +198,7 @@ class PlanReport(msgspec.Struct, kw_only=True):
 
 
 def gather_report(
-    source: LogSource,
+    source: LogReader,
     plan_id: str,
     *,
     verification: Verification | Callable[[], Verification],
@@ -322,7 +317,7 @@ def _runs(events: list[RecordedEvent]) -> list[RunRow]:
     return list(runs.values())
 
 
-def _decisions(source: LogSource, events: list[RecordedEvent], size: int) -> list[DecisionRow]:
+def _decisions(source: LogReader, events: list[RecordedEvent], size: int) -> list[DecisionRow]:
     escalations: dict[str, RecordedEvent] = {}
     rows: dict[str, DecisionRow] = {}
     for e in events:
@@ -348,7 +343,7 @@ def _decisions(source: LogSource, events: list[RecordedEvent], size: int) -> lis
     return list(rows.values())
 
 
-def _signature_status(source: LogSource, event: RecordedEvent,
+def _signature_status(source: LogReader, event: RecordedEvent,
                       escalation: RecordedEvent | None, size: int) -> str:
     """Re-check the decision's Ed25519 signature as an auditor would: against the
     approver key registered in the log before the decision, over the record pinned to
