@@ -90,6 +90,20 @@ ledger_meta = Table(
 
 _REFUSE = "evidence ledger: the log is append-only"
 
+# PostgreSQL wakes waiting subscribers: every append moves the head, and the trigger
+# queues a NOTIFY that the server delivers when (and only if) the append commits. It is a
+# hint only; subscribers poll too, so a lost notification costs one poll interval.
+NOTIFY_CHANNEL = "evidence_appended"
+NOTIFY_TRIGGER = "ledger_head_notify"
+NOTIFY_DDL = [
+    "CREATE OR REPLACE FUNCTION evidence_notify_append() RETURNS trigger "
+    f"LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('{NOTIFY_CHANNEL}', NEW.size::text); "
+    "RETURN NULL; END $$",
+    f"DROP TRIGGER IF EXISTS {NOTIFY_TRIGGER} ON ledger_head",  # (no OR REPLACE before 14)
+    f"CREATE TRIGGER {NOTIFY_TRIGGER} AFTER UPDATE OF size ON ledger_head "
+    "FOR EACH ROW WHEN (NEW.size > OLD.size) EXECUTE FUNCTION evidence_notify_append()",
+]
+
 APPEND_ONLY_DDL: dict[str, list[str]] = {
     "sqlite": [
         f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table} "
@@ -117,5 +131,6 @@ APPEND_ONLY_DDL: dict[str, list[str]] = {
         ],
         "CREATE TRIGGER ledger_head_no_delete BEFORE DELETE ON ledger_head "
         "FOR EACH ROW EXECUTE FUNCTION evidence_refuse_change()",
+        *NOTIFY_DDL,
     ],
 }

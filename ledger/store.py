@@ -453,6 +453,13 @@ class Store:
                     if self.backend == "postgresql":
                         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7177001)")
                     schema.consumer_checkpoints.create(conn, checkfirst=True)
+                if self.backend == "postgresql" and not conn.exec_driver_sql(
+                    "SELECT 1 FROM pg_trigger WHERE tgname = %s "
+                    "AND tgrelid = 'ledger_head'::regclass", (schema.NOTIFY_TRIGGER,)
+                ).first():  # added after v1 shipped
+                    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7177001)")
+                    for ddl in schema.NOTIFY_DDL:
+                        conn.execute(sa.DDL(ddl))
         except LedgerError:
             raise
         except DBAPIError as exc:

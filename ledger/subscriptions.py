@@ -17,13 +17,17 @@ and then from ``head + 1`` never skips an event: handle events idempotently by p
         sub.ack(batch[-1].position)
 
 Correctness never depends on a notification: a waiting subscription polls the head
-every ``poll_interval`` seconds (``stop()`` wakes it at once).
+every ``poll_interval`` seconds (``stop()`` wakes it at once). On PostgreSQL it also
+LISTENs on the channel the append trigger NOTIFYs (``schema.NOTIFY_CHANNEL``), so a
+commit wakes it at once rather than at the next poll.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -41,8 +45,6 @@ _NAME_MAX = 128
 
 class SubscriptionError(LedgerError):
     """A subscription asked for something impossible (bad name, ack ahead of delivery)."""
-
-
 
 
 def _check_name(name: str) -> None:
@@ -77,6 +79,57 @@ def _save_checkpoint(store: Store, consumer: str, position: int) -> None:
     )
     with store._transaction(write=True) as conn:
         conn.execute(stmt)
+
+
+class _Waiter:
+    """Sleeps until the head may have moved: at most ``interval`` seconds, less if
+    ``stop`` is set or (PostgreSQL) a NOTIFY from the append trigger arrives."""
+
+    _SLICE = 0.05  # how soon stop() is noticed while listening
+
+    def __init__(self, store: Store, stop: threading.Event) -> None:
+        self._stop = stop
+        self._raw: Any = None
+        self._errors: tuple[type[BaseException], ...] = ()
+        if store.backend == "postgresql":
+            import psycopg  # only on PostgreSQL, where the driver is installed
+
+            self._errors = (sa.exc.DBAPIError, psycopg.Error)
+            try:
+                raw = store.engine.raw_connection()
+                raw.driver_connection.autocommit = True
+                raw.driver_connection.execute(f"LISTEN {schema.NOTIFY_CHANNEL}")
+                self._raw = raw
+            except self._errors:  # a hint only: without it the poll still finds everything
+                self._raw = None
+
+    def wait(self, interval: float) -> None:
+        if self._raw is None:
+            self._stop.wait(interval)
+            return
+        deadline = time.monotonic() + interval
+        try:
+            while not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                # Any notification means "look again"; what was appended is read from
+                # the log, never taken from the payload.
+                for _ in self._raw.driver_connection.notifies(
+                        timeout=min(left, self._SLICE), stop_after=1):
+                    return
+        except self._errors:  # the listening connection broke: fall back to polling
+            self.close()
+
+    def close(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            try:
+                raw.driver_connection.execute("UNLISTEN *")
+                raw.driver_connection.autocommit = False
+                raw.close()
+            except self._errors:
+                raw.invalidate()
 
 
 class Subscription:
@@ -129,26 +182,34 @@ class Subscription:
         """Batches of events in position order, from where the subscription stands.
 
         Without ``follow`` it ends at the head as it is when each read begins; with it,
-        it waits for more (polling every ``poll_interval`` s) until ``stop()``.
+        it waits for more (woken by PostgreSQL's NOTIFY, and polling every
+        ``poll_interval`` s in any case) until ``stop()``.
         """
         store = self.store
-        while not self._stop.is_set():
-            head = store.head().size
-            if head > self.scanned:
-                for batch in store.read_batches(
-                    self.scanned + 1, to_position=head, batch_size=self.batch_size,
-                    types=self.types,
-                ):
-                    self.scanned = batch[-1].position
-                    yield batch
-                    if self._stop.is_set():
-                        return
-                # A filtered read may end before the head: nothing else matched up to it.
-                self.scanned = max(self.scanned, head)
-                continue
-            if not follow:
-                return
-            self._stop.wait(self.poll_interval)
+        # Listen before the first read of the head, so an append committed in between
+        # is notified rather than left to the next poll.
+        waiter = _Waiter(store, self._stop) if follow else None
+        try:
+            while not self._stop.is_set():
+                head = store.head().size
+                if head > self.scanned:
+                    for batch in store.read_batches(
+                        self.scanned + 1, to_position=head, batch_size=self.batch_size,
+                        types=self.types,
+                    ):
+                        self.scanned = batch[-1].position
+                        yield batch
+                        if self._stop.is_set():
+                            return
+                    # A filtered read may end before the head: nothing else matched.
+                    self.scanned = max(self.scanned, head)
+                    continue
+                if waiter is None:
+                    return
+                waiter.wait(self.poll_interval)
+        finally:
+            if waiter is not None:
+                waiter.close()
 
     def events(self, *, follow: bool = False) -> Iterator[RecordedEvent]:
         for batch in self.batches(follow=follow):

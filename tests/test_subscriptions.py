@@ -127,6 +127,59 @@ def test_follow_waits_for_new_events_and_stop_ends_it(store: ledger.Store) -> No
     assert seen == [1, 2, 3]
 
 
+def _latency_of_one_append(store: ledger.Store, poll_interval: float,
+                           wait: float) -> float | None:
+    """Seconds from an append to a following subscription seeing it (None: not within
+    ``wait``). The follower is ready (caught up, waiting) before the append."""
+    sub = subscribe(store, poll_interval=poll_interval)
+    seen: list[float] = []
+    ready = threading.Event()
+
+    def consume() -> None:
+        for batch in sub.batches(follow=True):
+            seen.extend(time.monotonic() for _ in batch)
+            ready.set()
+
+    thread = threading.Thread(target=consume)
+    thread.start()
+    try:
+        assert ready.wait(30)  # the existing event: caught up, now waiting
+        time.sleep(0.3)
+        appended = time.monotonic()
+        store.append("plan:late", [plan_created("late")])
+        deadline = appended + wait
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return seen[1] - appended if len(seen) > 1 else None
+    finally:
+        sub.stop()
+        thread.join(10)
+        assert not thread.is_alive()  # stop() is noticed while listening too
+
+
+def test_postgresql_notify_wakes_a_follower_before_its_next_poll(pg_url: str) -> None:
+    with ledger.open(pg_url) as store:
+        _fill(store, 1)
+        # A 30 s poll: only the append trigger's NOTIFY can deliver it this fast.
+        latency = _latency_of_one_append(store, poll_interval=30, wait=5)
+        assert latency is not None and latency < 2, latency
+
+
+def test_without_notify_the_poll_still_delivers(pg_url: str) -> None:
+    with ledger.open(pg_url) as store:
+        _fill(store, 1)
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TRIGGER {schema.NOTIFY_TRIGGER} ON ledger_head")
+        assert _latency_of_one_append(store, poll_interval=30, wait=1.5) is None
+        latency = _latency_of_one_append(store, poll_interval=0.2, wait=10)
+        assert latency is not None
+    # a ledger made before the trigger gets it when it is opened
+    with ledger.open(pg_url, create=False) as store, store.engine.connect() as conn:
+        assert conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_trigger WHERE tgname = %s "
+            "AND tgrelid = 'ledger_head'::regclass", (schema.NOTIFY_TRIGGER,)).scalar_one() == 1
+
+
 def writer(url: str, worker: int, count: int, start: object) -> None:
     """Child process: ``count`` appends of 1-3 events each, as fast as it can."""
     store = ledger.open(url, create=False)

@@ -31,7 +31,8 @@ EVENTS = 30
 STREAMS = 3
 BLOB = b"raw tool output: 3 passed, 0 failed\n" * 8
 
-# The append-only triggers each backend installs (ledger/schema.py), by table.
+# The triggers each backend installs (ledger/schema.py), by table: the append-only
+# guards, and on PostgreSQL the NOTIFY that wakes subscribers.
 TRIGGERS: dict[str, set[tuple[str, str]]] = {
     "sqlite": {
         ("events_no_update", "events"),
@@ -47,6 +48,7 @@ TRIGGERS: dict[str, set[tuple[str, str]]] = {
         ("blobs_no_truncate", "blobs"),
         ("ledger_head_no_truncate", "ledger_head"),
         ("ledger_head_no_delete", "ledger_head"),
+        ("ledger_head_notify", "ledger_head"),
     },
 }
 EVENT_COLUMNS = (
