@@ -368,21 +368,9 @@ class ProjectionEngine:
             head = tx.head_size()
             if head > built_to:
                 self._apply(tx, p, fresh, self.store.read_all(built_to + 1, to_position=head))
-            tx.execute(f"DROP TABLE IF EXISTS {p.table_name}")
-            tx.execute(f"ALTER TABLE {fresh} RENAME TO {p.table_name}")
-            if tx.backend == "postgresql":  # constraint names are schema-wide there
-                tx.execute(f"ALTER TABLE {p.table_name} RENAME CONSTRAINT pk_{fresh} "
-                           f"TO pk_{p.table_name}")
-            for c in p.columns:
-                if c.index:
-                    tx.execute(f"CREATE INDEX ix_{p.table_name}_{c.name} "
-                               f"ON {p.table_name} ({c.name})")
-            ph = tx.ph
-            tx.execute(f"DELETE FROM {CHECKPOINTS} WHERE name = {ph}", (p.name,))
-            tx.execute(
-                f"INSERT INTO {CHECKPOINTS} (name, version, position, updated_at) "
-                f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, head, utc_now()),
-            )
+            _put_in_place(tx, fresh, p.table_name,
+                          [(c.name,) for c in p.columns if c.index])
+            _reset_checkpoint(tx, p, head)
 
     # -- aggregates -------------------------------------------------------------------
 
@@ -421,20 +409,8 @@ class ProjectionEngine:
             if head > built_to:
                 self._fill(tx, p, fresh, built_to + 1, head)
             for part in p.parts:
-                old, new = fresh[part.name], live[part.name]
-                tx.execute(f"DROP TABLE IF EXISTS {new}")
-                tx.execute(f"ALTER TABLE {old} RENAME TO {new}")
-                if tx.backend == "postgresql":  # constraint names are schema-wide there
-                    tx.execute(f"ALTER TABLE {new} RENAME CONSTRAINT pk_{old} TO pk_{new}")
-                for columns in part.indexes:
-                    tx.execute(f"CREATE INDEX ix_{new}_{'_'.join(columns)} "
-                               f"ON {new} ({', '.join(columns)})")
-            ph = tx.ph
-            tx.execute(f"DELETE FROM {CHECKPOINTS} WHERE name = {ph}", (p.name,))
-            tx.execute(
-                f"INSERT INTO {CHECKPOINTS} (name, version, position, updated_at) "
-                f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, head, utc_now()),
-            )
+                _put_in_place(tx, fresh[part.name], live[part.name], part.indexes)
+            _reset_checkpoint(tx, p, head)
 
     @staticmethod
     def _rows(query: Callable[[str], Sequence[Sequence[Any]]], p: AggregateProjection,
@@ -578,6 +554,27 @@ class ProjectionEngine:
         folded = fold_documents([p], self.store.read_all(to_position=position,
                                                          stream_prefix=f"{p.kind}:"))
         return {key: doc for key, (_v, _pos, doc) in folded[name].items()}
+
+
+def _put_in_place(tx: WriteTx, fresh: str, live: str,
+                  indexes: Iterable[Sequence[str]]) -> None:
+    """Replace table ``live`` by ``fresh`` (in the caller's transaction), with its
+    primary key renamed to match and its indexes made."""
+    tx.execute(f"DROP TABLE IF EXISTS {live}")
+    tx.execute(f"ALTER TABLE {fresh} RENAME TO {live}")
+    if tx.backend == "postgresql":  # constraint names are schema-wide there
+        tx.execute(f"ALTER TABLE {live} RENAME CONSTRAINT pk_{fresh} TO pk_{live}")
+    for columns in indexes:
+        tx.execute(f"CREATE INDEX ix_{live}_{'_'.join(columns)} "
+                   f"ON {live} ({', '.join(columns)})")
+
+
+def _reset_checkpoint(tx: WriteTx, p: AnyProjection, position: int) -> None:
+    """The projection's checkpoint row, rewritten for a table just put in place."""
+    ph = tx.ph
+    tx.execute(f"DELETE FROM {CHECKPOINTS} WHERE name = {ph}", (p.name,))
+    tx.execute(f"INSERT INTO {CHECKPOINTS} (name, version, position, updated_at) "
+               f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, position, utc_now()))
 
 
 def _short(value: Any, limit: int = 160) -> str:
