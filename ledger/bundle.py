@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -116,17 +117,14 @@ def _line(record: Any) -> bytes:
     return canonical_json(record) + b"\n"
 
 
-def _blob_refs(value: Any, found: set[str]) -> None:
-    """Every ``*_sha256`` string in a payload: the digests that may name blobs."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, str) and key.endswith("_sha256"):
-                found.add(item)
-            else:
-                _blob_refs(item, found)
-    elif isinstance(value, list):
-        for item in value:
-            _blob_refs(item, found)
+# A member ``"<name>_sha256": "<64 hex>"`` of a canonical payload: a digest that may name
+# a blob. In RFC 8785 bytes a quote inside a string is escaped, so ``_sha256":"`` only
+# occurs where a member name ends and its string value begins.
+_BLOB_REF = re.compile(rb'_sha256":"([0-9a-f]{64})"')
+
+
+def _blob_refs(payload: bytes, found: set[str]) -> None:
+    found.update(m.decode("ascii") for m in _BLOB_REF.findall(payload))
 
 
 # ------------------------------------------------------------------------------ write
@@ -181,9 +179,9 @@ def write_bundle(
                     if owner is not None and owner != plan:
                         continue
                     plan_seen = plan_seen or owner == plan
-                document = _json(payload)
-                _blob_refs(document, refs)
+                _blob_refs(payload, refs)
                 if type_name == "approver_key.added":
+                    document = _json(payload)
                     approvers.append({"fingerprint": document["fingerprint"],
                                       "name": document["name"], "position": position,
                                       "public_key": document["public_key"]})
@@ -193,7 +191,10 @@ def write_bundle(
                 events += 1
         if not plan_seen:
             raise BundleError(f"unknown plan {plan!r}")
-        blobs = [(digest, data) for digest in sorted(refs)
+        # Most ``*_sha256`` values name no blob (tokens, requests, inputs): look up the
+        # stored digests once rather than each candidate.
+        stored = {digest for (digest,) in snap.query("SELECT digest FROM blobs")}
+        blobs = [(digest, data) for digest in sorted(refs & stored)
                  if (data := snap.blob(digest)) is not None]
         header = {"blobs": len(blobs), "events": events, "format": BUNDLE_FORMAT,
                   "origin": origin, "plan": plan, "root": root.hex(), "size": size}
@@ -439,13 +440,6 @@ class _Reader:
                 continue
             position = e.position
             payload, delta = bytes(e.payload), bytes(e.delta)
-            canonical = leaf_bytes(position, e.event_id, e.stream, e.stream_version, e.type,
-                                   e.schema_version, e.recorded_at, e.actor, e.correlation_id,
-                                   e.causation_id, payload, delta)
-            if canonical != line:
-                self.problem(position, "event_malformed",
-                             f"line {number} is not the canonical form of an event")
-                continue
             if not previous < position <= size:
                 self.problem(position, "event_order",
                              f"line {number}: position {position} is not after {previous} "
@@ -453,10 +447,20 @@ class _Reader:
                 continue
             previous = position
             digest = leaf_hash(line)
-            if self.leaves and digest != self.leaves[position - 1]:
-                self.problem(position, "event_changed",
-                             f"line {number}: the event at position {position} does not hash "
-                             "to its leaf (its content changed)")
+            # A line that hashes to its signed leaf is the very bytes that were hashed, so
+            # canonical; only a line that does not is re-encoded, to say which way it is bad.
+            if not self.leaves or digest != self.leaves[position - 1]:
+                canonical = leaf_bytes(position, e.event_id, e.stream, e.stream_version,
+                                       e.type, e.schema_version, e.recorded_at, e.actor,
+                                       e.correlation_id, e.causation_id, payload, delta)
+                if canonical != line:
+                    self.problem(position, "event_malformed",
+                                 f"line {number} is not the canonical form of an event")
+                    continue
+                if self.leaves:
+                    self.problem(position, "event_changed",
+                                 f"line {number}: the event at position {position} does not "
+                                 "hash to its leaf (its content changed)")
             last = versions.get(e.stream, 0)
             if e.stream_version != last + 1:
                 self.problem(position, "stream_version",
@@ -475,7 +479,7 @@ class _Reader:
             except (LedgerError, msgspec.ValidationError, msgspec.DecodeError) as exc:
                 self.problem(position, "event_payload", f"line {number}: {exc}")
                 continue
-            _blob_refs(_json(payload), refs)
+            _blob_refs(payload, refs)
             self.events.append(RecordedEvent(
                 position, e.event_id, e.stream, e.stream_version, e.type, e.schema_version,
                 e.recorded_at, e.actor, e.correlation_id, e.causation_id, decoded,
