@@ -133,8 +133,9 @@ def pg_base_url(cli_value: str | None) -> str:
     return DEFAULT_PG_URL
 
 
-def add_common_args(ap: argparse.ArgumentParser, what_profile: str) -> None:
-    """The options both benchmarks take (see docs/performance.md)."""
+def add_common_args(ap: argparse.ArgumentParser, what_profile: str | None) -> None:
+    """The options every benchmark takes (see docs/performance.md); ``--profile`` only
+    where there is something to profile (``what_profile``)."""
     ap.add_argument("--stat", choices=("median", "best"), default="median")
     ap.add_argument("--postgres", metavar="URL", default=None,
                     help="PostgreSQL server (default: $EVIDENCE_BENCH_POSTGRES_URL, "
@@ -142,9 +143,34 @@ def add_common_args(ap: argparse.ArgumentParser, what_profile: str) -> None:
                          "postgres@127.0.0.1:5432/test)")
     ap.add_argument("--skip-postgres", action="store_true")
     ap.add_argument("--json", action="store_true", help="print JSON on stdout")
-    ap.add_argument("--profile", action="store_true",
-                    help=f"also cProfile {what_profile} and print the hot spots")
-    ap.add_argument("--profile-top", type=int, default=5)
+    if what_profile is not None:
+        ap.add_argument("--profile", action="store_true",
+                        help=f"also cProfile {what_profile} and print the hot spots")
+        ap.add_argument("--profile-top", type=int, default=5)
+
+
+@dataclass
+class Run:
+    """A benchmark's parsed options, where it prints, its backends and the machine."""
+
+    args: argparse.Namespace
+    out: Console
+    backends: list[str]
+    pg_url: str | None
+    info: dict[str, str]
+
+
+def start_run(ap: argparse.ArgumentParser, argv: list[str] | None,
+              what_profile: str | None) -> Run:
+    """Parse the options (with the common ones), pick the backends and print the
+    machine: the start every benchmark's ``main`` shares."""
+    add_common_args(ap, what_profile)
+    args = ap.parse_args(argv)
+    backends, pg_url = select_backends(args)
+    info = machine_info(pg_url)
+    if not args.json:
+        print_machine(info)
+    return Run(args, err_console if args.json else console, backends, pg_url, info)
 
 
 def select_backends(args: argparse.Namespace) -> tuple[list[str], str | None]:

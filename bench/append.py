@@ -34,18 +34,13 @@ from _common import (  # bench/ is sys.path[0] when run as `python bench/append.
     Batch,
     Target,
     Workload,
-    add_common_args,
-    console,
     create_raw_table,
-    err_console,
     fresh_target,
-    machine_info,
     mean_payload_size,
     pick,
-    print_machine,
     print_profile,
     profile_top,
-    select_backends,
+    start_run,
     timed,
 )
 from rich.table import Table
@@ -215,14 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per scenario")
     ap.add_argument("--slices", type=int, default=10,
                     help="ours and raw alternate every 1/SLICES of each append scenario")
-    add_common_args(ap, "ours per scenario")
-    args = ap.parse_args(argv)
-    out = err_console if args.json else console
-    backends, pg_url = select_backends(args)
-
-    info = machine_info(pg_url)
-    if not args.json:
-        print_machine(info)
+    run = start_run(ap, argv, "ours per scenario")
+    args, out, backends, pg_url, info = run.args, run.out, run.backends, run.pg_url, run.info
     size = mean_payload_size(Workload().batches(1000, BATCH))
     samples: dict[tuple[str, str], dict[str, list[float]]] = {}
     profiles: dict[str, Any] = {}

@@ -29,14 +29,9 @@ from typing import Any
 from _common import (  # bench/ is sys.path[0] when run as `python bench/bundle.py`
     COLUMNS,
     Target,
-    add_common_args,
-    console,
-    err_console,
     fresh_target,
-    machine_info,
     pick,
-    print_machine,
-    select_backends,
+    start_run,
     timed,
 )
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -130,13 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=100_000, help="ledger size")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each side")
-    add_common_args(ap, "(unused here)")
-    args = ap.parse_args(argv)
-    out = err_console if args.json else console
-    backends, pg_url = select_backends(args)
-    info = machine_info(pg_url)
-    if not args.json:
-        print_machine(info)
+    run = start_run(ap, argv, None)
+    args, out, backends, pg_url, info = run.args, run.out, run.backends, run.pg_url, run.info
     rows = []
     for backend in backends:
         with fresh_target(backend, pg_url or "") as target:

@@ -21,16 +21,11 @@ import json
 from typing import Any
 
 from _common import (  # bench/ is sys.path[0] when run as `python bench/rebuild.py`
-    add_common_args,
-    console,
-    err_console,
     fresh_target,
-    machine_info,
     pick,
-    print_machine,
     print_profile,
     profile_top,
-    select_backends,
+    start_run,
     timed,
 )
 from rich.table import Table
@@ -100,13 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=100_000, help="ledger size")
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per backend")
-    add_common_args(ap, "one rebuild per backend")
-    args = ap.parse_args(argv)
-    out = err_console if args.json else console
-    backends, pg_url = select_backends(args)
-    info = machine_info(pg_url)
-    if not args.json:
-        print_machine(info)
+    run = start_run(ap, argv, "one rebuild per backend")
+    args, out, backends, pg_url, info = run.args, run.out, run.backends, run.pg_url, run.info
 
     rows: list[dict[str, Any]] = []
     profiles: dict[str, Any] = {}

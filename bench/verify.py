@@ -27,16 +27,11 @@ from _common import (  # bench/ is sys.path[0] when run as `python bench/verify.
     COLUMNS,
     Target,
     Workload,
-    add_common_args,
-    console,
-    err_console,
     fresh_target,
-    machine_info,
     pick,
-    print_machine,
     print_profile,
     profile_top,
-    select_backends,
+    start_run,
     timed,
 )
 from rich.console import Console
@@ -147,14 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=200_000, help="ledger size")
     ap.add_argument("--repeat", type=int, default=3, help="verifies (and baselines) per backend")
-    add_common_args(ap, "one verify per backend")
-    args = ap.parse_args(argv)
-    out = err_console if args.json else console
-    backends, pg_url = select_backends(args)
-
-    info = machine_info(pg_url)
-    if not args.json:
-        print_machine(info)
+    run = start_run(ap, argv, "one verify per backend")
+    args, out, backends, pg_url, info = run.args, run.out, run.backends, run.pg_url, run.info
     n = args.events
     rows: list[dict[str, Any]] = []
     profiles: dict[str, Any] = {}
