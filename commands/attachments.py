@@ -46,13 +46,12 @@ def attach(
         raise CommandRefused("an attachment has one scope: give --project or --plan, not both")
     if project is not None:
         check_identifier(project, "project")
-    plane.projections.catch_up()
-    if plan is not None and plane.projections.document("plans", plan) is None:
+    log = plane.log()
+    if plan is not None and not log.state(f"plan:{plan}").exists:
         raise CommandRefused(f"unknown plan {plan!r}")
-    found = plane.projections.document("tools", validation)
-    if found is None:
+    tool = log.tool(validation)
+    if tool is None:
         raise CommandRefused(f"unknown validation {validation!r}")
-    tool = found[0]
     if tool["kind"] != "validation":
         raise CommandRefused(f"{validation!r} is a tool, not a validation: only validations "
                              "can be attached")

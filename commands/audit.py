@@ -14,12 +14,14 @@ from typing import Any
 
 import jsonpatch
 import msgspec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger import LogReader, RecordedEvent, Store
 from ledger.checker import check
 from ledger.events import (
     DecisionRecorded,
     Escalated,
+    ExecuteEntered,
     FixRecorded,
     GateChecked,
     PlanApplied,
@@ -32,16 +34,20 @@ from ledger.events import (
     ValidationRunCompleted,
     ValidationRunStarted,
 )
+from ledger.events.validation import ResolvedAttachment
+from ledger.signing import SigningError, verify_record
 from projections import ALL_PROJECTIONS, ProjectionEngine
 from projections.documents import Document, fold, stream_kind
 from projections.engine import ReadModelCheck
 from projections.outcomes import RULES_VERSION, canonical_halt, classify
-from projections.resolution import resolve
+from projections.plan_rules import broken_rule
+from projections.resolution import pin_binding, resolve_plan
 
+from .authority import ApproverKey, decision_problem
 from .history import summarize
+from .lifecycle import results_digest
 from .plane import CommandRefused
 from .registry import TransformError, apply_transform
-from .runs import results_digest
 
 __all__ = [
     "INVARIANTS",
@@ -65,6 +71,12 @@ INVARIANTS = (
     "read_only",  # a registered validation that is not read-only
     "gate_routing",  # a failed gate check not routed as the plan's strict_mode says
     "read_model",  # a stored read model differs from a fresh fold up to its checkpoint
+    "illegal_transition",  # an event its stream's state could not take (plan_rules)
+    "binding",  # a binding set is not what applied when it was pinned, or a run's set
+    "no_vacuous_pass",  # a pass / token with no required validation run, not opted out
+    "decision_signature",  # a decision not signed by its approver's key in force
+    "token_signature",  # a token not signed by the plane key
+    "evidence",  # a blob a verdict was derived from is missing
 )
 
 
@@ -153,6 +165,7 @@ class _Run:
     __slots__ = ("attempt", "completed", "invalidated_at", "position", "resolved",
                  "results", "run_id")
 
+
     def __init__(self, payload: ValidationRunStarted, position: int) -> None:
         self.run_id = payload.run_id
         self.attempt = payload.attempt
@@ -172,6 +185,7 @@ class _PlanWalk:
         self.last_run: _Run | None = None
         self.last_completed: _Run | None = None
         self.escalations: dict[str, int] = {}  # decision_id -> position
+        self.escalation_leaf: dict[str, bytes] = {}  # decision_id -> leaf hash
         self.escalation_halt: dict[str, str] = {}  # decision_id -> canonical halt after it
         self.pending_escalation: str | None = None
         self.decided: dict[str, tuple[int, str]] = {}  # decision_id -> (position, choice)
@@ -185,16 +199,18 @@ class _PlanWalk:
 
 
 def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 1000,
-          read_models: bool = True) -> AuditReport:
+          read_models: bool = True,
+          plane_public_key: Ed25519PublicKey | None = None) -> AuditReport:
     """Check every invariant over the log up to its current head (one plan's events only
-    with ``plan``; the attachment and tool streams are always folded, as resolution
-    needs them). On a database, for the whole log (no ``plan``) and with
+    with ``plan``; the attachment, tool and approver streams are always folded, as
+    resolution and signatures need them). With ``plane_public_key``, every token's
+    signature is checked too. On a database, for the whole log (no ``plan``) and with
     ``read_models``, also compare every read model with a fresh fold of the log up to
     its checkpoint."""
     size = store.head().size
     if plan is not None and not store.read_stream(f"plan:{plan}", as_of=size):
         raise CommandRefused(f"unknown plan {plan!r}")
-    auditor = _Auditor(store, plan, max_violations)
+    auditor = _Auditor(store, plan, max_violations, plane_public_key)
     for event in store.read_all(to_position=size):
         auditor.step(event)
     auditor.finish()
@@ -222,8 +238,10 @@ def check_read_models(store: Store) -> list[ReadModelCheck]:
 
 
 class _Auditor:
-    def __init__(self, store: LogReader, plan: str | None, max_violations: int) -> None:
+    def __init__(self, store: LogReader, plan: str | None, max_violations: int,
+                 plane_public_key: Ed25519PublicKey | None = None) -> None:
         self.store = store
+        self.plane_public_key = plane_public_key
         self.plan = plan
         self.max = max_violations
         self.violations: list[Violation] = []
@@ -252,6 +270,12 @@ class _Auditor:
         before = self.docs.get(stream, {})
         if isinstance(event.payload, ValidationRegistered) and in_scope:
             self.check_read_only(event)
+        if in_scope:
+            self.count("illegal_transition")
+            rule = broken_rule(stream, before, event.payload)
+            if rule is not None:
+                self.violation(event.position, _plan_of(stream), "illegal_transition",
+                               rule, f"{event.type} at {stream} v{event.stream_version}")
         if kind == "plan" and in_scope:
             walk = self.plans.setdefault(key, _PlanWalk())
             self.plan_event(key, walk, event)  # sees the state before the event
@@ -341,8 +365,11 @@ class _Auditor:
         elif isinstance(p, GateChecked):
             self.check_gate(plan_id, pos, p)
             self.open_routing(plan_id, walk, event, p)
+        elif isinstance(p, ExecuteEntered):
+            self.check_binding(plan_id, pos, walk, p)
         elif isinstance(p, Escalated):
             walk.escalations[p.decision_id] = pos
+            walk.escalation_leaf[p.decision_id] = event.leaf_hash
             walk.pending_escalation = p.decision_id
             walk.last_escalation = p.decision_id
         elif isinstance(p, PlanHalted):
@@ -393,9 +420,37 @@ class _Auditor:
             if halt != "escalate":
                 self.violation(pos, plan_id, "INV3", "no decision concerns a blocker",
                                f"decision {p.decision_id} follows a halt classified {halt}")
+        self.count("decision_signature")
+        problem = decision_problem(p, walk.escalation_leaf.get(p.decision_id),
+                                   self.approver_key(p.key_fingerprint))
+        if problem is not None:
+            self.violation(pos, plan_id, "decision_signature", problem,
+                           f"decision {p.decision_id} recorded as {p.approver}'s")
         walk.decided.setdefault(p.decision_id, (pos, p.choice))
         if walk.pending_escalation == p.decision_id:
             walk.pending_escalation = None
+
+    def approver_key(self, fingerprint: str) -> ApproverKey | None:
+        """The approver key as of the event being audited (the walk is in order)."""
+        for stream, doc in self.docs.items():
+            key = doc.get("keys", {}).get(fingerprint) if stream_kind(stream) == "approver" \
+                else None
+            if key is not None:
+                return ApproverKey(doc["name"], key["public_key"], key["status"])
+        return None
+
+    # -- the binding set --------------------------------------------------------------
+
+    def check_binding(self, plan_id: str, pos: int, walk: _PlanWalk,
+                      p: ExecuteEntered) -> None:
+        self.count("binding")
+        pinned = [msgspec.convert(b, ResolvedAttachment)
+                  for b in walk.doc.get("binding", [])]
+        expected = pin_binding(pinned, self.resolve_now(walk.doc))
+        if list(p.binding) != expected:
+            self.violation(pos, plan_id, "binding",
+                           "the binding set pinned at Execute: "
+                           f"{_members(expected)}", _members(p.binding))
 
     # -- INV1 -------------------------------------------------------------------------
 
@@ -434,19 +489,23 @@ class _Auditor:
                            "its recorded results", "it is not")
         passing = {r.attachment_id for r in run.results
                    if r.verdict is True and r.cause is None}
-        recorded = {(r.attachment_id, r.validation_version) for r in run.resolved}
         for r in run.resolved:
             if r.mode == "required" and r.attachment_id not in passing:
                 self.violation(pos, plan_id, "INV1", f"required attachment {r.attachment_id} "
                                f"({r.validation}) has a passing real result in run {p.run_id}",
                                "it has none")
-        for r in self.resolve_now(doc):
-            if r.mode != "required":
-                continue
-            if (r.attachment_id, r.validation_version) not in recorded:
-                self.violation(pos, plan_id, "INV1", f"required attachment {r.attachment_id} "
-                               f"({r.validation} v{r.validation_version}), which applies at the "
-                               f"token, is in run {p.run_id}'s resolved set", "it is not")
+        binding = [msgspec.convert(b, ResolvedAttachment) for b in doc.get("binding", [])]
+        if run.resolved != binding:
+            self.violation(pos, plan_id, "binding", "the token's run ran the plan's whole "
+                           f"binding set {_members(binding)}", _members(run.resolved))
+        self.count("no_vacuous_pass")
+        opted_out = not (doc.get("global_config") or {}).get("require_validation", True)
+        if not any(r.mode == "required" for r in run.resolved) and not opted_out:
+            self.violation(pos, plan_id, "no_vacuous_pass", "a token from a run in which a "
+                           "required validation ran (the plan did not opt out)",
+                           f"run {p.run_id} ran no required validation")
+        self.check_token_signature(plan_id, pos, p)
+        self.check_evidence(plan_id, pos, run)
         # The escalation order: escalate -> decision -> re-validation -> token.
         esc = walk.last_escalation
         if esc is not None:
@@ -460,28 +519,56 @@ class _Auditor:
                                f"decision at position {decided[0]}",
                                f"run {p.run_id} started at position {run.position}")
 
-    def resolve_now(self, plan_doc: Document) -> list[Any]:
+    def check_token_signature(self, plan_id: str, pos: int, p: TokenMinted) -> None:
+        if self.plane_public_key is None:
+            return  # not checkable without the plane's public key
+        self.count("token_signature")
+        claims = {"token_id": p.token_id, "plan_id": p.plan_id, "attempt": p.attempt,
+                  "results_digest": p.results_digest, "issued_at": p.issued_at,
+                  "expires_at": p.expires_at}
+        try:
+            ok = verify_record(self.plane_public_key, claims, p.signature, domain="token")
+        except (SigningError, ValueError):
+            ok = False
+        if not ok:
+            self.violation(pos, plan_id, "token_signature", f"token {p.token_id} signed by "
+                           "the plane key", "its signature does not verify")
+
+    def check_evidence(self, plan_id: str, pos: int, run: _Run) -> None:
+        """Every raw output the token's results were judged on is still there."""
+        for r in run.results:
+            if r.raw_output_sha256 is None:
+                continue
+            self.count("evidence")
+            if self.store.get_blob(r.raw_output_sha256) is None:
+                self.violation(pos, plan_id, "evidence", f"the raw output of {r.validation} "
+                               f"(run {run.run_id}) is in the blob store",
+                               f"blob {r.raw_output_sha256} is missing")
+
+    def resolve_now(self, plan_doc: Document) -> list[ResolvedAttachment]:
         attachments = [d for s, d in self.docs.items() if stream_kind(s) == "attachment"]
         tools = {d["name"]: d for s, d in self.docs.items()
                  if stream_kind(s) == "tool" and d.get("kind") == "validation"}
-        seen: dict[str, Any] = {}
-        for resource in plan_doc.get("resources", []):
-            for row in resolve([a for a in attachments if a.get("resource") == resource], tools,
-                               resource=resource, project=plan_doc.get("project"),
-                               plan=plan_doc.get("plan_id")):
-                seen.setdefault(row.attachment_id, row)
-        return list(seen.values())
+        return resolve_plan(attachments, tools, plan_doc)
 
     # -- re-derivation ----------------------------------------------------------------
 
     def check_outcome(self, plan_id: str, pos: int, run: _Run,
                       p: ValidationRunCompleted) -> None:
         self.count("outcome")
-        outcome, _raw, _reason = classify(msgspec.to_builtins(r) for r in run.results)
+        config = self.plans[plan_id].doc.get("global_config") or {}
+        outcome, _raw, _reason = classify(
+            (msgspec.to_builtins(r) for r in run.results),
+            require_validation=config.get("require_validation", True))
         if outcome != p.outcome:
             self.violation(pos, plan_id, "outcome_drift",
                            f"outcome {outcome} (rules v{RULES_VERSION})",
                            f"recorded {p.outcome} (rules v{p.rules_version})")
+        vacuous = not any(r.mode == "required" for r in run.results)
+        if vacuous != p.vacuous:
+            self.violation(pos, plan_id, "no_vacuous_pass",
+                           f"the run is recorded vacuous={vacuous}",
+                           f"vacuous={p.vacuous}")
 
     def open_routing(self, plan_id: str, walk: _PlanWalk, event: RecordedEvent,
                      p: GateChecked) -> None:
@@ -546,10 +633,13 @@ class _Auditor:
             return
         if p.verdict is None and p.cause != "malformed":
             return  # it never reached the transform (timeout, crash, missing program)
-        raw = self.store.get_blob(p.raw_output_sha256)
-        if raw is None:
-            return  # the raw output was not kept: nothing to re-run on
         self.count("transform_rederivation")
+        raw = self.store.get_blob(p.raw_output_sha256)
+        if raw is None:  # the input of the re-derivation is gone: a finding, not a skip
+            self.violation(event.position, plan_id, "evidence",
+                           f"the raw output {p.validation}'s transform ran on is in the blob "
+                           "store", f"blob {p.raw_output_sha256} is missing")
+            return
         recorded = (f"passed={p.verdict} message={p.message!r}" if p.verdict is not None
                     else f"no verdict ({p.cause})")
         try:
@@ -563,6 +653,12 @@ class _Auditor:
         if derived != (p.verdict, p.message, p.data):
             self.violation(event.position, plan_id, "transform_rederivation",
                            f"passed={derived[0]} message={derived[1]!r}", recorded)
+
+
+def _members(binding: Iterable[ResolvedAttachment]) -> str:
+    shown = [f"{b.validation} v{b.validation_version} {b.mode} ({b.attachment_id})"
+             for b in binding]
+    return "[" + ", ".join(shown) + "]"
 
 
 def _plan_of(stream: str) -> str | None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import click
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from ledger.bundle import Bundle
 from ledger.checkpoints import (
     Checkpoint,
     CheckpointError,
@@ -90,7 +93,8 @@ def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path |
     """Check the invariants and re-derive every verdict from recorded inputs."""
     log = (open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file
            else open_store())
-    report = run_audit(log, plan=plan_id)
+    report = run_audit(log, plan=plan_id,
+                       plane_public_key=_plane_public_key(log, public_key_file))
     if as_json:
         emit_json(report)
     else:
@@ -156,6 +160,17 @@ def prove(position: int, size: int | None, as_json: bool) -> None:
     click.echo(f"root {proof.root}")
     for node in proof.proof:
         click.echo(node)
+
+
+def _plane_public_key(log: Any, public_key_file: Path | None) -> Ed25519PublicKey | None:
+    """The key tokens are checked against: the one given, else the bundle's signer, else
+    the plane key next to the database (None: token signatures are not checkable)."""
+    if public_key_file is not None:
+        return load_public_key(public_key_file)
+    if isinstance(log, Bundle):
+        return log.signer
+    path = plane_key_path(log.url)
+    return load_private_key(path).public_key() if os.path.lexists(path) else None
 
 
 # ------------------------------------------------------- verify --checkpoint FILE (helper)

@@ -36,7 +36,7 @@ from .lifecycle import apply_plan, record_fix
 from .phases import enter_execute, record_strategy
 from .plane import CommandRefused, Plane, StreamState
 from .planfile import PlanFile, load_plan_file
-from .plans import create_plan, get_plan
+from .plans import create_plan
 from .registry import define_skill, register_tool, register_validation
 from .runs import call_tool, validate_plan
 
@@ -97,6 +97,10 @@ def resume(plane: Plane, plan_id: str, *, workdir: Path | None = None,
     pf = load_plan_file(Path(state["plan_file"]))
     sandbox = {r: Path(p) for r, p in state["sandbox"].items()}
     return _drive(plane, pf, plan_id, sandbox, plane.store.head().size, say)
+
+
+def _plan(plane: Plane, plan_id: str) -> Document:
+    return plane.state(f"plan:{plan_id}").doc
 
 
 def _resource(value: str, base: Path) -> str:
@@ -178,7 +182,7 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, sandbox: dict[str, Path], s
            say: Say) -> RunSummary:
     strategies = pf.agent.strategies
     while True:
-        doc = get_plan(plane, plan_id)
+        doc = _plan(plane, plan_id)
         if doc["terminal"] is not None or doc["pending_decision"] is not None:
             return _summary(plane, plan_id, doc, start)
         if doc["phase"] == "strategize":
@@ -191,7 +195,7 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, sandbox: dict[str, Path], s
         say("execute", f"attempt {doc['attempt']}")
         for step in attempt.steps:
             if not _run_step(plane, pf, plan_id, step, sandbox, say):
-                return _summary(plane, plan_id, get_plan(plane, plan_id), start)
+                return _summary(plane, plan_id, _plan(plane, plan_id), start)
         report = validate_plan(plane, plan_id, sandbox=sandbox)
         for r in report.results:
             verdict = ("pass" if r.verdict else "FAIL") if r.verdict is not None \
@@ -202,8 +206,8 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, sandbox: dict[str, Path], s
         if report.outcome == "pass":
             return _apply(plane, plan_id, report.token or "", sandbox, start, say)
         if report.outcome != "blocker":
-            return _summary(plane, plan_id, get_plan(plane, plan_id), start)
-        doc = get_plan(plane, plan_id)
+            return _summary(plane, plan_id, _plan(plane, plan_id), start)
+        doc = _plan(plane, plan_id)
         if doc["phase"] == "execute" and doc["pending_decision"] is None and attempt.fix:
             _apply_fix(plane, plan_id, attempt.fix.note, attempt.fix.files, doc, sandbox)
             say("fix", attempt.fix.note)
@@ -279,7 +283,7 @@ def _apply(plane: Plane, plan_id: str, token: str, sandbox: dict[str, Path], sta
     for resource, copy in sandbox.items():  # only now, with the token consumed
         _copy_back(copy, Path(resource))
     say("apply", f"{len(changed)} file(s) changed: {', '.join(changed) or '-'}")
-    summary = _summary(plane, plan_id, get_plan(plane, plan_id), start)
+    summary = _summary(plane, plan_id, _plan(plane, plan_id), start)
     summary.token, summary.changed_paths = token, changed
     return summary
 

@@ -39,6 +39,7 @@ from ledger.events import (
 from ledger.schemas import InvalidSchemaError, prepare_schema
 from projections.documents import Document
 
+from .authority import Authority
 from .phases import require_plan
 from .plane import CommandRefused, Plane, StreamState
 
@@ -90,18 +91,17 @@ def gate_input(
 ) -> GateOutcome:
     """Tool identity and parameters against the tool's registered (closed) schema."""
     raw = as_bytes(params)
-    plane.projections.catch_up()
-    found = plane.projections.document("tools", tool)
+    found = plane.log().tool(tool)  # the registered schema, from the log
     if found is None:
         deviations = [Deviation(pointer="", kind="invented_tool", expected=(
             "a registered tool"), actual_type="absent")]
         schema, digest, version = None, None, None
     else:
-        spec = found[0]["spec"]
+        spec = found["spec"]
         schema = spec.get("input_schema") or NO_PARAMETERS
         digest = spec.get("input_schema_sha256") if spec.get("input_schema") else None
         digest = digest or _sha256_of(schema)
-        version = found[0]["version"]
+        version = found["version"]
         deviations = check(schema, raw, schema_sha256=digest)
     return _record(plane, plan_id, raw, schema, actor=actor, fields={
         "gate": "input", "tool": tool, "tool_version": version, "step": step,
@@ -120,9 +120,9 @@ def gate_output(
     """The returned structure against the step's output declaration: ``schema`` when the
     step declares one, else the output schema of the tool its input gate passed."""
     raw = as_bytes(output)
-    plane.projections.catch_up()
-    plan = plane.projections.document("plans", plan_id)
-    step_tool = (plan[0]["steps"].get(step) if plan else None) or {}
+    log = plane.log()
+    plan = log.state(f"plan:{plan_id}")
+    step_tool = (plan.doc["steps"].get(step) if plan.exists else None) or {}
     tool = step_tool.get("tool", "")
     if schema is not None:
         try:
@@ -131,7 +131,7 @@ def gate_output(
             raise CommandRefused(f"--schema: {exc}") from None
         declared, digest = prepared.normalised, prepared.sha256
     else:
-        declared, digest = _tool_output_schema(plane, step_tool)
+        declared, digest = _tool_output_schema(log, step_tool)
     if declared is None:
         deviations = [Deviation(
             pointer="", kind="no_output_declaration",
@@ -144,14 +144,12 @@ def gate_output(
         "step": step, "schema_sha256": digest, "deviations": deviations})
 
 
-def _tool_output_schema(plane: Plane, step_tool: Document) -> tuple[Any, str | None]:
+def _tool_output_schema(log: Authority, step_tool: Document) -> tuple[Any, str | None]:
     if not step_tool:
         return None, None
-    found = plane.projections.document("tools", step_tool["tool"])
-    if found is None:
+    spec = log.tool_version(step_tool["tool"], step_tool["tool_version"])
+    if spec is None:
         return None, None
-    doc = found[0]
-    spec = doc["versions"].get(str(step_tool["tool_version"]), doc["spec"])
     if spec.get("output_schema") is None:
         return None, None
     return spec["output_schema"], spec.get("output_schema_sha256")

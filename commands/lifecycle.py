@@ -1,12 +1,14 @@
 """The failure loop, signed human decisions, tokens and Apply (seeds 000 and 001).
 
-State always comes from the plan's document (the plans read model), never from memory:
+State always comes from the plan's stream folded from the log (``commands.authority``),
+never from a read model or from memory:
 
 - a ``blocker`` fails the attempt; the agent records a fix (``record_fix``) and
-  re-validates. When ``retry_limit`` failed validations accumulate within one strategy,
-  the same append reverts the plan to Strategize (a strategy revision) while
-  ``max_strategy_revisions`` allow, and otherwise **escalates**: a pending decision with a
-  ULID, its options, and a halt ``escalate``;
+  re-validates. ``retry_limit`` such fix-then-revalidate cycles are allowed after a
+  strategy's first failure; the failure past them reverts the plan to Strategize (a
+  strategy revision, in the same append) while ``max_strategy_revisions`` allow, and
+  otherwise **escalates**: a pending decision with a ULID, its options, and a halt
+  ``escalate``;
 - ``authorize`` records a human decision signed (Ed25519) with a registered, unrevoked
   approver key the agent process does not hold: ``revise`` sends the plan back to
   Strategize with guidance and fresh budgets, ``abandon`` ends it. Only a pending
@@ -26,6 +28,7 @@ from typing import Any
 
 from ulid import ULID
 
+from ledger.canonical import canonical_json
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
@@ -38,6 +41,7 @@ from ledger.events import (
     StrategyRevisionRequested,
     TokenConsumed,
     TokenMinted,
+    ValidationResultRecorded,
 )
 from ledger.signing import (
     SigningError,
@@ -48,15 +52,15 @@ from ledger.signing import (
     load_public_key,
     mint_token,
     public_key_b64,
-    public_key_from_b64,
     sign_record,
     token_digest,
-    verify_record,
+    token_signature,
     verify_token,
 )
 from ledger.timestamps import rfc3339
 from projections.documents import Document
 
+from .authority import Authority, decision_problem
 from .names import check_identifier
 from .phases import require_plan
 from .plane import CommandRefused, Plane, StreamState
@@ -72,29 +76,41 @@ def _now() -> datetime:
 # -- the failure loop ---------------------------------------------------------------------
 
 
-def after_blocker(plan: Document, reason: str) -> list[EventPayload]:
-    """What a failed attempt leads to, once it is counted: nothing more, a strategy
-    revision, or an escalation (appended with the failure itself)."""
+def after_blocker(plan: Document, reason: str, run_id: str | None = None
+                  ) -> list[EventPayload]:
+    """What a failed validation leads to, once it is counted (seed 000, steps 2-6):
+    within ``retry_limit`` fix-then-revalidate cycles after a strategy's first failure,
+    nothing more (the agent fixes, then re-validates); past them a strategy revision
+    while ``max_strategy_revisions`` allow; then an escalation to a human (appended with
+    the failure itself)."""
     config = plan["global_config"]
     failed = plan["retries_used"] + 1  # this failure included
-    if failed < config["retry_limit"]:
+    if failed <= config["retry_limit"]:
         return []
     if plan["revisions_used"] < config["max_strategy_revisions"]:
         return [StrategyRevisionRequested(
             plan_id=plan["plan_id"], revision=plan["revision"] + 1, failed_attempts=failed,
-            reason=f"retry limit {config['retry_limit']} reached: {reason}")]
-    decision_id = str(ULID())
-    why = (f"retry limit {config['retry_limit']} reached and strategy revisions "
-           f"({config['max_strategy_revisions']}) exhausted: {reason}")
-    return [
-        Escalated(plan_id=plan["plan_id"], decision_id=decision_id, options=DECISION_OPTIONS,
-                  reason=why, revision=plan["revision"], attempt=plan["attempt"]),
-        PlanHalted(plan_id=plan["plan_id"], halt_type="escalate", final_decision="escalate",
-                   raw_halt_type="escalated", reason=why,
-                   hint=f"human: evidence authorize {decision_id} --key FILE "
-                        "(--revise TEXT | --abandon)",
-                   phase="execute", attempt=plan["attempt"]),
-    ]
+            reason=f"{failed} failed validations (retry limit {config['retry_limit']}): "
+                   f"{reason}")]
+    why = (f"{failed} failed validations (retry limit {config['retry_limit']}) and strategy "
+           f"revisions ({config['max_strategy_revisions']}) exhausted: {reason}")
+    escalated = escalation(plan, why)
+    return [escalated, PlanHalted(
+        plan_id=plan["plan_id"], halt_type="escalate", final_decision="escalate",
+        raw_halt_type="escalated", reason=why, hint=authorize_hint(escalated.decision_id),
+        phase="execute", attempt=plan["attempt"], result_refs=[run_id] if run_id else [])]
+
+
+def escalation(plan: Document, reason: str) -> Escalated:
+    """A pending decision for a human (a fresh decision id, the options)."""
+    return Escalated(plan_id=plan["plan_id"], decision_id=str(ULID()),
+                     options=DECISION_OPTIONS, reason=reason, revision=plan["revision"],
+                     attempt=plan["attempt"])
+
+
+def authorize_hint(decision_id: str) -> str:
+    return (f"human: evidence authorize {decision_id} --key FILE (--revise TEXT | "
+            "--abandon)")
 
 
 def require_no_pending_decision(doc: Document, plan_id: str) -> None:
@@ -120,10 +136,17 @@ def record_fix(plane: Plane, plan_id: str, note: str, *, diff: bytes | None = No
                             diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[diff] if diff else [])
-    return plane.projections.document("plans", plan_id)[0]  # type: ignore[index]
+    return plane.state(f"plan:{plan_id}").doc
 
 
 # -- tokens (INV1) ------------------------------------------------------------------------
+
+
+def results_digest(results: list[ValidationResultRecorded]) -> str:
+    """SHA-256 over what the verdicts were made of: a token binds to this (INV1)."""
+    return hashlib.sha256(canonical_json(sorted(
+        ([r.attachment_id, r.validation, r.mode, r.verdict, r.cause, r.raw_output_sha256]
+         for r in results), key=lambda row: row[0]))).hexdigest()
 
 
 def token_for_pass(plane: Plane, plan: Document, run_id: str,
@@ -136,12 +159,16 @@ def token_for_pass(plane: Plane, plan: Document, run_id: str,
         "results_digest": results_digest, "issued_at": rfc3339(issued),
         "expires_at": rfc3339(issued + TOKEN_TTL)}
     token = mint_token(key, **claims)
-    return token, TokenMinted(token_sha256=token_digest(token), run_id=run_id, **claims)
+    return token, TokenMinted(token_sha256=token_digest(token), run_id=run_id,
+                              signature=token_signature(token), **claims)
 
 
 def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
                changed_paths: list[str] | None = None) -> Document:
-    """Apply with a valid token: signature, plan, expiry, single use; consumed atomically."""
+    """Apply with a valid token: its signature, plan, attempt, results and expiry, single
+    use, and — from the log, in the deciding transaction — the run it was minted from
+    (INV1): every required member of the binding set passed, with its evidence present.
+    The token is consumed with the Apply in one append."""
     public = load_or_create_plane_key(plane.store.url).public_key()
     try:
         claims = verify_token(public, token, plan_id=plan_id, now=_now())
@@ -161,12 +188,44 @@ def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
                                  "new run, fix or tool call); re-validate")
         if doc["phase"] != "execute" or doc["last_outcome"] != "pass":
             raise CommandRefused(f"plan {plan_id} is not at a passing end of Execute")
+        assert state.log is not None
+        problem = passing_run_problem(state.log, doc, claims.attempt, claims.results_digest,
+                                      held["run_id"])
+        if problem is not None:
+            raise CommandRefused(f"token refused: {problem}")
         return [TokenConsumed(plan_id=plan_id, token_id=claims.token_id),
                 PlanApplied(plan_id=plan_id, token_id=claims.token_id,
                             changed_paths=changed_paths or [])]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by_first=True)
-    return plane.projections.document("plans", plan_id)[0]  # type: ignore[index]
+    return plane.state(f"plan:{plan_id}").doc
+
+
+def passing_run_problem(log: Authority, plan: Document, attempt: int, digest: str,
+                        run_id: str) -> str | None:
+    """Why the run a token names is no ground for Apply (None when it is): it must be the
+    plan's last run, at the token's attempt, its results digest the token's, a verdict
+    ``passed`` for every required member of the binding set (at least one, unless the
+    plan opted out), and every raw output it was judged on still in the blob store."""
+    if plan["last_run"] != run_id or plan["attempt"] != attempt:
+        return "it was not minted from the plan's last run at its current attempt"
+    results = [e.payload for e in log.source.read_stream(f"plan:{plan['plan_id']}")
+               if isinstance(e.payload, ValidationResultRecorded)
+               and e.payload.run_id == run_id]
+    if results_digest(results) != digest:
+        return "the run's recorded results do not hash to the token's results digest"
+    passed = {r.attachment_id for r in results if r.verdict is True and r.cause is None}
+    required = [b for b in plan["binding"] if b["mode"] == "required"]
+    missing = [b["validation"] for b in required if b["attachment_id"] not in passed]
+    if missing:
+        return f"required validation(s) {', '.join(sorted(missing))} have no passing result"
+    if not required and plan["global_config"].get("require_validation", True):
+        return "no required validation ran"
+    evidence = [r.raw_output_sha256 for r in results if r.raw_output_sha256]
+    absent = sorted(set(evidence) - log.present_blobs(evidence))
+    if absent:
+        return f"the evidence of the run is missing (blob {absent[0]})"
+    return None
 
 
 # -- approver keys ------------------------------------------------------------------------
@@ -180,12 +239,13 @@ def add_approver_key(plane: Plane, name: str, public_key_file: Path, *,
     except SigningError as exc:
         raise CommandRefused(str(exc)) from None
     print_ = fingerprint(public)
-    for approver in plane.projections.documents("approvers"):
-        if print_ in approver.get("keys", {}):
-            raise CommandRefused(f"key {print_[:16]}… is already registered for "
-                                 f"{approver['name']!r}")
 
-    def decide(_state: StreamState) -> list[ApproverKeyAdded]:
+    def decide(state: StreamState) -> list[ApproverKeyAdded]:
+        assert state.log is not None
+        known = state.log.approver_keys().get(print_)
+        if known is not None:
+            raise CommandRefused(f"key {print_[:16]}… is already registered for "
+                                 f"{known.name!r}")
         return [ApproverKeyAdded(name=name, public_key=public_key_b64(public),
                                  fingerprint=print_)]
 
@@ -218,6 +278,7 @@ class Pending:
 
 
 def pending_decisions(plane: Plane) -> list[Pending]:
+    """Every pending escalation (a query: from the plans read model)."""
     plane.projections.catch_up()
     return [Pending(d["plan_id"], d["pending_decision"]["decision_id"],
                     d["pending_decision"]["options"], d["pending_decision"]["reason"])
@@ -227,7 +288,10 @@ def pending_decisions(plane: Plane) -> list[Pending]:
 def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
               guidance: str | None = None, reason: str | None = None,
               actor: str = "human") -> DecisionRecorded:
-    """Sign and record a decision on a pending escalation — and on nothing else."""
+    """Sign and record a decision on a pending escalation — and on nothing else. The
+    signature covers the decision, its plan, the escalation's leaf hash, the choice,
+    the guidance and the reason; the plane verifies it against the approver key in
+    force before recording it, and again wherever the decision is acted on."""
     if choice not in DECISION_OPTIONS:
         raise CommandRefused(f"a decision is one of {', '.join(DECISION_OPTIONS)}")
     if choice == "revise" and not (guidance or "").strip():
@@ -237,48 +301,48 @@ def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
     except SigningError as exc:
         raise CommandRefused(str(exc)) from None
     print_ = fingerprint(private.public_key())
-    pending = next((p for p in pending_decisions(plane) if p.decision_id == decision_id), None)
-    if pending is None:
+    escalation_event = next(
+        (e for e in plane.store.read_all(types=[Escalated.type_name()])
+         if e.payload.decision_id == decision_id), None)  # type: ignore[attr-defined]
+    if escalation_event is None:
         raise CommandRefused(
             f"no pending escalation {decision_id!r}: only a pending escalation can be "
             "decided (a blocker is never overridable; a decided escalation stays decided)")
-    approver = _approver_of(plane, print_)
-    escalation = next(e for e in plane.store.read_stream(f"plan:{pending.plan_id}")
-                      if isinstance(e.payload, Escalated)
-                      and e.payload.decision_id == decision_id)
+    plan_id: str = escalation_event.payload.plan_id  # type: ignore[attr-defined]
     signed_at = rfc3339(_now())
-    record = decision_record(decision_id, pending.plan_id, choice,
-                             guidance if choice == "revise" else None,
-                             escalation.chain_hash.hex(), signed_at)
+    kept_guidance = guidance if choice == "revise" else None
+    record = decision_record(decision_id, plan_id, choice, kept_guidance,
+                             escalation_event.leaf_hash.hex(), signed_at, reason)
     signature = sign_record(private, record, domain="decision")
-    decided = DecisionRecorded(
-        plan_id=pending.plan_id, decision_id=decision_id, choice=choice,  # type: ignore[arg-type]
-        guidance=record["guidance"], reason=reason, escalation_hash=record["escalation_hash"],
-        signed_at=signed_at, approver=approver["name"], key_fingerprint=print_,
-        signature=signature)
 
     def decide(state: StreamState) -> list[DecisionRecorded]:
-        doc = require_plan(state, pending.plan_id)
-        if (doc["pending_decision"] or {}).get("decision_id") != decision_id:
-            raise CommandRefused(f"escalation {decision_id} is no longer pending")
-        # The plane checks the signature against the registered key, as an auditor would.
-        key = _approver_of(plane, print_)["key"]
-        if not verify_record(public_key_from_b64(key["public_key"]), record, signature,
-                             domain="decision"):
-            raise CommandRefused("the decision's signature does not verify")
+        if (state.doc.get("pending_decision") or {}).get("decision_id") != decision_id:
+            raise CommandRefused(
+                f"no pending escalation {decision_id!r}: only a pending escalation can be "
+                "decided (a blocker is never overridable; a decided escalation stays "
+                "decided)")
+        require_plan(state, plan_id)
+        assert state.log is not None
+        key = state.log.approver_keys().get(print_)
+        if key is None:
+            raise CommandRefused("this key belongs to no registered approver (evidence keys "
+                                 "add NAME PUBKEY_FILE)")
+        if key.status != "active":
+            raise CommandRefused(f"the key of approver {key.name!r} was revoked")
+        decided = DecisionRecorded(
+            plan_id=plan_id, decision_id=decision_id, choice=choice,  # type: ignore[arg-type]
+            guidance=kept_guidance, reason=reason, escalation_hash=record["escalation_hash"],
+            signed_at=signed_at, approver=key.name, key_fingerprint=print_,
+            signature=signature)
+        # The plane checks the signature as an auditor would, before it records it.
+        problem = decision_problem(decided, escalation_event.leaf_hash, key)
+        if problem is not None:
+            raise CommandRefused(f"the decision does not verify: {problem}")
+        done["event"] = decided
         return [decided]
 
-    plane.run(f"plan:{pending.plan_id}", decide, actor=f"{actor}:{approver['name']}")
-    return decided
-
-
-def _approver_of(plane: Plane, print_: str) -> dict[str, Any]:
-    plane.projections.catch_up()
-    for approver in plane.projections.documents("approvers"):
-        key = approver.get("keys", {}).get(print_)
-        if key is not None:
-            if key["status"] != "active":
-                raise CommandRefused(f"the key of approver {approver['name']!r} was revoked")
-            return {"name": approver["name"], "key": key}
-    raise CommandRefused("this key belongs to no registered approver (evidence keys add "
-                         "NAME PUBKEY_FILE)")
+    done: dict[str, DecisionRecorded] = {}
+    known = plane.log().approver_keys().get(print_)
+    plane.run(f"plan:{plan_id}", decide,
+              actor=f"{actor}:{known.name if known else print_[:16]}")
+    return done["event"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from ledger.events import ExecuteEntered, StrategyRecorded
+import msgspec
+
+from ledger.events import ExecuteEntered, ResolvedAttachment, StrategyRecorded
 from projections.documents import Document
+from projections.resolution import pin_binding
 
 from .plane import CommandRefused, Plane, StreamState
-from .plans import get_plan
 
 
 def require_plan(state: StreamState, plan_id: str) -> Document:
@@ -35,11 +37,13 @@ def record_strategy(plane: Plane, plan_id: str, strategy: str, *,
                                  strategy=strategy)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
-    return get_plan(plane, plan_id)
+    return plane.state(f"plan:{plan_id}").doc
 
 
 def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> Document:
-    """Strategize -> Execute; needs a recorded strategy."""
+    """Strategize -> Execute; needs a recorded strategy. Pins the plan's binding set: the
+    members it already holds, unchanged, plus every attachment that applies now (read
+    from the log in this transaction)."""
 
     def decide(state: StreamState) -> list[ExecuteEntered]:
         doc = require_plan(state, plan_id)
@@ -49,7 +53,10 @@ def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> Docum
         if not doc["strategy"]:
             raise CommandRefused(f"plan {plan_id} has no strategy: record one with "
                                  f"`evidence plan strategize {plan_id} --strategy TEXT`")
-        return [ExecuteEntered(plan_id=plan_id, revision=doc["revision"])]
+        assert state.log is not None
+        pinned = [msgspec.convert(b, ResolvedAttachment) for b in doc["binding"]]
+        binding = pin_binding(pinned, state.log.applicable(doc))
+        return [ExecuteEntered(plan_id=plan_id, revision=doc["revision"], binding=binding)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
-    return get_plan(plane, plan_id)
+    return plane.state(f"plan:{plan_id}").doc

@@ -1,12 +1,12 @@
 """The plane's Python API: a store, its read models, and how a command handler appends.
 
-Every handler follows one shape: load the state it needs (a stream document from the
-read models), decide (refuse with ``CommandRefused`` or produce payloads), then
-``Plane.append``: each event gets its structural delta (RFC 6902, from the stream's
-document before it to after it), the events are appended with the stream version the
-decision was made on, and the read models are updated in that same transaction. If
-another writer got there first, the version check fails and ``Plane.run`` decides again
-on the fresh state.
+Every handler follows one shape, ``Plane.run(stream, decide)``: inside one write
+transaction holding the ledger lock, the stream is folded **from the events table**
+(``commands.authority``: a plan's history is checked as it is folded), ``decide``
+refuses with ``CommandRefused`` or returns payloads, each payload is checked against
+the stream's transition rules, gets its structural delta (RFC 6902, from the stream's
+document before it to after it), and is appended with the read models updated in that
+same transaction. Read models are query caches: no decision reads them.
 """
 
 from __future__ import annotations
@@ -15,46 +15,18 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ulid import ULID
 
-from ledger import (
-    ConcurrencyError,
-    EventPayload,
-    LedgerError,
-    NewEvent,
-    RecordedEvent,
-    Store,
-    StreamAppend,
-)
+from ledger import EventPayload, NewEvent, RecordedEvent, Store, StreamAppend, WriteTx
 from ledger import open as open_store
 from projections import ProjectionEngine, delta, fold, open_projections
-from projections.documents import Document, stream_kind
+from projections.plan_rules import broken_rule
+
+from .authority import Authority, Checked, StoreSource, StreamState
+from .errors import CommandRefused
 
 __all__ = ["CommandRefused", "Decision", "Plane", "StreamState"]
 
-RETRIES = 5  # decide again this often when another writer moved the stream meanwhile
-
-# Which read model holds the documents of each stream kind.
-_PROJECTION_OF_KIND = {"tool": "tools", "skill": "skills", "attachment": "attachments",
-                       "plan": "plans", "approver": "approvers"}
-
-
-class CommandRefused(LedgerError):
-    """Bad input, or a step the current state does not allow. Nothing was appended."""
-
-
-class StreamState:
-    """A stream's current document and version (0 and ``{}`` for a new stream)."""
-
-    __slots__ = ("doc", "stream", "version")
-
-    def __init__(self, stream: str, doc: Document, version: int) -> None:
-        self.stream, self.doc, self.version = stream, doc, version
-
-    @property
-    def exists(self) -> bool:
-        return self.version > 0
-
-
 Decision = Sequence[EventPayload]
+RETRIES = 5  # optimistic callers of ``append`` decide again this often on a conflict
 
 
 class Plane:
@@ -63,6 +35,7 @@ class Plane:
     def __init__(self, store: Store, projections: ProjectionEngine | None = None) -> None:
         self.store = store
         self.projections = projections or open_projections(store)
+        self._checked: Checked = {}  # plan prefixes already checked (events never change)
 
     @classmethod
     def open(cls, url: str | None = None, *, create: bool = True) -> Plane:
@@ -84,19 +57,13 @@ class Plane:
 
     # -- state ------------------------------------------------------------------------
 
+    def log(self) -> Authority:
+        """Authority reads outside a write transaction (each its own snapshot)."""
+        return Authority(StoreSource(self.store), self._checked)
+
     def state(self, stream: str) -> StreamState:
-        """The stream's document and version, from its read model when it has one."""
-        name = _PROJECTION_OF_KIND.get(stream_kind(stream))
-        if name is not None:
-            found = self.projections.document(name, stream.partition(":")[2])
-            if found is None:
-                return StreamState(stream, {}, 0)
-            return StreamState(stream, found[0], found[1])
-        events = self.store.read_stream(stream)
-        doc: Document = {}
-        for event in events:
-            doc = fold(stream, doc, event.payload)
-        return StreamState(stream, doc, events[-1].stream_version if events else 0)
+        """The stream's document and version, folded from the events table."""
+        return self.log().state(stream)
 
     # -- appending --------------------------------------------------------------------
 
@@ -110,22 +77,20 @@ class Plane:
         correlation_id: str | None = None,
         caused_by_first: bool = False,
     ) -> list[RecordedEvent]:
-        """Load the stream, decide, append; decide again if the stream moved meanwhile."""
+        """Fold the stream from the log under the ledger lock, decide, append — one
+        transaction, so nothing can move the state between the decision and its events.
+        ``decide`` must not open transactions of its own: other streams it needs are
+        read through ``state.log``, in the same transaction."""
         blob_list = list(blobs)
-        for attempt in range(RETRIES):
-            self.projections.catch_up()
-            state = self.state(stream)
+        self.projections.catch_up()
+        with self.store.write() as tx:
+            state = Authority(tx, self._checked).state(stream)
             payloads = decide(state)
             if not payloads:
                 return []
-            try:
-                return self.append(state, payloads, actor=actor, blobs=blob_list,
-                                   correlation_id=correlation_id,
-                                   caused_by_first=caused_by_first)
-            except ConcurrencyError:
-                if attempt == RETRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
+            return self._append(tx, state, payloads, actor=actor, blobs=blob_list,
+                                correlation_id=correlation_id,
+                                caused_by_first=caused_by_first)
 
     def append(
         self,
@@ -137,14 +102,25 @@ class Plane:
         correlation_id: str | None = None,
         caused_by_first: bool = False,
     ) -> list[RecordedEvent]:
-        """Append ``payloads`` to ``state.stream`` expecting ``state.version``, each with
-        its delta, and update the read models in the same transaction. With
-        ``caused_by_first`` the later events name the first as their causation (a gate
-        check and the failure and halt it routes to)."""
+        """Append ``payloads`` to ``state.stream`` expecting ``state.version`` (a
+        ``ConcurrencyError`` if the stream moved), each checked and with its delta."""
+        with self.store.write() as tx:
+            return self._append(tx, state, payloads, actor=actor, blobs=list(blobs),
+                                correlation_id=correlation_id,
+                                caused_by_first=caused_by_first)
+
+    def _append(self, tx: WriteTx, state: StreamState, payloads: Decision, *, actor: str,
+                blobs: list[bytes], correlation_id: str | None,
+                caused_by_first: bool) -> list[RecordedEvent]:
+        """With ``caused_by_first`` the later events name the first as their causation
+        (a gate check and the failure and halt it routes to)."""
         doc = state.doc
         events = []
         first_id = str(ULID())
         for i, payload in enumerate(payloads):
+            rule = broken_rule(state.stream, doc, payload)
+            if rule is not None:  # a handler's own checks come first, with better words
+                raise CommandRefused(f"refused: {rule}")
             after = fold(state.stream, doc, payload)
             events.append(NewEvent(
                 payload=payload, actor=actor, delta=delta(doc, after),
@@ -152,9 +128,7 @@ class Plane:
                 causation_id=first_id if caused_by_first and i > 0 else None,
             ))
             doc = after
-        with self.store.write() as tx:
-            recorded = tx.append_batch(
-                [StreamAppend(state.stream, events, state.version)], blobs=blobs
-            )
-            self.projections.apply_inline(tx, recorded)
+        recorded = tx.append_batch([StreamAppend(state.stream, events, state.version)],
+                                   blobs=blobs)
+        self.projections.apply_inline(tx, recorded)
         return recorded

@@ -49,7 +49,7 @@ def create_plan(
                             global_config=global_config)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
-    return get_plan(plane, plan_id)
+    return plane.state(f"plan:{plan_id}").doc
 
 
 def get_plan(plane: Plane, plan_id: str) -> Document:

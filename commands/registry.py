@@ -460,7 +460,7 @@ def register_validation(plane: Plane, spec: ValidationSpec | Mapping[str, Any], 
     def decide(state: StreamState) -> list[ValidationRegistered]:
         seen.append(state)
         _refuse_other_kind(state, name, "validation")
-        inherited = _inherit(plane, name, parsed.wraps) if parsed.wraps else {}
+        inherited = _inherit(state, name, parsed.wraps) if parsed.wraps else {}
         payload = ValidationRegistered(name=name, version=_next_version(state), **fields,
                                        **inherited)
         return [] if _unchanged(state, payload) else [payload]
@@ -511,13 +511,14 @@ def _refuse_redefinition(name: str, spec: ValidationSpec) -> None:
                              "the tool's output to {passed, message?, data?}")
 
 
-def _inherit(plane: Plane, name: str, target: str) -> dict[str, JSON]:
-    """The wrapped tool's current input schema, slots and timeout, and its version."""
-    found = plane.projections.document("tools", target)
-    if found is None:
+def _inherit(state: StreamState, name: str, target: str) -> dict[str, JSON]:
+    """The wrapped tool's current input schema, slots and timeout, and its version (read
+    from the log, in the registration's transaction)."""
+    assert state.log is not None
+    doc = state.log.tool(target)
+    if doc is None:
         raise CommandRefused(f"validation {name!r} wraps unknown tool {target!r} "
                              "(register the tool first)")
-    doc = found[0]
     if doc["kind"] != "tool":
         raise CommandRefused(f"validation {name!r} wraps {target!r}, which is a validation: "
                              "`wraps` must name a tool")
@@ -669,7 +670,8 @@ def define_skill(plane: Plane, spec: SkillSpec | Mapping[str, Any], *,
 
     def decide(state: StreamState) -> list[SkillDefined]:
         seen.append(state)
-        unknown = [m for m in parsed.members if plane.projections.document("tools", m) is None]
+        assert state.log is not None
+        unknown = [m for m in parsed.members if state.log.tool(m) is None]
         if unknown:
             raise CommandRefused(f"skill {name!r}: unknown member(s) {', '.join(unknown)} "
                                  "(register each tool or validation first)")

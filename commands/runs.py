@@ -4,13 +4,16 @@ what they did — it never fabricates a result (seed 001).
 - ``call_tool``: input gate -> the tool's program as a real subprocess (or an output an
   orchestrator ran itself) -> output gate; the call and its output bytes are recorded. A
   program that cannot be invoked halts the plan with ``environment_error``.
-- ``validate_plan``: resolve the attachments that apply to every resource of the plan,
-  record that set *before* running, run the validations in parallel (each in its own
-  copy of the resource, so writes are detected and never survive), record every result
-  and the run's outcome, classified by ``projections.outcomes``; a non-pass outcome
-  halts the plan (a blocker also fails the attempt).
+- ``validate_plan``: run exactly the plan's binding set, pinned when it entered
+  Execute (recorded again *before* running), each validation at its pinned version and
+  in its own copy of the resource (writes are detected and never survive); record every
+  result and the run's outcome, classified by ``projections.outcomes``. A run in which
+  no required validation ran is no pass unless the plan opted out. A non-pass outcome
+  halts the plan; a blocker also fails the attempt, and the next validation needs a
+  recorded fix first.
 - ``record_halt``: an orchestrator's own halt, its raw type mapped to the canonical
-  outcome (unknown raw types are non-verdicts, never blockers).
+  outcome (unknown raw types are non-verdicts, never blockers); an escalate halt is a
+  pending decision, as the failure loop's.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ import msgspec
 from ulid import ULID
 
 from ledger import RecordedEvent
-from ledger.canonical import canonical_json
 from ledger.events import (
     AttemptFailed,
+    Escalated,
     EventPayload,
     PlanHalted,
     ResolvedAttachment,
@@ -41,10 +44,17 @@ from ledger.events import (
 from ledger.timestamps import utc_now
 from projections.documents import Document
 from projections.outcomes import NEXT_ACTION, RULES_VERSION, canonical_halt, classify
-from projections.resolution import resolve
 
+from .authority import Authority
 from .gates import GateOutcome, as_bytes, gate_input, gate_output
-from .lifecycle import after_blocker, require_no_pending_decision, token_for_pass
+from .lifecycle import (
+    after_blocker,
+    authorize_hint,
+    escalation,
+    require_no_pending_decision,
+    results_digest,
+    token_for_pass,
+)
 from .phases import require_plan
 from .plane import CommandRefused, Plane, StreamState
 from .runner import (
@@ -137,18 +147,20 @@ def call_tool(
     raw_params = as_bytes(params)
     call_id = str(ULID())
     step = step or f"call-{call_id}"
-    plan = plane.projections.document("plans", plan_id)
+    log = plane.log()
+    found = log.state(f"plan:{plan_id}")
+    plan = found.doc if found.exists else None
     if plan is not None:  # refuse before recording anything when no call is possible
-        _execute_plan(StreamState(f"plan:{plan_id}", plan[0], plan[1]), plan_id)
-    tool_doc = plane.projections.document("tools", tool)
-    if recorded_output is None and tool_doc is not None and not tool_doc[0]["spec"].get(
+        _execute_plan(found, plan_id)
+    tool_doc = log.tool(tool)
+    if recorded_output is None and tool_doc is not None and not tool_doc["spec"].get(
             "command"):
         raise CommandRefused(f"tool {tool!r} has no command to run here: record the output "
                              "of the call you made with --record-output")
     report = CallReport(gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor))
     if not report.input_gate.passed:
         return report  # an invented tool or bad parameters: the call is never made
-    spec = tool_doc[0]["spec"] if tool_doc else {}
+    spec = tool_doc["spec"] if tool_doc else {}
     started = ended = utc_now()
     exit_code: int | None = None
     if recorded_output is not None:
@@ -159,7 +171,7 @@ def call_tool(
         except ArgvError as exc:
             raise CommandRefused(f"cannot build the command line of {tool!r}: {exc}") from None
         timeout = spec["timeout_ms"] / 1000 if spec.get("timeout_ms") else DEFAULT_TIMEOUT_S
-        result = run_command(argv, cwd=workdir_of(plan[0], sandbox) if plan else None,
+        result = run_command(argv, cwd=workdir_of(plan, sandbox) if plan else None,
                              timeout_s=timeout)
         if result.missing_program is not None:
             report.halt = record_halt(
@@ -172,8 +184,8 @@ def call_tool(
         executor, exit_code = "command", result.exit_code
         started, ended = result.started_at, result.ended_at
     called = ToolCalled(
-        plan_id=plan_id, call_id=call_id, tool=tool, tool_version=tool_doc[0]["version"],
-        step=step, attempt=plan[0]["attempt"] if plan else 0, executor=executor,
+        plan_id=plan_id, call_id=call_id, tool=tool, tool_version=tool_doc["version"],
+        step=step, attempt=plan["attempt"] if plan else 0, executor=executor,
         params_sha256=_sha256(raw_params), output_sha256=_sha256(output),
         exit_code=exit_code, started_at=started, ended_at=ended,
         duration_ms=_duration_ms(started, ended))
@@ -231,28 +243,19 @@ class ValidationReport:
         }
 
 
-def resolve_for_plan(plane: Plane, plan: Document) -> list[ResolvedAttachment]:
-    """Every attachment that applies to the plan: each resource, its project, itself."""
-    engine = plane.projections
-    tools = {d["name"]: d for d in engine.documents("tools", lambda t: t.c.kind == "validation")}
-    seen: dict[str, ResolvedAttachment] = {}
-    for resource in plan["resources"]:
-        attachments = engine.documents("attachments", lambda t, r=resource: t.c.resource == r)
-        for row in resolve(attachments, tools, resource=resource, project=plan["project"],
-                           plan=plan["plan_id"]):
-            seen.setdefault(row.attachment_id, row)
-    return list(seen.values())
+def binding_of(plan: Document) -> list[ResolvedAttachment]:
+    """The plan's pinned binding set (``plan.execute_entered``): what ``validate`` runs."""
+    return [msgspec.convert(b, ResolvedAttachment) for b in plan.get("binding", [])]
 
 
 def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
                   max_workers: int = MAX_PARALLEL,
                   sandbox: Sandbox | None = None) -> ValidationReport:
-    """Run the validations that apply to the plan and classify the outcome."""
-    plane.projections.catch_up()
-    found = plane.projections.document("plans", plan_id)
-    plan = _execute_plan(StreamState(f"plan:{plan_id}", found[0] if found else {},
-                                     found[1] if found else 0), plan_id)
-    resolved = resolve_for_plan(plane, plan)
+    """Run the plan's pinned binding set and classify the outcome."""
+    log = plane.log()
+    plan = _validatable(log.state(f"plan:{plan_id}"), plan_id)
+    binding = binding_of(plan)
+    require = plan["global_config"].get("require_validation", True)
     directories = {r: d for r in plan["resources"]
                    if (d := directory_of(r, sandbox)) is not None}
     digests = {r: tree_digest(d) for r, d in directories.items()}
@@ -260,20 +263,22 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
     attempt = plan["attempt"]
 
     def start(state: StreamState) -> list[EventPayload]:
-        _execute_plan(state, plan_id)
-        return [ValidationRunStarted(plan_id=plan_id, run_id=run_id, attempt=attempt,
-                                     revision=plan["revision"], resolved=resolved,
+        doc = _validatable(state, plan_id)
+        if doc["binding"] != plan["binding"]:
+            raise CommandRefused(f"plan {plan_id} moved on meanwhile; validate again")
+        return [ValidationRunStarted(plan_id=plan_id, run_id=run_id, attempt=doc["attempt"],
+                                     revision=doc["revision"], resolved=binding,
                                      resource_digests=digests)]
 
-    # Durable before anything runs: the resolved set is what the run will be judged on.
+    # Durable before anything runs: the pinned set is what the run will be judged on.
     plane.run(f"plan:{plan_id}", start, actor=actor)
     guards = {r: TreeGuard(d) for r, d in directories.items()}
     try:
-        runs = run_parallel([_job(plane, r, directories.get(r.resource)) for r in resolved],
-                        max_workers=max_workers)
+        runs = run_parallel([_job(log, r, directories.get(r.resource)) for r in binding],
+                            max_workers=max_workers)
     finally:
         reached = {r: guard.restore_if_changed() for r, guard in guards.items()}
-    for i, attachment in enumerate(resolved):
+    for i, attachment in enumerate(binding):
         if reached.get(attachment.resource):  # a write reached the original: restored
             runs[i] = msgspec.structs.replace(
                 runs[i], verdict=None, cause="read_only_violation", message=None,
@@ -288,61 +293,74 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
             changed_paths=run.changed_paths,
             raw_output_sha256=_sha256(run.raw_output) if run.raw_output is not None else None,
             started_at=run.started_at, ended_at=run.ended_at, duration_ms=run.duration_ms)
-        for r, run in zip(resolved, runs, strict=True)
+        for r, run in zip(binding, runs, strict=True)
     ]
-    outcome, raw, reason = classify(msgspec.to_builtins(r) for r in results)
-    report = ValidationReport(plan_id, run_id, attempt, outcome, raw, reason, resolved,
+    outcome, raw, reason = classify((msgspec.to_builtins(r) for r in results),
+                                    require_validation=require)
+    report = ValidationReport(plan_id, run_id, attempt, outcome, raw, reason, binding,
                               results)
     completed = ValidationRunCompleted(
         plan_id=plan_id, run_id=run_id, attempt=attempt, outcome=outcome,
         rules_version=RULES_VERSION, results_digest=results_digest(results),
-        informational_failures=report.informational_failures)
+        informational_failures=report.informational_failures,
+        vacuous=not any(r.mode == "required" for r in results))
     minted: dict[str, str] = {}
 
     def finish(state: StreamState) -> list[EventPayload]:
         # Decided on the plan as it is now: counters move with concurrent writers.
         doc = state.doc
-        follow: list[EventPayload] = []
+        if doc.get("current_run") != run_id:
+            raise CommandRefused(f"validation run {run_id} of plan {plan_id} was superseded "
+                                 "by a newer run; its results are not recorded")
+        if doc["pending_decision"] is not None:
+            return [*results, completed]  # a decision became pending: it decides first
+        return [*results, completed, *after_run(doc, outcome, raw, reason, minted)]
+
+    def after_run(doc: Document, outcome: str, raw: str, reason: str,
+                  minted: dict[str, str]) -> list[EventPayload]:
         if outcome == "pass":
             token, event = token_for_pass(plane, doc, run_id, completed.results_digest)
             minted["token"] = token
-            follow.append(event)
-        else:
-            who, then = NEXT_ACTION[outcome]
-            follow.append(PlanHalted(
-                plan_id=plan_id, halt_type=outcome, final_decision=outcome,
-                raw_halt_type=raw, reason=reason, hint=f"{who}: {then}", phase="execute",
-                attempt=attempt, result_refs=[run_id]))
-        if outcome == "blocker":
-            follow.append(AttemptFailed(plan_id=plan_id, attempt=attempt,
-                                        iteration=doc["iteration"],
-                                        failure_class="validation", reason=reason))
-            follow.extend(after_blocker(doc, reason))
-        return [*results, completed, *follow]
+            return [event]
+        who, then = NEXT_ACTION[outcome]
+        halt = PlanHalted(
+            plan_id=plan_id, halt_type=outcome, final_decision=outcome,  # type: ignore[arg-type]
+            raw_halt_type=raw, reason=reason, hint=f"{who}: {then}", phase="execute",
+            attempt=attempt, result_refs=[run_id])
+        if outcome != "blocker":
+            return [halt]
+        failed = AttemptFailed(plan_id=plan_id, attempt=attempt, iteration=doc["iteration"],
+                               failure_class="validation", reason=reason)
+        loop = after_blocker(doc, reason, run_id)
+        # An escalation is the run's halt (seed 001: escalate, not blocker + escalation).
+        return [failed, *loop] if any(isinstance(e, Escalated) for e in loop) \
+            else [halt, failed, *loop]
 
     outputs = [run.raw_output for run in runs if run.raw_output is not None]
     report.events = plane.run(f"plan:{plan_id}", finish, actor=actor, blobs=outputs)
+    if any(e.type == "plan.escalated" for e in report.events):
+        report.outcome, report.raw_halt_type = "escalate", "escalated"
+        report.reason = next(e.payload.reason for e in report.events
+                             if e.type == "plan.escalated")
     report.token = minted.get("token")
     return report
 
 
-def results_digest(results: list[ValidationResultRecorded]) -> str:
-    """SHA-256 over what the verdicts were made of: a token binds to this (INV1)."""
-    return _sha256(canonical_json(sorted(
-        ([r.attachment_id, r.validation, r.mode, r.verdict, r.cause, r.raw_output_sha256]
-         for r in results), key=lambda row: row[0])))
+def _validatable(state: StreamState, plan_id: str) -> Document:
+    doc = _execute_plan(state, plan_id)
+    if doc["needs_fix"]:
+        raise CommandRefused(f"plan {plan_id}'s last validation failed: record the fix "
+                             f"before re-validating (evidence fix {plan_id} --note TEXT)")
+    return doc
 
 
-def _job(plane: Plane, attachment: ResolvedAttachment,
+def _job(log: Authority, attachment: ResolvedAttachment,
          workdir: Path | None) -> Callable[[], ValidationRun]:
-    validation = plane.projections.document("tools", attachment.validation)
-    spec = validation[0]["spec"] if validation else {}
-    wrapped = None
-    if spec.get("wraps"):
-        tool = plane.projections.document("tools", spec["wraps"])
-        if tool is not None:
-            versions = tool[0]["versions"]
-            wrapped = versions.get(str(spec.get("wraps_version")), tool[0]["spec"])
+    """The pinned version of the validation (and of the tool it wraps), from the log."""
+    spec = log.tool_version(attachment.validation, attachment.validation_version) or {}
+    wrapped = (log.tool_version(attachment.wraps, attachment.wraps_version)
+               if attachment.wraps else None)
+
     def job() -> ValidationRun:
         return run_validation(spec, attachment.args, attachment.resource, workdir=workdir,
                               wrapped_tool=wrapped)
@@ -359,17 +377,28 @@ def record_halt(plane: Plane, plan_id: str, raw_type: str, reason: str, *,
     """Record a halt; its canonical value comes from the raw type (unknown: non-verdict)."""
     if not raw_type.strip() or not reason.strip():
         raise CommandRefused("a halt needs a --raw-type and a --reason")
+    canonical = canonical_halt(raw_type)
+    if canonical == "escalate" and terminal:
+        raise CommandRefused(f"raw type {raw_type!r} escalates to a human, who decides: an "
+                             "escalate halt cannot be terminal")
     halted: dict[str, PlanHalted] = {}
 
-    def decide(state: StreamState) -> list[PlanHalted]:
+    def decide(state: StreamState) -> list[EventPayload]:
         doc = require_plan(state, plan_id)
-        canonical = canonical_halt(raw_type)
+        events: list[EventPayload] = []
+        decision_hint = None
+        if canonical == "escalate" and doc["pending_decision"] is None:
+            # Every escalate halt is a pending decision, exactly as the failure loop's.
+            escalated = escalation(doc, reason)
+            events.append(escalated)
+            decision_hint = authorize_hint(escalated.decision_id)
         halted["event"] = PlanHalted(
-            plan_id=plan_id, halt_type=canonical, final_decision=canonical,
+            plan_id=plan_id, halt_type=canonical, final_decision=canonical,  # type: ignore[arg-type]
             raw_halt_type=raw_type, reason=reason,
-            hint=hint or f"{NEXT_ACTION[canonical][0]}: {NEXT_ACTION[canonical][1]}",
+            hint=hint or decision_hint
+            or f"{NEXT_ACTION[canonical][0]}: {NEXT_ACTION[canonical][1]}",
             phase=doc["phase"], attempt=doc["attempt"], terminal=terminal)
-        return [halted["event"]]
+        return [*events, halted["event"]]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
     return halted["event"]

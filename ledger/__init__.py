@@ -20,6 +20,7 @@ from .store import (
     Store,
     StreamAppend,
     TreeHead,
+    WriteTx,
     default_url,
 )
 from .store import open_store as open
@@ -47,6 +48,7 @@ __all__ = [
     "StreamAppend",
     "TreeHead",
     "UnknownEventTypeError",
+    "WriteTx",
     "__version__",
     "default_url",
     "open",

@@ -631,6 +631,7 @@ class Bundle:
     def __init__(self, reader: _Reader, report: BundleReport) -> None:
         self.report = report
         self.plan: str | None = report.plan
+        self.signer: Ed25519PublicKey | None = reader.signer  # the checkpoint's key
         self._events = reader.events
         self._blobs = reader.blobs
         self._root = bytes.fromhex(report.root) if report.root and report.ok else b""

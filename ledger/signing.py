@@ -68,6 +68,7 @@ __all__ = [
     "read_token",
     "sign_record",
     "token_digest",
+    "token_signature",
     "verify_record",
     "verify_token",
 ]
@@ -251,11 +252,14 @@ def verify_record(public_key: Ed25519PublicKey, record: dict[str, Any], signatur
 
 
 def decision_record(decision_id: str, plan_id: str, choice: str, guidance: str | None,
-                    escalation_hash: str, signed_at: str) -> dict[str, Any]:
+                    escalation_hash: str, signed_at: str,
+                    reason: str | None = None) -> dict[str, Any]:
     """The record an approver signs (domain ``decision``) to decide an escalation.
 
-    ``escalation_hash`` (the chain hash of the Escalated event) pins the signature to
-    one escalation of one plan, so it cannot be replayed elsewhere.
+    ``escalation_hash`` (the RFC 9162 leaf hash of the Escalated event, which an offline
+    bundle carries too) pins the signature to one escalation of one plan, so it cannot
+    be replayed elsewhere; the choice, guidance and reason are covered, so none of them
+    can be changed after signing.
     """
     if choice not in DECISION_CHOICES:
         raise SigningError(
@@ -265,13 +269,15 @@ def decision_record(decision_id: str, plan_id: str, choice: str, guidance: str |
                         ("escalation_hash", escalation_hash), ("signed_at", signed_at)):
         if not isinstance(value, str) or not value:
             raise SigningError(f"decision {name} must be a non-empty string")
-    if guidance is not None and not isinstance(guidance, str):
-        raise SigningError("decision guidance must be a string or null")
+    for name, text in (("guidance", guidance), ("reason", reason)):
+        if text is not None and not isinstance(text, str):
+            raise SigningError(f"decision {name} must be a string or null")
     return {
         "decision_id": decision_id,
         "plan_id": plan_id,
         "choice": choice,
         "guidance": guidance,
+        "reason": reason,
         "escalation_hash": escalation_hash,
         "signed_at": signed_at,
     }
@@ -409,6 +415,12 @@ def verify_token(plane_public_key: Ed25519PublicKey, text: str, *, plan_id: str,
     if at >= _parse_time(claims.expires_at):
         _refuse("expired", f"expired at {claims.expires_at} (now {_as_rfc3339(at)})")
     return claims
+
+
+def token_signature(text: str) -> str:
+    """The token's signature (standard base64), as ``TokenMinted`` records it: with the
+    claims, what ``verify_record(..., domain="token")`` checks."""
+    return base64.b64encode(_parse_token(text)[2]).decode("ascii")
 
 
 def token_digest(text: str) -> str:

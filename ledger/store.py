@@ -169,6 +169,29 @@ class WriteTx:
             for row, payload in zip(rows, payloads, strict=True)
         ]
 
+    def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]:
+        """One stream's events, read under this transaction's lock: a decision made on
+        them cannot be overtaken by another writer before it commits."""
+        self.head_size()
+        self._aux.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {self.ph} "
+                          f"AND stream_version >= {self.ph} ORDER BY stream_version",
+                          (stream, from_version))
+        return [self._store._decode(row) for row in self._aux.fetchall()]
+
+    def read_types(self, types: Sequence[str]) -> list[RecordedEvent]:
+        """Every event of the given types in position order (the type index), read under
+        this transaction's lock."""
+        self.head_size()
+        self._aux.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN "
+                          f"({', '.join([self.ph] * len(types))}) ORDER BY position",
+                          tuple(types))
+        return [self._store._decode(row) for row in self._aux.fetchall()]
+
+    def present_blobs(self, digests: Sequence[str]) -> set[str]:
+        """Which of ``digests`` the blob store holds (read under this transaction)."""
+        self.head_size()
+        return {d for d in digests if self._store._has_blob(self._aux, d)}
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._aux.execute(sql, params)
 
@@ -662,6 +685,19 @@ class Store:
                 [(d, len(b), b) for d, b in fresh.items()],
             )
         return digests
+
+    def present_blobs(self, digests: Sequence[str]) -> set[str]:
+        """Which of ``digests`` the blob store holds."""
+        with self._transaction() as conn:
+            cursor = conn.connection.driver_connection.cursor()
+            try:
+                return {d for d in digests if self._has_blob(cursor, d)}
+            finally:
+                cursor.close()
+
+    def _has_blob(self, cursor: Any, digest: str) -> bool:
+        cursor.execute(f"SELECT 1 FROM blobs WHERE digest = {self._ph}", (digest,))
+        return cursor.fetchone() is not None
 
     def get_blob(self, digest: str) -> bytes | None:
         with self._transaction() as conn:

@@ -93,53 +93,71 @@ def fold_skill(doc: Document, payload: EventPayload) -> Document:
 
 def fold_attachment(doc: Document, payload: EventPayload) -> Document:
     if isinstance(payload, AttachmentCreated):
+        if doc:
+            return doc  # created twice: audit reports it; the first stands
         created = msgspec.to_builtins(payload)
         created.pop("type")
         created["status"] = "attached"
         return created
-    if isinstance(payload, AttachmentDetached):
+    if isinstance(payload, AttachmentDetached) and doc:
         return {**doc, "status": "detached", "detach_reason": payload.reason}
     return doc
 
 
+def new_plan(payload: PlanCreated) -> Document:
+    return {
+        "plan_id": payload.plan_id,
+        "project": payload.project,
+        "resources": list(payload.resources),
+        "global_config": msgspec.to_builtins(payload.global_config),
+        "phase": "strategize",
+        "revision": 0,
+        "attempt": 0,
+        "iteration": 0,
+        "retries_used": 0,
+        "strategy": None,
+        "guidance": None,
+        "binding": [],
+        "steps": {},
+        "gate_checks": 0,
+        "gate_failures": 0,
+        "halt": None,
+        "compensation": None,
+        "terminal": None,
+        "tool_calls": 0,
+        "current_run": None,
+        "last_run": None,
+        "last_outcome": None,
+        "outcome": None,
+        "unvalidated": False,
+        "needs_fix": False,
+        "informational_failures": [],
+        "fixes": 0,
+        "revisions_used": 0,
+        "pending_decision": None,
+        "decisions": {},
+        "token": None,
+    }
+
+
 def fold_plan(doc: Document, payload: EventPayload) -> Document:
-    """``plan:{plan_id}``: phase, strategy, counters, halt (later events extend this)."""
+    """``plan:{plan_id}``: phase, strategy, binding set, counters, halt, decisions, token.
+
+    Total: an event the plan's state cannot take (anything before ``plan.created``, a
+    second creation, a consumed token that was never minted) leaves the document as it
+    is; ``projections.plan_rules`` names the broken rule, and audit reports it."""
     if isinstance(payload, PlanCreated):
-        return {
-            "plan_id": payload.plan_id,
-            "project": payload.project,
-            "resources": list(payload.resources),
-            "global_config": msgspec.to_builtins(payload.global_config),
-            "phase": "strategize",
-            "revision": 0,
-            "attempt": 0,
-            "iteration": 0,
-            "retries_used": 0,
-            "strategy": None,
-            "guidance": None,
-            "steps": {},
-            "gate_checks": 0,
-            "gate_failures": 0,
-            "halt": None,
-            "compensation": None,
-            "terminal": None,
-            "tool_calls": 0,
-            "current_run": None,
-            "last_outcome": None,
-            "informational_failures": [],
-            "fixes": 0,
-            "revisions_used": 0,
-            "pending_decision": None,
-            "decisions": {},
-            "token": None,
-        }
+        return doc if doc else new_plan(payload)
+    if not doc:
+        return doc
     if isinstance(payload, StrategyRecorded):
         return {**doc, "strategy": payload.strategy, "revision": payload.revision,
                 "guidance": payload.guidance}
     if isinstance(payload, ExecuteEntered):
         # The first Execute starts attempt 1; a failed attempt already moved to the next.
         return {**doc, "phase": "execute", "attempt": max(doc["attempt"], 1), "iteration": 1,
-                "retries_used": 0}
+                "retries_used": 0, "needs_fix": False,
+                "binding": [msgspec.to_builtins(b) for b in payload.binding]}
     if isinstance(payload, GateChecked):
         changed = {"gate_checks": doc["gate_checks"] + 1,
                    "gate_failures": doc["gate_failures"] + (payload.verdict == "fail")}
@@ -150,13 +168,14 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
     if isinstance(payload, AttemptFailed):
         if payload.failure_class == "model_behavior":
             return {**doc, "iteration": payload.iteration + 1}
-        # A failed validation run: the next attempt starts (fix, then re-validate).
+        # A failed validation run: the next attempt starts with a fix, then re-validates.
         return {**doc, "retries_used": doc["retries_used"] + 1,
-                "attempt": payload.attempt + 1, "iteration": 1}
+                "attempt": payload.attempt + 1, "iteration": 1, "needs_fix": True}
     if isinstance(payload, ValidationRunStarted):
         return {**doc, "current_run": payload.run_id, "token": _superseded(doc["token"])}
     if isinstance(payload, FixRecorded):
-        return {**doc, "fixes": doc["fixes"] + 1, "token": _superseded(doc["token"])}
+        return {**doc, "fixes": doc["fixes"] + 1, "needs_fix": False,
+                "token": _superseded(doc["token"])}
     if isinstance(payload, StrategyRevisionRequested):
         return {**doc, "phase": "strategize", "revision": payload.revision, "strategy": None,
                 "revisions_used": doc["revisions_used"] + 1, "halt": None}
@@ -170,7 +189,7 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
         if payload.choice == "revise":
             return {**decided, "phase": "strategize", "revision": doc["revision"] + 1,
                     "strategy": None, "guidance": payload.guidance, "retries_used": 0,
-                    "revisions_used": 0, "halt": None}
+                    "revisions_used": 0, "halt": None, "needs_fix": False, "outcome": None}
         return {**decided, "terminal": "failed"}
     if isinstance(payload, TokenMinted):
         return {**doc, "token": {"token_id": payload.token_id,
@@ -178,11 +197,16 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
                                  "attempt": payload.attempt, "run_id": payload.run_id,
                                  "expires_at": payload.expires_at, "status": "minted"}}
     if isinstance(payload, TokenConsumed):
-        return {**doc, "token": {**doc["token"], "status": "consumed"}}
+        token = doc["token"]
+        if token is None or token["token_id"] != payload.token_id:
+            return doc
+        return {**doc, "token": {**token, "status": "consumed"}}
     if isinstance(payload, PlanApplied):
-        return {**doc, "phase": "apply", "terminal": "applied"}
+        return {**doc, "phase": "apply", "terminal": "applied", "halt": None}
     if isinstance(payload, ValidationRunCompleted):
-        return {**doc, "current_run": None, "last_outcome": payload.outcome,
+        return {**doc, "current_run": None, "last_run": payload.run_id,
+                "last_outcome": payload.outcome, "outcome": payload.outcome,
+                "unvalidated": payload.vacuous,
                 "informational_failures": list(payload.informational_failures)}
     if isinstance(payload, ToolCalled):
         return {**doc, "tool_calls": doc["tool_calls"] + 1, "token": _superseded(doc["token"])}
@@ -190,12 +214,13 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
         return {**doc, "compensation": {"status": "requested", "reason": payload.reason}}
     if isinstance(payload, CompensationCompleted):
         status = "completed" if payload.succeeded else "failed"
-        return {**doc, "compensation": {**doc["compensation"], "status": status}}
+        return {**doc, "compensation": {**(doc["compensation"] or {"reason": None}),
+                                        "status": status}}
     if isinstance(payload, PlanHalted):
         halt = {"halt_type": payload.halt_type, "raw_halt_type": payload.raw_halt_type,
                 "reason": payload.reason, "hint": payload.hint, "terminal": payload.terminal}
-        return {**doc, "halt": halt, "terminal": "failed" if payload.terminal
-                else doc["terminal"]}
+        return {**doc, "halt": halt, "outcome": payload.halt_type,
+                "terminal": "failed" if payload.terminal else doc["terminal"]}
     return doc
 
 
@@ -214,7 +239,9 @@ def fold_approver(doc: Document, payload: EventPayload) -> Document:
             "public_key": payload.public_key, "status": "active"}}
         return {"name": payload.name, "keys": keys}
     if isinstance(payload, ApproverKeyRevoked):
-        key = doc["keys"][payload.fingerprint]
+        key = doc.get("keys", {}).get(payload.fingerprint)
+        if key is None:
+            return doc  # revoking a key never added: audit reports it
         return {**doc, "keys": {**doc["keys"], payload.fingerprint: {
             **key, "status": "revoked"}}}
     return doc

@@ -16,7 +16,12 @@ Precedence when several apply, and why:
 3. ``validator_error`` — a required validation produced no verdict (timeout, crash,
    malformed return, missing program, read-only violation). Operator: retry / inspect;
    it never advises ``authorize``.
-4. ``pass`` — every required validation passed. Informational results never block;
+4. ``validator_error`` (raw ``no_required_validation``) — no required validation ran
+   at all: there is no verdict to pass on, and a token minted from nothing would be the
+   fail-open token seed 001 was written against. The operator attaches a required
+   validation; only a plan created with ``require_validation: false`` passes such a run,
+   and its Apply is marked unvalidated.
+5. ``pass`` — every required validation passed. Informational results never block;
    their failures are listed.
 
 ``environment_error`` is reached only when a tool call cannot invoke its program
@@ -30,6 +35,7 @@ from typing import Any
 
 from ledger.events import (
     EventPayload,
+    PlanCreated,
     PlanHalted,
     ValidationResultRecorded,
     ValidationRunCompleted,
@@ -38,7 +44,7 @@ from ledger.events import (
 
 from .documents import Document
 
-RULES_VERSION = 1
+RULES_VERSION = 2  # 2: a run with no required validation is no pass
 
 VERDICTS = frozenset({"escalate", "blocker"})  # verdicts about the work
 NON_VERDICTS = frozenset({"validator_error", "internal_error", "environment_error"})
@@ -69,6 +75,7 @@ RAW_HALT_TYPES: dict[str, str] = {
     "missing_program": "validator_error",
     "read_only_violation": "validator_error",
     "validator_error": "validator_error",
+    "no_required_validation": "validator_error",
     "internal": "internal_error",
     "engine_exception": "internal_error",
     "program_missing": "environment_error",
@@ -83,10 +90,18 @@ def canonical_halt(raw_halt_type: str) -> str:
     return RAW_HALT_TYPES.get(raw_halt_type, "internal_error")
 
 
-def classify(results: Iterable[Mapping[str, Any]]) -> tuple[str, str, str]:
+def classify(results: Iterable[Mapping[str, Any]], *,
+             require_validation: bool = True) -> tuple[str, str, str]:
     """(outcome, raw halt type, reason) for one run's results (mode, verdict, cause,
     validation). The raw type of a pass is ``pass``."""
     required = [r for r in results if r["mode"] == "required"]
+    if not required:
+        if require_validation:
+            return ("validator_error", "no_required_validation",
+                    "no required validation ran: attach one to the plan's resources "
+                    "(evidence attach VALIDATION --resource R) before it enters Execute")
+        return ("pass", "pass", "no required validation ran; the plan opted out "
+                "(require_validation: false), so its Apply is unvalidated")
     failed = [r["validation"] for r in required if r["verdict"] is False]
     if failed:
         return "blocker", "validation_failed", f"required validation(s) failed: {_names(failed)}"
@@ -108,17 +123,21 @@ def _names(names: Iterable[str]) -> str:
 
 def fold_outcome(_stream: str, doc: Document, payload: EventPayload) -> Document:
     """``outcomes`` read model: the plan's last run, re-classified by the current rules."""
+    if isinstance(payload, PlanCreated):
+        return {**doc, "require_validation": payload.global_config.require_validation}
     if isinstance(payload, ValidationRunStarted):
         return {"plan_id": payload.plan_id, "run_id": payload.run_id,
                 "attempt": payload.attempt, "results": {}, "recorded": None,
-                "halt": doc.get("halt")}
+                "halt": doc.get("halt"),
+                "require_validation": doc.get("require_validation", True)}
     if isinstance(payload, ValidationResultRecorded) and doc.get("run_id") == payload.run_id:
         results = {**doc["results"], payload.attachment_id: {
             "validation": payload.validation, "mode": payload.mode,
             "verdict": payload.verdict, "cause": payload.cause}}
         return {**doc, "results": results}
     if isinstance(payload, ValidationRunCompleted) and doc.get("run_id") == payload.run_id:
-        outcome, raw, _reason = classify(doc["results"].values())
+        outcome, raw, _reason = classify(
+            doc["results"].values(), require_validation=doc.get("require_validation", True))
         return {**doc, "recorded": {"outcome": payload.outcome,
                                     "rules_version": payload.rules_version},
                 "outcome": outcome, "raw_halt_type": raw, "rules_version": RULES_VERSION,

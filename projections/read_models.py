@@ -50,7 +50,8 @@ ATTACHMENTS = Projection(
 
 PLANS = Projection(
     name="plans",
-    version=6,  # 2: gates; 3: runs; 4: decisions, tokens; 5: compensation; 6: attempts
+    version=7,  # 2: gates; 3: runs; 4: decisions, tokens; 5: compensation; 6: attempts;
+    # 7: binding set, outcome, needs_fix, unvalidated; folds total
     kind="plan",
     columns=(
         Column("project", sa.Text, lambda d: d.get("project"), index=True),

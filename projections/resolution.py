@@ -43,17 +43,50 @@ def resolve(
     resolved = []
     for a in winners.values():
         tool = tools.get(a["validation"], {})
+        spec = tool.get("spec", {})
         resolved.append(ResolvedAttachment(
             attachment_id=a["attachment_id"],
             scope=a["scope"],
             validation=a["validation"],
             validation_version=tool.get("version", a["validation_version"]),
-            mode=tool.get("spec", {}).get("mode", "required"),
+            mode=spec.get("mode", "required"),
             resource=a["resource"],
             args=a["args"],
+            args_sha256=a.get("args_sha256"),
+            wraps=spec.get("wraps"),
+            wraps_version=spec.get("wraps_version"),
+            transform=spec.get("transform"),
         ))
-    resolved.sort(key=lambda r: (r.validation, -SCOPE_RANK[r.scope], r.attachment_id))
+    resolved.sort(key=_order)
     return resolved
+
+
+def resolve_plan(attachments: Iterable[Document], tools: Mapping[str, Document],
+                 plan: Document) -> list[ResolvedAttachment]:
+    """Every attachment that applies to a plan now: each of its resources, its project,
+    itself (an attachment counts once however many of its resources it names)."""
+    listed = list(attachments)
+    seen: dict[str, ResolvedAttachment] = {}
+    for resource in plan.get("resources", []):
+        for row in resolve(listed, tools, resource=resource, project=plan.get("project"),
+                           plan=plan.get("plan_id")):
+            seen.setdefault(row.attachment_id, row)
+    return sorted(seen.values(), key=_order)
+
+
+def pin_binding(pinned: Iterable[ResolvedAttachment],
+                applicable: Iterable[ResolvedAttachment]) -> list[ResolvedAttachment]:
+    """A plan's binding set on entering Execute: every member it already pinned, as it
+    was pinned, plus each applicable attachment it did not hold yet. Nothing leaves,
+    nothing is weakened: a detach or a re-registration binds later plans only."""
+    kept = {r.attachment_id: r for r in pinned}
+    for row in applicable:
+        kept.setdefault(row.attachment_id, row)
+    return sorted(kept.values(), key=_order)
+
+
+def _order(r: ResolvedAttachment) -> tuple[str, int, str]:
+    return (r.validation, -SCOPE_RANK[r.scope], r.attachment_id)
 
 
 def _more_specific(a: Document, held: Document) -> bool:

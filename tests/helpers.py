@@ -79,10 +79,10 @@ def status_plan(plane: Plane, tmp_path: Path, config: dict) -> Path:
 def applied_plan(plane: Plane, tmp_path: Path) -> Path:
     """``status_plan`` taken through a failure, an escalation, alice's signed revise
     decision, a fix, a passing run, its token and Apply. Returns the project directory."""
-    project = status_plan(plane, tmp_path, {"retry_limit": 1, "max_strategy_revisions": 0})
+    project = status_plan(plane, tmp_path, {"retry_limit": 0, "max_strategy_revisions": 0})
     report = validate_plan(plane, "P-1")
     escalation = report.to_json()["escalation"]
-    assert report.outcome == "blocker" and escalation is not None, report.to_json()
+    assert report.outcome == "escalate" and escalation is not None, report.to_json()
     authorize(plane, escalation["decision_id"], tmp_path / "alice.key", choice="revise",
               guidance="write good")
     record_strategy(plane, "P-1", "write good")

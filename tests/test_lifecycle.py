@@ -34,7 +34,7 @@ from .helpers import assert_refused, run_cli, status_plan
 @pytest.fixture
 def setup(db_url: str, tmp_path: Path):
     with Plane.open(db_url) as plane:
-        project = status_plan(plane, tmp_path, {"retry_limit": 2, "max_strategy_revisions": 1})
+        project = status_plan(plane, tmp_path, {"retry_limit": 1, "max_strategy_revisions": 1})
         yield plane, project, tmp_path
 
 
@@ -43,7 +43,8 @@ def _types(plane: Plane, after: int) -> list[str]:
 
 
 def _escalate(plane: Plane) -> str:
-    """Fail twice, revise, fail twice more: the plane escalates."""
+    """Fail, fix, fail (retry_limit 1: one fix-then-revalidate cycle), revise; fail, fix,
+    fail again: the plane escalates, and that run's outcome is escalate."""
     assert validate_plan(plane, "P-1").outcome == "blocker"
     record_fix(plane, "P-1", "tried something")
     report = validate_plan(plane, "P-1")
@@ -54,8 +55,12 @@ def _escalate(plane: Plane) -> str:
     record_strategy(plane, "P-1", "a second strategy")
     enter_execute(plane, "P-1")
     assert get_plan(plane, "P-1")["retries_used"] == 0  # a fresh budget
-    validate_plan(plane, "P-1")
+    assert validate_plan(plane, "P-1").outcome == "blocker"
+    with pytest.raises(CommandRefused, match="record the fix"):
+        validate_plan(plane, "P-1")  # steps 2-3: a fix between two validations
+    record_fix(plane, "P-1", "tried something else")
     report = validate_plan(plane, "P-1")
+    assert report.outcome == "escalate"
     escalation = report.to_json()["escalation"]
     assert escalation is not None and escalation["options"] == ["revise", "abandon"]
     return escalation["decision_id"]
@@ -166,15 +171,9 @@ def test_bad_tokens_are_refused(setup, case: str) -> None:
 
 def test_decisions_need_a_registered_unrevoked_key_and_a_pending_escalation(setup) -> None:
     plane, _project, tmp = setup
-    validate_plan(plane, "P-1")  # a blocker: nothing to decide
     with pytest.raises(CommandRefused, match="no pending escalation"):
         authorize(plane, "01J00000000000000000000000", tmp / "alice.key", choice="abandon")
-    record_fix(plane, "P-1", "x")
-    validate_plan(plane, "P-1")
-    record_strategy(plane, "P-1", "again")
-    enter_execute(plane, "P-1")
-    validate_plan(plane, "P-1")
-    decision_id = validate_plan(plane, "P-1").to_json()["escalation"]["decision_id"]
+    decision_id = _escalate(plane)
     generate_key_pair(tmp / "mallory.key")
     with pytest.raises(CommandRefused, match="no registered approver"):
         authorize(plane, decision_id, tmp / "mallory.key", choice="abandon")

@@ -73,15 +73,20 @@ def plane(db_url: str, project: Path):
         register_validation(p, {"name": "absent", "mode": "required",
                                 "command": ["definitely-not-installed-xyz"]})
         create_plan(p, "P-1", project="api", resources=[str(project)])
-        record_strategy(p, "P-1", "make it pass")
-        enter_execute(p, "P-1")
         yield p
 
 
+def _execute(plane: Plane, plan_id: str = "P-1") -> None:
+    record_strategy(plane, plan_id, "make it pass")
+    enter_execute(plane, plan_id)
+
+
 def _attach(plane: Plane, project: Path, *specs: tuple[str, str | None]) -> None:
+    """Attach, then enter Execute: the plan's binding set is pinned there."""
     for validation, mode in specs:
         attach(plane, validation, resource=str(project),
                args={"mode": mode} if mode else {})
+    _execute(plane)
 
 
 def test_all_required_pass_informational_failures_are_surfaced(plane: Plane,
@@ -195,15 +200,22 @@ def test_outcome_classification_is_a_projection(plane: Plane, project: Path) -> 
     # the current rules derive) shows as drift, with both values.
     state = plane.state("plan:P-1")
     run_id = doc["run_id"]
-    plane.append(state, [ValidationRunCompleted(
+    assert state.doc["current_run"] is None  # the plane itself refuses such an event:
+    with pytest.raises(CommandRefused, match="open run"):
+        plane.append(state, [ValidationRunCompleted(
+            plan_id="P-1", run_id=run_id, attempt=1, outcome="pass", rules_version=0,
+            results_digest="0" * 64)])
+    plane.store.append("plan:P-1", [ledger.NewEvent(payload=ValidationRunCompleted(
         plan_id="P-1", run_id=run_id, attempt=1, outcome="pass", rules_version=0,
-        results_digest="0" * 64)])
+        results_digest="0" * 64))])
+    plane.projections.catch_up()
     (drifted,) = [d for d in plane.projections.documents("outcomes") if d]
     assert drifted["drift"] is True and drifted["recorded"]["outcome"] == "pass"
     assert drifted["outcome"] == "blocker"
 
 
 def test_tool_calls(plane: Plane, project: Path, tmp_path: Path) -> None:
+    _execute(plane)
     register_tool(plane, {
         "name": "count", "command": [sys.executable, "-c",
                                      "import json,os; print(json.dumps({{'files': "
@@ -223,6 +235,7 @@ def test_tool_calls(plane: Plane, project: Path, tmp_path: Path) -> None:
 
 
 def test_a_missing_program_for_a_tool_is_an_environment_error(plane: Plane) -> None:
+    _execute(plane)
     register_tool(plane, {"name": "coder", "command": ["no-such-coder-binary-xyz"]})
     report = call_tool(plane, "P-1", "coder", b"{}")
     assert report.call is None and report.halt is not None
@@ -250,7 +263,9 @@ def test_classification_rules() -> None:
         return {"validation": f"{mode}-{verdict}", "mode": mode, "verdict": verdict,
                 "cause": cause}
 
-    assert classify([]) [0] == "pass"
+    assert classify([])[0] == "validator_error"  # no required validation: no vacuous pass
+    assert classify([], require_validation=False)[0] == "pass"  # only when opted out
+    assert classify([r("informational", True)])[1] == "no_required_validation"
     assert classify([r("informational", False), r("required", True)])[0] == "pass"
     assert classify([r("required", None, "internal"), r("required", None, "timeout")])[0] == (
         "internal_error")
@@ -258,6 +273,7 @@ def test_classification_rules() -> None:
 
 
 def test_halts_recorded_by_an_orchestrator(plane: Plane) -> None:
+    _execute(plane)
     halt = record_halt(plane, "P-1", "something-new", "the runner gave up")
     assert (halt.halt_type, halt.final_decision) == ("internal_error", "internal_error")
     with pytest.raises(CommandRefused, match="needs"):
@@ -278,12 +294,14 @@ def test_cli(plane: Plane, project: Path, db_url: str) -> None:
     ok = run_cli("validate", "P-1", "--db", db_url)
     assert ok.returncode == 0, ok.stderr
     assert "outcome: pass" in ok.stdout and "informational failures" in ok.stdout
-    _attach(plane, project, ("check", "fail"))
-    failed = run_cli("validate", "P-1", "--json", "--db", db_url)
+    create_plan(plane, "P-2", project="api", resources=[str(project)])
+    attach(plane, "check", resource=str(project), plan="P-2", args={"mode": "fail"})
+    _execute(plane, "P-2")
+    failed = run_cli("validate", "P-2", "--json", "--db", db_url)
     assert failed.returncode == 1
     doc = json.loads(failed.stdout)["validation"]
     assert doc["outcome"] == "blocker" and doc["who_acts"] == "agent -> human"
-    assert {r["scope"] for r in doc["results"]} == {"direct"}
+    assert {r["scope"] for r in doc["results"]} == {"direct", "plan"}
     halted = run_cli("halt", "P-1", "--raw-type", "coder_missing", "--reason", "no coder",
                      "--db", db_url)
     assert halted.returncode == 1 and "environment_error" in halted.stdout

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from .base import EventPayload
-from .validation import Outcome
+from .validation import Outcome, ResolvedAttachment
 
 Phase = Literal["strategize", "execute", "apply"]
 
@@ -17,9 +17,14 @@ class GlobalConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     """A plan's validation posture, fixed at creation (seed 003: one flag, whole run)."""
 
     strict_mode: bool = False
-    retry_limit: Annotated[int, msgspec.Meta(ge=1)] = 3
-    max_strategy_revisions: Annotated[int, msgspec.Meta(ge=0)] = 1
-    max_iterations: Annotated[int, msgspec.Meta(ge=1)] = 3
+    # fix-then-revalidate cycles after a strategy's first failed validation: the default
+    # 3 allows four failed validations before the strategy revision (seed 000, steps 2-4)
+    retry_limit: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 3
+    max_strategy_revisions: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 1
+    max_iterations: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
+    # False only by an explicit opt-out: a run in which no required validation ran is
+    # then a pass, and the Apply it leads to is marked unvalidated everywhere
+    require_validation: bool = True
 
 
 class PlanCreated(EventPayload, tag="plan.created", kw_only=True):
@@ -48,14 +53,18 @@ class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True)
 
 class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True):
     """The plan moved from Strategize to Execute: a new attempt, iteration 1, a fresh
-    retry budget."""
+    retry budget, and its **binding set** pinned: every attachment that applied when it
+    first entered Execute (with the validation version, mode, arguments and, for a
+    wrapping validation, the wrapped tool's version and transform), plus those that
+    apply now. Detach and re-registration bind later plans only; nothing leaves a set."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = ("replaces /phase with execute, sets /attempt to at least 1, /iteration to 1 "
-             "and /retries_used to 0")
+    DELTA = ("replaces /phase with execute, /binding with the pinned set, sets /attempt to "
+             "at least 1, /iteration to 1, /retries_used to 0")
 
     plan_id: str
     revision: int
+    binding: list[ResolvedAttachment] = []
 
 
 class AttemptFailed(EventPayload, tag="plan.attempt_failed", kw_only=True):
@@ -124,7 +133,7 @@ class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True)
     choice: Literal["revise", "abandon"]
     guidance: str | None = None
     reason: str | None = None
-    escalation_hash: str  # chain hash of the escalation event, hex
+    escalation_hash: str  # leaf hash of the escalation event, hex
     signed_at: str
     approver: str
     key_fingerprint: str
@@ -145,6 +154,10 @@ class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True):
     results_digest: str
     issued_at: str
     expires_at: str
+    # The plane key's signature over the claims (the token's own signature): an auditor
+    # holding the plane's public key checks that the plane, not a writer of the
+    # database, minted it. The token string is claims + this signature.
+    signature: str
 
 
 class TokenConsumed(EventPayload, tag="plan.token_consumed", kw_only=True):

@@ -17,7 +17,9 @@ NoVerdictCause = Literal[
 
 
 class ResolvedAttachment(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    """One member of the resolved set a validation run was started with."""
+    """One member of a plan's binding set (pinned at Execute) and of the set a
+    validation run was started with: the attachment, the validation version and mode it
+    resolved to, its arguments, and for a wrapping validation what it wraps."""
 
     attachment_id: str
     scope: Literal["direct", "project", "plan"]
@@ -26,6 +28,10 @@ class ResolvedAttachment(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     mode: Literal["required", "informational"]
     resource: str
     args: dict[str, JSON] = {}
+    args_sha256: str | None = None
+    wraps: str | None = None
+    wraps_version: int | None = None
+    transform: str | None = None
 
 
 class ValidationRunStarted(EventPayload, tag="validation.run_started", kw_only=True):
@@ -78,3 +84,6 @@ class ValidationRunCompleted(EventPayload, tag="validation.run_completed", kw_on
     rules_version: int
     results_digest: str  # SHA-256 of the canonical list of result event ids and verdicts
     informational_failures: list[str] = []
+    # no required validation ran: never a pass unless the plan opted out
+    # (require_validation false), and then its Apply is marked unvalidated
+    vacuous: bool = False
