@@ -112,11 +112,17 @@ def plan_state(doc: Document) -> dict[str, Any]:
         "phase": doc.get("phase"),
         "revision": doc.get("revision"),
         "attempt": doc.get("attempt"),
-        "retries_left": None if used is None else max(0, limit - used),
+        "retries_left": None if used is None else retries_left(limit, used),
         "outcome": doc.get("last_outcome"),
         "token": {"token_id": token["token_id"], "status": token["status"]} if token else None,
         "terminal": doc.get("terminal"),
     }
+
+
+def retries_left(retry_limit: int, failed: int) -> int:
+    """Fix-then-revalidate cycles still allowed in this strategy: ``retry_limit`` of
+    them follow its first failed validation."""
+    return max(0, retry_limit + 1 - max(failed, 1))
 
 
 def replay_plan(store: LogReader, plan_id: str, as_of: int | None = None) -> list[ReplayStep]:

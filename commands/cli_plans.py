@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .audit import retries_left
 from .common import db_option, emit_json, json_option, open_plane, print_table
 from .history import plan_history, summarize
 from .inputs import json_or_file, text_or_file
@@ -81,7 +82,7 @@ def show(plan_id: str, as_json: bool) -> None:
         ("strategy revision", str(doc["revision"])),
         ("attempt", str(doc["attempt"])),
         ("iteration", f"{doc['iteration']} of {config['max_iterations']}"),
-        ("retries left", str(max(0, config["retry_limit"] - doc["retries_used"]))),
+        ("retries left", str(retries_left(config["retry_limit"], doc["retries_used"]))),
         ("strategy revisions used",
          f"{doc['revisions_used']} of {config['max_strategy_revisions']}"),
         ("pending decision", doc["pending_decision"]["decision_id"]

@@ -196,6 +196,12 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, sandbox: dict[str, Path], s
         for step in attempt.steps:
             if not _run_step(plane, pf, plan_id, step, sandbox, say):
                 return _summary(plane, plan_id, _plan(plane, plan_id), start)
+        if _plan(plane, plan_id)["needs_fix"]:
+            # The file scripts no fix for the failed attempt: this attempt's steps are the
+            # agent's fix, and the failure loop records one before it re-validates.
+            names = ", ".join(step.step for step in attempt.steps) or "no steps"
+            record_fix(plane, plan_id, f"attempt {doc['attempt']}: re-ran {names}")
+            say("fix", f"re-ran {names}")
         report = validate_plan(plane, plan_id, sandbox=sandbox)
         for r in report.results:
             verdict = ("pass" if r.verdict else "FAIL") if r.verdict is not None \

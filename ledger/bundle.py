@@ -10,7 +10,8 @@ in this order::
     3  leaves      {"leaves":"<base64 of the N stored leaf hashes, 32 bytes each>"}
     4  keys        {"keys":{"approvers":[...],"signer":{"name":O,"public_key":B64}}}
     5.. K events   each line exactly an event's leaf bytes (``ledger.envelope``)
-    .. M blobs     {"data":"<base64>","digest":"<sha256 hex>"}, sorted by digest
+    .. M blobs     {"data":"<base64>","digest":"<sha256 hex>"}, sorted by digest: every
+                   blob the bundle's events reference (their types' ``BLOB_FIELDS``)
 
 Why this shape:
 
@@ -21,6 +22,9 @@ Why this shape:
   checks any checkpoint of size m <= N that an auditor kept; and a plan's bundle needs
   no per-event proofs.
 - A record a line, so a changed byte is reported at the record it hits.
+- The blobs are carried, not just named: a blob an event references that the bundle
+  lacks (deleted from the database before the export, or cut from the file) is a
+  ``blob_missing`` problem at that event's position.
 
 ``--plan P`` keeps every stream that belongs to no other plan: the plan's own stream, the
 registry, attachments and approvers, and the reviews of P (a stream belongs to the plan
@@ -119,12 +123,26 @@ def _line(record: Any) -> bytes:
 
 # A member ``"<name>_sha256": "<64 hex>"`` of a canonical payload: a digest that may name
 # a blob. In RFC 8785 bytes a quote inside a string is escaped, so ``_sha256":"`` only
-# occurs where a member name ends and its string value begins.
+# occurs where a member name ends and its string value begins. Which blobs an event
+# references is its type's ``BLOB_FIELDS`` (what export carries and verify requires);
+# this looser match only decides whether a carried blob is one no event names, so a
+# bundle from an exporter that carried every stored blob any ``*_sha256`` named still
+# verifies.
 _BLOB_REF = re.compile(rb'_sha256":"([0-9a-f]{64})"')
 
 
 def _blob_refs(payload: bytes, found: set[str]) -> None:
     found.update(m.decode("ascii") for m in _BLOB_REF.findall(payload))
+
+
+def _exact_refs(catalog: Catalog, type_name: str, schema_version: int,
+                payload: bytes) -> list[tuple[str, str]]:
+    """The ``(field, digest)`` blob references of a stored payload; none when it cannot
+    be read (the bundle's verifier reports such an event)."""
+    try:
+        return catalog.blob_refs(type_name, schema_version, payload)
+    except (LedgerError, msgspec.DecodeError, msgspec.ValidationError):
+        return []
 
 
 # ------------------------------------------------------------------------------ write
@@ -163,6 +181,8 @@ def write_bundle(
         owners: dict[str, str | None] = {}
         approvers: list[dict[str, Any]] = []
         refs: set[str] = set()
+        catalog = store.catalog
+        readers = catalog.blob_readers()  # the types whose payloads name blobs
         events = 0
         plan_seen = plan is None
         for rows in snap.rows():
@@ -179,7 +199,9 @@ def write_bundle(
                     if owner is not None and owner != plan:
                         continue
                     plan_seen = plan_seen or owner == plan
-                _blob_refs(payload, refs)
+                if type_name in readers:
+                    refs.update(digest for _, digest in _exact_refs(
+                        catalog, type_name, schema_version, payload))
                 if type_name == "approver_key.added":
                     document = _json(payload)
                     approvers.append({"fingerprint": document["fingerprint"],
@@ -191,8 +213,8 @@ def write_bundle(
                 events += 1
         if not plan_seen:
             raise BundleError(f"unknown plan {plan!r}")
-        # Most ``*_sha256`` values name no blob (tokens, requests, inputs): look up the
-        # stored digests once rather than each candidate.
+        # Look the stored digests up once rather than each reference. A referenced blob
+        # the store lacks is left out: the bundle's verifier reports it (blob_missing).
         stored = {digest for (digest,) in snap.query("SELECT digest FROM blobs")}
         blobs = [(digest, data) for digest in sorted(refs & stored)
                  if (data := snap.blob(digest)) is not None]
@@ -270,6 +292,7 @@ class _Reader:
         self.leaves: list[bytes] = []
         self.events: list[RecordedEvent] = []
         self.blobs: dict[str, bytes] = {}
+        self.wanted: list[tuple[int, str, str, str]] = []  # position, type, field, digest
         self._read(data)
 
     def problem(self, position: int | None, kind: str, detail: str) -> None:
@@ -320,6 +343,7 @@ class _Reader:
         blob_lines = lines[_HEAD_RECORDS + header["events"]:]
         refs = self._events(event_lines)
         self._blobs(blob_lines, _HEAD_RECORDS + len(event_lines) + 1, refs)
+        self._referenced()
         self._approvers(approvers)
 
     def _header(self, line: bytes) -> dict[str, Any] | None:
@@ -480,6 +504,8 @@ class _Reader:
                 self.problem(position, "event_payload", f"line {number}: {exc}")
                 continue
             _blob_refs(payload, refs)
+            self.wanted.extend((position, e.type, field, digest)
+                               for field, digest in decoded.blob_refs())
             self.events.append(RecordedEvent(
                 position, e.event_id, e.stream, e.stream_version, e.type, e.schema_version,
                 e.recorded_at, e.actor, e.correlation_id, e.causation_id, decoded,
@@ -515,6 +541,15 @@ class _Reader:
             if digest not in refs:
                 self.problem(None, "blob", f"line {number}: no event references blob {digest}")
             self.blobs[digest] = data
+
+    def _referenced(self) -> None:
+        """Every blob an event references is carried (intact: a changed blob record was
+        not kept)."""
+        for position, type_name, field, digest in self.wanted:
+            if digest not in self.blobs:
+                self.problem(position, "blob_missing",
+                             f"{type_name} {field} names blob {digest}, which the bundle "
+                             "does not carry")
 
     def _approvers(self, listed: list[Any] | None) -> None:
         if listed is None:
@@ -601,7 +636,8 @@ def verify_bundle(
     """Check a bundle from its bytes alone: every record's form, every event against its
     leaf hash, the leaves against the signed checkpoint (by ``public_key``, else by the
     signer key the bundle carries: ``key_source`` says which), blobs against their
-    digests, and with ``kept_checkpoint`` that the bundle's tree extends it."""
+    digests, that every blob an event references is carried, and with
+    ``kept_checkpoint`` that the bundle's tree extends it."""
     return load_bundle(path, public_key=public_key, kept_checkpoint=kept_checkpoint,
                        catalog=catalog, max_problems=max_problems).report
 

@@ -8,6 +8,11 @@ that an auditor kept, also checks the current log extends it: the root of the fi
 a truncated tail (head rewound) and a suffix rewritten consistently, which no check of
 the log against itself can.
 
+With ``check_blobs`` (the default) the blob store is checked too: every stored blob must
+hash to its digest, and every blob an event references (its type's ``BLOB_FIELDS``) must
+be stored (``blob_missing``, at the event's position: deleting the raw output behind a
+passing result leaves the log's hashes intact, so only this check shows it).
+
 Every problem found is reported with its position; ``first_bad_position`` names the
 earliest. Checking continues past a bad row (up to ``max_problems``) so one edit does not
 hide another: the chain check at row i uses the stored chain hash of row i-1.
@@ -21,6 +26,8 @@ from hashlib import sha256
 import msgspec
 
 from .envelope import GENESIS_CHAIN, LEAF_TEMPLATE, json_string
+from .errors import LedgerError
+from .events import Catalog
 from .merkle import EMPTY_ROOT, Frontier
 from .store import Snapshot, Store
 
@@ -79,13 +86,22 @@ def verify_store(
 
     with store.snapshot() as snap:
         head_size, head_chain, head_frontier = snap.head_row()
-        scan = _scan(snap, against.size if against is not None else None, report)
+        # The blobs first (their digests are what the scan checks references against);
+        # their problems are reported after the rows', as they always were.
         checked_blobs = 0
+        stored: set[str] | None = None
+        mismatched: list[str] = []
         if check_blobs:
+            stored = set()
             for digest, length, data in snap.blobs():
                 checked_blobs += 1
+                stored.add(digest)
                 if sha256(data).hexdigest() != digest or len(data) != length:
-                    report(None, "blob_mismatch", f"blob {digest} does not hash to its digest")
+                    mismatched.append(digest)
+        scan = _scan(snap, against.size if against is not None else None, report,
+                     store.catalog, stored)
+        for digest in mismatched:
+            report(None, "blob_mismatch", f"blob {digest} does not hash to its digest")
 
     frontier, last_chain, against_root = scan
     size = frontier.size
@@ -127,14 +143,19 @@ def verify_store(
 
 
 def _scan(
-    snap: Snapshot, against_size: int | None, report: Callable[[int | None, str, str], None]
+    snap: Snapshot, against_size: int | None, report: Callable[[int | None, str, str], None],
+    catalog: Catalog, stored: set[str] | None,
 ) -> tuple[Frontier, bytes, bytes | None]:
     """Check every row; return the recomputed tree, the last stored chain hash and the
-    root at ``against_size`` (if given and reached).
+    root at ``against_size`` (if given and reached). With ``stored`` (the digests in the
+    blob store), also check that every blob a row references is among them.
 
     This loop is the whole cost of ``verify``, so it is written flat: the JSON forms of
     the few distinct streams, types and actors are cached, and the Merkle frontier is
-    updated inline (the same steps as ``Frontier.append``).
+    updated inline (the same steps as ``Frontier.append``). Payloads are not decoded:
+    only a row whose raw ``type`` has ``BLOB_FIELDS`` has just those fields read. A
+    payload that cannot be read is left to the leaf check (an edit) and the read path (a
+    type or version this catalog does not know): verify itself needs no decoding.
     """
     frontier = Frontier()
     hashes = frontier.hashes
@@ -144,6 +165,7 @@ def _scan(
     encoded: dict[str | None, bytes] = {None: b"null"}
     against_root = EMPTY_ROOT if against_size == 0 else None
     template = LEAF_TEMPLATE
+    readers = catalog.blob_readers() if stored is not None else {}
     expected = 1  # the next position; after a hole, resynchronised to what is stored
     for rows in snap.rows():
         for (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
@@ -184,6 +206,18 @@ def _scan(
                        f"stream {stream!r} jumps from version {last} to {stream_version}")
             versions[stream] = stream_version
             previous_chain = stored_chain
+            reader = readers.get(type_name)
+            if reader is not None:
+                try:
+                    refs = (reader[1].decode(payload) if sv == reader[0] else
+                            catalog.decode(type_name, sv, payload)).blob_refs()
+                except (LedgerError, msgspec.DecodeError, msgspec.ValidationError):
+                    refs = ()
+                for field, digest in refs:
+                    if digest not in stored:  # type: ignore[operator]
+                        report(position, "blob_missing",
+                               f"{type_name} {field} names blob {digest}, which the blob "
+                               "store does not hold")
             # Frontier.append, inline: merge one perfect subtree per trailing 1 bit.
             hashes.append(leaf)
             carry = size

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ulid import ULID
+
 from commands.attachments import attach
 from commands.lifecycle import add_approver_key, apply_plan, authorize, record_fix
 from commands.phases import enter_execute, record_strategy
@@ -14,9 +16,10 @@ from commands.plane import Plane
 from commands.plans import create_plan
 from commands.registry import register_validation
 from commands.runs import validate_plan
-from ledger import NewEvent
-from ledger.events import PlanCreated, StrategyRecorded
+from ledger import NewEvent, Store
+from ledger.events import EventPayload, PlanCreated, StrategyRecorded
 from ledger.signing import generate_key_pair
+from projections.documents import delta, fold, fold_all
 
 
 def plan_created(plan_id: str = "P-1", **kw: object) -> NewEvent:
@@ -93,3 +96,23 @@ def applied_plan(plane: Plane, tmp_path: Path) -> Path:
     assert report.outcome == "pass" and report.token
     apply_plan(plane, "P-1", report.token)
     return project
+
+
+def forge(store: Store, stream: str, *payloads: EventPayload, blobs: tuple[bytes, ...] = (),
+          caused_by_first: bool = False, actor: str = "agent") -> list[int]:
+    """Append around the plane, as an agent holding the database file can through the
+    public ``Store`` API: well-formed events with correct deltas (so only the rules, not
+    the hashes or deltas, give them away). Returns their positions."""
+    doc = fold_all(stream, [e.payload for e in store.read_stream(stream)])
+    events: list[NewEvent] = []
+    first = None
+    for payload in payloads:
+        after = fold(stream, doc, payload)
+        event_id = str(ULID())
+        first = first or event_id
+        events.append(NewEvent(payload=payload, actor=actor, delta=delta(doc, after),
+                               event_id=event_id,
+                               causation_id=first if caused_by_first and event_id != first
+                               else None))
+        doc = after
+    return store.append(stream, events, blobs=blobs)

@@ -10,15 +10,19 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from click.testing import CliRunner
 
 from commands.audit import audit, replay_plan
+from commands.cli import cli
 from commands.plane import Plane
 from commands.plans import create_plan
 from ledger.bundle import BundleError, load_bundle, verify_bundle, write_bundle
+from ledger.canonical import canonical_json
 from ledger.checkpoints import Checkpoint, sign_checkpoint
 from ledger.signing import generate_key_pair, load_private_key, load_public_key
 
 from .helpers import applied_plan, assert_refused, run_cli
+from .test_tamper import delete_blob, passing_result
 
 ORIGIN = "evidence-ledger/test"
 
@@ -175,6 +179,66 @@ def test_a_changed_byte_is_named_at_the_record_it_hits(two_plans) -> None:
     assert "truncated" in _kinds(verify_bundle(target))
     target.write_bytes(b"\n".join(lines[:5] + lines[6:]))  # one event removed
     assert "record_count" in _kinds(verify_bundle(target))
+
+
+# -- blobs the events reference ------------------------------------------------------------
+
+
+def test_a_bundle_exported_after_a_blob_was_deleted_fails_with_blob_missing(
+    two_plans, db_url: str,
+) -> None:
+    plane, keys, tmp = two_plans
+    passed = passing_result(plane.store)
+    digest = passed.payload.raw_output_sha256
+    delete_blob(db_url, digest)
+    for plan in (None, "P-1"):
+        path = _bundle(plane, keys, tmp / f"{plan}.bundle", plan=plan)
+        bundle = load_bundle(path, public_key=keys.public_key)
+        report = bundle.report
+        assert not report.ok and report.signature_ok  # authentic, and incomplete
+        assert [(p.position, p.kind) for p in report.problems] == [
+            (passed.position, "blob_missing")], report.problems
+        detail = report.problems[0].detail
+        assert "raw_output_sha256" in detail and digest in detail
+        assert bundle.get_blob(digest) is None
+
+    runner = CliRunner()
+    out = str(tmp / "cli.bundle")
+    made = runner.invoke(cli, ["export", "--bundle", out, "--plan", "P-1", "--key",
+                               str(tmp / "plane.key"), "--origin", ORIGIN, "--db", db_url])
+    assert made.exit_code == 0, made.output
+    nowhere = f"sqlite:///{tmp / 'absent.db'}"
+    text = runner.invoke(cli, ["verify", "--bundle", out, "--db", nowhere])
+    assert text.exit_code == 1, text.output
+    [line] = [ln for ln in text.output.splitlines() if "blob_missing" in ln]
+    assert line.strip().startswith(f"position {passed.position}: blob_missing: ")
+    assert "raw_output_sha256" in line and digest in line
+    as_json = runner.invoke(cli, ["verify", "--bundle", out, "--json", "--db", nowhere])
+    assert as_json.exit_code == 1, as_json.output
+    report = json.loads(as_json.output)
+    assert report["ok"] is False
+    assert [(p["position"], p["kind"]) for p in report["problems"]] == [
+        (passed.position, "blob_missing")]
+    assert not (tmp / "absent.db").exists()
+
+
+def test_a_blob_record_cut_from_a_bundle_is_missing_at_the_events_naming_it(
+    two_plans,
+) -> None:
+    plane, keys, tmp = two_plans
+    passed = passing_result(plane.store)  # the one event naming its raw output
+    digest = passed.payload.raw_output_sha256
+    lines = _bundle(plane, keys, tmp / "p1.bundle", plan="P-1").read_bytes().split(b"\n")
+    header = json.loads(lines[0])
+    [cut] = [i for i, line in enumerate(lines) if digest.encode() in line
+             and line.startswith(b'{"data":')]
+    header["blobs"] -= 1  # the header is not signed: the count can be made to agree
+    changed = [canonical_json(header), *lines[1:cut], *lines[cut + 1:]]
+    target = tmp / "cut.bundle"
+    target.write_bytes(b"\n".join(changed))
+    report = verify_bundle(target, public_key=keys.public_key)
+    assert [(p.position, p.kind) for p in report.problems] == [
+        (passed.position, "blob_missing")], report.problems
 
 
 # -- the command line, with no database ---------------------------------------------------

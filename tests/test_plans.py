@@ -21,7 +21,8 @@ def test_create_list_show(db_url: str) -> None:
                           config={"strict_mode": True, "retry_limit": 5})
         assert doc["phase"] == "strategize" and doc["revision"] == 0
         assert doc["global_config"] == {"strict_mode": True, "retry_limit": 5,
-                                        "max_strategy_revisions": 1, "max_iterations": 3}
+                                        "max_strategy_revisions": 1, "max_iterations": 3,
+                                        "require_validation": True}
         create_plan(plane, "P-18", project="web", resources=["repo:web"])
         assert [p["plan_id"] for p in list_plans(plane)] == ["P-17", "P-18"]
         assert [p["plan_id"] for p in list_plans(plane, project="web")] == ["P-18"]

@@ -7,25 +7,44 @@ write side), and ``verify_store`` must notice each edit, naming the right positi
 Two edits are self-consistent (every hash and the head recomputed): a truncated tail and
 a rewritten suffix. Nothing inside the database can show those; only a tree head kept
 from before the edit can, so those tests check both halves of that statement.
+
+Deleting a blob leaves every hash intact too, but the events still name it: ``verify``
+reports each blob an event references that is gone, at that event's position.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from click.testing import CliRunner
 
 import ledger
+from commands.cli import cli
+from commands.driver import run_plan_file
+from commands.gates import gate_input
+from commands.phases import enter_execute, record_strategy
+from commands.plane import Plane
+from commands.plans import create_plan
+from commands.reviews import account_review, get_review, start_review, submit_candidate
+from commands.runs import call_tool
+from ledger.bundle import verify_bundle, write_bundle
 from ledger.canonical import canonical_json
 from ledger.envelope import GENESIS_CHAIN, chain_next, leaf_bytes
+from ledger.events import ALL_EVENT_TYPES
 from ledger.merkle import EMPTY_ROOT, Frontier, leaf_hash
+from ledger.signing import generate_key_pair
 from ledger.verify import TreeHeadRef, VerifyReport, verify_store
 
-from .helpers import strategy
+from .helpers import applied_plan, strategy
+from .test_reviews import accounting, candidate, finding, request
 
 EVENTS = 30
 STREAMS = 3
@@ -55,6 +74,7 @@ EVENT_COLUMNS = (
     "position, event_id, stream, stream_version, type, schema_version, recorded_at, actor, "
     "correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
 )
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 @dataclass
@@ -183,6 +203,34 @@ def _rewrite_head(conn: sa.Connection) -> None:
         {"size": frontier.size, "chain": rows[-1]["chain_hash"] if rows else GENESIS_CHAIN,
          "frontier": frontier.to_bytes()},
     )
+
+
+def delete_blob(db_url: str, digest: str) -> None:
+    """The attacker's way to a blob row: drop the trigger that refuses DELETE on
+    ``blobs``, then delete it with plain SQL."""
+    engine = sa.create_engine(db_url)
+    try:
+        with pytest.raises(sa.exc.DBAPIError, match="append-only"), engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM blobs WHERE digest = :d"), {"d": digest})
+        with engine.begin() as conn:
+            if engine.dialect.name == "sqlite":
+                conn.exec_driver_sql("DROP TRIGGER blobs_no_delete")
+            else:
+                conn.exec_driver_sql("DROP TRIGGER blobs_append_only ON blobs")
+            result = conn.execute(sa.text("DELETE FROM blobs WHERE digest = :d"),
+                                  {"d": digest})
+            assert result.rowcount == 1
+    finally:
+        engine.dispose()
+
+
+def passing_result(store: ledger.Store, plan: str = "P-1") -> ledger.RecordedEvent:
+    """The one passing validation result of ``applied_plan``; its raw output is stored."""
+    [passed] = [e for e in store.read_stream(f"plan:{plan}")
+                if e.type == "validation.result_recorded" and e.payload.verdict is True]
+    assert passed.payload.raw_output_sha256 is not None
+    assert store.get_blob(passed.payload.raw_output_sha256) is not None
+    return passed
 
 
 def _row_problems(report: VerifyReport) -> dict[int, set[str]]:
@@ -317,6 +365,63 @@ def test_flipped_blob_byte_is_found(unguarded: Ledger) -> None:
     assert verify_store(unguarded.store, check_blobs=False).ok
 
 
+@pytest.fixture
+def passed_plan(db_url: str, tmp_path: Path) -> Iterator[Plane]:
+    """P-1 taken to Apply by a passing validation result whose raw output is a blob."""
+    with Plane.open(db_url) as plane:
+        applied_plan(plane, tmp_path)
+        report = verify_store(plane.store)
+        assert report.ok, report.problems
+        yield plane
+
+
+def test_deleted_raw_output_behind_a_pass_is_missing_at_its_event(
+    passed_plan: Plane, db_url: str,
+) -> None:
+    store = passed_plan.store
+    passed = passing_result(store)
+    digest = passed.payload.raw_output_sha256
+    delete_blob(db_url, digest)
+    assert store.get_blob(digest) is None
+
+    report = verify_store(store)
+    assert not report.ok
+    assert [(p.position, p.kind) for p in report.problems] == [
+        (passed.position, "blob_missing")]
+    detail = report.problems[0].detail
+    assert "validation.result_recorded" in detail and "raw_output_sha256" in detail
+    assert digest in detail
+    assert report.first_bad_position == passed.position
+    # Every hash is intact: only the blob check can see it.
+    assert verify_store(store, check_blobs=False).ok
+
+
+def test_cli_verify_reports_the_missing_blob_and_exits_1(
+    passed_plan: Plane, db_url: str,
+) -> None:
+    passed = passing_result(passed_plan.store)
+    digest = passed.payload.raw_output_sha256
+    runner = CliRunner()
+    before = runner.invoke(cli, ["verify", "--db", db_url])
+    assert before.exit_code == 0, before.output
+    delete_blob(db_url, digest)
+
+    text = runner.invoke(cli, ["verify", "--db", db_url])
+    assert text.exit_code == 1, text.output
+    assert f"first bad position {passed.position}" in text.output
+    [line] = [ln for ln in text.output.splitlines() if "blob_missing" in ln]
+    assert line.strip().startswith(f"position {passed.position}: blob_missing: ")
+    assert "raw_output_sha256" in line and digest in line
+
+    as_json = runner.invoke(cli, ["verify", "--json", "--db", db_url])
+    assert as_json.exit_code == 1, as_json.output
+    report = json.loads(as_json.output)
+    assert report["ok"] is False and report["first_bad_position"] == passed.position
+    assert [(p["position"], p["kind"]) for p in report["problems"]] == [
+        (passed.position, "blob_missing")]
+    assert digest in report["problems"][0]["detail"]
+
+
 # -- self-consistent edits: only an earlier tree head can tell -------------------------
 
 
@@ -384,3 +489,49 @@ def test_untampered_log_verifies_against_current_and_earlier_heads(populated: Le
     # And the check is real: the right size with another root is refused.
     wrong = TreeHeadRef(size=10, root=populated.heads[11].root)
     assert not populated.verify(against=wrong).ok
+
+
+def test_every_kind_of_blob_reference_the_plane_writes_verifies(
+    db_url: str, tmp_path: Path,
+) -> None:
+    """No false positives: a ledger holding every blob-referencing event the plane writes
+    (gates with and without a schema, executed and recorded tool calls, raw outputs of
+    command, wrapped and review results, a fix with a diff, compensation output, a review
+    report) verifies, in the database and as a bundle; and the blobs the events reference
+    are exactly the blobs stored."""
+    with Plane.open(db_url) as plane:
+        for name in ("green-after-fix", "strict-output-deviation"):  # fix diff, compensation
+            shutil.copytree(EXAMPLES / name, tmp_path / name)
+            run_plan_file(plane, tmp_path / name / "plan.yaml", workdir=tmp_path / "runs")
+        create_plan(plane, "P-R", project="calc", resources=["repo:calc"], config={})
+        record_strategy(plane, "P-R", "record a call and ask for a review")
+        enter_execute(plane, "P-R")
+        assert call_tool(plane, "P-R", "inspect-project", {},
+                         recorded_output={"python_files": []}).ok
+        assert not gate_input(plane, "P-R", "ghost", {}).passed  # no schema: no schema blob
+        task = start_review(plane, request(), plan_id="P-R")
+        submit_candidate(plane, task, candidate(finding("x")), reviewer="amy")
+        assert account_review(plane, task, accounting(get_review(plane, task),
+                                                      {"G1": ["x"]}, [])).accepted
+
+        referenced: Counter[tuple[str, str]] = Counter()
+        digests = set()
+        for event in plane.store.read_all():
+            for field, digest in event.payload.blob_refs():
+                referenced[(event.type, field)] += 1
+                digests.add(digest)
+        declared = {(cls.type_name(), f) for cls in ALL_EVENT_TYPES for f in cls.BLOB_FIELDS}
+        assert set(referenced) == declared  # every declared reference occurs, non-null
+        with plane.store.snapshot() as snap:
+            stored = {digest for digest, _, _ in snap.blobs()}
+        assert digests == stored  # ... and they name exactly the blobs the plane stored
+
+        report = verify_store(plane.store)
+        assert report.ok, report.problems
+        assert report.checked_blobs == len(stored)
+        keys = generate_key_pair(tmp_path / "plane.key")
+        summary = write_bundle(plane.store, tmp_path / "all.bundle", key=keys.private_key,
+                               origin="evidence-ledger/test")
+        assert summary.blobs == len(stored)
+        bundled = verify_bundle(tmp_path / "all.bundle", public_key=keys.public_key)
+        assert bundled.ok, bundled.problems

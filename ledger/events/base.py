@@ -3,8 +3,11 @@
 Payloads are plain msgspec Structs in one tagged union (the tag field is ``type``), so a
 payload's stored JSON names its own type and decodes without the envelope. Each type
 carries, as class data, its ``SCHEMA_VERSION``, the template of the ``STREAM`` it is
-appended to, and ``DELTA``: in words, what its structural delta changes in that
-stream's state document (docs/events.md is generated from these).
+appended to, ``DELTA``: in words, what its structural delta changes in that stream's
+state document, and ``BLOB_FIELDS``: the payload fields whose value, when not None, is
+the SHA-256 hex digest of a blob the plane stored with the event (docs/events.md is
+generated from these). A ``*_sha256`` field not listed there names no blob (a token's,
+a request's or arguments' digest, say).
 """
 
 from __future__ import annotations
@@ -26,10 +29,19 @@ class EventPayload(
     SCHEMA_VERSION: ClassVar[int] = 1
     STREAM: ClassVar[str] = ""
     DELTA: ClassVar[str] = ""
+    # Fields holding the digest of a blob stored with the event (None: no blob). verify
+    # reports a referenced blob that is missing; bundles carry exactly these blobs.
+    BLOB_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def type_name(cls) -> str:
         return cls.__struct_config__.tag  # type: ignore[return-value]
+
+    def blob_refs(self) -> list[tuple[str, str]]:
+        """``(field, digest)`` of every blob this event references: its ``BLOB_FIELDS``
+        that are not None, in declaration order."""
+        return [(field, digest) for field in self.BLOB_FIELDS
+                if (digest := getattr(self, field)) is not None]
 
     def default_stream(self) -> str:
         """The stream this event belongs to, filled from the payload's own fields."""

@@ -59,6 +59,18 @@ refused (they have no RFC 8785 form).
 | `plan:{plan_id}` | one plan: phases, gates, calls, runs, decisions, tokens, halts |
 | `review:{task_id}` | one advisory review |
 
+## Blob references
+
+Large bytes (checked tool parameters and outputs, schemas, raw validation outputs, fix
+diffs, reports) live in the `blobs` table, keyed by their SHA-256 hex digest, and are
+stored in the same transaction as the event that names them. A type's **blob
+references** (`BLOB_FIELDS` in the code) are the payload fields holding such a digest;
+when one is not null the blob must be there: `evidence verify` reports `blob_missing` at
+the event's position otherwise, and a bundle carries exactly these blobs. Any other
+`*_sha256` field is a digest of something not kept as a blob: a token, a review request,
+attachment arguments, and a registration's schema digests (the schema a gate checked
+against is kept, named by that check's `schema_sha256`).
+
 ## Types
 """
 
@@ -131,7 +143,10 @@ def render() -> str:
         out.append(f"### `{cls.type_name()}` (v{cls.SCHEMA_VERSION})\n")
         out.append(f"{_doc(cls)}\n")
         out.append(f"- stream: `{cls.STREAM}`")
-        out.append(f"- delta: {cls.DELTA}\n")
+        out.append(f"- delta: {cls.DELTA}")
+        if cls.BLOB_FIELDS:
+            out.append("- blob references: " + ", ".join(f"`{f}`" for f in cls.BLOB_FIELDS))
+        out.append("")
         out.extend(_fields_table(cls))
         out.append("")
         for field in msgspec.structs.fields(cls):

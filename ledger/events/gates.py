@@ -37,6 +37,7 @@ class GateChecked(EventPayload, tag="gate.checked", kw_only=True):
     STREAM = "plan:{plan_id}"
     DELTA = ("increments /gate_checks (and /gate_failures on fail); an input gate pass "
              "with a step records /steps/<step> = {tool, tool_version}")
+    BLOB_FIELDS = ("schema_sha256", "checked_sha256")
 
     plan_id: str
     gate: Literal["input", "output"]
@@ -57,6 +58,7 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True):
 
     STREAM = "plan:{plan_id}"
     DELTA = "appends the call to /calls"
+    BLOB_FIELDS = ("params_sha256", "output_sha256")
 
     plan_id: str
     call_id: str

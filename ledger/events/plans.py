@@ -87,6 +87,7 @@ class FixRecorded(EventPayload, tag="plan.fix_recorded", kw_only=True):
 
     STREAM = "plan:{plan_id}"
     DELTA = "appends to /fixes"
+    BLOB_FIELDS = ("diff_sha256",)
 
     plan_id: str
     attempt: int
@@ -217,6 +218,7 @@ class CompensationCompleted(EventPayload, tag="plan.compensation_completed", kw_
 
     STREAM = "plan:{plan_id}"
     DELTA = "replaces /compensation/status with completed or failed"
+    BLOB_FIELDS = ("output_sha256",)
 
     plan_id: str
     succeeded: bool

@@ -74,6 +74,7 @@ class ReviewReportCommitted(EventPayload, tag="review.report_committed", kw_only
 
     STREAM = "review:{task_id}"
     DELTA = "sets /report (sha256, size, counts) and status completed"
+    BLOB_FIELDS = ("report_sha256",)
 
     task_id: str
     report_sha256: str  # also the blob digest of the report bytes

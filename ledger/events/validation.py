@@ -53,6 +53,7 @@ class ValidationResultRecorded(EventPayload, tag="validation.result_recorded", k
 
     STREAM = "plan:{plan_id}"
     DELTA = "adds the result under /current_run/results/<attachment_id>"
+    BLOB_FIELDS = ("raw_output_sha256",)
 
     plan_id: str
     run_id: str
