@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
+from click.testing import CliRunner, Result
 from ulid import ULID
 
 from commands.attachments import attach
+from commands.cli import main as cli_main
 from commands.lifecycle import add_approver_key, apply_plan, authorize, record_fix
 from commands.phases import enter_execute, record_strategy
 from commands.plane import Plane
@@ -116,3 +119,16 @@ def forge(store: Store, stream: str, *payloads: EventPayload, blobs: tuple[bytes
                                else None))
         doc = after
     return store.append(stream, events, blobs=blobs)
+
+
+@click.command(context_settings={"ignore_unknown_options": True,
+                                 "allow_extra_args": True, "help_option_names": []})
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def _entry_point(argv: tuple[str, ...]) -> None:
+    cli_main(list(argv))
+
+
+def invoke(*args: str) -> Result:
+    """``evidence ARGS`` in-process through the real entry point (its error handling and
+    exit codes included), with stdout and stderr captured apart."""
+    return CliRunner().invoke(_entry_point, list(args))
