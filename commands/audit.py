@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ledger import LogReader, RecordedEvent, Store
 from ledger.checker import check
 from ledger.events import (
+    ApproverKeyAdded,
     DecisionRecorded,
     Escalated,
     ExecuteEntered,
@@ -43,7 +44,7 @@ from projections.outcomes import RULES_VERSION, canonical_halt, classify
 from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
 
-from .authority import ApproverKey, decision_problem
+from .authority import ApproverKey, decision_problem, endorsed
 from .history import summarize
 from .lifecycle import results_digest
 from .plane import CommandRefused
@@ -76,6 +77,7 @@ INVARIANTS = (
     "no_vacuous_pass",  # a pass / token with no required validation run, not opted out
     "decision_signature",  # a decision not signed by its approver's key in force
     "token_signature",  # a token not signed by the plane key
+    "approver_endorsement",  # an approver key the plane key did not endorse
     "evidence",  # a blob a verdict was derived from is missing
 )
 
@@ -256,6 +258,7 @@ class _Auditor:
         self.rebuilt: dict[str, Any] = {}  # stream -> document rebuilt from deltas
         self.broken: set[str] = set()  # streams whose deltas already diverged
         self.plans: dict[str, _PlanWalk] = {}
+        self.unendorsed: set[str] = set()  # approver keys the plane key did not endorse
 
     def violation(self, position: int | None, plan_id: str | None, invariant: str,
                   expected: str, found: str) -> None:
@@ -276,6 +279,14 @@ class _Auditor:
         before = self.docs.get(stream, {})
         if isinstance(event.payload, ValidationRegistered) and in_scope:
             self.check_read_only(event)
+        if isinstance(event.payload, ApproverKeyAdded) and self.plane_public_key is not None:
+            self.count("approver_endorsement")
+            if not endorsed(event.payload, self.plane_public_key):
+                self.unendorsed.add(event.payload.fingerprint)
+                self.violation(event.position, None, "approver_endorsement",
+                               f"approver key {event.payload.fingerprint[:16]}… of "
+                               f"{event.payload.name!r} endorsed by the plane key",
+                               "its endorsement does not verify")
         if in_scope:
             self.count("illegal_transition")
             rule = broken_rule(stream, before, event.payload)
@@ -438,6 +449,8 @@ class _Auditor:
 
     def approver_key(self, fingerprint: str) -> ApproverKey | None:
         """The approver key as of the event being audited (the walk is in order)."""
+        if fingerprint in self.unendorsed:
+            return None
         for stream, doc in self.docs.items():
             key = doc.get("keys", {}).get(fingerprint) if stream_kind(stream) == "approver" \
                 else None

@@ -17,11 +17,12 @@ check is refused (``TamperedPlan``); ``evidence audit`` names the same position.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import msgspec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger import RecordedEvent, Store
 from ledger.events import (
@@ -36,7 +37,13 @@ from ledger.events import (
     ToolRegistered,
     ValidationRegistered,
 )
-from ledger.signing import SigningError, decision_record, public_key_from_b64, verify_record
+from ledger.signing import (
+    SigningError,
+    approver_record,
+    decision_record,
+    public_key_from_b64,
+    verify_record,
+)
 from projections.documents import Document, fold
 from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
@@ -52,6 +59,7 @@ __all__ = [
     "StreamState",
     "TamperedPlan",
     "decision_problem",
+    "endorsed",
 ]
 
 APPROVER_TYPES = (ApproverKeyAdded.type_name(), ApproverKeyRevoked.type_name())
@@ -122,11 +130,17 @@ class ApproverKey:
     status: str
 
 
-class Authority:
-    """Folds and checks streams from one ``EventSource``."""
+PlaneKey = Callable[[], Ed25519PublicKey]
 
-    def __init__(self, source: EventSource, checked: Checked | None = None) -> None:
+
+class Authority:
+    """Folds and checks streams from one ``EventSource``. ``plane_key`` gives the plane's
+    public key (loaded only when an approver key must be checked)."""
+
+    def __init__(self, source: EventSource, checked: Checked | None = None,
+                 plane_key: PlaneKey | None = None) -> None:
         self.source = source
+        self._plane_key = plane_key
         self._checked: Checked = {} if checked is None else checked
         self._registry: list[RecordedEvent] | None = None
         self._approvers: list[RecordedEvent] | None = None
@@ -169,9 +183,14 @@ class Authority:
         return resolve_plan(attachments.values(), tools, plan)
 
     def approver_keys(self, *, before: int | None = None) -> dict[str, ApproverKey]:
-        """Every approver key by fingerprint, with its status (as of before ``before``)."""
+        """Every approver key by fingerprint, with its status (as of before ``before``).
+        A key the plane key did not endorse is nobody's: it is left out."""
         if self._approvers is None:
-            self._approvers = self.source.read_types(APPROVER_TYPES)
+            events = self.source.read_types(APPROVER_TYPES)
+            public = self._plane_key() if self._plane_key is not None and any(
+                isinstance(e.payload, ApproverKeyAdded) for e in events) else None
+            self._approvers = [e for e in events if not isinstance(e.payload, ApproverKeyAdded)
+                               or (public is not None and endorsed(e.payload, public))]
         docs: dict[str, Document] = {}
         for event in self._approvers:
             if before is not None and event.position >= before:
@@ -228,6 +247,16 @@ class Authority:
             if isinstance(event.payload, Escalated) and event.payload.decision_id == decision_id:
                 return event.leaf_hash
         return None
+
+
+def endorsed(p: ApproverKeyAdded, plane_public_key: Ed25519PublicKey) -> bool:
+    """Whether the plane key signed this approver key's registration."""
+    try:
+        return verify_record(plane_public_key,
+                             approver_record(p.name, p.public_key, p.fingerprint),
+                             p.endorsement, domain="approver")
+    except (SigningError, ValueError):
+        return False
 
 
 def decision_problem(p: DecisionRecorded, escalation_leaf: bytes | None,

@@ -86,15 +86,19 @@ def _str(value: int | None) -> str:
 @click.option("--plan", "plan_id", default=None, help="Only this plan's events.")
 @bundle_option
 @public_key_option
+@click.option("--plane-key", "plane_key_file", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="The plane's public key: every token must be signed by it (default: the "
+                   "plane key of the database, if it is here; with --bundle, none).")
 @db_option
 @json_option
 def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path | None,
-          as_json: bool) -> None:
+          plane_key_file: Path | None, as_json: bool) -> None:
     """Check the invariants and re-derive every verdict from recorded inputs."""
     log = (open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file
            else open_store())
     report = run_audit(log, plan=plan_id,
-                       plane_public_key=_plane_public_key(log, public_key_file))
+                       plane_public_key=_plane_public_key(log, plane_key_file))
     if as_json:
         emit_json(report)
     else:
@@ -162,13 +166,14 @@ def prove(position: int, size: int | None, as_json: bool) -> None:
         click.echo(node)
 
 
-def _plane_public_key(log: Any, public_key_file: Path | None) -> Ed25519PublicKey | None:
-    """The key tokens are checked against: the one given, else the bundle's signer, else
-    the plane key next to the database (None: token signatures are not checkable)."""
-    if public_key_file is not None:
-        return load_public_key(public_key_file)
+def _plane_public_key(log: Any, plane_key_file: Path | None) -> Ed25519PublicKey | None:
+    """The key tokens are checked against: the one given, else the plane key of the
+    database when it is on this machine. A bundle names no plane key of its own (its
+    checkpoint may be signed by any key): None, and token signatures go unchecked."""
+    if plane_key_file is not None:
+        return load_public_key(plane_key_file)
     if isinstance(log, Bundle):
-        return log.signer
+        return None
     path = plane_key_path(log.url)
     return load_private_key(path).public_key() if os.path.lexists(path) else None
 

@@ -45,6 +45,7 @@ from ledger.events import (
 )
 from ledger.signing import (
     SigningError,
+    approver_record,
     decision_record,
     fingerprint,
     load_or_create_plane_key,
@@ -239,6 +240,8 @@ def add_approver_key(plane: Plane, name: str, public_key_file: Path, *,
     except SigningError as exc:
         raise CommandRefused(str(exc)) from None
     print_ = fingerprint(public)
+    # Registering an approver takes the plane key: the operator's, never the agent's.
+    plane_key = load_or_create_plane_key(plane.store.url)
 
     def decide(state: StreamState) -> list[ApproverKeyAdded]:
         assert state.log is not None
@@ -246,8 +249,11 @@ def add_approver_key(plane: Plane, name: str, public_key_file: Path, *,
         if known is not None:
             raise CommandRefused(f"key {print_[:16]}… is already registered for "
                                  f"{known.name!r}")
-        return [ApproverKeyAdded(name=name, public_key=public_key_b64(public),
-                                 fingerprint=print_)]
+        encoded = public_key_b64(public)
+        return [ApproverKeyAdded(name=name, public_key=encoded, fingerprint=print_,
+                                 endorsement=sign_record(
+                                     plane_key, approver_record(name, encoded, print_),
+                                     domain="approver"))]
 
     plane.run(f"approver:{name}", decide, actor=actor)
     return plane.state(f"approver:{name}").doc

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ulid import ULID
 
 from ledger import EventPayload, NewEvent, RecordedEvent, Store, StreamAppend, WriteTx
 from ledger import open as open_store
+from ledger.signing import load_or_create_plane_key
 from projections import ProjectionEngine, delta, fold, open_projections
 from projections.plan_rules import broken_rule
 
@@ -36,6 +38,7 @@ class Plane:
         self.store = store
         self.projections = projections or open_projections(store)
         self._checked: Checked = {}  # plan prefixes already checked (events never change)
+        self._plane_public: Ed25519PublicKey | None = None
 
     @classmethod
     def open(cls, url: str | None = None, *, create: bool = True) -> Plane:
@@ -57,9 +60,15 @@ class Plane:
 
     # -- state ------------------------------------------------------------------------
 
+    def plane_public_key(self) -> Ed25519PublicKey:
+        """The plane key's public half: it endorses approver keys and signs tokens."""
+        if self._plane_public is None:
+            self._plane_public = load_or_create_plane_key(self.store.url).public_key()
+        return self._plane_public
+
     def log(self) -> Authority:
         """Authority reads outside a write transaction (each its own snapshot)."""
-        return Authority(StoreSource(self.store), self._checked)
+        return Authority(StoreSource(self.store), self._checked, self.plane_public_key)
 
     def state(self, stream: str) -> StreamState:
         """The stream's document and version, folded from the events table."""
@@ -84,7 +93,7 @@ class Plane:
         blob_list = list(blobs)
         self.projections.catch_up()
         with self.store.write() as tx:
-            state = Authority(tx, self._checked).state(stream)
+            state = Authority(tx, self._checked, self.plane_public_key).state(stream)
             payloads = decide(state)
             if not payloads:
                 return []

@@ -7,9 +7,11 @@ Message format (any third party can recompute it): a signature covers
     b"evidence-ledger/v1/" + domain + b"\\n" + canonical_json(record)
 
 where ``domain`` is ``decision`` (a human decision, signed with an approver key the agent
-process never holds) or ``token`` (an apply token, signed with the plane key). The domain
-prefix means a signature made for one use can never verify for the other, even if the
-same key were (wrongly) used for both.
+process never holds), ``token`` (an apply token, signed with the plane key) or
+``approver`` (the plane key's endorsement of an approver key: only whoever holds the
+plane key — the operator — can make a key an approver). The domain prefix means a
+signature made for one use can never verify for another, even if the same key were
+(wrongly) used for both.
 
 Tokens (INV1) are compact strings ``evt1.<base64url(claims)>.<base64url(signature)>``:
 the claims bind the token to a plan, an attempt and the digest of the real results the
@@ -55,6 +57,7 @@ __all__ = [
     "SigningError",
     "TokenClaims",
     "TokenRefused",
+    "approver_record",
     "decision_record",
     "fingerprint",
     "generate_key_pair",
@@ -73,8 +76,8 @@ __all__ = [
     "verify_token",
 ]
 
-Domain = Literal["decision", "token"]
-DOMAINS: tuple[str, ...] = ("decision", "token")
+Domain = Literal["decision", "token", "approver"]
+DOMAINS: tuple[str, ...] = ("decision", "token", "approver")
 DECISION_CHOICES: tuple[str, ...] = ("revise", "abandon")  # DecisionRecorded.choice
 PLANE_KEY_ENV = "EVIDENCE_PLANE_KEY"
 TOKEN_PREFIX = "evt1"
@@ -281,6 +284,11 @@ def decision_record(decision_id: str, plan_id: str, choice: str, guidance: str |
         "escalation_hash": escalation_hash,
         "signed_at": signed_at,
     }
+
+
+def approver_record(name: str, public_key: str, fingerprint: str) -> dict[str, Any]:
+    """The record the plane key signs (domain ``approver``) to endorse an approver key."""
+    return {"name": name, "public_key": public_key, "fingerprint": fingerprint}
 
 
 # ---------------------------------------------------------------------------- plane key

@@ -22,6 +22,7 @@ from commands.audit import audit
 from commands.authority import TamperedPlan
 from commands.gates import gate_input
 from commands.lifecycle import (
+    add_approver_key,
     apply_plan,
     authorize,
     pending_decisions,
@@ -532,3 +533,47 @@ def test_a_token_consumed_as_a_streams_first_event_is_a_finding(plane: Plane) ->
     result = invoke("audit", "--db", plane.store.url)
     assert result.exit_code == 1 and "illegal_transition" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+# -- approvers are the operator's: the plane key endorses each one ---------------------------
+
+
+def test_an_approver_key_registered_past_the_plane_is_nobodys(plane: Plane,
+                                                              tmp_path: Path) -> None:
+    """The agent appends its own key as an approver (it has no plane key to endorse it
+    with), then signs a decision with it."""
+    from ledger.events import ApproverKeyAdded
+    from ledger.signing import fingerprint, public_key_b64
+
+    status_plan(plane, tmp_path, ESCALATE_AT_ONCE)
+    decision_id = _escalated(plane, tmp_path)
+    generate_key_pair(tmp_path / "mallory.key")
+    mallory = load_private_key(tmp_path / "mallory.key")
+    print_ = fingerprint(mallory)
+    [added] = forge(plane.store, "approver:mallory", ApproverKeyAdded(
+        name="mallory", public_key=public_key_b64(mallory), fingerprint=print_,
+        endorsement=base64.b64encode(b"\3" * 64).decode()))
+    with pytest.raises(CommandRefused, match="no registered approver"):
+        authorize(plane, decision_id, tmp_path / "mallory.key", choice="revise",
+                  guidance="mine")
+    escalated = next(e for e in plane.store.read_stream("plan:P-1")
+                     if e.type == "plan.escalated")
+    record = decision_record(decision_id, "P-1", "revise", "mine", escalated.leaf_hash.hex(),
+                             "2026-11-30T00:00:00Z")
+    [at] = forge(plane.store, "plan:P-1", DecisionRecorded(
+        plan_id="P-1", decision_id=decision_id, choice="revise", guidance="mine",
+        escalation_hash=escalated.leaf_hash.hex(), signed_at="2026-11-30T00:00:00Z",
+        approver="mallory", key_fingerprint=print_,
+        signature=sign_record(mallory, record, domain="decision")))
+    with pytest.raises(TamperedPlan, match="registered key"):
+        record_strategy(plane, "P-1", "as mallory decided")
+    found = {(v.position, v.invariant) for v in audit(
+        plane.store, plane_public_key=plane.plane_public_key()).violations}
+    assert {(added, "approver_endorsement"), (at, "decision_signature")} <= found
+    # The operator's own registration (it holds the plane key) is endorsed and audits clean.
+    generate_key_pair(tmp_path / "bob.key")
+    add_approver_key(plane, "bob", tmp_path / "bob.key.pub")
+    endorsements = [v.position for v in audit(
+        plane.store, plane_public_key=plane.plane_public_key()).violations
+        if v.invariant == "approver_endorsement"]
+    assert endorsements == [added]

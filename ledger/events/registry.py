@@ -95,7 +95,8 @@ class AttachmentDetached(EventPayload, tag="attachment.detached", kw_only=True):
 
 
 class ApproverKeyAdded(EventPayload, tag="approver_key.added", kw_only=True):
-    """An approver's Ed25519 public key was registered (the private key never is)."""
+    """An approver's Ed25519 public key was registered by the operator, who holds the
+    plane key and endorses the key with it (the approver's private key is never here)."""
 
     STREAM = "approver:{name}"
     DELTA = "adds the key under /keys/<fingerprint> with status active"
@@ -103,6 +104,9 @@ class ApproverKeyAdded(EventPayload, tag="approver_key.added", kw_only=True):
     name: str
     public_key: str  # base64 of the raw 32-byte Ed25519 public key
     fingerprint: str  # SHA-256 hex of the raw public key
+    # The plane key's signature over {name, public_key, fingerprint} (domain approver):
+    # a key nobody holding the plane key registered is no approver's.
+    endorsement: str
 
 
 class ApproverKeyRevoked(EventPayload, tag="approver_key.revoked", kw_only=True):
