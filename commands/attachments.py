@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from hashlib import sha256
 from typing import Any
 
+import msgspec
 from ulid import ULID
 
 from ledger.canonical import CanonicalizationError, canonical_json
 from ledger.checker import check
 from ledger.events import AttachmentCreated, AttachmentDetached, ResolvedAttachment
-from projections.documents import Document
+from projections.documents import Document, fold_all
 from projections.resolution import resolve
 
 from .names import check_identifier, check_resource
@@ -138,3 +139,14 @@ def resolve_attachments(
         tools = {d["name"]: d for d in engine.documents("tools",
                                                         lambda t: t.c.kind == "validation")}
     return resolve(attachments, tools, resource=resource, project=project, plan=plan)
+
+
+def pinned_binding(plane: Plane, plan: str, *, as_of: int | None = None
+                   ) -> list[ResolvedAttachment] | None:
+    """The plan's binding set as pinned at Execute (as of a position, if given), folded
+    from its stream; None before it first entered Execute."""
+    doc = fold_all(f"plan:{plan}", [e.payload for e in plane.store.read_stream(
+        f"plan:{plan}", as_of=as_of)])
+    if not doc.get("binding") and doc.get("attempt", 0) == 0:
+        return None
+    return [msgspec.convert(b, ResolvedAttachment) for b in doc.get("binding", [])]

@@ -167,6 +167,9 @@ class AuditReport(msgspec.Struct, kw_only=True):
     # each read model's check: ok, differs, stale (another version built it: the next
     # open rebuilds it), absent; empty on a bundle, which has none
     read_models: dict[str, str] = {}
+    # plans applied after a run in which no required validation ran (they opted out with
+    # require_validation: false): not violations, but never to be mistaken for validated
+    unvalidated: list[str] = []
 
 
 class _Run:
@@ -235,7 +238,8 @@ def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 10
                     f"checkpoint {check.checkpoint}", "; ".join(check.differences))
     return AuditReport(ok=not auditor.violations, size=size, plans=sorted(auditor.plans),
                        checked=dict(sorted(auditor.checked.items())),
-                       violations=auditor.violations, read_models=statuses)
+                       violations=auditor.violations, read_models=statuses,
+                       unvalidated=sorted(auditor.unvalidated))
 
 
 def check_read_models(store: Store) -> list[ReadModelCheck]:
@@ -259,6 +263,7 @@ class _Auditor:
         self.broken: set[str] = set()  # streams whose deltas already diverged
         self.plans: dict[str, _PlanWalk] = {}
         self.unendorsed: set[str] = set()  # approver keys the plane key did not endorse
+        self.unvalidated: set[str] = set()  # plans applied after a vacuous run
 
     def violation(self, position: int | None, plan_id: str | None, invariant: str,
                   expected: str, found: str) -> None:
@@ -360,7 +365,9 @@ class _Auditor:
             walk.last_run = run
         elif isinstance(p, ValidationResultRecorded):
             run = walk.runs.get(p.run_id)
-            if run is None or run.completed is not None:
+            if run is None and p.mode == "informational":
+                pass  # an advisory result under its own id (a review's): no run counts it
+            elif run is None or run.completed is not None:
                 self.violation(pos, plan_id, "ordering",
                                "a validation result inside its started, unfinished run",
                                f"run {p.run_id} is {'unknown' if run is None else 'completed'}")
@@ -415,6 +422,8 @@ class _Auditor:
             walk.consumed.setdefault(p.token_id, pos)
             walk.apply_at = walk.apply_at or pos
         elif isinstance(p, PlanApplied):
+            if walk.doc.get("unvalidated"):
+                self.unvalidated.add(plan_id)
             if p.token_id not in walk.consumed:
                 self.violation(pos, plan_id, "ordering", "Apply follows the consumption of "
                                "its token", f"token {p.token_id} was not consumed")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import click
 import msgspec
 
+from ledger.events import ResolvedAttachment
+
 from .attachments import attach as attach_validation
 from .attachments import detach as detach_attachment
-from .attachments import resolve_attachments
+from .attachments import pinned_binding, resolve_attachments
 from .common import db_option, emit_json, fail, json_option, open_plane, print_table
 from .inputs import json_or_file
 
@@ -60,14 +62,26 @@ def detach(attachment_id: str, reason: str, as_json: bool) -> None:
 @json_option
 def resolve(resource: str, project: str | None, plan: str | None, as_of: int | None,
             as_json: bool) -> None:
-    """Which validations apply to work on a resource: union of scopes, most specific wins."""
-    rows = resolve_attachments(open_plane(), resource=resource, project=project, plan=plan,
+    """Which validations apply to work on a resource: union of scopes, most specific wins.
+
+    With --plan, also the plan's binding set, pinned when it entered Execute: that set,
+    not today's resolution, is what its validations run (detach and re-registration
+    bind later plans only)."""
+    plane = open_plane()
+    rows = resolve_attachments(plane, resource=resource, project=project, plan=plan,
                                as_of=as_of)
+    pinned = pinned_binding(plane, plan, as_of=as_of) if plan is not None else None
     if as_json:
-        emit_json({"attachments": rows})
+        emit_json({"attachments": rows, "pinned": pinned})
         return
-    print_table(
-        ["attachment", "scope", "validation", "version", "mode", "args"],
-        [[r.attachment_id, r.scope, r.validation, str(r.validation_version), r.mode,
-          msgspec.json.encode(r.args).decode()] for r in rows],
-    )
+    print_table(["attachment", "scope", "validation", "version", "mode", "args"],
+                _rows(rows))
+    if pinned is not None:
+        click.echo(f"\nplan {plan}'s binding set, pinned at Execute ({len(pinned)}):")
+        print_table(["attachment", "scope", "validation", "version", "mode", "args"],
+                    _rows(pinned))
+
+
+def _rows(rows: list[ResolvedAttachment]) -> list[list[str]]:
+    return [[r.attachment_id, r.scope, r.validation, str(r.validation_version), r.mode,
+             msgspec.json.encode(r.args).decode()] for r in rows]

@@ -106,6 +106,9 @@ def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path |
         checks = ", ".join(f"{k} {v}" for k, v in report.checked.items())
         if report.ok:
             out.print(f"ok: {report.size} events audited ({checks})", markup=False)
+        if report.unvalidated:
+            out.print(f"note: applied UNVALIDATED (require_validation: false, no required "
+                      f"validation ran): {', '.join(report.unvalidated)}", markup=False)
         else:
             out.print(f"FAILED: {len(report.violations)} violation(s) in {report.size} events",
                       markup=False)

@@ -49,6 +49,7 @@ from ledger.events.gates import Deviation
 from ledger.timestamps import utc_now
 from projections import delta, fold
 from projections.documents import Document
+from projections.plan_rules import broken_rule
 
 from .plane import RETRIES, CommandRefused, Plane, StreamState
 
@@ -747,6 +748,9 @@ def _append(plane: Plane, appends: Sequence[tuple[StreamState, Sequence[EventPay
     for state, payloads in appends:
         doc, events = state.doc, []
         for payload in payloads:
+            rule = broken_rule(state.stream, doc, payload)
+            if rule is not None:
+                raise CommandRefused(f"refused: {rule}")
             after = fold(state.stream, doc, payload)
             events.append(NewEvent(payload=payload, actor=actor, delta=delta(doc, after)))
             doc = after

@@ -88,6 +88,8 @@ def _plan_rule(doc: Document, p: EventPayload) -> str | None:
         return None if isinstance(p, PlanCreated) else "plan.created is a plan's first event"
     if isinstance(p, PlanCreated):
         return "a plan is created once"
+    if isinstance(p, ValidationResultRecorded) and _advisory(doc, p):
+        return None
     if doc["terminal"] is not None:
         if isinstance(p, CompensationCompleted) and _compensation(doc) == "requested":
             return None
@@ -97,6 +99,13 @@ def _plan_rule(doc: Document, p: EventPayload) -> str | None:
     if isinstance(p, _EXECUTE_WORK) and doc["phase"] != "execute":
         return f"{p.type_name()} happens in Execute (the plan is in {doc['phase']})"
     return _PLAN_RULES.get(type(p), _legal)(doc, p)
+
+
+def _advisory(doc: Document, p: ValidationResultRecorded) -> bool:
+    """An informational result outside the plan's open run (an advisory review's, under
+    the review's own task id): it belongs to no run, so no outcome or token counts it,
+    and it may be recorded whenever the review ends."""
+    return p.mode == "informational" and p.run_id != doc["current_run"]
 
 
 def _legal(_doc: Document, _p: EventPayload) -> str | None:

@@ -177,7 +177,10 @@ def test_only_an_explicit_opt_out_passes_an_empty_set_and_it_is_marked(plane: Pl
     completed = next(e.payload for e in plane.store.read_stream("plan:P-1")
                      if isinstance(e.payload, ValidationRunCompleted))
     assert completed.vacuous is True
-    assert audit(plane.store).ok
+    report = audit(plane.store)
+    assert report.ok and report.unvalidated == ["P-1"]
+    shown = invoke("audit", "--db", plane.store.url)
+    assert shown.exit_code == 0 and "applied UNVALIDATED" in shown.stdout
 
 
 def test_a_forged_vacuous_pass_is_audited(plane: Plane, tmp_path: Path) -> None:
@@ -577,3 +580,20 @@ def test_an_approver_key_registered_past_the_plane_is_nobodys(plane: Plane,
         plane.store, plane_public_key=plane.plane_public_key()).violations
         if v.invariant == "approver_endorsement"]
     assert endorsements == [added]
+
+
+def test_resolve_shows_the_pinned_set_next_to_todays_resolution(plane: Plane,
+                                                                tmp_path: Path) -> None:
+    project = status_plan(plane, tmp_path, {})
+    [pinned] = plane.state("plan:P-1").doc["binding"]
+    detach(plane, pinned["attachment_id"])
+    result = invoke("resolve", "--resource", str(project), "--plan", "P-1", "--json",
+                    "--db", plane.store.url)
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    assert shown["attachments"] == []  # detached: later plans are not bound by it
+    assert [p["attachment_id"] for p in shown["pinned"]] == [pinned["attachment_id"]]
+    table = invoke("resolve", "--resource", str(project), "--plan", "P-1",
+                   "--db", plane.store.url)
+    assert "binding set, pinned at Execute (1)" in table.stdout
+    assert pinned["attachment_id"] in table.stdout

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 import sqlalchemy as sa
 
+from commands.audit import audit
 from commands.plane import CommandRefused, Plane
 from commands.plans import create_plan, get_plan
 from commands.reviews import (
@@ -624,7 +625,12 @@ def test_linked_plan_gets_an_informational_result_that_never_gates(plane: Plane)
     assert review_end.position == result.position - 1
     # It never gates: the plan document and its outcome are untouched.
     assert get_plan(plane, "P-1") == before
-    assert classify([payload]) == ("pass", "pass", "every required validation passed")
+    # Not a required validation: alone it is no pass, and it never turns a pass into
+    # anything else.
+    assert classify([payload])[1] == "no_required_validation"
+    required = {"validation": "t", "mode": "required", "verdict": True, "cause": None}
+    assert classify([payload, required]) == classify([required])
+    assert audit(plane.store).ok
     outcomes = plane.projections.document("outcomes", "P-1")
     assert outcomes is None or not outcomes[0].get("results")
 

@@ -142,8 +142,8 @@ def test_message_format_is_recomputable_by_a_third_party() -> None:
     key = Ed25519PrivateKey.from_private_bytes(RFC_SK)
     record = _decision()
     signature = sign_record(key, record, domain="decision")
-    assert signature == ("VH9A2RPwBGenmqPt4/g1wkWRQMm+2z8gQia8xR8Lmp1ONijQdodIDLl8ntrCAB1iR/P0"
-                         "rFHfV9psAlGVLtHQAw==")
+    assert signature == ("0k6VrvecbBDMaIGPmEu4FDIWCj1wVxPzQ6e8EGC8MVWSOi7jB6Cxs1is1LBuTCG4D+h+"
+                         "GuXUjuyQIf4SUF15AQ==")
     message = b"evidence-ledger/v1/decision\n" + json.dumps(
         record, sort_keys=True, separators=(",", ":"), ensure_ascii=False
     ).encode()
@@ -363,9 +363,16 @@ def test_plane_key_cannot_authorize_a_decision(tmp_path: Path,
 
 def test_decision_record_shape() -> None:
     record = _decision(guidance=None)
-    assert set(record) == {"decision_id", "plan_id", "choice", "guidance", "escalation_hash",
-                           "signed_at"}
+    assert set(record) == {"decision_id", "plan_id", "choice", "guidance", "reason",
+                           "escalation_hash", "signed_at"}
     assert record["guidance"] is None and "guidance" in canonical_json(record).decode()
+    # The reason is signed too: one changed after signing no longer verifies.
+    key = Ed25519PrivateKey.generate()
+    signed = sign_record(key, _decision(reason="staging only"), domain="decision")
+    assert verify_record(key.public_key(), _decision(reason="staging only"), signed,
+                         domain="decision")
+    assert not verify_record(key.public_key(), _decision(reason="production"), signed,
+                             domain="decision")
     with pytest.raises(SigningError, match="choice"):
         _decision(choice="override")  # INV3: there is no "authorise past a blocker"
     with pytest.raises(SigningError, match="escalation_hash"):

@@ -210,7 +210,8 @@ def test_old_versions_are_upcast_on_read(db_url: str) -> None:
         assert event.payload == _PlanCreatedV2(
             plan_id="P-1", project="proj", targets=["repo:api"],
             global_config={"strict_mode": False, "retry_limit": 3,
-                           "max_strategy_revisions": 1, "max_iterations": 3},
+                           "max_strategy_revisions": 1, "max_iterations": 3,
+                           "require_validation": True},
         )
         assert verify_store(v2).ok
 
