@@ -55,7 +55,9 @@ def call(plan_id: str, tool: str, params: str, step: str | None, output_schema: 
 @db_option
 @json_option
 def validate(plan_id: str, as_json: bool) -> None:
-    """Run every validation that applies to the plan, in parallel; classify the outcome."""
+    """Run the plan's binding set (pinned at Execute), in parallel; classify the outcome.
+
+    A run with no required validation is no pass; after a blocker, record a fix first."""
     report = validate_plan(open_plane(), plan_id)
     doc = report.to_json()
     if as_json:
@@ -97,7 +99,9 @@ def validate(plan_id: str, as_json: bool) -> None:
 @json_option
 def halt(plan_id: str, raw_type: str, reason: str, hint: str | None, terminal: bool,
          as_json: bool) -> None:
-    """Record an orchestrator's own halt. Exit 1 (a halt is a verdict on the run)."""
+    """Record an orchestrator's own halt. Exit 1 (a halt is a verdict on the run).
+
+    A raw type that classifies as escalate opens a pending human decision."""
     event = record_halt(open_plane(), plan_id, raw_type, text_or_file(reason, "--reason"),
                         hint=hint, terminal=terminal)
     if as_json:

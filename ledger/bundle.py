@@ -135,16 +135,6 @@ def _blob_refs(payload: bytes, found: set[str]) -> None:
     found.update(m.decode("ascii") for m in _BLOB_REF.findall(payload))
 
 
-def _exact_refs(catalog: Catalog, type_name: str, schema_version: int,
-                payload: bytes) -> list[tuple[str, str]]:
-    """The ``(field, digest)`` blob references of a stored payload; none when it cannot
-    be read (the bundle's verifier reports such an event)."""
-    try:
-        return catalog.blob_refs(type_name, schema_version, payload)
-    except (LedgerError, msgspec.DecodeError, msgspec.ValidationError):
-        return []
-
-
 # ------------------------------------------------------------------------------ write
 
 
@@ -183,6 +173,7 @@ def write_bundle(
         refs: set[str] = set()
         catalog = store.catalog
         readers = catalog.blob_readers()  # the types whose payloads name blobs
+        astuple = msgspec.structs.astuple
         events = 0
         plan_seen = plan is None
         for rows in snap.rows():
@@ -199,9 +190,16 @@ def write_bundle(
                     if owner is not None and owner != plan:
                         continue
                     plan_seen = plan_seen or owner == plan
-                if type_name in readers:
-                    refs.update(digest for _, digest in _exact_refs(
-                        catalog, type_name, schema_version, payload))
+                reader = readers.get(type_name)
+                if reader is not None:
+                    try:
+                        if schema_version == reader[0]:
+                            refs.update(astuple(reader[1].decode(payload)))
+                        else:  # stored by an older version: upcast first (rare)
+                            refs.update(d for _, d in catalog.blob_refs(
+                                type_name, schema_version, payload))
+                    except (LedgerError, msgspec.DecodeError, msgspec.ValidationError):
+                        pass  # unreadable: the bundle's verifier reports this event
                 if type_name == "approver_key.added":
                     document = _json(payload)
                     approvers.append({"fingerprint": document["fingerprint"],
@@ -216,6 +214,7 @@ def write_bundle(
         # Look the stored digests up once rather than each reference. A referenced blob
         # the store lacks is left out: the bundle's verifier reports it (blob_missing).
         stored = {digest for (digest,) in snap.query("SELECT digest FROM blobs")}
+        refs.discard(None)  # type: ignore[arg-type]  # a BLOB_FIELDS value may be null
         blobs = [(digest, data) for digest in sorted(refs & stored)
                  if (data := snap.blob(digest)) is not None]
         header = {"blobs": len(blobs), "events": events, "format": BUNDLE_FORMAT,
@@ -667,7 +666,6 @@ class Bundle:
     def __init__(self, reader: _Reader, report: BundleReport) -> None:
         self.report = report
         self.plan: str | None = report.plan
-        self.signer: Ed25519PublicKey | None = reader.signer  # the checkpoint's key
         self._events = reader.events
         self._blobs = reader.blobs
         self._root = bytes.fromhex(report.root) if report.root and report.ok else b""

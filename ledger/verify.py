@@ -166,6 +166,7 @@ def _scan(
     against_root = EMPTY_ROOT if against_size == 0 else None
     template = LEAF_TEMPLATE
     readers = catalog.blob_readers() if stored is not None else {}
+    astuple = msgspec.structs.astuple
     expected = 1  # the next position; after a hole, resynchronised to what is stored
     for rows in snap.rows():
         for (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
@@ -209,15 +210,17 @@ def _scan(
             reader = readers.get(type_name)
             if reader is not None:
                 try:
-                    refs = (reader[1].decode(payload) if sv == reader[0] else
-                            catalog.decode(type_name, sv, payload)).blob_refs()
+                    if sv == reader[0]:
+                        values = astuple(reader[1].decode(payload))
+                    else:  # stored by an older version: upcast first (rare)
+                        upcast = catalog.decode(type_name, sv, payload)
+                        values = tuple(getattr(upcast, f) for f in reader[2])
                 except (LedgerError, msgspec.DecodeError, msgspec.ValidationError):
-                    refs = ()
-                for field, digest in refs:
-                    if digest not in stored:  # type: ignore[operator]
-                        report(position, "blob_missing",
-                               f"{type_name} {field} names blob {digest}, which the blob "
-                               "store does not hold")
+                    values = ()
+                for digest in values:
+                    if digest is not None and digest not in stored:  # type: ignore[operator]
+                        _missing(report, position, type_name, reader[2], values, stored)
+                        break
             # Frontier.append, inline: merge one perfect subtree per trailing 1 bit.
             hashes.append(leaf)
             carry = size
@@ -231,3 +234,13 @@ def _scan(
                 against_root = frontier.root()
     frontier.size = size
     return frontier, bytes(previous_chain), against_root
+
+
+def _missing(report: Callable[[int | None, str, str], None], position: int, type_name: str,
+             fields: tuple[str, ...], values: tuple[str | None, ...], stored: set[str]) -> None:
+    """Report each blob the row at ``position`` references that is not stored."""
+    for field, digest in zip(fields, values, strict=True):
+        if digest is not None and digest not in stored:
+            report(position, "blob_missing",
+                   f"{type_name} {field} names blob {digest}, which the blob store does "
+                   "not hold")

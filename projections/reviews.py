@@ -31,7 +31,10 @@ ReviewDocument = dict[str, Any]
 
 
 def fold_review(doc: ReviewDocument, payload: EventPayload) -> ReviewDocument:
-    """``review:{task_id}``: advance the review document by one event (never mutates)."""
+    """``review:{task_id}``: advance the review document by one event (never mutates).
+
+    Total: an event before ``review.started`` (only a raw append makes one) leaves the
+    document as it is."""
     if isinstance(payload, ReviewStarted):
         return {
             "task_id": payload.task_id,
@@ -46,6 +49,8 @@ def fold_review(doc: ReviewDocument, payload: EventPayload) -> ReviewDocument:
             "report": None,
             "failure": None,
         }
+    if not doc:
+        return doc
     if isinstance(payload, ReviewCandidateSubmitted):
         candidate = {
             "reviewer": payload.reviewer,

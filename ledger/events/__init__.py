@@ -102,6 +102,9 @@ ALL_EVENT_TYPES: tuple[type[EventPayload], ...] = (
 AnyEvent = Union[ALL_EVENT_TYPES]  # type: ignore[valid-type]  # noqa: UP007
 
 Upcaster = Callable[[dict[str, JSON]], dict[str, JSON]]
+# (current schema version, decoder of just the BLOB_FIELDS, BLOB_FIELDS): a plain tuple,
+# indexed in the hot loops of verify and export.
+BlobReader = tuple[int, "msgspec.json.Decoder[Any]", tuple[str, ...]]
 
 
 class BlobRefs(msgspec.Struct, kw_only=True, gc=False):
@@ -179,12 +182,15 @@ class Catalog:
         return {(name, cls.SCHEMA_VERSION): self._decoders[name]
                 for name, cls in self._types.items()}
 
-    def blob_readers(self) -> dict[str, tuple[int, msgspec.json.Decoder[Any]]]:
-        """type name -> (its current schema version, a decoder of just its
-        ``BLOB_FIELDS`` into a ``BlobRefs``), for the types whose payloads reference
-        blobs. A raw scan looks each row's ``type`` up here; a payload of an older
+    def blob_readers(self) -> dict[str, BlobReader]:
+        """type name -> ``(current schema version, decoder, BLOB_FIELDS)`` for each type
+        whose payloads reference blobs. The decoder reads just those fields of a payload
+        of the current version into a ``BlobRefs`` (``msgspec.structs.astuple`` gives
+        their values in ``BLOB_FIELDS`` order, None for no reference). A raw scan looks
+        each row's ``type`` up here and skips every other row; a payload of an older
         version goes through ``blob_refs`` (it may need upcasting)."""
-        return {name: (self._types[name].SCHEMA_VERSION, decoder)
+        return {name: (self._types[name].SCHEMA_VERSION, decoder,
+                       self._types[name].BLOB_FIELDS)
                 for name, decoder in self._blob_decoders.items()}
 
     def blob_refs(
@@ -233,6 +239,7 @@ __all__ = [
     "AttachmentCreated",
     "AttachmentDetached",
     "AttemptFailed",
+    "BlobReader",
     "BlobRefs",
     "Catalog",
     "CompensationCompleted",
