@@ -31,6 +31,8 @@ from ledger.merkle import Frontier
 from projections.analytics import ANALYTICS
 from projections.engine import CHECKPOINTS, ProjectionEngine
 
+from .plans import OUTCOMES
+
 FORMATS = ("jsonl", "csv", "parquet")
 COLUMNS_VERSION = 1
 
@@ -375,7 +377,8 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
         plans = conn.execute(sa.text(
             "SELECT p.plan, p.project, coalesce(c.attempts, 0), coalesce(c.failed, 0), "
             "coalesce(c.revisions, 0), "
-            + last.format(facts=t["plan_facts"], kinds="'run_completed', 'applied'") + ", "
+            + last.format(facts=t["plan_facts"], kinds="'run_completed', 'halted', 'revised'")
+            + ", " + last.format(facts=t["plan_facts"], kinds="'applied'") + ", "
             + last.format(facts=t["plan_facts"], kinds="'halted'")
             + f" FROM {t['plans']} p LEFT JOIN ("
             "SELECT plan, max(CASE WHEN fact = 'run_started' THEN attempt END) AS attempts, "
@@ -407,10 +410,12 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
     plan_rows = sorted(
         ({"plan": plan, "project": proj, "attempts": int(attempts),
           "failed_attempts": int(failed), "strategy_revisions": int(revisions),
-          "outcome": outcome, "halt_type": halt_type}
-         for plan, proj, attempts, failed, revisions, outcome, halt_type in plans),
+          "outcome": outcome if outcome in OUTCOMES else None, "applied": applied,
+          "halt_type": halt_type}
+         for plan, proj, attempts, failed, revisions, outcome, applied, halt_type in plans),
         key=lambda p: p["plan"])
-    outcomes = Counter(p["outcome"] or "none" for p in plan_rows)
+    outcomes = Counter(p["outcome"] for p in plan_rows if p["outcome"] is not None)
+    applied = Counter(p["applied"] for p in plan_rows if p["applied"] is not None)
     return {
         "tree_size": int(tree_size),
         "since": since,
@@ -422,6 +427,9 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
             for v, a, digest, passed, failed in sorted(flaky)
         ],
         "plans_by_outcome": dict(sorted(outcomes.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "plans_without_outcome": sum(p["outcome"] is None for p in plan_rows),
+        "plans_applied": applied.total(),
+        "plans_applied_unvalidated": applied["unvalidated"],
         "halts_by_type": halts,
         "plans": plan_rows,
         "informational_failures": informational,

@@ -191,11 +191,17 @@ def stats(project: str | None, since: int, as_json: bool) -> None:
     if report["plans"]:
         click.echo()
         print_table(
-            ["plan", "project", "attempts", "failed", "revisions", "outcome", "last halt"],
+            ["plan", "project", "attempts", "failed", "revisions", "outcome", "applied",
+             "last halt"],
             [[p["plan"], p["project"] or "", str(p["attempts"]), str(p["failed_attempts"]),
-              str(p["strategy_revisions"]), p["outcome"] or "", p["halt_type"] or ""]
+              str(p["strategy_revisions"]), p["outcome"] or "", p["applied"] or "",
+              p["halt_type"] or ""]
              for p in report["plans"]],
         )
+        click.echo()
+        click.echo(f"plans applied: {report['plans_applied']} "
+                   f"({report['plans_applied_unvalidated']} unvalidated); "
+                   f"plans with no outcome yet: {report['plans_without_outcome']}")
     for title, key in (("plans by outcome", "plans_by_outcome"),
                        ("halts by canonical type", "halts_by_type"),
                        ("informational failures (never blocked)", "informational_failures"),

@@ -46,6 +46,7 @@ from .common import (
     open_store,
     print_table,
 )
+from .plans import terminal_state
 
 __all__ = ["audit", "checkpoint", "prove", "replay", "verify_against_checkpoint",
            "verify_checkpoint_command"]
@@ -74,7 +75,7 @@ def replay(plan_id: str, as_of: int | None, bundle_file: Path | None,
         [[str(s.position), s.type, s.phase or "-", _str(s.revision), _str(s.attempt),
           _str(s.retries_left), s.outcome or "-",
           f"{s.token['token_id'][-6:]} {s.token['status']}" if s.token else "-",
-          s.terminal or "-", s.summary] for s in steps],
+          terminal_state(s.document) or "-", s.summary] for s in steps],
     )
 
 

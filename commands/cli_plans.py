@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import click
 
+from projections.documents import Document
+
 from .audit import retries_left
 from .common import db_option, emit_json, json_option, open_plane, print_table
-from .history import plan_history, summarize
+from .history import plan_history, summaries
 from .inputs import json_or_file, text_or_file
 from .phases import enter_execute, record_strategy
-from .plans import create_plan, get_plan, list_plans
+from .plans import OUTCOMES, create_plan, get_plan, list_plans, terminal_state
 
 
 @click.group()
@@ -45,20 +47,23 @@ def create(plan_id: str, project: str, resources: tuple[str, ...], config: str |
 @click.option("--project", help="Only plans of this project.")
 @click.option("--phase", type=click.Choice(["strategize", "execute", "apply"]),
               help="Only plans in this phase.")
-@click.option("--outcome", help="Only plans whose last validation outcome is this.")
+@click.option("--outcome", type=click.Choice(OUTCOMES),
+              help="Only plans whose canonical outcome is this (escalate: awaiting a "
+                   "human decision).")
 @db_option
 @json_option
 def list_(project: str | None, phase: str | None, outcome: str | None, as_json: bool) -> None:
     """List plans."""
     plans = [p for p in list_plans(open_plane(), project=project)
-             if (phase is None or p["phase"] == phase)
-             and (outcome is None or p["last_outcome"] == outcome)]
+             if (phase is None or p.get("phase") == phase)
+             and (outcome is None or p.get("outcome") == outcome)]
     if as_json:
         emit_json({"plans": plans})
         return
     print_table(["plan", "project", "phase", "revision", "outcome", "terminal", "resources"],
-                [[p["plan_id"], p["project"], p["phase"], str(p["revision"]),
-                  p["last_outcome"] or "-", p["terminal"] or "-", " ".join(p["resources"])]
+                [[_text(p.get("plan_id")), _text(p.get("project")), _text(p.get("phase")),
+                  _text(p.get("revision")), _text(p.get("outcome")),
+                  _text(terminal_state(p)), " ".join(p.get("resources") or ()) or "-"]
                  for p in plans])
 
 
@@ -72,37 +77,72 @@ def show(plan_id: str, as_json: bool) -> None:
     if as_json:
         emit_json({"plan": doc})
         return
-    config = doc["global_config"]
-    halt = doc["halt"]
-    rows = [
-        ("plan", doc["plan_id"]),
-        ("project", doc["project"]),
-        ("resources", " ".join(doc["resources"])),
-        ("phase", doc["phase"]),
-        ("strategy revision", str(doc["revision"])),
-        ("attempt", str(doc["attempt"])),
-        ("iteration", f"{doc['iteration']} of {config['max_iterations']}"),
-        ("retries left", str(retries_left(config["retry_limit"], doc["retries_used"]))),
+    for key, value in plan_rows(plan_id, doc):
+        click.echo(f"{key.ljust(_WIDTH)}  {value}")
+    binding = doc.get("binding") or []
+    if binding:
+        click.echo()
+        click.echo(f"binding set ({len(binding)} pinned at Execute):")
+        print_table(["validation", "version", "mode", "scope", "resource", "attachment"],
+                    [[_text(b.get("validation")), _text(b.get("validation_version")),
+                      _text(b.get("mode")), _text(b.get("scope")), _text(b.get("resource")),
+                      _text(b.get("attachment_id"))] for b in binding])
+
+
+_WIDTH = len("strategy revisions used")  # the longest field name
+
+
+def _text(value: object) -> str:
+    """A document value as a cell: ``-`` for none."""
+    return "-" if value is None or value == "" else str(value)
+
+
+def _of(value: object, limit: object) -> str:
+    return "-" if value is None else f"{value} of {_text(limit)}"
+
+
+def plan_rows(plan_id: str, doc: Document) -> list[tuple[str, str]]:
+    """``plan show``'s field/value lines. Every member is read with a default: a plan
+    stream with no ``plan.created`` folds to ``{}``, and is still shown."""
+    if not doc:
+        return [("plan", plan_id),
+                ("state", "none: the stream has no plan.created (`evidence audit` reports "
+                          "it; `evidence plan history` shows its events)")]
+    get = doc.get
+    config = get("global_config") or {}
+    halt, token = get("halt") or {}, get("token") or {}
+    pending, compensation = get("pending_decision") or {}, get("compensation") or {}
+    used, limit = get("retries_used"), config.get("retry_limit")
+    last_outcome = _text(get("last_outcome"))
+    if get("unvalidated"):
+        last_outcome += " (no required validation ran)"
+    return [
+        ("plan", _text(get("plan_id"))),
+        ("project", _text(get("project"))),
+        ("resources", " ".join(get("resources") or ()) or "-"),
+        ("phase", _text(get("phase"))),
+        ("strategy revision", _text(get("revision"))),
+        ("attempt", _text(get("attempt"))),
+        ("iteration", _of(get("iteration"), config.get("max_iterations"))),
+        ("retries left", "-" if used is None or limit is None
+         else str(retries_left(limit, used))),
         ("strategy revisions used",
-         f"{doc['revisions_used']} of {config['max_strategy_revisions']}"),
-        ("pending decision", doc["pending_decision"]["decision_id"]
-         if doc["pending_decision"] else "-"),
-        ("token", f"{doc['token']['token_id']} ({doc['token']['status']})"
-         if doc["token"] else "-"),
-        ("strategy", doc["strategy"] or "-"),
-        ("gate checks", f"{doc['gate_checks']} ({doc['gate_failures']} failed)"),
-        ("tool calls", str(doc["tool_calls"])),
-        ("last outcome", doc["last_outcome"] or "-"),
-        ("informational failures", ", ".join(doc["informational_failures"]) or "-"),
-        ("halt", f"{halt['halt_type']} (raw {halt['raw_halt_type']}): {halt['reason']}"
-         if halt else "-"),
-        ("compensation", doc["compensation"]["status"] if doc["compensation"] else "-"),
-        ("terminal", doc["terminal"] or "-"),
-        ("global_config", " ".join(f"{k}={str(v).lower()}" for k, v in config.items())),
+         _of(get("revisions_used"), config.get("max_strategy_revisions"))),
+        ("pending decision", _text(pending.get("decision_id"))),
+        ("token", f"{token.get('token_id')} ({token.get('status')})" if token else "-"),
+        ("strategy", _text(get("strategy"))),
+        ("gate checks", f"{get('gate_checks', 0)} ({get('gate_failures', 0)} failed)"),
+        ("tool calls", str(get("tool_calls", 0))),
+        ("outcome", _text(get("outcome"))),
+        ("last outcome", last_outcome),
+        ("informational failures", ", ".join(get("informational_failures") or ()) or "-"),
+        ("halt", f"{halt.get('halt_type')} (raw {halt.get('raw_halt_type')}): "
+                 f"{halt.get('reason')}" if halt else "-"),
+        ("compensation", _text(compensation.get("status"))),
+        ("terminal", _text(terminal_state(doc))),
+        ("global_config", " ".join(f"{k}={str(v).lower()}" for k, v in config.items())
+         or "-"),
     ]
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        click.echo(f"{key.ljust(width)}  {value}")
 
 
 @plan.command("strategize")
@@ -139,12 +179,13 @@ def execute(plan_id: str, as_json: bool) -> None:
 def history(plan_id: str, as_json: bool) -> None:
     """The plan's timeline: every event with a one-line summary."""
     events = plan_history(open_plane(), plan_id)
+    lines = summaries(events)
     if as_json:
         emit_json({"plan_id": plan_id, "events": [
             {"position": e.position, "recorded_at": e.recorded_at, "actor": e.actor,
-             "type": e.type, "event_id": e.event_id, "summary": summarize(e.payload)}
-            for e in events]})
+             "type": e.type, "event_id": e.event_id, "summary": line}
+            for e, line in zip(events, lines, strict=True)]})
         return
     print_table(["pos", "recorded_at", "actor", "event", "summary"],
-                [[str(e.position), e.recorded_at, e.actor, e.type, summarize(e.payload)]
-                 for e in events])
+                [[str(e.position), e.recorded_at, e.actor, e.type, line]
+                 for e, line in zip(events, lines, strict=True)])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ledger import RecordedEvent
@@ -55,7 +55,8 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
     PlanCreated: lambda p: (f"created in Strategize (project {p.project}, "
                             f"resources {' '.join(p.resources)})"),
     StrategyRecorded: lambda p: f"strategy, revision {p.revision}: {_short(p.strategy)}",
-    ExecuteEntered: lambda p: f"entered Execute (revision {p.revision})",
+    ExecuteEntered: lambda p: (f"entered Execute (revision {p.revision}), "
+                               f"{len(p.binding)} validation(s) pinned"),
     GateChecked: _gate,
     AttemptFailed: lambda p: (f"attempt {p.attempt} iteration {p.iteration} failed "
                               f"({p.failure_class}): {p.reason}"),
@@ -69,7 +70,9 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
         f"{p.validation} [{p.mode}]: "
         + (("pass" if p.verdict else "fail") if p.verdict is not None
            else f"no verdict ({p.cause})") + (f" — {_short(p.message)}" if p.message else "")),
-    ValidationRunCompleted: lambda p: f"outcome {p.outcome} (rules v{p.rules_version})",
+    ValidationRunCompleted: lambda p: (f"outcome {p.outcome} (rules v{p.rules_version})"
+                                       + (", vacuous: no required validation ran"
+                                          if p.vacuous else "")),
     FixRecorded: lambda p: f"fix for attempt {p.attempt}: {_short(p.note)}",
     StrategyRevisionRequested: lambda p: f"strategy revision {p.revision}: {p.reason}",
     Escalated: lambda p: f"escalated: decision {p.decision_id} ({', '.join(p.options)})",
@@ -84,10 +87,28 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
 
 
 def summarize(payload: EventPayload) -> str:
+    """One event's line, from its payload alone."""
     describe = SUMMARIES.get(type(payload))
     if describe is not None:
         return describe(payload)
     return payload.type_name()
+
+
+def summaries(events: Sequence[RecordedEvent]) -> list[str]:
+    """The lines of one stream's events, in order: ``summarize``, and what a line needs
+    from the events before it — an Apply after a vacuous run (no required validation,
+    passed only because the plan opted out) is an *unvalidated* Apply."""
+    lines = []
+    vacuous = False
+    for event in events:
+        p = event.payload
+        if isinstance(p, ValidationRunCompleted):
+            vacuous = p.vacuous
+        if isinstance(p, PlanApplied) and vacuous:
+            lines.append(f"applied, unvalidated ({len(p.changed_paths)} path(s) changed)")
+        else:
+            lines.append(summarize(p))
+    return lines
 
 
 def plan_history(plane: Plane, plan_id: str) -> list[RecordedEvent]:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
 from ledger.events import GlobalConfig, PlanCreated
+from ledger.events.validation import Outcome
 from projections.documents import Document
 
 from .names import check_identifier, check_resource
 from .plane import CommandRefused, Plane, StreamState
+
+# The canonical outcome vocabulary (seed 001): a run's outcome, a halt's type.
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 
 def parse_global_config(raw: Mapping[str, Any] | None) -> GlobalConfig:
@@ -53,6 +57,9 @@ def create_plan(
 
 
 def get_plan(plane: Plane, plan_id: str) -> Document:
+    """The plan's document; ``{}`` for a plan stream with no ``plan.created`` (only a raw
+    append makes one: it is in the log, so it is shown, and ``evidence audit`` reports
+    it). Refused for a plan with no events at all."""
     found = plane.projections.document("plans", plan_id)
     if found is None:
         raise CommandRefused(f"unknown plan {plan_id!r}")
@@ -60,7 +67,19 @@ def get_plan(plane: Plane, plan_id: str) -> Document:
 
 
 def list_plans(plane: Plane, *, project: str | None = None) -> list[Document]:
+    """Every plan's document, by plan id; one whose stream has no ``plan.created`` is
+    listed as ``{"plan_id": ID}``."""
     plane.projections.catch_up()
-    if project is None:
-        return plane.projections.documents("plans")
-    return plane.projections.documents("plans", lambda t: t.c.project == project)
+    where = [] if project is None else [lambda t: t.c.project == project]
+    return [doc or {"plan_id": key}
+            for key, doc in plane.projections.keyed_documents("plans", *where).items()]
+
+
+def terminal_state(doc: Document) -> str | None:
+    """The plan's terminal state as shown everywhere: ``applied``, ``applied
+    (unvalidated)`` when the run its token came from had no required validation (a plan
+    created with ``require_validation: false``), ``failed``, or None."""
+    terminal = doc.get("terminal")
+    if terminal == "applied" and doc.get("unvalidated"):
+        return "applied (unvalidated)"
+    return terminal

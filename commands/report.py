@@ -23,8 +23,6 @@ import ledger
 from ledger import LogReader, RecordedEvent
 from ledger.bundle import BundleReport
 from ledger.events import (
-    ApproverKeyAdded,
-    ApproverKeyRevoked,
     DecisionRecorded,
     Escalated,
     FixRecorded,
@@ -37,15 +35,17 @@ from ledger.events import (
     ValidationRunCompleted,
     ValidationRunStarted,
 )
-from ledger.signing import SigningError, decision_record, public_key_from_b64, verify_record
 from ledger.timestamps import utc_now
 from ledger.verify import VerifyReport
+from projections.documents import Document, fold_approver
 from projections.outcomes import RULES_VERSION, classify
 
 from .audit import AuditReport, replay_plan
 from .audit import audit as run_audit
-from .history import summarize
+from .authority import ApproverKey, decision_problem
+from .history import summaries
 from .plane import CommandRefused
+from .plans import terminal_state
 
 __all__ = [
     "PlanReport",
@@ -111,6 +111,18 @@ class RunRow(msgspec.Struct, kw_only=True):
     rules_version: int | None
     rederived: str | None  # the outcome by the current rules
     results: list[ResultRow]
+    vacuous: bool = False  # no required validation ran (recorded at completion)
+
+
+class BindingRow(msgspec.Struct, kw_only=True):
+    """One member of the plan's binding set, pinned at Execute."""
+
+    validation: str | None
+    version: int | None
+    mode: str | None
+    scope: str | None
+    resource: str | None
+    attachment_id: str | None
 
 
 class DecisionRow(msgspec.Struct, kw_only=True):
@@ -177,9 +189,12 @@ class PlanReport(msgspec.Struct, kw_only=True):
     phase: str | None
     revision: int | None
     attempt: int | None
-    outcome: str | None
-    terminal: str | None
+    outcome: str | None  # the plan's canonical outcome (seed 001), as its document has it
+    last_outcome: str | None  # the last validation run's
+    terminal: str | None  # applied, applied (unvalidated), failed
+    unvalidated: bool  # the last run had no required validation (require_validation false)
     strict_mode: bool | None
+    binding: list[BindingRow]  # the binding set pinned at Execute
     source: str
     size: int  # the log was read as of this position
     root: str
@@ -218,19 +233,13 @@ def gather_report(
     events = source.read_stream(f"plan:{plan_id}", as_of=size)
     if not events:
         raise CommandRefused(f"unknown plan {plan_id!r}")
-    try:
-        steps = replay_plan(source, plan_id, as_of=size)
-        doc = steps[-1].document
-        timeline = [TimelineRow(position=s.position, recorded_at=s.recorded_at,
-                                actor=s.actor, type=s.type, phase=s.phase, summary=s.summary)
-                    for s in steps]
-    except (KeyError, TypeError):
-        # A stream the plan fold cannot read (forged, e.g. no plan.created first): the
-        # report must still show it; the audit reports what is wrong with it.
-        doc = {}
-        timeline = [TimelineRow(position=e.position, recorded_at=e.recorded_at, actor=e.actor,
-                                type=e.type, phase=None, summary=summarize(e.payload))
-                    for e in events]
+    # The plan fold is total: a forged stream (no plan.created first, say) folds to what
+    # it can, the report shows it, and the audit below says what is wrong with it.
+    steps = replay_plan(source, plan_id, as_of=size)
+    doc = steps[-1].document
+    timeline = [TimelineRow(position=s.position, recorded_at=s.recorded_at, actor=s.actor,
+                            type=s.type, phase=s.phase, summary=line)
+                for s, line in zip(steps, summaries(events), strict=True)]
     if callable(verification):
         verification = verification()
     if audit_report is None:
@@ -239,10 +248,12 @@ def gather_report(
         audit_report = audit_report()
     config = doc.get("global_config") or {}
     return PlanReport(
-        plan_id=plan_id, project=doc.get("project"), resources=list(doc.get("resources", [])),
+        plan_id=plan_id, project=doc.get("project"), resources=list(doc.get("resources") or ()),
         phase=doc.get("phase"), revision=doc.get("revision"), attempt=doc.get("attempt"),
-        outcome=doc.get("last_outcome"), terminal=doc.get("terminal"),
-        strict_mode=config.get("strict_mode"), source=source_label, size=size,
+        outcome=doc.get("outcome"), last_outcome=doc.get("last_outcome"),
+        terminal=terminal_state(doc), unvalidated=bool(doc.get("unvalidated")),
+        strict_mode=config.get("strict_mode"), binding=_binding(doc),
+        source=source_label, size=size,
         root=head.root.hex(), generated_at=generated_at or utc_now(),
         timeline=timeline,
         gates=_gates(events), runs=_runs(events), decisions=_decisions(source, events, size),
@@ -254,6 +265,13 @@ def gather_report(
                                    detail=f"expected {v.expected}; found {v.found}")
                         for v in audit_report.violations]),
     )
+
+
+def _binding(doc: Document) -> list[BindingRow]:
+    return [BindingRow(validation=b.get("validation"), version=b.get("validation_version"),
+                       mode=b.get("mode"), scope=b.get("scope"), resource=b.get("resource"),
+                       attachment_id=b.get("attachment_id"))
+            for b in doc.get("binding") or ()]
 
 
 def _verification(v: Verification) -> VerificationSummary:
@@ -312,6 +330,7 @@ def _runs(events: list[RecordedEvent]) -> list[RunRow]:
         elif isinstance(p, ValidationRunCompleted) and p.run_id in runs:
             run = runs[p.run_id]
             run.outcome, run.rules_version = p.outcome, p.rules_version
+            run.vacuous = p.vacuous
             # Shown next to the recorded outcome so drift is visible at a glance.
             run.rederived = classify(msgspec.to_builtins(r) for r in recorded[p.run_id])[0]
     return list(runs.values())
@@ -345,38 +364,20 @@ def _decisions(source: LogReader, events: list[RecordedEvent], size: int) -> lis
 
 def _signature_status(source: LogReader, event: RecordedEvent,
                       escalation: RecordedEvent | None, size: int) -> str:
-    """Re-check the decision's Ed25519 signature as an auditor would: against the
-    approver key registered in the log before the decision, over the record pinned to
-    the escalation's chain hash."""
+    """Re-check the decision's Ed25519 signature as the plane does
+    (``authority.decision_problem``): by the approver key registered in the log before
+    the decision, over the record pinned to the escalation's leaf hash (which a bundle
+    carries too). ``verified``, or the rule the decision breaks."""
     p: DecisionRecorded = event.payload  # type: ignore[assignment]
-    if escalation is None:
-        return "no escalation before it"
-    # A bundle authenticates through the Merkle tree and carries no chain hashes: there
-    # the signature is still checked, the pin to the escalation's chain hash cannot be.
-    pinned = bool(escalation.chain_hash)
-    if pinned and escalation.chain_hash.hex() != p.escalation_hash:
-        return "escalation hash mismatch"
-    key: str | None = None
-    revoked = False
+    approver: Document = {}
     for e in source.read_stream(f"approver:{p.approver}", as_of=min(event.position, size)):
-        a = e.payload
-        if isinstance(a, ApproverKeyAdded) and a.fingerprint == p.key_fingerprint:
-            key, revoked = a.public_key, False
-        elif isinstance(a, ApproverKeyRevoked) and a.fingerprint == p.key_fingerprint:
-            revoked = True
-    if key is None:
-        return "key not registered for this approver"
-    if revoked:
-        return "key revoked before the decision"
-    try:
-        record = decision_record(p.decision_id, p.plan_id, p.choice, p.guidance,
-                                 p.escalation_hash, p.signed_at)
-        ok = verify_record(public_key_from_b64(key), record, p.signature, domain="decision")
-    except SigningError as exc:
-        return f"cannot check: {exc}"
-    if not ok:
-        return "signature does not verify"
-    return "verified" if pinned else "verified (escalation pin not checkable: no chain hashes)"
+        approver = fold_approver(approver, e.payload)
+    key = (approver.get("keys") or {}).get(p.key_fingerprint)
+    problem = decision_problem(
+        p, escalation.leaf_hash if escalation is not None else None,
+        ApproverKey(approver.get("name", ""), key["public_key"], key["status"])
+        if key else None)
+    return "verified" if problem is None else f"broken: expected {problem}"
 
 
 def _tokens(events: list[RecordedEvent]) -> list[TokenRow]:
@@ -439,7 +440,8 @@ footer{margin-top:32px;color:#6b7480;font-size:12px}
 _OK = {"pass", "verified", "ok", "applied", "consumed"}
 _BAD = {"fail", "blocker", "failed", "internal_error", "validator_error",
         "environment_error", "FAILED"}
-_WARN = {"escalate", "pending", "minted", "superseded", "revise", "abandon"}
+_WARN = {"escalate", "pending", "minted", "superseded", "revise", "abandon",
+         "applied (unvalidated)", "vacuous"}
 
 
 def _e(value: Any) -> str:
@@ -453,9 +455,9 @@ def _yes_no(value: bool | None) -> str | None:
 
 def _badge(value: Any) -> str:
     text = "-" if value is None else str(value)
-    if text in _OK or text.startswith("verified ("):
+    if text in _OK:
         kind = "ok"
-    elif text in _BAD or text.startswith("no verdict"):
+    elif text in _BAD or text.startswith(("no verdict", "broken:")):
         kind = "bad"
     else:
         kind = "warn" if text in _WARN else "muted"
@@ -493,6 +495,15 @@ def _section(ident: str, title: str, body: str) -> str:
     return f'<section id="{ident}"><h2>{_e(title)}</h2>{body}</section>'
 
 
+def _terminal(r: PlanReport) -> str:
+    if not r.terminal:
+        return _e("not terminal")
+    if r.terminal.endswith("(unvalidated)"):
+        return (_badge(r.terminal) + " " + _e("Apply after a run in which no required "
+                                             "validation ran (require_validation: false)"))
+    return _badge(r.terminal)
+
+
 def render_html(report: PlanReport) -> str:
     """The report as one self-contained HTML page."""
     r = report
@@ -505,11 +516,16 @@ def render_html(report: PlanReport) -> str:
         ("revision / attempt", f"{_e(r.revision)} / {_e(r.attempt)}"),
         ("strict mode", _e(_yes_no(r.strict_mode))),
         ("outcome", _badge(r.outcome)),
-        ("terminal state", _badge(r.terminal) if r.terminal else _e("not terminal")),
+        ("terminal state", _terminal(r)),
         ("log", f"{_e(r.source or 'ledger')} as of position {_e(r.size)}, root "
                 f"{_code(r.root)}"),
         ("verification", _badge("verified" if verified else "FAILED")),
     ])
+    header += "<h3>Binding set (pinned at Execute)</h3>" + _table(
+        ["validation", "version", "mode", "scope", "resource", "attachment"],
+        [[_e(b.validation), _e(b.version), _e(b.mode), _e(b.scope), _code(b.resource),
+          _code(b.attachment_id)] for b in r.binding],
+        empty="no validation pinned")
 
     timeline = _table(
         ["pos", "time", "actor", "event", "phase", "summary"],
@@ -556,15 +572,17 @@ def render_html(report: PlanReport) -> str:
           _e(t.minted_at), _nw(t.issued_at), _nw(t.expires_at), _e(t.consumed_at)]
          for t in r.tokens], empty="no token minted")
 
-    outcome = _dl([("last outcome", _badge(r.outcome)),
-                   ("terminal state", _badge(r.terminal) if r.terminal
-                    else _e("not terminal"))])
+    outcome = _dl([("outcome", _badge(r.outcome)),
+                   ("last run's outcome", _badge(r.last_outcome)
+                    + (_e(" — no required validation ran") if r.unvalidated else "")),
+                   ("terminal state", _terminal(r))])
     outcome += "<h3>Runs</h3>" + _table(
         ["run", "pos", "attempt / revision", "attachments", "recorded outcome",
          f"re-derived (rules v{RULES_VERSION})"],
         [[_code(x.run_id), _e(x.position), _e(f"{x.attempt} / {x.revision}"),
           _e(x.resolved),
-          (_badge(x.outcome) + _e(f" (rules v{x.rules_version})")) if x.outcome
+          (_badge(x.outcome) + _e(f" (rules v{x.rules_version})")
+           + (" " + _badge("vacuous") if x.vacuous else "")) if x.outcome
           else _e("open"),
           _badge(x.rederived)] for x in r.runs], empty="no validation runs")
     outcome += "<h3>Halts</h3>" + _table(

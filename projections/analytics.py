@@ -5,11 +5,15 @@ keeps rows, not one document per stream. Each table is ``rm_analytics_<part>``:
 
 - ``plans``: one row per plan: ``project`` (from ``plan.created``), the first and last
   position of its events, and its totals: ``attempts`` (highest run attempt),
-  ``failed_attempts``, ``strategy_revisions``, ``outcome`` (last run's canonical outcome,
-  or ``applied``), ``halt_type`` (canonical) and ``raw_halt_type`` of its last halt.
+  ``failed_attempts``, ``strategy_revisions``, ``outcome`` (the plan's canonical outcome,
+  as its document has it: the last run's, overridden by a halt's type, cleared by a
+  ``revise`` decision; only the six values of seed 001, or null), ``halt_type``
+  (canonical) and ``raw_halt_type`` of its last halt, ``unvalidated`` (1 when its last
+  completed run had no required validation) and ``applied`` (``validated`` or
+  ``unvalidated`` once applied, else null).
 - ``plan_facts``: one row per lifecycle event (``run_started``, ``run_completed``,
-  ``attempt_failed``, ``strategy_revision``, ``halted``, ``applied``) with its
-  position, so totals over any ``--since`` window are one ``GROUP BY``.
+  ``attempt_failed``, ``strategy_revision``, ``halted``, ``revised``, ``applied``) with
+  its position, so totals over any ``--since`` window are one ``GROUP BY``.
 - ``runs``: one row per attachment resolved for a validation run: validation, args
   (canonical JSON) and their SHA-256, the input digest (the resource's tree digest
   when the run started). State for ``results``; also a record of what ran.
@@ -39,7 +43,8 @@ from ledger.store import WriteTx
 
 from .engine import AggregateProjection, Part
 
-VERSION = 1
+VERSION = 2  # 2: outcome as the plan document's (halts, revise), revised facts, applies
+# validated or unvalidated
 
 _TEXT = sa.Text()
 _INT = sa.BigInteger()
@@ -47,14 +52,14 @@ _SHORT = sa.String(32)
 
 PLAN_COLUMNS = ("plan", "project", "first_position", "last_position", "attempts",
                 "failed_attempts", "strategy_revisions", "outcome", "halt_type",
-                "raw_halt_type")
+                "raw_halt_type", "unvalidated", "applied")
 
 PARTS = (
     Part("plans", (
         ("plan", _TEXT), ("project", _TEXT), ("first_position", _INT),
         ("last_position", _INT), ("attempts", _INT), ("failed_attempts", _INT),
         ("strategy_revisions", _INT), ("outcome", _SHORT), ("halt_type", _SHORT),
-        ("raw_halt_type", _TEXT),
+        ("raw_halt_type", _TEXT), ("unvalidated", _INT), ("applied", _SHORT),
     ), primary_key=("plan",), indexes=(("project",), ("last_position",))),
     Part("plan_facts", (
         ("position", _INT), ("plan", _TEXT), ("project", _TEXT), ("fact", _SHORT),
@@ -130,7 +135,7 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
         if plan is None:
             plan = plans[plan_id] = dict.fromkeys(PLAN_COLUMNS)
             plan.update(plan=plan_id, first_position=position, attempts=0,
-                        failed_attempts=0, strategy_revisions=0)
+                        failed_attempts=0, strategy_revisions=0, unvalidated=0)
         plan["last_position"] = position
         if kind == "plan.created" and plan["project"] is None:
             plan["project"] = p.project
@@ -158,7 +163,7 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
                             p.validation, p.mode, verdict_label(p.verdict), p.duration_ms,
                             *key))
         elif kind == "validation.run_completed":
-            plan["outcome"] = p.outcome
+            plan["outcome"], plan["unvalidated"] = p.outcome, int(p.vacuous)
             facts.append((position, plan_id, project, "run_completed", p.attempt, p.outcome,
                           None))
             informational.extend((position, seq, plan_id, project, p.run_id, name)
@@ -172,11 +177,16 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
             facts.append((position, plan_id, project, "strategy_revision", None, None, None))
         elif kind == "plan.halted":
             plan["halt_type"], plan["raw_halt_type"] = p.halt_type, p.raw_halt_type
+            plan["outcome"] = p.halt_type  # a halt's type is the plan's canonical outcome
             facts.append((position, plan_id, project, "halted", p.attempt, p.halt_type,
                           p.raw_halt_type))
+        elif kind == "plan.decision_recorded" and p.choice == "revise":
+            plan["outcome"] = None  # back to Strategize: no outcome until the next run
+            facts.append((position, plan_id, project, "revised", None, None, None))
         elif kind == "plan.applied":
-            plan["outcome"] = "applied"
-            facts.append((position, plan_id, project, "applied", None, "applied", None))
+            plan["applied"] = "unvalidated" if plan["unvalidated"] else "validated"
+            facts.append((position, plan_id, project, "applied", None, plan["applied"],
+                          None))
         elif kind == "gate.checked":
             deviations.extend((position, seq, plan_id, project, p.gate, p.tool, d.kind,
                                d.pointer) for seq, d in enumerate(p.deviations))

@@ -534,16 +534,18 @@ class ProjectionEngine:
         with self.store.engine.connect() as conn:
             return [_decode(doc) for (doc,) in conn.execute(query)]
 
-    def keyed_documents(self, name: str) -> dict[str, Document]:
-        """Every current document of a projection, by key (the stream's id); for an
-        aggregate, every row keyed ``part/primary key``."""
+    def keyed_documents(self, name: str, *where: Any) -> dict[str, Document]:
+        """Every current document of a projection, by key (the stream's id), filtered as
+        ``documents`` filters; for an aggregate, every row keyed ``part/primary key``."""
         p = self.projections[name]
         if isinstance(p, AggregateProjection):
             return self._aggregate_rows(p)
         t = p.table()
+        query = sa.select(t.c.key, t.c.doc).order_by(t.c.key)
+        for condition in where:
+            query = query.where(condition(t))
         with self.store.engine.connect() as conn:
-            return {key: _decode(doc) for key, doc in
-                    conn.execute(sa.select(t.c.key, t.c.doc).order_by(t.c.key))}
+            return {key: _decode(doc) for key, doc in conn.execute(query)}
 
     def fold_as_of(self, name: str, position: int) -> dict[str, Document]:
         """The projection's documents as of ``position``, folded in memory (pure); an

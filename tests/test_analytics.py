@@ -362,7 +362,9 @@ def test_stats_aggregates(db_url: str) -> None:
         {"validation": v, "args": {"level": 2}, "input_digest": "d1", "pass": 1, "fail": 1}
         for v in ("lint", "style")
     ]
-    assert report["plans_by_outcome"] == {"pass": 2}
+    # F's last run passed, then it halted on a blocker (a halt's type is the outcome).
+    assert report["plans_by_outcome"] == {"blocker": 1, "pass": 1}
+    assert (report["plans_applied"], report["plans_without_outcome"]) == (0, 0)
     assert report["halts_by_type"] == {"blocker": 1}
     assert report["informational_failures"] == {"style": 1}
     assert report["deviations_by_kind"] == {"extra_field": 1, "wrong_type": 1}

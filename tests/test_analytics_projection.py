@@ -34,8 +34,11 @@ from .test_analytics import _run, _stats_ledger, stats_appends
 def one_pass_stats(store: ledger.Store, *, project: str | None = None,
                    since: int = 1) -> dict[str, Any]:
     """The test oracle: `stats` as it was before the projection, one streaming pass over
-    the log (kept verbatim but for names). Its one documented difference: a flaky key
-    needs the run to have started at or after ``since``."""
+    the log (kept verbatim but for names, and the outcome vocabulary of seed 001: a
+    plan's outcome is its last run's, overridden by a halt's type and cleared by a revise
+    decision; an Apply is counted apart, unvalidated after a vacuous run). Its one
+    documented difference: a flaky key needs the run to have started at or after
+    ``since``."""
     head = store.head().size
     projects = {e.payload.plan_id: e.payload.project
                 for e in store.read_all(1, to_position=head, types=["plan.created"])}
@@ -48,17 +51,23 @@ def one_pass_stats(store: ledger.Store, *, project: str | None = None,
     informational: Counter[str] = Counter()
     by_kind: Counter[str] = Counter()
     by_tool: Counter[str] = Counter()
-    for event in store.read_all(since, to_position=head):
+    vacuous: dict[str, bool] = {}  # plan -> its last completed run had no required one
+    for event in store.read_all(1, to_position=head):
         p = event.payload
         plan_id = getattr(p, "plan_id", None)
         if plan_id is None or not event.stream.startswith("plan:"):
+            continue
+        was_vacuous = vacuous.get(plan_id, False)
+        if event.type == "validation.run_completed":
+            vacuous[plan_id] = p.vacuous
+        if event.position < since:
             continue
         if project is not None and projects.get(plan_id) != project:
             continue
         plan = plans.setdefault(plan_id, {
             "plan": plan_id, "project": projects.get(plan_id), "attempts": 0,
             "failed_attempts": 0, "strategy_revisions": 0, "outcome": None,
-            "halt_type": None,
+            "applied": None, "halt_type": None,
         })
         t = event.type
         if t == "validation.run_started":
@@ -84,9 +93,11 @@ def one_pass_stats(store: ledger.Store, *, project: str | None = None,
             plan["strategy_revisions"] += 1
         elif t == "plan.halted":
             halts[p.halt_type] += 1
-            plan["halt_type"] = p.halt_type
+            plan["halt_type"] = plan["outcome"] = p.halt_type
+        elif t == "plan.decision_recorded" and p.choice == "revise":
+            plan["outcome"] = None
         elif t == "plan.applied":
-            plan["outcome"] = "applied"
+            plan["applied"] = "unvalidated" if was_vacuous else "validated"
         elif t == "gate.checked":
             for d in p.deviations:
                 by_kind[d.kind] += 1
@@ -109,7 +120,12 @@ def one_pass_stats(store: ledger.Store, *, project: str | None = None,
              "pass": c["pass"], "fail": c["fail"]}
             for (v, a, digest), c in sorted(flaky.items()) if c["pass"] and c["fail"]
         ],
-        "plans_by_outcome": dict(Counter(p["outcome"] or "none" for p in plans.values())),
+        "plans_by_outcome": dict(Counter(p["outcome"] for p in plans.values()
+                                         if p["outcome"] is not None)),
+        "plans_without_outcome": sum(p["outcome"] is None for p in plans.values()),
+        "plans_applied": sum(p["applied"] is not None for p in plans.values()),
+        "plans_applied_unvalidated": sum(p["applied"] == "unvalidated"
+                                         for p in plans.values()),
         "halts_by_type": dict(halts),
         "plans": sorted(plans.values(), key=lambda p: p["plan"]),
         "informational_failures": dict(informational),
@@ -166,7 +182,10 @@ def test_stats_equal_the_one_pass_fold(db_url: str) -> None:
         report = analytics.stats(store)
         # Hand-checked, against a mistake both computations would share.
         assert report["tree_size"] == head
-        assert report["plans_by_outcome"] == {"pass": 1, "applied": 1, "blocker": 1}
+        # F: a pass, then a blocker halt; G: a pass, then Apply; H: a blocker.
+        assert report["plans_by_outcome"] == {"blocker": 2, "pass": 1}
+        assert (report["plans_applied"], report["plans_applied_unvalidated"],
+                report["plans_without_outcome"]) == (1, 0, 0)
         assert report["deviations_by_kind"] == {"extra_field": 1, "wrong_type": 1,
                                                 "enum_mismatch": 1}
         assert report["deviations_by_tool"] == {"deploy": 2, "fmt": 1}
@@ -174,7 +193,8 @@ def test_stats_equal_the_one_pass_fold(db_url: str) -> None:
         h = next(p for p in report["plans"] if p["plan"] == "H")
         assert (h["project"], h["attempts"], h["outcome"]) == ("px", 1, "blocker")
         g = next(p for p in report["plans"] if p["plan"] == "G")
-        assert (g["strategy_revisions"], g["outcome"]) == (1, "applied")
+        assert (g["strategy_revisions"], g["outcome"], g["applied"]) == (1, "pass",
+                                                                         "validated")
         # Every window: the same numbers as the one pass (flaky aside: see the oracle).
         for since in range(1, head + 2):
             got, want = analytics.stats(store, since=since), one_pass_stats(store, since=since)
