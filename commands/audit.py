@@ -36,7 +36,6 @@ from ledger.events import (
     ValidationRunStarted,
 )
 from ledger.events.validation import ResolvedAttachment
-from ledger.signing import SigningError, verify_record
 from projections import ALL_PROJECTIONS, ProjectionEngine
 from projections.documents import Document, fold, stream_kind
 from projections.engine import ReadModelCheck
@@ -44,7 +43,7 @@ from projections.outcomes import RULES_VERSION, canonical_halt, classify
 from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
 
-from .authority import ApproverKey, decision_problem, endorsed
+from .authority import ApproverKey, decision_problem, endorsed, token_signed
 from .history import summarize
 from .lifecycle import results_digest
 from .plane import CommandRefused
@@ -484,6 +483,9 @@ class _Auditor:
 
     def check_token(self, plan_id: str, pos: int, walk: _PlanWalk, p: TokenMinted) -> None:
         self.count("INV1")
+        if p.token_id in walk.minted:  # a replayed mint would revive a superseded token
+            self.violation(pos, plan_id, "ordering", f"token {p.token_id} is minted once",
+                           f"it was minted at position {walk.minted[p.token_id]} already")
         walk.minted.setdefault(p.token_id, pos)
         run = walk.runs.get(p.run_id)
         last = walk.last_completed
@@ -551,14 +553,7 @@ class _Auditor:
         if self.plane_public_key is None:
             return  # not checkable without the plane's public key
         self.count("token_signature")
-        claims = {"token_id": p.token_id, "plan_id": p.plan_id, "attempt": p.attempt,
-                  "results_digest": p.results_digest, "issued_at": p.issued_at,
-                  "expires_at": p.expires_at}
-        try:
-            ok = verify_record(self.plane_public_key, claims, p.signature, domain="token")
-        except (SigningError, ValueError):
-            ok = False
-        if not ok:
+        if not token_signed(p, self.plane_public_key):
             self.violation(pos, plan_id, "token_signature", f"token {p.token_id} signed by "
                            "the plane key", "its signature does not verify")
 

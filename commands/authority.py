@@ -34,6 +34,7 @@ from ledger.events import (
     Escalated,
     ExecuteEntered,
     ResolvedAttachment,
+    TokenMinted,
     ToolRegistered,
     ValidationRegistered,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "TamperedPlan",
     "decision_problem",
     "endorsed",
+    "token_signed",
 ]
 
 APPROVER_TYPES = (ApproverKeyAdded.type_name(), ApproverKeyRevoked.type_name())
@@ -120,7 +122,7 @@ class StreamState:
 
 # Checked plan prefixes, shared by every Authority of one Plane: events never change, so a
 # prefix checked once stays checked (a long-lived plane reads only what is new).
-Checked = dict[str, tuple[int, Document]]
+Checked = dict[str, tuple[int, Document, frozenset[str]]]  # version, doc, token ids
 
 
 @dataclass
@@ -217,13 +219,17 @@ class Authority:
 
     def _plan(self, stream: str) -> StreamState:
         plan_id = stream.partition(":")[2]
-        version, doc = self._checked.get(stream, (0, {}))
+        version, doc, tokens = self._checked.get(stream, (0, {}, frozenset()))
         events = self.source.read_stream(stream, version + 1)
+        minted = set(tokens)
         for event in events:
             p = event.payload
             rule = broken_rule(stream, doc, p)
             if rule is None and isinstance(p, ExecuteEntered):
                 rule = self._binding_problem(doc, p, event.position)
+            if rule is None and isinstance(p, TokenMinted):
+                rule = self._token_problem(p, minted)
+                minted.add(p.token_id)
             if rule is None and isinstance(p, DecisionRecorded):
                 rule = decision_problem(
                     p, self._escalation_leaf(stream, p.decision_id),
@@ -232,8 +238,17 @@ class Authority:
                 raise TamperedPlan(plan_id, event.position, rule)
             doc = fold(stream, doc, p)
             version = event.stream_version
-        self._checked[stream] = (version, doc)
+        self._checked[stream] = (version, doc, frozenset(minted))
         return StreamState(stream, doc, version, self)
+
+    def _token_problem(self, p: TokenMinted, minted: set[str]) -> str | None:
+        """A token is minted once (a replayed mint would revive a superseded token), and
+        by the plane key (its signature over the claims)."""
+        if p.token_id in minted:
+            return f"token {p.token_id} is minted once"
+        if self._plane_key is not None and not token_signed(p, self._plane_key()):
+            return f"token {p.token_id} is signed by the plane key"
+        return None
 
     def _binding_problem(self, doc: Document, p: ExecuteEntered, position: int) -> str | None:
         pinned = [msgspec.convert(b, ResolvedAttachment) for b in doc["binding"]]
@@ -255,6 +270,17 @@ def endorsed(p: ApproverKeyAdded, plane_public_key: Ed25519PublicKey) -> bool:
         return verify_record(plane_public_key,
                              approver_record(p.name, p.public_key, p.fingerprint),
                              p.endorsement, domain="approver")
+    except (SigningError, ValueError):
+        return False
+
+
+def token_signed(p: TokenMinted, plane_public_key: Ed25519PublicKey) -> bool:
+    """Whether the plane key signed this token's claims (the token's own signature)."""
+    claims = {"token_id": p.token_id, "plan_id": p.plan_id, "attempt": p.attempt,
+              "results_digest": p.results_digest, "issued_at": p.issued_at,
+              "expires_at": p.expires_at}
+    try:
+        return verify_record(plane_public_key, claims, p.signature, domain="token")
     except (SigningError, ValueError):
         return False
 

@@ -156,7 +156,7 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
     if isinstance(payload, ExecuteEntered):
         # The first Execute starts attempt 1; a failed attempt already moved to the next.
         return {**doc, "phase": "execute", "attempt": max(doc["attempt"], 1), "iteration": 1,
-                "retries_used": 0, "needs_fix": False,
+                "retries_used": 0, "needs_fix": False, "token": _superseded(doc["token"]),
                 "binding": [msgspec.to_builtins(b) for b in payload.binding]}
     if isinstance(payload, GateChecked):
         changed = {"gate_checks": doc["gate_checks"] + 1,
@@ -178,13 +178,15 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
                 "token": _superseded(doc["token"])}
     if isinstance(payload, StrategyRevisionRequested):
         return {**doc, "phase": "strategize", "revision": payload.revision, "strategy": None,
-                "revisions_used": doc["revisions_used"] + 1, "halt": None}
+                "revisions_used": doc["revisions_used"] + 1, "halt": None,
+                "token": _superseded(doc["token"])}
     if isinstance(payload, Escalated):
         return {**doc, "pending_decision": {"decision_id": payload.decision_id,
                                             "options": list(payload.options),
-                                            "reason": payload.reason}}
+                                            "reason": payload.reason},
+                "token": _superseded(doc["token"])}
     if isinstance(payload, DecisionRecorded):
-        decided = {**doc, "pending_decision": None,
+        decided = {**doc, "pending_decision": None, "token": _superseded(doc["token"]),
                    "decisions": {**doc["decisions"], payload.decision_id: payload.choice}}
         if payload.choice == "revise":
             return {**decided, "phase": "strategize", "revision": doc["revision"] + 1,
@@ -220,13 +222,16 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
         halt = {"halt_type": payload.halt_type, "raw_halt_type": payload.raw_halt_type,
                 "reason": payload.reason, "hint": payload.hint, "terminal": payload.terminal}
         return {**doc, "halt": halt, "outcome": payload.halt_type,
+                "token": _superseded(doc["token"]),
                 "terminal": "failed" if payload.terminal else doc["terminal"]}
     return doc
 
 
 def _superseded(token: Document | None) -> Document | None:
-    """A minted, unused token stops being valid when the work or its evidence moves on:
-    a new run, a fix or a tool call (INV1: nothing may invalidate what it was minted on)."""
+    """A minted, unused token stops being valid when the work, its evidence or the plan's
+    course moves on: a new run, a fix, a tool call, a halt, an escalation or a decision, a
+    strategy revision, a new Execute (INV1: nothing may invalidate what it was minted
+    on; seed 001: a token is never handed on across an escalation)."""
     if token is not None and token["status"] == "minted":
         return {**token, "status": "superseded"}
     return token

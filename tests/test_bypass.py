@@ -597,3 +597,37 @@ def test_resolve_shows_the_pinned_set_next_to_todays_resolution(plane: Plane,
                    "--db", plane.store.url)
     assert "binding set, pinned at Execute (1)" in table.stdout
     assert pinned["attachment_id"] in table.stdout
+
+
+# -- a token does not outlive what it was minted on ------------------------------------------
+
+
+def test_a_halt_after_a_pass_supersedes_its_token(plane: Plane, tmp_path: Path) -> None:
+    project = status_plan(plane, tmp_path, {})
+    (project / "status.txt").write_text("good\n")
+    token = validate_plan(plane, "P-1").token
+    assert token
+    record_halt(plane, "P-1", "validation_failed", "the orchestrator saw it break")
+    with pytest.raises(CommandRefused, match="moved on"):
+        apply_plan(plane, "P-1", token)
+    assert audit(plane.store).ok
+
+
+def test_a_replayed_mint_does_not_revive_a_superseded_token(plane: Plane,
+                                                            tmp_path: Path) -> None:
+    """The plane's genuine passing run and token, copied after a fix superseded them."""
+    project = status_plan(plane, tmp_path, {})
+    (project / "status.txt").write_text("good\n")
+    token = validate_plan(plane, "P-1").token
+    assert token
+    record_fix(plane, "P-1", "one more change")  # the token is superseded
+    stream = plane.store.read_stream("plan:P-1")
+    run = [e.payload for e in stream if e.type in (
+        "validation.run_started", "validation.result_recorded", "validation.run_completed",
+        "plan.token_minted")]
+    run_id = "01J0000000000000000000000Z"
+    replayed = [msgspec.structs.replace(p, run_id=run_id) for p in run]
+    positions = forge(plane.store, "plan:P-1", *replayed)
+    with pytest.raises(TamperedPlan, match="minted once"):
+        apply_plan(plane, "P-1", token)
+    assert "ordering" in _invariants_at(plane, positions[-1])
