@@ -63,10 +63,11 @@ print(json.dumps({"passed": ok, "message": "status is good" if ok else "status i
 """
 
 
-def status_plan(plane: Plane, tmp_path: Path, config: dict) -> Path:
+def status_plan(plane: Plane, tmp_path: Path, config: dict, *, execute: bool = True) -> Path:
     """Plan P-1 in Execute on a project whose required validation passes only when
     status.txt says "good" (it says "bad"), with approver alice registered; the key
-    pair is alice.key / alice.key.pub in ``tmp_path``. Returns the project directory."""
+    pair is alice.key / alice.key.pub in ``tmp_path``. Returns the project directory.
+    With ``execute=False`` it stays in Strategize, its strategy recorded."""
     project = tmp_path / "proj"
     project.mkdir()
     (project / "status.txt").write_text("bad\n")
@@ -76,7 +77,8 @@ def status_plan(plane: Plane, tmp_path: Path, config: dict) -> Path:
     create_plan(plane, "P-1", project="api", resources=[str(project)], config=config)
     attach(plane, "status", resource=str(project))
     record_strategy(plane, "P-1", "make the status good")
-    enter_execute(plane, "P-1")
+    if execute:
+        enter_execute(plane, "P-1")
     generate_key_pair(tmp_path / "alice.key")
     add_approver_key(plane, "alice", tmp_path / "alice.key.pub")
     return project

@@ -53,7 +53,7 @@ from ledger.signing import (
     sign_record,
 )
 
-from .helpers import STATUS_CHECK, forge, invoke, status_plan
+from .helpers import forge, invoke, status_plan
 
 ESCALATE_AT_ONCE = {"retry_limit": 0, "max_strategy_revisions": 0}
 
@@ -133,15 +133,7 @@ def test_a_strategy_revision_keeps_every_member_and_adds_new_ones(plane: Plane,
 
 def test_a_forged_smaller_binding_set_is_refused_and_audited(plane: Plane,
                                                              tmp_path: Path) -> None:
-    project = tmp_path / "proj"
-    project.mkdir()
-    (project / "status.txt").write_text("bad\n")
-    (tmp_path / "check.py").write_text(STATUS_CHECK)
-    register_validation(plane, {"name": "status", "mode": "required",
-                                "command": [sys.executable, str(tmp_path / "check.py")]})
-    create_plan(plane, "P-1", project="api", resources=[str(project)])
-    attach(plane, "status", resource=str(project))
-    record_strategy(plane, "P-1", "skip the check")
+    status_plan(plane, tmp_path, {}, execute=False)
     [at] = forge(plane.store, "plan:P-1", ExecuteEntered(plan_id="P-1", revision=0))
     before = plane.store.head().size
     with pytest.raises(TamperedPlan, match=f"position {at}"):
@@ -262,6 +254,15 @@ def _forged_decision(plane: Plane, decision_id: str, **changes: object) -> Decis
     return msgspec.structs.replace(decision, **changes)
 
 
+def _signed_by(key_file: Path, decision: DecisionRecorded) -> DecisionRecorded:
+    """The decision, signed as ``authorize`` signs it, with the key in ``key_file``."""
+    record = decision_record(decision.decision_id, decision.plan_id, decision.choice,
+                             decision.guidance, decision.escalation_hash, decision.signed_at,
+                             decision.reason)
+    return msgspec.structs.replace(decision, signature=sign_record(
+        load_private_key(key_file), record, domain="decision"))
+
+
 def test_a_decision_with_a_random_signature_is_not_acted_on(plane: Plane,
                                                             tmp_path: Path) -> None:
     status_plan(plane, tmp_path, ESCALATE_AT_ONCE)
@@ -308,13 +309,10 @@ def test_a_reason_changed_after_signing_breaks_the_signature(plane: Plane,
                                                              tmp_path: Path) -> None:
     status_plan(plane, tmp_path, ESCALATE_AT_ONCE)
     decision_id = _escalated(plane, tmp_path)
-    honest = _forged_decision(plane, decision_id, reason="ok for staging only")
-    record = decision_record(decision_id, "P-1", "revise", honest.guidance,
-                             honest.escalation_hash, honest.signed_at, honest.reason)
-    signature = sign_record(load_private_key(tmp_path / "alice.key"), record,
-                            domain="decision")
+    signed = _signed_by(tmp_path / "alice.key", _forged_decision(
+        plane, decision_id, reason="ok for staging only"))
     [at] = forge(plane.store, "plan:P-1", msgspec.structs.replace(
-        honest, signature=signature, reason="ok for production"))
+        signed, reason="ok for production"))
     assert "decision_signature" in _invariants_at(plane, at)
     with pytest.raises(TamperedPlan):
         record_strategy(plane, "P-1", "x")
@@ -325,11 +323,8 @@ def test_a_properly_signed_decision_forged_in_is_accepted(plane: Plane,
     """The control: a decision signed by alice's key, appended by anyone, is alice's."""
     status_plan(plane, tmp_path, ESCALATE_AT_ONCE)
     decision_id = _escalated(plane, tmp_path)
-    honest = _forged_decision(plane, decision_id, reason="fine")
-    record = decision_record(decision_id, "P-1", "revise", honest.guidance,
-                             honest.escalation_hash, honest.signed_at, honest.reason)
-    signed = msgspec.structs.replace(honest, signature=sign_record(
-        load_private_key(tmp_path / "alice.key"), record, domain="decision"))
+    signed = _signed_by(tmp_path / "alice.key",
+                        _forged_decision(plane, decision_id, reason="fine"))
     forge(plane.store, "plan:P-1", signed)
     assert record_strategy(plane, "P-1", "as alice decided")["phase"] == "strategize"
     assert audit(plane.store).ok
@@ -341,11 +336,8 @@ def test_a_revoked_key_cannot_decide_later(plane: Plane, tmp_path: Path) -> None
     status_plan(plane, tmp_path, ESCALATE_AT_ONCE)
     decision_id = _escalated(plane, tmp_path)
     revoke_approver(plane, "alice")
-    honest = _forged_decision(plane, decision_id)
-    record = decision_record(decision_id, "P-1", "revise", honest.guidance,
-                             honest.escalation_hash, honest.signed_at, None)
-    [at] = forge(plane.store, "plan:P-1", msgspec.structs.replace(honest, signature=sign_record(
-        load_private_key(tmp_path / "alice.key"), record, domain="decision")))
+    [at] = forge(plane.store, "plan:P-1", _signed_by(
+        tmp_path / "alice.key", _forged_decision(plane, decision_id)))
     assert "decision_signature" in _invariants_at(plane, at)
 
 
