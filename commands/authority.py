@@ -193,11 +193,7 @@ class Authority:
                 isinstance(e.payload, ApproverKeyAdded) for e in events) else None
             self._approvers = [e for e in events if not isinstance(e.payload, ApproverKeyAdded)
                                or (public is not None and endorsed(e.payload, public))]
-        docs: dict[str, Document] = {}
-        for event in self._approvers:
-            if before is not None and event.position >= before:
-                break
-            docs[event.stream] = fold(event.stream, docs.get(event.stream, {}), event.payload)
+        docs = _fold_streams(self._approvers, before)
         return {fp: ApproverKey(doc["name"], key["public_key"], key["status"])
                 for doc in docs.values() for fp, key in doc.get("keys", {}).items()}
 
@@ -205,11 +201,7 @@ class Authority:
                        ) -> tuple[dict[str, Document], dict[str, Document]]:
         if self._registry is None:
             self._registry = self.source.read_types(REGISTRY_TYPES)
-        docs: dict[str, Document] = {}
-        for event in self._registry:
-            if before is not None and event.position >= before:
-                break
-            docs[event.stream] = fold(event.stream, docs.get(event.stream, {}), event.payload)
+        docs = _fold_streams(self._registry, before)
         attachments = {s: d for s, d in docs.items() if s.startswith("attachment:")}
         tools = {d["name"]: d for s, d in docs.items()
                  if s.startswith("tool:") and d.get("kind") == "validation"}
@@ -262,6 +254,17 @@ class Authority:
             if isinstance(event.payload, Escalated) and event.payload.decision_id == decision_id:
                 return event.leaf_hash
         return None
+
+
+def _fold_streams(events: list[RecordedEvent], before: int | None) -> dict[str, Document]:
+    """Each stream's document, folded from ``events`` (in position order) up to just
+    before position ``before``."""
+    docs: dict[str, Document] = {}
+    for event in events:
+        if before is not None and event.position >= before:
+            break
+        docs[event.stream] = fold(event.stream, docs.get(event.stream, {}), event.payload)
+    return docs
 
 
 def endorsed(p: ApproverKeyAdded, plane_public_key: Ed25519PublicKey) -> bool:
