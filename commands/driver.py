@@ -33,6 +33,7 @@ from projections.documents import Document
 
 from .attachments import attach
 from .lifecycle import apply_plan, record_fix
+from .names import check_relative_path, inside
 from .phases import enter_execute, record_strategy
 from .plane import CommandRefused, Plane, StreamState
 from .planfile import PlanFile, load_plan_file
@@ -79,7 +80,7 @@ def run_plan_file(plane: Plane, path: Path, *, workdir: Path | None = None,
     _preflight(plane, pf, plan_id, resources, base)
     start = plane.store.head().size
     _declare(plane, pf, plan_id, resources, base, say)
-    run_dir = (workdir or Path.cwd() / ".evidence-runs").resolve() / plan_id
+    run_dir = _run_dir(workdir, plan_id)
     sandbox = _make_sandbox(resources, run_dir / "sandbox")
     (run_dir / "run.json").write_text(json.dumps(
         {"plan_file": str(path), "sandbox": {r: str(p) for r, p in sandbox.items()}}))
@@ -88,7 +89,7 @@ def run_plan_file(plane: Plane, path: Path, *, workdir: Path | None = None,
 
 def resume(plane: Plane, plan_id: str, *, workdir: Path | None = None,
            say: Say = _quiet) -> RunSummary:
-    run_dir = (workdir or Path.cwd() / ".evidence-runs").resolve() / plan_id
+    run_dir = _run_dir(workdir, plan_id)
     try:
         state = json.loads((run_dir / "run.json").read_text())
     except (OSError, json.JSONDecodeError):
@@ -97,6 +98,13 @@ def resume(plane: Plane, plan_id: str, *, workdir: Path | None = None,
     pf = load_plan_file(Path(state["plan_file"]))
     sandbox = {r: Path(p) for r, p in state["sandbox"].items()}
     return _drive(plane, pf, plan_id, sandbox, plane.store.head().size, say)
+
+
+def _run_dir(workdir: Path | None, plan_id: str) -> Path:
+    """A plan's run directory, named by the digest of its id: a name never becomes a
+    path (an id like ``x/../../victim`` cannot reach outside the work directory)."""
+    base = (workdir or Path.cwd() / ".evidence-runs").resolve()
+    return base / sha256(plan_id.encode("utf-8")).hexdigest()[:32]
 
 
 def _plan(plane: Plane, plan_id: str) -> Document:
@@ -124,7 +132,15 @@ def _declare(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], bas
 def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str],
                base: Path) -> None:
     """Declare everything first in a scratch ledger seeded with this ledger's registry:
-    a mistake anywhere in the file is refused before the real ledger sees any of it."""
+    a mistake anywhere in the file is refused before the real ledger sees any of it —
+    a fix path that would leave its resource (through a symlink in it, say) included."""
+    root = next((Path(r) for r in resources if os.path.isdir(r)), None)
+    for strategy in pf.agent.strategies:
+        for attempt in strategy.attempts:
+            if attempt.fix and attempt.fix.files and root is None:
+                raise CommandRefused("a fix with files needs a directory resource")
+            for relative in attempt.fix.files if attempt.fix else ():
+                inside(root, relative)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory(prefix="evidence-preflight-") as tmp, \
             Plane.open(f"sqlite:///{Path(tmp) / 'preflight.db'}") as scratch:
         for doc in plane.projections.documents("tools"):
@@ -249,9 +265,7 @@ def _apply_fix(plane: Plane, plan_id: str, note: str, files: dict[str, str], doc
     for relative, content in sorted(files.items()):
         if root is None:
             raise CommandRefused("a fix with files needs a directory resource")
-        target = (root / relative).resolve()
-        if root.resolve() not in target.parents:
-            raise CommandRefused(f"fix path {relative!r} leaves the resource")
+        target = inside(root, check_relative_path(relative, "fix path"))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
         diff.append(f"--- {relative}\n{content}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path, PurePosixPath
 
 from .plane import CommandRefused
 
@@ -21,9 +22,37 @@ def check_resource(value: str) -> str:
 
 
 def check_identifier(value: str, what: str) -> str:
-    if not _IDENTIFIER.fullmatch(value or ""):
+    if not _IDENTIFIER.fullmatch(value or "") or _dot_segment(value):
         raise CommandRefused(
             f"invalid {what} {value!r}: use letters, digits and . _ - : / "
-            "(starting with a letter or digit, at most 128 characters)"
+            "(starting with a letter or digit, at most 128 characters, no empty, `.` or "
+            "`..` segment between slashes)"
         )
     return value
+
+
+def _dot_segment(value: str) -> bool:
+    """A name is never a path (directories are named by digests), but a name that reads
+    like one that climbs (``x/../../victim``) is refused outright."""
+    return "/" in value and any(part in ("", ".", "..") for part in value.split("/"))
+
+
+def check_relative_path(value: str, what: str) -> PurePosixPath:
+    """A path inside a directory: relative, no ``..``, no control characters. (A symlink
+    inside the directory that points out is caught where the path is used.)"""
+    path = PurePosixPath(value)
+    if (not value or path.is_absolute() or ".." in path.parts or "\\" in value
+            or any(ord(c) < 32 or ord(c) == 127 for c in value)):
+        raise CommandRefused(f"invalid {what} {value!r}: a relative path inside the "
+                             "resource, with no `..`, backslash or control character")
+    return path
+
+
+def inside(root: Path, relative: PurePosixPath | str) -> Path:
+    """``root / relative``, refused when it resolves outside ``root`` (through ``..`` or a
+    symlink anywhere on the way)."""
+    target = (root / relative).resolve()
+    base = root.resolve()
+    if target != base and base not in target.parents:
+        raise CommandRefused(f"path {str(relative)!r} leaves {root}")
+    return target

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .names import check_relative_path
 from .plane import CommandRefused
 
 JSON = Any
@@ -47,6 +48,16 @@ class Step(_Strict):
 class Fix(_Strict):
     note: str
     files: dict[str, str] = {}  # path (relative to the first resource) -> new content
+
+    @field_validator("files")
+    @classmethod
+    def _confined(cls, files: dict[str, str]) -> dict[str, str]:
+        for path in files:
+            try:
+                check_relative_path(path, "fix path")
+            except CommandRefused as exc:
+                raise ValueError(str(exc)) from None
+        return files
 
 
 class Attempt(_Strict):
