@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .common import db_option, emit_json, fail, json_option, open_plane
+from .common import db_option, emit_json, fail, json_option, open_plane, workdir_option
 from .driver import RunSummary, resume, run_plan_file
 from .history import plan_history, summarize
 
@@ -55,21 +55,19 @@ def _print_summary(summary: RunSummary) -> None:
 @click.argument("plan_file", required=False, type=click.Path(path_type=Path))
 @click.option("--resume", "resume_id", metavar="PLAN_ID", help="Continue a plan after a "
               "human decision.")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
-              help="Where sandboxes live (default ./.evidence-runs).")
 @click.option("--plan-id", help="Run the file under another plan id.")
+@workdir_option
 @db_option
 @json_option
-def run(plan_file: Path | None, resume_id: str | None, workdir: Path | None,
-        plan_id: str | None, as_json: bool) -> None:
+def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None,
+        as_json: bool) -> None:
     """Drive a whole plan from PLAN_FILE: gates, real tools, validations, Apply."""
     if (plan_file is None) == (resume_id is None):
         fail("give PLAN_FILE or --resume PLAN_ID")
     say = _say_factory(as_json)
     plane = open_plane()
-    summary = (resume(plane, resume_id, workdir=workdir, say=say) if resume_id
-               else run_plan_file(plane, plan_file, workdir=workdir, plan_id=plan_id,
-                                  say=say))
+    summary = (resume(plane, resume_id, say=say) if resume_id
+               else run_plan_file(plane, plan_file, plan_id=plan_id, say=say))
     if as_json:
         emit_json({"run": summary.to_json()})
     else:
@@ -94,10 +92,10 @@ def demo(keep: Path | None, db_option_: str | None) -> None:
         shutil.rmtree(target)
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", ".evidence*"))
     url = db_option_ or f"sqlite:///{root / 'demo.db'}"
-    click.get_current_context().find_root().meta["evidence.db"] = url
+    meta = click.get_current_context().find_root().meta
+    meta["evidence.db"], meta["evidence.workdir"] = url, root / "work"
     plane = open_plane()
-    summary = run_plan_file(plane, target / "plan.yaml", workdir=root / "runs",
-                            say=_say_factory(False))
+    summary = run_plan_file(plane, target / "plan.yaml", say=_say_factory(False))
     click.echo("\nplan history:")
     for event in plan_history(plane, summary.plan_id):
         click.echo(f"  {event.position:>4}  {event.type:<30} {summarize(event.payload)}")

@@ -9,7 +9,15 @@ import msgspec
 
 from ledger.signing import SigningError, fingerprint, generate_key_pair
 
-from .common import db_option, emit_json, fail, json_option, open_plane, print_table
+from .common import (
+    db_option,
+    emit_json,
+    fail,
+    json_option,
+    open_plane,
+    print_table,
+    workdir_option,
+)
 from .inputs import raw_bytes, text_or_file
 from .lifecycle import (
     add_approver_key,
@@ -25,6 +33,7 @@ from .lifecycle import (
 @click.argument("plan_id")
 @click.option("--note", required=True, metavar="TEXT|@file", help="What the fix changed.")
 @click.option("--diff", metavar="@file", help="The diff (kept in the blob store).")
+@workdir_option
 @db_option
 @json_option
 def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
@@ -145,6 +154,7 @@ def authorize_(decision_id: str | None, key_file: Path | None, revise: str | Non
 @click.command("apply")
 @click.argument("plan_id")
 @click.option("--token", required=True, metavar="TOKEN|@file")
+@workdir_option
 @db_option
 @json_option
 def apply_(plan_id: str, token: str, as_json: bool) -> None:

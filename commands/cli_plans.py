@@ -7,10 +7,11 @@ import click
 from projections.documents import Document
 
 from .audit import retries_left
-from .common import db_option, emit_json, json_option, open_plane, print_table
+from .common import db_option, emit_json, json_option, open_plane, print_table, workdir_option
 from .history import plan_history, summaries
 from .inputs import json_or_file, text_or_file
 from .phases import enter_execute, record_strategy
+from .plane import Plane
 from .plans import OUTCOMES, create_plan, get_plan, list_plans, terminal_state
 
 
@@ -69,16 +70,21 @@ def list_(project: str | None, phase: str | None, outcome: str | None, as_json: 
 
 @plan.command("show")
 @click.argument("plan_id")
+@workdir_option
 @db_option
 @json_option
 def show(plan_id: str, as_json: bool) -> None:
-    """Show one plan's current state."""
-    doc = get_plan(open_plane(), plan_id)
+    """Show one plan's current state (and where its sandbox is)."""
+    plane = open_plane()
+    doc = get_plan(plane, plan_id)
+    sandbox = _sandbox(plane, doc)
     if as_json:
-        emit_json({"plan": doc})
+        emit_json({"plan": doc, "sandbox": sandbox})
         return
     for key, value in plan_rows(plan_id, doc):
         click.echo(f"{key.ljust(_WIDTH)}  {value}")
+    for resource, copy in sandbox.items():
+        click.echo(f"{'sandbox'.ljust(_WIDTH)}  {resource} -> {copy}")
     binding = doc.get("binding") or []
     if binding:
         click.echo()
@@ -161,15 +167,29 @@ def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
 
 @plan.command("execute")
 @click.argument("plan_id")
+@workdir_option
 @db_option
 @json_option
 def execute(plan_id: str, as_json: bool) -> None:
-    """Enter Execute (needs a recorded strategy)."""
-    doc = enter_execute(open_plane(), plan_id)
+    """Enter Execute (needs a recorded strategy): pins the binding set and makes the
+    plan's sandbox, where its tool calls, fixes and validations work until Apply."""
+    plane = open_plane()
+    doc = enter_execute(plane, plan_id)
+    sandbox = _sandbox(plane, doc)
     if as_json:
-        emit_json({"plan": doc})
+        emit_json({"plan": doc, "sandbox": sandbox})
     else:
-        click.echo(f"plan {plan_id} entered Execute (attempt {doc['attempt']})")
+        click.echo(f"plan {plan_id} entered Execute (attempt {doc['attempt']}), "
+                   f"{len(doc['binding'])} validation(s) pinned")
+        for resource, copy in sandbox.items():
+            click.echo(f"sandbox of {resource}: {copy}")
+
+
+def _sandbox(plane: Plane, doc: Document) -> dict[str, str]:
+    """Where the plan's work happens until Apply, by resource (none before Execute)."""
+    if not doc.get("plan_id") or doc.get("attempt", 0) == 0:
+        return {}
+    return {r: str(p) for r, p in plane.sandbox(doc).existing().items()}
 
 
 @plan.command("history")

@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 import msgspec
 
-from .common import EXIT_VERDICT, db_option, emit_json, json_option, open_plane, print_table
+from .common import (
+    EXIT_VERDICT,
+    db_option,
+    emit_json,
+    json_option,
+    open_plane,
+    print_table,
+    workdir_option,
+)
 from .inputs import json_or_file, raw_bytes, text_or_file
 from .runs import call_tool, record_halt, validate_plan
 
@@ -18,6 +26,7 @@ from .runs import call_tool, record_halt, validate_plan
 @click.option("--output-schema", metavar="JSON|@file", help="The step's output declaration.")
 @click.option("--record-output", metavar="JSON|@file",
               help="The output of a call the orchestrator made itself (gates still apply).")
+@workdir_option
 @db_option
 @json_option
 def call(plan_id: str, tool: str, params: str, step: str | None, output_schema: str | None,
@@ -52,6 +61,7 @@ def call(plan_id: str, tool: str, params: str, step: str | None, output_schema: 
 
 @click.command()
 @click.argument("plan_id")
+@workdir_option
 @db_option
 @json_option
 def validate(plan_id: str, as_json: bool) -> None:

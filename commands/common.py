@@ -12,6 +12,7 @@ import functools
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -42,6 +43,23 @@ def db_option(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def workdir_option(fn: F) -> F:
+    """``--workdir DIR``: where plans' sandboxes live (default: the ledger's state
+    directory, ``$EVIDENCE_STATE_DIR`` or ``<db>.state``). Give every command working on
+    a plan the same one."""
+
+    @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+                  default=None, help="Where plans' sandboxes live (default: "
+                  "$EVIDENCE_STATE_DIR, else DB.state next to a SQLite file).")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, workdir: Path | None, **kwargs: Any) -> Any:
+        if workdir is not None:
+            click.get_current_context().find_root().meta["evidence.workdir"] = workdir
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 def db_url() -> str:
     return click.get_current_context().find_root().meta.get("evidence.db") or ledger.default_url()
 
@@ -55,7 +73,9 @@ def open_store(*, create: bool = False) -> ledger.Store:
 
 def open_plane(*, create: bool = True) -> Plane:
     """The store with its read models (opening them may rebuild or catch them up)."""
-    plane = Plane.open(db_url(), create=create)
+    plane = Plane.open(db_url(), create=create,
+                       workdir=click.get_current_context().find_root().meta.get(
+                           "evidence.workdir"))
     click.get_current_context().call_on_close(plane.close)
     return plane
 

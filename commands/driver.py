@@ -1,12 +1,13 @@
 """``evidence run``: drive a whole plan from a plan file, with real programs.
 
-Registers what the file declares (idempotently), creates the plan, copies each directory
-resource into a **sandbox** and drives Strategize -> Execute (every step through both
-gates, the tool run in the sandbox) -> validations (in the sandbox) -> the failure loop
+Registers what the file declares (idempotently), creates the plan, and in the plan's
+**sandbox** (``commands.sandbox``: a copy of each directory resource) drives Strategize
+-> Execute (every step through both gates, the tool run in the sandbox) -> validations
+(in the sandbox) -> the failure loop
 with the file's fixes and strategy revisions -> pass -> token -> **Apply**, which copies
 the sandbox back onto the resource only with a valid token. On an escalation it stops;
 ``resume`` continues after the human decision. The run's own bookkeeping (plan file,
-sandbox paths) is a small ``run.json`` in the work directory; the plan's state always
+its location) is a small ``run.json`` beside the sandboxes; the plan's state always
 comes from the ledger.
 """
 
@@ -66,8 +67,8 @@ def _quiet(_stage: str, _message: str) -> None:
     pass
 
 
-def run_plan_file(plane: Plane, path: Path, *, workdir: Path | None = None,
-                  plan_id: str | None = None, say: Say = _quiet) -> RunSummary:
+def run_plan_file(plane: Plane, path: Path, *, plan_id: str | None = None,
+                  say: Say = _quiet) -> RunSummary:
     path = path.resolve()
     pf = load_plan_file(path)
     plan_id = plan_id or pf.plan.id
@@ -80,31 +81,31 @@ def run_plan_file(plane: Plane, path: Path, *, workdir: Path | None = None,
     _preflight(plane, pf, plan_id, resources, base)
     start = plane.store.head().size
     _declare(plane, pf, plan_id, resources, base, say)
-    run_dir = _run_dir(workdir, plan_id)
-    sandbox = _make_sandbox(resources, run_dir / "sandbox")
-    (run_dir / "run.json").write_text(json.dumps(
-        {"plan_file": str(path), "sandbox": {r: str(p) for r, p in sandbox.items()}}))
-    return _drive(plane, pf, plan_id, sandbox, start, say)
+    run_dir = _run_dir(plane, plan_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps({"plan_file": str(path)}))
+    return _drive(plane, pf, plan_id, start, say)
 
 
-def resume(plane: Plane, plan_id: str, *, workdir: Path | None = None,
-           say: Say = _quiet) -> RunSummary:
-    run_dir = _run_dir(workdir, plan_id)
+def resume(plane: Plane, plan_id: str, *, say: Say = _quiet) -> RunSummary:
+    run_dir = _run_dir(plane, plan_id)
     try:
         state = json.loads((run_dir / "run.json").read_text())
     except (OSError, json.JSONDecodeError):
         raise CommandRefused(f"no run of plan {plan_id!r} under {run_dir.parent} "
                              "(give the same --workdir as the run)") from None
     pf = load_plan_file(Path(state["plan_file"]))
-    sandbox = {r: Path(p) for r, p in state["sandbox"].items()}
-    return _drive(plane, pf, plan_id, sandbox, plane.store.head().size, say)
+    return _drive(plane, pf, plan_id, plane.store.head().size, say)
 
 
-def _run_dir(workdir: Path | None, plan_id: str) -> Path:
-    """A plan's run directory, named by the digest of its id: a name never becomes a
-    path (an id like ``x/../../victim`` cannot reach outside the work directory)."""
-    base = (workdir or Path.cwd() / ".evidence-runs").resolve()
-    return base / sha256(plan_id.encode("utf-8")).hexdigest()[:32]
+def _run_dir(plane: Plane, plan_id: str) -> Path:
+    """A plan's run bookkeeping (``run.json``), next to the sandboxes, named by the digest
+    of its id: a name never becomes a path (``x/../../victim`` stays inside)."""
+    return plane.sandboxes / "runs" / sha256(plan_id.encode("utf-8")).hexdigest()[:32]
+
+
+def _sandbox(plane: Plane, plan_id: str) -> dict[str, Path]:
+    return plane.sandbox(_plan(plane, plan_id)).ensure().copies
 
 
 def _plan(plane: Plane, plan_id: str) -> Document:
@@ -182,20 +183,7 @@ def _attach_once(plane: Plane, validation: str, resource: str, scope: str, proje
     say("attach", f"{validation} on {resource} ({scope})")
 
 
-def _make_sandbox(resources: list[str], root: Path) -> dict[str, Path]:
-    sandbox: dict[str, Path] = {}
-    for i, resource in enumerate(resources):
-        if os.path.isdir(resource):
-            target = root / f"{i}-{Path(resource).name}"
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.copytree(resource, target, symlinks=True)
-            sandbox[resource] = target
-    return sandbox
-
-
-def _drive(plane: Plane, pf: PlanFile, plan_id: str, sandbox: dict[str, Path], start: int,
-           say: Say) -> RunSummary:
+def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> RunSummary:
     strategies = pf.agent.strategies
     while True:
         doc = _plan(plane, plan_id)
@@ -206,6 +194,7 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, sandbox: dict[str, Path], s
             record_strategy(plane, plan_id, strategy.strategy)
             doc = enter_execute(plane, plan_id)
             say("strategize", f"revision {doc['revision']}: {strategy.strategy}")
+        sandbox = _sandbox(plane, plan_id)  # the plan's, as for every entry point
         strategy = strategies[min(doc["revision"], len(strategies) - 1)]
         attempt = strategy.attempts[min(doc["retries_used"], len(strategy.attempts) - 1)]
         say("execute", f"attempt {doc['attempt']}")

@@ -59,4 +59,6 @@ def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> Docum
         return [ExecuteEntered(plan_id=plan_id, revision=doc["revision"], binding=binding)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
-    return plane.state(f"plan:{plan_id}").doc
+    doc = plane.state(f"plan:{plan_id}").doc
+    plane.sandbox(doc).ensure()  # the copy every call, fix and validation works in
+    return doc

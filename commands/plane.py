@@ -12,6 +12,7 @@ same transaction. Read models are query caches: no decision reads them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ulid import ULID
@@ -20,10 +21,12 @@ from ledger import EventPayload, NewEvent, RecordedEvent, Store, StreamAppend, W
 from ledger import open as open_store
 from ledger.signing import load_or_create_plane_key
 from projections import ProjectionEngine, delta, fold, open_projections
+from projections.documents import Document
 from projections.plan_rules import broken_rule
 
 from .authority import Authority, Checked, StoreSource, StreamState
 from .errors import CommandRefused
+from .sandbox import PlanSandbox, sandboxes_dir
 
 __all__ = ["CommandRefused", "Decision", "Plane", "StreamState"]
 
@@ -34,17 +37,20 @@ RETRIES = 5  # optimistic callers of ``append`` decide again this often on a con
 class Plane:
     """An open ledger with its read models. ``Plane.open(url)`` or ``Plane(store)``."""
 
-    def __init__(self, store: Store, projections: ProjectionEngine | None = None) -> None:
+    def __init__(self, store: Store, projections: ProjectionEngine | None = None, *,
+                 workdir: Path | None = None) -> None:
         self.store = store
+        self.sandboxes = sandboxes_dir(store.url, workdir)  # where plans' sandboxes live
         self.projections = projections or open_projections(store)
         self._checked: Checked = {}  # plan prefixes already checked (events never change)
         self._plane_public: Ed25519PublicKey | None = None
 
     @classmethod
-    def open(cls, url: str | None = None, *, create: bool = True) -> Plane:
+    def open(cls, url: str | None = None, *, create: bool = True,
+             workdir: Path | None = None) -> Plane:
         store = open_store(url, create=create)
         try:
-            return cls(store)
+            return cls(store, workdir=workdir)
         except BaseException:
             store.close()
             raise
@@ -65,6 +71,10 @@ class Plane:
         if self._plane_public is None:
             self._plane_public = load_or_create_plane_key(self.store.url).public_key()
         return self._plane_public
+
+    def sandbox(self, plan: Document) -> PlanSandbox:
+        """The plan's sandbox (``ensure()`` it before use: the copies are made lazily)."""
+        return PlanSandbox.of(self.sandboxes, plan)
 
     def log(self) -> Authority:
         """Authority reads outside a write transaction (each its own snapshot)."""

@@ -744,7 +744,9 @@ def _remove_tree(root: Path) -> None:
 
 
 class TreeGuard:
-    """A snapshot of an original resource tree, kept while validations run.
+    """A snapshot of a tree, kept while something that must not change it runs (the
+    original resource during validations; a plan's sandbox during a tool call whose
+    output gate may still fail).
 
     Validations run in copies, but one that writes through an absolute path (or a
     python validation writing to its ``resource`` argument) could reach the original.
@@ -758,6 +760,10 @@ class TreeGuard:
         self._copy = self._scratch / "tree"
         shutil.copytree(self.root, self._copy, symlinks=True, copy_function=_copy_entry)
         self._before = _entries(self.root)
+
+    def discard(self) -> None:
+        """Keep the tree as it is now; drop the snapshot."""
+        _remove_tree(self._scratch)
 
     def restore_if_changed(self) -> list[str]:
         """The changed paths (empty if none); the original is restored when there are."""

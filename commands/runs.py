@@ -19,7 +19,6 @@ what they did — it never fabricates a result (seed 001).
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -79,17 +78,26 @@ def _sha256(data: bytes) -> str:
 
 Sandbox = Mapping[str, Path]  # resource -> the directory work on it happens in
 
-
-def directory_of(resource: str, sandbox: Sandbox | None) -> Path | None:
-    """Where work on ``resource`` happens: its sandbox copy when the plan runs in one
-    (until Apply), else the resource itself when it names an existing directory."""
-    if sandbox and resource in sandbox:
-        return sandbox[resource]
-    return Path(resource) if os.path.isdir(resource) else None
+# What a validation called as a tool returns: its structured return, closed (seed 000).
+STRUCTURED_RETURN: dict[str, Any] = {
+    "type": "object", "required": ["passed"], "additionalProperties": False,
+    "properties": {"passed": {"type": "boolean"}, "message": {"type": "string"},
+                   "data": {"type": "object"}}}
 
 
-def workdir_of(plan: Document, sandbox: Sandbox | None = None) -> Path | None:
-    """The first of the plan's resources that is a directory (or has a sandbox copy)."""
+def sandbox_of(plane: Plane, plan: Document, sandbox: Sandbox | None = None) -> Sandbox:
+    """Where the plan's work happens until Apply: its sandbox (made on first use if the
+    plan entered Execute elsewhere), never the real resource."""
+    return sandbox if sandbox is not None else plane.sandbox(plan).ensure().copies
+
+
+def directory_of(resource: str, sandbox: Sandbox) -> Path | None:
+    """The sandbox copy of ``resource`` (None when it names no directory)."""
+    return sandbox.get(resource)
+
+
+def workdir_of(plan: Document, sandbox: Sandbox) -> Path | None:
+    """The copy of the first of the plan's resources that is a directory."""
     for resource in plan["resources"]:
         found = directory_of(resource, sandbox)
         if found is not None:
@@ -153,39 +161,65 @@ def call_tool(
     if plan is not None:  # refuse before recording anything when no call is possible
         _execute_plan(found, plan_id)
     tool_doc = log.tool(tool)
-    if recorded_output is None and tool_doc is not None and not tool_doc["spec"].get(
-            "command"):
+    is_validation = tool_doc is not None and tool_doc["kind"] == "validation"
+    if recorded_output is None and tool_doc is not None and not is_validation and \
+            not tool_doc["spec"].get("command"):
         raise CommandRefused(f"tool {tool!r} has no command to run here: record the output "
                              "of the call you made with --record-output")
+    if is_validation and output_schema is None:
+        output_schema = STRUCTURED_RETURN
     report = CallReport(gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor))
     if not report.input_gate.passed:
         return report  # an invented tool or bad parameters: the call is never made
-    spec = tool_doc["spec"] if tool_doc else {}
+    assert plan is not None and tool_doc is not None  # the input gate passed
+    copies = sandbox_of(plane, plan, sandbox)
+    # The sandbox as it was before the call: put back unless the call passes both gates.
+    guards = [TreeGuard(copy) for copy in copies.values()]
+    try:
+        _run_call(plane, plan, tool_doc, raw_params, report, recorded_output, copies,
+                  call_id=call_id, step=step, output_schema=output_schema, actor=actor)
+    finally:
+        for guard in guards:
+            if report.ok:
+                guard.discard()
+            else:
+                guard.restore_if_changed()
+    return report
+
+
+def _run_call(plane: Plane, plan: Document, tool_doc: Document, raw_params: bytes,
+              report: CallReport, recorded_output: bytes | str | Any | None,
+              copies: Sandbox, *, call_id: str, step: str, output_schema: Any,
+              actor: str) -> None:
+    plan_id, tool, spec = plan["plan_id"], tool_doc["name"], tool_doc["spec"]
     started = ended = utc_now()
     exit_code: int | None = None
     if recorded_output is not None:
         output, executor = as_bytes(recorded_output), "recorded"
+    elif tool_doc["kind"] == "validation":
+        # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
+        output, started, ended = _call_validation(plane, plan, tool_doc, raw_params, copies)
+        executor = "validation"
     else:
         try:
             argv = fill_argv(spec["command"], msgspec.json.decode(raw_params))
         except ArgvError as exc:
             raise CommandRefused(f"cannot build the command line of {tool!r}: {exc}") from None
         timeout = spec["timeout_ms"] / 1000 if spec.get("timeout_ms") else DEFAULT_TIMEOUT_S
-        result = run_command(argv, cwd=workdir_of(plan, sandbox) if plan else None,
-                             timeout_s=timeout)
+        result = run_command(argv, cwd=workdir_of(plan, copies), timeout_s=timeout)
         if result.missing_program is not None:
             report.halt = record_halt(
                 plane, plan_id, "program_missing",
                 f"tool {tool!r} could not be invoked: {result.missing_program!r} was not "
                 "found", hint=f"install `{result.missing_program}` where the plan runs "
                 "(it is not on PATH), then re-run unchanged", actor=actor)
-            return report
+            return
         output, _value = tool_output(result)
         executor, exit_code = "command", result.exit_code
         started, ended = result.started_at, result.ended_at
     called = ToolCalled(
         plan_id=plan_id, call_id=call_id, tool=tool, tool_version=tool_doc["version"],
-        step=step, attempt=plan["attempt"] if plan else 0, executor=executor,
+        step=step, attempt=plan["attempt"], executor=executor,  # type: ignore[arg-type]
         params_sha256=_sha256(raw_params), output_sha256=_sha256(output),
         exit_code=exit_code, started_at=started, ended_at=ended,
         duration_ms=_duration_ms(started, ended))
@@ -198,7 +232,25 @@ def call_tool(
     report.call, report.output = called, output
     report.output_gate = gate_output(plane, plan_id, step, output, schema=output_schema,
                                      actor=actor)
-    return report
+
+
+def _call_validation(plane: Plane, plan: Document, tool_doc: Document, raw_params: bytes,
+                     copies: Sandbox) -> tuple[bytes, str, str]:
+    """A validation called as a tool: its structured return (what the output gate
+    checks), or, with no verdict, what went wrong (which fails that gate)."""
+    spec = tool_doc["spec"]
+    wrapped = (plane.log().tool_version(spec["wraps"], spec.get("wraps_version"))
+               if spec.get("wraps") else None)
+    resource = next((r for r in plan["resources"] if r in copies), plan["resources"][0])
+    run = run_validation(spec, msgspec.json.decode(raw_params), resource,
+                         workdir=copies.get(resource), wrapped_tool=wrapped)
+    if run.verdict is None:
+        value: dict[str, Any] = {"cause": run.cause, "error": run.error}
+    else:
+        value = {"passed": run.verdict}
+        value.update({k: v for k, v in (("message", run.message), ("data", run.data))
+                      if v is not None})
+    return msgspec.json.encode(value), run.started_at, run.ended_at
 
 
 # -- validation runs ---------------------------------------------------------------------
@@ -256,8 +308,9 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
     plan = _validatable(log.state(f"plan:{plan_id}"), plan_id)
     binding = binding_of(plan)
     require = plan["global_config"].get("require_validation", True)
+    copies = sandbox_of(plane, plan, sandbox)
     directories = {r: d for r in plan["resources"]
-                   if (d := directory_of(r, sandbox)) is not None}
+                   if (d := directory_of(r, copies)) is not None}
     digests = {r: tree_digest(d) for r, d in directories.items()}
     run_id = str(ULID())
     attempt = plan["attempt"]
@@ -272,12 +325,18 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
 
     # Durable before anything runs: the pinned set is what the run will be judged on.
     plane.run(f"plan:{plan_id}", start, actor=actor)
-    guards = {r: TreeGuard(d) for r, d in directories.items()}
+    # Each validation runs in its own copy of the sandbox; one that writes through an
+    # absolute path could still reach the sandbox or the real resource: both are
+    # snapshotted, and a write to either is restored and voids the results on it.
+    guards = [(r, TreeGuard(d)) for r, d in directories.items()]
+    guards += [(r, TreeGuard(Path(r))) for r in directories]
     try:
         runs = run_parallel([_job(log, r, directories.get(r.resource)) for r in binding],
                             max_workers=max_workers)
     finally:
-        reached = {r: guard.restore_if_changed() for r, guard in guards.items()}
+        reached: dict[str, list[str]] = {}
+        for resource, guard in guards:
+            reached[resource] = reached.get(resource, []) + guard.restore_if_changed()
     for i, attachment in enumerate(binding):
         if reached.get(attachment.resource):  # a write reached the original: restored
             runs[i] = msgspec.structs.replace(

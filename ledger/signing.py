@@ -72,6 +72,7 @@ __all__ = [
     "sign_record",
     "token_digest",
     "token_signature",
+    "url_identity",
     "verify_record",
     "verify_token",
 ]
@@ -317,7 +318,7 @@ def plane_key_path(db_url: str) -> Path:
         path = path[1:]  # sqlite:///x -> "x", sqlite:////abs/x -> "/abs/x"
         if path and path != ":memory:":
             return Path(os.path.abspath(path + ".plane-key"))
-    digest = hashlib.sha256(_url_identity(db_url).encode("utf-8")).hexdigest()[:16]
+    digest = hashlib.sha256(url_identity(db_url).encode("utf-8")).hexdigest()[:16]
     return _config_dir() / f"plane-{digest}.key"
 
 
@@ -565,7 +566,7 @@ def _key_kind(key: object) -> str:
     ) or "non-Ed25519"
 
 
-def _url_identity(db_url: str) -> str:
+def url_identity(db_url: str) -> str:
     """The URL without its password (so ``***`` from a rendered URL maps to the same
     key) and with the driver the store would use."""
     driver, _, rest = db_url.partition("://")

@@ -76,7 +76,9 @@ def store(db_url) -> Iterator[ledger.Store]:
 
 @pytest.fixture(autouse=True)
 def _plane_key(tmp_path_factory, monkeypatch) -> None:
-    """Each test's plane key in its own temp dir (subprocesses inherit it): no test
-    writes a key into the home directory."""
+    """Each test's plane key and state directory in temp dirs (subprocesses inherit
+    them): no test writes a key or a sandbox into the home directory."""
     key_dir = tmp_path_factory.mktemp("plane-key")
     monkeypatch.setenv("EVIDENCE_PLANE_KEY", str(key_dir / "plane.key"))
+    # and its state directory (plans' sandboxes) too
+    monkeypatch.setenv("EVIDENCE_STATE_DIR", str(tmp_path_factory.mktemp("state")))

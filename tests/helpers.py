@@ -95,7 +95,7 @@ def applied_plan(plane: Plane, tmp_path: Path) -> Path:
               guidance="write good")
     record_strategy(plane, "P-1", "write good")
     enter_execute(plane, "P-1")
-    (project / "status.txt").write_text("good\n")
+    (work(plane) / "status.txt").write_text("good\n")
     record_fix(plane, "P-1", "status is good now")
     report = validate_plan(plane, "P-1")
     assert report.outcome == "pass" and report.token
@@ -134,3 +134,11 @@ def invoke(*args: str) -> Result:
     """``evidence ARGS`` in-process through the real entry point (its error handling and
     exit codes included), with stdout and stderr captured apart."""
     return CliRunner().invoke(_entry_point, list(args))
+
+
+def work(plane: Plane, plan_id: str = "P-1") -> Path:
+    """Where the agent works on the plan's (first directory) resource until Apply: the
+    plan's sandbox copy of it."""
+    doc = plane.state(f"plan:{plan_id}").doc
+    copies = plane.sandbox(doc).ensure().copies
+    return next(copies[r] for r in doc["resources"] if r in copies)

@@ -53,7 +53,7 @@ from ledger.signing import (
     sign_record,
 )
 
-from .helpers import forge, invoke, status_plan
+from .helpers import forge, invoke, status_plan, work
 
 ESCALATE_AT_ONCE = {"retry_limit": 0, "max_strategy_revisions": 0}
 
@@ -204,12 +204,12 @@ def test_a_forged_vacuous_pass_is_audited(plane: Plane, tmp_path: Path) -> None:
 
 
 def test_an_escalate_halt_is_a_pending_decision(plane: Plane, tmp_path: Path) -> None:
-    project = status_plan(plane, tmp_path, {})
+    status_plan(plane, tmp_path, {})
     halt = record_halt(plane, "P-1", "needs_decision", "the agent asks a human")
     assert halt.halt_type == "escalate" and "evidence authorize" in (halt.hint or "")
     [pending] = pending_decisions(plane)
     assert _types(plane)[-2:] == ["plan.escalated", "plan.halted"]
-    (project / "status.txt").write_text("good\n")
+    (work(plane) / "status.txt").write_text("good\n")
     before = plane.store.head().size
     for step in (lambda: validate_plan(plane, "P-1"),
                  lambda: record_fix(plane, "P-1", "sneak a fix in"),
@@ -414,8 +414,8 @@ def test_no_decision_changes_when_every_read_model_is_edited(db_url: str,
 
 def test_resetting_the_plans_read_model_does_not_allow_a_second_apply(
         plane: Plane, tmp_path: Path) -> None:
-    project = status_plan(plane, tmp_path, {})
-    (project / "status.txt").write_text("good\n")
+    status_plan(plane, tmp_path, {})
+    (work(plane) / "status.txt").write_text("good\n")
     token = validate_plan(plane, "P-1").token
     assert token
     apply_plan(plane, "P-1", token)
@@ -446,8 +446,8 @@ def _drop_blob_guard(plane: Plane) -> None:
 
 def test_apply_refuses_when_the_evidence_of_its_run_is_gone(plane: Plane,
                                                             tmp_path: Path) -> None:
-    project = status_plan(plane, tmp_path, {})
-    (project / "status.txt").write_text("good\n")
+    status_plan(plane, tmp_path, {})
+    (work(plane) / "status.txt").write_text("good\n")
     report = validate_plan(plane, "P-1")
     [result] = report.results
     assert result.raw_output_sha256 and report.token
@@ -595,8 +595,8 @@ def test_resolve_shows_the_pinned_set_next_to_todays_resolution(plane: Plane,
 
 
 def test_a_halt_after_a_pass_supersedes_its_token(plane: Plane, tmp_path: Path) -> None:
-    project = status_plan(plane, tmp_path, {})
-    (project / "status.txt").write_text("good\n")
+    status_plan(plane, tmp_path, {})
+    (work(plane) / "status.txt").write_text("good\n")
     token = validate_plan(plane, "P-1").token
     assert token
     record_halt(plane, "P-1", "validation_failed", "the orchestrator saw it break")
@@ -608,8 +608,8 @@ def test_a_halt_after_a_pass_supersedes_its_token(plane: Plane, tmp_path: Path) 
 def test_a_replayed_mint_does_not_revive_a_superseded_token(plane: Plane,
                                                             tmp_path: Path) -> None:
     """The plane's genuine passing run and token, copied after a fix superseded them."""
-    project = status_plan(plane, tmp_path, {})
-    (project / "status.txt").write_text("good\n")
+    status_plan(plane, tmp_path, {})
+    (work(plane) / "status.txt").write_text("good\n")
     token = validate_plan(plane, "P-1").token
     assert token
     record_fix(plane, "P-1", "one more change")  # the token is superseded

@@ -85,5 +85,10 @@ def test_run_directories_are_named_by_digest(tmp_path: Path) -> None:
     result = invoke("run", str(root / "plan.yaml"), "--plan-id", "team/green",
                     "--workdir", str(tmp_path / "runs"), "--db", url)
     assert result.exit_code == 0, result.output
-    [run_dir] = (tmp_path / "runs").iterdir()
-    assert len(run_dir.name) == 32 and "team" not in run_dir.name
+    made = [p.relative_to(tmp_path / "runs") for p in (tmp_path / "runs").rglob("*")
+            if p.is_dir() and "green" not in p.parts[-1]]
+    assert made and not [p for p in made if "team" in str(p)]
+    [ledger_dir] = (tmp_path / "runs" / "sandboxes").iterdir()
+    names = {p.name for p in ledger_dir.iterdir()} | {
+        p.name for p in (ledger_dir / "runs").iterdir()}
+    assert all(len(n) == 32 for n in names - {"runs"}), names

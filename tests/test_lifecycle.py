@@ -28,7 +28,7 @@ from ledger.signing import (
     plane_key_path,
 )
 
-from .helpers import assert_refused, run_cli, status_plan
+from .helpers import assert_refused, run_cli, status_plan, work
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_the_full_failure_sequence_ends_in_terminal_failure(setup) -> None:
 
 
 def test_escalate_revise_pass_token_apply(setup) -> None:
-    plane, project, tmp = setup
+    plane, _project, tmp = setup
     decision_id = _escalate(plane)
     decided = authorize(plane, decision_id, tmp / "alice.key", choice="revise",
                         guidance="check status.txt")
@@ -96,7 +96,7 @@ def test_escalate_revise_pass_token_apply(setup) -> None:
         "strategize", "check status.txt", 0)
     record_strategy(plane, "P-1", "write good")
     enter_execute(plane, "P-1")
-    (project / "status.txt").write_text("good\n")
+    (work(plane) / "status.txt").write_text("good\n")
     record_fix(plane, "P-1", "status is good now")
     report = validate_plan(plane, "P-1")
     assert report.outcome == "pass" and report.token
@@ -111,8 +111,8 @@ def test_escalate_revise_pass_token_apply(setup) -> None:
 
 
 def _passing(setup) -> tuple[Plane, str]:
-    plane, project, _tmp = setup
-    (project / "status.txt").write_text("good\n")
+    plane, _project, _tmp = setup
+    (work(plane) / "status.txt").write_text("good\n")
     report = validate_plan(plane, "P-1")
     assert report.outcome == "pass"
     return plane, report.token
@@ -193,8 +193,8 @@ def test_decisions_need_a_registered_unrevoked_key_and_a_pending_escalation(setu
 
 
 def test_cli(setup, db_url: str) -> None:
-    _plane, project, tmp = setup
-    (project / "status.txt").write_text("good\n")
+    plane, _project, tmp = setup
+    (work(plane) / "status.txt").write_text("good\n")
     out = run_cli("validate", "P-1", "--db", db_url)
     assert out.returncode == 0, out.stderr
     token = next(line.split(" ", 1)[1] for line in out.stdout.splitlines()

@@ -102,7 +102,7 @@ from projections.documents import Document, fold_all
 from projections.resolution import pin_binding
 
 from .conftest import IN_CI, PG_ENV
-from .helpers import STATUS_CHECK, forge, status_plan
+from .helpers import STATUS_CHECK, forge, status_plan, work
 
 # Runs per backend (an SQLite run takes ~0.3 s, a PostgreSQL run ~1.5 s on 2 cores).
 MAX_EXAMPLES = {"sqlite": 80, "postgresql": 30}
@@ -390,7 +390,10 @@ class NoBypass(RuleBasedStateMachine):
 
     @rule(good=st.booleans())
     def work_on_the_project(self, good: bool) -> None:
-        (self.project / "status.txt").write_text("good\n" if good else "bad\n")
+        # The agent works in each plan's sandbox; the project is what later plans copy.
+        for folder in [self.project, *(work(self.plane, p) for p in self.plans
+                                      if self.doc(p).get("phase") == "execute")]:
+            (folder / "status.txt").write_text("good\n" if good else "bad\n")
 
     @precondition(lambda self: self.plans)
     @rule(plan=indices)
@@ -723,15 +726,15 @@ def test_no_bypass_postgresql(pg_url: str) -> None:
 def test_a_token_minted_before_an_escalation_is_not_applied_after_it(db_url: str,
                                                                      tmp_path: Path) -> None:
     with Plane.open(db_url) as plane:
-        project = status_plan(plane, tmp_path, {})
-        (project / "status.txt").write_text("good\n")
+        status_plan(plane, tmp_path, {})
+        (work(plane) / "status.txt").write_text("good\n")
         token = validate_plan(plane, "P-1").token
         assert token
         record_halt(plane, "P-1", "needs_decision", "the orchestrator asks a human")
         decision_id = plane.state("plan:P-1").doc["pending_decision"]["decision_id"]
         authorize(plane, decision_id, tmp_path / "alice.key", choice="revise",
                   guidance="do it another way")
-        (project / "status.txt").write_text("bad\n")
+        (work(plane) / "status.txt").write_text("bad\n")
         record_strategy(plane, "P-1", "another way")
         enter_execute(plane, "P-1")
         with pytest.raises(CommandRefused):

@@ -502,7 +502,7 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
     with Plane.open(db_url) as plane:
         for name in ("green-after-fix", "strict-output-deviation"):  # fix diff, compensation
             shutil.copytree(EXAMPLES / name, tmp_path / name)
-            run_plan_file(plane, tmp_path / name / "plan.yaml", workdir=tmp_path / "runs")
+            run_plan_file(plane, tmp_path / name / "plan.yaml")
         create_plan(plane, "P-R", project="calc", resources=["repo:calc"], config={})
         record_strategy(plane, "P-R", "record a call and ask for a review")
         enter_execute(plane, "P-R")

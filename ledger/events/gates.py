@@ -66,7 +66,7 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True):
     tool_version: int
     step: str | None = None
     attempt: int
-    executor: Literal["command", "recorded"]
+    executor: Literal["command", "recorded", "validation"]  # validation: read-only, in a copy
     params_sha256: str
     output_sha256: str  # blob digest of the raw output bytes
     exit_code: int | None = None
