@@ -9,7 +9,9 @@ position, the invariant and what was expected; nothing here writes.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -20,6 +22,7 @@ from ledger import LogReader, RecordedEvent, Store
 from ledger.checker import check
 from ledger.events import (
     ApproverKeyAdded,
+    ChangesRecorded,
     DecisionRecorded,
     Escalated,
     ExecuteEntered,
@@ -37,7 +40,7 @@ from ledger.events import (
 )
 from ledger.events.validation import ResolvedAttachment
 from projections import ALL_PROJECTIONS, ProjectionEngine
-from projections.documents import Document, fold, stream_kind
+from projections.documents import Document, fold, fold_all, stream_kind
 from projections.engine import ReadModelCheck
 from projections.outcomes import RULES_VERSION, canonical_halt, classify
 from projections.plan_rules import broken_rule
@@ -77,6 +80,8 @@ INVARIANTS = (
     "decision_signature",  # a decision not signed by its approver's key in force
     "token_signature",  # a token not signed by the plane key
     "approver_endorsement",  # an approver key the plane key did not endorse
+    "apply_incomplete",  # a change set recorded, the Apply never completed
+    "files",  # with --files: a resource directory differs from the applied change set
     "evidence",  # a blob a verdict was derived from is missing
 )
 
@@ -203,6 +208,7 @@ class _PlanWalk:
         self.minted: dict[str, int] = {}
         self.consumed: dict[str, int] = {}
         self.apply_at: int | None = None  # Apply began (the token consumed)
+        self.changes_at: int | None = None  # where its change set was recorded
         # A failed gate check whose routing is being collected: (position, event id,
         # expected event types, the types seen so far caused by it).
         self.routing: tuple[int, str, list[str], list[str]] | None = None
@@ -310,6 +316,13 @@ class _Auditor:
     def finish(self) -> None:
         for plan_id, walk in self.plans.items():
             self.close_routing(plan_id, walk)
+            applying = walk.doc.get("applying")
+            if applying is not None:
+                self.count("apply_incomplete")
+                self.violation(walk.changes_at, plan_id, "apply_incomplete",
+                               "an Apply whose change set is recorded completes "
+                               f"(evidence apply {plan_id} --resume)",
+                               f"{len(applying['files'])} file(s) recorded, no plan.applied")
 
     def check_read_only(self, event: RecordedEvent) -> None:
         p = event.payload
@@ -420,6 +433,8 @@ class _Auditor:
                                    f"token {p.token_id} is {token.get('status', 'not current')}")
             walk.consumed.setdefault(p.token_id, pos)
             walk.apply_at = walk.apply_at or pos
+        elif isinstance(p, ChangesRecorded):
+            walk.changes_at = pos
         elif isinstance(p, PlanApplied):
             if walk.doc.get("unvalidated"):
                 self.unvalidated.add(plan_id)
@@ -692,3 +707,28 @@ def _plan_of(stream: str) -> str | None:
 def _pointers(deviations: Iterable[Any]) -> str:
     found = [f"{d.kind}@{d.pointer or '/'}" for d in deviations]
     return "[" + ", ".join(found[:5]) + (", …" if len(found) > 5 else "") + "]"
+
+
+def check_files(store: LogReader, plan_id: str, directory: Path) -> list[Violation]:
+    """``audit --plan P --files DIR``: DIR against the change set P's Apply wrote to the
+    resource DIR names (or to its only directory resource): each recorded file must be
+    there with the recorded content."""
+    doc = fold_all(f"plan:{plan_id}", [e.payload for e in store.read_stream(f"plan:{plan_id}")])
+    written = (doc.get("applied") or doc.get("applying") or {}).get("files", [])
+    resources = sorted({f["resource"] for f in written})
+    chosen = next((r for r in resources if Path(r).resolve() == directory.resolve()),
+                  resources[0] if len(resources) == 1 else None)
+    found: list[Violation] = []
+    for f in written:
+        if f["resource"] != chosen:
+            continue
+        target = directory / f["path"]
+        try:
+            digest = hashlib.sha256(target.read_bytes()).hexdigest()
+        except OSError:
+            digest = "missing"
+        if digest != f["sha256"]:
+            found.append(Violation(position=None, plan_id=plan_id, invariant="files",
+                                   expected=f"{f['path']} with sha256 {f['sha256']}",
+                                   found=digest if digest == "missing" else f"sha256 {digest}"))
+    return found

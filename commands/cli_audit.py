@@ -28,7 +28,7 @@ from ledger.signing import (
 )
 
 from .audit import audit as run_audit
-from .audit import replay_plan
+from .audit import check_files, replay_plan
 from .cli_bundle import (
     bundle_option,
     default_origin,
@@ -91,25 +91,35 @@ def _str(value: int | None) -> str:
               type=click.Path(dir_okay=False, path_type=Path),
               help="The plane's public key: every token must be signed by it (default: the "
                    "plane key of the database, if it is here; with --bundle, none).")
+@click.option("--files", "files_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="With --plan: compare this resource directory with the change set the "
+                   "plan's Apply wrote.")
 @db_option
 @json_option
 def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path | None,
-          plane_key_file: Path | None, as_json: bool) -> None:
+          plane_key_file: Path | None, files_dir: Path | None, as_json: bool) -> None:
     """Check the invariants and re-derive every verdict from recorded inputs."""
+    if files_dir is not None and plan_id is None:
+        fail("--files needs --plan P")
     log = (open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file
            else open_store())
     report = run_audit(log, plan=plan_id,
                        plane_public_key=_plane_public_key(log, plane_key_file))
+    if files_dir is not None and plan_id is not None:
+        report.checked["files"] = 1
+        report.violations.extend(check_files(log, plan_id, files_dir))
+        report.ok = not report.violations
     if as_json:
         emit_json(report)
     else:
         out = console()
         checks = ", ".join(f"{k} {v}" for k, v in report.checked.items())
-        if report.ok:
-            out.print(f"ok: {report.size} events audited ({checks})", markup=False)
         if report.unvalidated:
             out.print(f"note: applied UNVALIDATED (require_validation: false, no required "
                       f"validation ran): {', '.join(report.unvalidated)}", markup=False)
+        if report.ok:
+            out.print(f"ok: {report.size} events audited ({checks})", markup=False)
         else:
             out.print(f"FAILED: {len(report.violations)} violation(s) in {report.size} events",
                       markup=False)

@@ -23,6 +23,7 @@ from .lifecycle import (
     add_approver_key,
     apply_plan,
     authorize,
+    complete_apply,
     pending_decisions,
     record_fix,
     revoke_approver,
@@ -153,14 +154,26 @@ def authorize_(decision_id: str | None, key_file: Path | None, revise: str | Non
 
 @click.command("apply")
 @click.argument("plan_id")
-@click.option("--token", required=True, metavar="TOKEN|@file")
+@click.option("--token", metavar="TOKEN|@file")
+@click.option("--resume", is_flag=True,
+              help="Finish an Apply that was interrupted after its change set was recorded.")
 @workdir_option
 @db_option
 @json_option
-def apply_(plan_id: str, token: str, as_json: bool) -> None:
-    """Apply — the point of no return — with the token a passing validation minted."""
-    doc = apply_plan(open_plane(), plan_id, text_or_file(token, "--token").strip())
+def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None:
+    """Apply — the point of no return — with the token a passing validation minted: the
+    change set is recorded, the sandbox's files are written into the resources, then
+    the plan is applied. --resume finishes one a crash interrupted."""
+    if (token is None) == (not resume):
+        fail("give --token TOKEN, or --resume")
+    plane = open_plane()
+    doc = (complete_apply(plane, plan_id) if resume
+           else apply_plan(plane, plan_id, text_or_file(token or "", "--token").strip()))
+    files = (doc.get("applied") or {}).get("files", [])
     if as_json:
-        emit_json({"plan": doc})
+        emit_json({"plan": doc, "files": files})
     else:
-        click.echo(f"plan {plan_id} applied (token {doc['token']['token_id']} consumed)")
+        click.echo(f"plan {plan_id} applied (token {doc['token']['token_id']} consumed), "
+                   f"{len(files)} file(s) written")
+        for f in files:
+            click.echo(f"  {f['sha256'][:16]}  {f['resource']}/{f['path']}")

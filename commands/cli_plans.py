@@ -85,6 +85,16 @@ def show(plan_id: str, as_json: bool) -> None:
         click.echo(f"{key.ljust(_WIDTH)}  {value}")
     for resource, copy in sandbox.items():
         click.echo(f"{'sandbox'.ljust(_WIDTH)}  {resource} -> {copy}")
+    applying = doc.get("applying")
+    written = (doc.get("applied") or applying or {}).get("files", [])
+    if written:
+        click.echo()
+        click.echo("files written by Apply" + (" (interrupted: evidence apply "
+                                               f"{plan_id} --resume)" if applying else "")
+                   + ":")
+        print_table(["sha256", "resource", "path"],
+                    [[_text(f.get("sha256"))[:16], _text(f.get("resource")),
+                      _text(f.get("path"))] for f in written])
     binding = doc.get("binding") or []
     if binding:
         click.echo()

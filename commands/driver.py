@@ -13,10 +13,8 @@ comes from the ledger.
 
 from __future__ import annotations
 
-import filecmp
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -33,7 +31,7 @@ from ledger.verify import verify_store
 from projections.documents import Document
 
 from .attachments import attach
-from .lifecycle import apply_plan, record_fix
+from .lifecycle import apply_plan, complete_apply, record_fix
 from .names import check_relative_path, inside
 from .phases import enter_execute, record_strategy
 from .plane import CommandRefused, Plane, StreamState
@@ -95,7 +93,10 @@ def resume(plane: Plane, plan_id: str, *, say: Say = _quiet) -> RunSummary:
         raise CommandRefused(f"no run of plan {plan_id!r} under {run_dir.parent} "
                              "(give the same --workdir as the run)") from None
     pf = load_plan_file(Path(state["plan_file"]))
-    return _drive(plane, pf, plan_id, plane.store.head().size, say)
+    start = plane.store.head().size
+    if _plan(plane, plan_id).get("applying") is not None:  # killed during Apply
+        return _applied(plane, plan_id, complete_apply(plane, plan_id), start, say)
+    return _drive(plane, pf, plan_id, start, say)
 
 
 def _run_dir(plane: Plane, plan_id: str) -> Path:
@@ -215,7 +216,7 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
                             + (f" — {r.message}" if r.message else ""))
         say("outcome", report.outcome)
         if report.outcome == "pass":
-            return _apply(plane, plan_id, report.token or "", sandbox, start, say)
+            return _apply(plane, plan_id, report.token or "", start, say)
         if report.outcome != "blocker":
             return _summary(plane, plan_id, _plan(plane, plan_id), start)
         doc = _plan(plane, plan_id)
@@ -284,33 +285,21 @@ def _compensate(plane: Plane, plan_id: str, commands: list[list[str]],
     plane.run(f"plan:{plan_id}", decide, blobs=[output])
 
 
-def _apply(plane: Plane, plan_id: str, token: str, sandbox: dict[str, Path], start: int,
-           say: Say) -> RunSummary:
-    changed = sorted(p for resource, copy in sandbox.items()
-                     for p in _changed_files(Path(resource), copy))
-    apply_plan(plane, plan_id, token, changed_paths=changed)
-    for resource, copy in sandbox.items():  # only now, with the token consumed
-        _copy_back(copy, Path(resource))
+def _apply(plane: Plane, plan_id: str, token: str, start: int, say: Say) -> RunSummary:
+    """The plane's Apply: the change set recorded first, then the files, then
+    ``plan.applied`` (``complete_apply`` finishes one a crash interrupted)."""
+    doc = apply_plan(plane, plan_id, token)
+    return _applied(plane, plan_id, doc, start, say, token)
+
+
+def _applied(plane: Plane, plan_id: str, doc: Document, start: int, say: Say,
+             token: str | None = None) -> RunSummary:
+    changed = sorted(f"{Path(f['resource']).name}/{f['path']}"
+                     for f in (doc.get("applied") or {}).get("files", []))
     say("apply", f"{len(changed)} file(s) changed: {', '.join(changed) or '-'}")
-    summary = _summary(plane, plan_id, _plan(plane, plan_id), start)
+    summary = _summary(plane, plan_id, doc, start)
     summary.token, summary.changed_paths = token, changed
     return summary
-
-
-def _changed_files(original: Path, copy: Path) -> list[str]:
-    changed = []
-    for root, _dirs, files in os.walk(copy):
-        for name in files:
-            path = Path(root) / name
-            relative = path.relative_to(copy)
-            target = original / relative
-            if not target.exists() or not filecmp.cmp(path, target, shallow=False):
-                changed.append(str(Path(original.name) / relative))
-    return changed
-
-
-def _copy_back(copy: Path, original: Path) -> None:
-    shutil.copytree(copy, original, symlinks=True, dirs_exist_ok=True)
 
 
 def _summary(plane: Plane, plan_id: str, doc: Document, start: int) -> RunSummary:

@@ -21,17 +21,20 @@ never from a read model or from memory:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from ulid import ULID
 
 from ledger.canonical import canonical_json
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
+    ChangesRecorded,
     DecisionRecorded,
     Escalated,
     EventPayload,
@@ -65,6 +68,7 @@ from .authority import Authority, decision_problem
 from .names import check_identifier
 from .phases import require_plan
 from .plane import CommandRefused, Plane, StreamState
+from .sandbox import change_blob, change_contents, change_set, write_change
 
 TOKEN_TTL = timedelta(hours=1)
 DECISION_OPTIONS = ["revise", "abandon"]
@@ -164,17 +168,33 @@ def token_for_pass(plane: Plane, plan: Document, run_id: str,
                               signature=token_signature(token), **claims)
 
 
+Progress = Callable[[str], None]  # told each step of Apply: "changes_recorded", ...
+
+
+def _silent(_step: str) -> None:
+    pass
+
+
 def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
-               changed_paths: list[str] | None = None) -> Document:
+               progress: Progress = _silent) -> Document:
     """Apply with a valid token: its signature, plan, attempt, results and expiry, single
     use, and — from the log, in the deciding transaction — the run it was minted from
     (INV1): every required member of the binding set passed, with its evidence present.
-    The token is consumed with the Apply in one append."""
+
+    Crash-safe: the token's consumption and the change set (the plan's sandbox against
+    its resources: each file's path, digest and mode; the contents as blobs) are one
+    append — the point of no return — before any file is written; then the files are
+    written (temp file + rename each), then ``plan.applied``. Killed at any point,
+    ``complete_apply`` (``evidence apply --resume``) finishes it, once."""
     public = load_or_create_plane_key(plane.store.url).public_key()
     try:
         claims = verify_token(public, token, plan_id=plan_id, now=_now())
     except SigningError as exc:
         raise CommandRefused(f"token refused: {exc}") from None
+    plan = plane.state(f"plan:{plan_id}").doc
+    changes, contents = change_set(plane.sandbox(plan).existing() if plan else {})
+    diff = change_blob(changes, contents)
+    progress("changes_computed")
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = require_plan(state, plan_id)
@@ -186,7 +206,7 @@ def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
             raise CommandRefused("token refused: it was already used (tokens are single-use)")
         if held["status"] != "minted":
             raise CommandRefused("token refused: the plan moved on since it was minted (a "
-                                 "new run, fix or tool call); re-validate")
+                                 "new run, fix, tool call, halt or decision); re-validate")
         if doc["phase"] != "execute" or doc["last_outcome"] != "pass":
             raise CommandRefused(f"plan {plan_id} is not at a passing end of Execute")
         assert state.log is not None
@@ -195,11 +215,58 @@ def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
         if problem is not None:
             raise CommandRefused(f"token refused: {problem}")
         return [TokenConsumed(plan_id=plan_id, token_id=claims.token_id),
-                PlanApplied(plan_id=plan_id, token_id=claims.token_id,
-                            changed_paths=changed_paths or [])]
+                ChangesRecorded(plan_id=plan_id, token_id=claims.token_id,
+                                changes_sha256=hashlib.sha256(diff).hexdigest(),
+                                changes=changes)]
 
-    plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by_first=True)
-    return plane.state(f"plan:{plan_id}").doc
+    plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by_first=True, blobs=[diff])
+    progress("changes_recorded")
+    return complete_apply(plane, plan_id, actor=actor, progress=progress)
+
+
+def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
+                   progress: Progress = _silent) -> Document:
+    """Finish an Apply whose change set is recorded: write each file that does not
+    already match (from the blob store), then record ``plan.applied`` — once. A plan
+    already applied is returned as it is."""
+    stream = f"plan:{plan_id}"
+    doc = plane.state(stream).doc
+    if not doc:
+        raise CommandRefused(f"unknown plan {plan_id!r}")
+    if doc["terminal"] == "applied":
+        return doc
+    applying = doc.get("applying")
+    if applying is None:
+        raise CommandRefused(f"plan {plan_id} has no Apply under way (evidence apply "
+                             f"{plan_id} --token TOKEN)")
+    recorded = next(e.payload for e in reversed(plane.store.read_stream(stream))
+                    if isinstance(e.payload, ChangesRecorded))
+    blob = plane.store.get_blob(recorded.changes_sha256)
+    if blob is None:
+        raise CommandRefused(f"cannot finish Apply: its change set (blob "
+                             f"{recorded.changes_sha256}) is missing; `evidence verify` "
+                             "names it")
+    try:
+        contents = change_contents(bytes(blob))
+        files = [(change, contents[change.sha256]) for change in recorded.changes]
+    except (ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
+        raise CommandRefused(f"cannot finish Apply: its change set is damaged ({exc})"
+                             ) from None
+    for change, data in files:
+        write_change(change, data)
+        progress("file_written")
+    progress("files_written")
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        now = state.doc.get("applying")
+        if now is None or now["token_id"] != recorded.token_id:
+            return []  # another process finished it first: applied once
+        return [PlanApplied(plan_id=plan_id, token_id=recorded.token_id,
+                            changed_paths=[f"{c.resource}/{c.path}"
+                                           for c in recorded.changes])]
+
+    plane.run(stream, decide, actor=actor)
+    return plane.state(stream).doc
 
 
 def passing_run_problem(log: Authority, plan: Document, attempt: int, digest: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
-from .plane import CommandRefused
+from .errors import CommandRefused
 
 # A resource is named by a string without whitespace (seed 000): "repo:api", "./src".
 _NO_SPACE = re.compile(r"\S{1,512}")

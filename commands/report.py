@@ -114,6 +114,14 @@ class RunRow(msgspec.Struct, kw_only=True):
     vacuous: bool = False  # no required validation ran (recorded at completion)
 
 
+class AppliedFile(msgspec.Struct, kw_only=True):
+    """One file Apply wrote (or is writing, if it was interrupted)."""
+
+    resource: str | None
+    path: str | None
+    sha256: str | None
+
+
 class BindingRow(msgspec.Struct, kw_only=True):
     """One member of the plan's binding set, pinned at Execute."""
 
@@ -195,6 +203,7 @@ class PlanReport(msgspec.Struct, kw_only=True):
     unvalidated: bool  # the last run had no required validation (require_validation false)
     strict_mode: bool | None
     binding: list[BindingRow]  # the binding set pinned at Execute
+    applied_files: list[AppliedFile]  # the change set Apply wrote (or is writing)
     source: str
     size: int  # the log was read as of this position
     root: str
@@ -253,6 +262,10 @@ def gather_report(
         outcome=doc.get("outcome"), last_outcome=doc.get("last_outcome"),
         terminal=terminal_state(doc), unvalidated=bool(doc.get("unvalidated")),
         strict_mode=config.get("strict_mode"), binding=_binding(doc),
+        applied_files=[AppliedFile(resource=f.get("resource"), path=f.get("path"),
+                                   sha256=f.get("sha256"))
+                       for f in (doc.get("applied") or doc.get("applying") or {}).get(
+                           "files", [])],
         source=source_label, size=size,
         root=head.root.hex(), generated_at=generated_at or utc_now(),
         timeline=timeline,
@@ -526,6 +539,10 @@ def render_html(report: PlanReport) -> str:
         [[_e(b.validation), _e(b.version), _e(b.mode), _e(b.scope), _code(b.resource),
           _code(b.attachment_id)] for b in r.binding],
         empty="no validation pinned")
+    header += "<h3>Files written by Apply</h3>" + _table(
+        ["resource", "path", "sha256"],
+        [[_code(f.resource), _code(f.path), _code(f.sha256)] for f in r.applied_files],
+        empty="none")
 
     timeline = _table(
         ["pos", "time", "actor", "event", "phase", "summary"],

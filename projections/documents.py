@@ -24,6 +24,7 @@ from ledger.events import (
     AttachmentCreated,
     AttachmentDetached,
     AttemptFailed,
+    ChangesRecorded,
     CompensationCompleted,
     CompensationRequested,
     DecisionRecorded,
@@ -137,6 +138,8 @@ def new_plan(payload: PlanCreated) -> Document:
         "pending_decision": None,
         "decisions": {},
         "token": None,
+        "applying": None,
+        "applied": None,
     }
 
 
@@ -203,8 +206,14 @@ def fold_plan(doc: Document, payload: EventPayload) -> Document:
         if token is None or token["token_id"] != payload.token_id:
             return doc
         return {**doc, "token": {**token, "status": "consumed"}}
+    if isinstance(payload, ChangesRecorded):
+        return {**doc, "applying": {
+            "token_id": payload.token_id, "changes_sha256": payload.changes_sha256,
+            "files": [{"resource": c.resource, "path": c.path, "sha256": c.sha256}
+                      for c in payload.changes]}}
     if isinstance(payload, PlanApplied):
-        return {**doc, "phase": "apply", "terminal": "applied", "halt": None}
+        return {**doc, "phase": "apply", "terminal": "applied", "halt": None,
+                "applying": None, "applied": doc.get("applying")}
     if isinstance(payload, ValidationRunCompleted):
         return {**doc, "current_run": None, "last_run": payload.run_id,
                 "last_outcome": payload.outcome, "outcome": payload.outcome,

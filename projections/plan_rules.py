@@ -26,6 +26,7 @@ from ledger.events import (
     AttachmentCreated,
     AttachmentDetached,
     AttemptFailed,
+    ChangesRecorded,
     CompensationCompleted,
     CompensationRequested,
     DecisionRecorded,
@@ -55,7 +56,8 @@ __all__ = ["broken_rule", "pins_kept"]
 
 # In Execute only, and never while a human decision is pending.
 _EXECUTE_WORK = (GateChecked, ToolCalled, FixRecorded, ValidationRunStarted, AttemptFailed,
-                 CompensationRequested, TokenMinted, TokenConsumed, PlanApplied)
+                 CompensationRequested, TokenMinted, TokenConsumed, ChangesRecorded,
+                 PlanApplied)
 # What may still be recorded while a decision is pending: the end of a run that was
 # already under way, halts, and the decision itself.
 _WHILE_PENDING = (ValidationResultRecorded, ValidationRunCompleted, PlanHalted,
@@ -94,6 +96,8 @@ def _plan_rule(doc: Document, p: EventPayload) -> str | None:
         if isinstance(p, CompensationCompleted) and _compensation(doc) == "requested":
             return None
         return f"nothing follows the end of a plan ({doc['terminal']})"
+    if doc.get("applying") is not None and not isinstance(p, PlanApplied):
+        return "Apply began (its change set is recorded): only its completion follows"
     if doc["pending_decision"] is not None and not isinstance(p, _WHILE_PENDING):
         return "nothing but the decision moves a plan awaiting a human decision"
     if isinstance(p, _EXECUTE_WORK) and doc["phase"] != "execute":
@@ -192,10 +196,17 @@ def _consumed(doc: Document, p: TokenConsumed) -> str | None:
     return None
 
 
-def _applied(doc: Document, p: PlanApplied) -> str | None:
+def _changes(doc: Document, p: ChangesRecorded) -> str | None:
     token = doc["token"]
     if token is None or token["token_id"] != p.token_id or token["status"] != "consumed":
-        return "Apply follows the consumption of its token"
+        return "Apply's change set follows the consumption of its token"
+    return None
+
+
+def _applied(doc: Document, p: PlanApplied) -> str | None:
+    applying = doc.get("applying")
+    if applying is None or applying["token_id"] != p.token_id:
+        return "Apply completes the change set recorded with its consumed token"
     return None
 
 
@@ -225,6 +236,7 @@ _PLAN_RULES = {
     DecisionRecorded: _decided,
     TokenMinted: _minted,
     TokenConsumed: _consumed,
+    ChangesRecorded: _changes,
     PlanApplied: _applied,
     CompensationCompleted: _compensation_done,
 }

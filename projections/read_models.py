@@ -50,8 +50,8 @@ ATTACHMENTS = Projection(
 
 PLANS = Projection(
     name="plans",
-    version=7,  # 2: gates; 3: runs; 4: decisions, tokens; 5: compensation; 6: attempts;
-    # 7: binding set, outcome, needs_fix, unvalidated; folds total
+    version=8,  # 2: gates; 3: runs; 4: decisions, tokens; 5: compensation; 6: attempts;
+    # 7: binding set, outcome, needs_fix, unvalidated; folds total; 8: applying, applied
     kind="plan",
     columns=(
         Column("project", sa.Text, lambda d: d.get("project"), index=True),

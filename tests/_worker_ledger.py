@@ -152,3 +152,20 @@ def crash_worker(url: str, round_id: int, marker_path: str, seed: int) -> None:
         store.append(stream, events, ledger.NO_STREAM)
         os.write(fd, f"done {stream}\n".encode())
         batch += 1
+
+
+def apply_and_die(url: str, plan_id: str, token: str, kill_at: str) -> None:
+    """Apply, and SIGKILL this process at ``kill_at`` (a step ``apply_plan`` reports:
+    ``changes_computed``, ``changes_recorded``, ``file_written`` — the first file of
+    several — or ``files_written``)."""
+    import signal
+
+    from commands.lifecycle import apply_plan
+    from commands.plane import Plane
+
+    def progress(step: str) -> None:
+        if step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with Plane.open(url) as plane:
+        apply_plan(plane, plan_id, token, progress=progress)

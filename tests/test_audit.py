@@ -62,8 +62,8 @@ def test_replay_equals_the_plans_read_model_at_every_position(setup) -> None:
     plane, _project, _tmp = setup
     head = plane.store.head().size
     steps = replay_plan(plane.store, "P-1")
-    assert [s.type for s in steps][-3:] == ["plan.token_minted", "plan.token_consumed",
-                                           "plan.applied"]
+    assert [s.type for s in steps][-4:] == ["plan.token_minted", "plan.token_consumed",
+                                           "plan.changes_recorded", "plan.applied"]
     by_position = {s.position: s for s in steps}
     expected = None
     for position in range(1, head + 1):

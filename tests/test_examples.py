@@ -47,7 +47,8 @@ def test_green_after_fix(db_url: str, copy) -> None:
     assert types[:3] == ["plan.created", "plan.strategy_recorded", "plan.execute_entered"]
     assert types.count("validation.run_completed") == 2
     assert "plan.fix_recorded" in types
-    assert types[-3:] == ["plan.token_minted", "plan.token_consumed", "plan.applied"]
+    assert types[-4:] == ["plan.token_minted", "plan.token_consumed", "plan.changes_recorded",
+                          "plan.applied"]
     with ledger.open(db_url) as store:
         results = [e.payload for e in store.read_stream("plan:green-after-fix")
                    if e.type == "validation.result_recorded"]

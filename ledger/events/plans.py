@@ -171,11 +171,39 @@ class TokenConsumed(EventPayload, tag="plan.token_consumed", kw_only=True):
     token_id: str
 
 
-class PlanApplied(EventPayload, tag="plan.applied", kw_only=True):
-    """Apply, the point of no return, happened with a consumed token."""
+class FileChange(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """One file Apply writes: a resource, a path inside it, the content's SHA-256 (a blob)
+    and its permission bits."""
+
+    resource: str
+    path: str
+    sha256: str
+    mode: Annotated[int, msgspec.Meta(ge=0, le=0o7777)]
+
+
+class ChangesRecorded(EventPayload, tag="plan.changes_recorded", kw_only=True):
+    """Apply began (appended with the token's consumption): the change set from the plan's
+    sandbox to its resources, recorded before any file is written, so a crash at any
+    point leaves what ``apply --resume`` needs to finish. The change list (canonical
+    JSON) and every file's content are blobs."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "replaces /phase with apply and sets /terminal to applied"
+    DELTA = "sets /applying to {token_id, changes_sha256, changes}"
+    BLOB_FIELDS = ("changes_sha256",)
+
+    plan_id: str
+    token_id: str
+    changes_sha256: str  # the blob of the canonical JSON of ``changes``
+    changes: list[FileChange] = []
+
+
+class PlanApplied(EventPayload, tag="plan.applied", kw_only=True):
+    """Apply, the point of no return, completed: every file of the recorded change set
+    is in place."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = ("replaces /phase with apply, sets /terminal to applied, moves /applying to "
+             "/applied")
 
     plan_id: str
     token_id: str
