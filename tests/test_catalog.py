@@ -70,6 +70,7 @@ BLOB_REFERENCES = {
     "tool.called": ("params_sha256", "output_sha256"),  # runs.call_tool: params + output
     "validation.result_recorded": ("raw_output_sha256",),  # runs / reviews: raw output
     "plan.fix_recorded": ("diff_sha256",),  # lifecycle.record_fix: the diff
+    "plan.changes_recorded": ("changes_sha256",),  # lifecycle.apply_plan: the change set
     "plan.compensation_completed": ("output_sha256",),  # driver._compensate: the output
     "review.report_committed": ("report_sha256",),  # reviews._commit: the report
 }
