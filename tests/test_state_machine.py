@@ -391,8 +391,9 @@ class NoBypass(RuleBasedStateMachine):
     @rule(good=st.booleans())
     def work_on_the_project(self, good: bool) -> None:
         # The agent works in each plan's sandbox; the project is what later plans copy.
-        for folder in [self.project, *(work(self.plane, p) for p in self.plans
-                                      if self.doc(p).get("phase") == "execute")]:
+        sandboxes = [copy for p in self.plans
+                     for copy in self.plane.sandbox(self.doc(p)).existing().values()]
+        for folder in [self.project, *sandboxes]:
             (folder / "status.txt").write_text("good\n" if good else "bad\n")
 
     @precondition(lambda self: self.plans)
