@@ -18,6 +18,9 @@ authority reads (``commands``) and the audit walk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import msgspec
 
 from ledger.events import (
@@ -224,7 +227,7 @@ def _builtins(struct: object) -> Document:
     return msgspec.to_builtins(struct)  # type: ignore[no-any-return]
 
 
-_PLAN_RULES = {
+_PLAN_RULES: dict[type, Callable[[Document, Any], str | None]] = {
     StrategyRecorded: _strategy,
     ExecuteEntered: _execute,
     ValidationRunStarted: _run_started,
