@@ -97,3 +97,36 @@ def test_apply_killed_at_any_point_is_completed_once(db_url: str, tmp_path: Path
         assert _count(plane, "plan.changes_recorded") == 1
         assert _count(plane, "plan.applied") == 1
         assert audit(plane.store).ok
+
+
+def test_a_forged_change_set_cannot_write_outside_the_resource(db_url: str,
+                                                               tmp_path: Path) -> None:
+    """The agent holds the token, appends its consumption and a change set of its own
+    with a climbing path, then asks the plane to finish the Apply."""
+    import base64
+    import hashlib
+
+    from ledger.canonical import canonical_json
+    from ledger.events import ChangesRecorded, FileChange, TokenConsumed
+    from ledger.signing import read_token
+
+    from .helpers import forge
+
+    with Plane.open(db_url) as plane:
+        project, token = _passing_with_changes(plane, tmp_path)
+        token_id = read_token(token).token_id
+        data = b"pwned"
+        change = FileChange(resource=str(project), path="../../escaped.txt",
+                            sha256=hashlib.sha256(data).hexdigest(), mode=0o644)
+        blob = canonical_json([{"resource": change.resource, "path": change.path,
+                                "sha256": change.sha256, "mode": change.mode,
+                                "content": base64.b64encode(data).decode()}])
+        forge(plane.store, "plan:P-1", TokenConsumed(plan_id="P-1", token_id=token_id),
+              ChangesRecorded(plan_id="P-1", token_id=token_id,
+                              changes_sha256=hashlib.sha256(blob).hexdigest(),
+                              changes=[change]), blobs=(blob,))
+        with pytest.raises(CommandRefused, match="change path"):
+            complete_apply(plane, "P-1")
+        assert not (tmp_path.parent / "escaped.txt").exists()
+        assert not (tmp_path / "escaped.txt").exists()
+        assert _count(plane, "plan.applied") == 0
