@@ -91,15 +91,10 @@ def sandbox_of(plane: Plane, plan: Document, sandbox: Sandbox | None = None) -> 
     return sandbox if sandbox is not None else plane.sandbox(plan).ensure().copies
 
 
-def directory_of(resource: str, sandbox: Sandbox) -> Path | None:
-    """The sandbox copy of ``resource`` (None when it names no directory)."""
-    return sandbox.get(resource)
-
-
 def workdir_of(plan: Document, sandbox: Sandbox) -> Path | None:
     """The copy of the first of the plan's resources that is a directory."""
     for resource in plan["resources"]:
-        found = directory_of(resource, sandbox)
+        found = sandbox.get(resource)
         if found is not None:
             return found
     return None
@@ -309,8 +304,7 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
     binding = binding_of(plan)
     require = plan["global_config"].get("require_validation", True)
     copies = sandbox_of(plane, plan, sandbox)
-    directories = {r: d for r in plan["resources"]
-                   if (d := directory_of(r, copies)) is not None}
+    directories = {r: copies[r] for r in plan["resources"] if r in copies}
     digests = {r: tree_digest(d) for r, d in directories.items()}
     run_id = str(ULID())
     attempt = plan["attempt"]
