@@ -27,6 +27,7 @@ import msgspec
 
 from ledger.canonical import canonical_json
 from ledger.events import CompensationCompleted, ToolRegistered, ValidationRegistered
+from ledger.intake import InputError, parse_json, read_bytes
 from ledger.verify import verify_store
 from projections.documents import Document
 
@@ -88,11 +89,14 @@ def run_plan_file(plane: Plane, path: Path, *, plan_id: str | None = None,
 def resume(plane: Plane, plan_id: str, *, say: Say = _quiet) -> RunSummary:
     run_dir = _run_dir(plane, plan_id)
     try:
-        state = json.loads((run_dir / "run.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        state = parse_json(read_bytes(run_dir / "run.json", "document"), "run.json")
+        plan_file = state.get("plan_file") if isinstance(state, dict) else None
+    except InputError:
+        plan_file = None
+    if not isinstance(plan_file, str):
         raise CommandRefused(f"no run of plan {plan_id!r} under {run_dir.parent} "
-                             "(give the same --workdir as the run)") from None
-    pf = load_plan_file(Path(state["plan_file"]))
+                             "(give the same --workdir as the run)")
+    pf = load_plan_file(Path(plan_file))
     start = plane.store.head().size
     if _plan(plane, plan_id).get("applying") is not None:  # killed during Apply
         return _applied(plane, plan_id, complete_apply(plane, plan_id), start, say)

@@ -36,6 +36,7 @@ from ledger.events import (
     GateChecked,
     PlanHalted,
 )
+from ledger.intake import check_json_value
 from ledger.schemas import InvalidSchemaError, prepare_schema
 from projections.documents import Document
 
@@ -76,8 +77,11 @@ def as_bytes(value: bytes | str | Any) -> bytes:
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
-        return value.encode("utf-8")
-    return msgspec.json.encode(value)
+        return value.encode("utf-8", "surrogatepass")  # a lone surrogate: not UTF-8
+    try:  # msgspec writes NaN as null: refuse what has no JSON form instead
+        return msgspec.json.encode(check_json_value(value, "the value to check"))
+    except (TypeError, RecursionError) as exc:
+        raise CommandRefused(f"the value to check has no JSON form ({exc})") from None
 
 
 def gate_input(
@@ -217,5 +221,5 @@ def _sha256_of(schema: Any) -> str:
 def _json_type_of(raw: bytes) -> str:
     try:
         return json_type(msgspec.json.decode(raw))
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return "invalid_json"

@@ -1,71 +1,45 @@
 """Reading structured input given on the command line: ``JSON``, ``@file`` or a file path
-(JSON, YAML or TOML by extension). Every mistake is a one-line ``CommandRefused``."""
+(JSON, YAML or TOML by extension). Everything is read through ``ledger.intake`` (size,
+depth, number, duplicate-key and UTF-8 rules); every mistake is a one-line refusal that
+names the option or file, the pointer and the rule."""
 
 from __future__ import annotations
 
-import json
-import tomllib
-from pathlib import Path
 from typing import Any
 
-from .plane import CommandRefused
+from ledger.intake import (
+    decode_utf8,
+    limit_bytes,
+    load_document,
+    parse_json,
+    read_bytes,
+    read_text,
+)
 
 
 def json_or_file(value: str, what: str) -> Any:
-    """``'{"a": 1}'`` or ``@path/to/file.json``."""
+    """``'{"a": 1}'`` or ``@path/to/file.json`` (or ``.yaml``/``.toml``)."""
     if value.startswith("@"):
-        return load_file(value[1:], what)
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise CommandRefused(f"{what}: not valid JSON ({exc.msg} at line {exc.lineno} "
-                             f"column {exc.colno})") from None
+        return load_file(value[1:], what, kind="option")
+    return parse_json(value, what)
 
 
 def raw_bytes(value: str, what: str) -> bytes:
     """The exact bytes given: the text itself, or the bytes of ``@file`` (for the gates,
-    which check what the agent produced, byte for byte)."""
+    which check what the agent produced, byte for byte; they judge its JSON)."""
     if not value.startswith("@"):
-        return value.encode("utf-8")
-    try:
-        return Path(value[1:]).read_bytes()
-    except OSError as exc:
-        raise CommandRefused(f"{what}: cannot read {value[1:]} ({exc.strerror})") from None
+        return limit_bytes(value.encode("utf-8", "surrogateescape"), "agent", what)
+    return read_bytes(value[1:], "agent", f"{what} {value[1:]}")
 
 
-def text_or_file(value: str, what: str) -> str:
-    """``TEXT`` or ``@file``."""
+def text_or_file(value: str, what: str, kind: str = "option") -> str:
+    """``TEXT`` or ``@file``: UTF-8 text within the cap of ``kind``."""
     if value.startswith("@"):
-        return _read(value[1:], what)
-    return value
+        return read_text(value[1:], kind, f"{what} {value[1:]}")
+    return decode_utf8(limit_bytes(value.encode("utf-8", "surrogateescape"), kind, what),
+                       what)
 
 
-def load_file(path: str, what: str) -> Any:
+def load_file(path: str, what: str, kind: str = "document") -> Any:
     """A JSON, YAML (.yaml/.yml) or TOML (.toml) document."""
-    text = _read(path, what)
-    suffix = Path(path).suffix.lower()
-    try:
-        if suffix in (".yaml", ".yml"):
-            import yaml
-
-            return yaml.safe_load(text)
-        if suffix == ".toml":
-            return tomllib.loads(text)
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CommandRefused(f"{what}: {path} is not valid JSON ({exc.msg} at line "
-                             f"{exc.lineno} column {exc.colno})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CommandRefused(f"{what}: {path} is not valid TOML ({exc})") from None
-    except Exception as exc:  # yaml.YAMLError and friends
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CommandRefused(f"{what}: {path} is not valid YAML ({first})") from None
-
-
-def _read(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CommandRefused(f"{what}: no such file {path}") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise CommandRefused(f"{what}: cannot read {path} ({exc.__class__.__name__})") from None
+    return load_document(path, kind, f"{what} {path}")

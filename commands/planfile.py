@@ -7,12 +7,13 @@ docs/plan-files.md for the format with an annotated example.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ledger.intake import parse_toml, parse_yaml, read_text
 
 from .names import check_relative_path
 from .plane import CommandRefused
@@ -86,22 +87,12 @@ class PlanFile(_Strict):
 
 def load_plan_file(path: Path) -> PlanFile:
     """Parse and validate; refuse with file, key path and line on any mistake."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CommandRefused(f"{path}: cannot read ({exc.strerror})") from None
-    is_yaml = path.suffix.lower() in (".yaml", ".yml")
-    try:
-        if is_yaml:
-            raw = yaml.safe_load(text)
-        elif path.suffix.lower() == ".toml":
-            raw = tomllib.loads(text)
-        else:
-            raise CommandRefused(f"{path}: a plan file is .yaml, .yml or .toml")
-    except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CommandRefused(f"{path}: not valid {'YAML' if is_yaml else 'TOML'}: {first}"
-                             ) from None
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".toml"):
+        raise CommandRefused(f"{path}: a plan file is .yaml, .yml or .toml")
+    is_yaml = suffix != ".toml"
+    text = read_text(path, "document")
+    raw = (parse_yaml if is_yaml else parse_toml)(text, str(path))
     if not isinstance(raw, dict):
         raise CommandRefused(f"{path}: a plan file is a mapping with plan, agent, …")
     try:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -50,6 +51,7 @@ import jsonschema_rs
 import msgspec
 
 from .events.gates import Deviation, DeviationKind
+from .intake import MAX_DEPTH, InputError, check_json_value
 from .schemas import (
     INTEGER_TOKEN_KEYWORD,
     InvalidSchemaError,
@@ -177,14 +179,14 @@ def check(
         try:
             instance = _decoder.decode(data)
         except msgspec.DecodeError:
-            return [
-                Deviation(
-                    pointer="",
-                    kind="wrong_type",
-                    expected="a JSON document",
-                    actual_type="invalid_json",
-                )
-            ]
+            return [_not_json("a JSON document")]
+        except RecursionError:
+            return [_not_json(f"a JSON document (nested deeper than {MAX_DEPTH} levels)")]
+        if _may_break_rules(data):
+            try:
+                check_json_value(instance, "instance")
+            except InputError as exc:
+                return [_not_json(f"a JSON document ({exc.detail})", exc.pointer)]
         found.extend(_duplicate_members(data, instance))
         integral_float = _seen.integral_float
     else:
@@ -197,6 +199,22 @@ def check(
     for error in validator.iter_errors(instance):
         found.extend(_translate(error, instance, compiled))
     return _finish(found)
+
+
+def _not_json(expected: str, pointer: str = "") -> Deviation:
+    return Deviation(pointer=pointer, kind="wrong_type", expected=expected,
+                     actual_type="invalid_json")
+
+
+# Bytes that could break the input rules msgspec does not enforce (nesting deeper than
+# MAX_DEPTH, integers beyond ±(2^53 - 1)) hold many brackets or a long run of digits;
+# both are counted at C speed, so typical inputs skip the walk over the decoded value.
+_LONG_DIGITS = re.compile(rb"[0-9]{16}")
+
+
+def _may_break_rules(data: bytes) -> bool:
+    return (data.count(b"[") + data.count(b"{") >= MAX_DEPTH
+            or _LONG_DIGITS.search(data) is not None)
 
 
 def _finish(found: list[_Found]) -> list[Deviation]:
