@@ -5,9 +5,13 @@ names the option or file, the pointer and the rule."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import click
+
 from ledger.intake import (
+    MAX_SAFE_INTEGER,
     decode_utf8,
     limit_bytes,
     load_document,
@@ -43,3 +47,33 @@ def text_or_file(value: str, what: str, kind: str = "option") -> str:
 def load_file(path: str, what: str, kind: str = "document") -> Any:
     """A JSON, YAML (.yaml/.yml) or TOML (.toml) document."""
     return load_document(path, kind, f"{what} {path}")
+
+
+# -- numbers on the command line ---------------------------------------------------------
+
+
+def whole(min_value: int) -> click.IntRange:
+    """A whole number from ``min_value`` up to 2^53 - 1: positions, counts, versions. A
+    larger one names no event and would overflow the database's integers."""
+    return click.IntRange(min=min_value, max=MAX_SAFE_INTEGER)
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds within ``[low, high]`` (NaN and infinity refused:
+    click's FloatRange lets NaN through, and ``time.sleep(1e308)`` overflows)."""
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(number) or not self.low <= number <= self.high:
+            self.fail(f"{value!r} is not between {self.low:g} and {self.high:g} seconds",
+                      param, ctx)
+        return number

@@ -258,12 +258,16 @@ def _result_schema() -> PreparedSchema:
 def _timeout_ms(seconds: float | None) -> int | None:
     if seconds is None:
         return None
-    if not math.isfinite(seconds):
-        raise CommandRefused("key `timeout`: must be a finite number of seconds")
+    if not math.isfinite(seconds) or seconds > MAX_TIMEOUT_S:
+        raise CommandRefused(f"key `timeout`: must be a number of seconds from 0.001 to "
+                             f"{MAX_TIMEOUT_S} (a week)")
     millis = round(seconds * 1000)
     if millis < 1:
         raise CommandRefused("key `timeout`: must be at least 0.001 seconds")
     return millis
+
+
+MAX_TIMEOUT_S = 7 * 24 * 3600  # a process the plane waits for longer than this is lost
 
 
 def _check_slots(slots: list[str]) -> list[str]:
