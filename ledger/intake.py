@@ -346,8 +346,9 @@ def parse_yaml(data: bytes | str, source: str, kind: str = "document") -> Any:
     import yaml
 
     text = _text(data, kind, source)
-    loader = _StrictYamlLoader(text)
+    loader = None
     try:
+        loader = _StrictYamlLoader(text)  # its reader refuses some characters at once
         value = loader.get_single_data()
     except InputError:
         raise
@@ -361,7 +362,8 @@ def parse_yaml(data: bytes | str, source: str, kind: str = "document") -> Any:
     except RecursionError:
         raise _depth_error(source) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return check_json_value(value, source)
 
 

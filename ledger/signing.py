@@ -600,7 +600,10 @@ def _read_key_file(path: Path, *, private: bool) -> bytes:
                 f"private key {path} is accessible by group or others "
                 f"(mode {stat.S_IMODE(st.st_mode):04o}): run `chmod 600 {path}`"
             )
-        data = os.read(fd, _MAX_KEY_FILE + 1)
+        try:
+            data = os.read(fd, _MAX_KEY_FILE + 1)
+        except OSError as exc:  # a special file that fails to read (/proc/self/mem)
+            raise SigningError(f"cannot read key file {path}: {exc.strerror}") from None
     finally:
         os.close(fd)
     if len(data) > _MAX_KEY_FILE:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import settings
 
 import ledger
 
@@ -82,3 +83,8 @@ def _plane_key(tmp_path_factory, monkeypatch) -> None:
     monkeypatch.setenv("EVIDENCE_PLANE_KEY", str(key_dir / "plane.key"))
     # and its state directory (plans' sandboxes) too
     monkeypatch.setenv("EVIDENCE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
+# `pytest --hypothesis-profile=deep` runs the property and fuzz suites much longer than
+# the bounded default (for local hunting; CI keeps the default).
+settings.register_profile("deep", max_examples=3_000, deadline=None)
