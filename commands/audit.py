@@ -33,6 +33,7 @@ from ledger.events import (
     TokenConsumed,
     TokenMinted,
     ToolCalled,
+    Truncation,
     ValidationRegistered,
     ValidationResultRecorded,
     ValidationRunCompleted,
@@ -47,6 +48,7 @@ from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
 
 from .authority import ApproverKey, decision_problem, endorsed, token_signed
+from .gates import truncated_deviation
 from .history import summarize
 from .lifecycle import results_digest
 from .plane import CommandRefused
@@ -212,6 +214,9 @@ class _PlanWalk:
         # A failed gate check whose routing is being collected: (position, event id,
         # expected event types, the types seen so far caused by it).
         self.routing: tuple[int, str, list[str], list[str]] | None = None
+        # (step, output digest) of each tool call whose stdout went over its cap: the
+        # output gate on those bytes must judge them truncated (never parse them).
+        self.truncated: dict[tuple[str | None, str], Truncation] = {}
 
 
 def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 1000,
@@ -398,8 +403,11 @@ class _Auditor:
         elif isinstance(p, FixRecorded | ToolCalled):
             if walk.last_run is not None and walk.last_run.invalidated_at is None:
                 walk.last_run.invalidated_at = pos
+            if isinstance(p, ToolCalled) and p.executor == "command" and \
+                    p.stdout_truncated is not msgspec.UNSET:
+                walk.truncated[(p.step, p.output_sha256)] = p.stdout_truncated
         elif isinstance(p, GateChecked):
-            self.check_gate(plan_id, pos, p)
+            self.check_gate(plan_id, pos, p, walk)
             self.open_routing(plan_id, walk, event, p)
         elif isinstance(p, ExecuteEntered):
             self.check_binding(plan_id, pos, walk, p)
@@ -637,7 +645,7 @@ class _Auditor:
                            f"the failed gate check is followed by {', '.join(expected)}",
                            ", ".join(seen) or "nothing caused by it")
 
-    def check_gate(self, plan_id: str, pos: int, p: GateChecked) -> None:
+    def check_gate(self, plan_id: str, pos: int, p: GateChecked, walk: _PlanWalk) -> None:
         if p.schema_sha256 is None:
             return  # no declaration to check against (an invented tool, no output schema)
         self.count("gate_rederivation")
@@ -650,8 +658,20 @@ class _Auditor:
                            f"blob {p.schema_sha256 if schema_bytes is None else p.checked_sha256}"
                            " is missing")
             return
-        schema = msgspec.json.decode(bytes(schema_bytes))
-        deviations = check(schema, bytes(checked), schema_sha256=p.schema_sha256)
+        # A truncated output is never parsed: recorded so (checked_truncated), or the kept
+        # bytes of a call whose stdout went over its cap, checked as its output.
+        truncated = (p.checked_truncated if p.checked_truncated is not msgspec.UNSET
+                     else walk.truncated.get((p.step, p.checked_sha256))
+                     if p.gate == "output" else None)
+        if truncated is not None:
+            deviations = [truncated_deviation(truncated)]
+            if len(checked) != truncated.kept:
+                self.violation(pos, plan_id, "gate_rederivation",
+                               f"the checked bytes are the {truncated.kept} bytes kept of a "
+                               "truncated output", f"{len(checked)} bytes")
+        else:
+            schema = msgspec.json.decode(bytes(schema_bytes))
+            deviations = check(schema, bytes(checked), schema_sha256=p.schema_sha256)
         verdict = "fail" if deviations else "pass"
         if verdict != p.verdict or list(deviations) != list(p.deviations):
             self.violation(pos, plan_id, "gate_rederivation",
@@ -672,6 +692,13 @@ class _Auditor:
         if p.verdict is None and p.cause != "malformed":
             return  # it never reached the transform (timeout, crash, missing program)
         self.count("transform_rederivation")
+        if p.stdout_truncated is not msgspec.UNSET:  # never transformed: no verdict
+            if p.verdict is not None:
+                self.violation(event.position, plan_id, "transform_rederivation",
+                               "no verdict: the wrapped tool's stdout was truncated at "
+                               f"{p.stdout_truncated.kept} bytes (never transformed)",
+                               f"passed={p.verdict} message={p.message!r}")
+            return
         raw = self.store.get_blob(p.raw_output_sha256)
         if raw is None:  # the input of the re-derivation is gone: a finding, not a skip
             self.violation(event.position, plan_id, "evidence",

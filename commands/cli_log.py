@@ -53,7 +53,7 @@ def _summary(payload: msgspec.Struct) -> str:
     fields = msgspec.structs.asdict(payload)
     parts = []
     for key, value in fields.items():
-        if value in (None, "", [], {}):
+        if value is msgspec.UNSET or value in (None, "", [], {}):  # UNSET: an absent field
             continue
         text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
         parts.append(f"{key}={text}")

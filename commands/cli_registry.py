@@ -110,6 +110,8 @@ def _show_rows(view: Document) -> list[list[str]]:
         ["output_schema_sha256", spec.get("output_schema_sha256") or "-"],
         ["resource_slots", " ".join(spec.get("resource_slots") or []) or "-"],
         ["timeout", _seconds(spec.get("timeout_ms"))],
+        ["max_output_bytes", str(spec["max_output_bytes"]) if "max_output_bytes" in spec
+         else "- (the plane's default)"],
         ["capability", spec.get("capability") or "-"],
         ["source", spec.get("source") or "-"],
         ["lifecycle", _compact(spec.get("lifecycle"))],

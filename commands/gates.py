@@ -35,6 +35,7 @@ from ledger.events import (
     EventPayload,
     GateChecked,
     PlanHalted,
+    Truncation,
 )
 from ledger.intake import check_json_value
 from ledger.schemas import InvalidSchemaError, prepare_schema
@@ -120,9 +121,15 @@ def gate_output(
     *,
     schema: Any = None,
     actor: str = "agent",
+    truncated: Truncation | None = None,
 ) -> GateOutcome:
     """The returned structure against the step's output declaration: ``schema`` when the
-    step declares one, else the output schema of the tool its input gate passed."""
+    step declares one, else the output schema of the tool its input gate passed.
+
+    ``truncated``: ``output`` is the kept prefix of a tool's stdout that went over its
+    cap. It is never parsed — a prefix may happen to be a valid document that is not the
+    one printed — and fails as not JSON (``truncated_deviation``); the event records it
+    (``checked_truncated``) so an auditor re-derives the same verdict."""
     raw = as_bytes(output)
     log = plane.log()
     plan = log.state(f"plan:{plan_id}")
@@ -140,12 +147,24 @@ def gate_output(
         deviations = [Deviation(
             pointer="", kind="no_output_declaration",
             expected=f"an output declaration for step {step!r}",
-            actual_type=_json_type_of(raw))]
+            actual_type="invalid_json" if truncated else _json_type_of(raw))]
+    elif truncated is not None:
+        deviations = [truncated_deviation(truncated)]
     else:
         deviations = check(declared, raw, schema_sha256=digest)
+    extra = {} if truncated is None else {"checked_truncated": truncated}
     return _record(plane, plan_id, raw, declared, actor=actor, fields={
         "gate": "output", "tool": tool, "tool_version": step_tool.get("tool_version"),
-        "step": step, "schema_sha256": digest, "deviations": deviations})
+        "step": step, "schema_sha256": digest, "deviations": deviations, **extra})
+
+
+def truncated_deviation(truncated: Truncation) -> Deviation:
+    """The output gate's deviation for a truncated output: not JSON (``invalid_json``,
+    as for any output that is no JSON document), saying where it was cut."""
+    return Deviation(pointer="", kind="wrong_type", actual_type="invalid_json",
+                     expected=f"a JSON document (the output was truncated at "
+                              f"{truncated.kept} bytes of {truncated.size}, over its cap "
+                              "`max_output_bytes`; a truncated output is never parsed)")
 
 
 def _tool_output_schema(log: Authority, step_tool: Document) -> tuple[Any, str | None]:

@@ -47,7 +47,7 @@ import jmespath.functions
 import msgspec
 
 from ledger import RecordedEvent
-from ledger.canonical import CanonicalizationError, canonical_json
+from ledger.canonical import MAX_SAFE_INTEGER, CanonicalizationError, canonical_json
 from ledger.events import SkillDefined, ToolRegistered, ValidationRegistered
 from ledger.schemas import InvalidSchemaError, PreparedSchema, prepare_schema
 from projections.documents import Document, fold_skill, tool_spec
@@ -118,6 +118,9 @@ class _Definition(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mcp_tool_name: str | None = None
     idempotent: bool = False
     writes: bool = False
+    # A cap in bytes on each of stdout and stderr of its program (default: the plane's,
+    # EVIDENCE_MAX_OUTPUT_BYTES or 4 MiB); output beyond it is counted, never kept.
+    max_output_bytes: int | None = None
 
 
 class ToolSpec(_Definition, kw_only=True, forbid_unknown_fields=True):
@@ -313,7 +316,19 @@ def _common_fields(spec: _Definition) -> dict[str, JSON]:
         "mcp_server": spec.mcp_server,
         "mcp_tool_name": spec.mcp_tool_name,
         "idempotent": spec.idempotent,
+        **_max_output_bytes(spec.max_output_bytes),
     }
+
+
+def _max_output_bytes(value: int | None) -> dict[str, int]:
+    """The ``max_output_bytes`` field when the file sets it (absent from the event, and
+    from its bytes, when it does not)."""
+    if value is None:
+        return {}
+    if not 1 <= value <= MAX_SAFE_INTEGER:
+        raise CommandRefused("key `max_output_bytes`: must be a whole number of bytes from 1 "
+                             "to 2^53 - 1")
+    return {"max_output_bytes": value}
 
 
 def _check_json(value: Any, key: str) -> Any:

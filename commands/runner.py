@@ -34,6 +34,15 @@ Read-only enforcement at run time — the decision:
 - ``PYTHONDONTWRITEBYTECODE=1`` is set for every validation program: a ``__pycache__``
   written by merely importing code would otherwise be reported as a violation.
 
+Output is bounded (``run_command``): of each of stdout and stderr at most a cap is kept
+(``max_output_bytes`` of the tool or validation, default ``LIMITS["output"]`` of
+``ledger.intake``); the pipes are pumped with one selector and drained to the end, the
+rest counted and hashed but never held, so a program printing 300 MB costs the cap, not
+300 MB, and never blocks on a full pipe. A stream that went over its cap is reported as a
+``Truncation`` (kept, full size, full SHA-256), and a truncated stdout is never parsed: a
+prefix is not the document printed (``tool_output`` gives no value; a validation whose
+result it carried has no verdict).
+
 POSIX only (process groups, ``killpg``).
 """
 
@@ -45,6 +54,8 @@ import hashlib
 import json
 import math
 import os
+import select
+import selectors
 import shutil
 import signal
 import stat
@@ -61,6 +72,8 @@ from typing import Any, Literal
 import msgspec
 
 from ledger.canonical import CanonicalizationError, canonical_json
+from ledger.events import Truncation
+from ledger.intake import LIMITS
 from ledger.timestamps import utc_now
 
 # commands.registry imports commands.plane at module level (it holds the handlers too);
@@ -73,6 +86,7 @@ __all__ = [
     "RunResult",
     "ValidationRun",
     "fill_argv",
+    "output_cap",
     "run_command",
     "run_parallel",
     "run_validation",
@@ -87,6 +101,7 @@ Cause = Literal["timeout", "crash", "malformed", "missing_program", "read_only_v
 # (setsid) and kept them open can hold them longer, and we do not wait for it.
 _KILL_GRACE_S = 5.0
 _STDERR_TAIL = 400  # characters of stderr quoted in an error message
+_READ_CHUNK = 64 * 1024  # bytes read from a pipe at a time
 # exec failures that mean "this program cannot be run here" (not "it ran and failed")
 _NOT_RUNNABLE = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOEXEC, errno.ENOTDIR,
                  errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
@@ -164,8 +179,122 @@ class RunResult(msgspec.Struct, kw_only=True):
     missing_program: str | None = None  # argv[0] when it cannot be found / executed
     error: str | None = None  # e.g. "killed by signal 9 (SIGKILL)"
     signal: int | None = None  # the signal that ended it (not set on a timeout kill)
+    # Set when the stream went over the cap: ``stdout``/``stderr`` hold its first bytes.
+    stdout_truncated: Truncation | None = None
+    stderr_truncated: Truncation | None = None
 
 
+def output_cap(spec: Mapping[str, Any] | None = None,
+               fallback: Mapping[str, Any] | None = None) -> int:
+    """The cap on each output stream of a program: the spec's ``max_output_bytes``, else
+    the fallback spec's (a wrapped tool's), else the plane's default (``LIMITS["output"]``,
+    ``EVIDENCE_MAX_OUTPUT_BYTES``: an invalid value raises ``InputError``)."""
+    for source in (spec, fallback):
+        cap = source.get("max_output_bytes") if source else None
+        if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1:
+            return cap
+    return LIMITS["output"].cap
+
+
+def truncated_text(truncation: Truncation) -> str:
+    """``truncated at N bytes of M``, for reasons and deviations."""
+    return f"truncated at {truncation.kept} bytes of {truncation.size}"
+
+
+class _Capture:
+    """One output stream read through its cap: the first ``cap`` bytes are kept, every
+    byte is counted and hashed (the full size and SHA-256 are known), none is held
+    beyond the cap."""
+
+    __slots__ = ("cap", "digest", "kept", "size")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept = bytearray()
+        self.size = 0
+        self.digest = hashlib.sha256()
+
+    def feed(self, data: bytes) -> None:
+        self.size += len(data)
+        self.digest.update(data)
+        room = self.cap - len(self.kept)
+        if room > 0:
+            self.kept += data[:room]
+
+    def value(self) -> bytes:
+        return bytes(self.kept)
+
+    def truncation(self) -> Truncation | None:
+        if self.size <= self.cap:
+            return None
+        return Truncation(kept=len(self.kept), size=self.size,
+                          sha256=self.digest.hexdigest())
+
+
+class _Pipes:
+    """A child's pipes pumped by one selector, as ``communicate`` does, but bounded:
+    stdin is fed, stdout and stderr are read in chunks through their caps and drained to
+    the end (the child never blocks on a full pipe). ``pump`` can be called again after
+    it gave up at a deadline: it carries on where it stopped."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes | None, cap: int) -> None:
+        self.out, self.err = _Capture(cap), _Capture(cap)
+        self.selector = selectors.DefaultSelector()
+        self.stdin = memoryview(stdin or b"")
+        self.offset = 0
+        if proc.stdin is not None:
+            if self.stdin:
+                self.selector.register(proc.stdin, selectors.EVENT_WRITE)
+            else:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+        for pipe, capture in ((proc.stdout, self.out), (proc.stderr, self.err)):
+            if pipe is not None:
+                self.selector.register(pipe, selectors.EVENT_READ, capture)
+
+    def pump(self, deadline: float | None) -> bool:
+        """Until every pipe is closed (True), or ``deadline`` (monotonic) passed (False)."""
+        while self.selector.get_map():
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                return False
+            for key, _events in self.selector.select(timeout):
+                if key.data is None:
+                    self._write(key)
+                else:
+                    self._read(key)
+        return True
+
+    def _write(self, key: selectors.SelectorKey) -> None:
+        # At most PIPE_BUF bytes: a write of that size to a writable pipe never blocks.
+        try:
+            self.offset += os.write(key.fd, self.stdin[self.offset:self.offset
+                                                       + select.PIPE_BUF])
+        except BrokenPipeError:  # it stopped reading its input: what it took, it got
+            self.offset = len(self.stdin)
+        if self.offset >= len(self.stdin):
+            self._close(key.fileobj)
+
+    def _read(self, key: selectors.SelectorKey) -> None:
+        data = os.read(key.fd, _READ_CHUNK)
+        if data:
+            key.data.feed(data)
+        else:
+            self._close(key.fileobj)
+
+    def _close(self, pipe: Any) -> None:
+        self.selector.unregister(pipe)
+        with contextlib.suppress(OSError):
+            pipe.close()
+
+    def close(self) -> None:
+        for key in list(self.selector.get_map().values()):
+            self._close(key.fileobj)
+        self.selector.close()
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _elapsed_ms(since: float) -> int:
@@ -174,15 +303,24 @@ def _elapsed_ms(since: float) -> int:
 
 def run_command(argv: list[str], *, cwd: Path | None, timeout_s: float | None,
                 stdin: bytes | None = None,
-                env: Mapping[str, str] | None = None) -> RunResult:
+                env: Mapping[str, str] | None = None,
+                max_output_bytes: int | None = None) -> RunResult:
     """Run ``argv`` (no shell) in its own process group; never raises for the program's
     sake. On timeout the whole group is killed and ``timed_out`` is set; a program that
     cannot be found or executed gives ``missing_program=argv[0]``. ``env`` (default: this
     process's environment) replaces the environment. A bare ``python`` or ``python3`` is
-    the interpreter running the plane, so plan files work in any virtualenv."""
+    the interpreter running the plane, so plan files work in any virtualenv.
+
+    Output is bounded: at most ``max_output_bytes`` (default ``output_cap()``) of each of
+    stdout and stderr is kept; the rest is read to the end (counted and hashed, so the
+    program never blocks on a full pipe) and the stream's ``*_truncated`` records the
+    full size and SHA-256. Memory stays within the caps plus a constant."""
     argv = list(argv)
     if argv[:1] in (["python"], ["python3"]):
         argv[0] = sys.executable
+    cap = output_cap() if max_output_bytes is None else max_output_bytes
+    if cap < 1:
+        raise ValueError("max_output_bytes must be at least 1")
     started, clock = utc_now(), time.monotonic()
 
     def result(**fields: Any) -> RunResult:
@@ -211,38 +349,50 @@ def run_command(argv: list[str], *, cwd: Path | None, timeout_s: float | None,
         return result(error=f"cannot start {argv[0]!r}: {exc}")
 
     timed_out = False
+    pipes: _Pipes | None = None
     try:
+        pipes = _Pipes(proc, stdin, cap)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            out, err = proc.communicate(stdin, timeout=timeout_s)
+            if not pipes.pump(deadline):
+                raise subprocess.TimeoutExpired(argv, timeout_s or 0)
+            proc.wait(timeout=_remaining(deadline))
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc.pid)
-            try:  # communicate again: it keeps what was read before the timeout
-                out, err = proc.communicate(timeout=_KILL_GRACE_S)
+            grace = time.monotonic() + _KILL_GRACE_S
+            try:  # read on: what it printed before the kill is kept
+                if not pipes.pump(grace):
+                    raise subprocess.TimeoutExpired(argv, _KILL_GRACE_S) from None
+                proc.wait(timeout=_remaining(grace))
             except subprocess.TimeoutExpired:
+                # Something that left the group holds the pipes open: stop reading.
                 proc.kill()
-                for pipe in (proc.stdout, proc.stderr):
-                    if pipe is not None:
-                        pipe.close()
                 proc.wait()
-                out, err = b"", b""
     except BaseException:  # KeyboardInterrupt and the like: leave nothing running
         _kill_group(proc.pid)
         proc.kill()
         proc.wait()
         raise
+    finally:
+        if pipes is not None:
+            pipes.close()
     # Background children it left in its group die with it. (The group id stays reserved
     # by the kernel while any member lives, so this cannot hit a stranger.)
     _kill_group(proc.pid)
 
+    assert pipes is not None
+    out, err = pipes.out.value(), pipes.err.value()
+    streams = {"stdout_truncated": pipes.out.truncation(),
+               "stderr_truncated": pipes.err.truncation()}
     code = proc.returncode
     if timed_out:
-        return result(stdout=out, stderr=err, timed_out=True,
+        return result(stdout=out, stderr=err, timed_out=True, **streams,
                       error=f"timed out after {timeout_s:g} s (killed with its process group)")
     if code < 0:
-        return result(stdout=out, stderr=err, signal=-code,
+        return result(stdout=out, stderr=err, signal=-code, **streams,
                       error=f"killed by signal {-code} ({_signal_name(-code)})")
-    return result(exit_code=code, stdout=out, stderr=err)
+    return result(exit_code=code, stdout=out, stderr=err, **streams)
 
 
 def _kill_group(pgid: int) -> None:
@@ -306,7 +456,13 @@ def _finite_float(text: str) -> float:
 def tool_output(result: RunResult) -> tuple[bytes, Any]:
     """A command tool's output: its stdout and parsed value when stdout is one JSON
     document; otherwise the structure ``{exit_code, stdout, stderr}`` (text decoded as
-    UTF-8 with replacement) as canonical JSON bytes, and that dict."""
+    UTF-8 with replacement) as canonical JSON bytes, and that dict.
+
+    A stdout truncated at its cap is neither: it is the kept bytes as they are, with
+    ``None`` for a value. They are never parsed (a prefix of the output is not the
+    document it printed), and never wrapped in the structure (which would be JSON)."""
+    if result.stdout_truncated is not None:
+        return result.stdout, None
     try:
         return result.stdout, _parse_json(result.stdout)
     except ValueError:
@@ -335,6 +491,9 @@ class ValidationRun(msgspec.Struct, kw_only=True):
     started_at: str
     ended_at: str
     duration_ms: int
+    # The program's stdout / stderr went over the cap (see ``RunResult``).
+    stdout_truncated: Truncation | None = None
+    stderr_truncated: Truncation | None = None
 
 
 class _Outcome(msgspec.Struct, kw_only=True):
@@ -346,6 +505,14 @@ class _Outcome(msgspec.Struct, kw_only=True):
     cause: Cause | None = None
     error: str | None = None
     raw_output: bytes | None = None
+    stdout_truncated: Truncation | None = None
+    stderr_truncated: Truncation | None = None
+
+
+def _streams(run: RunResult, outcome: _Outcome) -> _Outcome:
+    """The outcome, with what the run records of its streams over the cap."""
+    return msgspec.structs.replace(outcome, stdout_truncated=run.stdout_truncated,
+                                   stderr_truncated=run.stderr_truncated)
 
 
 def _no_verdict(cause: Cause, error: str, raw_output: bytes | None = None) -> _Outcome:
@@ -395,6 +562,8 @@ def run_validation(spec: Mapping[str, Any], args: Mapping[str, Any], resource: s
                    else f"{outcome.cause}: {outcome.error}")
             outcome = _Outcome(
                 cause="read_only_violation", raw_output=outcome.raw_output,
+                stdout_truncated=outcome.stdout_truncated,
+                stderr_truncated=outcome.stderr_truncated,
                 error=f"the validation changed {len(changed)} path(s) of its working tree "
                       f"({shown}); a validation is read-only, so its own result ({own}) "
                       "is void")
@@ -416,7 +585,8 @@ def _finish(outcome: _Outcome, started: str, clock: float,
         verdict=outcome.verdict, message=outcome.message, data=outcome.data,
         cause=outcome.cause, error=outcome.error, changed_paths=changed,
         raw_output=outcome.raw_output, started_at=started, ended_at=utc_now(),
-        duration_ms=_elapsed_ms(clock))
+        duration_ms=_elapsed_ms(clock), stdout_truncated=outcome.stdout_truncated,
+        stderr_truncated=outcome.stderr_truncated)
 
 
 def _timeout_s(spec: Mapping[str, Any] | None, default: float) -> float:
@@ -466,9 +636,20 @@ def _run_command_validation(spec: Mapping[str, Any], args: Mapping[str, Any], cw
                             default_timeout_s: float) -> _Outcome:
     argv = _argv(spec.get("command"), args, "the validation")
     run = run_command(argv, cwd=cwd, timeout_s=_timeout_s(spec, default_timeout_s),
-                      env=_validation_env())
+                      env=_validation_env(), max_output_bytes=output_cap(spec))
+    return _streams(run, _judge_command_validation(run))
+
+
+def _judge_command_validation(run: RunResult) -> _Outcome:
     if (stopped := _not_run(run, "the validation")) is not None:
         return stopped
+    if run.stdout_truncated is not None:  # a prefix of a verdict is no verdict
+        reason = (f"stdout was {truncated_text(run.stdout_truncated)}, over the cap "
+                  "(`max_output_bytes`); a truncated output is never parsed")
+        if run.signal is not None:
+            return _no_verdict("crash", f"{run.error} without a structured return "
+                                        f"({reason}){_stderr_tail(run.stderr)}", run.stdout)
+        return _unparseable(run, reason)
     try:
         value = _parse_json(run.stdout)
     except ValueError as exc:
@@ -500,12 +681,22 @@ def _run_wrapped_validation(spec: Mapping[str, Any], args: Mapping[str, Any], cw
     argv = _argv(tool.get("command"), args, what)
     # The wrapper's timeout_ms is its copy of the tool's (inherited at registration).
     timeout = _timeout_s(spec if spec.get("timeout_ms") else tool, default_timeout_s)
-    run = run_command(argv, cwd=cwd, timeout_s=timeout, env=_validation_env())
+    run = run_command(argv, cwd=cwd, timeout_s=timeout, env=_validation_env(),
+                      max_output_bytes=output_cap(spec, tool))
+    return _streams(run, _judge_wrapped(spec, run, what))
+
+
+def _judge_wrapped(spec: Mapping[str, Any], run: RunResult, what: str) -> _Outcome:
     if (stopped := _not_run(run, what)) is not None:
         return stopped
     raw, value = tool_output(run)
     if run.signal is not None:
         return _no_verdict("crash", f"{what} {run.error}{_stderr_tail(run.stderr)}", raw)
+    if run.stdout_truncated is not None:  # the transform never sees a prefix
+        return _no_verdict("malformed", f"{what}: stdout was "
+                                        f"{truncated_text(run.stdout_truncated)}, over the "
+                                        "cap (`max_output_bytes`); a truncated output is "
+                                        "never parsed or transformed", raw)
     try:
         result = apply_transform(spec["transform"], value)
     except TransformError as exc:
@@ -598,10 +789,24 @@ def _run_python_validation(spec: Mapping[str, Any], args: Mapping[str, Any], res
     # A child process, so a timeout or a hard crash (segfault, os._exit) is contained.
     run = run_command([sys.executable, "-B", "-c", _PYTHON_CHILD], cwd=cwd,
                       timeout_s=_timeout_s(spec, default_timeout_s), stdin=request,
-                      env=_validation_env())
+                      env=_validation_env(), max_output_bytes=output_cap(spec))
+    return _streams(run, _judge_python(run, target))
+
+
+def _judge_python(run: RunResult, target: str) -> _Outcome:
     what = f"python validation {target}"
     if (stopped := _not_run(run, what)) is not None:
         return stopped
+    if run.stdout_truncated is not None:  # never parsed
+        cut = (f"its reply was {truncated_text(run.stdout_truncated)}, over the cap "
+               "(`max_output_bytes`)")
+        if run.signal is not None:
+            return _no_verdict("crash", f"{what} {run.error}; {cut}"
+                                        f"{_stderr_tail(run.stderr)}")
+        # Its stdout carries only the reply (its prints go to stderr): the value it
+        # returned is larger than the cap.
+        return _no_verdict("malformed", f"the return value of {target} is too large to "
+                                        f"record: {cut}")
     try:
         reply = _parse_json(run.stdout)
         status = reply["status"]

@@ -36,10 +36,12 @@ from ledger.events import (
     PlanHalted,
     ResolvedAttachment,
     ToolCalled,
+    Truncation,
     ValidationResultRecorded,
     ValidationRunCompleted,
     ValidationRunStarted,
 )
+from ledger.intake import InputError
 from ledger.timestamps import utc_now
 from projections.documents import Document
 from projections.outcomes import NEXT_ACTION, RULES_VERSION, canonical_halt, classify
@@ -61,6 +63,7 @@ from .runner import (
     TreeGuard,
     ValidationRun,
     fill_argv,
+    output_cap,
     run_command,
     run_parallel,
     run_validation,
@@ -74,6 +77,22 @@ MAX_PARALLEL = 4
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _truncations(run: Any) -> dict[str, Truncation]:
+    """The ``*_truncated`` fields of an event: only the streams that went over their cap
+    (the fields are absent otherwise, so an event without truncation keeps its bytes)."""
+    return {name: found for name in ("stdout_truncated", "stderr_truncated")
+            if (found := getattr(run, name)) is not None}
+
+
+def _cap_of(spec: Mapping[str, Any] | None) -> int:
+    """The output cap a program of ``spec`` runs with; an invalid
+    ``EVIDENCE_MAX_OUTPUT_BYTES`` refuses the command before anything is recorded."""
+    try:
+        return output_cap(spec)
+    except InputError as exc:
+        raise CommandRefused(str(exc)) from None
 
 
 Sandbox = Mapping[str, Path]  # resource -> the directory work on it happens in
@@ -163,6 +182,8 @@ def call_tool(
                              "of the call you made with --record-output")
     if is_validation and output_schema is None:
         output_schema = STRUCTURED_RETURN
+    if recorded_output is None and tool_doc is not None:
+        _cap_of(tool_doc["spec"])  # refused here, before the input gate is recorded
     report = CallReport(gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor))
     if not report.input_gate.passed:
         return report  # an invented tool or bad parameters: the call is never made
@@ -189,11 +210,13 @@ def _run_call(plane: Plane, plan: Document, tool_doc: Document, raw_params: byte
     plan_id, tool, spec = plan["plan_id"], tool_doc["name"], tool_doc["spec"]
     started = ended = utc_now()
     exit_code: int | None = None
+    streams: dict[str, Truncation] = {}
     if recorded_output is not None:
         output, executor = as_bytes(recorded_output), "recorded"
     elif tool_doc["kind"] == "validation":
         # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
-        output, started, ended = _call_validation(plane, plan, tool_doc, raw_params, copies)
+        output, started, ended, streams = _call_validation(plane, plan, tool_doc, raw_params,
+                                                           copies)
         executor = "validation"
     else:
         try:
@@ -201,7 +224,8 @@ def _run_call(plane: Plane, plan: Document, tool_doc: Document, raw_params: byte
         except ArgvError as exc:
             raise CommandRefused(f"cannot build the command line of {tool!r}: {exc}") from None
         timeout = spec["timeout_ms"] / 1000 if spec.get("timeout_ms") else DEFAULT_TIMEOUT_S
-        result = run_command(argv, cwd=workdir_of(plan, copies), timeout_s=timeout)
+        result = run_command(argv, cwd=workdir_of(plan, copies), timeout_s=timeout,
+                             max_output_bytes=_cap_of(spec))
         if result.missing_program is not None:
             report.halt = record_halt(
                 plane, plan_id, "program_missing",
@@ -209,15 +233,17 @@ def _run_call(plane: Plane, plan: Document, tool_doc: Document, raw_params: byte
                 "found", hint=f"install `{result.missing_program}` where the plan runs "
                 "(it is not on PATH), then re-run unchanged", actor=actor)
             return
+        # A stdout over the cap is its kept bytes, never parsed: the gate finds no JSON.
         output, _value = tool_output(result)
         executor, exit_code = "command", result.exit_code
         started, ended = result.started_at, result.ended_at
+        streams = _truncations(result)
     called = ToolCalled(
         plan_id=plan_id, call_id=call_id, tool=tool, tool_version=tool_doc["version"],
         step=step, attempt=plan["attempt"], executor=executor,  # type: ignore[arg-type]
         params_sha256=_sha256(raw_params), output_sha256=_sha256(output),
         exit_code=exit_code, started_at=started, ended_at=ended,
-        duration_ms=_duration_ms(started, ended))
+        duration_ms=_duration_ms(started, ended), **streams)
 
     def decide(state: StreamState) -> list[EventPayload]:
         _execute_plan(state, plan_id)
@@ -225,12 +251,15 @@ def _run_call(plane: Plane, plan: Document, tool_doc: Document, raw_params: byte
 
     plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[raw_params, output])
     report.call, report.output = called, output
+    # Only a command tool's output can be a truncated stdout (a validation called as a
+    # tool gives the plane's own encoding of its result).
+    truncated = streams.get("stdout_truncated") if executor == "command" else None
     report.output_gate = gate_output(plane, plan_id, step, output, schema=output_schema,
-                                     actor=actor)
+                                     actor=actor, truncated=truncated)
 
 
 def _call_validation(plane: Plane, plan: Document, tool_doc: Document, raw_params: bytes,
-                     copies: Sandbox) -> tuple[bytes, str, str]:
+                     copies: Sandbox) -> tuple[bytes, str, str, dict[str, Truncation]]:
     """A validation called as a tool: its structured return (what the output gate
     checks), or, with no verdict, what went wrong (which fails that gate)."""
     spec = tool_doc["spec"]
@@ -245,7 +274,7 @@ def _call_validation(plane: Plane, plan: Document, tool_doc: Document, raw_param
         value = {"passed": run.verdict}
         value.update({k: v for k, v in (("message", run.message), ("data", run.data))
                       if v is not None})
-    return msgspec.json.encode(value), run.started_at, run.ended_at
+    return msgspec.json.encode(value), run.started_at, run.ended_at, _truncations(run)
 
 
 # -- validation runs ---------------------------------------------------------------------
@@ -301,6 +330,7 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
     """Run the plan's pinned binding set and classify the outcome."""
     log = plane.log()
     plan = _validatable(log.state(f"plan:{plan_id}"), plan_id)
+    _cap_of(None)  # an invalid EVIDENCE_MAX_OUTPUT_BYTES: refused before the run starts
     binding = binding_of(plan)
     require = plan["global_config"].get("require_validation", True)
     copies = sandbox_of(plane, plan, sandbox)
@@ -345,7 +375,8 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
             data=run.data, cause=run.cause, error=run.error,
             changed_paths=run.changed_paths,
             raw_output_sha256=_sha256(run.raw_output) if run.raw_output is not None else None,
-            started_at=run.started_at, ended_at=run.ended_at, duration_ms=run.duration_ms)
+            started_at=run.started_at, ended_at=run.ended_at, duration_ms=run.duration_ms,
+            **_truncations(run))
         for r, run in zip(binding, runs, strict=True)
     ]
     outcome, raw, reason = classify((msgspec.to_builtins(r) for r in results),

@@ -19,7 +19,7 @@ import msgspec
 
 from ..errors import UnknownEventTypeError
 from .base import JSON, EventPayload, NewEvent, RecordedEvent
-from .gates import Deviation, GateChecked, ToolCalled
+from .gates import Deviation, GateChecked, ToolCalled, Truncation
 from .plans import (
     AttemptFailed,
     ChangesRecorded,
@@ -277,6 +277,7 @@ __all__ = [
     "TokenMinted",
     "ToolCalled",
     "ToolRegistered",
+    "Truncation",
     "UnknownEventTypeError",
     "ValidationRegistered",
     "ValidationResultRecorded",

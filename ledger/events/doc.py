@@ -71,6 +71,18 @@ the event's position otherwise, and a bundle carries exactly these blobs. Any ot
 attachment arguments, and a registration's schema digests (the schema a gate checked
 against is kept, named by that check's `schema_sha256`).
 
+## Optional fields added later
+
+A field whose default reads **absent** is left out of the payload unless it is set (it
+is never written as `null`): payloads written before the field existed, and new ones
+that do not set it, have the same bytes. So far these record outputs over their cap
+(`max_output_bytes`): a tool's or validation's stdout and stderr are each kept up to the
+cap and read to the end; a stream that went over it is recorded as a `Truncation` (the
+bytes kept, the full size and the full output's SHA-256), and kept bytes are never
+parsed: the output gate judges a truncated stdout not JSON (`checked_truncated`), and a
+validation whose result it carried has no verdict (`malformed`, or `crash` when a signal
+ended it).
+
 ## Types
 """
 
@@ -97,7 +109,8 @@ def _type_name(tp: Any) -> str:
     if origin is typing.Literal:
         return " \\| ".join(f'"{a}"' for a in args)
     if origin in (typing.Union, types.UnionType):
-        return " \\| ".join(_type_name(a) for a in args)
+        # UNSET is no JSON value: such a field is left out (its default reads "absent").
+        return " \\| ".join(_type_name(a) for a in args if a is not msgspec.UnsetType)
     if origin is list:
         return f"list[{_type_name(args[0])}]"
     if origin is dict:
@@ -112,6 +125,8 @@ def _default(field: msgspec.structs.FieldInfo) -> str:
         value = field.default_factory()
     else:
         value = field.default
+    if value is msgspec.UNSET:
+        return "absent"
     if isinstance(value, msgspec.Struct):
         return "defaults"
     return f"`{msgspec.json.encode(value).decode()}`"

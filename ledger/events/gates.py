@@ -31,6 +31,16 @@ class Deviation(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields
     schema_pointer: str = ""
 
 
+class Truncation(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """A program's output stream was longer than its cap (``max_output_bytes``): only its
+    first ``kept`` bytes were kept (and stored); the whole stream was ``size`` bytes with
+    SHA-256 ``sha256``. Kept bytes are never parsed: a prefix is not the document."""
+
+    kept: int  # bytes kept: the cap in force
+    size: int  # the full size in bytes
+    sha256: str  # hex SHA-256 of the full output, every byte of it
+
+
 class GateChecked(EventPayload, tag="gate.checked", kw_only=True):
     """An input or output gate check, pass or fail, with every deviation."""
 
@@ -51,6 +61,9 @@ class GateChecked(EventPayload, tag="gate.checked", kw_only=True):
     iteration: int
     strict_mode: bool
     checked_sha256: str  # blob digest of the checked bytes
+    # The checked bytes are a truncated tool output: judged not JSON, never parsed.
+    # Absent (not null) otherwise, so payloads without it keep their bytes.
+    checked_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
 
 
 class ToolCalled(EventPayload, tag="tool.called", kw_only=True):
@@ -73,3 +86,6 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True):
     started_at: str
     ended_at: str
     duration_ms: int
+    # Set only when the program's stdout / stderr went over its cap; absent otherwise.
+    stdout_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
+    stderr_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import msgspec
+
 from .base import JSON, EventPayload
 
 
@@ -33,6 +35,9 @@ class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True):
     mcp_server: str | None = None
     mcp_tool_name: str | None = None
     timeout_ms: int | None = None
+    # A cap on each of stdout and stderr in bytes; absent: the plane's default
+    # (EVIDENCE_MAX_OUTPUT_BYTES, 4 MiB). Absent (not null) so older payloads keep their bytes.
+    max_output_bytes: int | msgspec.UnsetType = msgspec.UNSET
     idempotent: bool = False
     writes: bool = False
 

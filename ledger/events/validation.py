@@ -7,6 +7,7 @@ from typing import Literal
 import msgspec
 
 from .base import JSON, EventPayload
+from .gates import Truncation
 
 Outcome = Literal[
     "pass", "escalate", "blocker", "validator_error", "internal_error", "environment_error"
@@ -70,6 +71,9 @@ class ValidationResultRecorded(EventPayload, tag="validation.result_recorded", k
     started_at: str
     ended_at: str
     duration_ms: int
+    # Set only when the program's stdout / stderr went over its cap; absent otherwise.
+    stdout_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
+    stderr_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
 
 
 class ValidationRunCompleted(EventPayload, tag="validation.run_completed", kw_only=True):
