@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from .plane import CommandRefused, Plane, StreamState
 from .planfile import PlanFile, load_plan_file
 from .plans import create_plan
 from .registry import define_skill, register_tool, register_validation
+from .runner import output_cap, run_command
 from .runs import call_tool, validate_plan
 
 Say = Callable[[str, str], None]  # (stage, message)
@@ -271,13 +271,18 @@ def _compensate(plane: Plane, plan_id: str, commands: list[list[str]],
     cwd = next(iter(sandbox.values()), None)
     codes, output = [], b""
     for argv in commands:
-        try:
-            done = subprocess.run(argv, cwd=cwd, capture_output=True, timeout=120, check=False)
-            codes.append(done.returncode)
-            output += done.stdout + done.stderr
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            codes.append(-1)
-            output += f"{argv[0]}: {exc}\n".encode()
+        # Bounded like every program the plane runs (the output cap, the process group
+        # killed on timeout); what was cut is noted in the recorded output.
+        done = run_command(argv, cwd=cwd, timeout_s=120, max_output_bytes=output_cap())
+        codes.append(done.exit_code if done.exit_code is not None else -1)
+        output += done.stdout + done.stderr
+        for name, cut in (("stdout", done.stdout_truncated),
+                          ("stderr", done.stderr_truncated)):
+            if cut is not None:
+                output += (f"\n[{argv[0]}: {name} truncated at {cut.kept} of {cut.size} "
+                           f"bytes, sha256 {cut.sha256}]\n").encode()
+        if done.error:
+            output += f"{argv[0]}: {done.error}\n".encode()
         say("compensate", f"{' '.join(argv)} -> exit {codes[-1]}")
 
     def decide(state: StreamState) -> list[CompensationCompleted]:
