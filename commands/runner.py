@@ -52,7 +52,6 @@ import contextlib
 import errno
 import hashlib
 import json
-import math
 import os
 import select
 import selectors
@@ -73,7 +72,7 @@ import msgspec
 
 from ledger.canonical import CanonicalizationError, canonical_json
 from ledger.events import Truncation
-from ledger.intake import LIMITS
+from ledger.intake import LIMITS, InputError, parse_json
 from ledger.timestamps import utc_now
 
 # commands.registry imports commands.plane at module level (it holds the handlers too);
@@ -411,46 +410,16 @@ def _signal_name(number: int) -> str:
 
 
 def _parse_json(data: bytes) -> Any:
-    """Exactly one strict JSON document (surrounding whitespace allowed): UTF-8, no
-    duplicate keys, no NaN/Infinity, no number that overflows a double. ValueError
-    with a readable reason otherwise."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    if not text.strip():
+    """Exactly one JSON document within the input rules of ``ledger.intake`` (UTF-8, no
+    duplicate keys, finite numbers, safe integers, depth; whitespace around it allowed).
+    ValueError with a readable reason otherwise."""
+    if not data.strip():
         raise ValueError("empty (no JSON document)")
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys,
-                          parse_constant=_no_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as exc:
-        if exc.msg == "Extra data":
-            raise ValueError("more than one JSON document (or text after the document) at "
-                             f"line {exc.lineno} column {exc.colno}") from None
-        raise ValueError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-                         ) from None
-    except RecursionError:
-        raise ValueError("not usable JSON: nested too deeply") from None
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:  # `{"passed": true, "passed": false}` has no single meaning
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text} is out of range")
-    return value
+        return parse_json(data, "output", kind=None)  # bounded by its own output cap
+    except InputError as exc:
+        where = f" at {exc.pointer}" if exc.pointer else ""
+        raise ValueError(f"{exc.detail}{where}") from None
 
 
 def tool_output(result: RunResult) -> tuple[bytes, Any]:

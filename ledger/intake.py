@@ -182,11 +182,12 @@ def decode_utf8(data: bytes, source: str) -> str:
                          f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
-def _text(data: bytes | str, kind: str, source: str) -> str:
-    """Text within the cap of ``kind``; a ``str`` holding a lone surrogate is not UTF-8."""
+def _text(data: bytes | str, kind: str | None, source: str) -> str:
+    """Text within the cap of ``kind`` (``None``: the caller bounded it already); a
+    ``str`` holding a lone surrogate is not UTF-8."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
-    return decode_utf8(limit_bytes(data, kind, source), source)
+    return decode_utf8(data if kind is None else limit_bytes(data, kind, source), source)
 
 
 def read_text(path: str | os.PathLike[str], kind: str, source: str | None = None) -> str:
@@ -247,8 +248,9 @@ def _depth_error(source: str) -> InputError:
     return InputError(source, "", "depth", f"nested deeper than {MAX_DEPTH} levels")
 
 
-def parse_json(data: bytes | str, source: str, kind: str = "option") -> Any:
-    """Exactly one strict JSON document (whitespace around it allowed)."""
+def parse_json(data: bytes | str, source: str, kind: str | None = "option") -> Any:
+    """Exactly one strict JSON document (whitespace around it allowed), within the cap of
+    ``kind`` (``None``: already bounded by the caller, as a tool's capped output is)."""
     text = _text(data, kind, source)
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -271,7 +273,7 @@ def parse_json(data: bytes | str, source: str, kind: str = "option") -> Any:
         if exc.msg == "Extra data":
             detail = "more than one JSON document (or text after it)"
         else:
-            detail = f"not valid JSON ({exc.msg})"
+            detail = f"not JSON ({exc.msg})"
         raise InputError(source, "", "syntax",
                          f"{detail} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:  # the parser gave up long after MAX_DEPTH
@@ -296,7 +298,7 @@ def _no_constant(name: str) -> Any:
 def _finite_float(token: str) -> float:
     value = float(token)
     if not math.isfinite(value):
-        raise _BadNumber("finite", f"{token[:40]} is beyond the range of a number")
+        raise _BadNumber("finite", f"number {token[:40]} is out of range (beyond a double)")
     return value
 
 
