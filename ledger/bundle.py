@@ -33,16 +33,28 @@ its first event names in ``plan_id``). Streams are kept whole.
 Bundles authenticate through the Merkle tree, not the hash chain: a bundle event's
 ``chain_hash`` is empty. ``Bundle`` reads like a ``Store`` (``LogReader``), so the audit
 and replay run on it unchanged; it holds the bundle in memory.
+
+A bundle is a file anyone may have written, so it is read defensively. The file is read
+through ``ledger.intake`` (at most the bundle cap, ``EVIDENCE_MAX_BUNDLE_BYTES``; an
+unreadable or over-cap file is an ``InputError``, a refused command). Every record is
+then held to the intake rules (nested at most ``MAX_DEPTH`` deep, finite numbers,
+integers within +-(2^53 - 1)) and to its canonical form, every count and position to its
+type and range, every event's delta to the shape of a JSON Patch; whatever breaks a rule
+is a problem named with its line, never an exception. A header that cannot be read
+stops the reading (nothing after it can be placed); any other record is reported and
+the reading goes on, until ``max_problems`` problems: then it stops, so a file of a
+million bad lines costs no more than a hundred.
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from hashlib import sha256
 from typing import Any
 
@@ -52,7 +64,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from .canonical import canonical_json, strict_b64decode
+from .canonical import (
+    CanonicalizationError,
+    canonical_json,
+    canonical_struct,
+    strict_b64decode,
+)
 from .checkpoints import (
     Checkpoint,
     CheckpointError,
@@ -63,6 +80,7 @@ from .checkpoints import (
 from .envelope import leaf_bytes
 from .errors import LedgerError
 from .events import DEFAULT_CATALOG, Catalog, RecordedEvent
+from .intake import MAX_DEPTH, MAX_SAFE_INTEGER, InputError, check_json_value, read_bytes
 from .merkle import Frontier, leaf_hash, root_of
 from .signing import SigningError, public_key_b64, public_key_from_b64
 from .store import Store, TreeHead
@@ -83,12 +101,12 @@ __all__ = [
 BUNDLE_FORMAT = "evidence-bundle/1"
 _HEAD_RECORDS = 4  # header, checkpoint, leaves, keys
 _HASH = 32
-_HEADER_KEYS = frozenset({"blobs", "events", "format", "origin", "plan", "root", "size"})
 _EMPTY_DELTA = b"[]"
 
 
 class BundleError(LedgerError):
-    """A bundle cannot be written or read at all (an unreadable file, an unknown plan)."""
+    """A bundle cannot be written (an unknown plan, an origin that cannot sign). A file
+    that cannot be read at all is an ``ledger.intake.InputError``."""
 
 
 class _PlanRef(msgspec.Struct):
@@ -112,13 +130,223 @@ class _Leaf(msgspec.Struct, forbid_unknown_fields=True):
     type: str
 
 
+# The other records, typed: decoding one stops at the first member of the wrong type, so
+# a hostile record is never built into a large or deep Python value first.
+
+
+class _Header(msgspec.Struct, forbid_unknown_fields=True):
+    blobs: int
+    events: int
+    format: str
+    origin: str
+    plan: str | None
+    root: str
+    size: int
+
+
+class _CheckpointRecord(msgspec.Struct, forbid_unknown_fields=True):
+    checkpoint: str
+
+
+class _LeavesRecord(msgspec.Struct, forbid_unknown_fields=True):
+    leaves: str
+
+
+class _Approver(msgspec.Struct, forbid_unknown_fields=True):
+    fingerprint: str
+    name: str
+    position: int
+    public_key: str
+
+
+class _Signer(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    public_key: str
+
+
+class _Keys(msgspec.Struct, forbid_unknown_fields=True):
+    approvers: list[_Approver]
+    signer: _Signer
+
+
+class _KeysRecord(msgspec.Struct, forbid_unknown_fields=True):
+    keys: _Keys
+
+
+class _BlobRecord(msgspec.Struct, forbid_unknown_fields=True):
+    data: str
+    digest: str
+
+
 _plan_ref = msgspec.json.Decoder(_PlanRef)
 _leaf = msgspec.json.Decoder(_Leaf)
+_RECORDS: dict[str, msgspec.json.Decoder[Any]] = {
+    "header": msgspec.json.Decoder(_Header),
+    "checkpoint": msgspec.json.Decoder(_CheckpointRecord),
+    "leaves": msgspec.json.Decoder(_LeavesRecord),
+    "keys": msgspec.json.Decoder(_KeysRecord),
+    "blob": msgspec.json.Decoder(_BlobRecord),
+}
 _json = msgspec.json.decode
+# msgspec's sorted encoding: the RFC 8785 bytes of a value with no floats (see
+# ``ledger.canonical``); a cheap first check that a decoded record is in canonical form.
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
 
 
 def _line(record: Any) -> bytes:
     return canonical_json(record) + b"\n"
+
+
+# -- reading hostile bytes ---------------------------------------------------------------
+
+_SHOWN = 80  # the longest value from a bundle quoted in a problem
+_MAX_DETAIL = 400  # the longest problem detail
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")  # as ledger.store checks ids
+_MAX_STREAM = 512
+# An event line with at most MAX_DEPTH brackets cannot nest deeper, and one with no run
+# of 16 digits holds no integer beyond 10^15 < 2^53: the usual line is cleared by two
+# scans in C; only the rest has its payload and delta checked node by node.
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 16
+# RFC 6902: what each operation needs besides "op" and "path".
+_PATCH_OPS: dict[str, str | None] = {"add": "value", "remove": None, "replace": "value",
+                                     "move": "from", "copy": "from", "test": "value"}
+# What decoding an event's payload with the catalog may raise on hostile bytes: msgspec's
+# errors, and what an upcaster meets in a document of the wrong shape.
+_PAYLOAD_ERRORS = (LedgerError, msgspec.MsgspecError, RecursionError, TypeError,
+                   ValueError, KeyError, IndexError, AttributeError)
+
+
+def _show(value: Any) -> str:
+    """``repr`` of a value read from a bundle, clipped: a problem never quotes a
+    megabyte."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+
+
+_BROKEN: Any = object()  # a record that could not be read (its problem reported)
+
+
+class _Malformed(Exception):
+    """A record that breaks the input rules; its message completes "line N (record) ..."."""
+
+
+def _plain(data: bytes) -> Any:
+    """``data`` as a plain JSON value within the rules of ``ledger.intake``: no exception
+    but ``_Malformed`` escapes, however deep, long or odd the bytes are."""
+    if not data.strip():
+        raise _Malformed("is empty")
+    try:
+        value = _json(data)
+    except RecursionError:  # msgspec gave up near the interpreter's recursion limit
+        raise _Malformed(f"is nested deeper than {MAX_DEPTH} levels") from None
+    except msgspec.DecodeError as exc:  # ValidationError too: a number out of range
+        raise _Malformed(f"is not JSON: {exc}") from None
+    try:
+        check_json_value(value, "")
+    except InputError as exc:
+        pointer = exc.pointer if len(exc.pointer) <= 60 else exc.pointer[:57] + "..."
+        where = f" at {pointer}" if pointer else ""
+        raise _Malformed(f"breaks the input rules{where}: {exc.detail}") from None
+    return value
+
+
+def _position(position: int) -> int | None:
+    """A position as a problem names it: none for one no log has (0, negative, beyond
+    2^53 - 1, where a JSON reader would round it); the detail still shows it."""
+    return position if 0 < position <= MAX_SAFE_INTEGER else None
+
+
+def _unlike_a_store(e: _Leaf) -> str | None:
+    """What in an event's envelope no ``Store`` appends (``Store._prepare_rows``): a
+    stream name that is empty, longer than 512 or not printable, an id that is not a
+    ULID, an empty actor."""
+    stream = e.stream
+    if not stream or len(stream) > _MAX_STREAM or not stream.isprintable():
+        return f"stream {_show(stream)} is not a stream name (1 to {_MAX_STREAM} printable " \
+            "characters)"
+    for value, what in ((e.event_id, "event id"), (e.correlation_id, "correlation id"),
+                        (e.causation_id, "causation id")):
+        if value is not None and _ULID.fullmatch(value) is None:
+            return f"{what} {_show(value)} is not a ULID"
+    if not e.actor:
+        return "its actor is empty"
+    return None
+
+
+def _suspect(line: bytes) -> bool:
+    """Whether an event line might nest deeper than the rules allow, or hold an integer
+    beyond them (see ``_DIGITS``)."""
+    return (line.count(b"[") + line.count(b"{") > MAX_DEPTH
+            or _LONG_NUMBER in line.translate(_DIGITS))
+
+
+def _is_patch(delta: Any) -> bool:
+    """Whether ``delta`` has the shape of an RFC 6902 JSON Patch."""
+    if type(delta) is not list:
+        return False
+    for op in delta:
+        if type(op) is not dict or type(op.get("path")) is not str:
+            return False
+        name = op.get("op")
+        if type(name) is not str or name not in _PATCH_OPS:
+            return False
+        needs = _PATCH_OPS[name]
+        if needs == "from" and type(op.get("from")) is not str:
+            return False
+        if needs == "value" and "value" not in op:
+            return False
+    return True
+
+
+def _canonical(value: Any, data: bytes, encode: Any = canonical_json) -> bool:
+    """Whether ``data`` is the RFC 8785 form of ``value`` (read from it)."""
+    if _encode_sorted(value) == data:  # no floats: the one C call is the answer
+        return True
+    try:
+        return encode(value) == data
+    except (CanonicalizationError, RecursionError):
+        return False
+
+
+def _noncanonical(line: bytes) -> str:
+    cr = " (it ends in a carriage return: a bundle's lines end in \\n alone)" \
+        if line.endswith(b"\r") else ""
+    return f"is not in canonical form{cr}"
+
+
+def _unsafe_integer(record: msgspec.Struct) -> str | None:
+    """The first integer member of a typed record beyond +-(2^53 - 1) (msgspec reads
+    any size into an ``int``), described; None when there is none."""
+    for name in record.__struct_fields__:
+        value = getattr(record, name)
+        if type(value) is int and not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return f"breaks the input rules at /{name}: integer outside ±(2^53 - 1)"
+        if isinstance(value, msgspec.Struct):
+            inner = _unsafe_integer(value)
+            if inner is not None:
+                return inner.replace(" at /", f" at /{name}/", 1)
+        if type(value) is list:
+            for i, item in enumerate(value):
+                inner = _unsafe_integer(item) if isinstance(item, msgspec.Struct) else None
+                if inner is not None:
+                    return inner.replace(" at /", f" at /{name}/{i}/", 1)
+    return None
+
+
+def _lines(data: bytes) -> Iterator[bytes]:
+    """The lines of ``data`` one at a time (the last one even with no newline after it):
+    a file of a billion newlines is not a list of a billion lines."""
+    start, end = 0, len(data)
+    find = data.find
+    while start < end:
+        stop = find(b"\n", start)
+        if stop < 0:
+            yield data[start:]
+            return
+        yield data[start:stop]
+        start = stop + 1
 
 
 # A member ``"<name>_sha256": "<64 hex>"`` of a canonical payload: a digest that may name
@@ -281,7 +509,7 @@ class _Reader:
     def __init__(self, data: bytes, public_key: Ed25519PublicKey | None,
                  catalog: Catalog, max_problems: int) -> None:
         self.problems: list[Problem] = []
-        self.max_problems = max_problems
+        self.max_problems = max(1, max_problems)
         self.catalog = catalog
         self.given_key = public_key
         self.header: dict[str, Any] | None = None
@@ -292,107 +520,131 @@ class _Reader:
         self.events: list[RecordedEvent] = []
         self.blobs: dict[str, bytes] = {}
         self.wanted: list[tuple[int, str, str, str]] = []  # position, type, field, digest
+        self.refs: set[str] = set()  # every digest a payload names (see _BLOB_REF)
         self._read(data)
 
     def problem(self, position: int | None, kind: str, detail: str) -> None:
         if len(self.problems) < self.max_problems:
+            if len(detail) > _MAX_DETAIL:
+                detail = detail[:_MAX_DETAIL - 3] + "..."
             self.problems.append(Problem(position, kind, detail))
+
+    @property
+    def full(self) -> bool:
+        """As many problems as are reported: reading on would only spend time."""
+        return len(self.problems) >= self.max_problems
 
     # -- records -----------------------------------------------------------------------
 
     def _record(self, line: bytes, number: int, key: str) -> Any:
-        """The value of a one-member record ``{key: value}`` in canonical form."""
+        """Line ``number``, the record ``key``, decoded into its type and in canonical
+        form; else ``_BROKEN``, its problem reported (of kind ``key``)."""
         try:
-            record = _json(line)
-        except msgspec.DecodeError as exc:
-            self.problem(None, key, f"line {number} ({key}) is not JSON: {exc}")
-            return None
-        if not isinstance(record, dict) or set(record) != {key}:
-            self.problem(None, key, f"line {number} is not the {key} record")
-            return None
-        if _line(record)[:-1] != line:
-            self.problem(None, key, f"line {number} ({key}) is not in canonical form")
-            return None
-        return record[key]
+            if not line.strip():
+                raise _Malformed("is empty")
+            try:
+                record = _RECORDS[key].decode(line)
+            except RecursionError:  # not reached by a record of these types; kept safe
+                raise _Malformed(f"is nested deeper than {MAX_DEPTH} levels") from None
+            except msgspec.ValidationError as exc:
+                raise _Malformed(f"is not the {key} record: {exc}") from None
+            except msgspec.DecodeError as exc:
+                raise _Malformed(f"is not JSON: {exc}") from None
+            unsafe = _unsafe_integer(record)
+            if unsafe is not None:
+                raise _Malformed(unsafe)
+            if _encode_sorted(record) != line:
+                raise _Malformed(_noncanonical(line))
+        except _Malformed as exc:
+            self.problem(None, key, f"line {number} ({key}) {exc}")
+            return _BROKEN
+        return record
 
     def _read(self, data: bytes) -> None:
-        if not data.endswith(b"\n"):
+        if not data:
+            self.problem(None, "header", "the bundle is empty (0 bytes)")
+            return
+        complete = data.endswith(b"\n")
+        if not complete:
             self.problem(None, "truncated", "the bundle does not end with a newline: "
                          "its last record is cut off")
-            data += b"\n"
-        lines = data[:-1].split(b"\n")
-        if len(lines) < _HEAD_RECORDS:
+        count = data.count(b"\n") + (0 if complete else 1)
+        lines = _lines(data)
+        head = list(itertools.islice(lines, _HEAD_RECORDS))
+        if len(head) < _HEAD_RECORDS:
             self.problem(None, "header", f"a bundle has at least {_HEAD_RECORDS} lines; "
-                         f"this one has {len(lines)}")
+                         f"this one has {len(head)}")
             return
-        header = self._header(lines[0])
+        header = self._header(head[0])
         if header is None:
             return
         self.header = header
-        expected = _HEAD_RECORDS + header["events"] + header["blobs"]
-        if len(lines) != expected:
+        events, blobs = header["events"], header["blobs"]
+        expected = _HEAD_RECORDS + events + blobs
+        if count != expected:
             self.problem(None, "record_count",
-                         f"the header announces {header['events']} events and "
-                         f"{header['blobs']} blobs ({expected} lines); the bundle has "
-                         f"{len(lines)} lines")
-        self._leaves(lines[2])
-        approvers = self._keys(lines[3])
-        self._checkpoint(lines[1])
-        event_lines = lines[_HEAD_RECORDS:_HEAD_RECORDS + header["events"]]
-        blob_lines = lines[_HEAD_RECORDS + header["events"]:]
-        refs = self._events(event_lines)
-        self._blobs(blob_lines, _HEAD_RECORDS + len(event_lines) + 1, refs)
+                         f"the header announces {events} events and {blobs} blobs "
+                         f"({expected} lines); the bundle has {count} lines")
+        if events > header["size"]:
+            self.problem(None, "record_count",
+                         f"the header announces {events} events in a tree of "
+                         f"{header['size']}: a bundle holds each event once")
+        elif header["plan"] is None and events != header["size"]:
+            # The header is not signed: a plan's bundle relabelled as the whole log's
+            # would otherwise pass with the other plans' events silently missing.
+            self.problem(None, "record_count",
+                         f"the header announces {events} events of a tree of "
+                         f"{header['size']} and no plan: a bundle of the whole log holds "
+                         "every event")
+        self._leaves(head[2])
+        approvers = self._keys(head[3])
+        self._checkpoint(head[1])
+        read = self._events(itertools.islice(lines, events))
+        if self.full:
+            return
+        self._blobs(lines, _HEAD_RECORDS + read + 1)
         self._referenced()
         self._approvers(approvers)
 
     def _header(self, line: bytes) -> dict[str, Any] | None:
-        try:
-            header = _json(line)
-        except msgspec.DecodeError as exc:
-            self.problem(None, "header", f"line 1 (header) is not JSON: {exc}")
+        record = self._record(line, 1, "header")
+        if record is _BROKEN:
             return None
-        if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
-            self.problem(None, "header", "line 1 is not a bundle header (its members are "
-                         f"{sorted(header) if isinstance(header, dict) else type(header)})")
-            return None
+        header = msgspec.structs.asdict(record)
         if header["format"] != BUNDLE_FORMAT:
-            self.problem(None, "header", f"unknown bundle format {header['format']!r} "
-                         f"(this evidence reads {BUNDLE_FORMAT})")
+            self.problem(None, "header", "line 1 (header): unknown bundle format "
+                         f"{_show(header['format'])} (this evidence reads {BUNDLE_FORMAT})")
             return None
-        types_ok = (
-            all(isinstance(header[k], int) and not isinstance(header[k], bool)
-                and header[k] >= 0 for k in ("blobs", "events", "size"))
-            and isinstance(header["origin"], str) and isinstance(header["root"], str)
-            and (header["plan"] is None or isinstance(header["plan"], str))
-        )
-        if not types_ok:
-            self.problem(None, "header", "a header member has the wrong type")
+        wrong = [k for k in ("blobs", "events", "size") if header[k] < 0]
+        if wrong:
+            self.problem(None, "header", f"line 1 (header): {wrong[0]} {header[wrong[0]]} "
+                         "is not a count (a whole number from 0 to 2^53 - 1)")
             return None
-        if _line(header)[:-1] != line:
-            self.problem(None, "header", "line 1 (header) is not in canonical form")
+        if _HEX64.fullmatch(header["root"]) is None:
+            self.problem(None, "header", f"line 1 (header): root {_show(header['root'])} "
+                         "is not 64 lowercase hex digits")
             return None
         return header
 
     def _checkpoint(self, line: bytes) -> None:
-        note = self._record(line, 2, "checkpoint")
-        if not isinstance(note, str):
-            if note is not None:
-                self.problem(None, "checkpoint", "the checkpoint record is not a string")
+        record = self._record(line, 2, "checkpoint")
+        if record is _BROKEN:
             return
+        note = record.checkpoint
         self.checkpoint_note = note
         header = self.header
         assert header is not None
         try:
             checkpoint, _ = parse_checkpoint(note)
         except CheckpointError as exc:
-            self.problem(None, "checkpoint", f"malformed checkpoint: {exc}")
+            self.problem(None, "checkpoint", f"line 2 (checkpoint) is malformed: {exc}")
             return
         named = (checkpoint.origin, checkpoint.size, checkpoint.root.hex())
         if named != (header["origin"], header["size"], header["root"]):
             self.problem(None, "checkpoint",
-                         f"the checkpoint names {checkpoint.origin} {checkpoint.size}:"
-                         f"{checkpoint.root.hex()}; the header names {header['origin']} "
-                         f"{header['size']}:{header['root']}")
+                         f"line 2: the checkpoint names {_show(checkpoint.origin)} "
+                         f"{checkpoint.size}:{checkpoint.root.hex()}; the header names "
+                         f"{_show(header['origin'])} {header['size']}:{header['root']}")
         key = self.given_key or self.signer
         if key is None:
             self.problem(None, "checkpoint_signature",
@@ -406,102 +658,154 @@ class _Reader:
         self.signature_ok = True
 
     def _leaves(self, line: bytes) -> None:
-        text = self._record(line, 3, "leaves")
-        if text is None:
+        record = self._record(line, 3, "leaves")
+        if record is _BROKEN:
             return
         header = self.header
         assert header is not None
-        raw = strict_b64decode(text) if isinstance(text, str) else None
+        raw = strict_b64decode(record.leaves)
         if raw is None:
-            self.problem(None, "leaves", "the leaves record is not strict base64")
+            self.problem(None, "leaves", "line 3 (leaves) is not strict base64")
             return
         if len(raw) != _HASH * header["size"]:
-            self.problem(None, "leaves", f"the leaves record holds {len(raw)} bytes; a tree "
-                         f"of {header['size']} events has {_HASH * header['size']}")
+            shape = "" if len(raw) % _HASH == 0 else \
+                f" (not a whole number of {_HASH}-byte hashes)"
+            self.problem(None, "leaves", f"line 3 (leaves) holds {len(raw)} bytes{shape}; "
+                         f"a tree of {header['size']} events has {_HASH * header['size']}")
             return
         self.leaves = [raw[i:i + _HASH] for i in range(0, len(raw), _HASH)]
         if root_of(self.leaves).hex() != header["root"]:
-            self.problem(None, "leaves", "the leaf hashes do not hash to the root the "
-                         "header and checkpoint name: a leaf hash was changed")
+            self.problem(None, "leaves", "line 3 (leaves): the leaf hashes do not hash to "
+                         "the root the header and checkpoint name: a leaf hash was changed")
 
-    def _keys(self, line: bytes) -> list[Any] | None:
-        keys = self._record(line, 4, "keys")
-        if keys is None:
+    def _keys(self, line: bytes) -> list[_Approver] | None:
+        record = self._record(line, 4, "keys")
+        if record is _BROKEN:
             return None
+        header = self.header
+        assert header is not None
+        signer = record.keys.signer
         try:
-            approvers = keys["approvers"]
-            signer = keys["signer"]
-            if not isinstance(approvers, list) or set(keys) != {"approvers", "signer"} \
-                    or set(signer) != {"name", "public_key"}:
-                raise TypeError
-            self.signer = public_key_from_b64(signer["public_key"])
-            if signer["name"] != self.header["origin"]:  # type: ignore[index]
-                raise TypeError("the signer is not named as the log's origin")
-        except (TypeError, KeyError, SigningError) as exc:
-            self.problem(None, "keys", f"the keys record is malformed: {exc or 'bad shape'}")
+            self.signer = public_key_from_b64(signer.public_key)
+        except SigningError as exc:
+            self.problem(None, "keys", f"line 4 (keys) is malformed: {exc}")
+            return None
+        if signer.name != header["origin"]:
+            self.problem(None, "keys", "line 4 (keys) is malformed: the signer is not named "
+                         "as the log's origin")
             return None
         if self.given_key is not None and public_key_b64(self.given_key) != \
-                signer["public_key"]:
-            self.problem(None, "keys", "the bundle's signer key is not the public key given")
-        return approvers
+                signer.public_key:
+            self.problem(None, "keys", "line 4 (keys): the bundle's signer key is not the "
+                         "public key given")
+        return record.keys.approvers
 
-    def _events(self, lines: Sequence[bytes]) -> set[str]:
+    def _events(self, lines: Iterable[bytes]) -> int:
+        """Check and keep the event lines; how many lines were read."""
         header = self.header
         assert header is not None
         plan = header["plan"]
         size = header["size"]
         versions: dict[str, int] = {}
         owners: dict[str, str | None] = {}
-        refs: set[str] = set()
+        refs = self.refs
         wanted = self.wanted
         previous = 0
         decoders = self.catalog
+        read = 0
         for number, line in enumerate(lines, start=_HEAD_RECORDS + 1):
+            if self.full:
+                break
+            read += 1
             try:
                 e = _leaf.decode(line)
+            except RecursionError:
+                self.problem(None, "event_malformed", f"line {number} is not an event: it "
+                             f"is nested deeper than {MAX_DEPTH} levels")
+                continue
             except msgspec.DecodeError as exc:
                 self.problem(None, "event_malformed", f"line {number} is not an event: {exc}")
                 continue
+            # The envelope's own members are canonical when msgspec's sorted encoding of
+            # it (payload and delta copied as they are) gives the line back: this is
+            # ``ledger.envelope.leaf_bytes`` in one C call.
+            if _encode_sorted(e) != line:
+                self.problem(_position(e.position), "event_malformed",
+                             f"line {number} is not the canonical form of an event")
+                continue
             position = e.position
             payload, delta = bytes(e.payload), bytes(e.delta)
+            unlike = _unlike_a_store(e)
+            if unlike is not None:
+                self.problem(_position(position), "event_malformed", f"line {number}: {unlike}")
+                continue
             if not previous < position <= size:
-                self.problem(position, "event_order",
-                             f"line {number}: position {position} is not after {previous} "
-                             f"and within the tree's 1..{size}")
+                self.problem(_position(position), "event_order",
+                             f"line {number}: position {_show(position)} is not after "
+                             f"{previous} and within the tree's 1..{size}")
                 continue
             previous = position
             digest = leaf_hash(line)
-            # A line that hashes to its signed leaf is the very bytes that were hashed, so
-            # canonical; only a line that does not is re-encoded, to say which way it is bad.
-            if not self.leaves or digest != self.leaves[position - 1]:
-                canonical = leaf_bytes(position, e.event_id, e.stream, e.stream_version,
-                                       e.type, e.schema_version, e.recorded_at, e.actor,
-                                       e.correlation_id, e.causation_id, payload, delta)
-                if canonical != line:
-                    self.problem(position, "event_malformed",
-                                 f"line {number} is not the canonical form of an event")
-                    continue
-                if self.leaves:
-                    self.problem(position, "event_changed",
-                                 f"line {number}: the event at position {position} does not "
-                                 "hash to its leaf (its content changed)")
+            if self.leaves and digest != self.leaves[position - 1]:
+                self.problem(position, "event_changed",
+                             f"line {number}: the event at position {position} does not "
+                             "hash to its leaf (its content changed)")
             last = versions.get(e.stream, 0)
             if e.stream_version != last + 1:
                 self.problem(position, "stream_version",
-                             f"stream {e.stream!r} jumps from version {last} to "
+                             f"stream {_show(e.stream)} jumps from version {last} to "
                              f"{e.stream_version}: the bundle must hold whole streams")
             versions[e.stream] = e.stream_version
+            suspect = _suspect(line)
+            if suspect:  # payload and delta node by node (the rare line)
+                try:
+                    _plain(payload)
+                except _Malformed as exc:
+                    self.problem(position, "event_payload", f"line {number}: its payload "
+                                 f"{exc}")
+                    continue
+            if delta == _EMPTY_DELTA:
+                decoded_delta: list[Any] = []
+            else:
+                try:
+                    decoded_delta = _plain(delta) if suspect else _json(delta)
+                except _Malformed as exc:
+                    self.problem(position, "event_malformed", f"line {number}: its delta "
+                                 f"{exc}")
+                    continue
+                except (msgspec.DecodeError, RecursionError) as exc:  # 1e400 is raw JSON
+                    self.problem(position, "event_malformed", f"line {number}: its delta is "
+                                 f"not JSON: {exc}")
+                    continue
+                if not _is_patch(decoded_delta):
+                    self.problem(position, "event_malformed", f"line {number}: its delta is "
+                                 "not a JSON Patch (a list of RFC 6902 operations)")
+                    continue
+                if not _canonical(decoded_delta, delta):
+                    self.problem(position, "event_malformed",
+                                 f"line {number}: its delta is not in canonical form")
+                    continue
             if e.stream not in owners:
-                owners[e.stream] = _plan_ref.decode(payload).plan_id
+                try:
+                    owners[e.stream] = _plan_ref.decode(payload).plan_id
+                except (msgspec.DecodeError, RecursionError) as exc:
+                    self.problem(position, "event_payload", f"line {number}: its payload is "
+                                 f"not an event payload: {exc}")
+                    continue
             owner = owners[e.stream]
             if plan is not None and owner is not None and owner != plan:
                 self.problem(position, "plan",
-                             f"stream {e.stream!r} belongs to plan {owner!r}, not to the "
-                             f"bundle's plan {plan!r}")
+                             f"stream {_show(e.stream)} belongs to plan {_show(owner)}, not "
+                             f"to the bundle's plan {_show(plan)}")
             try:
                 decoded = decoders.decode(e.type, e.schema_version, payload)
-            except (LedgerError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            except _PAYLOAD_ERRORS as exc:
                 self.problem(position, "event_payload", f"line {number}: {exc}")
+                continue
+            if e.schema_version == type(decoded).SCHEMA_VERSION and \
+                    not _canonical(decoded, payload, canonical_struct):
+                self.problem(position, "event_malformed",
+                             f"line {number}: its payload is not in canonical form")
                 continue
             _blob_refs(payload, refs)
             for field in decoded.BLOB_FIELDS:  # decoded.blob_refs(), inline: a hot loop
@@ -511,31 +815,29 @@ class _Reader:
             self.events.append(RecordedEvent(
                 position, e.event_id, e.stream, e.stream_version, e.type, e.schema_version,
                 e.recorded_at, e.actor, e.correlation_id, e.causation_id, decoded,
-                [] if delta == _EMPTY_DELTA else _json(delta), digest, b"",
+                decoded_delta, digest, b"",
             ))
-        return refs
+        return read
 
-    def _blobs(self, lines: Sequence[bytes], first_line: int, refs: set[str]) -> None:
+    def _blobs(self, lines: Iterable[bytes], first_line: int) -> None:
         previous = ""
+        refs = self.refs
         for number, line in enumerate(lines, start=first_line):
-            try:
-                record = _json(line)
-            except msgspec.DecodeError as exc:
-                self.problem(None, "blob", f"line {number} (blob) is not JSON: {exc}")
+            if self.full:
+                break
+            record = self._record(line, number, "blob")
+            if record is _BROKEN:
                 continue
-            if not isinstance(record, dict) or set(record) != {"data", "digest"} \
-                    or not isinstance(record["digest"], str) \
-                    or not isinstance(record["data"], str) or _line(record)[:-1] != line:
-                self.problem(None, "blob", f"line {number} is not a canonical blob record")
-                continue
-            digest = record["digest"]
-            data = strict_b64decode(record["data"])
+            digest = record.digest
+            data = strict_b64decode(record.data)
             if data is None:
-                self.problem(None, "blob", f"line {number}: blob {digest} is not strict base64")
+                self.problem(None, "blob", f"line {number}: blob {_show(digest)} is not "
+                             "strict base64")
                 continue
             if sha256(data).hexdigest() != digest:
                 self.problem(None, "blob_changed",
-                             f"line {number}: blob {digest} does not hash to its digest")
+                             f"line {number}: blob {_show(digest)} does not hash to its "
+                             "digest")
                 continue
             if digest <= previous:
                 self.problem(None, "blob", f"line {number}: blob {digest} is out of order")
@@ -553,12 +855,12 @@ class _Reader:
                              f"{type_name} {field} names blob {digest}, which the bundle "
                              "does not carry")
 
-    def _approvers(self, listed: list[Any] | None) -> None:
+    def _approvers(self, listed: list[_Approver] | None) -> None:
         if listed is None:
             return
         from_events = [
-            {"fingerprint": e.payload.fingerprint, "name": e.payload.name,
-             "position": e.position, "public_key": e.payload.public_key}
+            _Approver(fingerprint=e.payload.fingerprint, name=e.payload.name,
+                      position=e.position, public_key=e.payload.public_key)
             for e in self.events if e.type == "approver_key.added"
         ]
         if listed != from_events:
@@ -590,7 +892,8 @@ def _kept(reader: _Reader, note: str) -> KeptCheckpoint:
     consistent: bool | None = None
     if header is not None and checkpoint.origin != header["origin"]:
         reader.problem(None, "kept_checkpoint", f"the kept checkpoint is of log "
-                       f"{checkpoint.origin!r}; the bundle is of {header['origin']!r}")
+                       f"{_show(checkpoint.origin)}; the bundle is of "
+                       f"{_show(header['origin'])}")
     elif header is not None and checkpoint.size > header["size"]:
         reader.problem(None, "kept_truncated",
                        f"the kept checkpoint covers {checkpoint.size} events; the bundle's "
@@ -619,14 +922,6 @@ def _report(reader: _Reader, kept: KeptCheckpoint | None) -> BundleReport:
     )
 
 
-def _read_file(path: str | os.PathLike[str]) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise BundleError(f"cannot read bundle {os.fspath(path)}: {exc.strerror}") from None
-
-
 def verify_bundle(
     path: str | os.PathLike[str],
     *,
@@ -652,8 +947,11 @@ def load_bundle(
     catalog: Catalog = DEFAULT_CATALOG,
     max_problems: int = 100,
 ) -> Bundle:
-    """Read and verify a bundle; ``Bundle.report`` says whether it can be trusted."""
-    reader = _Reader(_read_file(path), public_key, catalog, max_problems)
+    """Read and verify a bundle; ``Bundle.report`` says whether it can be trusted. The
+    file is read through ``ledger.intake`` (the bundle cap): one that cannot be read, or
+    is larger than the cap, raises ``InputError``; anything in it is a problem."""
+    data = read_bytes(path, "bundle", f"bundle {os.fspath(path)}")
+    reader = _Reader(data, public_key, catalog, max_problems)
     kept = _kept(reader, kept_checkpoint) if kept_checkpoint is not None else None
     return Bundle(reader, _report(reader, kept))
 

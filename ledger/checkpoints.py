@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from . import schema
-from .canonical import strict_b64decode
+from .canonical import MAX_SAFE_INTEGER, strict_b64decode
 from .errors import LedgerError
 from .merkle import (
     EMPTY_ROOT,
@@ -146,6 +146,11 @@ def parse_note(note: str) -> tuple[str, list[Signature]]:
     """Split a signed note into its text and its signature lines (strict)."""
     if len(note) > _MAX_NOTE:
         raise CheckpointError("checkpoint is too large")
+    try:
+        note.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate (a str from anywhere)
+        raise CheckpointError(f"checkpoint is not Unicode text (a lone surrogate at "
+                              f"character {exc.start})") from None
     if "\r" in note or not note.endswith("\n"):
         raise CheckpointError("checkpoint must use \\n line endings and end with a newline")
     text, sep, sig_block = note.partition("\n\n")
@@ -194,6 +199,9 @@ def parse_checkpoint(note: str) -> tuple[Checkpoint, list[Signature]]:
         raise CheckpointError("checkpoint body has an empty line")
     if not _SIZE_RE.fullmatch(size_text):
         raise CheckpointError(f"checkpoint tree size {size_text[:40]!r} is not a decimal number")
+    if int(size_text) > MAX_SAFE_INTEGER:
+        raise CheckpointError(f"checkpoint tree size {size_text} is beyond 2^53 - 1: no log "
+                              "this evidence reads is that large")
     root = strict_b64decode(root_text)
     if root is None or len(root) != 32:
         raise CheckpointError("checkpoint root hash is not base64 of 32 bytes")

@@ -299,7 +299,7 @@ def test_cli_refusals(two_plans, db_url: str) -> None:
     assert_refused(run_cli("export", "--format", "jsonl", "--out", out, "--key", key,
                            "--db", db_url), "--key and --origin apply only to --bundle")
     assert_refused(run_cli("verify", "--bundle", str(tmp / "missing.bundle")),
-                   "cannot read bundle")
+                   "missing.bundle", "cannot read (no such file)")
     assert_refused(run_cli("verify", "--bundle", out, "--against", "1:" + "0" * 64),
                    "--against does not apply to --bundle")
     load_private_key(key)  # the key files exist and load
