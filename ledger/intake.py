@@ -226,6 +226,11 @@ def check_json_value(value: Any, source: str) -> Any:
             if not math.isfinite(node):
                 raise InputError(source, _pointer(path), "finite",
                                  f"{node!r} is not a finite number")
+            # RFC 8785 writes 1e20 as 100000000000000000000: it would be stored, and read
+            # back, as an integer beyond the safe range.
+            if MAX_SAFE_INTEGER < abs(node) < 1e21 and node.is_integer():
+                raise InputError(source, _pointer(path), "integer_range",
+                                 f"{node!r} is an integer outside ±(2^53 - 1)")
         elif kind is int:
             if not -MAX_SAFE_INTEGER <= node <= MAX_SAFE_INTEGER:
                 raise InputError(source, _pointer(path), "integer_range",

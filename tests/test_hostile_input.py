@@ -228,3 +228,14 @@ def test_non_utf8_text_is_refused_with_its_byte(tmp_path: Path) -> None:
     with pytest.raises(InputError) as refusal:
         parse_json(b'{"a": "\xff"}', "x")
     assert refusal.value.rule == "utf8" and "byte 7" in str(refusal.value)
+
+
+@pytest.mark.parametrize("text", ['{"n": 1e20}', '{"n": 9007199254740992.0}', '[-1e16]'])
+def test_integral_numbers_the_log_would_store_as_unsafe_integers_are_refused(
+        text: str) -> None:
+    # Canonical JSON writes them as digits (100000000000000000000), read back as integers
+    # outside ±(2^53 - 1): refused on the way in, like the integer itself.
+    with pytest.raises(InputError) as refusal:
+        parse_json(text, "x")
+    assert refusal.value.rule == "integer_range"
+    assert parse_json('{"n": 1e21}', "x") == {"n": 1e21}  # written 1e+21: a number still
