@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import unicodedata
 from collections.abc import Sequence
 
 import msgspec
@@ -107,8 +108,13 @@ def _raw_public(key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
 
 
 def _check_name(name: str, what: str) -> None:
-    if not name or any(c.isspace() for c in name) or "+" in name:
-        raise CheckpointError(f"{what} {name!r} must be non-empty, with no spaces or '+'")
+    # C2SP: non-empty, no spaces or '+'. Control and format characters are refused too: a
+    # name is printed wherever the checkpoint is shown, and must be inert there.
+    if (not name or len(name) > 255 or "+" in name
+            or any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Cs")
+                   for c in name)):
+        raise CheckpointError(f"{what} {name!r} must be 1 to 255 characters, with no "
+                              "spaces, control characters or '+'")
 
 
 def key_hash(name: str, key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
