@@ -239,3 +239,44 @@ def test_integral_numbers_the_log_would_store_as_unsafe_integers_are_refused(
         parse_json(text, "x")
     assert refusal.value.rule == "integer_range"
     assert parse_json('{"n": 1e21}', "x") == {"n": 1e21}  # written 1e+21: a number still
+
+
+# -- what the fuzz suite found ---------------------------------------------------------------
+
+
+def test_an_argument_that_is_not_utf8_is_refused_before_any_command(plane: Plane) -> None:
+    # Python hands undecodable argv bytes over as lone surrogates (surrogateescape).
+    before = size(plane)
+    refused(invoke("plan", "strategize", "P-1", "--strategy", "bad \udcff byte"),
+            "argument 5 is not UTF-8 (byte 0xff)")
+    refused(invoke("replay", "\udcff"), "argument 2 is not UTF-8")
+    assert size(plane) == before
+
+
+def test_a_path_the_system_cannot_use_is_one_error_line(plane: Plane) -> None:
+    refused(invoke("plan", "show", "P-1", "--workdir", "x" * 5_000), "File name too long")
+
+
+@pytest.mark.parametrize("args", [
+    ("verify", "--public-key", "/dev/zero"),
+    ("audit", "--public-key", "/dev/zero"),
+    ("replay", "P-1", "--public-key", "/dev/zero"),
+])
+def test_a_public_key_nothing_would_check_is_refused(plane: Plane,
+                                                     args: tuple[str, ...]) -> None:
+    refused(invoke(*args), "--public-key")
+
+
+def test_authorize_options_without_a_decision_are_refused(plane: Plane) -> None:
+    refused(invoke("authorize", "--revise", "@/dev/zero"), "DECISION_ID")
+
+
+@pytest.mark.parametrize("origin", ["\x1b]0;PWNED\x07", "a\u202eb", "x" * 300, ""])
+def test_a_checkpoint_origin_is_printable(plane: Plane, origin: str) -> None:
+    before = size(plane)
+    refused(invoke("checkpoint", "--origin", origin), "origin")
+    assert size(plane) == before
+
+
+def test_run_resume_with_an_empty_id_is_refused(plane: Plane) -> None:
+    refused(invoke("run", "--resume", ""))
