@@ -30,6 +30,7 @@ from . import (
     cli_runs,
 )
 from .common import DB_HELP, EXIT_REFUSED
+from .terminal import inert
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,10 +79,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="evidence", standalone_mode=False)
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        click.echo(f"error: {inert(exc.format_message())}", err=True)
         sys.exit(EXIT_REFUSED)
     except ledger.LedgerError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {inert(str(exc))}", err=True)
         sys.exit(EXIT_REFUSED)
     except click.Abort:
         click.echo("error: aborted", err=True)

@@ -24,12 +24,13 @@ from .common import (
     open_store,
     print_table,
 )
+from .terminal import inert
 
 
 def _text_line(event: object) -> bytes:
     e = event
-    return (f"{e.position}  {e.recorded_at}  {e.stream}  {e.type}  {e.actor}  "  # type: ignore[attr-defined]
-            f"{_summary(e.payload)}\n").encode()  # type: ignore[attr-defined]
+    return (inert(f"{e.position}  {e.recorded_at}  {e.stream}  {e.type}  {e.actor}  "  # type: ignore[attr-defined]
+                  f"{_summary(e.payload)}") + "\n").encode()  # type: ignore[attr-defined]
 
 
 @click.command()
@@ -140,7 +141,7 @@ def export(fmt: str | None, since: int, until: int | None, types: tuple[str, ...
                    "root_hash": meta["evidence.root_hash"],
                    "metadata": None if fmt == "parquet" else f"{out}.meta.json"})
         return
-    click.echo(f"{result.rows} event(s) to {result.out} ({fmt})")
+    click.echo(f"{result.rows} event(s) to {inert(result.out)} ({fmt})")
     click.echo(f"covered by tree head {meta['evidence.tree_size']}:{meta['evidence.root_hash']}")
 
 
@@ -149,11 +150,12 @@ def _bars(title: str, counts: dict[str, int]) -> None:
     """A horizontal bar chart (rich) of a distribution."""
     from rich.bar import Bar
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, title_justify="left", show_header=False, box=None)
     top = max(counts.values(), default=0)
     for label, n in counts.items():
-        table.add_row(label, Bar(top, 0, n, width=40), str(n))
+        table.add_row(Text(inert(label)), Bar(top, 0, n, width=40), str(n))
     console().print(table)
 
 
@@ -172,7 +174,7 @@ def stats(project: str | None, since: int, as_json: bool) -> None:
         emit_json(report)
         return
     click.echo(f"events {report['since']}..{report['tree_size']}"
-               + (f", project {project}" if project else ""))
+               + (f", project {inert(project)}" if project else ""))
     if report["validations"]:
         click.echo()
         print_table(

@@ -12,6 +12,7 @@ from .attachments import detach as detach_attachment
 from .attachments import pinned_binding, resolve_attachments
 from .common import db_option, emit_json, fail, json_option, open_plane, print_table
 from .inputs import json_or_file
+from .terminal import inert
 
 
 @click.command()
@@ -50,7 +51,7 @@ def detach(attachment_id: str, reason: str, as_json: bool) -> None:
     if as_json:
         emit_json({"attachment": doc})
     else:
-        click.echo(f"detached {attachment_id}")
+        click.echo(f"detached {inert(attachment_id)}")
 
 
 @click.command()
@@ -77,7 +78,7 @@ def resolve(resource: str, project: str | None, plan: str | None, as_of: int | N
     print_table(["attachment", "scope", "validation", "version", "mode", "args"],
                 _rows(rows))
     if pinned is not None:
-        click.echo(f"\nplan {plan}'s binding set, pinned at Execute ({len(pinned)}):")
+        click.echo(f"\nplan {inert(plan)}'s binding set, pinned at Execute ({len(pinned)}):")
         print_table(["attachment", "scope", "validation", "version", "mode", "args"],
                     _rows(pinned))
 

@@ -47,6 +47,7 @@ from .common import (
     print_table,
 )
 from .plans import terminal_state
+from .terminal import inert
 
 __all__ = ["audit", "checkpoint", "prove", "replay", "verify_against_checkpoint",
            "verify_checkpoint_command"]
@@ -117,7 +118,8 @@ def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path |
         checks = ", ".join(f"{k} {v}" for k, v in report.checked.items())
         if report.unvalidated:
             out.print(f"note: applied UNVALIDATED (require_validation: false, no required "
-                      f"validation ran): {', '.join(report.unvalidated)}", markup=False)
+                      f"validation ran): {inert(', '.join(report.unvalidated))}",
+                      markup=False)
         if report.ok:
             out.print(f"ok: {report.size} events audited ({checks})", markup=False)
         else:
@@ -125,9 +127,9 @@ def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path |
                       markup=False)
             for v in report.violations:
                 at = f"position {v.position}" if v.position is not None else "log"
-                out.print(f"  {at}: {v.invariant}"
-                          + (f" (plan {v.plan_id})" if v.plan_id else "")
-                          + f": expected {v.expected}; found {v.found}", markup=False)
+                out.print(inert(f"  {at}: {v.invariant}"
+                                + (f" (plan {v.plan_id})" if v.plan_id else "")
+                                + f": expected {v.expected}; found {v.found}"), markup=False)
     if not report.ok:
         click.get_current_context().exit(EXIT_VERDICT)
 
@@ -228,7 +230,7 @@ def print_checkpoint_report(report: CheckpointReport) -> None:
     cp = report.checkpoint
     if report.ok and cp is not None:
         out.print(f"ok: {v.size} events and {v.checked_blobs} blobs verified", markup=False)
-        out.print(f"signed checkpoint {cp.origin} {cp.size}:{cp.root}: signature ok, "
+        out.print(f"signed checkpoint {inert(cp.origin)} {cp.size}:{cp.root}: signature ok, "
                   f"consistent with the current log ({len(cp.consistency_proof)}-hash proof)",
                   markup=False)
     else:
@@ -236,5 +238,5 @@ def print_checkpoint_report(report: CheckpointReport) -> None:
         out.print(f"FAILED: {len(problems)} problem(s)", markup=False)
         for p in problems:
             at = f"position {p.position}" if p.position is not None else "head"
-            out.print(f"  {at}: {p.kind}: {p.detail}", markup=False)
+            out.print(f"  {at}: {p.kind}: {inert(p.detail)}", markup=False)
     out.print(f"tree head {v.size}:{v.root}", markup=False)

@@ -15,6 +15,7 @@ from ledger.bundle import Bundle, BundleError, BundleReport, load_bundle, write_
 from ledger.signing import load_private_key, load_public_key, plane_key_path
 
 from .common import EXIT_VERDICT, console, emit_json, fail, open_store
+from .terminal import inert
 
 __all__ = [
     "bundle_option",
@@ -74,9 +75,10 @@ def export_bundle_command(out: Path, plan: str | None, key_file: Path | None,
     if as_json:
         emit_json(summary)
         return
-    scope = f" (plan {plan} and the streams it uses)" if plan else ""
-    click.echo(f"{summary.events} event(s){scope} and {summary.blobs} blob(s) to {summary.out}")
-    click.echo(f"signed checkpoint {summary.origin} {summary.size}:{summary.root}")
+    scope = f" (plan {inert(plan)} and the streams it uses)" if plan else ""
+    click.echo(f"{summary.events} event(s){scope} and {summary.blobs} blob(s) to "
+               f"{inert(summary.out)}")
+    click.echo(f"signed checkpoint {inert(summary.origin)} {summary.size}:{summary.root}")
 
 
 def load_bundle_or_refuse(bundle_file: Path, public_key_file: Path | None,
@@ -99,13 +101,14 @@ def load_bundle_or_refuse(bundle_file: Path, public_key_file: Path | None,
 def print_bundle_report(report: BundleReport) -> None:
     out = console()
     if report.ok:
-        scope = f" (plan {report.plan})" if report.plan else ""
+        scope = f" (plan {inert(report.plan)})" if report.plan else ""
         out.print(f"ok: bundle verified: {report.events} event(s){scope} and {report.blobs} "
                   "blob(s)", markup=False)
         by = ("the public key given" if report.key_source == "given" else
               "the key the bundle carries (give --public-key, or keep a checkpoint, to tie "
               "it to a key you hold)")
-        out.print(f"signed checkpoint {report.origin} {report.size}:{report.root}: signature "
+        out.print(f"signed checkpoint {inert(report.origin)} {report.size}:{report.root}: "
+                  "signature "
                   f"ok by {by}", markup=False)
         if report.kept is not None:
             out.print(f"extends the kept checkpoint {report.kept.size}:{report.kept.root}",
@@ -114,7 +117,7 @@ def print_bundle_report(report: BundleReport) -> None:
     out.print(f"FAILED: {len(report.problems)} problem(s) in the bundle", markup=False)
     for p in report.problems:
         at = f"position {p.position}" if p.position is not None else "bundle"
-        out.print(f"  {at}: {p.kind}: {p.detail}", markup=False)
+        out.print(f"  {at}: {p.kind}: {inert(p.detail)}", markup=False)
 
 
 def verify_bundle_command(bundle_file: Path, checkpoint_file: Path | None,

@@ -9,23 +9,29 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from .common import db_option, emit_json, fail, json_option, open_plane, workdir_option
 from .driver import RunSummary, resume, run_plan_file
 from .history import plan_history, summarize
+from .terminal import inert
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _say_factory(as_json: bool):
-    """Progress: coloured on a terminal, plain lines when piped, silent with --json."""
+    """Progress: coloured on a terminal, plain lines when piped, silent with --json. The
+    message carries the agent's text (strategies, notes, messages): shown ``inert``, and
+    never read as markup (``[required]`` is a label)."""
     if as_json:
         return lambda _stage, _message: None
-    console = Console(highlight=False) if sys.stdout.isatty() else None
+    console = (Console(highlight=False, markup=False, emoji=False) if sys.stdout.isatty()
+               else None)
 
     def say(stage: str, message: str) -> None:
+        message = inert(message)
         if console is not None:
-            console.print(f"[bold cyan]{stage:>10}[/] {message}", markup=True)
+            console.print(Text.assemble((f"{stage:>10}", "bold cyan"), " ", message))
         else:
             click.echo(f"{stage:>10} {message}")
 
@@ -34,7 +40,7 @@ def _say_factory(as_json: bool):
 
 def _print_summary(summary: RunSummary) -> None:
     click.echo("")
-    click.echo(f"plan {summary.plan_id}: {summary.state}"
+    click.echo(f"plan {inert(summary.plan_id)}: {summary.state}"
                + (f" (outcome {summary.outcome})" if summary.outcome else ""))
     if summary.token:
         click.echo(f"token {summary.token[:24]}… consumed by Apply")
@@ -42,13 +48,14 @@ def _print_summary(summary: RunSummary) -> None:
         click.echo(f"escalated: decision {summary.decision_id} awaits a human:")
         click.echo(f"  evidence authorize {summary.decision_id} --key KEY_FILE "
                    "(--revise TEXT | --abandon)")
-        click.echo(f"  then: evidence run --resume {summary.plan_id}")
+        click.echo(f"  then: evidence run --resume {inert(summary.plan_id)}")
     elif summary.halt and summary.state != "applied":
-        click.echo(f"halt {summary.halt['halt_type']} ({summary.halt['raw_halt_type']}): "
-                   f"{summary.halt['reason']}")
+        halt = summary.halt
+        click.echo(inert(f"halt {halt['halt_type']} ({halt['raw_halt_type']}): "
+                         f"{halt['reason']}"))
     click.echo(f"events {summary.positions[0]}..{summary.positions[1]}; verify: "
                f"{'ok' if summary.verify_ok else 'FAILED'} (tree head {summary.tree_head})")
-    click.echo(f"ledger {summary.ledger}")
+    click.echo(f"ledger {inert(summary.ledger)}")
 
 
 @click.command("run")
@@ -98,8 +105,9 @@ def demo(keep: Path | None, db_option_: str | None) -> None:
     summary = run_plan_file(plane, target / "plan.yaml", say=_say_factory(False))
     click.echo("\nplan history:")
     for event in plan_history(plane, summary.plan_id):
-        click.echo(f"  {event.position:>4}  {event.type:<30} {summarize(event.payload)}")
+        click.echo(f"  {event.position:>4}  {event.type:<30} "
+                   f"{inert(summarize(event.payload))}")
     _print_summary(summary)
-    click.echo(f"demo files in {root}" + ("" if keep else " (temporary)"))
+    click.echo(f"demo files in {inert(root)}" + ("" if keep else " (temporary)"))
     if summary.state != "applied":
         click.get_current_context().exit(1)

@@ -7,6 +7,7 @@ import click
 from .common import EXIT_VERDICT, db_option, emit_json, json_option, open_plane, print_table
 from .gates import GateOutcome, gate_input, gate_output
 from .inputs import json_or_file, raw_bytes
+from .terminal import inert
 
 
 def _report(outcome: GateOutcome, as_json: bool) -> None:
@@ -15,7 +16,7 @@ def _report(outcome: GateOutcome, as_json: bool) -> None:
         emit_json({"gate": outcome.to_json()})
     else:
         subject = f"tool {check.tool}" if check.gate == "input" else f"step {check.step}"
-        click.echo(f"{check.gate} gate, {subject}: {check.verdict}"
+        click.echo(f"{check.gate} gate, {inert(subject)}: {check.verdict}"
                    f" (attempt {check.attempt}, iteration {check.iteration})")
         if check.deviations:
             print_table(["pointer", "kind", "expected", "actual_type"],

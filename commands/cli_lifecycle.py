@@ -28,6 +28,7 @@ from .lifecycle import (
     record_fix,
     revoke_approver,
 )
+from .terminal import inert
 
 
 @click.command()
@@ -46,7 +47,7 @@ def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
     if as_json:
         emit_json({"plan": doc})
     else:
-        click.echo(f"fix recorded for plan {plan_id} (attempt {doc['attempt']})")
+        click.echo(f"fix recorded for plan {inert(plan_id)} (attempt {doc['attempt']})")
 
 
 @click.group()
@@ -68,7 +69,8 @@ def generate(out: Path, as_json: bool) -> None:
     if as_json:
         emit_json({"private_key": str(out), "public_key": f"{out}.pub", "fingerprint": print_})
     else:
-        click.echo(f"private key {out} (keep it away from the agent), public key {out}.pub")
+        click.echo(f"private key {inert(out)} (keep it away from the agent), public key "
+                   f"{inert(out)}.pub")
         click.echo(f"fingerprint {print_}")
 
 
@@ -83,7 +85,7 @@ def add(name: str, pubkey_file: Path, as_json: bool) -> None:
     if as_json:
         emit_json({"approver": doc})
     else:
-        click.echo(f"approver {name}: {len(doc['keys'])} key(s)")
+        click.echo(f"approver {inert(name)}: {len(doc['keys'])} key(s)")
 
 
 @keys.command("revoke")
@@ -97,7 +99,7 @@ def revoke(name: str, reason: str, as_json: bool) -> None:
     if as_json:
         emit_json({"approver": doc})
     else:
-        click.echo(f"approver {name}: keys revoked")
+        click.echo(f"approver {inert(name)}: keys revoked")
 
 
 @keys.command("list")
@@ -149,7 +151,8 @@ def authorize_(decision_id: str | None, key_file: Path | None, revise: str | Non
     else:
         then = ("plan back in Strategize: record a strategy, execute, re-validate"
                 if decided.choice == "revise" else "plan ended (terminal failure)")
-        click.echo(f"decision {decision_id}: {decided.choice} by {decided.approver}; {then}")
+        click.echo(f"decision {decision_id}: {decided.choice} by {inert(decided.approver)}; "
+                   f"{then}")
 
 
 @click.command("apply")
@@ -173,7 +176,7 @@ def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None
     if as_json:
         emit_json({"plan": doc, "files": files})
     else:
-        click.echo(f"plan {plan_id} applied (token {doc['token']['token_id']} consumed), "
+        click.echo(f"plan {inert(plan_id)} applied (token {doc['token']['token_id']} consumed), "
                    f"{len(files)} file(s) written")
         for f in files:
-            click.echo(f"  {f['sha256'][:16]}  {f['resource']}/{f['path']}")
+            click.echo(f"  {f['sha256'][:16]}  {inert(f['resource'])}/{inert(f['path'])}")

@@ -22,6 +22,7 @@ from .common import (
     open_store,
     print_table,
 )
+from .terminal import inert
 
 
 @click.command()
@@ -43,9 +44,10 @@ def init(as_json: bool) -> None:
             "plane_key": str(plane_key_path(store.url)),
         })
         return
-    click.echo(f"ledger {meta['ledger_id']} at {store.url}")
+    click.echo(f"ledger {meta['ledger_id']} at {inert(store.url)}")
     click.echo(f"schema version {meta['schema_version']}, {head.size} events")
-    click.echo(f"plane key {plane_key_path(store.url)} (mints apply tokens; keep it private)")
+    click.echo(f"plane key {inert(plane_key_path(store.url))} (mints apply tokens; keep it "
+               "private)")
 
 
 def _summary(payload: msgspec.Struct) -> str:
@@ -145,7 +147,7 @@ def verify(against: str | None, checkpoint_file: Path | None, public_key_file: P
                       + (f", first bad position {where}" if where is not None else ""))
             for p in report.problems:
                 at = f"position {p.position}" if p.position is not None else "head"
-                out.print(f"  {at}: {p.kind}: {p.detail}", markup=False)
+                out.print(f"  {at}: {p.kind}: {inert(p.detail)}", markup=False)
         out.print(f"tree head {report.size}:{report.root}")
     if not report.ok:
         click.get_current_context().exit(EXIT_VERDICT)

@@ -13,6 +13,7 @@ from .inputs import json_or_file, text_or_file
 from .phases import enter_execute, record_strategy
 from .plane import Plane
 from .plans import OUTCOMES, create_plan, get_plan, list_plans, terminal_state
+from .terminal import inert
 
 
 @click.group()
@@ -41,7 +42,7 @@ def create(plan_id: str, project: str, resources: tuple[str, ...], config: str |
     if as_json:
         emit_json({"plan": doc})
     else:
-        click.echo(f"plan {doc['plan_id']} created in phase {doc['phase']}")
+        click.echo(f"plan {inert(doc['plan_id'])} created in phase {doc['phase']}")
 
 
 @plan.command("list")
@@ -82,15 +83,16 @@ def show(plan_id: str, as_json: bool) -> None:
         emit_json({"plan": doc, "sandbox": sandbox})
         return
     for key, value in plan_rows(plan_id, doc):
-        click.echo(f"{key.ljust(_WIDTH)}  {value}")
+        click.echo(f"{key.ljust(_WIDTH)}  {inert(value)}")
     for resource, copy in sandbox.items():
-        click.echo(f"{'sandbox'.ljust(_WIDTH)}  {resource} -> {copy}")
+        click.echo(f"{'sandbox'.ljust(_WIDTH)}  {inert(resource)} -> {inert(copy)}")
     applying = doc.get("applying")
     written = (doc.get("applied") or applying or {}).get("files", [])
     if written:
         click.echo()
         click.echo("files written by Apply" + (" (interrupted: evidence apply "
-                                               f"{plan_id} --resume)" if applying else "")
+                                               f"{inert(plan_id)} --resume)" if applying
+                                               else "")
                    + ":")
         print_table(["sha256", "resource", "path"],
                     [[_text(f.get("sha256"))[:16], _text(f.get("resource")),
@@ -172,7 +174,7 @@ def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
     if as_json:
         emit_json({"plan": doc})
     else:
-        click.echo(f"plan {plan_id}: strategy recorded (revision {doc['revision']})")
+        click.echo(f"plan {inert(plan_id)}: strategy recorded (revision {doc['revision']})")
 
 
 @plan.command("execute")
@@ -189,10 +191,10 @@ def execute(plan_id: str, as_json: bool) -> None:
     if as_json:
         emit_json({"plan": doc, "sandbox": sandbox})
     else:
-        click.echo(f"plan {plan_id} entered Execute (attempt {doc['attempt']}), "
+        click.echo(f"plan {inert(plan_id)} entered Execute (attempt {doc['attempt']}), "
                    f"{len(doc['binding'])} validation(s) pinned")
         for resource, copy in sandbox.items():
-            click.echo(f"sandbox of {resource}: {copy}")
+            click.echo(f"sandbox of {inert(resource)}: {inert(copy)}")
 
 
 def _sandbox(plane: Plane, doc: Document) -> dict[str, str]:

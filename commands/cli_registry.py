@@ -35,6 +35,7 @@ from .registry import (
     register_tool,
     register_validation,
 )
+from .terminal import inert
 
 VERSION_HELP = "Show this version instead of the latest."
 
@@ -61,9 +62,9 @@ def _report(result: Registered, as_json: bool) -> None:
         emit_json({result.kind: result.document, "changed": result.changed})
     elif result.changed:
         verb = "defined" if result.kind == "skill" else "registered"
-        click.echo(f"{verb} {result.kind} {result.name} version {result.version}")
+        click.echo(f"{verb} {result.kind} {inert(result.name)} version {result.version}")
     else:
-        click.echo(f"{result.kind} {result.name} unchanged (version {result.version})")
+        click.echo(f"{result.kind} {inert(result.name)} unchanged (version {result.version})")
 
 
 def _executor(spec: Mapping[str, Any]) -> str:

@@ -14,6 +14,7 @@ from ledger.verify import verify_store
 from .cli_bundle import bundle_option, load_bundle_or_refuse, public_key_option
 from .common import db_option, fail, open_store
 from .report import gather_report, render_html
+from .terminal import inert
 
 __all__ = ["report", "write_atomically"]
 
@@ -45,7 +46,7 @@ def report(plan_id: str, out: Path, bundle_file: Path | None,
     write_atomically(out, render_html(data).encode("utf-8"))
     verdict = "verified" if data.verification.ok and data.audit.ok else (
         "verification FAILED, see the report")
-    click.echo(f"wrote {out} (plan {plan_id}, {data.size} events, {verdict})")
+    click.echo(f"wrote {inert(out)} (plan {inert(plan_id)}, {data.size} events, {verdict})")
 
 
 def _check_writable(out: Path) -> None:

@@ -27,6 +27,7 @@ from .reviews import (
     start_review,
     submit_candidate,
 )
+from .terminal import inert
 
 
 def _read(path: str, what: str) -> bytes:
@@ -79,12 +80,14 @@ def submit(task_id: str, file: str, reviewer: str, as_json: bool) -> None:
         emit_json({"submission": result.to_json()})
     elif result.valid:
         ids = ", ".join(result.finding_ids) or "no findings"
-        click.echo(f"review {task_id}: candidate {result.label} recorded ({ids})")
+        click.echo(f"review {inert(task_id)}: candidate {result.label} recorded "
+                   f"({inert(ids)})")
     else:
-        click.echo(f"review {task_id}: candidate {result.label} failed the candidate schema; "
+        click.echo(f"review {inert(task_id)}: candidate {result.label} failed the candidate "
+                   "schema; "
                    "recorded as a limitation:")
         for error in result.errors:
-            click.echo(f"  {error}")
+            click.echo(f"  {inert(error)}")
     if not result.valid:
         click.get_current_context().exit(EXIT_VERDICT)
 
@@ -101,15 +104,15 @@ def account(task_id: str, file: str, as_json: bool) -> None:
     if as_json:
         emit_json({"accounting": outcome.to_json()})
     elif outcome.accepted:
-        click.echo(f"review {task_id}: accounting accepted (attempt {outcome.attempt}); "
+        click.echo(f"review {inert(task_id)}: accounting accepted (attempt {outcome.attempt}); "
                    f"report committed, sha256 {outcome.report_sha256}")
     else:
         then = ("one repair attempt is left" if outcome.status == "repair"
                 else "the review failed")
-        click.echo(f"review {task_id}: accounting attempt {outcome.attempt} rejected "
+        click.echo(f"review {inert(task_id)}: accounting attempt {outcome.attempt} rejected "
                    f"({len(outcome.violations)} violation(s)); {then}")
         for violation in outcome.violations:
-            click.echo(f"  {violation}")
+            click.echo(f"  {inert(violation)}")
     if not outcome.accepted:
         click.get_current_context().exit(EXIT_VERDICT)
 
@@ -126,7 +129,7 @@ def result(task_id: str, as_json: bool) -> None:
         if as_json:
             emit_json({"task_id": task_id, "verified": False, "report_sha256": exc.expected,
                        "actual_sha256": exc.actual})
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {inert(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_VERDICT)
         return
     if as_json:
@@ -136,31 +139,33 @@ def result(task_id: str, as_json: bool) -> None:
 
 
 def _print_report(report: dict[str, Any], sha256: str) -> None:
-    """Every part of the report, whole: never cut to the terminal's width."""
+    """Every part of the report, whole: never cut to the terminal's width. The reviewers'
+    text is shown ``inert``; evidence, impact and rationale keep their line breaks."""
     request = report["request"]
     click.echo(f"advisory review report (sha256 {sha256}, verified)")
-    click.echo(f"objective: {request['objective']}")
+    click.echo(f"objective: {inert(request['objective'])}")
     click.echo(f"candidates: {report['candidates']['submitted']} submitted, "
                f"{report['candidates']['valid']} valid")
     click.echo(f"\nfindings ({len(report['findings'])}):")
     for n, group in enumerate(report["findings"], start=1):
         merged = f" (merged from {group['reports']} reports)" if group["reports"] > 1 else ""
-        click.echo(f"{n}. [{group['severity']}] {group['summary']}{merged}")
+        click.echo(inert(f"{n}. [{group['severity']}] {group['summary']}{merged}"))
         for finding in group["findings"]:
-            click.echo(f"   - [{finding['severity']}] {finding['summary']}")
+            click.echo(inert(f"   - [{finding['severity']}] {finding['summary']}"))
             for key in ("location", "evidence", "impact"):
-                click.echo(f"     {key}: {finding[key]}")
+                click.echo(f"     {key}: {inert(finding[key], multiline=key != 'location')}")
         for reason in group["rationale"]:
-            click.echo(f"   rationale: {reason}")
+            click.echo(f"   rationale: {inert(reason, multiline=True)}")
     click.echo(f"\nexclusions ({len(report['exclusions'])}):")
     for excluded in report["exclusions"]:
         finding = excluded["finding"]
-        click.echo(f"- [{finding['severity']}] {finding['summary']} ({finding['location']})")
-        click.echo(f"  rationale: {excluded['rationale']}")
+        click.echo(inert(f"- [{finding['severity']}] {finding['summary']} "
+                         f"({finding['location']})"))
+        click.echo(f"  rationale: {inert(excluded['rationale'], multiline=True)}")
     for title in ("verified", "limitations"):
         click.echo(f"\n{title} ({len(report[title])}):")
         for line in report[title]:
-            click.echo(f"- {line}")
+            click.echo(f"- {inert(line)}")
 
 
 @review.command("list")
@@ -207,7 +212,7 @@ def show(task_id: str, as_json: bool) -> None:
             ("failure", doc["failure"] or "-")]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
-        click.echo(f"{key.ljust(width)}  {value}")
+        click.echo(f"{key.ljust(width)}  {inert(value)}")
     click.echo("")
     print_table(["label", "reviewer", "valid", "findings", "limitations"],
                 [[label, c["reviewer"], "yes" if c["valid"] else "no", str(len(c["findings"])),
@@ -220,4 +225,4 @@ def show(task_id: str, as_json: bool) -> None:
     for n, violations in enumerate(doc["rejections"], start=1):
         click.echo(f"\nrejected accounting attempt {n}:")
         for violation in violations:
-            click.echo(f"  {violation}")
+            click.echo(f"  {inert(violation)}")

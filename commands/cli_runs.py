@@ -16,6 +16,7 @@ from .common import (
 )
 from .inputs import json_or_file, raw_bytes, text_or_file
 from .runs import call_tool, record_halt, validate_plan
+from .terminal import inert
 
 
 @click.command()
@@ -42,11 +43,12 @@ def call(plan_id: str, tool: str, params: str, step: str | None, output_schema: 
         click.echo(f"input gate failed: {len(report.input_gate.check.deviations)} "
                    "deviation(s); the call was not made")
     elif report.halt is not None:
-        click.echo(f"halt {report.halt.halt_type} (raw {report.halt.raw_halt_type}): "
-                   f"{report.halt.reason}\nhint: {report.halt.hint}")
+        click.echo(inert(f"halt {report.halt.halt_type} (raw {report.halt.raw_halt_type}): "
+                         f"{report.halt.reason}"))
+        click.echo(f"hint: {inert(report.halt.hint)}")
     else:
         assert report.call is not None and report.output_gate is not None
-        click.echo(f"call {report.call.call_id}: {tool} exit {report.call.exit_code}, "
+        click.echo(f"call {report.call.call_id}: {inert(tool)} exit {report.call.exit_code}, "
                    f"output gate {report.output_gate.check.verdict}")
     if not as_json:
         deviations = [(g.check.gate, d) for g in (report.input_gate, report.output_gate)
@@ -81,11 +83,11 @@ def validate(plan_id: str, as_json: bool) -> None:
               r["message"] or r["error"] or ""] for r in doc["results"]])
         if doc["informational_failures"]:
             click.echo("informational failures (never block): "
-                       + ", ".join(doc["informational_failures"]))
-        click.echo(f"outcome: {doc['outcome']} — {doc['reason']}")
+                       + inert(", ".join(doc["informational_failures"])))
+        click.echo(f"outcome: {doc['outcome']} — {inert(doc['reason'])}")
         if doc["token"]:
             click.echo(f"token: {doc['token']}")
-            click.echo(f"next: evidence apply {plan_id} --token TOKEN")
+            click.echo(f"next: evidence apply {inert(plan_id)} --token TOKEN")
         elif doc["escalation"]:
             click.echo(f"escalated: decision {doc['escalation']['decision_id']} — "
                        f"evidence authorize {doc['escalation']['decision_id']} --key FILE "
@@ -94,7 +96,7 @@ def validate(plan_id: str, as_json: bool) -> None:
             click.echo(f"retry limit reached: plan back in Strategize (revision "
                        f"{doc['strategy_revision']}); record a new strategy")
         else:
-            click.echo(f"next: {doc['who_acts']}: {doc['next_action']}")
+            click.echo(inert(f"next: {doc['who_acts']}: {doc['next_action']}"))
     if report.outcome != "pass":
         click.get_current_context().exit(EXIT_VERDICT)
 
@@ -117,6 +119,6 @@ def halt(plan_id: str, raw_type: str, reason: str, hint: str | None, terminal: b
     if as_json:
         emit_json({"halt": msgspec.to_builtins(event)})
     else:
-        click.echo(f"halt {event.halt_type} (raw {event.raw_halt_type}): {event.reason}")
-        click.echo(f"hint: {event.hint}")
+        click.echo(inert(f"halt {event.halt_type} (raw {event.raw_halt_type}): {event.reason}"))
+        click.echo(f"hint: {inert(event.hint)}")
     click.get_current_context().exit(EXIT_VERDICT)

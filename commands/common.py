@@ -22,6 +22,7 @@ from rich.console import Console
 import ledger
 
 from .plane import Plane
+from .terminal import inert
 
 EXIT_OK, EXIT_VERDICT, EXIT_REFUSED = 0, 1, 2
 
@@ -92,12 +93,17 @@ def emit_json(document: Any) -> None:
 
 
 def console() -> Console:
-    return Console(soft_wrap=True, highlight=False)
+    """Human output through rich: no markup, no emoji codes (what it prints may be the
+    agent's text; pass that through ``inert`` too)."""
+    return Console(soft_wrap=True, highlight=False, markup=False, emoji=False)
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """Aligned columns, one line per row. On a terminal a line longer than the screen is
-    cut with an ellipsis (the last column is the one that gives); piped output is whole."""
+    cut with an ellipsis (the last column is the one that gives); piped output is whole.
+    Every cell is shown ``inert``: control characters as visible escapes."""
+    columns = [inert(c) for c in columns]
+    rows = [[inert(c) for c in row] for row in rows]
     tty = sys.stdout.isatty()
     limit = shutil.get_terminal_size().columns if tty else None
     widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns[:-1])]
@@ -117,4 +123,4 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def fail(message: str) -> None:
     """Refuse the command: one line on stderr, exit 2."""
-    raise click.UsageError(message)
+    raise click.UsageError(inert(message))

@@ -1,0 +1,53 @@
+"""Text the agent controls, made inert for a terminal.
+
+The agent the plane governs writes many of the strings the CLI prints: strategies,
+reasons, tool descriptions, validation messages, file names. Printed raw, an escape
+sequence in one clears the screen or retitles the window, a carriage return or a bidi
+override disguises a line; printed through rich with markup on, ``[/x]`` crashes the
+command and ``[bold]`` restyles it. Human output passes such text through ``inert`` and
+prints it with markup off; ``--json`` carries the exact text.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = ["inert"]
+
+# Anything but printable ASCII is looked at (and, in multi-line text, but a newline).
+_SUSPECT = re.compile(r"[^\x20-\x7e]")
+_SUSPECT_MULTILINE = re.compile(r"[^\x20-\x7e\n]")
+# Controls (C0, DEL, C1), format characters (bidi embeddings, overrides and isolates,
+# marks, zero-width spaces, BOM), lone surrogates, line and paragraph separators.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# Zero-width (non-)joiners are format characters that some scripts and emoji need.
+_JOINERS = frozenset({"\u200c", "\u200d"})
+_NAMED = {"\t": r"\t", "\n": r"\n", "\r": r"\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _JOINERS or unicodedata.category(char) not in _HIDDEN:
+        return char
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF
+            else f"\\U{code:08x}")
+
+
+def inert(text: object, *, multiline: bool = False) -> str:
+    """``str(text)`` (as an f-string shows it, ``None`` included) safe to show on a
+    terminal: every control character (``\\t``, ``\\r``, ESC, BEL, DEL, C1 ...), bidi
+    control and other invisible formatting character as a visible escape, as Python
+    writes it (``\\x1b``, ``\\u202e``); all else unchanged. With ``multiline`` a newline
+    stays a newline (never a carriage return).
+
+    Idempotent. Not markup-safe by itself: print the result with rich markup off (or
+    through ``rich.markup.escape``)."""
+    if not isinstance(text, str):
+        text = str(text)
+    if text.isprintable():  # no control, format or separator character: the usual case
+        return text
+    return (_SUSPECT_MULTILINE if multiline else _SUSPECT).sub(_escape, text)
