@@ -75,9 +75,26 @@ cli.add_command(cli_analytics.export)
 cli.add_command(cli_analytics.stats)
 
 
+def _not_utf8(argv: Sequence[str]) -> str | None:
+    """The first argument that is not UTF-8 text: Python hands such bytes over as lone
+    surrogates (``surrogateescape``), which no later step can store or print."""
+    for number, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            code = ord(arg[exc.start])
+            shown = f" (byte 0x{code - 0xDC00:02x})" if 0xDC80 <= code <= 0xDCFF else ""
+            return f"argument {number} is not UTF-8{shown}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if (problem := _not_utf8(args)) is not None:
+        click.echo(f"error: {problem}", err=True)
+        sys.exit(EXIT_REFUSED)
     try:
-        code = cli.main(args=argv, prog_name="evidence", standalone_mode=False)
+        code = cli.main(args=args, prog_name="evidence", standalone_mode=False)
     except click.ClickException as exc:
         click.echo(f"error: {inert(exc.format_message())}", err=True)
         sys.exit(EXIT_REFUSED)
@@ -87,6 +104,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except click.Abort:
         click.echo("error: aborted", err=True)
         sys.exit(130)
+    except OSError as exc:
+        # A path the system cannot use (a name too long, a directory where a file was
+        # meant, no permission): the command stops before (or, in a transaction,
+        # without) appending anything. Said in one line, like any refusal.
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"error: {inert(where + (exc.strerror or str(exc)))}", err=True)
+        sys.exit(EXIT_REFUSED)
     sys.exit(code if isinstance(code, int) else 0)
 
 

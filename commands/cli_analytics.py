@@ -24,6 +24,7 @@ from .common import (
     open_store,
     print_table,
 )
+from .inputs import Seconds, whole
 from .terminal import inert
 
 
@@ -34,13 +35,13 @@ def _text_line(event: object) -> bytes:
 
 
 @click.command()
-@click.option("--from", "from_position", type=click.IntRange(min=1), default=None,
+@click.option("--from", "from_position", type=whole(1), default=None,
               help="First position (default 1).")
 @click.option("--consumer", metavar="NAME",
               help="Resume after NAME's checkpoint and advance it as events are printed.")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new events (Ctrl-C ends).")
 @click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
-@click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True,
+@click.option("--interval", type=Seconds(0.01, 3600), default=0.2, show_default=True,
               help="Seconds between polls of the head while following.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line (JSON Lines).")
 @db_option
@@ -85,9 +86,9 @@ def tail(from_position: int | None, consumer: str | None, follow: bool,
 @click.command()
 @click.option("--format", "fmt", type=click.Choice(analytics.FORMATS), default=None,
               help="jsonl, csv, or parquet (needs the analytics extra).")
-@click.option("--since", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--since", type=whole(1), default=1, show_default=True,
               help="First position exported.")
-@click.option("--until", type=click.IntRange(min=0), default=None,
+@click.option("--until", type=whole(0), default=None,
               help="Last position exported (default: the head when the export starts).")
 @click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
 @click.option("--plan", help="Only the events of this plan.")
@@ -99,7 +100,7 @@ def tail(from_position: int | None, consumer: str | None, follow: bool,
               help="With --bundle: sign its checkpoint with this key (default: the plane key).")
 @click.option("--origin", default=None, metavar="NAME",
               help="With --bundle: the checkpoint's origin (default: evidence-ledger/<id>).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=2_000, show_default=True,
+@click.option("--batch-size", type=whole(1), default=2_000, show_default=True,
               hidden=True)
 @db_option
 @json_option
@@ -161,7 +162,7 @@ def _bars(title: str, counts: dict[str, int]) -> None:
 
 @click.command()
 @click.option("--project", help="Only the plans of this project.")
-@click.option("--since", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--since", type=whole(1), default=1, show_default=True,
               help="Only events from this position.")
 @db_option
 @json_option

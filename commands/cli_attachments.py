@@ -11,7 +11,7 @@ from .attachments import attach as attach_validation
 from .attachments import detach as detach_attachment
 from .attachments import pinned_binding, resolve_attachments
 from .common import db_option, emit_json, fail, json_option, open_plane, print_table
-from .inputs import json_or_file
+from .inputs import json_or_file, whole
 from .terminal import inert
 
 
@@ -58,7 +58,7 @@ def detach(attachment_id: str, reason: str, as_json: bool) -> None:
 @click.option("--resource", required=True)
 @click.option("--project", help="The project the resource is used through.")
 @click.option("--plan", help="The plan (its project is used when --project is absent).")
-@click.option("--as-of", "as_of", type=click.IntRange(min=0), help="As of this position.")
+@click.option("--as-of", "as_of", type=whole(0), help="As of this position.")
 @db_option
 @json_option
 def resolve(resource: str, project: str | None, plan: str | None, as_of: int | None,

@@ -19,6 +19,7 @@ from ledger.checkpoints import (
     sign_checkpoint,
     verify_against_checkpoint,
 )
+from ledger.intake import read_text
 from ledger.signing import (
     fingerprint,
     load_private_key,
@@ -46,6 +47,7 @@ from .common import (
     open_store,
     print_table,
 )
+from .inputs import whole
 from .plans import terminal_state
 from .terminal import inert
 
@@ -55,7 +57,7 @@ __all__ = ["audit", "checkpoint", "prove", "replay", "verify_against_checkpoint"
 
 @click.command()
 @click.argument("plan_id")
-@click.option("--as-of", "as_of", type=click.IntRange(min=1), default=None, metavar="POS",
+@click.option("--as-of", "as_of", type=whole(1), default=None, metavar="POS",
               help="Stop at this log position.")
 @bundle_option
 @public_key_option
@@ -145,7 +147,7 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
     """Print a signed tree head (C2SP tlog-checkpoint) of the current log."""
     store = open_store()
     key = signing_key(store, key_file)
-    origin = origin or default_origin(store)
+    origin = default_origin(store) if origin is None else origin
     head = store.head()
     try:
         text = sign_checkpoint(Checkpoint(origin=origin, size=head.size, root=head.root), key)
@@ -160,8 +162,8 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
 
 
 @click.command()
-@click.argument("position", type=click.IntRange(min=1))
-@click.option("--size", type=click.IntRange(min=1), default=None, metavar="N",
+@click.argument("position", type=whole(1))
+@click.option("--size", type=whole(1), default=None, metavar="N",
               help="In the tree of the first N events (default: the whole log).")
 @db_option
 @json_option
@@ -202,10 +204,7 @@ def verify_checkpoint_command(checkpoint_file: Path, public_key_file: Path | Non
     """The body of ``evidence verify --checkpoint FILE [--public-key FILE]``: check the
     note's signature (by the public key given, else the plane key's) and that the log
     extends its tree head; print the report; exit 1 if anything failed."""
-    try:
-        text = checkpoint_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(f"--checkpoint: cannot read {checkpoint_file}: {exc}")
+    text = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
     store = open_store()
     if public_key_file is not None:
         public_key = load_public_key(public_key_file)

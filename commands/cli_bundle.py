@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ import click
 
 import ledger
 from ledger.bundle import Bundle, BundleError, BundleReport, load_bundle, write_bundle
+from ledger.intake import read_text
 from ledger.signing import load_private_key, load_public_key, plane_key_path
 
 from .common import EXIT_VERDICT, console, emit_json, fail, open_store
@@ -41,11 +43,21 @@ def bundle_option(fn: F) -> F:
 
 
 def public_key_option(fn: F) -> F:
-    return click.option(
+    """``--public-key FILE``, which only a ``--bundle`` uses: given alone it is refused
+    (silently ignoring a key the user meant to check with would be a false assurance)."""
+
+    @click.option(
         "--public-key", "public_key_file", type=click.Path(dir_okay=False, path_type=Path),
         help="With --bundle: check its checkpoint with this key (default: the key it "
              "carries).",
-    )(fn)
+    )
+    @functools.wraps(fn)
+    def wrapper(*args: Any, public_key_file: Path | None, **kwargs: Any) -> Any:
+        if public_key_file is not None and kwargs.get("bundle_file") is None:
+            fail("--public-key checks a --bundle: give the bundle too")
+        return fn(*args, public_key_file=public_key_file, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def signing_key(store: ledger.Store, key_file: Path | None) -> Any:
@@ -66,8 +78,8 @@ def export_bundle_command(out: Path, plan: str | None, key_file: Path | None,
     store = open_store()
     key = signing_key(store, key_file)
     try:
-        summary = write_bundle(store, out, key=key, origin=origin or default_origin(store),
-                               plan=plan)
+        origin = default_origin(store) if origin is None else origin
+        summary = write_bundle(store, out, key=key, origin=origin, plan=plan)
     except BundleError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -88,10 +100,7 @@ def load_bundle_or_refuse(bundle_file: Path, public_key_file: Path | None,
     public_key = load_public_key(public_key_file) if public_key_file is not None else None
     kept = None
     if checkpoint_file is not None:
-        try:
-            kept = checkpoint_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            fail(f"--checkpoint: cannot read {checkpoint_file}: {exc}")
+        kept = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
     try:
         return load_bundle(bundle_file, public_key=public_key, kept_checkpoint=kept)
     except BundleError as exc:

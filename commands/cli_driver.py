@@ -73,7 +73,7 @@ def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None,
         fail("give PLAN_FILE or --resume PLAN_ID")
     say = _say_factory(as_json)
     plane = open_plane()
-    summary = (resume(plane, resume_id, say=say) if resume_id
+    summary = (resume(plane, resume_id, say=say) if resume_id is not None
                else run_plan_file(plane, plan_file, plan_id=plan_id, say=say))
     if as_json:
         emit_json({"run": summary.to_json()})

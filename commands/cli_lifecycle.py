@@ -130,6 +130,9 @@ def authorize_(decision_id: str | None, key_file: Path | None, revise: str | Non
     """Without DECISION_ID: list pending decisions. With it: sign and record a decision."""
     plane = open_plane()
     if decision_id is None:
+        if key_file is not None or revise is not None or abandon or reason is not None:
+            fail("give the DECISION_ID to decide (without it, authorize lists the pending "
+                 "decisions)")
         pending = pending_decisions(plane)
         if as_json:
             emit_json({"decisions": [msgspec.to_builtins(p) for p in pending]})
@@ -170,8 +173,10 @@ def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None
     if (token is None) == (not resume):
         fail("give --token TOKEN, or --resume")
     plane = open_plane()
-    doc = (complete_apply(plane, plan_id) if resume
-           else apply_plan(plane, plan_id, text_or_file(token or "", "--token").strip()))
+    if resume:
+        doc = complete_apply(plane, plan_id)
+    else:
+        doc = apply_plan(plane, plan_id, text_or_file(token or "", "--token", "token").strip())
     files = (doc.get("applied") or {}).get("files", [])
     if as_json:
         emit_json({"plan": doc, "files": files})

@@ -22,6 +22,7 @@ from .common import (
     open_store,
     print_table,
 )
+from .inputs import whole
 from .terminal import inert
 
 
@@ -66,9 +67,9 @@ def _summary(payload: msgspec.Struct) -> str:
 @click.command()
 @click.option("--stream", help="Only this stream.")
 @click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
-@click.option("--from", "from_position", type=click.IntRange(min=1), default=1,
+@click.option("--from", "from_position", type=whole(1), default=1,
               show_default=True, help="First position.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N events.")
+@click.option("--limit", type=whole(1), default=None, help="At most N events.")
 @db_option
 @json_option
 def events(
@@ -127,6 +128,8 @@ def verify(against: str | None, checkpoint_file: Path | None, public_key_file: P
             fail("give --against or --checkpoint, not both")
         verify_checkpoint_command(checkpoint_file, public_key_file, as_json)
         return
+    if public_key_file is not None:
+        fail("--public-key checks a --checkpoint or a --bundle: give one")
     try:
         kept = parse_tree_head(against) if against else None
     except ValueError as exc:

@@ -18,7 +18,7 @@ from ledger import LedgerError
 from projections.documents import Document
 
 from .common import db_option, emit_json, json_option, open_plane, print_table
-from .inputs import load_file
+from .inputs import load_file, whole
 from .plane import CommandRefused
 from .registry import (
     Registered,
@@ -166,7 +166,7 @@ def tool_list(kind: str | None, as_json: bool) -> None:
 
 @tool.command("show")
 @click.argument("name")
-@click.option("--version", type=click.IntRange(min=1), help=VERSION_HELP)
+@click.option("--version", type=whole(1), help=VERSION_HELP)
 @db_option
 @json_option
 def tool_show(name: str, version: int | None, as_json: bool) -> None:
@@ -217,7 +217,7 @@ def validation_list(as_json: bool) -> None:
 
 @validation.command("show")
 @click.argument("name")
-@click.option("--version", type=click.IntRange(min=1), help=VERSION_HELP)
+@click.option("--version", type=whole(1), help=VERSION_HELP)
 @db_option
 @json_option
 def validation_show(name: str, version: int | None, as_json: bool) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
+
+from ledger.intake import read_bytes
 
 from .common import (
     EXIT_VERDICT,
@@ -15,7 +16,6 @@ from .common import (
     open_plane,
     print_table,
 )
-from .plane import CommandRefused
 from .reviews import (
     ReportVerificationError,
     ReviewRequestInvalid,
@@ -32,12 +32,7 @@ from .terminal import inert
 
 def _read(path: str, what: str) -> bytes:
     """The file's exact bytes (the checks see what was written, duplicates included)."""
-    try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise CommandRefused(f"{what}: no such file {path}") from None
-    except OSError as exc:
-        raise CommandRefused(f"{what}: cannot read {path} ({exc.strerror})") from None
+    return read_bytes(path, "agent", f"{what} {path}")
 
 
 @click.group()

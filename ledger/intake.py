@@ -278,7 +278,7 @@ def parse_json(data: bytes | str, source: str, kind: str | None = "option") -> A
         if exc.msg == "Extra data":
             detail = "more than one JSON document (or text after it)"
         else:
-            detail = f"not JSON ({exc.msg})"
+            detail = f"not valid JSON ({exc.msg})"
         raise InputError(source, "", "syntax",
                          f"{detail} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:  # the parser gave up long after MAX_DEPTH

@@ -259,7 +259,7 @@ def test_well_formed_return_wins_over_the_exit_code(tmp_path: Path) -> None:
     (b'{"passed": true, "score": 3}', "unexpected key"),
     (b'{"passed": true, "message": null}', "`message` must be a string"),
     (b'{"passed": true, "data": [1]}', "`data` must be an object"),
-    (b"All tests passed", "not JSON"),
+    (b"All tests passed", "not valid JSON"),
     (b'{"passed": true}\n{"passed": true}\n', "more than one JSON document"),
     (b'{"passed": true} trailing', "more than one JSON document"),
     (b'[{"passed": true}]', "must be an object"),
