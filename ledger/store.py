@@ -64,6 +64,9 @@ _EVENT_COLUMNS = (
     "actor, correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
 )
 _EMPTY_DELTA = b"[]"
+# PostgreSQL: processes creating or upgrading the schema of one database take this
+# transaction-scoped advisory lock first, so their DDL never races (a fixed, arbitrary key).
+_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7177001)"
 _decode_json = msgspec.json.decode
 _ULID_ALPHABET = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 
@@ -449,7 +452,7 @@ class Store:
             with self._transaction(write=create) as conn:
                 if self.backend == "postgresql" and create:
                     # Two processes initialising one database must not race on DDL.
-                    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7177001)")
+                    conn.exec_driver_sql(_SCHEMA_LOCK)
                 inspector = sa.inspect(conn)
                 if not inspector.has_table("ledger_meta"):
                     if not create:
@@ -474,13 +477,13 @@ class Store:
                     raise LedgerOpenError(f"{self.url} has a damaged ledger_meta table")
                 if not inspector.has_table("consumer_checkpoints"):  # added after v1 shipped
                     if self.backend == "postgresql":
-                        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7177001)")
+                        conn.exec_driver_sql(_SCHEMA_LOCK)
                     schema.consumer_checkpoints.create(conn, checkfirst=True)
                 if self.backend == "postgresql" and not conn.exec_driver_sql(
                     "SELECT 1 FROM pg_trigger WHERE tgname = %s "
                     "AND tgrelid = 'ledger_head'::regclass", (schema.NOTIFY_TRIGGER,)
                 ).first():  # added after v1 shipped
-                    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7177001)")
+                    conn.exec_driver_sql(_SCHEMA_LOCK)
                     for ddl in schema.NOTIFY_DDL:
                         conn.execute(sa.DDL(ddl))
         except LedgerError:
@@ -821,11 +824,13 @@ class Store:
                 return
             else:
                 position = rows[-1][0] + 1
+            # A short page is the last one; judged before the prefix filter drops rows.
+            last_page = not windowed and len(rows) < batch_size
             if stream_prefix is not None:
                 rows = [row for row in rows if row[2].startswith(stream_prefix)]
             if rows:
                 yield [decode(row) for row in rows]
-            if not windowed and len(rows) < batch_size:
+            if last_page:
                 return
 
     @contextmanager

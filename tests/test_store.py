@@ -268,3 +268,14 @@ def test_a_closed_store_releases_its_writers(db_url: str) -> None:
     with ledger.open(db_url) as again:  # nothing left holding a lock
         again.append("s", [strategy()], 1)
         assert again.head().size == 2
+
+
+def test_a_filtered_read_with_a_prefix_pages_past_pages_the_prefix_thins(store) -> None:
+    # Pages of 2 strategy events, most of them in streams the prefix drops: a page the
+    # prefix thins out is not the last page (the bug stopped reading after the first).
+    for i in range(6):
+        store.append(f"plan:other-{i}", [plan_created(f"other-{i}"), strategy(f"other-{i}")])
+        store.append(f"plan:mine-{i}", [plan_created(f"mine-{i}"), strategy(f"mine-{i}")])
+    found = [e.stream for e in store.read_all(types=["plan.strategy_recorded"],
+                                              stream_prefix="plan:mine-", batch_size=2)]
+    assert found == [f"plan:mine-{i}" for i in range(6)]
