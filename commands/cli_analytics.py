@@ -213,12 +213,3 @@ def stats(project: str | None, since: int, as_json: bool) -> None:
         if report[key]:
             click.echo()
             _bars(title, report[key])
-
-if __name__ == "__main__":  # the tests run these before they are wired into `evidence`
-    from .cli import cli as _cli
-    from .cli import main as _main
-
-    _cli.add_command(tail)
-    _cli.add_command(export)
-    _cli.add_command(stats)
-    _main()

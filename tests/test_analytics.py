@@ -31,21 +31,18 @@ from ledger.events import (
 from ledger.merkle import root_of
 from ledger.subscriptions import checkpoint
 
-from .helpers import assert_refused, plan_created, strategy
+from .helpers import assert_refused, plan_created, run_cli, strategy
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`evidence` with tail/export added (they run this way until wired into commands.cli)."""
-    env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
-    return subprocess.run([sys.executable, "-m", "commands.cli_analytics", *args],
-                          capture_output=True, text=True, env=env, timeout=120)
+    """``evidence ARGS`` in-process (``run_cli``)."""
+    return run_cli(*args)
 
 
 @pytest.fixture
 def demo(db_url: str) -> str:
     """A ledger holding the green-after-fix demo: validations, gates, a halt, an apply."""
-    result = subprocess.run([sys.executable, "-m", "commands.cli", "demo", "--db", db_url],
-                            capture_output=True, text=True, timeout=120)
+    result = run_cli("demo", "--db", db_url)
     assert result.returncode == 0, result.stderr
     return db_url
 
@@ -92,7 +89,7 @@ def test_tail_follow_sigint_leaves_checkpoint_at_last_printed(db_url: str) -> No
         store.append("plan:A", [plan_created("A"), strategy("A")])
         env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "commands.cli_analytics", "tail", "--consumer", "live",
+            [sys.executable, "-m", "commands.cli", "tail", "--consumer", "live",
              "--follow", "--json", "--interval", "0.05", "--db", db_url],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )

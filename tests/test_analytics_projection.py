@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from collections import Counter
 from typing import Any
 
@@ -300,8 +298,7 @@ def test_projections_status_and_rebuild_include_analytics(db_url: str) -> None:
 
 def test_demo_stats_match_the_one_pass(db_url: str) -> None:
     """The real plane (inline application through Plane.append) on the demo."""
-    result = subprocess.run([sys.executable, "-m", "commands.cli", "demo", "--db", db_url],
-                            capture_output=True, text=True, timeout=120)
+    result = run_cli("demo", "--db", db_url)
     assert result.returncode == 0, result.stderr
     with ledger.open(db_url, create=False) as store:
         inline = _rows(store)
