@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -254,49 +251,17 @@ def test_a_truncated_log_fails_against_a_kept_checkpoint(kept) -> None:
 # -- the commands ---------------------------------------------------------------------------
 
 
-# The auditor's commands added to ``evidence`` as commands/cli.py will, and ``verify
-# --checkpoint`` as a separate command wired the way cli_log.verify will call the helper.
-AUDIT_CLI = """
-import sys
-from pathlib import Path
-import click
-from commands.cli import cli, main
-from commands import cli_audit
-from commands.common import db_option, json_option
-for c in (cli_audit.replay, cli_audit.audit, cli_audit.checkpoint, cli_audit.prove):
-    cli.commands.setdefault(c.name, c)
-
-@cli.command("verify-checkpoint")
-@click.option("--checkpoint", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--public-key", type=click.Path(dir_okay=False, path_type=Path))
-@db_option
-@json_option
-def verify_checkpoint(checkpoint, public_key, as_json):
-    cli_audit.verify_checkpoint_command(checkpoint, public_key, as_json)
-
-main(sys.argv[1:])
-"""
-
-
-def evidence(*args: str) -> subprocess.CompletedProcess[str]:
-    """``evidence`` with the auditor's commands, whether or not commands/cli.py wires them
-    yet (the same ``main``, so the same exit and error conventions)."""
-    env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
-    return subprocess.run([sys.executable, "-c", AUDIT_CLI, *args], capture_output=True,
-                          text=True, env=env, timeout=120)
-
-
 def test_checkpoint_prove_and_verify_cli(sqlite_url: str, tmp_path: Path) -> None:
     assert run_cli("init", "--db", sqlite_url).returncode == 0
     with ledger.open(sqlite_url) as store:
         for i in range(5):
             store.append(f"plan:P-{i}", [strategy(f"P-{i}", f"s {i}")])
-    made = evidence("checkpoint", "--db", sqlite_url)
+    made = run_cli("checkpoint", "--db", sqlite_url)
     assert made.returncode == 0, made.stderr
     text = made.stdout
     checkpoint, _signatures = parse_checkpoint(text)
     assert checkpoint.size == 5 and checkpoint.origin.startswith("evidence-ledger/")
-    as_json = json.loads(evidence("checkpoint", "--json", "--origin", "me.example/log",
+    as_json = json.loads(run_cli("checkpoint", "--json", "--origin", "me.example/log",
                               "--db", sqlite_url).stdout)
     assert as_json["origin"] == "me.example/log" and as_json["size"] == 5
     public = tmp_path / "plane.pub"
@@ -305,34 +270,34 @@ def test_checkpoint_prove_and_verify_cli(sqlite_url: str, tmp_path: Path) -> Non
     assert verify_checkpoint_signature(as_json["checkpoint"], load_public_key(public))
     # --key: another key, same format.
     pair = generate_key_pair(tmp_path / "auditor.key")
-    other = evidence("checkpoint", "--key", str(pair.private_path), "--db", sqlite_url)
+    other = run_cli("checkpoint", "--key", str(pair.private_path), "--db", sqlite_url)
     assert verify_checkpoint_signature(other.stdout, pair.public_key).size == 5
 
-    proved = evidence("prove", "3", "--db", sqlite_url)
+    proved = run_cli("prove", "3", "--db", sqlite_url)
     assert proved.returncode == 0, proved.stderr
     lines = proved.stdout.splitlines()
     assert lines[:2] == ["leaf_index 2", "tree_size 5"]
     leaf, root = bytes.fromhex(lines[2].split()[1]), bytes.fromhex(lines[3].split()[1])
     assert verify_inclusion(leaf, 2, 5, [bytes.fromhex(h) for h in lines[4:]], root)
-    sized = json.loads(evidence("prove", "3", "--size", "4", "--json", "--db", sqlite_url).stdout)
+    sized = json.loads(run_cli("prove", "3", "--size", "4", "--json", "--db", sqlite_url).stdout)
     assert sized["tree_size"] == 4 and len(sized["proof"]) == 2
-    assert_refused(evidence("prove", "6", "--db", sqlite_url), "position 6")
-    assert_refused(evidence("prove", "1", "--size", "9", "--db", sqlite_url), "tree size 9")
+    assert_refused(run_cli("prove", "6", "--db", sqlite_url), "position 6")
+    assert_refused(run_cli("prove", "1", "--size", "9", "--db", sqlite_url), "tree size 9")
 
     # verify --checkpoint: by the plane key by default, or the --public-key given.
     kept = tmp_path / "kept.checkpoint"
     kept.write_text(text)
-    ok = evidence("verify-checkpoint", "--checkpoint", str(kept), "--db", sqlite_url)
+    ok = run_cli("verify", "--checkpoint", str(kept), "--db", sqlite_url)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "signature ok, consistent" in ok.stdout
     with ledger.open(sqlite_url) as store:
         store.append("plan:P-9", [strategy("P-9", "later")])
-    ok = evidence("verify-checkpoint", "--checkpoint", str(kept), "--public-key", str(public),
+    ok = run_cli("verify", "--checkpoint", str(kept), "--public-key", str(public),
                   "--json", "--db", sqlite_url)
     report = json.loads(ok.stdout)
     assert ok.returncode == 0 and report["ok"] and report["checkpoint"]["consistent"]
     assert report["verify"]["size"] == 6 and len(report["checkpoint"]["consistency_proof"]) > 0
-    wrong = evidence("verify-checkpoint", "--checkpoint", str(kept), "--public-key",
+    wrong = run_cli("verify", "--checkpoint", str(kept), "--public-key",
                      f"{pair.private_path}.pub", "--db", sqlite_url)
     assert wrong.returncode == 1 and "checkpoint_signature" in wrong.stdout
-    assert_refused(evidence("checkpoint", "--origin", "has space", "--db", sqlite_url), "origin")
+    assert_refused(run_cli("checkpoint", "--origin", "has space", "--db", sqlite_url), "origin")

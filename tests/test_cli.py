@@ -1,4 +1,5 @@
-"""The ``evidence`` command, run as a real subprocess, on both backends."""
+"""The ``evidence`` command through its real entry point (in-process, ``run_cli``), on
+both backends."""
 
 from __future__ import annotations
 
