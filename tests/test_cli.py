@@ -12,7 +12,7 @@ import pytest
 import ledger
 from ledger.events import Catalog, EventPayload
 
-from .helpers import assert_refused, plan_created, run_cli, strategy
+from .helpers import assert_refused, plan_created, run_cli, run_cli_process, strategy
 
 run = run_cli
 
@@ -27,6 +27,13 @@ def _seed(url: str, n: int = 5) -> None:
 def test_version() -> None:
     result = run("--version")
     assert result.returncode == 0 and ledger.__version__ in result.stdout
+
+
+def test_the_entry_point_runs_as_a_process(tmp_path: Path) -> None:
+    # Once as a real process: `python -m commands.cli` itself, its exit codes and stderr.
+    assert ledger.__version__ in run_cli_process("--version").stdout
+    assert_refused(run_cli_process("events", "--db", f"sqlite:///{tmp_path / 'none.db'}"),
+                   "evidence init")
 
 
 def test_init_defaults_to_evidence_db_in_the_working_directory(tmp_path: Path) -> None:
