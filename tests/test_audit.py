@@ -36,7 +36,6 @@ from ledger.events.gates import Deviation
 from projections import ALL_PROJECTIONS, delta, fold
 
 from .helpers import applied_plan, assert_refused, forge, run_cli, strategy
-from .test_checkpoints import evidence
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -99,7 +98,7 @@ def test_replay_cli(setup, db_url: str) -> None:
     plane, _project, _tmp = setup
     stream = plane.store.read_stream("plan:P-1")
     middle = stream[len(stream) // 2].position
-    result = evidence("replay", "P-1", "--as-of", str(middle), "--json", "--db", db_url)
+    result = run_cli("replay", "P-1", "--as-of", str(middle), "--json", "--db", db_url)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["as_of"] == middle and doc["steps"][-1]["position"] == middle
@@ -107,11 +106,11 @@ def test_replay_cli(setup, db_url: str) -> None:
         "plans", middle)["P-1"]
     assert {"phase", "revision", "attempt", "retries_left", "outcome", "token"} <= set(
         doc["steps"][0])
-    table = evidence("replay", "P-1", "--db", db_url)
+    table = run_cli("replay", "P-1", "--db", db_url)
     assert table.returncode == 0 and "plan.applied" in table.stdout
     assert table.stdout.splitlines()[0].split()[:4] == ["pos", "event", "phase", "rev"]
-    assert_refused(evidence("replay", "nope", "--db", db_url), "unknown plan 'nope'")
-    assert_refused(evidence("replay", "P-1", "--as-of", "0", "--db", db_url), "--as-of")
+    assert_refused(run_cli("replay", "nope", "--db", db_url), "unknown plan 'nope'")
+    assert_refused(run_cli("replay", "P-1", "--as-of", "0", "--db", db_url), "--as-of")
 
 
 # -- audit: a clean log -------------------------------------------------------------------
@@ -128,10 +127,10 @@ def test_a_log_written_by_the_plane_audits_clean(setup, db_url: str) -> None:
     assert audit(plane.store, plan="P-1").ok
     with pytest.raises(CommandRefused, match="unknown plan"):
         audit(plane.store, plan="P-9")
-    result = evidence("audit", "--json", "--db", db_url)
+    result = run_cli("audit", "--json", "--db", db_url)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)["ok"] is True
-    assert evidence("audit", "--plan", "P-1", "--db", db_url).stdout.startswith("ok: ")
+    assert run_cli("audit", "--plan", "P-1", "--db", db_url).stdout.startswith("ok: ")
 
 
 # -- audit: each invariant broken -----------------------------------------------------------
@@ -161,7 +160,7 @@ def test_validation_inside_apply_and_a_token_consumed_twice(setup) -> None:
                  and v.invariant == "ordering")
     assert "consumed once" in twice.expected
     assert (again, "illegal_transition") in found  # nothing follows Apply
-    result = evidence("audit", "--db", plane.store.url)
+    result = run_cli("audit", "--db", plane.store.url)
     assert result.returncode == 1 and f"position {inside}: ordering" in result.stdout
 
 
