@@ -28,7 +28,6 @@ import io
 import json
 import math
 import os
-import stat
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,16 +112,12 @@ class InputError(LedgerError):
         super().__init__(f"{source}{where}: {detail}")
 
 
-def _limit(kind: str) -> Limit:
-    return LIMITS[kind]
-
-
 # -- bytes ------------------------------------------------------------------------------
 
 
 def limit_bytes(data: bytes, kind: str, source: str) -> bytes:
     """``data`` itself when it is within the cap of ``kind``."""
-    cap = _limit(kind).cap
+    cap = LIMITS[kind].cap
     if len(data) > cap:
         raise InputError(source, "", "size", _too_large(kind, cap, f"{len(data)} bytes given"))
     return data
@@ -132,11 +127,9 @@ def read_bytes(path: str | os.PathLike[str], kind: str, source: str | None = Non
     """The bytes of a file, read through the cap of ``kind``: at most ``cap + 1`` bytes
     are ever read (a device or a pipe that never ends is refused at the cap)."""
     name = source or str(path)
-    cap = _limit(kind).cap
+    cap = LIMITS[kind].cap
     try:
-        with open(path, "rb") as f:
-            if stat.S_ISDIR(os.fstat(f.fileno()).st_mode):
-                raise InputError(name, "", "read", "is a directory, not a file")
+        with open(path, "rb") as f:  # a directory raises IsADirectoryError here
             data = _read_upto(f, cap + 1)
     except FileNotFoundError:
         raise InputError(name, "", "read", "cannot read (no such file)") from None
@@ -162,8 +155,8 @@ def _read_upto(f: io.BufferedReader, n: int) -> bytes:
 
 
 def _too_large(kind: str, cap: int, size: str) -> str:
-    return (f"larger than the {_size_text(cap)} cap on {_limit(kind).what} ({size}; set "
-            f"{_limit(kind).env} to raise it)")
+    return (f"larger than the {_size_text(cap)} cap on {LIMITS[kind].what} ({size}; set "
+            f"{LIMITS[kind].env} to raise it)")
 
 
 def _size_text(n: int) -> str:
@@ -357,8 +350,6 @@ def parse_yaml(data: bytes | str, source: str, kind: str = "document") -> Any:
     try:
         loader = _StrictYamlLoader(text)  # its reader refuses some characters at once
         value = loader.get_single_data()
-    except InputError:
-        raise
     except _YamlRefused as exc:
         raise InputError(source, exc.pointer, exc.rule, exc.detail) from None
     except yaml.YAMLError as exc:
