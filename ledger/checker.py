@@ -182,7 +182,7 @@ def check(
             return [_not_json("a JSON document")]
         except RecursionError:
             return [_not_json(f"a JSON document (nested deeper than {MAX_DEPTH} levels)")]
-        if _may_break_rules(data):
+        if _may_break_rules(data, instance):
             try:
                 check_json_value(instance, "instance")
             except InputError as exc:
@@ -212,9 +212,22 @@ def _not_json(expected: str, pointer: str = "") -> Deviation:
 _LONG_DIGITS = re.compile(rb"[0-9]{16}")
 
 
-def _may_break_rules(data: bytes) -> bool:
-    return (data.count(b"[") + data.count(b"{") >= MAX_DEPTH
-            or _LONG_DIGITS.search(data) is not None)
+def _may_break_rules(data: bytes, instance: Any) -> bool:
+    if _LONG_DIGITS.search(data) is not None:
+        return True
+    return data.count(b"[") + data.count(b"{") >= MAX_DEPTH and _too_deep(instance)
+
+
+def _too_deep(instance: Any) -> bool:
+    """Whether containers nest deeper than MAX_DEPTH: level by level, containers only
+    (no pointers built; the full walk that names the place runs only when it is)."""
+    level = [instance] if type(instance) in (dict, list) else []
+    for _ in range(MAX_DEPTH):
+        if not level:
+            return False
+        level = [v for node in level for v in (node.values() if type(node) is dict else node)
+                 if type(v) is dict or type(v) is list]
+    return bool(level)
 
 
 def _finish(found: list[_Found]) -> list[Deviation]:
