@@ -39,14 +39,14 @@ from ledger.events import Deviation, GateChecked, NewEvent
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PG_ENV_VARS = ("EVIDENCE_BENCH_POSTGRES_URL", "EVIDENCE_TEST_POSTGRES_URL")
 
-# The column list of ledger/schema.py `events`, in the store's insert order.
+# The column list of ledger/tables.py `events`, in the store's insert order.
 COLUMNS = (
     "position, event_id, stream, stream_version, type, schema_version, recorded_at, "
     "actor, correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
 )
 
 # The raw baseline table: the same columns, types, keys and indexes as `events`
-# (ledger/schema.py as compiled by SQLAlchemy for each dialect), under other names so it
+# (ledger/tables.py as compiled by SQLAlchemy for each dialect), under other names so it
 # can share a PostgreSQL schema with the ledger's own tables. No triggers, no head row.
 # The "floor" baseline adds what the design itself costs: a one-row head written in the
 # same transaction as the insert (DESIGN.md: appends are serialised through it).

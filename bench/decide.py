@@ -4,7 +4,7 @@
                            [--postgres URL] [--skip-postgres] [--stat median|best] [--json]
 
 Every plane command folds the streams it decides on from the events table, inside the
-write transaction that appends its events (commands/authority.py). A gate check is the
+write transaction that appends its events (commands/plane/authority.py). A gate check is the
 most frequent decision (one per tool call) and the one whose stream grows: each check is
 an event on the plan's stream. Scenarios, on SQLite and PostgreSQL, for a plan whose
 stream already holds H events:
@@ -31,11 +31,11 @@ from _common import fresh_target, pick, start_run, timed  # bench/ is sys.path[0
 from rich.table import Table
 
 import ledger
-from commands.gates import gate_input
-from commands.phases import enter_execute, record_strategy
 from commands.plane import Plane
-from commands.plans import create_plan
-from commands.registry import register_tool
+from commands.plane.gates import gate_input
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from commands.plane.registry import register_tool
 
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}},
           "required": ["path"]}

@@ -17,7 +17,7 @@ two depths, both at the root for the flat small schema, a wrong type, a missing 
 field, an enum mismatch), as the raw JSON
 bytes an agent produced. Timed in the same run, alternating sides on every repeat:
 
-- ours: ``ledger.checker.check(schema, raw, schema_sha256=sha)``, exactly as a gate calls
+- ours: ``commands.schemas.checker.check(schema, raw, schema_sha256=sha)``, exactly as a gate calls
   it (it decodes the bytes itself; the compiled validator is cached by the digest);
 - theirs: ``jsonschema.Draft202012Validator(schema)`` built once, then
   ``validator.is_valid(json.loads(raw))`` for a valid instance and
@@ -51,8 +51,8 @@ from _common import (  # bench/ is sys.path[0] when run as `python bench/gates.p
 from jsonschema import Draft202012Validator
 from rich.table import Table
 
-from ledger.checker import check
-from ledger.schemas import iter_subschemas, prepare_schema
+from commands.schemas.checker import check
+from commands.schemas.prepare import iter_subschemas, prepare_schema
 
 TARGET_SPEEDUP = {"valid": 50.0, "invalid": 10.0}
 MEASURE_SECONDS = 0.2  # --number auto-scales so each timing loop takes about this long
@@ -548,7 +548,7 @@ def breakdown(schema: Any, sha: str, raw: bytes, variant: str,
     """Where the time of one check goes: each step of ``check`` timed on its own. Uses
     the checker's internals (so it says so and gives up if they have changed)."""
     try:
-        from ledger.checker import (
+        from commands.schemas.checker import (
             _compiled,
             _decoder,
             _duplicate_members,
@@ -557,7 +557,7 @@ def breakdown(schema: Any, sha: str, raw: bytes, variant: str,
             _translate,
         )
     except ImportError as exc:
-        err_console.print(f"[yellow]no breakdown: ledger.checker internals changed ({exc})[/]")
+        err_console.print(f"[yellow]no breakdown: commands.schemas.checker internals changed ({exc})[/]")
         return None
     seconds = MEASURE_SECONDS / 4  # many small steps: shorter loops
     instance = _decoder.decode(raw)

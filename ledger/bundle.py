@@ -81,8 +81,8 @@ from .envelope import leaf_bytes
 from .errors import LedgerError
 from .events import DEFAULT_CATALOG, Catalog, RecordedEvent
 from .intake import MAX_DEPTH, MAX_SAFE_INTEGER, InputError, check_json_value, read_bytes
+from .keys import SigningError, public_key_b64, public_key_from_b64
 from .merkle import Frontier, leaf_hash, root_of
-from .signing import SigningError, public_key_b64, public_key_from_b64
 from .store import Store, TreeHead
 from .verify import Problem
 

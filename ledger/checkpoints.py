@@ -32,15 +32,15 @@ from collections.abc import Sequence
 import msgspec
 import sqlalchemy as sa
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
 
-from . import schema
+from . import tables
 from .canonical import MAX_SAFE_INTEGER, strict_b64decode
 from .errors import LedgerError
+from .keys import raw_public_key
 from .merkle import (
     EMPTY_ROOT,
     consistency_proof,
@@ -101,12 +101,6 @@ class Signature(msgspec.Struct, frozen=True):
     signature: bytes
 
 
-def _raw_public(key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
-    if isinstance(key, Ed25519PrivateKey):
-        key = key.public_key()
-    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-
 def _check_name(name: str, what: str) -> None:
     # C2SP: non-empty, no spaces or '+'. Control and format characters are refused too: a
     # name is printed wherever the checkpoint is shown, and must be inert there.
@@ -120,7 +114,7 @@ def _check_name(name: str, what: str) -> None:
 def key_hash(name: str, key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
     """The 4-byte key id of a signed-note Ed25519 key."""
     return hashlib.sha256(name.encode("utf-8") + b"\n" + _ED25519_TYPE
-                          + _raw_public(key)).digest()[:4]
+                          + raw_public_key(key)).digest()[:4]
 
 
 def sign_note(text: str, key: Ed25519PrivateKey, name: str) -> str:
@@ -231,7 +225,7 @@ def stored_leaves(store: Store, size: int | None = None) -> list[bytes]:
 
     They are what proofs are built from; ``verify_store`` is what shows each one is the
     hash of its row."""
-    ev = schema.events.c
+    ev = tables.events.c
     query = sa.select(ev.leaf_hash).order_by(ev.position)
     if size is not None:
         query = query.limit(size)

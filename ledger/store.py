@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, NoSuchModuleError
 from ulid import ULID
 
-from . import schema
+from . import tables
 from .canonical import CanonicalizationError, canonical_json, canonical_struct
 from .envelope import GENESIS_CHAIN, chain_next, leaf_bytes
 from .errors import (
@@ -97,7 +97,7 @@ class Snapshot:
 
     def head_row(self) -> tuple[int, bytes, bytes]:
         """The stored head: size, chain hash, frontier bytes."""
-        h = schema.ledger_head.c
+        h = tables.ledger_head.c
         size, chain, frontier = self._conn.execute(
             sa.select(h.size, h.chain_hash, h.frontier)
         ).one()
@@ -125,12 +125,12 @@ class Snapshot:
 
     def blob(self, digest: str) -> bytes | None:
         data = self._conn.execute(
-            sa.select(schema.blobs.c.data).where(schema.blobs.c.digest == digest)
+            sa.select(tables.blobs.c.data).where(tables.blobs.c.digest == digest)
         ).scalar_one_or_none()
         return None if data is None else bytes(data)
 
     def blobs(self) -> Iterator[tuple[str, int, bytes]]:
-        b = schema.blobs.c
+        b = tables.blobs.c
         result = self._conn.execution_options(yield_per=256).execute(
             sa.select(b.digest, b.size, b.data).order_by(b.digest)
         )
@@ -298,6 +298,19 @@ def default_url() -> str:
     return os.environ.get("EVIDENCE_DB") or DEFAULT_URL
 
 
+def url_identity(db_url: str) -> str:
+    """The URL without its password (so ``***`` from a rendered URL maps to the same
+    key) and with the driver the store would use."""
+    driver, _, rest = db_url.partition("://")
+    if driver in ("postgres", "postgresql"):
+        driver = "postgresql+psycopg"  # the store's normalisation
+    netloc, slash, tail = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    if at:
+        netloc = userinfo.split(":", 1)[0] + "@" + host
+    return f"{driver}://{netloc}{slash}{tail}"
+
+
 def open_store(
     url: str | None = None, *, create: bool = True, catalog: Catalog = DEFAULT_CATALOG
 ) -> Store:
@@ -462,15 +475,15 @@ class Store:
                     self._create_schema(conn)
                     return
                 row = conn.execute(
-                    sa.select(schema.ledger_meta.c.value).where(
-                        schema.ledger_meta.c.key == "schema_version"
+                    sa.select(tables.ledger_meta.c.value).where(
+                        tables.ledger_meta.c.key == "schema_version"
                     )
                 ).first()
                 found = int(row[0]) if row else 0
-                if found > schema.SCHEMA_VERSION:
+                if found > tables.SCHEMA_VERSION:
                     raise LedgerSchemaError(
                         f"{self.url} was written by a newer evidence-ledger (schema version "
-                        f"{found}; this one reads up to {schema.SCHEMA_VERSION}): upgrade "
+                        f"{found}; this one reads up to {tables.SCHEMA_VERSION}): upgrade "
                         "evidence-ledger"
                     )
                 if found < 1:
@@ -478,13 +491,13 @@ class Store:
                 if not inspector.has_table("consumer_checkpoints"):  # added after v1 shipped
                     if self.backend == "postgresql":
                         conn.exec_driver_sql(_SCHEMA_LOCK)
-                    schema.consumer_checkpoints.create(conn, checkfirst=True)
+                    tables.consumer_checkpoints.create(conn, checkfirst=True)
                 if self.backend == "postgresql" and not conn.exec_driver_sql(
                     "SELECT 1 FROM pg_trigger WHERE tgname = %s "
-                    "AND tgrelid = 'ledger_head'::regclass", (schema.NOTIFY_TRIGGER,)
+                    "AND tgrelid = 'ledger_head'::regclass", (tables.NOTIFY_TRIGGER,)
                 ).first():  # added after v1 shipped
                     conn.exec_driver_sql(_SCHEMA_LOCK)
-                    for ddl in schema.NOTIFY_DDL:
+                    for ddl in tables.NOTIFY_DDL:
                         conn.execute(sa.DDL(ddl))
         except LedgerError:
             raise
@@ -492,26 +505,26 @@ class Store:
             raise LedgerOpenError(f"cannot open {self.url}: {exc.orig}") from None
 
     def _create_schema(self, conn: Connection) -> None:
-        schema.metadata.create_all(conn)
-        for ddl in schema.APPEND_ONLY_DDL[self.backend]:
+        tables.metadata.create_all(conn)
+        for ddl in tables.APPEND_ONLY_DDL[self.backend]:
             conn.execute(sa.DDL(ddl))
         conn.execute(
-            schema.ledger_meta.insert(),
+            tables.ledger_meta.insert(),
             [
-                {"key": "schema_version", "value": str(schema.SCHEMA_VERSION)},
+                {"key": "schema_version", "value": str(tables.SCHEMA_VERSION)},
                 {"key": "ledger_id", "value": str(ULID())},
                 {"key": "created_at", "value": utc_now()},
             ],
         )
         conn.execute(
-            schema.ledger_head.insert().values(
+            tables.ledger_head.insert().values(
                 id=1, size=0, chain_hash=GENESIS_CHAIN, frontier=b""
             )
         )
 
     def meta(self) -> dict[str, str]:
         with self._transaction() as conn:
-            rows = conn.execute(sa.select(schema.ledger_meta)).all()
+            rows = conn.execute(sa.select(tables.ledger_meta)).all()
         return {k: v for k, v in rows}
 
     @contextmanager
@@ -656,7 +669,7 @@ class Store:
     def _existing_ids(self, ids: list[str]) -> list[str]:
         with self._transaction() as conn:
             found = conn.execute(
-                sa.select(schema.events.c.event_id).where(schema.events.c.event_id.in_(ids))
+                sa.select(tables.events.c.event_id).where(tables.events.c.event_id.in_(ids))
             ).scalars()
             return sorted(found)
 
@@ -705,20 +718,20 @@ class Store:
     def get_blob(self, digest: str) -> bytes | None:
         with self._transaction() as conn:
             return conn.execute(
-                sa.select(schema.blobs.c.data).where(schema.blobs.c.digest == digest)
+                sa.select(tables.blobs.c.data).where(tables.blobs.c.digest == digest)
             ).scalar_one_or_none()
 
     # -- reads ------------------------------------------------------------------------
 
     def head(self) -> TreeHead:
         """Size, RFC 9162 root (derived from the stored frontier) and last chain hash."""
-        h = schema.ledger_head.c
+        h = tables.ledger_head.c
         with self._transaction() as conn:
             size, chain, packed = conn.execute(sa.select(h.size, h.chain_hash, h.frontier)).one()
         return TreeHead(size, Frontier.from_bytes(size, bytes(packed)).root(), bytes(chain))
 
     def stream_version(self, stream: str, *, as_of: int | None = None) -> int:
-        ev = schema.events
+        ev = tables.events
         query = sa.select(sa.func.coalesce(sa.func.max(ev.c.stream_version), 0)).where(
             ev.c.stream == stream
         )

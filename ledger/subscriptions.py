@@ -18,7 +18,7 @@ and then from ``head + 1`` never skips an event: handle events idempotently by p
 
 Correctness never depends on a notification: a waiting subscription polls the head
 every ``poll_interval`` seconds (``stop()`` wakes it at once). On PostgreSQL it also
-LISTENs on the channel the append trigger NOTIFYs (``schema.NOTIFY_CHANNEL``), so a
+LISTENs on the channel the append trigger NOTIFYs (``tables.NOTIFY_CHANNEL``), so a
 commit wakes it at once rather than at the next poll.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from . import schema
+from . import tables
 from .errors import LedgerError
 from .events import RecordedEvent
 from .store import Store
@@ -54,14 +54,14 @@ def _check_name(name: str) -> None:
 
 def checkpoint(store: Store, consumer: str) -> int | None:
     """The consumer's acknowledged position, or None if it never acknowledged."""
-    c = schema.consumer_checkpoints.c
+    c = tables.consumer_checkpoints.c
     with store._transaction() as conn:
         return conn.execute(sa.select(c.position).where(c.name == consumer)).scalar_one_or_none()
 
 
 def consumers(store: Store) -> dict[str, tuple[int, str]]:
     """Every named consumer: name -> (acknowledged position, updated_at)."""
-    c = schema.consumer_checkpoints.c
+    c = tables.consumer_checkpoints.c
     with store._transaction() as conn:
         rows = conn.execute(sa.select(c.name, c.position, c.updated_at).order_by(c.name)).all()
     return {name: (position, at) for name, position, at in rows}
@@ -69,7 +69,7 @@ def consumers(store: Store) -> dict[str, tuple[int, str]]:
 
 def _save_checkpoint(store: Store, consumer: str, position: int) -> None:
     """Upsert, never moving backwards (two instances of one consumer may race)."""
-    table = schema.consumer_checkpoints
+    table = tables.consumer_checkpoints
     dialect = postgresql if store.backend == "postgresql" else sqlite
     stmt = dialect.insert(table).values(name=consumer, position=position, updated_at=utc_now())
     stmt = stmt.on_conflict_do_update(
@@ -98,7 +98,7 @@ class _Waiter:
             try:
                 raw = store.engine.raw_connection()
                 raw.driver_connection.autocommit = True
-                raw.driver_connection.execute(f"LISTEN {schema.NOTIFY_CHANNEL}")
+                raw.driver_connection.execute(f"LISTEN {tables.NOTIFY_CHANNEL}")
                 self._raw = raw
             except self._errors:  # a hint only: without it the poll still finds everything
                 self._raw = None

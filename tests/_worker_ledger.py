@@ -18,8 +18,7 @@ from typing import Any
 from ulid import ULID
 
 import ledger
-
-from .helpers import plan_created, strategy
+from tests.helpers import plan_created, strategy
 
 # How many retries one append may need before we call it a livelock (a test failure).
 MAX_ATTEMPTS = 10_000
@@ -160,8 +159,8 @@ def apply_and_die(url: str, plan_id: str, token: str, kill_at: str) -> None:
     several — or ``files_written``)."""
     import signal
 
-    from commands.lifecycle import apply_plan
     from commands.plane import Plane
+    from commands.plane.lifecycle import apply_plan
 
     def progress(step: str) -> None:
         if step == kill_at:

@@ -13,17 +13,17 @@ import click
 from click.testing import CliRunner, Result
 from ulid import ULID
 
-from commands.attachments import attach
 from commands.cli import main as cli_main
-from commands.lifecycle import add_approver_key, apply_plan, authorize, record_fix
-from commands.phases import enter_execute, record_strategy
 from commands.plane import Plane
-from commands.plans import create_plan
-from commands.registry import register_validation
-from commands.runs import validate_plan
+from commands.plane.attachments import attach
+from commands.plane.lifecycle import add_approver_key, apply_plan, authorize, record_fix
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from commands.plane.registry import register_validation
+from commands.plane.runs import validate_plan
 from ledger import NewEvent, Store
 from ledger.events import EventPayload, PlanCreated, StrategyRecorded
-from ledger.signing import generate_key_pair
+from ledger.keys import generate_key_pair
 from projections.documents import delta, fold, fold_all
 
 

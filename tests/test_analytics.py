@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import ledger
-from commands import analytics
+from commands.auditor import analytics
 from ledger import NewEvent, StreamAppend
 from ledger.events import (
     AttemptFailed,
@@ -30,8 +30,7 @@ from ledger.events import (
 )
 from ledger.merkle import root_of
 from ledger.subscriptions import checkpoint
-
-from .helpers import assert_refused, plan_created, run_cli, strategy
+from tests.helpers import assert_refused, plan_created, run_cli, strategy
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ import msgspec
 import sqlalchemy as sa
 
 import ledger
-from commands import analytics
+from commands.auditor import analytics
 from ledger import NewEvent, StreamAppend
 from ledger.events import (
     Deviation,
@@ -24,9 +24,8 @@ from ledger.events import (
 )
 from projections import ALL_PROJECTIONS, ProjectionEngine
 from projections.analytics import ANALYTICS
-
-from .helpers import run_cli
-from .test_analytics import _run, _stats_ledger, stats_appends
+from tests.helpers import run_cli
+from tests.test_analytics import _run, _stats_ledger, stats_appends
 
 
 def one_pass_stats(store: ledger.Store, *, project: str | None = None,

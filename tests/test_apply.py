@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from commands.audit import audit
-from commands.lifecycle import apply_plan, complete_apply
+from commands.auditor.audit import audit
 from commands.plane import CommandRefused, Plane
-from commands.runs import validate_plan
-
-from ._worker_ledger import apply_and_die
-from .helpers import invoke, status_plan, work
+from commands.plane.lifecycle import apply_plan, complete_apply
+from commands.plane.runs import validate_plan
+from tests._worker_ledger import apply_and_die
+from tests.helpers import invoke, status_plan, work
 
 
 def _passing_with_changes(plane: Plane, tmp_path: Path) -> tuple[Path, str]:
@@ -106,11 +105,10 @@ def test_a_forged_change_set_cannot_write_outside_the_resource(db_url: str,
     import base64
     import hashlib
 
+    from commands.plane.signing import read_token
     from ledger.canonical import canonical_json
     from ledger.events import ChangesRecorded, FileChange, TokenConsumed
-    from ledger.signing import read_token
-
-    from .helpers import forge
+    from tests.helpers import forge
 
     with Plane.open(db_url) as plane:
         project, token = _passing_with_changes(plane, tmp_path)

@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 import ledger
-from commands.attachments import attach, detach, resolve_attachments
 from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan
-from commands.registry import register_tool, register_validation
-
-from .helpers import assert_refused, run_cli
+from commands.plane.attachments import attach, detach, resolve_attachments
+from commands.plane.plans import create_plan
+from commands.plane.registry import register_tool, register_validation
+from tests.helpers import assert_refused, run_cli
 
 LINT = {
     "name": "lint", "mode": "informational", "command": ["ruff", "check", "{path}"],

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 import ledger
-from commands.audit import audit, replay_plan
+from commands.auditor.audit import audit, replay_plan
 from commands.plane import CommandRefused, Plane
 from ledger import NewEvent
 from ledger.canonical import canonical_json
@@ -34,8 +34,7 @@ from ledger.events import (
 )
 from ledger.events.gates import Deviation
 from projections import ALL_PROJECTIONS, delta, fold
-
-from .helpers import applied_plan, assert_refused, forge, run_cli, strategy
+from tests.helpers import applied_plan, assert_refused, forge, run_cli, strategy
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -12,17 +12,16 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 
-from commands.audit import audit, replay_plan
+from commands.auditor.audit import audit, replay_plan
 from commands.cli import cli
 from commands.plane import Plane
-from commands.plans import create_plan
+from commands.plane.plans import create_plan
 from ledger.bundle import BundleError, load_bundle, verify_bundle, write_bundle
 from ledger.canonical import canonical_json
 from ledger.checkpoints import Checkpoint, sign_checkpoint
-from ledger.signing import generate_key_pair, load_private_key, load_public_key
-
-from .helpers import applied_plan, assert_refused, run_cli
-from .test_tamper import delete_blob, passing_result
+from ledger.keys import generate_key_pair, load_private_key, load_public_key
+from tests.helpers import applied_plan, assert_refused, run_cli
+from tests.test_tamper import delete_blob, passing_result
 
 ORIGIN = "evidence-ledger/test"
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 import ledger
 from commands.plane import Plane
-from commands.plans import create_plan
+from commands.plane.plans import create_plan
 from ledger.bundle import BundleError, load_bundle, verify_bundle, write_bundle
 from ledger.canonical import canonical_json
 from ledger.checkpoints import (
@@ -39,11 +39,10 @@ from ledger.checkpoints import (
     sign_checkpoint,
 )
 from ledger.intake import InputError
+from ledger.keys import generate_key_pair
 from ledger.merkle import leaf_hash, root_of
-from ledger.signing import generate_key_pair
-
-from .conftest import IN_CI
-from .helpers import applied_plan, invoke
+from tests.conftest import IN_CI
+from tests.helpers import applied_plan, invoke
 
 ORIGIN = "evidence-ledger/hostile"
 

@@ -17,22 +17,23 @@ import msgspec
 import pytest
 import sqlalchemy as sa
 
-from commands.attachments import attach, detach
-from commands.audit import audit
-from commands.authority import TamperedPlan
-from commands.gates import gate_input
-from commands.lifecycle import (
+from commands.auditor.audit import audit
+from commands.plane import CommandRefused, Plane
+from commands.plane.attachments import attach, detach
+from commands.plane.authority import TamperedPlan
+from commands.plane.gates import gate_input
+from commands.plane.lifecycle import (
     add_approver_key,
     apply_plan,
     authorize,
     pending_decisions,
     record_fix,
 )
-from commands.phases import enter_execute, record_strategy
-from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan
-from commands.registry import register_validation
-from commands.runs import call_tool, record_halt, validate_plan
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from commands.plane.registry import register_validation
+from commands.plane.runs import call_tool, record_halt, validate_plan
+from commands.plane.signing import decision_record, load_or_create_plane_key, sign_record
 from ledger.bundle import load_bundle, write_bundle
 from ledger.events import (
     DecisionRecorded,
@@ -45,15 +46,8 @@ from ledger.events import (
     ValidationRunCompleted,
     ValidationRunStarted,
 )
-from ledger.signing import (
-    decision_record,
-    generate_key_pair,
-    load_or_create_plane_key,
-    load_private_key,
-    sign_record,
-)
-
-from .helpers import forge, invoke, status_plan, work
+from ledger.keys import generate_key_pair, load_private_key
+from tests.helpers import forge, invoke, status_plan, work
 
 ESCALATE_AT_ONCE = {"retry_limit": 0, "max_strategy_revisions": 0}
 
@@ -331,7 +325,7 @@ def test_a_properly_signed_decision_forged_in_is_accepted(plane: Plane,
 
 
 def test_a_revoked_key_cannot_decide_later(plane: Plane, tmp_path: Path) -> None:
-    from commands.lifecycle import revoke_approver
+    from commands.plane.lifecycle import revoke_approver
 
     status_plan(plane, tmp_path, ESCALATE_AT_ONCE)
     decision_id = _escalated(plane, tmp_path)
@@ -392,7 +386,7 @@ def test_no_decision_changes_when_every_read_model_is_edited(db_url: str,
         status_plan(plane, work, ESCALATE_AT_ONCE)
         generate_key_pair(work / "mallory.key")
         mallory = load_private_key(work / "mallory.key")
-        from ledger.signing import fingerprint, public_key_b64
+        from ledger.keys import fingerprint, public_key_b64
 
         tables = _rm_tables(plane)
         assert {"rm_plans", "rm_attachments", "rm_approvers", "rm_tools"} <= set(tables)
@@ -487,7 +481,7 @@ def test_a_forged_apply_chain_without_the_plane_key_is_audited(plane: Plane,
         plan_id="P-1", run_id=run_id, attachment_id=member["attachment_id"],
         validation="status", mode="required", verdict=True, started_at="2026-11-30T00:00:00Z",
         ended_at="2026-11-30T00:00:01Z", duration_ms=1000)
-    from commands.lifecycle import results_digest
+    from commands.plane.lifecycle import results_digest
 
     digest = results_digest([result])
     token_id = "01J0000000000000000000000K"
@@ -538,7 +532,7 @@ def test_an_approver_key_registered_past_the_plane_is_nobodys(plane: Plane,
     """The agent appends its own key as an approver (it has no plane key to endorse it
     with), then signs a decision with it."""
     from ledger.events import ApproverKeyAdded
-    from ledger.signing import fingerprint, public_key_b64
+    from ledger.keys import fingerprint, public_key_b64
 
     status_plan(plane, tmp_path, ESCALATE_AT_ONCE)
     decision_id = _escalated(plane, tmp_path)

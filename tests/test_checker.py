@@ -17,13 +17,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-from ledger import checker
-from ledger.checker import check, json_type
+from commands.schemas import checker
+from commands.schemas.checker import check, json_type
+from commands.schemas.prepare import (
+    InvalidSchemaError,
+    normalise_closed,
+    prepare_schema,
+    schema_sha256,
+)
 from ledger.events.gates import Deviation
 from ledger.intake import InputError, check_json_value
-from ledger.schemas import InvalidSchemaError, normalise_closed, prepare_schema, schema_sha256
-
-from .test_schemas import FUSION_VALIDATE
+from tests.test_schemas import FUSION_VALIDATE
 
 SECRET = "hunter2-SECRET-TOKEN"
 

@@ -30,12 +30,12 @@ from ledger.checkpoints import (
     verify_against_checkpoint,
     verify_checkpoint_signature,
 )
+from ledger.keys import generate_key_pair, load_public_key
 from ledger.merkle import leaf_hash, verify_inclusion
-from ledger.signing import generate_key_pair, load_public_key
 from ledger.verify import verify_store
+from tests.helpers import assert_refused, run_cli, strategy
 
 from . import test_tamper as tamper
-from .helpers import assert_refused, run_cli, strategy
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "rfc6962.json").read_text())
 LEAVES = [leaf_hash(bytes.fromhex(h)) for h in VECTORS["leaves_hex"]]

@@ -11,8 +11,7 @@ import pytest
 
 import ledger
 from ledger.events import Catalog, EventPayload
-
-from .helpers import assert_refused, plan_created, run_cli, run_cli_process, strategy
+from tests.helpers import assert_refused, plan_created, run_cli, run_cli_process, strategy
 
 run = run_cli
 

@@ -23,9 +23,8 @@ import pytest
 import ledger
 from ledger.store import Snapshot
 from ledger.verify import verify_store
-
-from ._worker_ledger import AppendRecord, WorkerReport, concurrency_worker
-from .helpers import plan_created
+from tests._worker_ledger import AppendRecord, WorkerReport, concurrency_worker
+from tests.helpers import plan_created
 
 WORKERS = 4
 APPENDS_PER_WORKER = 500

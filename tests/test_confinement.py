@@ -13,8 +13,7 @@ import pytest
 import ledger
 from commands.names import check_identifier, check_relative_path
 from commands.plane import CommandRefused
-
-from .helpers import invoke
+from tests.helpers import invoke
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -22,9 +22,8 @@ import pytest
 
 import ledger
 from ledger.verify import TreeHeadRef, verify_store
-
-from ._worker_ledger import crash_worker
-from .helpers import strategy
+from tests._worker_ledger import crash_worker
+from tests.helpers import strategy
 
 ROUNDS = 20
 MAX_KILL_DELAY_S = 0.03  # how long after the first committed batch the kill may land

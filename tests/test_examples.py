@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 import ledger
-
-from .helpers import assert_refused, run_cli
+from tests.helpers import assert_refused, run_cli
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -40,12 +40,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commands.cli import cli
-from commands.inputs import Seconds
+from commands.cli.inputs import Seconds
 from commands.plane import Plane
-from commands.registry import register_tool, register_validation
-
-from .conftest import IN_CI
-from .helpers import invoke, status_plan
+from commands.plane.registry import register_tool, register_validation
+from tests.conftest import IN_CI
+from tests.helpers import invoke, status_plan
 
 FUZZ = settings(max_examples=max(300, settings.default.max_examples), deadline=None,
                 derandomize=IN_CI, database=None,

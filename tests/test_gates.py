@@ -10,13 +10,12 @@ import msgspec
 import pytest
 
 import ledger
-from commands.gates import gate_input, gate_output
-from commands.phases import enter_execute, record_strategy
 from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan, get_plan
-from commands.registry import register_tool
-
-from .helpers import assert_refused, run_cli
+from commands.plane.gates import gate_input, gate_output
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan, get_plan
+from commands.plane.registry import register_tool
+from tests.helpers import assert_refused, run_cli
 
 SEARCH = {
     "name": "search",

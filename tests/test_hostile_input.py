@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from commands.plane import Plane
-from commands.registry import register_tool, register_validation
+from commands.plane.registry import register_tool, register_validation
 from ledger.intake import InputError, load_document, parse_json, parse_yaml, read_bytes
-
-from .helpers import invoke, status_plan
+from tests.helpers import invoke, status_plan
 
 DEEP = "[" * 1_000 + "]" * 1_000
 # Nine levels of nine: expanded, 9^9 (387 million) strings.

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import ledger
 from commands.plane import Plane
-from commands.plans import create_plan
+from commands.plane.plans import create_plan
 from ledger.events import (
     ALL_EVENT_TYPES,
     DecisionRecorded,
@@ -36,9 +36,8 @@ from ledger.events import (
     ValidationRunCompleted,
 )
 from projections.documents import delta, fold
-
-from .conftest import IN_CI
-from .helpers import invoke
+from tests.conftest import IN_CI
+from tests.helpers import invoke
 
 PLAN = "P"
 STREAMS = (f"plan:{PLAN}", "attachment:A1", "tool:v1", "approver:alice", "review:R1")

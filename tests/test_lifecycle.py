@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from commands.lifecycle import (
+from commands.plane import CommandRefused, Plane
+from commands.plane.lifecycle import (
     add_approver_key,
     apply_plan,
     authorize,
@@ -17,18 +18,12 @@ from commands.lifecycle import (
     record_fix,
     revoke_approver,
 )
-from commands.phases import enter_execute, record_strategy
-from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan, get_plan
-from commands.runs import validate_plan
-from ledger.signing import (
-    generate_key_pair,
-    load_or_create_plane_key,
-    mint_token,
-    plane_key_path,
-)
-
-from .helpers import assert_refused, run_cli, status_plan, work
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan, get_plan
+from commands.plane.runs import validate_plan
+from commands.plane.signing import load_or_create_plane_key, mint_token, plane_key_path
+from ledger.keys import generate_key_pair
+from tests.helpers import assert_refused, run_cli, status_plan, work
 
 
 @pytest.fixture

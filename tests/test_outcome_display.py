@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from commands.attachments import attach
-from commands.lifecycle import apply_plan
-from commands.phases import enter_execute, record_strategy
 from commands.plane import Plane
-from commands.plans import create_plan
-from commands.runs import validate_plan
-
-from .helpers import invoke, status_plan
+from commands.plane.attachments import attach
+from commands.plane.lifecycle import apply_plan
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from commands.plane.runs import validate_plan
+from tests.helpers import invoke, status_plan
 
 
 @pytest.fixture

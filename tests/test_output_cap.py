@@ -19,18 +19,17 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from commands.attachments import attach
-from commands.audit import audit
-from commands.phases import enter_execute, record_strategy
+from commands.auditor.audit import audit
 from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan
-from commands.registry import register_tool, register_validation
-from commands.runner import run_command, run_validation
-from commands.runs import call_tool, validate_plan
+from commands.plane.attachments import attach
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from commands.plane.registry import register_tool, register_validation
+from commands.plane.runs import call_tool, validate_plan
+from commands.runner.process import run_command, run_validation
 from ledger.canonical import canonical_struct
 from ledger.events import GateChecked, ToolCalled, Truncation, ValidationResultRecorded
-
-from .helpers import forge, invoke
+from tests.helpers import forge, invoke
 
 PY = sys.executable
 BIG = 50 * 1024 * 1024  # 50 MB of output
@@ -331,7 +330,7 @@ def vm_size():
         if line.startswith("VmSize:"):
             return int(line.split()[1]) * 1024
 
-from commands.runner import run_command
+from commands.runner.process import run_command
 
 argv = ["sh", "-c", "head -c %(big)d /dev/zero | tr '\\\\0' x"]
 limit = vm_size() + %(margin)d  # the interpreter as it is now, plus a margin

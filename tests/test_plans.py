@@ -10,9 +10,8 @@ import pytest
 
 import ledger
 from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan, get_plan, list_plans
-
-from .helpers import assert_refused, run_cli
+from commands.plane.plans import create_plan, get_plan, list_plans
+from tests.helpers import assert_refused, run_cli
 
 
 def test_create_list_show(db_url: str) -> None:

@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ledger
-from commands.attachments import attach, detach
-from commands.plane import Plane, StreamState
-from commands.plans import create_plan
+from commands.plane import Plane
+from commands.plane.attachments import attach, detach
+from commands.plane.core import StreamState
+from commands.plane.plans import create_plan
 from ledger.events import StrategyRecorded, ValidationRegistered
 from projections.documents import apply_deltas, delta, fold, fold_all
-
-from .conftest import _pg_base_url
+from tests.conftest import _pg_base_url
 
 LEVEL_SCHEMA = {"type": "object", "properties": {"level": {"type": "integer"}},
                 "additionalProperties": False}

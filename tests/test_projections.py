@@ -10,13 +10,12 @@ import sqlalchemy as sa
 
 import ledger
 from commands.plane import Plane
-from commands.plans import create_plan
+from commands.plane.plans import create_plan
 from ledger.events import ExecuteEntered, StrategyRecorded
 from projections import ALL_PROJECTIONS, ProjectionEngine
 from projections.documents import fold_all
 from projections.read_models import PLANS, TOOLS
-
-from .helpers import plan_created
+from tests.helpers import plan_created
 
 
 def _snapshot(engine: ProjectionEngine) -> dict[str, list[dict]]:

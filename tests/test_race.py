@@ -6,11 +6,10 @@ from __future__ import annotations
 import threading
 
 import ledger
-from commands.phases import enter_execute, record_strategy
 from commands.plane import Plane
-from commands.plans import create_plan
-
-from .helpers import invoke, strategy
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from tests.helpers import invoke, strategy
 
 
 def test_plane_commands_racing_a_raw_writer_report_what_they_did(db_url: str) -> None:

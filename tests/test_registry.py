@@ -17,11 +17,7 @@ import pytest
 import rfc8785
 
 from commands.plane import CommandRefused, Plane
-from commands.registry import (
-    RESULT_SCHEMA,
-    TransformError,
-    apply_transform,
-    check_validation_result,
+from commands.plane.registry import (
     define_skill,
     get_skill,
     get_tool,
@@ -32,9 +28,14 @@ from commands.registry import (
     register_tool,
     register_validation,
 )
+from commands.runner.results import (
+    RESULT_SCHEMA,
+    TransformError,
+    apply_transform,
+    check_validation_result,
+)
 from projections.documents import apply_deltas
-
-from .helpers import assert_refused, run_cli
+from tests.helpers import assert_refused, run_cli
 
 PYTEST_TOOL: dict[str, Any] = {
     "name": "pytest",

@@ -19,22 +19,21 @@ import msgspec
 import pytest
 
 import ledger
-from commands.audit import Violation, audit
-from commands.gates import gate_input
-from commands.phases import enter_execute, record_strategy
+from commands.auditor.audit import Violation, audit
+from commands.auditor.report import gather_report, render_html
 from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan
-from commands.registry import register_tool
-from commands.report import gather_report, render_html
-from commands.runs import record_halt
+from commands.plane.gates import gate_input
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from commands.plane.registry import register_tool
+from commands.plane.runs import record_halt
 from ledger import RecordedEvent
 from ledger.bundle import load_bundle, write_bundle
 from ledger.events import PlanCreated, StrategyRecorded
-from ledger.signing import generate_key_pair
+from ledger.keys import generate_key_pair
 from ledger.store import TreeHead
 from ledger.verify import verify_store
-
-from .helpers import applied_plan, assert_refused, run_cli
+from tests.helpers import applied_plan, assert_refused, run_cli
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 SECTIONS = ["Plan", "Timeline", "Gate checks", "Validation results", "Decisions", "Token",

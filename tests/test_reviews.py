@@ -13,10 +13,10 @@ import msgspec
 import pytest
 import sqlalchemy as sa
 
-from commands.audit import audit
+from commands.auditor.audit import audit
 from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan, get_plan
-from commands.reviews import (
+from commands.plane.plans import create_plan, get_plan
+from commands.plane.reviews import (
     ACCOUNTING_VERSION,
     CANDIDATE_VERSION,
     ReportVerificationError,
@@ -35,8 +35,7 @@ from commands.reviews import (
 )
 from projections.documents import apply_deltas, fold_all
 from projections.outcomes import classify
-
-from .helpers import assert_refused, run_cli
+from tests.helpers import assert_refused, run_cli
 
 ULID_CHARS = set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 

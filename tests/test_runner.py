@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from commands.runner import (
+from commands.runner.process import (
     ArgvError,
     RunResult,
     ValidationRun,

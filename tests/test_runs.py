@@ -11,16 +11,15 @@ from pathlib import Path
 import pytest
 
 import ledger
-from commands.attachments import attach
-from commands.phases import enter_execute, record_strategy
 from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan, get_plan
-from commands.registry import register_tool, register_validation
-from commands.runs import call_tool, record_halt, validate_plan
+from commands.plane.attachments import attach
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan, get_plan
+from commands.plane.registry import register_tool, register_validation
+from commands.plane.runs import call_tool, record_halt, validate_plan
 from ledger.events import ValidationRunCompleted
 from projections.outcomes import canonical_halt, classify
-
-from .helpers import assert_refused, run_cli
+from tests.helpers import assert_refused, run_cli
 
 VALIDATOR = '''
 import json, os, signal, sys, time

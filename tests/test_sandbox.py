@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from commands.phases import enter_execute, record_strategy
 from commands.plane import Plane
-from commands.plans import create_plan
-from commands.registry import register_tool, register_validation
-from commands.runs import call_tool
-
-from .helpers import invoke, work
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from commands.plane.registry import register_tool, register_validation
+from commands.plane.runs import call_tool
+from tests.helpers import invoke, work
 
 TOUCH = """import json, pathlib
 pathlib.Path("touched.txt").write_text("x")

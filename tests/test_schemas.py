@@ -9,8 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from ledger.errors import LedgerError
-from ledger.schemas import (
+from commands.schemas.prepare import (
     META_SCHEMA_URI,
     InvalidSchemaError,
     PreparedSchema,
@@ -20,6 +19,7 @@ from ledger.schemas import (
     prepare_schema,
     schema_sha256,
 )
+from ledger.errors import LedgerError
 
 # Seed 002: the fusion_validate input contract, as its docs give it (already closed).
 FUSION_VALIDATE: dict[str, Any] = {

@@ -23,30 +23,32 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from ledger.canonical import canonical_json
-from ledger.errors import LedgerError
-from ledger.events import DecisionRecorded
-from ledger.signing import (
+from commands.plane.signing import (
     DECISION_CHOICES,
     PLANE_KEY_ENV,
     SigningError,
     TokenClaims,
     TokenRefused,
     decision_record,
-    fingerprint,
-    generate_key_pair,
     load_or_create_plane_key,
-    load_private_key,
-    load_public_key,
     mint_token,
     plane_key_path,
-    public_key_b64,
-    public_key_from_b64,
     read_token,
     sign_record,
     token_digest,
     verify_record,
     verify_token,
+)
+from ledger.canonical import canonical_json
+from ledger.errors import LedgerError
+from ledger.events import DecisionRecorded
+from ledger.keys import (
+    fingerprint,
+    generate_key_pair,
+    load_private_key,
+    load_public_key,
+    public_key_b64,
+    public_key_from_b64,
 )
 
 POSIX = os.name == "posix"

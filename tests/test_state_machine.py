@@ -58,9 +58,10 @@ from hypothesis.stateful import (
 )
 from ulid import ULID
 
-from commands.attachments import attach, detach
-from commands.audit import audit
-from commands.lifecycle import (
+from commands.auditor.audit import audit
+from commands.plane import CommandRefused, Plane
+from commands.plane.attachments import attach, detach
+from commands.plane.lifecycle import (
     add_approver_key,
     apply_plan,
     authorize,
@@ -68,11 +69,11 @@ from commands.lifecycle import (
     results_digest,
     revoke_approver,
 )
-from commands.phases import enter_execute, record_strategy
-from commands.plane import CommandRefused, Plane
-from commands.plans import create_plan
-from commands.registry import register_tool, register_validation
-from commands.runs import call_tool, record_halt, validate_plan
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from commands.plane.registry import register_tool, register_validation
+from commands.plane.runs import call_tool, record_halt, validate_plan
+from commands.plane.signing import load_or_create_plane_key, mint_token
 from ledger import RecordedEvent
 from ledger.events import (
     ApproverKeyAdded,
@@ -90,19 +91,12 @@ from ledger.events import (
     ValidationRunCompleted,
     ValidationRunStarted,
 )
-from ledger.signing import (
-    fingerprint,
-    generate_key_pair,
-    load_or_create_plane_key,
-    load_private_key,
-    mint_token,
-)
+from ledger.keys import fingerprint, generate_key_pair, load_private_key
 from ledger.timestamps import rfc3339
 from projections.documents import Document, fold_all
 from projections.resolution import pin_binding
-
-from .conftest import IN_CI, PG_ENV
-from .helpers import STATUS_CHECK, forge, status_plan, work
+from tests.conftest import IN_CI, PG_ENV
+from tests.helpers import STATUS_CHECK, forge, status_plan, work
 
 # Runs per backend (an SQLite run takes ~0.3 s, a PostgreSQL run ~1.5 s on 2 cores).
 MAX_EXAMPLES = {"sqlite": 80, "postgresql": 30}

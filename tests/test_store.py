@@ -14,8 +14,7 @@ import ledger
 from ledger import ANY, NO_STREAM, ConcurrencyError, DuplicateEventError, NewEvent
 from ledger.events import Catalog, EventPayload, PlanCreated, StrategyRecorded
 from ledger.verify import verify_store
-
-from .helpers import plan_created, strategy
+from tests.helpers import plan_created, strategy
 
 
 def _count(store: ledger.Store) -> int:

@@ -12,10 +12,9 @@ import sqlalchemy as sa
 from ulid import ULID
 
 import ledger
-from ledger import schema
+from ledger import tables
 from ledger.subscriptions import SubscriptionError, checkpoint, consumers, subscribe
-
-from .helpers import plan_created, strategy
+from tests.helpers import plan_created, strategy
 
 WRITERS = 3
 APPENDS_PER_WRITER = 150
@@ -95,7 +94,7 @@ def test_existing_ledger_gets_the_checkpoint_table(db_url: str) -> None:
     store.close()
     store = ledger.open(db_url, create=False)
     try:
-        assert sa.inspect(store.engine).has_table(schema.consumer_checkpoints.name)
+        assert sa.inspect(store.engine).has_table(tables.consumer_checkpoints.name)
         sub = subscribe(store, consumer="late")
         list(sub.events())
         sub.ack()
@@ -169,7 +168,7 @@ def test_without_notify_the_poll_still_delivers(pg_url: str) -> None:
     with ledger.open(pg_url) as store:
         _fill(store, 1)
         with store.engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP TRIGGER {schema.NOTIFY_TRIGGER} ON ledger_head")
+            conn.exec_driver_sql(f"DROP TRIGGER {tables.NOTIFY_TRIGGER} ON ledger_head")
         assert _latency_of_one_append(store, poll_interval=30, wait=1.5) is None
         latency = _latency_of_one_append(store, poll_interval=0.2, wait=10)
         assert latency is not None
@@ -177,7 +176,7 @@ def test_without_notify_the_poll_still_delivers(pg_url: str) -> None:
     with ledger.open(pg_url, create=False) as store, store.engine.connect() as conn:
         assert conn.exec_driver_sql(
             "SELECT count(*) FROM pg_trigger WHERE tgname = %s "
-            "AND tgrelid = 'ledger_head'::regclass", (schema.NOTIFY_TRIGGER,)).scalar_one() == 1
+            "AND tgrelid = 'ledger_head'::regclass", (tables.NOTIFY_TRIGGER,)).scalar_one() == 1
 
 
 def writer(url: str, worker: int, count: int, start: object) -> None:

@@ -28,23 +28,22 @@ from click.testing import CliRunner
 
 import ledger
 from commands.cli import cli
-from commands.driver import run_plan_file
-from commands.gates import gate_input
-from commands.phases import enter_execute, record_strategy
 from commands.plane import Plane
-from commands.plans import create_plan
-from commands.reviews import account_review, get_review, start_review, submit_candidate
-from commands.runs import call_tool
+from commands.plane.driver import run_plan_file
+from commands.plane.gates import gate_input
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import create_plan
+from commands.plane.reviews import account_review, get_review, start_review, submit_candidate
+from commands.plane.runs import call_tool
 from ledger.bundle import verify_bundle, write_bundle
 from ledger.canonical import canonical_json
 from ledger.envelope import GENESIS_CHAIN, chain_next, leaf_bytes
 from ledger.events import ALL_EVENT_TYPES
+from ledger.keys import generate_key_pair
 from ledger.merkle import EMPTY_ROOT, Frontier, leaf_hash
-from ledger.signing import generate_key_pair
 from ledger.verify import TreeHeadRef, VerifyReport, verify_store
-
-from .helpers import applied_plan, strategy
-from .test_reviews import accounting, candidate, finding, request
+from tests.helpers import applied_plan, strategy
+from tests.test_reviews import accounting, candidate, finding, request
 
 EVENTS = 30
 STREAMS = 3

@@ -26,9 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from commands.terminal import inert
-
-from .helpers import invoke
+from commands.cli.terminal import inert
+from tests.helpers import invoke
 
 ESC_CLEAR = "\x1b[2J"
 ESC_TITLE = "\x1b]0;PWNED\x07"
@@ -268,9 +267,8 @@ def test_demo_labels_show_on_a_terminal(tmp_path: Path) -> None:
 
 def test_review_texts_are_inert(sqlite_url: str) -> None:
     from commands.plane import Plane
-    from commands.reviews import account_review, get_review, start_review, submit_candidate
-
-    from .test_reviews import accounting, candidate, finding, request
+    from commands.plane.reviews import account_review, get_review, start_review, submit_candidate
+    from tests.test_reviews import accounting, candidate, finding, request
 
     found = {**finding(HOSTILE), "evidence": f"first line\n{HOSTILE}"}
     with Plane.open(sqlite_url) as plane:

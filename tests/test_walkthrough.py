@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 from commands.plane import Plane
-from commands.plans import create_plan
-
-from .helpers import applied_plan
+from commands.plane.plans import create_plan
+from tests.helpers import applied_plan
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "auditing.md"
 

@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Union
 
 import msgspec
 
-from ..errors import UnknownEventTypeError
+from ledger.errors import UnknownEventTypeError
+
 from .base import JSON, EventPayload, NewEvent, RecordedEvent
 from .gates import Deviation, GateChecked, ToolCalled, Truncation
 from .plans import (

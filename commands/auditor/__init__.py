@@ -1,0 +1,3 @@
+"""The auditor's tools: re-derive every verdict from recorded inputs (``audit``,
+``replay``), a plan's history, the run report, and the analytics export. They read the
+log and call the plane's pure checks; they append nothing but consumer checkpoints."""

@@ -1,0 +1,761 @@
+"""The auditor's handlers: replay a plan, and audit the log's invariants.
+
+Both read the log only (a ``LogReader``: a ``Store``, or an offline bundle; no read
+model is trusted): replay folds one plan's stream with ``projections.documents.fold``;
+the audit walks the whole log once in position order, keeping the folded documents of
+every stream, and checks at each event what must hold there. Every violation names its
+position, the invariant and what was expected; nothing here writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import msgspec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from commands.plane.authority import ApproverKey, decision_problem, endorsed, token_signed
+from commands.plane.core import CommandRefused
+from commands.plane.gates import truncated_deviation
+from commands.plane.lifecycle import results_digest
+from commands.runner.results import TransformError, apply_transform
+from commands.schemas.checker import check
+from ledger import LogReader, RecordedEvent, Store
+from ledger.events import (
+    ApproverKeyAdded,
+    ChangesRecorded,
+    DecisionRecorded,
+    Escalated,
+    ExecuteEntered,
+    FixRecorded,
+    GateChecked,
+    PlanApplied,
+    PlanHalted,
+    TokenConsumed,
+    TokenMinted,
+    ToolCalled,
+    Truncation,
+    ValidationRegistered,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    ValidationRunStarted,
+)
+from ledger.events.validation import ResolvedAttachment
+from projections import ALL_PROJECTIONS, ProjectionEngine
+from projections.documents import Document, fold, fold_all, stream_kind
+from projections.engine import ReadModelCheck
+from projections.outcomes import RULES_VERSION, canonical_halt, classify
+from projections.plan_rules import broken_rule
+from projections.resolution import pin_binding, resolve_plan
+
+from .history import summarize
+
+__all__ = [
+    "INVARIANTS",
+    "AuditReport",
+    "ReplayStep",
+    "Violation",
+    "audit",
+    "plan_state",
+    "replay_plan",
+]
+
+# The invariant names a violation can carry (docs/auditing.md explains each).
+INVARIANTS = (
+    "INV1",  # a token only from a complete, passing, un-invalidated run
+    "INV3",  # decisions only on escalations; no token after a blocker without a pass
+    "ordering",  # escalate -> decision -> re-validation -> token; Apply; tokens once
+    "gate_rederivation",  # gate check re-run on recorded bytes gives the recorded verdict
+    "transform_rederivation",  # wrapped transform re-run on the raw output
+    "outcome_drift",  # classification with the current rules differs from the recorded
+    "delta_fold",  # a stream rebuilt from its deltas differs from its fold
+    "read_only",  # a registered validation that is not read-only
+    "gate_routing",  # a failed gate check not routed as the plan's strict_mode says
+    "read_model",  # a stored read model differs from a fresh fold up to its checkpoint
+    "illegal_transition",  # an event its stream's state could not take (plan_rules)
+    "binding",  # a binding set is not what applied when it was pinned, or a run's set
+    "no_vacuous_pass",  # a pass / token with no required validation run, not opted out
+    "decision_signature",  # a decision not signed by its approver's key in force
+    "token_signature",  # a token not signed by the plane key
+    "approver_endorsement",  # an approver key the plane key did not endorse
+    "apply_incomplete",  # a change set recorded, the Apply never completed
+    "files",  # with --files: a resource directory differs from the applied change set
+    "evidence",  # a blob a verdict was derived from is missing
+)
+
+
+# ------------------------------------------------------------------------------ replay
+
+
+class ReplayStep(msgspec.Struct, kw_only=True):
+    """The plan's state right after one of its events."""
+
+    position: int
+    stream_version: int
+    recorded_at: str
+    actor: str
+    type: str
+    summary: str
+    phase: str | None
+    revision: int | None
+    attempt: int | None
+    retries_left: int | None
+    outcome: str | None
+    token: dict[str, Any] | None
+    terminal: str | None
+    document: Document  # the whole folded plan document
+
+
+def plan_state(doc: Document) -> dict[str, Any]:
+    """The replay columns of a folded plan document (None where a forged stream, with no
+    ``plan.created`` first, left a member out: replay shows it, the audit reports it)."""
+    limit = (doc.get("global_config") or {}).get("retry_limit", 0)
+    used = doc.get("retries_used")
+    token = doc.get("token")
+    return {
+        "phase": doc.get("phase"),
+        "revision": doc.get("revision"),
+        "attempt": doc.get("attempt"),
+        "retries_left": None if used is None else retries_left(limit, used),
+        "outcome": doc.get("last_outcome"),
+        "token": {"token_id": token["token_id"], "status": token["status"]} if token else None,
+        "terminal": doc.get("terminal"),
+    }
+
+
+def retries_left(retry_limit: int, failed: int) -> int:
+    """Fix-then-revalidate cycles still allowed in this strategy: ``retry_limit`` of
+    them follow its first failed validation."""
+    return max(0, retry_limit + 1 - max(failed, 1))
+
+
+def replay_plan(store: LogReader, plan_id: str, as_of: int | None = None) -> list[ReplayStep]:
+    """Fold plan ``plan_id``'s stream event by event (up to position ``as_of``)."""
+    if as_of is not None and as_of < 1:
+        raise CommandRefused(f"--as-of {as_of}: positions start at 1")
+    stream = f"plan:{plan_id}"
+    events = store.read_stream(stream, as_of=as_of)
+    if not events:
+        where = f" as of position {as_of}" if as_of is not None else ""
+        raise CommandRefused(f"unknown plan {plan_id!r}{where}")
+    doc: Document = {}
+    steps = []
+    for event in events:
+        doc = fold(stream, doc, event.payload)
+        steps.append(ReplayStep(
+            position=event.position, stream_version=event.stream_version,
+            recorded_at=event.recorded_at, actor=event.actor, type=event.type,
+            summary=summarize(event.payload), document=doc, **plan_state(doc)))
+    return steps
+
+
+# ------------------------------------------------------------------------------- audit
+
+
+class Violation(msgspec.Struct, kw_only=True):
+    position: int | None
+    plan_id: str | None
+    invariant: str
+    expected: str
+    found: str
+
+
+class AuditReport(msgspec.Struct, kw_only=True):
+    ok: bool
+    size: int  # the log was audited up to this position
+    plans: list[str]
+    checked: dict[str, int]  # how many times each check ran
+    violations: list[Violation]
+    # each read model's check: ok, differs, stale (another version built it: the next
+    # open rebuilds it), absent; empty on a bundle, which has none
+    read_models: dict[str, str] = {}
+    # plans applied after a run in which no required validation ran (they opted out with
+    # require_validation: false): not violations, but never to be mistaken for validated
+    unvalidated: list[str] = []
+
+
+class _Run:
+    __slots__ = ("attempt", "completed", "invalidated_at", "position", "resolved",
+                 "results", "run_id")
+
+
+    def __init__(self, payload: ValidationRunStarted, position: int) -> None:
+        self.run_id = payload.run_id
+        self.attempt = payload.attempt
+        self.resolved = list(payload.resolved)
+        self.position = position
+        self.results: list[ValidationResultRecorded] = []
+        self.completed: ValidationRunCompleted | None = None
+        self.invalidated_at: int | None = None  # the first event after it that supersedes
+
+
+class _PlanWalk:
+    """What the audit remembers about one plan while walking its events."""
+
+    def __init__(self) -> None:
+        self.doc: Document = {}
+        self.runs: dict[str, _Run] = {}
+        self.last_run: _Run | None = None
+        self.last_completed: _Run | None = None
+        self.escalations: dict[str, int] = {}  # decision_id -> position
+        self.escalation_leaf: dict[str, bytes] = {}  # decision_id -> leaf hash
+        self.escalation_halt: dict[str, str] = {}  # decision_id -> canonical halt after it
+        self.pending_escalation: str | None = None
+        self.decided: dict[str, tuple[int, str]] = {}  # decision_id -> (position, choice)
+        self.last_escalation: str | None = None
+        self.minted: dict[str, int] = {}
+        self.consumed: dict[str, int] = {}
+        self.apply_at: int | None = None  # Apply began (the token consumed)
+        self.changes_at: int | None = None  # where its change set was recorded
+        # A failed gate check whose routing is being collected: (position, event id,
+        # expected event types, the types seen so far caused by it).
+        self.routing: tuple[int, str, list[str], list[str]] | None = None
+        # (step, output digest) of each tool call whose stdout went over its cap: the
+        # output gate on those bytes must judge them truncated (never parse them).
+        self.truncated: dict[tuple[str | None, str], Truncation] = {}
+
+
+def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 1000,
+          read_models: bool = True,
+          plane_public_key: Ed25519PublicKey | None = None) -> AuditReport:
+    """Check every invariant over the log up to its current head (one plan's events only
+    with ``plan``; the attachment, tool and approver streams are always folded, as
+    resolution and signatures need them). With ``plane_public_key``, every token's
+    signature is checked too. On a database, for the whole log (no ``plan``) and with
+    ``read_models``, also compare every read model with a fresh fold of the log up to
+    its checkpoint."""
+    size = store.head().size
+    if plan is not None and not store.read_stream(f"plan:{plan}", as_of=size):
+        raise CommandRefused(f"unknown plan {plan!r}")
+    auditor = _Auditor(store, plan, max_violations, plane_public_key)
+    for event in store.read_all(to_position=size):
+        auditor.step(event)
+    auditor.finish()
+    statuses: dict[str, str] = {}
+    if read_models and plan is None and isinstance(store, Store):
+        for check in check_read_models(store):
+            statuses[check.name] = check.status
+            if check.status in ("ok", "differs"):
+                auditor.count("read_model")
+            if not check.ok:
+                auditor.violation(
+                    check.checkpoint, None, "read_model",
+                    f"read model {check.name!r} equal to a fresh fold of the log up to its "
+                    f"checkpoint {check.checkpoint}", "; ".join(check.differences))
+    return AuditReport(ok=not auditor.violations, size=size, plans=sorted(auditor.plans),
+                       checked=dict(sorted(auditor.checked.items())),
+                       violations=auditor.violations, read_models=statuses,
+                       unvalidated=sorted(auditor.unvalidated))
+
+
+def check_read_models(store: Store) -> list[ReadModelCheck]:
+    """Every read model as it is stored (the engine is not opened, so nothing is caught
+    up or rebuilt first) against a fresh fold of the log."""
+    engine = ProjectionEngine(store, ALL_PROJECTIONS)
+    return [engine.check(p.name) for p in ALL_PROJECTIONS]
+
+
+class _Auditor:
+    def __init__(self, store: LogReader, plan: str | None, max_violations: int,
+                 plane_public_key: Ed25519PublicKey | None = None) -> None:
+        self.store = store
+        self.plane_public_key = plane_public_key
+        self.plan = plan
+        self.max = max_violations
+        self.violations: list[Violation] = []
+        self.checked: dict[str, int] = {}
+        self.docs: dict[str, Document] = {}  # stream -> folded document
+        self.rebuilt: dict[str, Any] = {}  # stream -> document rebuilt from deltas
+        self.broken: set[str] = set()  # streams whose deltas already diverged
+        self.plans: dict[str, _PlanWalk] = {}
+        self.unendorsed: set[str] = set()  # approver keys the plane key did not endorse
+        self.unvalidated: set[str] = set()  # plans applied after a vacuous run
+
+    def violation(self, position: int | None, plan_id: str | None, invariant: str,
+                  expected: str, found: str) -> None:
+        if len(self.violations) < self.max:
+            self.violations.append(Violation(position=position, plan_id=plan_id,
+                                             invariant=invariant, expected=expected,
+                                             found=found))
+
+    def count(self, name: str) -> None:
+        self.checked[name] = self.checked.get(name, 0) + 1
+
+    # -- the walk ---------------------------------------------------------------------
+
+    def step(self, event: RecordedEvent) -> None:
+        stream = event.stream
+        kind, _, key = stream.partition(":")
+        in_scope = kind != "plan" or self.plan is None or key == self.plan
+        before = self.docs.get(stream, {})
+        if isinstance(event.payload, ValidationRegistered) and in_scope:
+            self.check_read_only(event)
+        if isinstance(event.payload, ApproverKeyAdded) and self.plane_public_key is not None:
+            self.count("approver_endorsement")
+            if not endorsed(event.payload, self.plane_public_key):
+                self.unendorsed.add(event.payload.fingerprint)
+                self.violation(event.position, None, "approver_endorsement",
+                               f"approver key {event.payload.fingerprint[:16]}… of "
+                               f"{event.payload.name!r} endorsed by the plane key",
+                               "its endorsement does not verify")
+        if in_scope:
+            self.count("illegal_transition")
+            rule = broken_rule(stream, before, event.payload)
+            if rule is not None:
+                self.violation(event.position, _plan_of(stream), "illegal_transition",
+                               rule, f"{event.type} at {stream} v{event.stream_version}")
+        if kind == "plan" and in_scope:
+            walk = self.plans.setdefault(key, _PlanWalk())
+            self.plan_event(key, walk, event)  # sees the state before the event
+        after = fold(stream, before, event.payload)
+        self.docs[stream] = after
+        if in_scope:
+            self.check_delta(event, after)
+        if kind == "plan" and in_scope:
+            self.plans[key].doc = after
+
+    def finish(self) -> None:
+        for plan_id, walk in self.plans.items():
+            self.close_routing(plan_id, walk)
+            applying = walk.doc.get("applying")
+            if applying is not None:
+                self.count("apply_incomplete")
+                self.violation(walk.changes_at, plan_id, "apply_incomplete",
+                               "an Apply whose change set is recorded completes "
+                               f"(evidence apply {plan_id} --resume)",
+                               f"{len(applying['files'])} file(s) recorded, no plan.applied")
+
+    def check_read_only(self, event: RecordedEvent) -> None:
+        p = event.payload
+        self.count("read_only")
+        if p.writes or p.checkpointable or not p.read_only:
+            self.violation(event.position, None, "read_only",
+                           f"validation {p.name} v{p.version} is read-only (writes false, "
+                           "checkpointable false, read_only true)",
+                           f"writes {p.writes}, checkpointable {p.checkpointable}, "
+                           f"read_only {p.read_only}")
+
+    def check_delta(self, event: RecordedEvent, after: Document) -> None:
+        stream = event.stream
+        if stream in self.broken:
+            return
+        self.count("delta_fold")
+        try:
+            rebuilt = jsonpatch.apply_patch(self.rebuilt.get(stream, {}), event.delta,
+                                            in_place=False)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            self.broken.add(stream)
+            self.violation(event.position, _plan_of(stream), "delta_fold",
+                           f"the delta of {stream} v{event.stream_version} applies to the "
+                           "document rebuilt so far", f"it does not: {exc}")
+            return
+        self.rebuilt[stream] = rebuilt
+        if rebuilt != after:
+            self.broken.add(stream)
+            self.violation(event.position, _plan_of(stream), "delta_fold",
+                           f"{stream} rebuilt from its deltas equals its fold",
+                           f"they differ from stream version {event.stream_version} on")
+
+    # -- one plan event -----------------------------------------------------------------
+
+    def plan_event(self, plan_id: str, walk: _PlanWalk, event: RecordedEvent) -> None:
+        p = event.payload
+        pos = event.position
+        if walk.routing is not None:
+            if event.causation_id == walk.routing[1]:
+                walk.routing[3].append(event.type)
+            else:
+                self.close_routing(plan_id, walk)
+        validation = (ValidationRunStarted, ValidationResultRecorded, ValidationRunCompleted)
+        if isinstance(p, validation) and walk.apply_at is not None:
+            self.violation(pos, plan_id, "ordering", "no validation event inside Apply",
+                           f"{event.type} after Apply began at position {walk.apply_at}")
+        if isinstance(p, ValidationRunStarted):
+            if walk.last_run is not None and walk.last_run.invalidated_at is None:
+                walk.last_run.invalidated_at = pos
+            run = _Run(p, pos)
+            walk.runs[p.run_id] = run
+            walk.last_run = run
+        elif isinstance(p, ValidationResultRecorded):
+            run = walk.runs.get(p.run_id)
+            if run is None and p.mode == "informational":
+                pass  # an advisory result under its own id (a review's): no run counts it
+            elif run is None or run.completed is not None:
+                self.violation(pos, plan_id, "ordering",
+                               "a validation result inside its started, unfinished run",
+                               f"run {p.run_id} is {'unknown' if run is None else 'completed'}")
+            else:
+                run.results.append(p)
+            self.check_transform(plan_id, event, p, run)
+        elif isinstance(p, ValidationRunCompleted):
+            run = walk.runs.get(p.run_id)
+            if run is None:
+                self.violation(pos, plan_id, "ordering", "a completed run was started",
+                               f"run {p.run_id} never started")
+            else:
+                run.completed = p
+                walk.last_completed = run
+                self.check_outcome(plan_id, pos, run, p)
+        elif isinstance(p, FixRecorded | ToolCalled):
+            if walk.last_run is not None and walk.last_run.invalidated_at is None:
+                walk.last_run.invalidated_at = pos
+            if isinstance(p, ToolCalled) and p.executor == "command" and \
+                    p.stdout_truncated is not msgspec.UNSET:
+                walk.truncated[(p.step, p.output_sha256)] = p.stdout_truncated
+        elif isinstance(p, GateChecked):
+            self.check_gate(plan_id, pos, p, walk)
+            self.open_routing(plan_id, walk, event, p)
+        elif isinstance(p, ExecuteEntered):
+            self.check_binding(plan_id, pos, walk, p)
+        elif isinstance(p, Escalated):
+            walk.escalations[p.decision_id] = pos
+            walk.escalation_leaf[p.decision_id] = event.leaf_hash
+            walk.pending_escalation = p.decision_id
+            walk.last_escalation = p.decision_id
+        elif isinstance(p, PlanHalted):
+            if walk.pending_escalation is not None and \
+                    walk.pending_escalation not in walk.escalation_halt:
+                walk.escalation_halt[walk.pending_escalation] = canonical_halt(p.raw_halt_type)
+        elif isinstance(p, DecisionRecorded):
+            self.check_decision(plan_id, pos, walk, p)
+        elif isinstance(p, TokenMinted):
+            self.check_token(plan_id, pos, walk, p)
+        elif isinstance(p, TokenConsumed):
+            self.count("tokens_once")
+            if p.token_id not in walk.minted:
+                self.violation(pos, plan_id, "ordering", "only a token minted for the plan "
+                               "is consumed", f"token {p.token_id} was never minted")
+            elif p.token_id in walk.consumed:
+                self.violation(pos, plan_id, "ordering", "a token is consumed once",
+                               f"token {p.token_id} was already consumed at position "
+                               f"{walk.consumed[p.token_id]}")
+            else:
+                token = walk.doc.get("token") or {}
+                if token.get("token_id") != p.token_id or token.get("status") != "minted":
+                    self.violation(pos, plan_id, "INV1", "the consumed token is the plan's "
+                                   "current, unsuperseded token",
+                                   f"token {p.token_id} is {token.get('status', 'not current')}")
+            walk.consumed.setdefault(p.token_id, pos)
+            walk.apply_at = walk.apply_at or pos
+        elif isinstance(p, ChangesRecorded):
+            walk.changes_at = pos
+        elif isinstance(p, PlanApplied):
+            if walk.doc.get("unvalidated"):
+                self.unvalidated.add(plan_id)
+            if p.token_id not in walk.consumed:
+                self.violation(pos, plan_id, "ordering", "Apply follows the consumption of "
+                               "its token", f"token {p.token_id} was not consumed")
+            walk.apply_at = walk.apply_at or pos
+
+    # -- INV3 and the escalation order ------------------------------------------------
+
+    def check_decision(self, plan_id: str, pos: int, walk: _PlanWalk,
+                       p: DecisionRecorded) -> None:
+        self.count("INV3")
+        if p.decision_id not in walk.escalations:
+            self.violation(pos, plan_id, "INV3", "a decision follows an escalation",
+                           f"decision {p.decision_id} has no escalation before it")
+        elif p.decision_id in walk.decided:
+            self.violation(pos, plan_id, "INV3", "one decision per escalation",
+                           f"decision {p.decision_id} was already recorded at position "
+                           f"{walk.decided[p.decision_id][0]}")
+        else:
+            halt = walk.escalation_halt.get(p.decision_id, "escalate")
+            if halt != "escalate":
+                self.violation(pos, plan_id, "INV3", "no decision concerns a blocker",
+                               f"decision {p.decision_id} follows a halt classified {halt}")
+        self.count("decision_signature")
+        problem = decision_problem(p, walk.escalation_leaf.get(p.decision_id),
+                                   self.approver_key(p.key_fingerprint))
+        if problem is not None:
+            self.violation(pos, plan_id, "decision_signature", problem,
+                           f"decision {p.decision_id} recorded as {p.approver}'s")
+        walk.decided.setdefault(p.decision_id, (pos, p.choice))
+        if walk.pending_escalation == p.decision_id:
+            walk.pending_escalation = None
+
+    def approver_key(self, fingerprint: str) -> ApproverKey | None:
+        """The approver key as of the event being audited (the walk is in order)."""
+        if fingerprint in self.unendorsed:
+            return None
+        for stream, doc in self.docs.items():
+            key = doc.get("keys", {}).get(fingerprint) if stream_kind(stream) == "approver" \
+                else None
+            if key is not None:
+                return ApproverKey(doc["name"], key["public_key"], key["status"])
+        return None
+
+    # -- the binding set --------------------------------------------------------------
+
+    def check_binding(self, plan_id: str, pos: int, walk: _PlanWalk,
+                      p: ExecuteEntered) -> None:
+        self.count("binding")
+        pinned = [msgspec.convert(b, ResolvedAttachment)
+                  for b in walk.doc.get("binding", [])]
+        expected = pin_binding(pinned, self.resolve_now(walk.doc))
+        if list(p.binding) != expected:
+            self.violation(pos, plan_id, "binding",
+                           "the binding set pinned at Execute: "
+                           f"{_members(expected)}", _members(p.binding))
+
+    # -- INV1 -------------------------------------------------------------------------
+
+    def check_token(self, plan_id: str, pos: int, walk: _PlanWalk, p: TokenMinted) -> None:
+        self.count("INV1")
+        if p.token_id in walk.minted:  # a replayed mint would revive a superseded token
+            self.violation(pos, plan_id, "ordering", f"token {p.token_id} is minted once",
+                           f"it was minted at position {walk.minted[p.token_id]} already")
+        walk.minted.setdefault(p.token_id, pos)
+        run = walk.runs.get(p.run_id)
+        last = walk.last_completed
+        if run is None or run.completed is None:
+            self.violation(pos, plan_id, "INV1", "a token is minted from a completed run",
+                           f"run {p.run_id} {'never started' if run is None else 'is open'}")
+            return
+        if run is not last:
+            self.violation(pos, plan_id, "INV1", "a token is minted from the plan's latest run",
+                           f"run {p.run_id} is not the latest completed run")
+        if last is not None and last.completed is not None and \
+                last.completed.outcome == "blocker":
+            self.violation(pos, plan_id, "INV3", "no token after a blocker without a later "
+                           "passing run", f"the latest run {last.run_id} is a blocker")
+        elif run.completed.outcome != "pass":
+            self.violation(pos, plan_id, "INV1", "a token only from a passing run",
+                           f"run {p.run_id} completed with outcome {run.completed.outcome}")
+        if run.invalidated_at is not None:
+            self.violation(pos, plan_id, "INV1", "nothing invalidates the run before the "
+                           "token", f"position {run.invalidated_at} superseded run {p.run_id}")
+        doc = walk.doc
+        if p.attempt != run.attempt or p.attempt != doc.get("attempt"):
+            self.violation(pos, plan_id, "INV1", f"the token's attempt {p.attempt} is the "
+                           "run's and the plan's", f"run attempt {run.attempt}, plan attempt "
+                           f"{doc.get('attempt')}")
+        if p.results_digest != run.completed.results_digest:
+            self.violation(pos, plan_id, "INV1", "the token binds the run's results digest",
+                           f"{p.results_digest} != {run.completed.results_digest}")
+        if results_digest(run.results) != run.completed.results_digest:
+            self.violation(pos, plan_id, "INV1", "the run's results digest is the digest of "
+                           "its recorded results", "it is not")
+        passing = {r.attachment_id for r in run.results
+                   if r.verdict is True and r.cause is None}
+        for r in run.resolved:
+            if r.mode == "required" and r.attachment_id not in passing:
+                self.violation(pos, plan_id, "INV1", f"required attachment {r.attachment_id} "
+                               f"({r.validation}) has a passing real result in run {p.run_id}",
+                               "it has none")
+        binding = [msgspec.convert(b, ResolvedAttachment) for b in doc.get("binding", [])]
+        if run.resolved != binding:
+            self.violation(pos, plan_id, "binding", "the token's run ran the plan's whole "
+                           f"binding set {_members(binding)}", _members(run.resolved))
+        self.count("no_vacuous_pass")
+        opted_out = not (doc.get("global_config") or {}).get("require_validation", True)
+        if not any(r.mode == "required" for r in run.resolved) and not opted_out:
+            self.violation(pos, plan_id, "no_vacuous_pass", "a token from a run in which a "
+                           "required validation ran (the plan did not opt out)",
+                           f"run {p.run_id} ran no required validation")
+        self.check_token_signature(plan_id, pos, p)
+        self.check_evidence(plan_id, pos, run)
+        # The escalation order: escalate -> decision -> re-validation -> token.
+        esc = walk.last_escalation
+        if esc is not None:
+            self.count("ordering")
+            decided = walk.decided.get(esc)
+            if decided is None or decided[1] != "revise":
+                self.violation(pos, plan_id, "ordering", f"escalation {esc} is decided "
+                               "(revise) before a token", "no such decision before the token")
+            elif run.position < decided[0]:
+                self.violation(pos, plan_id, "ordering", "the token's run started after the "
+                               f"decision at position {decided[0]}",
+                               f"run {p.run_id} started at position {run.position}")
+
+    def check_token_signature(self, plan_id: str, pos: int, p: TokenMinted) -> None:
+        if self.plane_public_key is None:
+            return  # not checkable without the plane's public key
+        self.count("token_signature")
+        if not token_signed(p, self.plane_public_key):
+            self.violation(pos, plan_id, "token_signature", f"token {p.token_id} signed by "
+                           "the plane key", "its signature does not verify")
+
+    def check_evidence(self, plan_id: str, pos: int, run: _Run) -> None:
+        """Every raw output the token's results were judged on is still there."""
+        for r in run.results:
+            if r.raw_output_sha256 is None:
+                continue
+            self.count("evidence")
+            if self.store.get_blob(r.raw_output_sha256) is None:
+                self.violation(pos, plan_id, "evidence", f"the raw output of {r.validation} "
+                               f"(run {run.run_id}) is in the blob store",
+                               f"blob {r.raw_output_sha256} is missing")
+
+    def resolve_now(self, plan_doc: Document) -> list[ResolvedAttachment]:
+        attachments = [d for s, d in self.docs.items() if stream_kind(s) == "attachment"]
+        tools = {d["name"]: d for s, d in self.docs.items()
+                 if stream_kind(s) == "tool" and d.get("kind") == "validation"}
+        return resolve_plan(attachments, tools, plan_doc)
+
+    # -- re-derivation ----------------------------------------------------------------
+
+    def check_outcome(self, plan_id: str, pos: int, run: _Run,
+                      p: ValidationRunCompleted) -> None:
+        self.count("outcome")
+        config = self.plans[plan_id].doc.get("global_config") or {}
+        outcome, _raw, _reason = classify(
+            (msgspec.to_builtins(r) for r in run.results),
+            require_validation=config.get("require_validation", True))
+        if outcome != p.outcome:
+            self.violation(pos, plan_id, "outcome_drift",
+                           f"outcome {outcome} (rules v{RULES_VERSION})",
+                           f"recorded {p.outcome} (rules v{p.rules_version})")
+        vacuous = not any(r.mode == "required" for r in run.results)
+        if vacuous != p.vacuous:
+            self.violation(pos, plan_id, "no_vacuous_pass",
+                           f"the run is recorded vacuous={vacuous}",
+                           f"vacuous={p.vacuous}")
+
+    def open_routing(self, plan_id: str, walk: _PlanWalk, event: RecordedEvent,
+                     p: GateChecked) -> None:
+        config = walk.doc.get("global_config", {})
+        strict = config.get("strict_mode")
+        if p.strict_mode != strict:
+            self.violation(event.position, plan_id, "gate_routing",
+                           f"the gate check records the plan's strict_mode {strict}",
+                           f"strict_mode {p.strict_mode}")
+        if p.verdict != "fail":
+            return
+        if p.strict_mode:
+            expected = ["plan.compensation_requested", "plan.halted"]
+        elif p.iteration < config.get("max_iterations", 0):
+            expected = ["plan.attempt_failed"]
+        else:
+            expected = ["plan.attempt_failed", "plan.halted"]
+        walk.routing = (event.position, event.event_id, expected, [])
+
+    def close_routing(self, plan_id: str, walk: _PlanWalk) -> None:
+        if walk.routing is None:
+            return
+        position, _event_id, expected, seen = walk.routing
+        walk.routing = None
+        self.count("gate_routing")
+        if seen != expected:
+            self.violation(position, plan_id, "gate_routing",
+                           f"the failed gate check is followed by {', '.join(expected)}",
+                           ", ".join(seen) or "nothing caused by it")
+
+    def check_gate(self, plan_id: str, pos: int, p: GateChecked, walk: _PlanWalk) -> None:
+        if p.schema_sha256 is None:
+            return  # no declaration to check against (an invented tool, no output schema)
+        self.count("gate_rederivation")
+        schema_bytes = self.store.get_blob(p.schema_sha256)
+        checked = self.store.get_blob(p.checked_sha256) if p.checked_sha256 else None
+        if schema_bytes is None or checked is None:
+            missing = "schema" if schema_bytes is None else "checked bytes"
+            self.violation(pos, plan_id, "gate_rederivation",
+                           f"the gate's {missing} are in the blob store",
+                           f"blob {p.schema_sha256 if schema_bytes is None else p.checked_sha256}"
+                           " is missing")
+            return
+        # A truncated output is never parsed: recorded so (checked_truncated), or the kept
+        # bytes of a call whose stdout went over its cap, checked as its output.
+        truncated = (p.checked_truncated if p.checked_truncated is not msgspec.UNSET
+                     else walk.truncated.get((p.step, p.checked_sha256))
+                     if p.gate == "output" else None)
+        if truncated is not None:
+            deviations = [truncated_deviation(truncated)]
+            if len(checked) != truncated.kept:
+                self.violation(pos, plan_id, "gate_rederivation",
+                               f"the checked bytes are the {truncated.kept} bytes kept of a "
+                               "truncated output", f"{len(checked)} bytes")
+        else:
+            schema = msgspec.json.decode(bytes(schema_bytes))
+            deviations = check(schema, bytes(checked), schema_sha256=p.schema_sha256)
+        verdict = "fail" if deviations else "pass"
+        if verdict != p.verdict or list(deviations) != list(p.deviations):
+            self.violation(pos, plan_id, "gate_rederivation",
+                           f"verdict {verdict} with {len(deviations)} deviation(s) "
+                           f"{_pointers(deviations)}",
+                           f"recorded {p.verdict} with {len(p.deviations)} deviation(s) "
+                           f"{_pointers(p.deviations)}")
+
+    def check_transform(self, plan_id: str, event: RecordedEvent,
+                        p: ValidationResultRecorded, run: _Run | None) -> None:
+        if run is None or p.raw_output_sha256 is None:
+            return
+        member = next((r for r in run.resolved if r.attachment_id == p.attachment_id), None)
+        tool = self.docs.get(f"tool:{p.validation}", {})
+        spec = tool.get("versions", {}).get(str(member.validation_version)) if member else None
+        if not spec or not spec.get("wraps") or not spec.get("transform"):
+            return
+        if p.verdict is None and p.cause != "malformed":
+            return  # it never reached the transform (timeout, crash, missing program)
+        self.count("transform_rederivation")
+        if p.stdout_truncated is not msgspec.UNSET:  # never transformed: no verdict
+            if p.verdict is not None:
+                self.violation(event.position, plan_id, "transform_rederivation",
+                               "no verdict: the wrapped tool's stdout was truncated at "
+                               f"{p.stdout_truncated.kept} bytes (never transformed)",
+                               f"passed={p.verdict} message={p.message!r}")
+            return
+        raw = self.store.get_blob(p.raw_output_sha256)
+        if raw is None:  # the input of the re-derivation is gone: a finding, not a skip
+            self.violation(event.position, plan_id, "evidence",
+                           f"the raw output {p.validation}'s transform ran on is in the blob "
+                           "store", f"blob {p.raw_output_sha256} is missing")
+            return
+        recorded = (f"passed={p.verdict} message={p.message!r}" if p.verdict is not None
+                    else f"no verdict ({p.cause})")
+        try:
+            result = apply_transform(spec["transform"], msgspec.json.decode(bytes(raw)))
+        except (TransformError, msgspec.DecodeError) as exc:
+            if p.verdict is not None:
+                self.violation(event.position, plan_id, "transform_rederivation",
+                               f"the transform fails on the raw output ({exc})", recorded)
+            return
+        derived = (result["passed"], result.get("message"), result.get("data"))
+        if derived != (p.verdict, p.message, p.data):
+            self.violation(event.position, plan_id, "transform_rederivation",
+                           f"passed={derived[0]} message={derived[1]!r}", recorded)
+
+
+def _members(binding: Iterable[ResolvedAttachment]) -> str:
+    shown = [f"{b.validation} v{b.validation_version} {b.mode} ({b.attachment_id})"
+             for b in binding]
+    return "[" + ", ".join(shown) + "]"
+
+
+def _plan_of(stream: str) -> str | None:
+    kind, _, key = stream.partition(":")
+    return key if kind == "plan" else None
+
+
+def _pointers(deviations: Iterable[Any]) -> str:
+    found = [f"{d.kind}@{d.pointer or '/'}" for d in deviations]
+    return "[" + ", ".join(found[:5]) + (", …" if len(found) > 5 else "") + "]"
+
+
+def check_files(store: LogReader, plan_id: str, directory: Path) -> list[Violation]:
+    """``audit --plan P --files DIR``: DIR against the change set P's Apply wrote to the
+    resource DIR names (or to its only directory resource): each recorded file must be
+    there with the recorded content."""
+    doc = fold_all(f"plan:{plan_id}", [e.payload for e in store.read_stream(f"plan:{plan_id}")])
+    written = (doc.get("applied") or doc.get("applying") or {}).get("files", [])
+    resources = sorted({f["resource"] for f in written})
+    chosen = next((r for r in resources if Path(r).resolve() == directory.resolve()),
+                  resources[0] if len(resources) == 1 else None)
+    found: list[Violation] = []
+    for f in written:
+        if f["resource"] != chosen:
+            continue
+        target = directory / f["path"]
+        try:
+            digest = hashlib.sha256(target.read_bytes()).hexdigest()
+        except OSError:
+            digest = "missing"
+        if digest != f["sha256"]:
+            found.append(Violation(position=None, plan_id=plan_id, invariant="files",
+                                   expected=f"{f['path']} with sha256 {f['sha256']}",
+                                   found=digest if digest == "missing" else f"sha256 {digest}"))
+    return found

@@ -1,0 +1,654 @@
+"""The auditor's HTML report of one plan: gather a plain data structure from the log,
+then render it as one self-contained HTML page.
+
+``gather_report`` reads through the small interface replay and audit use (``head()``,
+``read_all(to_position=...)``, ``read_stream(stream, as_of=...)``, ``get_blob(digest)``),
+so any source offering it (the database, an offline bundle) can be reported on. The byte
+level verification is not part of that interface: the caller passes its result (or a
+callable computing it), e.g. ``lambda: verify_store(store)``.
+
+``render_html`` returns the page: inline CSS only, no script, no external resource (a
+Content-Security-Policy forbids loading any), every value HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+import ledger
+from commands.plane.authority import ApproverKey, decision_problem
+from commands.plane.core import CommandRefused
+from commands.plane.plans import terminal_state
+from ledger import LogReader, RecordedEvent
+from ledger.bundle import BundleReport
+from ledger.events import (
+    DecisionRecorded,
+    Escalated,
+    FixRecorded,
+    GateChecked,
+    PlanHalted,
+    TokenConsumed,
+    TokenMinted,
+    ToolCalled,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    ValidationRunStarted,
+)
+from ledger.timestamps import utc_now
+from ledger.verify import VerifyReport
+from projections.documents import Document, fold_approver
+from projections.outcomes import RULES_VERSION, classify
+
+from .audit import AuditReport, replay_plan
+from .audit import audit as run_audit
+from .history import summaries
+
+__all__ = [
+    "PlanReport",
+    "gather_report",
+    "render_html",
+]
+
+
+# The byte-level check of what is read: a database's, or an offline bundle's.
+Verification = VerifyReport | BundleReport
+
+
+# ------------------------------------------------------------------------- the data
+
+
+class TimelineRow(msgspec.Struct, kw_only=True):
+    position: int
+    recorded_at: str
+    actor: str
+    type: str
+    phase: str | None  # the plan's phase after the event
+    summary: str
+
+
+class DeviationRow(msgspec.Struct, kw_only=True):
+    pointer: str
+    kind: str
+    message: str
+
+
+class GateRow(msgspec.Struct, kw_only=True):
+    position: int
+    recorded_at: str
+    gate: str
+    tool: str
+    tool_version: int | None
+    step: str | None
+    verdict: str
+    attempt: int
+    iteration: int
+    strict_mode: bool
+    deviations: list[DeviationRow]
+
+
+class ResultRow(msgspec.Struct, kw_only=True):
+    position: int
+    validation: str
+    mode: str
+    verdict: str  # pass | fail | no verdict (cause)
+    message: str | None
+    duration_ms: int
+    run_id: str
+    attempt: int
+
+
+class RunRow(msgspec.Struct, kw_only=True):
+    run_id: str
+    position: int
+    attempt: int
+    revision: int
+    resolved: int  # how many attachments the run resolved
+    outcome: str | None  # None while the run is open
+    rules_version: int | None
+    rederived: str | None  # the outcome by the current rules
+    results: list[ResultRow]
+    vacuous: bool = False  # no required validation ran (recorded at completion)
+
+
+class AppliedFile(msgspec.Struct, kw_only=True):
+    """One file Apply wrote (or is writing, if it was interrupted)."""
+
+    resource: str | None
+    path: str | None
+    sha256: str | None
+
+
+class BindingRow(msgspec.Struct, kw_only=True):
+    """One member of the plan's binding set, pinned at Execute."""
+
+    validation: str | None
+    version: int | None
+    mode: str | None
+    scope: str | None
+    resource: str | None
+    attachment_id: str | None
+
+
+class DecisionRow(msgspec.Struct, kw_only=True):
+    decision_id: str
+    escalated_at: int
+    escalation_reason: str
+    options: list[str]
+    position: int | None  # None: still pending
+    approver: str | None
+    choice: str | None
+    guidance: str | None
+    reason: str | None
+    signed_at: str | None
+    key_fingerprint: str | None
+    signature: str  # verified | pending | what is wrong
+
+
+class TokenRow(msgspec.Struct, kw_only=True):
+    token_id: str
+    status: str  # minted | superseded | consumed
+    attempt: int
+    run_id: str
+    minted_at: int
+    issued_at: str
+    expires_at: str
+    consumed_at: int | None
+
+
+class HaltRow(msgspec.Struct, kw_only=True):
+    position: int
+    halt_type: str
+    raw_halt_type: str
+    reason: str
+    terminal: bool
+
+
+class ProblemRow(msgspec.Struct, kw_only=True):
+    position: int | None
+    kind: str
+    detail: str
+
+
+class VerificationSummary(msgspec.Struct, kw_only=True):
+    ok: bool
+    size: int
+    root: str
+    checked_events: int
+    checked_blobs: int
+    problems: list[ProblemRow]
+
+
+class AuditSummary(msgspec.Struct, kw_only=True):
+    ok: bool
+    size: int
+    checked: dict[str, int]
+    violations: list[ProblemRow]  # kind = the invariant; detail = expected / found
+
+
+class PlanReport(msgspec.Struct, kw_only=True):
+    plan_id: str
+    # Optional: a plan stream forged without its plan.created still gets a report.
+    project: str | None
+    resources: list[str]
+    phase: str | None
+    revision: int | None
+    attempt: int | None
+    outcome: str | None  # the plan's canonical outcome (seed 001), as its document has it
+    last_outcome: str | None  # the last validation run's
+    terminal: str | None  # applied, applied (unvalidated), failed
+    unvalidated: bool  # the last run had no required validation (require_validation false)
+    strict_mode: bool | None
+    binding: list[BindingRow]  # the binding set pinned at Execute
+    applied_files: list[AppliedFile]  # the change set Apply wrote (or is writing)
+    source: str
+    size: int  # the log was read as of this position
+    root: str
+    generated_at: str
+    timeline: list[TimelineRow]
+    gates: list[GateRow]
+    runs: list[RunRow]
+    decisions: list[DecisionRow]
+    tokens: list[TokenRow]
+    halts: list[HaltRow]
+    verification: VerificationSummary
+    audit: AuditSummary
+
+
+# --------------------------------------------------------------------- gathering
+
+
+def gather_report(
+    source: LogReader,
+    plan_id: str,
+    *,
+    verification: Verification | Callable[[], Verification],
+    audit_report: AuditReport | Callable[[], AuditReport] | None = None,
+    source_label: str = "",
+    generated_at: str | None = None,
+) -> PlanReport:
+    """Everything the report shows about ``plan_id``, read as of the current head.
+
+    ``verification`` is the byte-level check of the log: ``verify_store``'s report for a
+    database, a bundle's ``BundleReport`` for a bundle (or a callable returning one).
+    ``audit_report`` defaults to ``audit(source, plan=plan_id)``.
+    Raises ``CommandRefused`` for an unknown plan.
+    """
+    head = source.head()
+    size = head.size
+    events = source.read_stream(f"plan:{plan_id}", as_of=size)
+    if not events:
+        raise CommandRefused(f"unknown plan {plan_id!r}")
+    # The plan fold is total: a forged stream (no plan.created first, say) folds to what
+    # it can, the report shows it, and the audit below says what is wrong with it.
+    steps = replay_plan(source, plan_id, as_of=size)
+    doc = steps[-1].document
+    timeline = [TimelineRow(position=s.position, recorded_at=s.recorded_at, actor=s.actor,
+                            type=s.type, phase=s.phase, summary=line)
+                for s, line in zip(steps, summaries(events), strict=True)]
+    if callable(verification):
+        verification = verification()
+    if audit_report is None:
+        audit_report = run_audit(source, plan=plan_id)
+    elif callable(audit_report):
+        audit_report = audit_report()
+    config = doc.get("global_config") or {}
+    return PlanReport(
+        plan_id=plan_id, project=doc.get("project"), resources=list(doc.get("resources") or ()),
+        phase=doc.get("phase"), revision=doc.get("revision"), attempt=doc.get("attempt"),
+        outcome=doc.get("outcome"), last_outcome=doc.get("last_outcome"),
+        terminal=terminal_state(doc), unvalidated=bool(doc.get("unvalidated")),
+        strict_mode=config.get("strict_mode"), binding=_binding(doc),
+        applied_files=[AppliedFile(resource=f.get("resource"), path=f.get("path"),
+                                   sha256=f.get("sha256"))
+                       for f in (doc.get("applied") or doc.get("applying") or {}).get(
+                           "files", [])],
+        source=source_label, size=size,
+        root=head.root.hex(), generated_at=generated_at or utc_now(),
+        timeline=timeline,
+        gates=_gates(events), runs=_runs(events), decisions=_decisions(source, events, size),
+        tokens=_tokens(events), halts=_halts(events),
+        verification=_verification(verification),
+        audit=AuditSummary(
+            ok=audit_report.ok, size=audit_report.size, checked=dict(audit_report.checked),
+            violations=[ProblemRow(position=v.position, kind=v.invariant,
+                                   detail=f"expected {v.expected}; found {v.found}")
+                        for v in audit_report.violations]),
+    )
+
+
+def _binding(doc: Document) -> list[BindingRow]:
+    return [BindingRow(validation=b.get("validation"), version=b.get("validation_version"),
+                       mode=b.get("mode"), scope=b.get("scope"), resource=b.get("resource"),
+                       attachment_id=b.get("attachment_id"))
+            for b in doc.get("binding") or ()]
+
+
+def _verification(v: Verification) -> VerificationSummary:
+    if isinstance(v, BundleReport):
+        checked_events, checked_blobs = v.events, v.blobs
+    else:
+        checked_events, checked_blobs = v.checked_events, v.checked_blobs
+    return VerificationSummary(
+        ok=v.ok, size=v.size or 0, root=v.root or "", checked_events=checked_events,
+        checked_blobs=checked_blobs,
+        problems=[ProblemRow(position=p.position, kind=p.kind, detail=p.detail)
+                  for p in v.problems])
+
+
+def _gates(events: list[RecordedEvent]) -> list[GateRow]:
+    rows = []
+    for e in events:
+        p = e.payload
+        if not isinstance(p, GateChecked):
+            continue
+        deviations = [DeviationRow(
+            pointer=d.pointer or "/", kind=d.kind,
+            message=f"expected {d.expected}; found {d.actual_type}"
+            + (f" (schema {d.schema_pointer})" if d.schema_pointer else ""))
+            for d in p.deviations]
+        rows.append(GateRow(position=e.position, recorded_at=e.recorded_at, gate=p.gate,
+                            tool=p.tool, tool_version=p.tool_version, step=p.step,
+                            verdict=p.verdict, attempt=p.attempt, iteration=p.iteration,
+                            strict_mode=p.strict_mode, deviations=deviations))
+    return rows
+
+
+def _verdict(p: ValidationResultRecorded) -> str:
+    if p.verdict is None:
+        return f"no verdict ({p.cause})"
+    return "pass" if p.verdict else "fail"
+
+
+def _runs(events: list[RecordedEvent]) -> list[RunRow]:
+    runs: dict[str, RunRow] = {}
+    recorded: dict[str, list[ValidationResultRecorded]] = {}
+    for e in events:
+        p = e.payload
+        if isinstance(p, ValidationRunStarted):
+            runs[p.run_id] = RunRow(run_id=p.run_id, position=e.position, attempt=p.attempt,
+                                    revision=p.revision, resolved=len(p.resolved), outcome=None,
+                                    rules_version=None, rederived=None, results=[])
+            recorded[p.run_id] = []
+        elif isinstance(p, ValidationResultRecorded) and p.run_id in runs:
+            run = runs[p.run_id]
+            recorded[p.run_id].append(p)
+            run.results.append(ResultRow(
+                position=e.position, validation=p.validation, mode=p.mode,
+                verdict=_verdict(p), message=p.message, duration_ms=p.duration_ms,
+                run_id=p.run_id, attempt=run.attempt))
+        elif isinstance(p, ValidationRunCompleted) and p.run_id in runs:
+            run = runs[p.run_id]
+            run.outcome, run.rules_version = p.outcome, p.rules_version
+            run.vacuous = p.vacuous
+            # Shown next to the recorded outcome so drift is visible at a glance.
+            run.rederived = classify(msgspec.to_builtins(r) for r in recorded[p.run_id])[0]
+    return list(runs.values())
+
+
+def _decisions(source: LogReader, events: list[RecordedEvent], size: int) -> list[DecisionRow]:
+    escalations: dict[str, RecordedEvent] = {}
+    rows: dict[str, DecisionRow] = {}
+    for e in events:
+        p = e.payload
+        if isinstance(p, Escalated):
+            escalations[p.decision_id] = e
+            rows[p.decision_id] = DecisionRow(
+                decision_id=p.decision_id, escalated_at=e.position, escalation_reason=p.reason,
+                options=list(p.options), position=None, approver=None, choice=None,
+                guidance=None, reason=None, signed_at=None, key_fingerprint=None,
+                signature="pending")
+        elif isinstance(p, DecisionRecorded):
+            escalation = escalations.get(p.decision_id)
+            row = rows.get(p.decision_id) or DecisionRow(
+                decision_id=p.decision_id, escalated_at=0, escalation_reason="",
+                options=[], position=None, approver=None, choice=None, guidance=None,
+                reason=None, signed_at=None, key_fingerprint=None, signature="")
+            rows[p.decision_id] = msgspec.structs.replace(
+                row, position=e.position, approver=p.approver, choice=p.choice,
+                guidance=p.guidance, reason=p.reason, signed_at=p.signed_at,
+                key_fingerprint=p.key_fingerprint,
+                signature=_signature_status(source, e, escalation, size))
+    return list(rows.values())
+
+
+def _signature_status(source: LogReader, event: RecordedEvent,
+                      escalation: RecordedEvent | None, size: int) -> str:
+    """Re-check the decision's Ed25519 signature as the plane does
+    (``authority.decision_problem``): by the approver key registered in the log before
+    the decision, over the record pinned to the escalation's leaf hash (which a bundle
+    carries too). ``verified``, or the rule the decision breaks."""
+    p: DecisionRecorded = event.payload  # type: ignore[assignment]
+    approver: Document = {}
+    for e in source.read_stream(f"approver:{p.approver}", as_of=min(event.position, size)):
+        approver = fold_approver(approver, e.payload)
+    key = (approver.get("keys") or {}).get(p.key_fingerprint)
+    problem = decision_problem(
+        p, escalation.leaf_hash if escalation is not None else None,
+        ApproverKey(approver.get("name", ""), key["public_key"], key["status"])
+        if key else None)
+    return "verified" if problem is None else f"broken: expected {problem}"
+
+
+def _tokens(events: list[RecordedEvent]) -> list[TokenRow]:
+    tokens: dict[str, TokenRow] = {}
+    current: str | None = None
+    for e in events:
+        p = e.payload
+        if isinstance(p, TokenMinted):
+            if current is not None and tokens[current].status == "minted":
+                tokens[current].status = "superseded"
+            tokens[p.token_id] = TokenRow(
+                token_id=p.token_id, status="minted", attempt=p.attempt, run_id=p.run_id,
+                minted_at=e.position, issued_at=p.issued_at, expires_at=p.expires_at,
+                consumed_at=None)
+            current = p.token_id
+        elif isinstance(p, TokenConsumed) and p.token_id in tokens:
+            row = tokens[p.token_id]
+            row.status = "consumed"
+            row.consumed_at = row.consumed_at or e.position
+        elif isinstance(p, ValidationRunStarted | FixRecorded | ToolCalled) \
+                and current is not None and tokens[current].status == "minted":
+            # The same events the plan fold treats as superseding a minted token.
+            tokens[current].status = "superseded"
+    return list(tokens.values())
+
+
+def _halts(events: list[RecordedEvent]) -> list[HaltRow]:
+    return [HaltRow(position=e.position, halt_type=e.payload.halt_type,
+                    raw_halt_type=e.payload.raw_halt_type, reason=e.payload.reason,
+                    terminal=e.payload.terminal)
+            for e in events if isinstance(e.payload, PlanHalted)]
+
+
+# ----------------------------------------------------------------------- rendering
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#1d232b;
+ background:#f6f7f9;margin:0;padding:24px 32px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;
+ border-bottom:2px solid #d0d6de;padding-bottom:4px}
+h3{font-size:14px;margin:14px 0 6px}
+table{border-collapse:collapse;width:100%;background:#fff;margin:4px 0 8px}
+th,td{border:1px solid #d8dde3;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#e9edf2;font-weight:600}
+code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px;
+ overflow-wrap:anywhere}
+.nw{white-space:nowrap}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px;background:#fff;
+ padding:10px 14px;border:1px solid #d8dde3;margin:8px 0}
+dt{font-weight:600}dd{margin:0}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;
+ font-size:12.5px}
+.ok{background:#d5f2dc;color:#11612a}.bad{background:#fbd9d7;color:#8c1d18}
+.warn{background:#fdf0c8;color:#6d5200}.muted{background:#e6e9ed;color:#444d58}
+tr.fail td{background:#fff4f3}
+.none{color:#6b7480;font-style:italic}
+footer{margin-top:32px;color:#6b7480;font-size:12px}
+"""
+
+_OK = {"pass", "verified", "ok", "applied", "consumed"}
+_BAD = {"fail", "blocker", "failed", "internal_error", "validator_error",
+        "environment_error", "FAILED"}
+_WARN = {"escalate", "pending", "minted", "superseded", "revise", "abandon",
+         "applied (unvalidated)", "vacuous"}
+
+
+def _e(value: Any) -> str:
+    """Every value goes through here: nothing from the log reaches the page unescaped."""
+    return html.escape("-" if value is None else str(value), quote=True)
+
+
+def _yes_no(value: bool | None) -> str | None:
+    return None if value is None else "yes" if value else "no"
+
+
+def _badge(value: Any) -> str:
+    text = "-" if value is None else str(value)
+    if text in _OK:
+        kind = "ok"
+    elif text in _BAD or text.startswith(("no verdict", "broken:")):
+        kind = "bad"
+    else:
+        kind = "warn" if text in _WARN else "muted"
+    return f'<span class="badge {kind}">{_e(text)}</span>'
+
+
+def _table(headers: list[str], rows: list[list[str]], *, empty: str,
+           row_classes: list[str] | None = None) -> str:
+    """``rows`` hold already-rendered (escaped) cells."""
+    if not rows:
+        return f'<p class="none">{_e(empty)}</p>'
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _code(value: Any) -> str:
+    return f"<code>{_e(value)}</code>"
+
+
+def _nw(value: Any, *, code: bool = False) -> str:
+    """A cell that must not wrap (times, event types)."""
+    inner = _code(value) if code else _e(value)
+    return f'<span class="nw">{inner}</span>'
+
+
+def _dl(items: list[tuple[str, str]]) -> str:
+    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
+
+
+def _section(ident: str, title: str, body: str) -> str:
+    return f'<section id="{ident}"><h2>{_e(title)}</h2>{body}</section>'
+
+
+def _terminal(r: PlanReport) -> str:
+    if not r.terminal:
+        return _e("not terminal")
+    if r.terminal.endswith("(unvalidated)"):
+        return (_badge(r.terminal) + " " + _e("Apply after a run in which no required "
+                                             "validation ran (require_validation: false)"))
+    return _badge(r.terminal)
+
+
+def render_html(report: PlanReport) -> str:
+    """The report as one self-contained HTML page."""
+    r = report
+    verified = r.verification.ok and r.audit.ok
+    header = _dl([
+        ("plan", _code(r.plan_id)),
+        ("project", _e(r.project)),
+        ("resources", ", ".join(_code(x) for x in r.resources) or _e(None)),
+        ("phase", _e(r.phase)),
+        ("revision / attempt", f"{_e(r.revision)} / {_e(r.attempt)}"),
+        ("strict mode", _e(_yes_no(r.strict_mode))),
+        ("outcome", _badge(r.outcome)),
+        ("terminal state", _terminal(r)),
+        ("log", f"{_e(r.source or 'ledger')} as of position {_e(r.size)}, root "
+                f"{_code(r.root)}"),
+        ("verification", _badge("verified" if verified else "FAILED")),
+    ])
+    header += "<h3>Binding set (pinned at Execute)</h3>" + _table(
+        ["validation", "version", "mode", "scope", "resource", "attachment"],
+        [[_e(b.validation), _e(b.version), _e(b.mode), _e(b.scope), _code(b.resource),
+          _code(b.attachment_id)] for b in r.binding],
+        empty="no validation pinned")
+    header += "<h3>Files written by Apply</h3>" + _table(
+        ["resource", "path", "sha256"],
+        [[_code(f.resource), _code(f.path), _code(f.sha256)] for f in r.applied_files],
+        empty="none")
+
+    timeline = _table(
+        ["pos", "time", "actor", "event", "phase", "summary"],
+        [[_e(t.position), _nw(t.recorded_at), _e(t.actor), _nw(t.type, code=True), _e(t.phase),
+          _e(t.summary)] for t in r.timeline], empty="no events")
+
+    gate_rows, gate_classes = [], []
+    for g in r.gates:
+        subject = f"tool {g.tool}" + (f" v{g.tool_version}" if g.tool_version else "")
+        if g.step:
+            subject += f", step {g.step}"
+        gate_rows.append([_e(g.position), _e(g.gate), _e(subject), _badge(g.verdict),
+                          _e(f"{g.attempt} / {g.iteration}"), _e(_yes_no(g.strict_mode)),
+                          _e(len(g.deviations))])
+        gate_classes.append("fail" if g.verdict == "fail" else "")
+    gates = _table(["pos", "gate", "subject", "verdict", "attempt / iteration", "strict",
+                    "deviations"], gate_rows, empty="no gate checks",
+                   row_classes=gate_classes)
+    deviations = [[_e(g.position), _code(d.pointer), _code(d.kind), _e(d.message)]
+                  for g in r.gates for d in g.deviations]
+    gates += "<h3>Deviations</h3>" + _table(["gate check", "pointer", "kind", "message"],
+                                             deviations, empty="no deviations")
+
+    results = _table(
+        ["pos", "validation", "mode", "verdict", "message", "duration", "run / attempt"],
+        [[_e(x.position), _e(x.validation), _e(x.mode), _badge(x.verdict), _e(x.message),
+          _nw(f"{x.duration_ms} ms"), f"{_code(x.run_id[-6:])} / {_e(x.attempt)}"]
+         for run in r.runs for x in run.results], empty="no validation results",
+        row_classes=["fail" if x.verdict != "pass" else "" for run in r.runs
+                     for x in run.results])
+
+    decisions = _table(
+        ["decision", "escalated", "options", "approver", "choice", "guidance / reason",
+         "signed at", "signature"],
+        [[_code(d.decision_id), f"{_e(d.escalated_at)}: {_e(d.escalation_reason)}",
+          _e(", ".join(d.options)), _e(d.approver), _badge(d.choice),
+          _e(" / ".join(x for x in (d.guidance, d.reason) if x) or None), _nw(d.signed_at),
+          _badge(d.signature)] for d in r.decisions],
+        empty="no escalations or decisions")
+
+    tokens = _table(
+        ["token", "status", "attempt", "run", "minted at", "issued", "expires", "consumed at"],
+        [[_code(t.token_id), _badge(t.status), _e(t.attempt), _code(t.run_id),
+          _e(t.minted_at), _nw(t.issued_at), _nw(t.expires_at), _e(t.consumed_at)]
+         for t in r.tokens], empty="no token minted")
+
+    outcome = _dl([("outcome", _badge(r.outcome)),
+                   ("last run's outcome", _badge(r.last_outcome)
+                    + (_e(" — no required validation ran") if r.unvalidated else "")),
+                   ("terminal state", _terminal(r))])
+    outcome += "<h3>Runs</h3>" + _table(
+        ["run", "pos", "attempt / revision", "attachments", "recorded outcome",
+         f"re-derived (rules v{RULES_VERSION})"],
+        [[_code(x.run_id), _e(x.position), _e(f"{x.attempt} / {x.revision}"),
+          _e(x.resolved),
+          (_badge(x.outcome) + _e(f" (rules v{x.rules_version})")
+           + (" " + _badge("vacuous") if x.vacuous else "")) if x.outcome
+          else _e("open"),
+          _badge(x.rederived)] for x in r.runs], empty="no validation runs")
+    outcome += "<h3>Halts</h3>" + _table(
+        ["pos", "canonical", "raw", "terminal", "reason"],
+        [[_e(h.position), _badge(h.halt_type), _code(h.raw_halt_type), _e(_yes_no(h.terminal)),
+          _e(h.reason)] for h in r.halts], empty="no halts")
+
+    v, a = r.verification, r.audit
+    verify_line = (f"{_badge('verified')} {_e(v.checked_events)} events and "
+                   f"{_e(v.checked_blobs)} blobs verified" if v.ok else
+                   f"{_badge('FAILED')} {_e(len(v.problems))} problem(s)")
+    audit_line = (f"{_badge('ok')} {_e(a.size)} events audited, no violation" if a.ok else
+                  f"{_badge('FAILED')} {_e(len(a.violations))} violation(s)")
+    verification = _dl([
+        ("log (verify)", verify_line),
+        ("tree head", f"{_e(v.size)} : {_code(v.root)}"),
+        ("invariants (audit --plan)", audit_line),
+        ("checks run", _e(", ".join(f"{k} {n}" for k, n in a.checked.items()) or None)),
+    ])
+    if v.problems:
+        verification += "<h3>Verification problems</h3>" + _table(
+            ["position", "kind", "detail"],
+            [[_e(p.position if p.position is not None else "head"), _code(p.kind),
+              _e(p.detail)] for p in v.problems], empty="")
+    if a.violations:
+        verification += "<h3>Audit violations</h3>" + _table(
+            ["position", "invariant", "detail"],
+            [[_e(p.position if p.position is not None else "log"), _code(p.kind),
+              _e(p.detail)] for p in a.violations], empty="")
+
+    body = "".join([
+        f"<h1>Evidence report: plan {_e(r.plan_id)}</h1>",
+        _section("plan", "Plan", header),
+        _section("timeline", "Timeline", timeline),
+        _section("gates", "Gate checks", gates),
+        _section("validations", "Validation results", results),
+        _section("decisions", "Decisions", decisions),
+        _section("token", "Token", tokens),
+        _section("outcome", "Outcome classification", outcome),
+        _section("verification", "Verification", verification),
+        f"<footer>Generated {_e(r.generated_at)} by evidence {_e(ledger.__version__)} "
+        f"from {_e(r.source or 'the ledger')} at tree size {_e(r.size)}.</footer>",
+    ])
+    # The CSP forbids every fetch: the page must stand alone, offline, as it is.
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>Evidence report: {_e(r.plan_id)}</title><style>{CSS}</style></head>"
+        f"<body>{body}</body></html>\n"
+    )

@@ -1,0 +1,156 @@
+"""Offline bundles on the command line: ``export --bundle FILE`` writes one; ``verify``,
+``audit`` and ``replay`` given ``--bundle FILE`` read it and open no database at all."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+import ledger
+from commands.plane.signing import plane_key_path
+from ledger.bundle import Bundle, BundleError, BundleReport, load_bundle, write_bundle
+from ledger.intake import read_text
+from ledger.keys import load_private_key, load_public_key
+
+from .common import EXIT_VERDICT, console, emit_json, fail, open_store
+from .terminal import inert
+
+__all__ = [
+    "bundle_option",
+    "default_origin",
+    "export_bundle_command",
+    "load_bundle_or_refuse",
+    "open_verified_bundle",
+    "print_bundle_report",
+    "public_key_option",
+    "signing_key",
+    "verify_bundle_command",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def bundle_option(fn: F) -> F:
+    return click.option(
+        "--bundle", "bundle_file", type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Read this offline bundle (evidence export --bundle) instead of a database.",
+    )(fn)
+
+
+def public_key_option(fn: F) -> F:
+    """``--public-key FILE``, which only a ``--bundle`` uses: given alone it is refused
+    (silently ignoring a key the user meant to check with would be a false assurance)."""
+
+    @click.option(
+        "--public-key", "public_key_file", type=click.Path(dir_okay=False, path_type=Path),
+        help="With --bundle: check its checkpoint with this key (default: the key it "
+             "carries).",
+    )
+    @functools.wraps(fn)
+    def wrapper(*args: Any, public_key_file: Path | None, **kwargs: Any) -> Any:
+        if public_key_file is not None and kwargs.get("bundle_file") is None:
+            fail("--public-key checks a --bundle: give the bundle too")
+        return fn(*args, public_key_file=public_key_file, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def signing_key(store: ledger.Store, key_file: Path | None) -> Any:
+    """``--key FILE``, else the ledger's plane key (refused if there is none)."""
+    if key_file is None:
+        key_file = plane_key_path(store.url)
+        if not os.path.lexists(key_file):
+            fail(f"no plane key at {key_file}: run `evidence init`, or give --key FILE")
+    return load_private_key(key_file)
+
+
+def default_origin(store: ledger.Store) -> str:
+    return f"evidence-ledger/{store.meta()['ledger_id']}"
+
+
+def export_bundle_command(out: Path, plan: str | None, key_file: Path | None,
+                          origin: str | None, as_json: bool) -> None:
+    store = open_store()
+    key = signing_key(store, key_file)
+    try:
+        origin = default_origin(store) if origin is None else origin
+        summary = write_bundle(store, out, key=key, origin=origin, plan=plan)
+    except BundleError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {out}: {exc.strerror}")
+    if as_json:
+        emit_json(summary)
+        return
+    scope = f" (plan {inert(plan)} and the streams it uses)" if plan else ""
+    click.echo(f"{summary.events} event(s){scope} and {summary.blobs} blob(s) to "
+               f"{inert(summary.out)}")
+    click.echo(f"signed checkpoint {inert(summary.origin)} {summary.size}:{summary.root}")
+
+
+def load_bundle_or_refuse(bundle_file: Path, public_key_file: Path | None,
+                          checkpoint_file: Path | None = None) -> Bundle:
+    """The bundle read and checked (``Bundle.report`` says how it fared); an unreadable
+    file or key is a refused command."""
+    public_key = load_public_key(public_key_file) if public_key_file is not None else None
+    kept = None
+    if checkpoint_file is not None:
+        kept = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
+    try:
+        return load_bundle(bundle_file, public_key=public_key, kept_checkpoint=kept)
+    except BundleError as exc:
+        fail(str(exc))
+
+
+def print_bundle_report(report: BundleReport) -> None:
+    out = console()
+    if report.ok:
+        scope = f" (plan {inert(report.plan)})" if report.plan else ""
+        out.print(f"ok: bundle verified: {report.events} event(s){scope} and {report.blobs} "
+                  "blob(s)", markup=False)
+        by = ("the public key given" if report.key_source == "given" else
+              "the key the bundle carries (give --public-key, or keep a checkpoint, to tie "
+              "it to a key you hold)")
+        out.print(f"signed checkpoint {inert(report.origin)} {report.size}:{report.root}: "
+                  "signature "
+                  f"ok by {by}", markup=False)
+        if report.kept is not None:
+            out.print(f"extends the kept checkpoint {report.kept.size}:{report.kept.root}",
+                      markup=False)
+        return
+    out.print(f"FAILED: {len(report.problems)} problem(s) in the bundle", markup=False)
+    for p in report.problems:
+        at = f"position {p.position}" if p.position is not None else "bundle"
+        out.print(f"  {at}: {p.kind}: {inert(p.detail)}", markup=False)
+
+
+def verify_bundle_command(bundle_file: Path, checkpoint_file: Path | None,
+                          public_key_file: Path | None, as_json: bool) -> None:
+    report = load_bundle_or_refuse(bundle_file, public_key_file, checkpoint_file).report
+    if as_json:
+        emit_json(report)
+    else:
+        print_bundle_report(report)
+    if not report.ok:
+        click.get_current_context().exit(EXIT_VERDICT)
+
+
+def open_verified_bundle(bundle_file: Path, public_key_file: Path | None,
+                         as_json: bool) -> Bundle:
+    """The bundle, for ``audit``/``replay``; one that does not verify is a verdict
+    (exit 1, its problems printed): nothing is derived from bytes that are not
+    authentic."""
+    bundle = load_bundle_or_refuse(bundle_file, public_key_file, None)
+    if not bundle.report.ok:
+        if as_json:
+            emit_json({"ok": False, "bundle": bundle.report})
+        else:
+            print_bundle_report(bundle.report)
+        click.get_current_context().exit(EXIT_VERDICT)
+    return bundle

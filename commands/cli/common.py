@@ -1,0 +1,126 @@
+"""What every command shares: the ``--db`` option (before or after the command), opening
+the store, JSON and table output, and the exit-status convention.
+
+Exit status: 0 success; 1 a verdict (verify found a problem, a gate deviation, a halt);
+2 a refused command (bad input, or a step the state does not allow) — with one line
+``error: ...`` on stderr and nothing appended.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import msgspec
+from rich.console import Console
+
+import ledger
+from commands.plane.core import Plane
+
+from .terminal import inert
+
+EXIT_OK, EXIT_VERDICT, EXIT_REFUSED = 0, 1, 2
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DB_HELP = "Database URL (default: $EVIDENCE_DB, else sqlite:///evidence.db)."
+
+
+def db_option(fn: F) -> F:
+    """Accept ``--db`` after the command too: ``evidence events --db URL``."""
+
+    @click.option("--db", "db_url", default=None, metavar="URL", help=DB_HELP)
+    @functools.wraps(fn)
+    def wrapper(*args: Any, db_url: str | None, **kwargs: Any) -> Any:
+        if db_url is not None:
+            click.get_current_context().find_root().meta["evidence.db"] = db_url
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def workdir_option(fn: F) -> F:
+    """``--workdir DIR``: where plans' sandboxes live (default: the ledger's state
+    directory, ``$EVIDENCE_STATE_DIR`` or ``<db>.state``). Give every command working on
+    a plan the same one."""
+
+    @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+                  default=None, help="Where plans' sandboxes live (default: "
+                  "$EVIDENCE_STATE_DIR, else DB.state next to a SQLite file).")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, workdir: Path | None, **kwargs: Any) -> Any:
+        if workdir is not None:
+            click.get_current_context().find_root().meta["evidence.workdir"] = workdir
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def db_url() -> str:
+    return click.get_current_context().find_root().meta.get("evidence.db") or ledger.default_url()
+
+
+def open_store(*, create: bool = False) -> ledger.Store:
+    """Open the ledger named by ``--db``; read-only commands never create a file."""
+    store = ledger.open(db_url(), create=create)
+    click.get_current_context().call_on_close(store.close)
+    return store
+
+
+def open_plane(*, create: bool = True) -> Plane:
+    """The store with its read models (opening them may rebuild or catch them up)."""
+    plane = Plane.open(db_url(), create=create,
+                       workdir=click.get_current_context().find_root().meta.get(
+                           "evidence.workdir"))
+    click.get_current_context().call_on_close(plane.close)
+    return plane
+
+
+def json_option(fn: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document (see docs/cli.md)."
+    )(fn)
+
+
+def emit_json(document: Any) -> None:
+    sys.stdout.buffer.write(msgspec.json.encode(document) + b"\n")
+    sys.stdout.flush()
+
+
+def console() -> Console:
+    """Human output through rich: no markup, no emoji codes (what it prints may be the
+    agent's text; pass that through ``inert`` too)."""
+    return Console(soft_wrap=True, highlight=False, markup=False, emoji=False)
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Aligned columns, one line per row. On a terminal a line longer than the screen is
+    cut with an ellipsis (the last column is the one that gives); piped output is whole.
+    Every cell is shown ``inert``: control characters as visible escapes."""
+    columns = [inert(c) for c in columns]
+    rows = [[inert(c) for c in row] for row in rows]
+    tty = sys.stdout.isatty()
+    limit = shutil.get_terminal_size().columns if tty else None
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns[:-1])]
+
+    def line(cells: Sequence[str]) -> str:
+        text = "  ".join([*(c.ljust(w) for c, w in zip(cells, widths, strict=False)), cells[-1]])
+        text = text.rstrip()
+        if limit is not None and len(text) > limit:
+            text = text[: limit - 1] + "…"
+        return text
+
+    header = line(columns)
+    click.echo(click.style(header, bold=True) if tty else header)
+    for row in rows:
+        click.echo(line(row))
+
+
+def fail(message: str) -> None:
+    """Refuse the command: one line on stderr, exit 2."""
+    raise click.UsageError(inert(message))

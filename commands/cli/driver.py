@@ -1,0 +1,114 @@
+"""``evidence run`` and ``evidence demo``."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from commands.auditor.history import plan_history, summarize
+from commands.plane.driver import RunSummary, resume, run_plan_file
+
+from .common import db_option, emit_json, fail, json_option, open_plane, workdir_option
+from .terminal import inert
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _say_factory(as_json: bool):
+    """Progress: coloured on a terminal, plain lines when piped, silent with --json. The
+    message carries the agent's text (strategies, notes, messages): shown ``inert``, and
+    never read as markup (``[required]`` is a label)."""
+    if as_json:
+        return lambda _stage, _message: None
+    console = (Console(highlight=False, markup=False, emoji=False) if sys.stdout.isatty()
+               else None)
+
+    def say(stage: str, message: str) -> None:
+        message = inert(message)
+        if console is not None:
+            console.print(Text.assemble((f"{stage:>10}", "bold cyan"), " ", message))
+        else:
+            click.echo(f"{stage:>10} {message}")
+
+    return say
+
+
+def _print_summary(summary: RunSummary) -> None:
+    click.echo("")
+    click.echo(f"plan {inert(summary.plan_id)}: {summary.state}"
+               + (f" (outcome {summary.outcome})" if summary.outcome else ""))
+    if summary.token:
+        click.echo(f"token {summary.token[:24]}… consumed by Apply")
+    if summary.decision_id:
+        click.echo(f"escalated: decision {summary.decision_id} awaits a human:")
+        click.echo(f"  evidence authorize {summary.decision_id} --key KEY_FILE "
+                   "(--revise TEXT | --abandon)")
+        click.echo(f"  then: evidence run --resume {inert(summary.plan_id)}")
+    elif summary.halt and summary.state != "applied":
+        halt = summary.halt
+        click.echo(inert(f"halt {halt['halt_type']} ({halt['raw_halt_type']}): "
+                         f"{halt['reason']}"))
+    click.echo(f"events {summary.positions[0]}..{summary.positions[1]}; verify: "
+               f"{'ok' if summary.verify_ok else 'FAILED'} (tree head {summary.tree_head})")
+    click.echo(f"ledger {inert(summary.ledger)}")
+
+
+@click.command("run")
+@click.argument("plan_file", required=False, type=click.Path(path_type=Path))
+@click.option("--resume", "resume_id", metavar="PLAN_ID", help="Continue a plan after a "
+              "human decision.")
+@click.option("--plan-id", help="Run the file under another plan id.")
+@workdir_option
+@db_option
+@json_option
+def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None,
+        as_json: bool) -> None:
+    """Drive a whole plan from PLAN_FILE: gates, real tools, validations, Apply."""
+    if (plan_file is None) == (resume_id is None):
+        fail("give PLAN_FILE or --resume PLAN_ID")
+    say = _say_factory(as_json)
+    plane = open_plane()
+    summary = (resume(plane, resume_id, say=say) if resume_id is not None
+               else run_plan_file(plane, plan_file, plan_id=plan_id, say=say))
+    if as_json:
+        emit_json({"run": summary.to_json()})
+    else:
+        _print_summary(summary)
+    if summary.state != "applied":
+        click.get_current_context().exit(1)
+
+
+@click.command("demo")
+@click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the demo's project, sandbox and ledger in DIR.")
+@click.option("--db", "db_option_", default=None, metavar="URL",
+              help="Ledger URL (default: a fresh SQLite file in the demo directory).")
+def demo(keep: Path | None, db_option_: str | None) -> None:
+    """Run examples/green-after-fix on a fresh SQLite ledger; show history and verify."""
+    source = EXAMPLES / "green-after-fix"
+    if not source.is_dir():
+        fail(f"the example {source} is missing (install from a source checkout)")
+    root = keep.resolve() if keep else Path(tempfile.mkdtemp(prefix="evidence-demo-"))
+    target = root / "green-after-fix"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", ".evidence*"))
+    url = db_option_ or f"sqlite:///{root / 'demo.db'}"
+    meta = click.get_current_context().find_root().meta
+    meta["evidence.db"], meta["evidence.workdir"] = url, root / "work"
+    plane = open_plane()
+    summary = run_plan_file(plane, target / "plan.yaml", say=_say_factory(False))
+    click.echo("\nplan history:")
+    for event in plan_history(plane, summary.plan_id):
+        click.echo(f"  {event.position:>4}  {event.type:<30} "
+                   f"{inert(summarize(event.payload))}")
+    _print_summary(summary)
+    click.echo(f"demo files in {inert(root)}" + ("" if keep else " (temporary)"))
+    if summary.state != "applied":
+        click.get_current_context().exit(1)

@@ -1,0 +1,65 @@
+"""``evidence gate input`` and ``evidence gate output``."""
+
+from __future__ import annotations
+
+import click
+
+from commands.plane.gates import GateOutcome, gate_input, gate_output
+
+from .common import EXIT_VERDICT, db_option, emit_json, json_option, open_plane, print_table
+from .inputs import json_or_file, raw_bytes
+from .terminal import inert
+
+
+def _report(outcome: GateOutcome, as_json: bool) -> None:
+    check = outcome.check
+    if as_json:
+        emit_json({"gate": outcome.to_json()})
+    else:
+        subject = f"tool {check.tool}" if check.gate == "input" else f"step {check.step}"
+        click.echo(f"{check.gate} gate, {inert(subject)}: {check.verdict}"
+                   f" (attempt {check.attempt}, iteration {check.iteration})")
+        if check.deviations:
+            print_table(["pointer", "kind", "expected", "actual_type"],
+                        [[d.pointer or "/", d.kind, d.expected, d.actual_type]
+                         for d in check.deviations])
+            click.echo({
+                "retry": "routed: the attempt failed; retry in the next iteration",
+                "halted": "routed: max_iterations reached; the plan halted (blocker)",
+                "compensation": "routed: strict_mode; compensation requested, the plan "
+                                "halted (blocker)",
+            }[outcome.routed or "retry"])
+    if not outcome.passed:
+        click.get_current_context().exit(EXIT_VERDICT)
+
+
+@click.group()
+def gate() -> None:
+    """Structural gates: deviation is failure, recorded with every deviation."""
+
+
+@gate.command("input")
+@click.option("--plan", "plan_id", required=True)
+@click.option("--tool", required=True, help="The tool the agent proposes to call.")
+@click.option("--params", required=True, metavar="JSON|@file", help="The proposed parameters.")
+@click.option("--step", help="The step this call serves (its output gate finds the tool).")
+@db_option
+@json_option
+def input_(plan_id: str, tool: str, params: str, step: str | None, as_json: bool) -> None:
+    """Check a proposed call: tool identity and parameters. Exit 1 on any deviation."""
+    _report(gate_input(open_plane(), plan_id, tool, raw_bytes(params, "--params"), step=step),
+            as_json)
+
+
+@gate.command("output")
+@click.option("--plan", "plan_id", required=True)
+@click.option("--step", required=True)
+@click.option("--output", required=True, metavar="JSON|@file", help="The returned structure.")
+@click.option("--schema", metavar="JSON|@file", help="The step's output declaration.")
+@db_option
+@json_option
+def output(plan_id: str, step: str, output: str, schema: str | None, as_json: bool) -> None:
+    """Check a returned structure against the step's declaration. Exit 1 on any deviation."""
+    declared = json_or_file(schema, "--schema") if schema is not None else None
+    _report(gate_output(open_plane(), plan_id, step, raw_bytes(output, "--output"),
+                        schema=declared), as_json)

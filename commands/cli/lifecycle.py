@@ -1,0 +1,188 @@
+"""``evidence fix``, ``evidence keys``, ``evidence authorize`` and ``evidence apply``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import msgspec
+
+from commands.plane.lifecycle import (
+    add_approver_key,
+    apply_plan,
+    authorize,
+    complete_apply,
+    pending_decisions,
+    record_fix,
+    revoke_approver,
+)
+from commands.plane.signing import SigningError
+from ledger.keys import fingerprint, generate_key_pair
+
+from .common import (
+    db_option,
+    emit_json,
+    fail,
+    json_option,
+    open_plane,
+    print_table,
+    workdir_option,
+)
+from .inputs import raw_bytes, text_or_file
+from .terminal import inert
+
+
+@click.command()
+@click.argument("plan_id")
+@click.option("--note", required=True, metavar="TEXT|@file", help="What the fix changed.")
+@click.option("--diff", metavar="@file", help="The diff (kept in the blob store).")
+@workdir_option
+@db_option
+@json_option
+def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
+    """Record the agent's fix before re-validating."""
+    if diff is not None and not diff.startswith("@"):
+        fail("--diff takes @file")
+    doc = record_fix(open_plane(), plan_id, text_or_file(note, "--note"),
+                     diff=raw_bytes(diff, "--diff") if diff else None)
+    if as_json:
+        emit_json({"plan": doc})
+    else:
+        click.echo(f"fix recorded for plan {inert(plan_id)} (attempt {doc['attempt']})")
+
+
+@click.group()
+def keys() -> None:
+    """Approver keys (Ed25519): the private key never enters the ledger."""
+
+
+@keys.command("generate")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Private key file (mode 0600); the public key goes to FILE.pub.")
+@json_option
+def generate(out: Path, as_json: bool) -> None:
+    """Write a new key pair to local files. Nothing is recorded."""
+    try:
+        pair = generate_key_pair(out)
+    except SigningError as exc:
+        fail(str(exc))
+    print_ = fingerprint(pair.public_key)
+    if as_json:
+        emit_json({"private_key": str(out), "public_key": f"{out}.pub", "fingerprint": print_})
+    else:
+        click.echo(f"private key {inert(out)} (keep it away from the agent), public key "
+                   f"{inert(out)}.pub")
+        click.echo(f"fingerprint {print_}")
+
+
+@keys.command("add")
+@click.argument("name")
+@click.argument("pubkey_file", type=click.Path(dir_okay=False, path_type=Path))
+@db_option
+@json_option
+def add(name: str, pubkey_file: Path, as_json: bool) -> None:
+    """Register NAME's public key as an approver key."""
+    doc = add_approver_key(open_plane(), name, pubkey_file)
+    if as_json:
+        emit_json({"approver": doc})
+    else:
+        click.echo(f"approver {inert(name)}: {len(doc['keys'])} key(s)")
+
+
+@keys.command("revoke")
+@click.argument("name")
+@click.option("--reason", default="")
+@db_option
+@json_option
+def revoke(name: str, reason: str, as_json: bool) -> None:
+    """Revoke NAME's active keys: their signatures are refused from now on."""
+    doc = revoke_approver(open_plane(), name, reason=reason)
+    if as_json:
+        emit_json({"approver": doc})
+    else:
+        click.echo(f"approver {inert(name)}: keys revoked")
+
+
+@keys.command("list")
+@db_option
+@json_option
+def list_keys(as_json: bool) -> None:
+    """Registered approver keys."""
+    approvers = [d for d in open_plane().projections.documents("approvers") if d]
+    if as_json:
+        emit_json({"approvers": approvers})
+        return
+    print_table(["approver", "fingerprint", "status"],
+                [[a["name"], fp, key["status"]] for a in approvers
+                 for fp, key in a["keys"].items()])
+
+
+@click.command("authorize")
+@click.argument("decision_id", required=False)
+@click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="The approver's private key file.")
+@click.option("--revise", metavar="TEXT|@file", help="Back to Strategize with this guidance.")
+@click.option("--abandon", is_flag=True, help="End the plan (terminal failure).")
+@click.option("--reason", help="Why (recorded).")
+@db_option
+@json_option
+def authorize_(decision_id: str | None, key_file: Path | None, revise: str | None,
+               abandon: bool, reason: str | None, as_json: bool) -> None:
+    """Without DECISION_ID: list pending decisions. With it: sign and record a decision."""
+    plane = open_plane()
+    if decision_id is None:
+        if key_file is not None or revise is not None or abandon or reason is not None:
+            fail("give the DECISION_ID to decide (without it, authorize lists the pending "
+                 "decisions)")
+        pending = pending_decisions(plane)
+        if as_json:
+            emit_json({"decisions": [msgspec.to_builtins(p) for p in pending]})
+        else:
+            print_table(["decision", "plan", "options", "reason"],
+                        [[p.decision_id, p.plan_id, ",".join(p.options), p.reason]
+                         for p in pending])
+        return
+    if key_file is None:
+        fail("--key FILE is required to decide")
+    if (revise is None) == (not abandon):
+        fail("give exactly one of --revise TEXT or --abandon")
+    decided = authorize(plane, decision_id, key_file,
+                        choice="revise" if revise is not None else "abandon",
+                        guidance=text_or_file(revise, "--revise") if revise else None,
+                        reason=reason)
+    if as_json:
+        emit_json({"decision": msgspec.to_builtins(decided)})
+    else:
+        then = ("plan back in Strategize: record a strategy, execute, re-validate"
+                if decided.choice == "revise" else "plan ended (terminal failure)")
+        click.echo(f"decision {decision_id}: {decided.choice} by {inert(decided.approver)}; "
+                   f"{then}")
+
+
+@click.command("apply")
+@click.argument("plan_id")
+@click.option("--token", metavar="TOKEN|@file")
+@click.option("--resume", is_flag=True,
+              help="Finish an Apply that was interrupted after its change set was recorded.")
+@workdir_option
+@db_option
+@json_option
+def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None:
+    """Apply — the point of no return — with the token a passing validation minted: the
+    change set is recorded, the sandbox's files are written into the resources, then
+    the plan is applied. --resume finishes one a crash interrupted."""
+    if (token is None) == (not resume):
+        fail("give --token TOKEN, or --resume")
+    plane = open_plane()
+    if resume:
+        doc = complete_apply(plane, plan_id)
+    else:
+        doc = apply_plan(plane, plan_id, text_or_file(token or "", "--token", "token").strip())
+    files = (doc.get("applied") or {}).get("files", [])
+    if as_json:
+        emit_json({"plan": doc, "files": files})
+    else:
+        click.echo(f"plan {inert(plan_id)} applied (token {doc['token']['token_id']} consumed), "
+                   f"{len(files)} file(s) written")
+        for f in files:
+            click.echo(f"  {f['sha256'][:16]}  {inert(f['resource'])}/{inert(f['path'])}")

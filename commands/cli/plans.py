@@ -1,0 +1,223 @@
+"""``evidence plan create|list|show``."""
+
+from __future__ import annotations
+
+import click
+
+from commands.auditor.audit import retries_left
+from commands.auditor.history import plan_history, summaries
+from commands.plane.core import Plane
+from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.plans import OUTCOMES, create_plan, get_plan, list_plans, terminal_state
+from projections.documents import Document
+
+from .common import db_option, emit_json, json_option, open_plane, print_table, workdir_option
+from .inputs import json_or_file, text_or_file
+from .terminal import inert
+
+
+@click.group()
+def plan() -> None:
+    """Plans: Strategize -> Execute -> Apply."""
+
+
+@plan.command("create")
+@click.argument("plan_id")
+@click.option("--project", required=True, help="The project the plan works in.")
+@click.option("--resource", "resources", multiple=True, required=True,
+              help="A resource the plan touches (repeatable): repo:api, ./src ...")
+@click.option("--config", metavar="JSON|@file",
+              help="global_config: strict_mode, retry_limit, max_strategy_revisions, "
+                   "max_iterations.")
+@db_option
+@json_option
+def create(plan_id: str, project: str, resources: tuple[str, ...], config: str | None,
+           as_json: bool) -> None:
+    """Create PLAN_ID in phase Strategize."""
+    raw = json_or_file(config, "--config") if config else None
+    if raw is not None and not isinstance(raw, dict):
+        raise click.UsageError("--config must be a JSON object")
+    doc = create_plan(open_plane(), plan_id, project=project, resources=list(resources),
+                      config=raw)
+    if as_json:
+        emit_json({"plan": doc})
+    else:
+        click.echo(f"plan {inert(doc['plan_id'])} created in phase {doc['phase']}")
+
+
+@plan.command("list")
+@click.option("--project", help="Only plans of this project.")
+@click.option("--phase", type=click.Choice(["strategize", "execute", "apply"]),
+              help="Only plans in this phase.")
+@click.option("--outcome", type=click.Choice(OUTCOMES),
+              help="Only plans whose canonical outcome is this (escalate: awaiting a "
+                   "human decision).")
+@db_option
+@json_option
+def list_(project: str | None, phase: str | None, outcome: str | None, as_json: bool) -> None:
+    """List plans."""
+    plans = [p for p in list_plans(open_plane(), project=project)
+             if (phase is None or p.get("phase") == phase)
+             and (outcome is None or p.get("outcome") == outcome)]
+    if as_json:
+        emit_json({"plans": plans})
+        return
+    print_table(["plan", "project", "phase", "revision", "outcome", "terminal", "resources"],
+                [[_text(p.get("plan_id")), _text(p.get("project")), _text(p.get("phase")),
+                  _text(p.get("revision")), _text(p.get("outcome")),
+                  _text(terminal_state(p)), " ".join(p.get("resources") or ()) or "-"]
+                 for p in plans])
+
+
+@plan.command("show")
+@click.argument("plan_id")
+@workdir_option
+@db_option
+@json_option
+def show(plan_id: str, as_json: bool) -> None:
+    """Show one plan's current state (and where its sandbox is)."""
+    plane = open_plane()
+    doc = get_plan(plane, plan_id)
+    sandbox = _sandbox(plane, doc)
+    if as_json:
+        emit_json({"plan": doc, "sandbox": sandbox})
+        return
+    for key, value in plan_rows(plan_id, doc):
+        click.echo(f"{key.ljust(_WIDTH)}  {inert(value)}")
+    for resource, copy in sandbox.items():
+        click.echo(f"{'sandbox'.ljust(_WIDTH)}  {inert(resource)} -> {inert(copy)}")
+    applying = doc.get("applying")
+    written = (doc.get("applied") or applying or {}).get("files", [])
+    if written:
+        click.echo()
+        click.echo("files written by Apply" + (" (interrupted: evidence apply "
+                                               f"{inert(plan_id)} --resume)" if applying
+                                               else "")
+                   + ":")
+        print_table(["sha256", "resource", "path"],
+                    [[_text(f.get("sha256"))[:16], _text(f.get("resource")),
+                      _text(f.get("path"))] for f in written])
+    binding = doc.get("binding") or []
+    if binding:
+        click.echo()
+        click.echo(f"binding set ({len(binding)} pinned at Execute):")
+        print_table(["validation", "version", "mode", "scope", "resource", "attachment"],
+                    [[_text(b.get("validation")), _text(b.get("validation_version")),
+                      _text(b.get("mode")), _text(b.get("scope")), _text(b.get("resource")),
+                      _text(b.get("attachment_id"))] for b in binding])
+
+
+_WIDTH = len("strategy revisions used")  # the longest field name
+
+
+def _text(value: object) -> str:
+    """A document value as a cell: ``-`` for none."""
+    return "-" if value is None or value == "" else str(value)
+
+
+def _of(value: object, limit: object) -> str:
+    return "-" if value is None else f"{value} of {_text(limit)}"
+
+
+def plan_rows(plan_id: str, doc: Document) -> list[tuple[str, str]]:
+    """``plan show``'s field/value lines. Every member is read with a default: a plan
+    stream with no ``plan.created`` folds to ``{}``, and is still shown."""
+    if not doc:
+        return [("plan", plan_id),
+                ("state", "none: the stream has no plan.created (`evidence audit` reports "
+                          "it; `evidence plan history` shows its events)")]
+    get = doc.get
+    config = get("global_config") or {}
+    halt, token = get("halt") or {}, get("token") or {}
+    pending, compensation = get("pending_decision") or {}, get("compensation") or {}
+    used, limit = get("retries_used"), config.get("retry_limit")
+    last_outcome = _text(get("last_outcome"))
+    if get("unvalidated"):
+        last_outcome += " (no required validation ran)"
+    return [
+        ("plan", _text(get("plan_id"))),
+        ("project", _text(get("project"))),
+        ("resources", " ".join(get("resources") or ()) or "-"),
+        ("phase", _text(get("phase"))),
+        ("strategy revision", _text(get("revision"))),
+        ("attempt", _text(get("attempt"))),
+        ("iteration", _of(get("iteration"), config.get("max_iterations"))),
+        ("retries left", "-" if used is None or limit is None
+         else str(retries_left(limit, used))),
+        ("strategy revisions used",
+         _of(get("revisions_used"), config.get("max_strategy_revisions"))),
+        ("pending decision", _text(pending.get("decision_id"))),
+        ("token", f"{token.get('token_id')} ({token.get('status')})" if token else "-"),
+        ("strategy", _text(get("strategy"))),
+        ("gate checks", f"{get('gate_checks', 0)} ({get('gate_failures', 0)} failed)"),
+        ("tool calls", str(get("tool_calls", 0))),
+        ("outcome", _text(get("outcome"))),
+        ("last outcome", last_outcome),
+        ("informational failures", ", ".join(get("informational_failures") or ()) or "-"),
+        ("halt", f"{halt.get('halt_type')} (raw {halt.get('raw_halt_type')}): "
+                 f"{halt.get('reason')}" if halt else "-"),
+        ("compensation", _text(compensation.get("status"))),
+        ("terminal", _text(terminal_state(doc))),
+        ("global_config", " ".join(f"{k}={str(v).lower()}" for k, v in config.items())
+         or "-"),
+    ]
+
+
+@plan.command("strategize")
+@click.argument("plan_id")
+@click.option("--strategy", required=True, metavar="TEXT|@file", help="The strategy.")
+@db_option
+@json_option
+def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
+    """Record the strategy of the current revision (phase Strategize)."""
+    doc = record_strategy(open_plane(), plan_id, text_or_file(strategy, "--strategy"))
+    if as_json:
+        emit_json({"plan": doc})
+    else:
+        click.echo(f"plan {inert(plan_id)}: strategy recorded (revision {doc['revision']})")
+
+
+@plan.command("execute")
+@click.argument("plan_id")
+@workdir_option
+@db_option
+@json_option
+def execute(plan_id: str, as_json: bool) -> None:
+    """Enter Execute (needs a recorded strategy): pins the binding set and makes the
+    plan's sandbox, where its tool calls, fixes and validations work until Apply."""
+    plane = open_plane()
+    doc = enter_execute(plane, plan_id)
+    sandbox = _sandbox(plane, doc)
+    if as_json:
+        emit_json({"plan": doc, "sandbox": sandbox})
+    else:
+        click.echo(f"plan {inert(plan_id)} entered Execute (attempt {doc['attempt']}), "
+                   f"{len(doc['binding'])} validation(s) pinned")
+        for resource, copy in sandbox.items():
+            click.echo(f"sandbox of {inert(resource)}: {inert(copy)}")
+
+
+def _sandbox(plane: Plane, doc: Document) -> dict[str, str]:
+    """Where the plan's work happens until Apply, by resource (none before Execute)."""
+    if not doc.get("plan_id") or doc.get("attempt", 0) == 0:
+        return {}
+    return {r: str(p) for r, p in plane.sandbox(doc).existing().items()}
+
+
+@plan.command("history")
+@click.argument("plan_id")
+@db_option
+@json_option
+def history(plan_id: str, as_json: bool) -> None:
+    """The plan's timeline: every event with a one-line summary."""
+    events = plan_history(open_plane(), plan_id)
+    lines = summaries(events)
+    if as_json:
+        emit_json({"plan_id": plan_id, "events": [
+            {"position": e.position, "recorded_at": e.recorded_at, "actor": e.actor,
+             "type": e.type, "event_id": e.event_id, "summary": line}
+            for e, line in zip(events, lines, strict=True)]})
+        return
+    print_table(["pos", "recorded_at", "actor", "event", "summary"],
+                [[str(e.position), e.recorded_at, e.actor, e.type, line]
+                 for e, line in zip(events, lines, strict=True)])

@@ -1,0 +1,223 @@
+"""``evidence review start|submit|account|result|list|show`` (docs/reviews.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from commands.plane.reviews import (
+    ReportVerificationError,
+    ReviewRequestInvalid,
+    account_review,
+    get_review,
+    list_reviews,
+    review_result,
+    source_findings,
+    start_review,
+    submit_candidate,
+)
+from ledger.intake import read_bytes
+
+from .common import (
+    EXIT_VERDICT,
+    db_option,
+    emit_json,
+    json_option,
+    open_plane,
+    print_table,
+)
+from .terminal import inert
+
+
+def _read(path: str, what: str) -> bytes:
+    """The file's exact bytes (the checks see what was written, duplicates included)."""
+    return read_bytes(path, "agent", f"{what} {path}")
+
+
+@click.group()
+def review() -> None:
+    """Advisory reviews (fusion_validate): recorded, accounted, verified; never a gate."""
+
+
+@review.command("start")
+@click.argument("file", metavar="FILE.json")
+@click.option("--plan", "plan_id", help="Record the finished review on this plan "
+                                         "(an informational result).")
+@db_option
+@json_option
+def start(file: str, plan_id: str | None, as_json: bool) -> None:
+    """Check and record a review request; print its receipt (the task id)."""
+    data = _read(file, "FILE")
+    try:
+        task_id = start_review(open_plane(), data, plan_id=plan_id)
+    except ReviewRequestInvalid as exc:
+        if as_json:  # the violations as data too; the error line still goes to stderr
+            emit_json({"violations": [v.to_json() for v in exc.violations]})
+        raise
+    # Printed only now: the request is committed (durable preflight).
+    if as_json:
+        emit_json({"task_id": task_id})
+    else:
+        click.echo(task_id)
+
+
+@review.command("submit")
+@click.argument("task_id", metavar="TASK")
+@click.argument("file")
+@click.option("--reviewer", required=True, help="Who wrote the report (anonymised as A, B …).")
+@db_option
+@json_option
+def submit(task_id: str, file: str, reviewer: str, as_json: bool) -> None:
+    """Record a candidate report. Exit 1 when it failed the schema (kept as a limitation)."""
+    result = submit_candidate(open_plane(), task_id, _read(file, "FILE"), reviewer=reviewer)
+    if as_json:
+        emit_json({"submission": result.to_json()})
+    elif result.valid:
+        ids = ", ".join(result.finding_ids) or "no findings"
+        click.echo(f"review {inert(task_id)}: candidate {result.label} recorded "
+                   f"({inert(ids)})")
+    else:
+        click.echo(f"review {inert(task_id)}: candidate {result.label} failed the candidate "
+                   "schema; "
+                   "recorded as a limitation:")
+        for error in result.errors:
+            click.echo(f"  {inert(error)}")
+    if not result.valid:
+        click.get_current_context().exit(EXIT_VERDICT)
+
+
+@review.command("account")
+@click.argument("task_id", metavar="TASK")
+@click.argument("file")
+@db_option
+@json_option
+def account(task_id: str, file: str, as_json: bool) -> None:
+    """Check the evaluator's accounting; commit the report, or record the failed attempt
+    (exit 1; one repair is allowed, a second failure fails the review)."""
+    outcome = account_review(open_plane(), task_id, _read(file, "FILE"))
+    if as_json:
+        emit_json({"accounting": outcome.to_json()})
+    elif outcome.accepted:
+        click.echo(f"review {inert(task_id)}: accounting accepted (attempt {outcome.attempt}); "
+                   f"report committed, sha256 {outcome.report_sha256}")
+    else:
+        then = ("one repair attempt is left" if outcome.status == "repair"
+                else "the review failed")
+        click.echo(f"review {inert(task_id)}: accounting attempt {outcome.attempt} rejected "
+                   f"({len(outcome.violations)} violation(s)); {then}")
+        for violation in outcome.violations:
+            click.echo(f"  {inert(violation)}")
+    if not outcome.accepted:
+        click.get_current_context().exit(EXIT_VERDICT)
+
+
+@review.command("result")
+@click.argument("task_id", metavar="TASK")
+@db_option
+@json_option
+def result(task_id: str, as_json: bool) -> None:
+    """The full committed report, after verifying its SHA-256. Exit 1 if it fails."""
+    try:
+        found = review_result(open_plane(), task_id)
+    except ReportVerificationError as exc:
+        if as_json:
+            emit_json({"task_id": task_id, "verified": False, "report_sha256": exc.expected,
+                       "actual_sha256": exc.actual})
+        click.echo(f"error: {inert(str(exc))}", err=True)
+        click.get_current_context().exit(EXIT_VERDICT)
+        return
+    if as_json:
+        emit_json(found.to_json())
+        return
+    _print_report(found.report, found.report_sha256)
+
+
+def _print_report(report: dict[str, Any], sha256: str) -> None:
+    """Every part of the report, whole: never cut to the terminal's width. The reviewers'
+    text is shown ``inert``; evidence, impact and rationale keep their line breaks."""
+    request = report["request"]
+    click.echo(f"advisory review report (sha256 {sha256}, verified)")
+    click.echo(f"objective: {inert(request['objective'])}")
+    click.echo(f"candidates: {report['candidates']['submitted']} submitted, "
+               f"{report['candidates']['valid']} valid")
+    click.echo(f"\nfindings ({len(report['findings'])}):")
+    for n, group in enumerate(report["findings"], start=1):
+        merged = f" (merged from {group['reports']} reports)" if group["reports"] > 1 else ""
+        click.echo(inert(f"{n}. [{group['severity']}] {group['summary']}{merged}"))
+        for finding in group["findings"]:
+            click.echo(inert(f"   - [{finding['severity']}] {finding['summary']}"))
+            for key in ("location", "evidence", "impact"):
+                click.echo(f"     {key}: {inert(finding[key], multiline=key != 'location')}")
+        for reason in group["rationale"]:
+            click.echo(f"   rationale: {inert(reason, multiline=True)}")
+    click.echo(f"\nexclusions ({len(report['exclusions'])}):")
+    for excluded in report["exclusions"]:
+        finding = excluded["finding"]
+        click.echo(inert(f"- [{finding['severity']}] {finding['summary']} "
+                         f"({finding['location']})"))
+        click.echo(f"  rationale: {inert(excluded['rationale'], multiline=True)}")
+    for title in ("verified", "limitations"):
+        click.echo(f"\n{title} ({len(report[title])}):")
+        for line in report[title]:
+            click.echo(f"- {inert(line)}")
+
+
+@review.command("list")
+@click.option("--plan", "plan_id", help="Only reviews linked to this plan.")
+@click.option("--status", type=click.Choice(["started", "repair", "accounted", "completed",
+                                             "failed"]), help="Only reviews in this status.")
+@db_option
+@json_option
+def list_(plan_id: str | None, status: str | None, as_json: bool) -> None:
+    """List reviews, oldest first."""
+    reviews = [_summary(doc) for doc in list_reviews(open_plane(), plan_id=plan_id,
+                                                     status=status)]
+    if as_json:
+        emit_json({"reviews": reviews})
+        return
+    print_table(["task", "status", "plan", "candidates", "attempts", "report"],
+                [[r["task_id"], r["status"], r["plan_id"] or "-", str(r["candidates"]),
+                  str(r["accounting_attempts"]), r["report_sha256"] or "-"] for r in reviews])
+
+
+def _summary(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"task_id": doc["task_id"], "status": doc["status"], "plan_id": doc["plan_id"],
+            "objective": doc["request"]["objective"], "candidates": len(doc["candidates"]),
+            "accounting_attempts": doc["accounting_attempts"],
+            "report_sha256": doc["report"]["sha256"] if doc["report"] else None}
+
+
+@review.command("show")
+@click.argument("task_id", metavar="TASK")
+@db_option
+@json_option
+def show(task_id: str, as_json: bool) -> None:
+    """One review: request, candidates, the source findings to account for, attempts."""
+    doc = get_review(open_plane(), task_id)
+    if as_json:
+        emit_json({"review": doc, "source_findings": source_findings(doc)})
+        return
+    summary = _summary(doc)
+    rows = [("task", doc["task_id"]), ("status", doc["status"]),
+            ("plan", doc["plan_id"] or "-"), ("objective", doc["request"]["objective"]),
+            ("request sha256", doc["request_sha256"]),
+            ("accounting attempts", str(doc["accounting_attempts"])),
+            ("report sha256", summary["report_sha256"] or "-"),
+            ("failure", doc["failure"] or "-")]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        click.echo(f"{key.ljust(width)}  {inert(value)}")
+    click.echo("")
+    print_table(["label", "reviewer", "valid", "findings", "limitations"],
+                [[label, c["reviewer"], "yes" if c["valid"] else "no", str(len(c["findings"])),
+                  str(len(c["limitations"]))] for label, c in doc["candidates"].items()])
+    sources = source_findings(doc)
+    if sources:
+        click.echo("")
+        print_table(["id", "severity", "location", "summary"],
+                    [[f["id"], f["severity"], f["location"], f["summary"]] for f in sources])
+    for n, violations in enumerate(doc["rejections"], start=1):
+        click.echo(f"\nrejected accounting attempt {n}:")
+        for violation in violations:
+            click.echo(f"  {inert(violation)}")

@@ -1,0 +1,309 @@
+"""What the plane decides from: streams folded from the events table, never a read model.
+
+The ``rm_*`` tables are query caches with no triggers: anyone holding the database file
+can edit them, so no decision reads them. Every authority fact — a plan's phase, binding
+set, pending decision, retry budget and token; approver keys and revocations; a tool's
+registered versions; the attachments in force — is folded here from the events themselves,
+inside the deciding transaction (``Plane.run``) or, for reads that need no lock, from a
+plain snapshot of the store.
+
+A plan's stream is also *checked* as it is folded, so that no decision rests on events a
+writer appended past the plane: every event must be a legal transition
+(``projections.plan_rules``), every binding set must be exactly what applied when it was
+pinned, and every human decision must carry a valid signature by the approver key in
+force at its position over its escalation's leaf hash. A plan whose history fails a
+check is refused (``TamperedPlan``); ``evidence audit`` names the same position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from commands.errors import CommandRefused
+from ledger import RecordedEvent, Store
+from ledger.events import (
+    ApproverKeyAdded,
+    ApproverKeyRevoked,
+    AttachmentCreated,
+    AttachmentDetached,
+    DecisionRecorded,
+    Escalated,
+    ExecuteEntered,
+    ResolvedAttachment,
+    TokenMinted,
+    ToolRegistered,
+    ValidationRegistered,
+)
+from ledger.keys import public_key_from_b64
+from projections.documents import Document, fold
+from projections.plan_rules import broken_rule
+from projections.resolution import pin_binding, resolve_plan
+
+from .signing import SigningError, approver_record, decision_record, verify_record
+
+__all__ = [
+    "APPROVER_TYPES",
+    "REGISTRY_TYPES",
+    "Authority",
+    "EventSource",
+    "StoreSource",
+    "StreamState",
+    "TamperedPlan",
+    "decision_problem",
+    "endorsed",
+    "token_signed",
+]
+
+APPROVER_TYPES = (ApproverKeyAdded.type_name(), ApproverKeyRevoked.type_name())
+REGISTRY_TYPES = (AttachmentCreated.type_name(), AttachmentDetached.type_name(),
+                  ToolRegistered.type_name(), ValidationRegistered.type_name())
+
+
+class TamperedPlan(CommandRefused):
+    """The plan's stream holds an event the plane would never have written."""
+
+    def __init__(self, plan_id: str, position: int, rule: str) -> None:
+        self.position, self.rule = position, rule
+        super().__init__(f"plan {plan_id}'s log breaks a rule at position {position} "
+                         f"({rule}): the plane will not act on it; `evidence audit` "
+                         "reports it")
+
+
+class EventSource(Protocol):
+    """Reads of the events table: inside a write transaction (``ledger.WriteTx``) or
+    from the store."""
+
+    def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]: ...
+    def read_types(self, types: Sequence[str]) -> list[RecordedEvent]: ...
+    def present_blobs(self, digests: Sequence[str]) -> set[str]: ...
+
+
+class StoreSource:
+    """An ``EventSource`` over the store, each read its own short transaction."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]:
+        return self.store.read_stream(stream, from_version)
+
+    def read_types(self, types: Sequence[str]) -> list[RecordedEvent]:
+        return list(self.store.read_all(types=list(types)))
+
+    def present_blobs(self, digests: Sequence[str]) -> set[str]:
+        return self.store.present_blobs(digests)
+
+
+class StreamState:
+    """A stream's document and version (0 and ``{}`` for a new stream), folded from the
+    events table, and the ``log`` it was read from (for the other streams a decision
+    needs, read in the same transaction)."""
+
+    __slots__ = ("doc", "log", "stream", "version")
+
+    def __init__(self, stream: str, doc: Document, version: int,
+                 log: Authority | None = None) -> None:
+        self.stream, self.doc, self.version, self.log = stream, doc, version, log
+
+    @property
+    def exists(self) -> bool:
+        return self.version > 0
+
+
+# Checked plan prefixes, shared by every Authority of one Plane: events never change, so a
+# prefix checked once stays checked (a long-lived plane reads only what is new).
+Checked = dict[str, tuple[int, Document, frozenset[str]]]  # version, doc, token ids
+
+
+@dataclass
+class ApproverKey:
+    name: str
+    public_key: str
+    status: str
+
+
+PlaneKey = Callable[[], Ed25519PublicKey]
+
+
+class Authority:
+    """Folds and checks streams from one ``EventSource``. ``plane_key`` gives the plane's
+    public key (loaded only when an approver key must be checked)."""
+
+    def __init__(self, source: EventSource, checked: Checked | None = None,
+                 plane_key: PlaneKey | None = None) -> None:
+        self.source = source
+        self._plane_key = plane_key
+        self._checked: Checked = {} if checked is None else checked
+        self._registry: list[RecordedEvent] | None = None
+        self._approvers: list[RecordedEvent] | None = None
+
+    # -- streams ----------------------------------------------------------------------
+
+    def state(self, stream: str) -> StreamState:
+        """The stream folded from its events; a plan's stream is checked as well."""
+        if stream.startswith("plan:"):
+            return self._plan(stream)
+        doc: Document = {}
+        events = self.source.read_stream(stream)
+        for event in events:
+            doc = fold(stream, doc, event.payload)
+        return StreamState(stream, doc, events[-1].stream_version if events else 0, self)
+
+    def tool(self, name: str) -> Document | None:
+        """A tool's (or validation's) document with every registered version."""
+        state = self.state(f"tool:{name}")
+        return state.doc if state.exists else None
+
+    def tool_version(self, name: str, version: int | None) -> Document | None:
+        """The spec of one registered version (the current one when ``version`` is None)."""
+        doc = self.tool(name)
+        if doc is None:
+            return None
+        if version is None:
+            return doc["spec"]  # type: ignore[no-any-return]
+        return doc["versions"].get(str(version))  # type: ignore[no-any-return]
+
+    def present_blobs(self, digests: Sequence[str]) -> set[str]:
+        """Which of ``digests`` the blob store holds."""
+        return self.source.present_blobs(list(dict.fromkeys(digests))) if digests else set()
+
+    # -- the registry and approvers, folded from their events -------------------------
+
+    def applicable(self, plan: Document, *, before: int | None = None) -> list[ResolvedAttachment]:
+        """The attachments that apply to ``plan`` (as of just before position ``before``)."""
+        attachments, tools = self._fold_registry(before)
+        return resolve_plan(attachments.values(), tools, plan)
+
+    def approver_keys(self, *, before: int | None = None) -> dict[str, ApproverKey]:
+        """Every approver key by fingerprint, with its status (as of before ``before``).
+        A key the plane key did not endorse is nobody's: it is left out."""
+        if self._approvers is None:
+            events = self.source.read_types(APPROVER_TYPES)
+            public = self._plane_key() if self._plane_key is not None and any(
+                isinstance(e.payload, ApproverKeyAdded) for e in events) else None
+            self._approvers = [e for e in events if not isinstance(e.payload, ApproverKeyAdded)
+                               or (public is not None and endorsed(e.payload, public))]
+        docs = _fold_streams(self._approvers, before)
+        return {fp: ApproverKey(doc["name"], key["public_key"], key["status"])
+                for doc in docs.values() for fp, key in doc.get("keys", {}).items()}
+
+    def _fold_registry(self, before: int | None
+                       ) -> tuple[dict[str, Document], dict[str, Document]]:
+        if self._registry is None:
+            self._registry = self.source.read_types(REGISTRY_TYPES)
+        docs = _fold_streams(self._registry, before)
+        attachments = {s: d for s, d in docs.items() if s.startswith("attachment:")}
+        tools = {d["name"]: d for s, d in docs.items()
+                 if s.startswith("tool:") and d.get("kind") == "validation"}
+        return attachments, tools
+
+    # -- a plan, checked --------------------------------------------------------------
+
+    def _plan(self, stream: str) -> StreamState:
+        plan_id = stream.partition(":")[2]
+        version, doc, tokens = self._checked.get(stream, (0, {}, frozenset()))
+        events = self.source.read_stream(stream, version + 1)
+        minted = set(tokens)
+        for event in events:
+            p = event.payload
+            rule = broken_rule(stream, doc, p)
+            if rule is None and isinstance(p, ExecuteEntered):
+                rule = self._binding_problem(doc, p, event.position)
+            if rule is None and isinstance(p, TokenMinted):
+                rule = self._token_problem(p, minted)
+                minted.add(p.token_id)
+            if rule is None and isinstance(p, DecisionRecorded):
+                rule = decision_problem(
+                    p, self._escalation_leaf(stream, p.decision_id),
+                    self.approver_keys(before=event.position).get(p.key_fingerprint))
+            if rule is not None:
+                raise TamperedPlan(plan_id, event.position, rule)
+            doc = fold(stream, doc, p)
+            version = event.stream_version
+        self._checked[stream] = (version, doc, frozenset(minted))
+        return StreamState(stream, doc, version, self)
+
+    def _token_problem(self, p: TokenMinted, minted: set[str]) -> str | None:
+        """A token is minted once (a replayed mint would revive a superseded token), and
+        by the plane key (its signature over the claims)."""
+        if p.token_id in minted:
+            return f"token {p.token_id} is minted once"
+        if self._plane_key is not None and not token_signed(p, self._plane_key()):
+            return f"token {p.token_id} is signed by the plane key"
+        return None
+
+    def _binding_problem(self, doc: Document, p: ExecuteEntered, position: int) -> str | None:
+        pinned = [msgspec.convert(b, ResolvedAttachment) for b in doc["binding"]]
+        expected = pin_binding(pinned, self.applicable(doc, before=position))
+        if list(p.binding) != expected:
+            return "the binding set pinned at Execute is every attachment that applied then"
+        return None
+
+    def _escalation_leaf(self, stream: str, decision_id: str) -> bytes | None:
+        for event in self.source.read_stream(stream):
+            if isinstance(event.payload, Escalated) and event.payload.decision_id == decision_id:
+                return event.leaf_hash
+        return None
+
+
+def _fold_streams(events: list[RecordedEvent], before: int | None) -> dict[str, Document]:
+    """Each stream's document, folded from ``events`` (in position order) up to just
+    before position ``before``."""
+    docs: dict[str, Document] = {}
+    for event in events:
+        if before is not None and event.position >= before:
+            break
+        docs[event.stream] = fold(event.stream, docs.get(event.stream, {}), event.payload)
+    return docs
+
+
+def endorsed(p: ApproverKeyAdded, plane_public_key: Ed25519PublicKey) -> bool:
+    """Whether the plane key signed this approver key's registration."""
+    try:
+        return verify_record(plane_public_key,
+                             approver_record(p.name, p.public_key, p.fingerprint),
+                             p.endorsement, domain="approver")
+    except (SigningError, ValueError):
+        return False
+
+
+def token_signed(p: TokenMinted, plane_public_key: Ed25519PublicKey) -> bool:
+    """Whether the plane key signed this token's claims (the token's own signature)."""
+    claims = {"token_id": p.token_id, "plan_id": p.plan_id, "attempt": p.attempt,
+              "results_digest": p.results_digest, "issued_at": p.issued_at,
+              "expires_at": p.expires_at}
+    try:
+        return verify_record(plane_public_key, claims, p.signature, domain="token")
+    except (SigningError, ValueError):
+        return False
+
+
+def decision_problem(p: DecisionRecorded, escalation_leaf: bytes | None,
+                     key: ApproverKey | None) -> str | None:
+    """Why a recorded decision is not a human's (None when its signature holds): the key
+    must be the named approver's, active at the decision's position, and sign the record
+    binding decision, plan, the escalation's leaf hash, choice, guidance and reason."""
+    if escalation_leaf is None:
+        return f"decision {p.decision_id} follows its escalation"
+    if p.escalation_hash != escalation_leaf.hex():
+        return f"decision {p.decision_id} is signed over its escalation's leaf hash"
+    if key is None or key.name != p.approver:
+        return f"decision {p.decision_id} is signed with a registered key of {p.approver!r}"
+    if key.status != "active":
+        return f"decision {p.decision_id} is signed with a key active at its position"
+    try:
+        record = decision_record(p.decision_id, p.plan_id, p.choice, p.guidance,
+                                 p.escalation_hash, p.signed_at, p.reason)
+        ok = verify_record(public_key_from_b64(key.public_key), record, p.signature,
+                           domain="decision")
+    except (SigningError, ValueError):
+        ok = False
+    if not ok:
+        return f"decision {p.decision_id}'s signature verifies"
+    return None
+

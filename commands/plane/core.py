@@ -1,0 +1,153 @@
+"""The plane's Python API: a store, its read models, and how a command handler appends.
+
+Every handler follows one shape, ``Plane.run(stream, decide)``: inside one write
+transaction holding the ledger lock, the stream is folded **from the events table**
+(``commands.authority``: a plan's history is checked as it is folded), ``decide``
+refuses with ``CommandRefused`` or returns payloads, each payload is checked against
+the stream's transition rules, gets its structural delta (RFC 6902, from the stream's
+document before it to after it), and is appended with the read models updated in that
+same transaction. Read models are query caches: no decision reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from ulid import ULID
+
+from commands.errors import CommandRefused
+from commands.runner.sandbox import PlanSandbox, sandboxes_dir
+from ledger import EventPayload, NewEvent, RecordedEvent, Store, StreamAppend, WriteTx
+from ledger import open as open_store
+from projections import ProjectionEngine, delta, fold, open_projections
+from projections.documents import Document
+from projections.plan_rules import broken_rule
+
+from .authority import Authority, Checked, StoreSource, StreamState
+from .signing import load_or_create_plane_key
+
+__all__ = ["CommandRefused", "Decision", "Plane", "StreamState"]
+
+Decision = Sequence[EventPayload]
+RETRIES = 5  # optimistic callers of ``append`` decide again this often on a conflict
+
+
+class Plane:
+    """An open ledger with its read models. ``Plane.open(url)`` or ``Plane(store)``."""
+
+    def __init__(self, store: Store, projections: ProjectionEngine | None = None, *,
+                 workdir: Path | None = None) -> None:
+        self.store = store
+        self.sandboxes = sandboxes_dir(store.url, workdir)  # where plans' sandboxes live
+        self.projections = projections or open_projections(store)
+        self._checked: Checked = {}  # plan prefixes already checked (events never change)
+        self._plane_public: Ed25519PublicKey | None = None
+
+    @classmethod
+    def open(cls, url: str | None = None, *, create: bool = True,
+             workdir: Path | None = None) -> Plane:
+        store = open_store(url, create=create)
+        try:
+            return cls(store, workdir=workdir)
+        except BaseException:
+            store.close()
+            raise
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Plane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- state ------------------------------------------------------------------------
+
+    def plane_public_key(self) -> Ed25519PublicKey:
+        """The plane key's public half: it endorses approver keys and signs tokens."""
+        if self._plane_public is None:
+            self._plane_public = load_or_create_plane_key(self.store.url).public_key()
+        return self._plane_public
+
+    def sandbox(self, plan: Document) -> PlanSandbox:
+        """The plan's sandbox (``ensure()`` it before use: the copies are made lazily)."""
+        return PlanSandbox.of(self.sandboxes, plan)
+
+    def log(self) -> Authority:
+        """Authority reads outside a write transaction (each its own snapshot)."""
+        return Authority(StoreSource(self.store), self._checked, self.plane_public_key)
+
+    def state(self, stream: str) -> StreamState:
+        """The stream's document and version, folded from the events table."""
+        return self.log().state(stream)
+
+    # -- appending --------------------------------------------------------------------
+
+    def run(
+        self,
+        stream: str,
+        decide: Callable[[StreamState], Decision],
+        *,
+        actor: str = "system",
+        blobs: Iterable[bytes] = (),
+        correlation_id: str | None = None,
+        caused_by_first: bool = False,
+    ) -> list[RecordedEvent]:
+        """Fold the stream from the log under the ledger lock, decide, append — one
+        transaction, so nothing can move the state between the decision and its events.
+        ``decide`` must not open transactions of its own: other streams it needs are
+        read through ``state.log``, in the same transaction."""
+        blob_list = list(blobs)
+        self.projections.catch_up()
+        with self.store.write() as tx:
+            state = Authority(tx, self._checked, self.plane_public_key).state(stream)
+            payloads = decide(state)
+            if not payloads:
+                return []
+            return self._append(tx, state, payloads, actor=actor, blobs=blob_list,
+                                correlation_id=correlation_id,
+                                caused_by_first=caused_by_first)
+
+    def append(
+        self,
+        state: StreamState,
+        payloads: Decision,
+        *,
+        actor: str = "system",
+        blobs: Iterable[bytes] = (),
+        correlation_id: str | None = None,
+        caused_by_first: bool = False,
+    ) -> list[RecordedEvent]:
+        """Append ``payloads`` to ``state.stream`` expecting ``state.version`` (a
+        ``ConcurrencyError`` if the stream moved), each checked and with its delta."""
+        with self.store.write() as tx:
+            return self._append(tx, state, payloads, actor=actor, blobs=list(blobs),
+                                correlation_id=correlation_id,
+                                caused_by_first=caused_by_first)
+
+    def _append(self, tx: WriteTx, state: StreamState, payloads: Decision, *, actor: str,
+                blobs: list[bytes], correlation_id: str | None,
+                caused_by_first: bool) -> list[RecordedEvent]:
+        """With ``caused_by_first`` the later events name the first as their causation
+        (a gate check and the failure and halt it routes to)."""
+        doc = state.doc
+        events = []
+        first_id = str(ULID())
+        for i, payload in enumerate(payloads):
+            rule = broken_rule(state.stream, doc, payload)
+            if rule is not None:  # a handler's own checks come first, with better words
+                raise CommandRefused(f"refused: {rule}")
+            after = fold(state.stream, doc, payload)
+            events.append(NewEvent(
+                payload=payload, actor=actor, delta=delta(doc, after),
+                event_id=first_id if i == 0 else None, correlation_id=correlation_id,
+                causation_id=first_id if caused_by_first and i > 0 else None,
+            ))
+            doc = after
+        recorded = tx.append_batch([StreamAppend(state.stream, events, state.version)],
+                                   blobs=blobs)
+        self.projections.apply_inline(tx, recorded)
+        return recorded

@@ -1,0 +1,244 @@
+"""The structural gates (seed 003): input gate before a call, output gate before commit.
+
+Deviation is failure: nothing is coerced, dropped or filled, and every check — pass or
+fail — is a ``gate.checked`` event with every deviation, the schema's SHA-256 and the
+digest of the exact bytes checked (kept in the blob store with the schema, so an auditor
+can re-run the check). A failure is routed in the same append, by the plan's
+``strict_mode`` (fixed in its global_config):
+
+- off: the attempt fails (``plan.attempt_failed``, class ``model_behavior``) and the
+  critique loop may retry in the next iteration while the iteration is below
+  ``max_iterations``; at the bound the plan halts (raw ``max_iterations``, canonical
+  ``blocker``), terminally.
+- on: the first deviation is terminal: ``plan.compensation_requested`` and a halt (raw
+  ``structural_deviation``, canonical ``blocker``).
+
+Checks happen only in Execute; anywhere else the command is refused and nothing is
+appended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+
+from commands.schemas.checker import check, json_type
+from commands.schemas.prepare import InvalidSchemaError, prepare_schema
+from ledger import RecordedEvent
+from ledger.canonical import canonical_json
+from ledger.events import (
+    AttemptFailed,
+    CompensationRequested,
+    Deviation,
+    EventPayload,
+    GateChecked,
+    PlanHalted,
+    Truncation,
+)
+from ledger.intake import check_json_value
+from projections.documents import Document
+
+from .authority import Authority
+from .core import CommandRefused, Plane, StreamState
+from .phases import require_plan
+
+Routed = Literal["retry", "halted", "compensation"]
+
+# A tool that declares no input schema takes no parameters: its gate is the closed empty
+# object (the registry closes schemas; "nothing declared" must not mean "anything").
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {},
+                                 "additionalProperties": False}
+
+
+@dataclass
+class GateOutcome:
+    """What a gate check decided and how a failure was routed."""
+
+    check: GateChecked
+    routed: Routed | None
+    events: list[RecordedEvent] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.check.verdict == "pass"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **msgspec.to_builtins(self.check),
+            "routed": self.routed,
+            "positions": [e.position for e in self.events],
+        }
+
+
+def as_bytes(value: bytes | str | Any) -> bytes:
+    """The exact bytes to check: raw JSON as produced, or a Python value encoded."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")  # a lone surrogate: not UTF-8
+    try:  # msgspec writes NaN as null: refuse what has no JSON form instead
+        return msgspec.json.encode(check_json_value(value, "the value to check"))
+    except (TypeError, RecursionError) as exc:
+        raise CommandRefused(f"the value to check has no JSON form ({exc})") from None
+
+
+def gate_input(
+    plane: Plane,
+    plan_id: str,
+    tool: str,
+    params: bytes | str | Any,
+    *,
+    step: str | None = None,
+    actor: str = "agent",
+) -> GateOutcome:
+    """Tool identity and parameters against the tool's registered (closed) schema."""
+    raw = as_bytes(params)
+    found = plane.log().tool(tool)  # the registered schema, from the log
+    if found is None:
+        deviations = [Deviation(pointer="", kind="invented_tool", expected=(
+            "a registered tool"), actual_type="absent")]
+        schema, digest, version = None, None, None
+    else:
+        spec = found["spec"]
+        schema = spec.get("input_schema") or NO_PARAMETERS
+        digest = spec.get("input_schema_sha256") if spec.get("input_schema") else None
+        digest = digest or _sha256_of(schema)
+        version = found["version"]
+        deviations = check(schema, raw, schema_sha256=digest)
+    return _record(plane, plan_id, raw, schema, actor=actor, fields={
+        "gate": "input", "tool": tool, "tool_version": version, "step": step,
+        "schema_sha256": digest, "deviations": deviations})
+
+
+def gate_output(
+    plane: Plane,
+    plan_id: str,
+    step: str,
+    output: bytes | str | Any,
+    *,
+    schema: Any = None,
+    actor: str = "agent",
+    truncated: Truncation | None = None,
+) -> GateOutcome:
+    """The returned structure against the step's output declaration: ``schema`` when the
+    step declares one, else the output schema of the tool its input gate passed.
+
+    ``truncated``: ``output`` is the kept prefix of a tool's stdout that went over its
+    cap. It is never parsed — a prefix may happen to be a valid document that is not the
+    one printed — and fails as not JSON (``truncated_deviation``); the event records it
+    (``checked_truncated``) so an auditor re-derives the same verdict."""
+    raw = as_bytes(output)
+    log = plane.log()
+    plan = log.state(f"plan:{plan_id}")
+    step_tool = (plan.doc["steps"].get(step) if plan.exists else None) or {}
+    tool = step_tool.get("tool", "")
+    if schema is not None:
+        try:
+            prepared = prepare_schema(schema)
+        except InvalidSchemaError as exc:
+            raise CommandRefused(f"--schema: {exc}") from None
+        declared, digest = prepared.normalised, prepared.sha256
+    else:
+        declared, digest = _tool_output_schema(log, step_tool)
+    if declared is None:
+        deviations = [Deviation(
+            pointer="", kind="no_output_declaration",
+            expected=f"an output declaration for step {step!r}",
+            actual_type="invalid_json" if truncated else _json_type_of(raw))]
+    elif truncated is not None:
+        deviations = [truncated_deviation(truncated)]
+    else:
+        deviations = check(declared, raw, schema_sha256=digest)
+    extra = {} if truncated is None else {"checked_truncated": truncated}
+    return _record(plane, plan_id, raw, declared, actor=actor, fields={
+        "gate": "output", "tool": tool, "tool_version": step_tool.get("tool_version"),
+        "step": step, "schema_sha256": digest, "deviations": deviations, **extra})
+
+
+def truncated_deviation(truncated: Truncation) -> Deviation:
+    """The output gate's deviation for a truncated output: not JSON (``invalid_json``,
+    as for any output that is no JSON document), saying where it was cut."""
+    return Deviation(pointer="", kind="wrong_type", actual_type="invalid_json",
+                     expected=f"a JSON document (the output was truncated at "
+                              f"{truncated.kept} bytes of {truncated.size}, over its cap "
+                              "`max_output_bytes`; a truncated output is never parsed)")
+
+
+def _tool_output_schema(log: Authority, step_tool: Document) -> tuple[Any, str | None]:
+    if not step_tool:
+        return None, None
+    spec = log.tool_version(step_tool["tool"], step_tool["tool_version"])
+    if spec is None:
+        return None, None
+    if spec.get("output_schema") is None:
+        return None, None
+    return spec["output_schema"], spec.get("output_schema_sha256")
+
+
+def _record(plane: Plane, plan_id: str, raw: bytes, schema: Any, *, actor: str,
+            fields: dict[str, Any]) -> GateOutcome:
+    verdict = "fail" if fields["deviations"] else "pass"
+    decided: dict[str, Any] = {}
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        doc = require_plan(state, plan_id)
+        if doc["phase"] != "execute":
+            raise CommandRefused(f"plan {plan_id} is in {doc['phase'].capitalize()}: gate "
+                                 "checks happen only in Execute")
+        config = doc["global_config"]
+        attempt, iteration = doc["attempt"], doc["iteration"]
+        checked = GateChecked(plan_id=plan_id, verdict=verdict, attempt=attempt,
+                              iteration=iteration, strict_mode=config["strict_mode"],
+                              checked_sha256=_sha256_hex(raw), **fields)
+        routed, events = _route(checked, config, len(fields["deviations"]))
+        decided.update(check=checked, routed=routed)
+        return [checked, *events]
+
+    blobs = [raw] if schema is None else [raw, canonical_json(schema)]
+    events = plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=blobs,
+                       caused_by_first=True)
+    return GateOutcome(decided["check"], decided["routed"], events)
+
+
+def _route(checked: GateChecked, config: dict[str, Any],
+           count: int) -> tuple[Routed | None, list[EventPayload]]:
+    if checked.verdict == "pass":
+        return None, []
+    plan_id, attempt, iteration = checked.plan_id, checked.attempt, checked.iteration
+    where = f"{checked.gate} gate ({checked.tool or checked.step})"
+    reason = f"{count} structural deviation(s) at the {where}"
+    if config["strict_mode"]:
+        return "compensation", [
+            CompensationRequested(plan_id=plan_id, reason=reason),
+            PlanHalted(plan_id=plan_id, halt_type="blocker", final_decision="blocker",
+                       raw_halt_type="structural_deviation", reason=reason + " (strict_mode)",
+                       phase="execute", attempt=attempt, terminal=True),
+        ]
+    failed = AttemptFailed(plan_id=plan_id, attempt=attempt, iteration=iteration,
+                           failure_class="model_behavior", reason=reason)
+    if iteration < config["max_iterations"]:
+        return "retry", [failed]
+    return "halted", [failed, PlanHalted(
+        plan_id=plan_id, halt_type="blocker", final_decision="blocker",
+        raw_halt_type="max_iterations",
+        reason=f"{reason}; iteration {iteration} of max_iterations "
+               f"{config['max_iterations']}", phase="execute", attempt=attempt,
+        terminal=True)]
+
+
+def _sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _sha256_of(schema: Any) -> str:
+    return _sha256_hex(canonical_json(schema))
+
+
+def _json_type_of(raw: bytes) -> str:
+    try:
+        return json_type(msgspec.json.decode(raw))
+    except (msgspec.DecodeError, RecursionError):
+        return "invalid_json"

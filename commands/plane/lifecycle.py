@@ -1,0 +1,418 @@
+"""The failure loop, signed human decisions, tokens and Apply (seeds 000 and 001).
+
+State always comes from the plan's stream folded from the log (``commands.authority``),
+never from a read model or from memory:
+
+- a ``blocker`` fails the attempt; the agent records a fix (``record_fix``) and
+  re-validates. ``retry_limit`` such fix-then-revalidate cycles are allowed after a
+  strategy's first failure; the failure past them reverts the plan to Strategize (a
+  strategy revision, in the same append) while ``max_strategy_revisions`` allow, and
+  otherwise **escalates**: a pending decision with a ULID, its options, and a halt
+  ``escalate``;
+- ``authorize`` records a human decision signed (Ed25519) with a registered, unrevoked
+  approver key the agent process does not hold: ``revise`` sends the plan back to
+  Strategize with guidance and fresh budgets, ``abandon`` ends it. Only a pending
+  escalation can be decided: there is no decision that passes a blocker (INV3);
+- a ``pass`` mints a token signed with the plane's own key (INV1), bound to plan,
+  attempt and results digest; ``apply`` verifies it and consumes it with the Apply in
+  one append at the expected stream version, so two applies cannot both succeed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from ulid import ULID
+
+from commands.names import check_identifier
+from commands.runner.sandbox import change_blob, change_contents, change_set, write_change
+from ledger.canonical import canonical_json
+from ledger.events import (
+    ApproverKeyAdded,
+    ApproverKeyRevoked,
+    ChangesRecorded,
+    DecisionRecorded,
+    Escalated,
+    EventPayload,
+    FixRecorded,
+    PlanApplied,
+    PlanHalted,
+    StrategyRevisionRequested,
+    TokenConsumed,
+    TokenMinted,
+    ValidationResultRecorded,
+)
+from ledger.keys import fingerprint, load_private_key, load_public_key, public_key_b64
+from ledger.timestamps import rfc3339
+from projections.documents import Document
+
+from .authority import Authority, decision_problem
+from .core import CommandRefused, Plane, StreamState
+from .phases import require_plan
+from .signing import (
+    SigningError,
+    approver_record,
+    decision_record,
+    load_or_create_plane_key,
+    mint_token,
+    sign_record,
+    token_digest,
+    token_signature,
+    verify_token,
+)
+
+TOKEN_TTL = timedelta(hours=1)
+DECISION_OPTIONS = ["revise", "abandon"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# -- the failure loop ---------------------------------------------------------------------
+
+
+def after_blocker(plan: Document, reason: str, run_id: str | None = None
+                  ) -> list[EventPayload]:
+    """What a failed validation leads to, once it is counted (seed 000, steps 2-6):
+    within ``retry_limit`` fix-then-revalidate cycles after a strategy's first failure,
+    nothing more (the agent fixes, then re-validates); past them a strategy revision
+    while ``max_strategy_revisions`` allow; then an escalation to a human (appended with
+    the failure itself)."""
+    config = plan["global_config"]
+    failed = plan["retries_used"] + 1  # this failure included
+    if failed <= config["retry_limit"]:
+        return []
+    if plan["revisions_used"] < config["max_strategy_revisions"]:
+        return [StrategyRevisionRequested(
+            plan_id=plan["plan_id"], revision=plan["revision"] + 1, failed_attempts=failed,
+            reason=f"{failed} failed validations (retry limit {config['retry_limit']}): "
+                   f"{reason}")]
+    why = (f"{failed} failed validations (retry limit {config['retry_limit']}) and strategy "
+           f"revisions ({config['max_strategy_revisions']}) exhausted: {reason}")
+    escalated = escalation(plan, why)
+    return [escalated, PlanHalted(
+        plan_id=plan["plan_id"], halt_type="escalate", final_decision="escalate",
+        raw_halt_type="escalated", reason=why, hint=authorize_hint(escalated.decision_id),
+        phase="execute", attempt=plan["attempt"], result_refs=[run_id] if run_id else [])]
+
+
+def escalation(plan: Document, reason: str) -> Escalated:
+    """A pending decision for a human (a fresh decision id, the options)."""
+    return Escalated(plan_id=plan["plan_id"], decision_id=str(ULID()),
+                     options=DECISION_OPTIONS, reason=reason, revision=plan["revision"],
+                     attempt=plan["attempt"])
+
+
+def authorize_hint(decision_id: str) -> str:
+    return (f"human: evidence authorize {decision_id} --key FILE (--revise TEXT | "
+            "--abandon)")
+
+
+def require_no_pending_decision(doc: Document, plan_id: str) -> None:
+    pending = doc["pending_decision"]
+    if pending is not None:
+        raise CommandRefused(f"plan {plan_id} awaits a human decision: evidence authorize "
+                             f"{pending['decision_id']} --key FILE (--revise TEXT | --abandon)")
+
+
+def record_fix(plane: Plane, plan_id: str, note: str, *, diff: bytes | None = None,
+               actor: str = "agent") -> Document:
+    """The agent's fix before it re-validates (the diff, if any, goes to the blob store)."""
+    if not note.strip():
+        raise CommandRefused("--note is empty")
+
+    def decide(state: StreamState) -> list[FixRecorded]:
+        doc = require_plan(state, plan_id)
+        require_no_pending_decision(doc, plan_id)
+        if doc["phase"] != "execute":
+            raise CommandRefused(f"plan {plan_id} is in {doc['phase'].capitalize()}: fixes "
+                                 "are recorded in Execute")
+        return [FixRecorded(plan_id=plan_id, attempt=doc["attempt"], note=note,
+                            diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None)]
+
+    plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[diff] if diff else [])
+    return plane.state(f"plan:{plan_id}").doc
+
+
+# -- tokens (INV1) ------------------------------------------------------------------------
+
+
+def results_digest(results: list[ValidationResultRecorded]) -> str:
+    """SHA-256 over what the verdicts were made of: a token binds to this (INV1)."""
+    return hashlib.sha256(canonical_json(sorted(
+        ([r.attachment_id, r.validation, r.mode, r.verdict, r.cause, r.raw_output_sha256]
+         for r in results), key=lambda row: row[0]))).hexdigest()
+
+
+def token_for_pass(plane: Plane, plan: Document, run_id: str,
+                   results_digest: str) -> tuple[str, TokenMinted]:
+    """Mint a token for a passing run: the string for the agent, the event for the log."""
+    key = load_or_create_plane_key(plane.store.url)
+    issued = _now()
+    claims: dict[str, Any] = {
+        "token_id": str(ULID()), "plan_id": plan["plan_id"], "attempt": plan["attempt"],
+        "results_digest": results_digest, "issued_at": rfc3339(issued),
+        "expires_at": rfc3339(issued + TOKEN_TTL)}
+    token = mint_token(key, **claims)
+    return token, TokenMinted(token_sha256=token_digest(token), run_id=run_id,
+                              signature=token_signature(token), **claims)
+
+
+Progress = Callable[[str], None]  # told each step of Apply: "changes_recorded", ...
+
+
+def _silent(_step: str) -> None:
+    pass
+
+
+def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
+               progress: Progress = _silent) -> Document:
+    """Apply with a valid token: its signature, plan, attempt, results and expiry, single
+    use, and — from the log, in the deciding transaction — the run it was minted from
+    (INV1): every required member of the binding set passed, with its evidence present.
+
+    Crash-safe: the token's consumption and the change set (the plan's sandbox against
+    its resources: each file's path, digest and mode; the contents as blobs) are one
+    append — the point of no return — before any file is written; then the files are
+    written (temp file + rename each), then ``plan.applied``. Killed at any point,
+    ``complete_apply`` (``evidence apply --resume``) finishes it, once."""
+    public = load_or_create_plane_key(plane.store.url).public_key()
+    try:
+        claims = verify_token(public, token, plan_id=plan_id, now=_now())
+    except SigningError as exc:
+        raise CommandRefused(f"token refused: {exc}") from None
+    plan = plane.state(f"plan:{plan_id}").doc
+    changes, contents = change_set(plane.sandbox(plan).existing() if plan else {})
+    diff = change_blob(changes, contents)
+    progress("changes_computed")
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        doc = require_plan(state, plan_id)
+        held = doc["token"]
+        if held is None or held["token_id"] != claims.token_id:
+            raise CommandRefused("token refused: it is not the token this plan's last "
+                                 "passing run minted")
+        if held["status"] == "consumed":
+            raise CommandRefused("token refused: it was already used (tokens are single-use)")
+        if held["status"] != "minted":
+            raise CommandRefused("token refused: the plan moved on since it was minted (a "
+                                 "new run, fix, tool call, halt or decision); re-validate")
+        if doc["phase"] != "execute" or doc["last_outcome"] != "pass":
+            raise CommandRefused(f"plan {plan_id} is not at a passing end of Execute")
+        assert state.log is not None
+        problem = passing_run_problem(state.log, doc, claims.attempt, claims.results_digest,
+                                      held["run_id"])
+        if problem is not None:
+            raise CommandRefused(f"token refused: {problem}")
+        return [TokenConsumed(plan_id=plan_id, token_id=claims.token_id),
+                ChangesRecorded(plan_id=plan_id, token_id=claims.token_id,
+                                changes_sha256=hashlib.sha256(diff).hexdigest(),
+                                changes=changes)]
+
+    plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by_first=True, blobs=[diff])
+    progress("changes_recorded")
+    return complete_apply(plane, plan_id, actor=actor, progress=progress)
+
+
+def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
+                   progress: Progress = _silent) -> Document:
+    """Finish an Apply whose change set is recorded: write each file that does not
+    already match (from the blob store), then record ``plan.applied`` — once. A plan
+    already applied is returned as it is."""
+    stream = f"plan:{plan_id}"
+    doc = plane.state(stream).doc
+    if not doc:
+        raise CommandRefused(f"unknown plan {plan_id!r}")
+    if doc["terminal"] == "applied":
+        return doc
+    applying = doc.get("applying")
+    if applying is None:
+        raise CommandRefused(f"plan {plan_id} has no Apply under way (evidence apply "
+                             f"{plan_id} --token TOKEN)")
+    recorded = next(e.payload for e in reversed(plane.store.read_stream(stream))
+                    if isinstance(e.payload, ChangesRecorded))
+    blob = plane.store.get_blob(recorded.changes_sha256)
+    if blob is None:
+        raise CommandRefused(f"cannot finish Apply: its change set (blob "
+                             f"{recorded.changes_sha256}) is missing; `evidence verify` "
+                             "names it")
+    try:
+        contents = change_contents(bytes(blob))
+        files = [(change, contents[change.sha256]) for change in recorded.changes]
+    except (ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
+        raise CommandRefused(f"cannot finish Apply: its change set is damaged ({exc})"
+                             ) from None
+    for change, data in files:
+        write_change(change, data)
+        progress("file_written")
+    progress("files_written")
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        now = state.doc.get("applying")
+        if now is None or now["token_id"] != recorded.token_id:
+            return []  # another process finished it first: applied once
+        return [PlanApplied(plan_id=plan_id, token_id=recorded.token_id,
+                            changed_paths=[f"{c.resource}/{c.path}"
+                                           for c in recorded.changes])]
+
+    plane.run(stream, decide, actor=actor)
+    return plane.state(stream).doc
+
+
+def passing_run_problem(log: Authority, plan: Document, attempt: int, digest: str,
+                        run_id: str) -> str | None:
+    """Why the run a token names is no ground for Apply (None when it is): it must be the
+    plan's last run, at the token's attempt, its results digest the token's, a verdict
+    ``passed`` for every required member of the binding set (at least one, unless the
+    plan opted out), and every raw output it was judged on still in the blob store."""
+    if plan["last_run"] != run_id or plan["attempt"] != attempt:
+        return "it was not minted from the plan's last run at its current attempt"
+    results = [e.payload for e in log.source.read_stream(f"plan:{plan['plan_id']}")
+               if isinstance(e.payload, ValidationResultRecorded)
+               and e.payload.run_id == run_id]
+    if results_digest(results) != digest:
+        return "the run's recorded results do not hash to the token's results digest"
+    passed = {r.attachment_id for r in results if r.verdict is True and r.cause is None}
+    required = [b for b in plan["binding"] if b["mode"] == "required"]
+    missing = [b["validation"] for b in required if b["attachment_id"] not in passed]
+    if missing:
+        return f"required validation(s) {', '.join(sorted(missing))} have no passing result"
+    if not required and plan["global_config"].get("require_validation", True):
+        return "no required validation ran"
+    evidence = [r.raw_output_sha256 for r in results if r.raw_output_sha256]
+    absent = sorted(set(evidence) - log.present_blobs(evidence))
+    if absent:
+        return f"the evidence of the run is missing (blob {absent[0]})"
+    return None
+
+
+# -- approver keys ------------------------------------------------------------------------
+
+
+def add_approver_key(plane: Plane, name: str, public_key_file: Path, *,
+                     actor: str = "operator") -> Document:
+    check_identifier(name, "approver name")
+    try:
+        public = load_public_key(public_key_file)
+    except SigningError as exc:
+        raise CommandRefused(str(exc)) from None
+    print_ = fingerprint(public)
+    # Registering an approver takes the plane key: the operator's, never the agent's.
+    plane_key = load_or_create_plane_key(plane.store.url)
+
+    def decide(state: StreamState) -> list[ApproverKeyAdded]:
+        assert state.log is not None
+        known = state.log.approver_keys().get(print_)
+        if known is not None:
+            raise CommandRefused(f"key {print_[:16]}… is already registered for "
+                                 f"{known.name!r}")
+        encoded = public_key_b64(public)
+        return [ApproverKeyAdded(name=name, public_key=encoded, fingerprint=print_,
+                                 endorsement=sign_record(
+                                     plane_key, approver_record(name, encoded, print_),
+                                     domain="approver"))]
+
+    plane.run(f"approver:{name}", decide, actor=actor)
+    return plane.state(f"approver:{name}").doc
+
+
+def revoke_approver(plane: Plane, name: str, *, reason: str = "",
+                    actor: str = "operator") -> Document:
+    def decide(state: StreamState) -> list[ApproverKeyRevoked]:
+        active = [fp for fp, key in state.doc.get("keys", {}).items()
+                  if key["status"] == "active"]
+        if not active:
+            raise CommandRefused(f"approver {name!r} has no active key")
+        return [ApproverKeyRevoked(name=name, fingerprint=fp, reason=reason) for fp in active]
+
+    plane.run(f"approver:{name}", decide, actor=actor)
+    return plane.state(f"approver:{name}").doc
+
+
+# -- human decisions ----------------------------------------------------------------------
+
+
+@dataclass
+class Pending:
+    plan_id: str
+    decision_id: str
+    options: list[str]
+    reason: str
+
+
+def pending_decisions(plane: Plane) -> list[Pending]:
+    """Every pending escalation (a query: from the plans read model)."""
+    plane.projections.catch_up()
+    return [Pending(d["plan_id"], d["pending_decision"]["decision_id"],
+                    d["pending_decision"]["options"], d["pending_decision"]["reason"])
+            for d in plane.projections.documents("plans") if d.get("pending_decision")]
+
+
+def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
+              guidance: str | None = None, reason: str | None = None,
+              actor: str = "human") -> DecisionRecorded:
+    """Sign and record a decision on a pending escalation — and on nothing else. The
+    signature covers the decision, its plan, the escalation's leaf hash, the choice,
+    the guidance and the reason; the plane verifies it against the approver key in
+    force before recording it, and again wherever the decision is acted on."""
+    if choice not in DECISION_OPTIONS:
+        raise CommandRefused(f"a decision is one of {', '.join(DECISION_OPTIONS)}")
+    if choice == "revise" and not (guidance or "").strip():
+        raise CommandRefused("--revise needs the guidance text")
+    try:
+        private = load_private_key(key_file)
+    except SigningError as exc:
+        raise CommandRefused(str(exc)) from None
+    print_ = fingerprint(private.public_key())
+    escalation_event = next(
+        (e for e in plane.store.read_all(types=[Escalated.type_name()])
+         if e.payload.decision_id == decision_id), None)  # type: ignore[attr-defined]
+    if escalation_event is None:
+        raise CommandRefused(
+            f"no pending escalation {decision_id!r}: only a pending escalation can be "
+            "decided (a blocker is never overridable; a decided escalation stays decided)")
+    plan_id: str = escalation_event.payload.plan_id  # type: ignore[attr-defined]
+    signed_at = rfc3339(_now())
+    kept_guidance = guidance if choice == "revise" else None
+    record = decision_record(decision_id, plan_id, choice, kept_guidance,
+                             escalation_event.leaf_hash.hex(), signed_at, reason)
+    signature = sign_record(private, record, domain="decision")
+
+    def decide(state: StreamState) -> list[DecisionRecorded]:
+        if (state.doc.get("pending_decision") or {}).get("decision_id") != decision_id:
+            raise CommandRefused(
+                f"no pending escalation {decision_id!r}: only a pending escalation can be "
+                "decided (a blocker is never overridable; a decided escalation stays "
+                "decided)")
+        require_plan(state, plan_id)
+        assert state.log is not None
+        key = state.log.approver_keys().get(print_)
+        if key is None:
+            raise CommandRefused("this key belongs to no registered approver (evidence keys "
+                                 "add NAME PUBKEY_FILE)")
+        if key.status != "active":
+            raise CommandRefused(f"the key of approver {key.name!r} was revoked")
+        decided = DecisionRecorded(
+            plan_id=plan_id, decision_id=decision_id, choice=choice,  # type: ignore[arg-type]
+            guidance=kept_guidance, reason=reason, escalation_hash=record["escalation_hash"],
+            signed_at=signed_at, approver=key.name, key_fingerprint=print_,
+            signature=signature)
+        # The plane checks the signature as an auditor would, before it records it.
+        problem = decision_problem(decided, escalation_event.leaf_hash, key)
+        if problem is not None:
+            raise CommandRefused(f"the decision does not verify: {problem}")
+        done["event"] = decided
+        return [decided]
+
+    done: dict[str, DecisionRecorded] = {}
+    known = plane.log().approver_keys().get(print_)
+    plane.run(f"plan:{plan_id}", decide,
+              actor=f"{actor}:{known.name if known else print_[:16]}")
+    return done["event"]

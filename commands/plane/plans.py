@@ -1,0 +1,85 @@
+"""Plan handlers: create a plan; read plans from the plans read model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, get_args
+
+import msgspec
+
+from commands.names import check_identifier, check_resource
+from ledger.events import GlobalConfig, PlanCreated
+from ledger.events.validation import Outcome
+from projections.documents import Document
+
+from .core import CommandRefused, Plane, StreamState
+
+# The canonical outcome vocabulary (seed 001): a run's outcome, a halt's type.
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+
+
+def parse_global_config(raw: Mapping[str, Any] | None) -> GlobalConfig:
+    """Strict: unknown keys and wrong types are refused, nothing is coerced."""
+    try:
+        return msgspec.convert(dict(raw or {}), GlobalConfig, strict=True)
+    except msgspec.ValidationError as exc:
+        raise CommandRefused(f"invalid global_config: {exc}") from None
+
+
+def create_plan(
+    plane: Plane,
+    plan_id: str,
+    *,
+    project: str,
+    resources: Sequence[str],
+    config: Mapping[str, Any] | None = None,
+    actor: str = "system",
+) -> Document:
+    """Create a plan in phase Strategize; refused if the plan id is taken."""
+    check_identifier(plan_id, "plan id")
+    check_identifier(project, "project")
+    if not resources:
+        raise CommandRefused("a plan needs at least one --resource")
+    for resource in resources:
+        check_resource(resource)
+    if len(set(resources)) != len(resources):
+        raise CommandRefused("a resource is listed twice")
+    global_config = parse_global_config(config)
+
+    def decide(state: StreamState) -> list[PlanCreated]:
+        if state.exists:
+            raise CommandRefused(f"plan {plan_id!r} already exists")
+        return [PlanCreated(plan_id=plan_id, project=project, resources=list(resources),
+                            global_config=global_config)]
+
+    plane.run(f"plan:{plan_id}", decide, actor=actor)
+    return plane.state(f"plan:{plan_id}").doc
+
+
+def get_plan(plane: Plane, plan_id: str) -> Document:
+    """The plan's document; ``{}`` for a plan stream with no ``plan.created`` (only a raw
+    append makes one: it is in the log, so it is shown, and ``evidence audit`` reports
+    it). Refused for a plan with no events at all."""
+    found = plane.projections.document("plans", plan_id)
+    if found is None:
+        raise CommandRefused(f"unknown plan {plan_id!r}")
+    return found[0]
+
+
+def list_plans(plane: Plane, *, project: str | None = None) -> list[Document]:
+    """Every plan's document, by plan id; one whose stream has no ``plan.created`` is
+    listed as ``{"plan_id": ID}``."""
+    plane.projections.catch_up()
+    where = [] if project is None else [lambda t: t.c.project == project]
+    return [doc or {"plan_id": key}
+            for key, doc in plane.projections.keyed_documents("plans", *where).items()]
+
+
+def terminal_state(doc: Document) -> str | None:
+    """The plan's terminal state as shown everywhere: ``applied``, ``applied
+    (unvalidated)`` when the run its token came from had no required validation (a plan
+    created with ``require_validation: false``), ``failed``, or None."""
+    terminal = doc.get("terminal")
+    if terminal == "applied" and doc.get("unvalidated"):
+        return "applied (unvalidated)"
+    return terminal

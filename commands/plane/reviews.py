@@ -1,0 +1,816 @@
+"""Advisory reviews under the ``fusion_validate`` contract (seed 002), kept in the ledger.
+
+- ``start_review``: the request is normalised (every string trimmed, optional lists
+  ``[]``) and checked against the closed request schema of seed 002 and the cross-field
+  verification rule. Every violation is reported with its pointer and nothing is
+  appended; a valid request is recorded (``review.started``) and its task id returned
+  only after the commit (durable preflight).
+- ``submit_candidate``: a reviewer's report against the closed candidate schema. Labels
+  A, B, C … follow submission order; the host numbers findings ``A-F001`` …. A report
+  that fails the schema is recorded as that reviewer's limitation, never dropped.
+- ``account_review``: the evaluator's accounting of every source finding, exactly once.
+  A violating accounting is recorded as a failed attempt; one repair is allowed, a
+  second failure fails the review. An accepted accounting is rendered into the report
+  (``render_report``: deterministic, label- and id-free) and committed with its SHA-256,
+  the report bytes in the blob store, in the same transaction.
+- ``review_result``: the committed report, its hash verified on every retrieval.
+
+A review linked to a plan adds one informational ``validation.result_recorded`` to the
+plan when it ends: evidence on the plan, never a gate (see docs/reviews.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from ulid import ULID
+
+from commands.schemas.checker import check
+from ledger import ConcurrencyError, EventPayload, LedgerError, NewEvent, StreamAppend
+from ledger.canonical import canonical_json
+from ledger.events import (
+    Finding,
+    ReviewAccounted,
+    ReviewAccountingRejected,
+    ReviewCandidateSubmitted,
+    ReviewFailed,
+    ReviewReportCommitted,
+    ReviewStarted,
+    ValidationResultRecorded,
+)
+from ledger.events.gates import Deviation
+from ledger.timestamps import utc_now
+from projections import delta, fold
+from projections.documents import Document
+from projections.plan_rules import broken_rule
+
+from .core import RETRIES, CommandRefused, Plane, StreamState
+
+__all__ = [
+    "ACCOUNTING_SCHEMA",
+    "ACCOUNTING_VERSION",
+    "CANDIDATE_SCHEMA",
+    "CANDIDATE_VERSION",
+    "REPORT_FORMAT",
+    "REQUEST_SCHEMA",
+    "AccountingOutcome",
+    "ReportVerificationError",
+    "ReviewRequestInvalid",
+    "Submission",
+    "Violation",
+    "account_review",
+    "get_review",
+    "list_reviews",
+    "normalize_request",
+    "render_report",
+    "review_result",
+    "source_findings",
+    "start_review",
+    "submit_candidate",
+]
+
+CANDIDATE_VERSION = "fusion-validation-candidate.v1"
+ACCOUNTING_VERSION = "fusion-validation-accounting.v1"
+REPORT_FORMAT = "fusion-validation-report.v1"
+VALIDATION_NAME = "fusion_validate"  # the name a plan's informational result carries
+MAX_ACCOUNTING_ATTEMPTS = 2  # the first attempt and one repair
+
+_TRIMMED = "Non-empty string. Runtime normalization trims and rejects whitespace-only text."
+_LIST_TRIMMED = "Array of non-empty strings. Runtime normalization trims every item."
+
+
+def _text(description: str = _TRIMMED) -> dict[str, Any]:
+    return {"description": description, "minLength": 1, "type": "string"}
+
+
+def _texts(description: str | None = None, *, min_items: int | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"items": _text(), "type": "array"}
+    if description:
+        schema["description"] = description
+    if min_items is not None:
+        schema["minItems"] = min_items
+    return schema
+
+
+# The request contract of seed 002, exactly (its "Normalized TypeBox contract").
+REQUEST_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "properties": {
+        "acceptanceCriteria": _texts(min_items=1),
+        "background": _texts(_LIST_TRIMMED),
+        "changeSummary": _text(),
+        "exclusions": _texts(_LIST_TRIMMED),
+        "knownLimitations": _texts(_LIST_TRIMMED),
+        "objective": _text(),
+        "scope": _texts(min_items=1),
+        "verification": {
+            "additionalProperties": False,
+            "properties": {
+                "evidence": {
+                    "items": {
+                        "additionalProperties": False,
+                        "properties": {"check": _text(), "outcome": _text()},
+                        "required": ["check", "outcome"],
+                        "type": "object",
+                    },
+                    "type": "array",
+                },
+                "reason": _text(),
+                "status": {
+                    "description": "Google-compatible enum. Use 'provided' only with evidence; "
+                                   "use 'not_run' only with reason and no evidence.",
+                    "enum": ["provided", "not_run"],
+                    "type": "string",
+                },
+            },
+            "required": ["status"],
+            "type": "object",
+        },
+    },
+    "required": ["acceptanceCriteria", "background", "changeSummary", "objective", "scope",
+                 "verification"],
+    "type": "object",
+}
+
+_FINDING_PROPERTIES: dict[str, Any] = {
+    "severity": {"enum": ["critical", "high", "minor"], "type": "string"},
+    "location": _text(),
+    "evidence": _text(),
+    "impact": _text(),
+    "summary": _text(),
+}
+_FINDING_FIELDS = ["severity", "location", "evidence", "impact", "summary"]
+
+CANDIDATE_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "properties": {
+        "schema_version": {"const": CANDIDATE_VERSION},
+        "findings": {"items": {"additionalProperties": False,
+                               "properties": _FINDING_PROPERTIES,
+                               "required": _FINDING_FIELDS, "type": "object"},
+                     "type": "array"},
+        "verified": _texts(),
+        "limitations": _texts(),
+    },
+    "required": ["schema_version", "findings", "verified", "limitations"],
+    "type": "object",
+}
+
+_ID = {"minLength": 1, "type": "string"}
+ACCOUNTING_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "properties": {
+        "schema_version": {"const": ACCOUNTING_VERSION},
+        "validation_accounting": {
+            "additionalProperties": False,
+            "properties": {
+                "source_findings": {"items": {
+                    "additionalProperties": False,
+                    "properties": {"id": _ID, **_FINDING_PROPERTIES},
+                    "required": ["id", *_FINDING_FIELDS], "type": "object"},
+                    "type": "array"},
+                "decisions": {"items": {
+                    "additionalProperties": False,
+                    "properties": {"finding": _ID,
+                                   "decision": {"enum": ["include", "exclude"],
+                                                "type": "string"},
+                                   "group": _ID,
+                                   "rationale": {"minLength": 1, "type": "string"}},
+                    "required": ["finding", "decision", "rationale"], "type": "object"},
+                    "type": "array"},
+                "groups": {"items": {
+                    "additionalProperties": False,
+                    "properties": {"id": _ID,
+                                   "members": {"items": _ID, "minItems": 1, "type": "array"},
+                                   "rationale": {"minLength": 1, "type": "string"}},
+                    "required": ["id", "members"], "type": "object"},
+                    "type": "array"},
+            },
+            "required": ["source_findings", "decisions", "groups"],
+            "type": "object",
+        },
+    },
+    "required": ["schema_version", "validation_accounting"],
+    "type": "object",
+}
+
+# What a legacy ``{prompt}`` caller should send instead (shown in the migration error).
+NEW_SHAPE_EXAMPLE = (
+    '{"objective": "...", "background": ["..."], "changeSummary": "...", '
+    '"scope": ["..."], "acceptanceCriteria": ["..."], '
+    '"verification": {"status": "provided", "evidence": [{"check": "...", "outcome": "..."}]}'
+    ' | {"status": "not_run", "reason": "..."}, '
+    '"knownLimitations": ["..."], "exclusions": ["..."]}'
+)
+
+
+# -- violations ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule, at an RFC 6901 pointer into the document that broke it."""
+
+    pointer: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.pointer or '/'}: {self.message}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"pointer": self.pointer, "message": self.message}
+
+
+class ReviewRequestInvalid(CommandRefused):
+    """The request broke the contract: every violation, nothing appended."""
+
+    def __init__(self, violations: Sequence[Violation]) -> None:
+        self.violations = list(violations)
+        listed = "; ".join(str(v) for v in self.violations)
+        super().__init__(f"invalid review request ({len(self.violations)} violation(s)): "
+                         f"{listed}")
+
+
+class ReportVerificationError(LedgerError):
+    """The stored report does not hash to the committed SHA-256 (or is gone): a verdict."""
+
+    def __init__(self, task_id: str, expected: str, actual: str | None) -> None:
+        self.task_id, self.expected, self.actual = task_id, expected, actual
+        found = f"the stored bytes hash to {actual}" if actual else "the report blob is missing"
+        super().__init__(f"review {task_id}: report fails verification: committed sha256 "
+                         f"{expected}, {found}")
+
+
+def _from_deviation(d: Deviation) -> Violation:
+    if d.kind == "constraint" and d.expected == "length >= 1" and d.actual_type == "string":
+        return Violation(d.pointer, "must not be empty or whitespace-only")
+    if d.kind == "missing_required":
+        return Violation(d.pointer, f"missing ({d.expected})")
+    if d.kind == "extra_field":
+        return Violation(d.pointer, "not allowed: the schema is closed")
+    if d.kind == "constraint":
+        return Violation(d.pointer, f"expected {d.expected}")
+    return Violation(d.pointer, f"{d.kind}: expected {d.expected}, got {d.actual_type}")
+
+
+def _schema_violations(schema: dict[str, Any], instance: Any) -> list[Violation]:
+    return [_from_deviation(d) for d in check(schema, instance)]
+
+
+def _decode(data: bytes | str | Mapping[str, Any] | Any) -> tuple[Any, list[Violation]]:
+    """JSON bytes/text (duplicate member names are violations) or a decoded value."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return data, []
+    raw = bytes(data)
+    problems = [_from_deviation(d) for d in check({}, raw)]
+    if any(d.message.endswith("got invalid_json") for d in problems):
+        return None, [Violation("", "not a JSON document")]
+    return json.loads(raw), problems
+
+
+def _trimmed(value: Any) -> Any:
+    """Every string value trimmed, at any depth (keys are structure: untouched)."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, list):
+        return [_trimmed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _trimmed(v) for k, v in value.items()}
+    return value
+
+
+# -- the request -------------------------------------------------------------------------
+
+
+def normalize_request(data: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
+    """The normalised request, or ``ReviewRequestInvalid`` listing every violation.
+
+    Strings are trimmed before the schema check, so whitespace-only text fails
+    ``minLength``; ``knownLimitations``/``exclusions`` default to ``[]``; ``verification``
+    becomes ``{status, evidence[, reason]}`` with ``evidence`` always a list.
+    """
+    value, violations = _decode(data)
+    if isinstance(value, dict) and "prompt" in value:
+        # A legacy call: the new contract is not a superset of it, so say how to move.
+        raise ReviewRequestInvalid([Violation(
+            "/prompt", "legacy {prompt} requests are no longer accepted: split the prompt "
+            f"into the structured request, e.g. {NEW_SHAPE_EXAMPLE}")])
+    value = _trimmed(value)
+    violations += _schema_violations(REQUEST_SCHEMA, value)
+    violations += _verification_violations(value)
+    if violations:
+        raise ReviewRequestInvalid(sorted(set(violations), key=lambda v: (v.pointer,
+                                                                           v.message)))
+    verification = value["verification"]
+    normalised_verification: dict[str, Any] = {"status": verification["status"],
+                                              "evidence": verification.get("evidence", [])}
+    if "reason" in verification:
+        normalised_verification["reason"] = verification["reason"]
+    return {
+        "objective": value["objective"],
+        "background": value["background"],
+        "changeSummary": value["changeSummary"],
+        "scope": value["scope"],
+        "acceptanceCriteria": value["acceptanceCriteria"],
+        "verification": normalised_verification,
+        "knownLimitations": value.get("knownLimitations", []),
+        "exclusions": value.get("exclusions", []),
+    }
+
+
+def _verification_violations(request: Any) -> list[Violation]:
+    """The cross-field rule, checked whenever ``status`` is readable (so it is reported
+    together with any schema violation elsewhere)."""
+    verification = request.get("verification") if isinstance(request, dict) else None
+    if not isinstance(verification, dict):
+        return []
+    status = verification.get("status")
+    evidence = verification.get("evidence")
+    has_evidence = isinstance(evidence, list) and len(evidence) > 0
+    has_reason = "reason" in verification
+    found: list[Violation] = []
+    if status == "provided":
+        if not has_evidence:
+            found.append(Violation("/verification/evidence",
+                                   "status provided needs non-empty evidence"))
+        if has_reason:
+            found.append(Violation("/verification/reason", "status provided forbids reason"))
+    elif status == "not_run":
+        if not has_reason:
+            found.append(Violation("/verification/reason", "status not_run needs a reason"))
+        if has_evidence:
+            found.append(Violation("/verification/evidence",
+                                   "status not_run forbids non-empty evidence"))
+    return found
+
+
+def start_review(plane: Plane, request: bytes | str | Mapping[str, Any], *,
+                 plan_id: str | None = None, actor: str = "system") -> str:
+    """Record a valid request; the returned task id is the receipt (already committed)."""
+    normalised = normalize_request(request)
+    if plan_id is not None:
+        plane.projections.catch_up()
+        if plane.projections.document("plans", plan_id) is None:
+            raise CommandRefused(f"unknown plan {plan_id!r}")
+    task_id = str(ULID())
+    started = ReviewStarted(task_id=task_id, plan_id=plan_id, request=normalised,
+                            request_sha256=hashlib.sha256(canonical_json(normalised))
+                            .hexdigest())
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        if state.exists:  # a fresh ULID: cannot happen, but never overwrite a review
+            raise CommandRefused(f"review {task_id} already exists")
+        return [started]
+
+    plane.run(f"review:{task_id}", decide, actor=actor)
+    return task_id
+
+
+# -- candidates ----------------------------------------------------------------------------
+
+
+def label_for(index: int) -> str:
+    """0 -> A, 25 -> Z, 26 -> AA … (bijective base 26)."""
+    label = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        label = chr(ord("A") + rest) + label
+    return label
+
+
+@dataclass
+class Submission:
+    task_id: str
+    label: str
+    valid: bool
+    finding_ids: list[str]
+    errors: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "label": self.label, "valid": self.valid,
+                "findings": self.finding_ids, "errors": self.errors}
+
+
+def _require_review(state: StreamState, task_id: str) -> Document:
+    if not state.exists:
+        raise CommandRefused(f"unknown review {task_id!r}")
+    return state.doc
+
+
+def submit_candidate(plane: Plane, task_id: str, report: bytes | str | Mapping[str, Any], *,
+                     reviewer: str, actor: str | None = None) -> Submission:
+    """Record a candidate report under the next label; an invalid one as a limitation."""
+    reviewer = reviewer.strip()
+    if not reviewer:
+        raise CommandRefused("--reviewer must not be empty")
+    value, problems = _decode(report)
+    value = _trimmed(value)
+    violations = problems + ([] if problems and value is None
+                             else _schema_violations(CANDIDATE_SCHEMA, value))
+    errors = [str(v) for v in sorted(set(violations), key=lambda v: (v.pointer, v.message))]
+    made: dict[str, Submission] = {}
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        doc = _require_review(state, task_id)
+        if doc["status"] != "started":
+            raise CommandRefused(f"review {task_id} is {doc['status']}: candidate reports "
+                                 "are accepted only before accounting")
+        if any(c["reviewer"] == reviewer for c in doc["candidates"].values()):
+            raise CommandRefused(f"reviewer {reviewer!r} already submitted to review "
+                                 f"{task_id}")
+        label = label_for(len(doc["candidates"]))
+        if errors:
+            # Not dropped: the reviewer's failure is itself evidence about the review.
+            event = ReviewCandidateSubmitted(
+                task_id=task_id, label=label, reviewer=reviewer, valid=False, errors=errors,
+                limitations=[f"a candidate report failed the {CANDIDATE_VERSION} schema "
+                             f"({len(errors)} violation(s)): {'; '.join(errors)}"])
+        else:
+            findings = [Finding(id=f"{label}-F{i:03d}", **{k: f[k] for k in _FINDING_FIELDS})
+                        for i, f in enumerate(value["findings"], start=1)]
+            event = ReviewCandidateSubmitted(
+                task_id=task_id, label=label, reviewer=reviewer, valid=True,
+                findings=findings, verified=value["verified"],
+                limitations=value["limitations"])
+        made["submission"] = Submission(task_id, label, not errors,
+                                        [f.id for f in event.findings], errors)
+        return [event]
+
+    plane.run(f"review:{task_id}", decide, actor=actor or reviewer)
+    return made["submission"]
+
+
+def source_findings(doc: Document) -> list[dict[str, Any]]:
+    """Every host-numbered finding of every candidate, in label then number order: what
+    the evaluator copies into ``validation_accounting.source_findings``."""
+    return [dict(f) for label in sorted(doc["candidates"], key=lambda x: (len(x), x))
+            for f in doc["candidates"][label]["findings"]]
+
+
+# -- accounting ----------------------------------------------------------------------------
+
+
+def accounting_violations(accounting: Any, sources: Sequence[Mapping[str, Any]]
+                          ) -> list[Violation]:
+    """Every rule the accounting breaks (empty when it is valid)."""
+    schema = _schema_violations(ACCOUNTING_SCHEMA, accounting)
+    if schema:
+        return schema  # the rules below need the shape
+    body = accounting["validation_accounting"]
+    base = "/validation_accounting"
+    found: list[Violation] = []
+    by_id = {s["id"]: s for s in sources}
+
+    # 1. The source findings, copied exactly, each once.
+    copied: dict[str, int] = {}
+    for i, copy in enumerate(body["source_findings"]):
+        where = f"{base}/source_findings/{i}"
+        source = by_id.get(copy["id"])
+        if source is None:
+            found.append(Violation(f"{where}/id", f"{copy['id']} is not a source finding"))
+            continue
+        if copy["id"] in copied:
+            found.append(Violation(f"{where}/id", f"{copy['id']} is copied twice (also at "
+                                   f"{base}/source_findings/{copied[copy['id']]})"))
+            continue
+        copied[copy["id"]] = i
+        for name in _FINDING_FIELDS:
+            if copy[name] != source[name]:
+                found.append(Violation(f"{where}/{name}",
+                                       f"differs from source finding {copy['id']}"))
+    for source_id in by_id:
+        if source_id not in copied:
+            found.append(Violation(f"{base}/source_findings",
+                                   f"source finding {source_id} is missing"))
+
+    # 2. Every source finding decided exactly once; include needs a group, exclude not.
+    decided: dict[str, int] = {}
+    group_ids = [g["id"] for g in body["groups"]]
+    included_in: dict[str, set[str]] = {}
+    for i, decision in enumerate(body["decisions"]):
+        where = f"{base}/decisions/{i}"
+        finding = decision["finding"]
+        if finding not in by_id:
+            found.append(Violation(f"{where}/finding", f"{finding} is not a source finding"))
+        elif finding in decided:
+            found.append(Violation(f"{where}/finding", f"{finding} is decided twice (also at "
+                                   f"{base}/decisions/{decided[finding]})"))
+            continue
+        decided.setdefault(finding, i)
+        group = decision.get("group")
+        if decision["decision"] == "include":
+            if group is None:
+                found.append(Violation(where, f"include of {finding} needs a group"))
+            elif group not in group_ids:
+                found.append(Violation(f"{where}/group", f"no group {group!r}"))
+            else:
+                included_in.setdefault(group, set()).add(finding)
+        elif group is not None:
+            found.append(Violation(f"{where}/group", f"exclude of {finding} forbids a group"))
+    for source_id in by_id:
+        if source_id not in decided:
+            found.append(Violation(f"{base}/decisions",
+                                   f"no decision for source finding {source_id}"))
+
+    # 3. Each group's members are exactly the findings included into it.
+    seen_groups: dict[str, int] = {}
+    member_of: dict[str, str] = {}
+    for i, group in enumerate(body["groups"]):
+        where = f"{base}/groups/{i}"
+        if group["id"] in seen_groups:
+            found.append(Violation(f"{where}/id", f"group {group['id']!r} is defined twice"))
+            continue
+        seen_groups[group["id"]] = i
+        members = group["members"]
+        expected = included_in.get(group["id"], set())
+        for j, member in enumerate(members):
+            if member in member_of:
+                found.append(Violation(f"{where}/members/{j}", f"{member} is already a "
+                                       f"member of group {member_of[member]!r}"))
+                continue
+            member_of[member] = group["id"]
+            if member not in expected:
+                found.append(Violation(f"{where}/members/{j}", f"{member} is not included "
+                                       f"into group {group['id']!r} by a decision"))
+        for finding in sorted(expected - set(members)):
+            found.append(Violation(f"{where}/members", f"{finding} is included into group "
+                                   f"{group['id']!r} but is not a member"))
+    return sorted(set(found), key=lambda v: (v.pointer, v.message))
+
+
+@dataclass
+class AccountingOutcome:
+    task_id: str
+    accepted: bool
+    attempt: int
+    status: str
+    violations: list[Violation] = field(default_factory=list)
+    report_sha256: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "accepted": self.accepted, "attempt": self.attempt,
+                "status": self.status, "report_sha256": self.report_sha256,
+                "violations": [v.to_json() for v in self.violations]}
+
+
+def account_review(plane: Plane, task_id: str, accounting: bytes | str | Mapping[str, Any], *,
+                   actor: str = "evaluator") -> AccountingOutcome:
+    """Check the evaluator's accounting; commit the report or record the failed attempt."""
+    value, problems = _decode(accounting)
+    stream = f"review:{task_id}"
+    for _ in range(RETRIES):
+        plane.projections.catch_up()
+        state = plane.state(stream)
+        doc = _require_review(state, task_id)
+        if doc["status"] not in ("started", "repair"):
+            raise CommandRefused(f"review {task_id} is {doc['status']}: no accounting "
+                                 "is accepted now")
+        if not doc["candidates"]:
+            raise CommandRefused(f"review {task_id} has no candidate report to account for")
+        attempt = doc["accounting_attempts"] + 1
+        violations = problems if value is None else (
+            problems + accounting_violations(value, source_findings(doc)))
+        try:
+            if violations:
+                return _reject(plane, state, attempt, violations, actor)
+            return _commit(plane, state, value, attempt, actor)
+        except ConcurrencyError:
+            continue  # another writer moved a stream: decide again on the fresh state
+    raise ConcurrencyError(f"review {task_id}: the stream kept moving; try again")
+
+
+def _reject(plane: Plane, state: StreamState, attempt: int, violations: list[Violation],
+            actor: str) -> AccountingOutcome:
+    task_id = state.doc["task_id"]
+    events: list[EventPayload] = [ReviewAccountingRejected(
+        task_id=task_id, attempt=attempt, violations=[str(v) for v in violations])]
+    status = "repair"
+    plan_event: list[EventPayload] = []
+    if attempt >= MAX_ACCOUNTING_ATTEMPTS:
+        reason = (f"the accounting repair attempt failed too ({len(violations)} "
+                  "violation(s))")
+        events.append(ReviewFailed(task_id=task_id, reason=reason))
+        status = "failed"
+        plan_event = _plan_result(plane, state, error=reason)
+    _append(plane, [(state, events), *_plan_appends(plane, state, plan_event)], [], actor)
+    return AccountingOutcome(task_id, False, attempt, status, violations)
+
+
+def _commit(plane: Plane, state: StreamState, accounting: dict[str, Any], attempt: int,
+            actor: str) -> AccountingOutcome:
+    doc = state.doc
+    task_id = doc["task_id"]
+    report = render_report(doc["request"], doc["candidates"], accounting)
+    digest = hashlib.sha256(report).hexdigest()
+    counts = msgspec.json.decode(report)
+    committed = ReviewReportCommitted(
+        task_id=task_id, report_sha256=digest, report_size=len(report),
+        findings=len(counts["findings"]), exclusions=len(counts["exclusions"]))
+    events: list[EventPayload] = [
+        ReviewAccounted(task_id=task_id, attempt=attempt, accounting=accounting), committed]
+    plan_event = _plan_result(plane, state, committed=committed)
+    _append(plane, [(state, events), *_plan_appends(plane, state, plan_event)], [report],
+            actor)
+    return AccountingOutcome(task_id, True, attempt, "completed", [], digest)
+
+
+# -- the report ------------------------------------------------------------------------------
+
+_SEVERITY_RANK = {"critical": 0, "high": 1, "minor": 2}
+_SOURCE_ID = re.compile(r"\b[A-Z]{1,3}-F\d{3,}\b")
+_REVIEWER_WORD = r"(?:[Rr]eviewer|[Cc]andidate|[Rr]eport|[Ll]abel)(?P<plural>s?)"
+
+
+def scrub(text: str, labels: Sequence[str]) -> str:
+    """Rationale text without source ids (``A-F001`` -> ``[finding]``) or reviewer labels
+    (``reviewer A``/``candidates A and B`` -> ``a reviewer``/``reviewers``): the report
+    must not depend on who submitted first."""
+    text = _SOURCE_ID.sub("[finding]", text)
+    if labels:
+        label = "(?:" + "|".join(sorted(map(re.escape, labels), key=len, reverse=True)) + ")"
+        refs = re.compile(rf"\b{_REVIEWER_WORD}\s+{label}(?P<more>(?:\s*(?:,|and|&|/|or)\s*"
+                          rf"{label})*)\b")
+
+        def replace(match: re.Match[str]) -> str:
+            return "reviewers" if match["plural"] or match["more"] else "a reviewer"
+
+        text = refs.sub(replace, text)
+    return text
+
+
+def _content(finding: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: finding[k] for k in _FINDING_FIELDS}
+
+
+def _content_key(finding: Mapping[str, Any]) -> tuple[int, bytes]:
+    return _SEVERITY_RANK[finding["severity"]], canonical_json(_content(finding))
+
+
+def render_report(request: Mapping[str, Any], candidates: Mapping[str, Mapping[str, Any]],
+                  accounting: Mapping[str, Any]) -> bytes:
+    """The report's RFC 8785 bytes, from the request, the candidates and a VALID accounting.
+
+    Nothing in it depends on submission order: findings appear without ids or labels,
+    ordered by content (severity, then canonical JSON), groups merged in that order,
+    rationale text scrubbed, verified statements and limitations sorted and deduplicated.
+    """
+    labels = list(candidates)
+    sources = {f["id"]: f for c in candidates.values() for f in c["findings"]}
+    body = accounting["validation_accounting"]
+    rationale_of = {d["finding"]: scrub(d["rationale"], labels) for d in body["decisions"]}
+    merged = []
+    for group in body["groups"]:
+        members = sorted((sources[m] for m in group["members"]), key=_content_key)
+        reasons = {rationale_of[m] for m in group["members"]}
+        if "rationale" in group:
+            reasons.add(scrub(group["rationale"], labels))
+        merged.append({
+            "severity": members[0]["severity"],  # the most severe member
+            "summary": members[0]["summary"],
+            "reports": len(members),
+            "findings": [_content(m) for m in members],
+            "rationale": sorted(reasons),
+        })
+    merged.sort(key=lambda g: (_SEVERITY_RANK[g["severity"]], canonical_json(g)))
+    exclusions = sorted(
+        ({"finding": _content(sources[d["finding"]]), "rationale": rationale_of[d["finding"]]}
+         for d in body["decisions"] if d["decision"] == "exclude"),
+        key=lambda e: (_SEVERITY_RANK[e["finding"]["severity"]], canonical_json(e)))
+    valid = [c for c in candidates.values() if c["valid"]]
+    report = {
+        "format": REPORT_FORMAT,
+        "advisory": True,  # never a gate: a review informs, it does not decide
+        "request": dict(request),
+        "candidates": {"submitted": len(candidates), "valid": len(valid)},
+        "findings": merged,
+        "exclusions": exclusions,
+        "verified": sorted({s for c in valid for s in c["verified"]}),
+        "limitations": sorted({s for c in candidates.values() for s in c["limitations"]}),
+    }
+    return canonical_json(report)
+
+
+# -- the plan link -------------------------------------------------------------------------
+
+
+def _plan_result(plane: Plane, state: StreamState, *,
+                 committed: ReviewReportCommitted | None = None,
+                 error: str | None = None) -> list[EventPayload]:
+    """The informational result a linked plan gets: no verdict (advisory), its own
+    run_id (the task id, never a validation run's), so no outcome counts it."""
+    doc = state.doc
+    if doc["plan_id"] is None:
+        return []
+    task_id = doc["task_id"]
+    started_at = plane.store.read_stream(state.stream)[0].recorded_at
+    ended_at = utc_now()
+    duration = datetime.fromisoformat(ended_at[:-1]) - datetime.fromisoformat(started_at[:-1])
+    data: dict[str, Any] = {"review_task_id": task_id, "advisory": True,
+                            "status": "completed" if committed else "failed"}
+    if committed is not None:
+        data.update(report_sha256=committed.report_sha256, findings=committed.findings,
+                    exclusions=committed.exclusions)
+        message = (f"advisory review {task_id}: {committed.findings} finding(s), "
+                   f"{committed.exclusions} exclusion(s)")
+    else:
+        message = f"advisory review {task_id} failed"
+    return [ValidationResultRecorded(
+        plan_id=doc["plan_id"], run_id=task_id, attachment_id=task_id,
+        validation=VALIDATION_NAME, mode="informational", verdict=None, message=message,
+        data=data, error=error,
+        raw_output_sha256=committed.report_sha256 if committed else None,
+        started_at=started_at, ended_at=ended_at,
+        duration_ms=max(0, round(duration.total_seconds() * 1000)))]
+
+
+def _plan_appends(plane: Plane, state: StreamState, events: list[EventPayload]
+                  ) -> list[tuple[StreamState, list[EventPayload]]]:
+    if not events:
+        return []
+    return [(plane.state(f"plan:{state.doc['plan_id']}"), events)]
+
+
+def _append(plane: Plane, appends: Sequence[tuple[StreamState, Sequence[EventPayload]]],
+            blobs: list[bytes], actor: str) -> None:
+    """``Plane.append`` over several streams in ONE transaction (the review's end and the
+    plan's result are committed together or not at all)."""
+    batch = []
+    for state, payloads in appends:
+        doc, events = state.doc, []
+        for payload in payloads:
+            rule = broken_rule(state.stream, doc, payload)
+            if rule is not None:
+                raise CommandRefused(f"refused: {rule}")
+            after = fold(state.stream, doc, payload)
+            events.append(NewEvent(payload=payload, actor=actor, delta=delta(doc, after)))
+            doc = after
+        batch.append(StreamAppend(state.stream, events, state.version))
+    with plane.store.write() as tx:
+        recorded = tx.append_batch(batch, blobs=blobs)
+        plane.projections.apply_inline(tx, recorded)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def get_review(plane: Plane, task_id: str) -> Document:
+    return _require_review(plane.state(f"review:{task_id}"), task_id)
+
+
+def list_reviews(plane: Plane, *, plan_id: str | None = None,
+                 status: str | None = None) -> list[Document]:
+    """Every review, oldest first (folded from the log: reviews have no read model)."""
+    names = [cls.type_name() for cls in (ReviewStarted, ReviewCandidateSubmitted,
+                                         ReviewAccountingRejected, ReviewAccounted,
+                                         ReviewReportCommitted, ReviewFailed)]
+    docs: dict[str, Document] = {}
+    for event in plane.store.read_all(types=names):
+        docs[event.stream] = fold(event.stream, docs.get(event.stream, {}), event.payload)
+    return [d for d in docs.values()
+            if (plan_id is None or d["plan_id"] == plan_id)
+            and (status is None or d["status"] == status)]
+
+
+@dataclass
+class ReviewResult:
+    task_id: str
+    report_sha256: str
+    report_bytes: bytes
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return msgspec.json.decode(self.report_bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "report_sha256": self.report_sha256,
+                "verified": True, "report": self.report}
+
+
+def review_result(plane: Plane, task_id: str) -> ReviewResult:
+    """The committed report, whole, after checking its bytes against the committed hash.
+    Raises ``ReportVerificationError`` (a verdict) when they differ or are gone."""
+    doc = get_review(plane, task_id)
+    if doc["status"] != "completed":
+        detail = f": {doc['failure']}" if doc["failure"] else ""
+        raise CommandRefused(f"review {task_id} has no report (status {doc['status']}"
+                             f"{detail})")
+    expected = doc["report"]["sha256"]
+    data = plane.store.get_blob(expected)
+    if data is None:
+        raise ReportVerificationError(task_id, expected, None)
+    data = bytes(data)
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        raise ReportVerificationError(task_id, expected, actual)
+    return ReviewResult(task_id, expected, data)
+

@@ -1,0 +1,497 @@
+"""Tool calls, validation runs and halts: the plane runs real programs and records
+what they did — it never fabricates a result (seed 001).
+
+- ``call_tool``: input gate -> the tool's program as a real subprocess (or an output an
+  orchestrator ran itself) -> output gate; the call and its output bytes are recorded. A
+  program that cannot be invoked halts the plan with ``environment_error``.
+- ``validate_plan``: run exactly the plan's binding set, pinned when it entered
+  Execute (recorded again *before* running), each validation at its pinned version and
+  in its own copy of the resource (writes are detected and never survive); record every
+  result and the run's outcome, classified by ``projections.outcomes``. A run in which
+  no required validation ran is no pass unless the plan opted out. A non-pass outcome
+  halts the plan; a blocker also fails the attempt, and the next validation needs a
+  recorded fix first.
+- ``record_halt``: an orchestrator's own halt, its raw type mapped to the canonical
+  outcome (unknown raw types are non-verdicts, never blockers); an escalate halt is a
+  pending decision, as the failure loop's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from ulid import ULID
+
+from commands.runner.process import (
+    ArgvError,
+    TreeGuard,
+    ValidationRun,
+    fill_argv,
+    output_cap,
+    run_command,
+    run_parallel,
+    run_validation,
+    tool_output,
+    tree_digest,
+)
+from ledger import RecordedEvent
+from ledger.events import (
+    AttemptFailed,
+    Escalated,
+    EventPayload,
+    PlanHalted,
+    ResolvedAttachment,
+    ToolCalled,
+    Truncation,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    ValidationRunStarted,
+)
+from ledger.intake import InputError
+from ledger.timestamps import utc_now
+from projections.documents import Document
+from projections.outcomes import NEXT_ACTION, RULES_VERSION, canonical_halt, classify
+
+from .authority import Authority
+from .core import CommandRefused, Plane, StreamState
+from .gates import GateOutcome, as_bytes, gate_input, gate_output
+from .lifecycle import (
+    after_blocker,
+    authorize_hint,
+    escalation,
+    require_no_pending_decision,
+    results_digest,
+    token_for_pass,
+)
+from .phases import require_plan
+
+DEFAULT_TIMEOUT_S = 300.0
+MAX_PARALLEL = 4
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _truncations(run: Any) -> dict[str, Truncation]:
+    """The ``*_truncated`` fields of an event: only the streams that went over their cap
+    (the fields are absent otherwise, so an event without truncation keeps its bytes)."""
+    return {name: found for name in ("stdout_truncated", "stderr_truncated")
+            if (found := getattr(run, name)) is not None}
+
+
+def _cap_of(spec: Mapping[str, Any] | None) -> int:
+    """The output cap a program of ``spec`` runs with; an invalid
+    ``EVIDENCE_MAX_OUTPUT_BYTES`` refuses the command before anything is recorded."""
+    try:
+        return output_cap(spec)
+    except InputError as exc:
+        raise CommandRefused(str(exc)) from None
+
+
+Sandbox = Mapping[str, Path]  # resource -> the directory work on it happens in
+
+# What a validation called as a tool returns: its structured return, closed (seed 000).
+STRUCTURED_RETURN: dict[str, Any] = {
+    "type": "object", "required": ["passed"], "additionalProperties": False,
+    "properties": {"passed": {"type": "boolean"}, "message": {"type": "string"},
+                   "data": {"type": "object"}}}
+
+
+def sandbox_of(plane: Plane, plan: Document, sandbox: Sandbox | None = None) -> Sandbox:
+    """Where the plan's work happens until Apply: its sandbox (made on first use if the
+    plan entered Execute elsewhere), never the real resource."""
+    return sandbox if sandbox is not None else plane.sandbox(plan).ensure().copies
+
+
+def workdir_of(plan: Document, sandbox: Sandbox) -> Path | None:
+    """The copy of the first of the plan's resources that is a directory."""
+    for resource in plan["resources"]:
+        found = sandbox.get(resource)
+        if found is not None:
+            return found
+    return None
+
+
+def _execute_plan(state: StreamState, plan_id: str) -> Document:
+    doc = require_plan(state, plan_id)
+    require_no_pending_decision(doc, plan_id)
+    if doc["phase"] != "execute":
+        raise CommandRefused(f"plan {plan_id} is in {doc['phase'].capitalize()}: tool calls "
+                             "and validations happen only in Execute")
+    return doc
+
+
+# -- tool calls --------------------------------------------------------------------------
+
+
+@dataclass
+class CallReport:
+    input_gate: GateOutcome
+    call: ToolCalled | None = None
+    output_gate: GateOutcome | None = None
+    halt: PlanHalted | None = None
+    output: bytes | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.input_gate.passed and self.output_gate is not None
+                and self.output_gate.passed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "input_gate": self.input_gate.to_json(),
+            "call": msgspec.to_builtins(self.call) if self.call else None,
+            "output_gate": self.output_gate.to_json() if self.output_gate else None,
+            "halt": msgspec.to_builtins(self.halt) if self.halt else None,
+        }
+
+
+def call_tool(
+    plane: Plane,
+    plan_id: str,
+    tool: str,
+    params: bytes | str | Any,
+    *,
+    step: str | None = None,
+    output_schema: Any = None,
+    recorded_output: bytes | str | Any | None = None,
+    sandbox: Sandbox | None = None,
+    actor: str = "agent",
+) -> CallReport:
+    """Input gate, run (or take the recorded output), output gate; all recorded."""
+    raw_params = as_bytes(params)
+    call_id = str(ULID())
+    step = step or f"call-{call_id}"
+    log = plane.log()
+    found = log.state(f"plan:{plan_id}")
+    plan = found.doc if found.exists else None
+    if plan is not None:  # refuse before recording anything when no call is possible
+        _execute_plan(found, plan_id)
+    tool_doc = log.tool(tool)
+    is_validation = tool_doc is not None and tool_doc["kind"] == "validation"
+    if recorded_output is None and tool_doc is not None and not is_validation and \
+            not tool_doc["spec"].get("command"):
+        raise CommandRefused(f"tool {tool!r} has no command to run here: record the output "
+                             "of the call you made with --record-output")
+    if is_validation and output_schema is None:
+        output_schema = STRUCTURED_RETURN
+    if recorded_output is None and tool_doc is not None:
+        _cap_of(tool_doc["spec"])  # refused here, before the input gate is recorded
+    report = CallReport(gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor))
+    if not report.input_gate.passed:
+        return report  # an invented tool or bad parameters: the call is never made
+    assert plan is not None and tool_doc is not None  # the input gate passed
+    copies = sandbox_of(plane, plan, sandbox)
+    # The sandbox as it was before the call: put back unless the call passes both gates.
+    guards = [TreeGuard(copy) for copy in copies.values()]
+    try:
+        _run_call(plane, plan, tool_doc, raw_params, report, recorded_output, copies,
+                  call_id=call_id, step=step, output_schema=output_schema, actor=actor)
+    finally:
+        for guard in guards:
+            if report.ok:
+                guard.discard()
+            else:
+                guard.restore_if_changed()
+    return report
+
+
+def _run_call(plane: Plane, plan: Document, tool_doc: Document, raw_params: bytes,
+              report: CallReport, recorded_output: bytes | str | Any | None,
+              copies: Sandbox, *, call_id: str, step: str, output_schema: Any,
+              actor: str) -> None:
+    plan_id, tool, spec = plan["plan_id"], tool_doc["name"], tool_doc["spec"]
+    started = ended = utc_now()
+    exit_code: int | None = None
+    streams: dict[str, Truncation] = {}
+    if recorded_output is not None:
+        output, executor = as_bytes(recorded_output), "recorded"
+    elif tool_doc["kind"] == "validation":
+        # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
+        output, started, ended, streams = _call_validation(plane, plan, tool_doc, raw_params,
+                                                           copies)
+        executor = "validation"
+    else:
+        try:
+            argv = fill_argv(spec["command"], msgspec.json.decode(raw_params))
+        except ArgvError as exc:
+            raise CommandRefused(f"cannot build the command line of {tool!r}: {exc}") from None
+        timeout = spec["timeout_ms"] / 1000 if spec.get("timeout_ms") else DEFAULT_TIMEOUT_S
+        result = run_command(argv, cwd=workdir_of(plan, copies), timeout_s=timeout,
+                             max_output_bytes=_cap_of(spec))
+        if result.missing_program is not None:
+            report.halt = record_halt(
+                plane, plan_id, "program_missing",
+                f"tool {tool!r} could not be invoked: {result.missing_program!r} was not "
+                "found", hint=f"install `{result.missing_program}` where the plan runs "
+                "(it is not on PATH), then re-run unchanged", actor=actor)
+            return
+        # A stdout over the cap is its kept bytes, never parsed: the gate finds no JSON.
+        output, _value = tool_output(result)
+        executor, exit_code = "command", result.exit_code
+        started, ended = result.started_at, result.ended_at
+        streams = _truncations(result)
+    called = ToolCalled(
+        plan_id=plan_id, call_id=call_id, tool=tool, tool_version=tool_doc["version"],
+        step=step, attempt=plan["attempt"], executor=executor,  # type: ignore[arg-type]
+        params_sha256=_sha256(raw_params), output_sha256=_sha256(output),
+        exit_code=exit_code, started_at=started, ended_at=ended,
+        duration_ms=_duration_ms(started, ended), **streams)
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        _execute_plan(state, plan_id)
+        return [called]
+
+    plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[raw_params, output])
+    report.call, report.output = called, output
+    # Only a command tool's output can be a truncated stdout (a validation called as a
+    # tool gives the plane's own encoding of its result).
+    truncated = streams.get("stdout_truncated") if executor == "command" else None
+    report.output_gate = gate_output(plane, plan_id, step, output, schema=output_schema,
+                                     actor=actor, truncated=truncated)
+
+
+def _call_validation(plane: Plane, plan: Document, tool_doc: Document, raw_params: bytes,
+                     copies: Sandbox) -> tuple[bytes, str, str, dict[str, Truncation]]:
+    """A validation called as a tool: its structured return (what the output gate
+    checks), or, with no verdict, what went wrong (which fails that gate)."""
+    spec = tool_doc["spec"]
+    wrapped = (plane.log().tool_version(spec["wraps"], spec.get("wraps_version"))
+               if spec.get("wraps") else None)
+    resource = next((r for r in plan["resources"] if r in copies), plan["resources"][0])
+    run = run_validation(spec, msgspec.json.decode(raw_params), resource,
+                         workdir=copies.get(resource), wrapped_tool=wrapped)
+    if run.verdict is None:
+        value: dict[str, Any] = {"cause": run.cause, "error": run.error}
+    else:
+        value = {"passed": run.verdict}
+        value.update({k: v for k, v in (("message", run.message), ("data", run.data))
+                      if v is not None})
+    return msgspec.json.encode(value), run.started_at, run.ended_at, _truncations(run)
+
+
+# -- validation runs ---------------------------------------------------------------------
+
+
+@dataclass
+class ValidationReport:
+    plan_id: str
+    run_id: str
+    attempt: int
+    outcome: str
+    raw_halt_type: str
+    reason: str
+    resolved: list[ResolvedAttachment]
+    results: list[ValidationResultRecorded] = field(default_factory=list)
+    events: list[RecordedEvent] = field(default_factory=list)
+    token: str | None = None  # handed to the agent on a pass; the log keeps its digest
+
+    @property
+    def informational_failures(self) -> list[str]:
+        return sorted({r.validation for r in self.results
+                       if r.mode == "informational" and r.verdict is not True})
+
+    def to_json(self) -> dict[str, Any]:
+        who, then = NEXT_ACTION[self.outcome]
+        scopes = {r.attachment_id: r.scope for r in self.resolved}
+        return {
+            "plan_id": self.plan_id, "run_id": self.run_id, "attempt": self.attempt,
+            "outcome": self.outcome, "raw_halt_type": self.raw_halt_type,
+            "reason": self.reason, "who_acts": who, "next_action": then,
+            "rules_version": RULES_VERSION,
+            "token": self.token,
+            "escalation": next(({"decision_id": e.payload.decision_id,
+                                 "options": e.payload.options} for e in self.events
+                                if e.type == "plan.escalated"), None),
+            "strategy_revision": next((e.payload.revision for e in self.events
+                                       if e.type == "plan.strategy_revision_requested"),
+                                      None),
+            "informational_failures": self.informational_failures,
+            "results": [{**msgspec.to_builtins(r), "scope": scopes.get(r.attachment_id)}
+                        for r in self.results],
+        }
+
+
+def binding_of(plan: Document) -> list[ResolvedAttachment]:
+    """The plan's pinned binding set (``plan.execute_entered``): what ``validate`` runs."""
+    return [msgspec.convert(b, ResolvedAttachment) for b in plan.get("binding", [])]
+
+
+def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
+                  max_workers: int = MAX_PARALLEL,
+                  sandbox: Sandbox | None = None) -> ValidationReport:
+    """Run the plan's pinned binding set and classify the outcome."""
+    log = plane.log()
+    plan = _validatable(log.state(f"plan:{plan_id}"), plan_id)
+    _cap_of(None)  # an invalid EVIDENCE_MAX_OUTPUT_BYTES: refused before the run starts
+    binding = binding_of(plan)
+    require = plan["global_config"].get("require_validation", True)
+    copies = sandbox_of(plane, plan, sandbox)
+    directories = {r: copies[r] for r in plan["resources"] if r in copies}
+    digests = {r: tree_digest(d) for r, d in directories.items()}
+    run_id = str(ULID())
+    attempt = plan["attempt"]
+
+    def start(state: StreamState) -> list[EventPayload]:
+        doc = _validatable(state, plan_id)
+        if doc["binding"] != plan["binding"]:
+            raise CommandRefused(f"plan {plan_id} moved on meanwhile; validate again")
+        return [ValidationRunStarted(plan_id=plan_id, run_id=run_id, attempt=doc["attempt"],
+                                     revision=doc["revision"], resolved=binding,
+                                     resource_digests=digests)]
+
+    # Durable before anything runs: the pinned set is what the run will be judged on.
+    plane.run(f"plan:{plan_id}", start, actor=actor)
+    # Each validation runs in its own copy of the sandbox; one that writes through an
+    # absolute path could still reach the sandbox or the real resource: both are
+    # snapshotted, and a write to either is restored and voids the results on it.
+    guards = [(r, TreeGuard(d)) for r, d in directories.items()]
+    guards += [(r, TreeGuard(Path(r))) for r in directories]
+    try:
+        runs = run_parallel([_job(log, r, directories.get(r.resource)) for r in binding],
+                            max_workers=max_workers)
+    finally:
+        reached: dict[str, list[str]] = {}
+        for resource, guard in guards:
+            reached[resource] = reached.get(resource, []) + guard.restore_if_changed()
+    for i, attachment in enumerate(binding):
+        if reached.get(attachment.resource):  # a write reached the original: restored
+            runs[i] = msgspec.structs.replace(
+                runs[i], verdict=None, cause="read_only_violation", message=None,
+                data=None, changed_paths=reached[attachment.resource],
+                error="the original resource changed during the run; it was restored "
+                      "from the snapshot taken before")
+    results = [
+        ValidationResultRecorded(
+            plan_id=plan_id, run_id=run_id, attachment_id=r.attachment_id,
+            validation=r.validation, mode=r.mode, verdict=run.verdict, message=run.message,
+            data=run.data, cause=run.cause, error=run.error,
+            changed_paths=run.changed_paths,
+            raw_output_sha256=_sha256(run.raw_output) if run.raw_output is not None else None,
+            started_at=run.started_at, ended_at=run.ended_at, duration_ms=run.duration_ms,
+            **_truncations(run))
+        for r, run in zip(binding, runs, strict=True)
+    ]
+    outcome, raw, reason = classify((msgspec.to_builtins(r) for r in results),
+                                    require_validation=require)
+    report = ValidationReport(plan_id, run_id, attempt, outcome, raw, reason, binding,
+                              results)
+    completed = ValidationRunCompleted(
+        plan_id=plan_id, run_id=run_id, attempt=attempt, outcome=outcome,
+        rules_version=RULES_VERSION, results_digest=results_digest(results),
+        informational_failures=report.informational_failures,
+        vacuous=not any(r.mode == "required" for r in results))
+    minted: dict[str, str] = {}
+
+    def finish(state: StreamState) -> list[EventPayload]:
+        # Decided on the plan as it is now: counters move with concurrent writers.
+        doc = state.doc
+        if doc.get("current_run") != run_id:
+            raise CommandRefused(f"validation run {run_id} of plan {plan_id} was superseded "
+                                 "by a newer run; its results are not recorded")
+        if doc["pending_decision"] is not None:
+            return [*results, completed]  # a decision became pending: it decides first
+        return [*results, completed, *after_run(doc, outcome, raw, reason, minted)]
+
+    def after_run(doc: Document, outcome: str, raw: str, reason: str,
+                  minted: dict[str, str]) -> list[EventPayload]:
+        if outcome == "pass":
+            token, event = token_for_pass(plane, doc, run_id, completed.results_digest)
+            minted["token"] = token
+            return [event]
+        who, then = NEXT_ACTION[outcome]
+        halt = PlanHalted(
+            plan_id=plan_id, halt_type=outcome, final_decision=outcome,  # type: ignore[arg-type]
+            raw_halt_type=raw, reason=reason, hint=f"{who}: {then}", phase="execute",
+            attempt=attempt, result_refs=[run_id])
+        if outcome != "blocker":
+            return [halt]
+        failed = AttemptFailed(plan_id=plan_id, attempt=attempt, iteration=doc["iteration"],
+                               failure_class="validation", reason=reason)
+        loop = after_blocker(doc, reason, run_id)
+        # An escalation is the run's halt (seed 001: escalate, not blocker + escalation).
+        return [failed, *loop] if any(isinstance(e, Escalated) for e in loop) \
+            else [halt, failed, *loop]
+
+    outputs = [run.raw_output for run in runs if run.raw_output is not None]
+    report.events = plane.run(f"plan:{plan_id}", finish, actor=actor, blobs=outputs)
+    if any(e.type == "plan.escalated" for e in report.events):
+        report.outcome, report.raw_halt_type = "escalate", "escalated"
+        report.reason = next(e.payload.reason for e in report.events
+                             if e.type == "plan.escalated")
+    report.token = minted.get("token")
+    return report
+
+
+def _validatable(state: StreamState, plan_id: str) -> Document:
+    doc = _execute_plan(state, plan_id)
+    if doc["needs_fix"]:
+        raise CommandRefused(f"plan {plan_id}'s last validation failed: record the fix "
+                             f"before re-validating (evidence fix {plan_id} --note TEXT)")
+    return doc
+
+
+def _job(log: Authority, attachment: ResolvedAttachment,
+         workdir: Path | None) -> Callable[[], ValidationRun]:
+    """The pinned version of the validation (and of the tool it wraps), from the log."""
+    spec = log.tool_version(attachment.validation, attachment.validation_version) or {}
+    wrapped = (log.tool_version(attachment.wraps, attachment.wraps_version)
+               if attachment.wraps else None)
+
+    def job() -> ValidationRun:
+        return run_validation(spec, attachment.args, attachment.resource, workdir=workdir,
+                              wrapped_tool=wrapped)
+
+    return job
+
+
+# -- halts -------------------------------------------------------------------------------
+
+
+def record_halt(plane: Plane, plan_id: str, raw_type: str, reason: str, *,
+                hint: str | None = None, terminal: bool = False,
+                actor: str = "orchestrator") -> PlanHalted:
+    """Record a halt; its canonical value comes from the raw type (unknown: non-verdict)."""
+    if not raw_type.strip() or not reason.strip():
+        raise CommandRefused("a halt needs a --raw-type and a --reason")
+    canonical = canonical_halt(raw_type)
+    if canonical == "escalate" and terminal:
+        raise CommandRefused(f"raw type {raw_type!r} escalates to a human, who decides: an "
+                             "escalate halt cannot be terminal")
+    halted: dict[str, PlanHalted] = {}
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        doc = require_plan(state, plan_id)
+        events: list[EventPayload] = []
+        decision_hint = None
+        if canonical == "escalate" and doc["pending_decision"] is None:
+            # Every escalate halt is a pending decision, exactly as the failure loop's.
+            escalated = escalation(doc, reason)
+            events.append(escalated)
+            decision_hint = authorize_hint(escalated.decision_id)
+        halted["event"] = PlanHalted(
+            plan_id=plan_id, halt_type=canonical, final_decision=canonical,  # type: ignore[arg-type]
+            raw_halt_type=raw_type, reason=reason,
+            hint=hint or decision_hint
+            or f"{NEXT_ACTION[canonical][0]}: {NEXT_ACTION[canonical][1]}",
+            phase=doc["phase"], attempt=doc["attempt"], terminal=terminal)
+        return [*events, halted["event"]]
+
+    plane.run(f"plan:{plan_id}", decide, actor=actor)
+    return halted["event"]
+
+
+
+
+def _duration_ms(started: str, ended: str) -> int:
+    def parse(text: str) -> datetime:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    return max(0, round((parse(ended) - parse(started)).total_seconds() * 1000))

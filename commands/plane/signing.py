@@ -1,0 +1,411 @@
+"""The plane's signatures: approvers' decisions, the plane key and apply tokens.
+
+No database access here. Key files themselves (generate, load, encode) are
+``ledger.keys``; this module says what the plane signs and how it checks it.
+
+Message format (any third party can recompute it): a signature covers
+
+    b"evidence-ledger/v1/" + domain + b"\\n" + canonical_json(record)
+
+where ``domain`` is ``decision`` (a human decision, signed with an approver key the agent
+process never holds), ``token`` (an apply token, signed with the plane key) or
+``approver`` (the plane key's endorsement of an approver key: only whoever holds the
+plane key — the operator — can make a key an approver). The domain prefix means a
+signature made for one use can never verify for another, even if the same key were
+(wrongly) used for both.
+
+Tokens (INV1) are compact strings ``evt1.<base64url(claims)>.<base64url(signature)>``:
+the claims bind the token to a plan, an attempt and the digest of the real results the
+pass was computed from, and carry an expiry. ``verify_token`` checks the signature, the
+plan and the validity window. **Single use is not checked here**: the caller must refuse
+a token whose ``token_id`` already has a ``TokenConsumed`` event in the plan's stream,
+and must compare ``attempt`` / ``results_digest`` with the ``TokenMinted`` event (or
+pass them to ``verify_token``). Events record ``token_digest(token)``, never the token.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal, NoReturn
+
+import msgspec
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+from ledger.canonical import CanonicalizationError, canonical_json, strict_b64decode
+from ledger.keys import SigningError, create_key_file, load_private_key, private_pem
+from ledger.store import url_identity
+from ledger.timestamps import rfc3339
+
+__all__ = [
+    "DECISION_CHOICES",
+    "DOMAINS",
+    "PLANE_KEY_ENV",
+    "TOKEN_PREFIX",
+    "Domain",
+    "SigningError",
+    "TokenClaims",
+    "TokenRefused",
+    "approver_record",
+    "decision_record",
+    "load_or_create_plane_key",
+    "mint_token",
+    "plane_key_path",
+    "read_token",
+    "sign_record",
+    "token_digest",
+    "token_signature",
+    "verify_record",
+    "verify_token",
+]
+
+Domain = Literal["decision", "token", "approver"]
+DOMAINS: tuple[str, ...] = ("decision", "token", "approver")
+DECISION_CHOICES: tuple[str, ...] = ("revise", "abandon")  # DecisionRecorded.choice
+PLANE_KEY_ENV = "EVIDENCE_PLANE_KEY"
+TOKEN_PREFIX = "evt1"
+
+_MESSAGE_PREFIX = b"evidence-ledger/v1/"
+_SIGNATURE_LEN = 64
+_MAX_TOKEN_LEN = 4096
+# ASCII digits only ("\d" would admit other scripts' digits); "\Z", unlike "$", does not
+# match before a trailing newline.
+_RFC3339_UTC = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z\Z"
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+class TokenRefused(SigningError):
+    """A token did not verify. ``reason`` is one of: ``format``, ``signature``, ``plan``,
+    ``attempt``, ``results_digest``, ``expired``, ``not_yet_valid``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+# ------------------------------------------------------------------------ signed records
+
+
+def sign_record(private_key: Ed25519PrivateKey, record: dict[str, Any], *,
+                domain: Domain) -> str:
+    """Base64 Ed25519 signature over the domain-separated canonical record."""
+    try:
+        message = _message(domain, canonical_json(record))
+    except CanonicalizationError as exc:
+        raise SigningError(f"record has no canonical JSON form: {exc}") from None
+    return base64.b64encode(private_key.sign(message)).decode("ascii")
+
+
+def verify_record(public_key: Ed25519PublicKey, record: dict[str, Any], signature_b64: str,
+                  *, domain: Domain) -> bool:
+    """True only if ``signature_b64`` signs ``record`` for ``domain`` with this key.
+
+    Never raises for untrusted input (bad base64, wrong length, a record with no
+    canonical form): those are all simply False. An unknown ``domain`` is a programming
+    error and raises ValueError.
+    """
+    _check_domain(domain)
+    if not isinstance(signature_b64, str):
+        return False
+    signature = strict_b64decode(signature_b64)
+    if signature is None or len(signature) != _SIGNATURE_LEN:
+        return False
+    try:
+        payload = canonical_json(record)
+    except CanonicalizationError:
+        return False
+    return _verify_raw(public_key, signature, _message(domain, payload))
+
+
+def decision_record(decision_id: str, plan_id: str, choice: str, guidance: str | None,
+                    escalation_hash: str, signed_at: str,
+                    reason: str | None = None) -> dict[str, Any]:
+    """The record an approver signs (domain ``decision``) to decide an escalation.
+
+    ``escalation_hash`` (the RFC 9162 leaf hash of the Escalated event, which an offline
+    bundle carries too) pins the signature to one escalation of one plan, so it cannot
+    be replayed elsewhere; the choice, guidance and reason are covered, so none of them
+    can be changed after signing.
+    """
+    if choice not in DECISION_CHOICES:
+        raise SigningError(
+            f"decision choice must be one of {', '.join(DECISION_CHOICES)}, not {choice!r}"
+        )
+    for name, value in (("decision_id", decision_id), ("plan_id", plan_id),
+                        ("escalation_hash", escalation_hash), ("signed_at", signed_at)):
+        if not isinstance(value, str) or not value:
+            raise SigningError(f"decision {name} must be a non-empty string")
+    for name, text in (("guidance", guidance), ("reason", reason)):
+        if text is not None and not isinstance(text, str):
+            raise SigningError(f"decision {name} must be a string or null")
+    return {
+        "decision_id": decision_id,
+        "plan_id": plan_id,
+        "choice": choice,
+        "guidance": guidance,
+        "reason": reason,
+        "escalation_hash": escalation_hash,
+        "signed_at": signed_at,
+    }
+
+
+def approver_record(name: str, public_key: str, fingerprint: str) -> dict[str, Any]:
+    """The record the plane key signs (domain ``approver``) to endorse an approver key."""
+    return {"name": name, "public_key": public_key, "fingerprint": fingerprint}
+
+
+# ---------------------------------------------------------------------------- plane key
+
+
+def plane_key_path(db_url: str) -> Path:
+    """Where the plane key (the token-minting key) of the ledger at ``db_url`` lives.
+
+    Never in the events table: ``$EVIDENCE_PLANE_KEY`` if set; for a SQLite file,
+    ``<db>.plane-key`` next to it; otherwise (PostgreSQL, in-memory SQLite)
+    ``~/.config/evidence-ledger/plane-<sha256(url without password)[:16]>.key``.
+    """
+    override = os.environ.get(PLANE_KEY_ENV)
+    if override:
+        return Path(override).expanduser()
+    driver, sep, rest = db_url.partition("://")
+    if not sep:
+        raise SigningError(f"not a database URL: {db_url!r}")
+    if driver.split("+", 1)[0] == "sqlite":
+        path = rest.split("?", 1)[0]
+        if path and not path.startswith("/"):
+            raise SigningError(
+                f"malformed SQLite URL {db_url!r}: use sqlite:///relative/path "
+                "or sqlite:////absolute/path"
+            )
+        path = path[1:]  # sqlite:///x -> "x", sqlite:////abs/x -> "/abs/x"
+        if path and path != ":memory:":
+            return Path(os.path.abspath(path + ".plane-key"))
+    digest = hashlib.sha256(url_identity(db_url).encode("utf-8")).hexdigest()[:16]
+    return _config_dir() / f"plane-{digest}.key"
+
+
+def _config_dir() -> Path:
+    return Path.home() / ".config" / "evidence-ledger"
+
+
+def load_or_create_plane_key(db_url: str) -> Ed25519PrivateKey:
+    """The plane key for ``db_url`` (at ``plane_key_path``), created on first use.
+
+    Created with mode 0600 from the first byte, in the default config directory (made
+    0700) or in an existing directory (next to the SQLite file, or the directory of
+    ``$EVIDENCE_PLANE_KEY``); a missing directory elsewhere is an error, never made.
+    Concurrent first calls converge on one key. The private bytes are never logged.
+    """
+    path = plane_key_path(db_url)
+    if not os.path.lexists(path):
+        parent = path.parent
+        if parent == _config_dir():
+            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        elif not parent.is_dir():
+            raise SigningError(f"cannot create plane key {path}: no directory {parent}")
+        # FileExistsError: another process won the race; its key is the one to use.
+        with contextlib.suppress(FileExistsError):
+            create_key_file(path, private_pem(Ed25519PrivateKey.generate()), 0o600)
+    return load_private_key(path)
+
+
+# -------------------------------------------------------------------------------- tokens
+
+
+_Id = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+_Time = Annotated[str, msgspec.Meta(pattern=_RFC3339_UTC)]
+
+
+class TokenClaims(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """What a token asserts. Times are RFC 3339 UTC (``...Z``)."""
+
+    token_id: _Id
+    plan_id: _Id
+    attempt: Annotated[int, msgspec.Meta(ge=1, le=2**53 - 1)]
+    results_digest: _Id
+    issued_at: _Time
+    expires_at: _Time
+
+
+def mint_token(plane_key: Ed25519PrivateKey, *, token_id: str, plan_id: str, attempt: int,
+               results_digest: str, issued_at: str | datetime,
+               expires_at: str | datetime) -> str:
+    """A signed apply token. Mint it only from a pass over real results (INV1), and
+    record ``TokenMinted`` with the same claims (``read_token`` gives them back)."""
+    raw = {
+        "token_id": token_id,
+        "plan_id": plan_id,
+        "attempt": attempt,
+        "results_digest": results_digest,
+        "issued_at": _as_rfc3339(issued_at),
+        "expires_at": _as_rfc3339(expires_at),
+    }
+    try:
+        claims = msgspec.convert(raw, TokenClaims, strict=True)
+    except msgspec.ValidationError as exc:
+        raise SigningError(f"cannot mint token: {exc}") from None
+    _check_window(claims, "cannot mint token")
+    record = msgspec.to_builtins(claims)
+    payload = canonical_json(record)  # the bytes sign_record signs, carried verbatim
+    signature = base64.b64decode(sign_record(plane_key, record, domain="token"))
+    return f"{TOKEN_PREFIX}.{_b64url(payload)}.{_b64url(signature)}"
+
+
+def read_token(text: str) -> TokenClaims:
+    """The claims of a well-formed token, WITHOUT checking its signature."""
+    return _parse_token(text)[0]
+
+
+def verify_token(plane_public_key: Ed25519PublicKey, text: str, *, plan_id: str,
+                 now: datetime, attempt: int | None = None,
+                 results_digest: str | None = None) -> TokenClaims:
+    """The claims of a token this plane minted for ``plan_id`` that is valid at ``now``.
+
+    Raises ``TokenRefused`` (a ``SigningError``) with a one-line reason. ``attempt`` and
+    ``results_digest``, when given, must match too. Single use is the caller's check
+    (no ``TokenConsumed`` for ``claims.token_id`` in the log).
+    """
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError("now must be a timezone-aware datetime")
+    claims, payload, signature = _parse_token(text)
+    if not _verify_raw(plane_public_key, signature, _message("token", payload)):
+        _refuse("signature", "bad signature (forged or altered, or minted by another "
+                "ledger's plane key)")
+    if claims.plan_id != plan_id:
+        _refuse("plan", f"minted for plan {claims.plan_id!r}, not for plan {plan_id!r}")
+    if attempt is not None and claims.attempt != attempt:
+        _refuse("attempt", f"minted for attempt {claims.attempt}, but the plan is at "
+                f"attempt {attempt}")
+    if results_digest is not None and claims.results_digest != results_digest:
+        _refuse("results_digest", f"minted for results {claims.results_digest}, not "
+                f"{results_digest}")
+    at = now.astimezone(UTC)
+    if at < _parse_time(claims.issued_at):
+        _refuse("not_yet_valid", f"not valid before {claims.issued_at} "
+                f"(now {_as_rfc3339(at)})")
+    if at >= _parse_time(claims.expires_at):
+        _refuse("expired", f"expired at {claims.expires_at} (now {_as_rfc3339(at)})")
+    return claims
+
+
+def token_signature(text: str) -> str:
+    """The token's signature (standard base64), as ``TokenMinted`` records it: with the
+    claims, what ``verify_record(..., domain="token")`` checks."""
+    return base64.b64encode(_parse_token(text)[2]).decode("ascii")
+
+
+def token_digest(text: str) -> str:
+    """SHA-256 hex of the token string: what events record instead of the token."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _refuse(reason: str, message: str) -> NoReturn:
+    raise TokenRefused(reason, message)
+
+
+def _check_domain(domain: str) -> None:
+    if domain not in DOMAINS:
+        raise ValueError(f"unknown signing domain {domain!r}: use one of {DOMAINS}")
+
+
+def _message(domain: str, payload: bytes) -> bytes:
+    _check_domain(domain)
+    return _MESSAGE_PREFIX + domain.encode("ascii") + b"\n" + payload
+
+
+def _verify_raw(key: Ed25519PublicKey, signature: bytes, message: bytes) -> bool:
+    try:
+        key.verify(signature, message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _b64url_decode(text: str, what: str) -> bytes:
+    if not text or not _B64URL.fullmatch(text) or len(text) % 4 == 1:
+        raise TokenRefused("format", f"malformed token: {what} is not base64url")
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64url(raw) != text:
+        raise TokenRefused("format", f"malformed token: {what} is not canonical base64url")
+    return raw
+
+
+def _parse_token(text: str) -> tuple[TokenClaims, bytes, bytes]:
+    if not isinstance(text, str):
+        raise TokenRefused("format", "malformed token: not a string")
+    if len(text) > _MAX_TOKEN_LEN:
+        raise TokenRefused("format", f"malformed token: longer than {_MAX_TOKEN_LEN} chars")
+    parts = text.split(".")
+    if len(parts) != 3:
+        raise TokenRefused(
+            "format", f"malformed token: expected {TOKEN_PREFIX}.<claims>.<signature>"
+        )
+    prefix, claims_part, signature_part = parts
+    if prefix != TOKEN_PREFIX:
+        raise TokenRefused(
+            "format", f"malformed token: unknown prefix {prefix[:16]!r} (expected "
+            f"{TOKEN_PREFIX!r})"
+        )
+    payload = _b64url_decode(claims_part, "claims")
+    signature = _b64url_decode(signature_part, "signature")
+    if len(signature) != _SIGNATURE_LEN:
+        raise TokenRefused(
+            "format", f"malformed token: signature is {len(signature)} bytes, not "
+            f"{_SIGNATURE_LEN}"
+        )
+    try:
+        claims = msgspec.json.decode(payload, type=TokenClaims, strict=True)
+    except msgspec.ValidationError as exc:
+        raise TokenRefused("format", f"malformed token claims: {exc}") from None
+    except msgspec.DecodeError:
+        raise TokenRefused("format", "malformed token: claims are not JSON") from None
+    # The signature covers the canonical bytes; requiring them here means one set of
+    # claims has exactly one token payload (no duplicate keys, no reordering).
+    if canonical_json(msgspec.to_builtins(claims)) != payload:
+        raise TokenRefused("format", "malformed token: claims are not canonical JSON")
+    try:
+        _check_window(claims, "malformed token claims")
+    except SigningError as exc:
+        raise TokenRefused("format", str(exc)) from None
+    return claims, payload, signature
+
+
+def _check_window(claims: TokenClaims, context: str) -> None:
+    try:
+        issued, expires = _parse_time(claims.issued_at), _parse_time(claims.expires_at)
+    except ValueError as exc:
+        raise SigningError(f"{context}: {exc}") from None
+    if expires <= issued:
+        raise SigningError(f"{context}: expires_at is not after issued_at")
+
+
+def _parse_time(text: str) -> datetime:
+    # The pattern already enforced "...Z"; fromisoformat rejects impossible dates.
+    if not re.fullmatch(_RFC3339_UTC, text):
+        raise ValueError(f"{text!r} is not an RFC 3339 UTC time (YYYY-MM-DDThh:mm:ss[.f]Z)")
+    return datetime.fromisoformat(text[:-1] + "+00:00")
+
+
+def _as_rfc3339(value: str | datetime) -> str:
+    if isinstance(value, str):
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise SigningError("token times must be timezone-aware datetimes or RFC 3339 strings")
+    # Same form as the store's recorded_at: microseconds, "Z".
+    return rfc3339(value)
