@@ -286,7 +286,7 @@ def fresh_target(backend: str, pg_url: str) -> Iterator[Target]:
 
 
 def raw_sqlite_connect(path: Path) -> sqlite3.Connection:
-    # The store's pragmas (ledger/store.py _sqlite_engine), and explicit transactions.
+    # The store's pragmas (ledger/backends/sqlite.py), and explicit transactions.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 60000")
     conn.execute("PRAGMA journal_mode = WAL")

@@ -80,7 +80,7 @@ def baseline_scan(target: Target, n_events: int) -> None:
     n = 0
     try:
         if target.backend == "sqlite":
-            conn.execute("BEGIN")  # one read snapshot, as Store._transaction takes
+            conn.execute("BEGIN")  # one read snapshot, as Store.read_transaction takes
             cur = conn.cursor()
         else:
             import psycopg

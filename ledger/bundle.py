@@ -79,7 +79,7 @@ from .checkpoints import (
 )
 from .envelope import leaf_bytes
 from .errors import LedgerError
-from .events import DEFAULT_CATALOG, Catalog, RecordedEvent
+from .events import DEFAULT_CATALOG, ApproverKeyAdded, Catalog, RecordedEvent
 from .intake import MAX_DEPTH, MAX_SAFE_INTEGER, InputError, check_json_value, read_bytes
 from .keys import SigningError, public_key_b64, public_key_from_b64
 from .merkle import Frontier, leaf_hash, root_of
@@ -398,7 +398,7 @@ def write_bundle(
         leaves = bytearray()
         owners: dict[str, str | None] = {}
         approvers: list[dict[str, Any]] = []
-        refs: set[str] = set()
+        refs: set[str | None] = set()  # None: a BLOB_FIELDS value that is null
         catalog = store.catalog
         readers = catalog.blob_readers()  # the types whose payloads name blobs
         astuple = msgspec.structs.astuple
@@ -441,9 +441,9 @@ def write_bundle(
             raise BundleError(f"unknown plan {plan!r}")
         # Look the stored digests up once rather than each reference. A referenced blob
         # the store lacks is left out: the bundle's verifier reports it (blob_missing).
+        # (A null reference, None, is never a stored digest.)
         stored = {digest for (digest,) in snap.query("SELECT digest FROM blobs")}
-        refs.discard(None)  # type: ignore[arg-type]  # a BLOB_FIELDS value may be null
-        blobs = [(digest, data) for digest in sorted(refs & stored)
+        blobs = [(digest, data) for digest in sorted(stored & refs)
                  if (data := snap.blob(digest)) is not None]
         header = {"blobs": len(blobs), "events": events, "format": BUNDLE_FORMAT,
                   "origin": origin, "plan": plan, "root": root.hex(), "size": size}
@@ -859,9 +859,9 @@ class _Reader:
         if listed is None:
             return
         from_events = [
-            _Approver(fingerprint=e.payload.fingerprint, name=e.payload.name,
-                      position=e.position, public_key=e.payload.public_key)
-            for e in self.events if e.type == "approver_key.added"
+            _Approver(fingerprint=p.fingerprint, name=p.name, position=e.position,
+                      public_key=p.public_key)
+            for e in self.events if isinstance(p := e.payload, ApproverKeyAdded)
         ]
         if listed != from_events:
             self.problem(None, "keys", "the approver keys listed differ from the "

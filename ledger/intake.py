@@ -32,7 +32,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import LedgerError
 
@@ -370,6 +370,16 @@ class _YamlRefused(Exception):
         self.rule, self.detail, self.pointer = rule, detail, pointer
 
 
+class _Mark(Protocol):
+    line: int  # 0-based
+
+
+def _line(mark: _Mark | None) -> int | str:
+    """A YAML mark's 1-based line. Events from the parser always carry their marks; the
+    YAML types allow None (an event made by hand), shown as "?"."""
+    return "?" if mark is None else mark.line + 1
+
+
 def _yaml_loader() -> type:
     import yaml
 
@@ -387,9 +397,9 @@ def _yaml_loader() -> type:
         def compose_node(self, parent: Any, index: Any) -> Any:
             event = self.peek_event()
             if isinstance(event, yaml.AliasEvent):
-                mark = event.start_mark
                 raise _YamlRefused("yaml_alias", f"YAML alias *{event.anchor} (line "
-                                   f"{mark.line + 1}): anchors and aliases are not allowed")
+                                   f"{_line(event.start_mark)}): anchors and aliases are "
+                                   "not allowed")
             anchor = getattr(event, "anchor", None)
             if anchor is not None:
                 mark = event.start_mark
@@ -398,9 +408,8 @@ def _yaml_loader() -> type:
             if isinstance(event, yaml.CollectionStartEvent):
                 self.depth += 1
                 if self.depth > MAX_DEPTH:
-                    mark = event.start_mark
                     raise _YamlRefused("depth", f"nested deeper than {MAX_DEPTH} levels "
-                                       f"(line {mark.line + 1})")
+                                       f"(line {_line(event.start_mark)})")
             try:
                 return super().compose_node(parent, index)
             finally:

@@ -8,7 +8,9 @@ the head back. A rolled-back append leaves the head as it was, so positions stay
 and equal to commit order.
 
 Schema, engine and transactions are SQLAlchemy Core; the two hot statements (insert and
-scan) go to the driver as plain SQL, which is the same text on both backends.
+scan) go to the driver as plain SQL, which is the same text on both backends. What the two
+databases do differently (engines, the ledger lock, snapshots, scans, triggers) is each
+one's ``Backend`` in ``ledger.backends``; this module is the same code on both.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from typing import Any, NamedTuple, Protocol
 
 import msgspec
 import sqlalchemy as sa
-from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, NoSuchModuleError
+from sqlalchemy.exc import DBAPIError
 from ulid import ULID
 
 from . import tables
+from .backends import Backend, backend_for, driver_connection, make_engine, url_identity
 from .canonical import CanonicalizationError, canonical_json, canonical_struct
 from .envelope import GENESIS_CHAIN, chain_next, leaf_bytes
 from .errors import (
@@ -38,7 +40,6 @@ from .errors import (
     LedgerError,
     LedgerOpenError,
     LedgerSchemaError,
-    LedgerURLError,
 )
 from .events import DEFAULT_CATALOG, Catalog, NewEvent, RecordedEvent
 from .merkle import Frontier, leaf_hash
@@ -55,6 +56,7 @@ __all__ = [
     "TreeHead",
     "default_url",
     "open_store",
+    "url_identity",
 ]
 
 DEFAULT_URL = "sqlite:///evidence.db"
@@ -64,9 +66,6 @@ _EVENT_COLUMNS = (
     "actor, correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
 )
 _EMPTY_DELTA = b"[]"
-# PostgreSQL: processes creating or upgrading the schema of one database take this
-# transaction-scoped advisory lock first, so their DDL never races (a fixed, arbitrary key).
-_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7177001)"
 _decode_json = msgspec.json.decode
 _ULID_ALPHABET = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 
@@ -92,8 +91,9 @@ class StreamAppend(NamedTuple):
 class Snapshot:
     """Raw reads inside one read transaction (see ``Store.snapshot``)."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, backend: Backend) -> None:
         self._conn = conn
+        self._backend = backend
 
     def head_row(self) -> tuple[int, bytes, bytes]:
         """The stored head: size, chain hash, frontier bytes."""
@@ -106,12 +106,7 @@ class Snapshot:
     def rows(self, batch_size: int = 10_000) -> Iterator[list[tuple[Any, ...]]]:
         """Every stored row in position order, in batches, with constant memory."""
         sql = f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY position"
-        dbapi = self._conn.connection.dbapi_connection
-        if self._conn.dialect.name == "postgresql":
-            cursor = dbapi.cursor(name="evidence_scan")  # server-side cursor
-            cursor.itersize = batch_size
-        else:
-            cursor = dbapi.cursor()
+        cursor = self._backend.scan_cursor(driver_connection(self._conn.connection), batch_size)
         try:
             cursor.execute(sql)
             while rows := cursor.fetchmany(batch_size):
@@ -144,14 +139,14 @@ class WriteTx:
     def __init__(self, store: Store, cursor: Any, aux: Any) -> None:
         self._store, self._cursor, self._aux = store, cursor, aux
         self.backend = store.backend
-        self.ph = store._ph  # the driver's placeholder: "?" or "%s"
+        self.ph = store.placeholder  # the driver's placeholder: "?" or "%s"
         self._size: int | None = None
         self._event_ids: list[str] = []
 
     def head_size(self) -> int:
         """The log's size, locking the head first if this transaction has not yet."""
         if self._size is None:
-            self._cursor.execute(self._store._head_sql)
+            self._cursor.execute(self._store._backend.lock_head_sql)
             self._size = self._cursor.fetchone()[0]
         return self._size
 
@@ -213,27 +208,10 @@ class WriteTx:
         blob_list: list[bytes],
     ) -> list[tuple[Any, ...]]:
         """Lock, check versions, hash, insert; returns the stored rows."""
-        store, cursor, versions_cursor = self._store, self._cursor, self._aux
+        store, cursor = self._store, self._cursor
         self._event_ids.extend(row[0] for rows in prepared for row in rows)
         streams = list(dict.fromkeys(a.stream for a in appends))
-        # One scalar subquery per stream: each is a single backward step on the
-        # (stream, stream_version) index, however long the stream (IN ... GROUP BY would
-        # read every entry of the stream).
-        version_sql = ", ".join([store._stream_version_sql] * len(streams))
-        if store.backend == "postgresql":
-            # A separate statement after the lock: in READ COMMITTED its snapshot then
-            # includes every append committed before ours.
-            cursor.execute(store._head_sql)
-            versions_cursor.execute("SELECT " + version_sql, streams)
-            size, chain, packed = cursor.fetchone()
-            found = versions_cursor.fetchone()
-        else:
-            # BEGIN IMMEDIATE already holds the write lock: one statement reads it all.
-            cursor.execute(
-                "SELECT size, chain_hash, frontier, " + version_sql
-                + " FROM ledger_head WHERE id = 1", streams,
-            )
-            size, chain, packed, *found = cursor.fetchone()
+        size, chain, packed, found = store._backend.read_head_locked(cursor, self._aux, streams)
         versions = {stream: v or 0 for stream, v in zip(streams, found, strict=True)}
         frontier = Frontier.from_bytes(size, bytes(packed))
         chain = bytes(chain)
@@ -298,19 +276,6 @@ def default_url() -> str:
     return os.environ.get("EVIDENCE_DB") or DEFAULT_URL
 
 
-def url_identity(db_url: str) -> str:
-    """The URL without its password (so ``***`` from a rendered URL maps to the same
-    key) and with the driver the store would use."""
-    driver, _, rest = db_url.partition("://")
-    if driver in ("postgres", "postgresql"):
-        driver = "postgresql+psycopg"  # the store's normalisation
-    netloc, slash, tail = rest.partition("/")
-    userinfo, at, host = netloc.rpartition("@")
-    if at:
-        netloc = userinfo.split(":", 1)[0] + "@" + host
-    return f"{driver}://{netloc}{slash}{tail}"
-
-
 def open_store(
     url: str | None = None, *, create: bool = True, catalog: Catalog = DEFAULT_CATALOG
 ) -> Store:
@@ -320,87 +285,13 @@ def open_store(
     ``postgresql+psycopg://user@host/db`` is the multi-writer deployment. Without a URL,
     ``EVIDENCE_DB`` or ``sqlite:///evidence.db``.
     """
-    store = Store(_make_engine(url or default_url(), must_exist=not create), catalog)
+    store = Store(make_engine(url or default_url(), must_exist=not create), catalog)
     try:
         store._prepare(create=create)
     except BaseException:
         store.close()
         raise
     return store
-
-
-def _make_engine(url: str, *, must_exist: bool) -> Engine:
-    if "://" not in url:
-        raise LedgerURLError(
-            f"not a database URL: {url!r} (expected sqlite:///PATH or "
-            "postgresql+psycopg://USER@HOST/DB)"
-        )
-    try:
-        parsed = sa.engine.make_url(url)
-    except Exception as exc:
-        raise LedgerURLError(f"malformed database URL {url!r}: {exc}") from None
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        return _sqlite_engine(parsed, must_exist=must_exist)
-    if backend in ("postgresql", "postgres"):
-        if parsed.drivername in ("postgresql", "postgres"):
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        if parsed.drivername != "postgresql+psycopg":
-            raise LedgerURLError(
-                f"unsupported PostgreSQL driver {parsed.drivername!r}: use postgresql+psycopg://"
-            )
-        try:
-            return sa.create_engine(parsed)
-        except (ImportError, NoSuchModuleError):
-            raise LedgerOpenError(
-                "PostgreSQL support needs psycopg: pip install 'evidence-ledger[postgres]'"
-            ) from None
-    raise LedgerURLError(
-        f"unsupported database scheme {parsed.drivername!r} in {url!r}: "
-        "use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
-    )
-
-
-def _sqlite_engine(parsed: sa.URL, *, must_exist: bool) -> Engine:
-    if parsed.host or parsed.username or parsed.port:
-        raise LedgerURLError(
-            f"malformed SQLite URL {parsed.render_as_string()!r}: use sqlite:///relative/path "
-            "or sqlite:////absolute/path"
-        )
-    path = parsed.database or ""
-    memory = path in ("", ":memory:")
-    if not memory:
-        if must_exist and not os.path.exists(path):
-            raise LedgerOpenError(f"no ledger at {path}: run `evidence init` first")
-        if os.path.isdir(path):
-            raise LedgerOpenError(f"cannot open {path}: it is a directory")
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise LedgerOpenError(f"cannot create {path}: directory {parent} does not exist")
-    engine = sa.create_engine(
-        parsed.set(drivername="sqlite+pysqlite"),
-        poolclass=sa.pool.StaticPool if memory else sa.pool.QueuePool,
-        connect_args={"check_same_thread": False},
-    )
-
-    @sa_event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # Take transaction control from the driver so BEGIN is ours (see _on_begin).
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout = 60000")
-        if not memory:
-            cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = FULL")
-        cur.close()
-
-    @sa_event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # Writers take the write lock at BEGIN, so two appends never both read one head.
-        write = conn.get_execution_options().get("evidence_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-    return engine
 
 
 def _check_ulid(value: str, what: str) -> None:
@@ -414,20 +305,15 @@ class Store:
     def __init__(self, engine: Engine, catalog: Catalog = DEFAULT_CATALOG) -> None:
         self.engine = engine
         self.catalog = catalog
-        self.backend = engine.dialect.name  # "sqlite" | "postgresql"
-        ph = "?" if self.backend == "sqlite" else "%s"
+        # What this database does its own way; ``backend`` is its name.
+        self._backend = backend_for(engine)
+        self.backend: str = self._backend.name  # "sqlite" | "postgresql"
+        ph = self._backend.placeholder
         self._insert_sql = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({', '.join([ph] * 14)})"
-        self._head_sql = "SELECT size, chain_hash, frontier FROM ledger_head WHERE id = 1"
-        if self.backend == "postgresql":
-            self._head_sql += " FOR UPDATE"
         self._update_head_sql = (
             f"UPDATE ledger_head SET size = {ph}, chain_hash = {ph}, frontier = {ph} "
             "WHERE id = 1"
         )
-        self._stream_version_sql = (
-            f"(SELECT MAX(stream_version) FROM events WHERE stream = {ph})"
-        )
-        self._ph = ph
         self._decoders = catalog.current_decoders()
         self._integrity_error = engine.dialect.loaded_dbapi.IntegrityError
         # Each thread keeps one writer connection for the store's life: checking one out
@@ -439,11 +325,14 @@ class Store:
     @property
     def url(self) -> str:
         """Where the ledger lives: an absolute SQLite path, or the URL without password."""
-        url = self.engine.url
-        if self.backend == "sqlite":
-            path = url.database or ":memory:"
-            return "sqlite:///" + (path if path == ":memory:" else os.path.abspath(path))
-        return url.render_as_string(hide_password=True)
+        return self._backend.display_url(self.engine.url)
+
+    @property
+    def placeholder(self) -> str:
+        """The driver's parameter marker for plain SQL: ``?`` on SQLite, ``%s`` on
+        PostgreSQL. For statements run with ``exec_driver_sql`` in ``read_transaction``,
+        or through ``WriteTx`` and ``Snapshot.query``."""
+        return self._backend.placeholder
 
     def close(self) -> None:
         with self._writers_lock:
@@ -463,9 +352,9 @@ class Store:
     def _prepare(self, *, create: bool) -> None:
         try:
             with self._transaction(write=create) as conn:
-                if self.backend == "postgresql" and create:
+                if create:
                     # Two processes initialising one database must not race on DDL.
-                    conn.exec_driver_sql(_SCHEMA_LOCK)
+                    self._backend.lock_schema(conn)
                 inspector = sa.inspect(conn)
                 if not inspector.has_table("ledger_meta"):
                     if not create:
@@ -489,16 +378,9 @@ class Store:
                 if found < 1:
                     raise LedgerOpenError(f"{self.url} has a damaged ledger_meta table")
                 if not inspector.has_table("consumer_checkpoints"):  # added after v1 shipped
-                    if self.backend == "postgresql":
-                        conn.exec_driver_sql(_SCHEMA_LOCK)
+                    self._backend.lock_schema(conn)
                     tables.consumer_checkpoints.create(conn, checkfirst=True)
-                if self.backend == "postgresql" and not conn.exec_driver_sql(
-                    "SELECT 1 FROM pg_trigger WHERE tgname = %s "
-                    "AND tgrelid = 'ledger_head'::regclass", (tables.NOTIFY_TRIGGER,)
-                ).first():  # added after v1 shipped
-                    conn.exec_driver_sql(_SCHEMA_LOCK)
-                    for ddl in tables.NOTIFY_DDL:
-                        conn.execute(sa.DDL(ddl))
+                self._backend.upgrade_schema(conn)
         except LedgerError:
             raise
         except DBAPIError as exc:
@@ -506,7 +388,7 @@ class Store:
 
     def _create_schema(self, conn: Connection) -> None:
         tables.metadata.create_all(conn)
-        for ddl in tables.APPEND_ONLY_DDL[self.backend]:
+        for ddl in self._backend.append_only_ddl():
             conn.execute(sa.DDL(ddl))
         conn.execute(
             tables.ledger_meta.insert(),
@@ -528,14 +410,24 @@ class Store:
         return {k: v for k, v in rows}
 
     @contextmanager
+    def read_transaction(self, *, snapshot: bool = False) -> Iterator[Connection]:
+        """A read transaction on a pooled SQLAlchemy connection, for reads beside the
+        log's own (read models, their checkpoints, the stored leaf hashes). With
+        ``snapshot``, every statement in it sees the database as of one moment (a
+        checkpoint and the tables it covers, say). It takes no ledger lock: a decision
+        belongs in ``write``. Plain SQL uses ``placeholder``."""
+        with self._transaction(snapshot=snapshot) as conn:
+            yield conn
+
+    @contextmanager
     def _transaction(self, *, write: bool = False, snapshot: bool = False
                      ) -> Iterator[Connection]:
-        """A transaction; ``snapshot`` when several statements must see one moment."""
+        """A transaction; ``snapshot`` when several statements must see one moment;
+        ``write`` takes the write lock at BEGIN where the database needs it (SQLite)."""
         with self.engine.connect() as conn:
-            if write:
-                conn = conn.execution_options(evidence_write=True)
-            elif snapshot and self.backend == "postgresql":
-                conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            options = self._backend.transaction_options(write=write, snapshot=snapshot)
+            if options:
+                conn = conn.execution_options(**options)
             with conn.begin():
                 yield conn
 
@@ -587,17 +479,10 @@ class Store:
         head update and commit in a second).
         """
         raw = self._writer()
-        driver = raw.driver_connection
+        driver = driver_connection(raw)
         try:
-            if self.backend == "postgresql":
-                with driver.pipeline():
-                    yield driver.cursor(), driver.cursor()
-                    driver.commit()
-            else:
-                cursor = driver.cursor()
-                cursor.execute("BEGIN IMMEDIATE")
-                yield cursor, cursor
-                driver.commit()
+            with self._backend.write_cursors(driver) as cursors:
+                yield cursors
         except BaseException:
             try:
                 driver.rollback()
@@ -678,15 +563,16 @@ class Store:
     def put_blob(self, data: bytes) -> str:
         """Store ``data`` content-addressed; returns its SHA-256 hex digest."""
         with self._write_cursor() as (cursor, _):
-            cursor.execute(self._head_sql)  # serialise with appends
+            cursor.execute(self._backend.lock_head_sql)  # serialise with appends
             cursor.fetchone()
             return self._insert_blobs(cursor, [data])[0]
 
     def _insert_blobs(self, cursor: Any, blob_list: list[bytes]) -> list[str]:
+        ph = self.placeholder
         digests = [sha256(data).hexdigest() for data in blob_list]
         unique = list(dict.fromkeys(digests))
         cursor.execute(
-            f"SELECT digest FROM blobs WHERE digest IN ({', '.join([self._ph] * len(unique))})",
+            f"SELECT digest FROM blobs WHERE digest IN ({', '.join([ph] * len(unique))})",
             unique,
         )
         present = {row[0] for row in cursor.fetchall()}
@@ -696,8 +582,7 @@ class Store:
                 fresh[digest] = data
         if fresh:
             cursor.executemany(
-                f"INSERT INTO blobs (digest, size, data) VALUES ({self._ph}, {self._ph}, "
-                f"{self._ph})",
+                f"INSERT INTO blobs (digest, size, data) VALUES ({ph}, {ph}, {ph})",
                 [(d, len(b), b) for d, b in fresh.items()],
             )
         return digests
@@ -705,14 +590,14 @@ class Store:
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         """Which of ``digests`` the blob store holds."""
         with self._transaction() as conn:
-            cursor = conn.connection.driver_connection.cursor()
+            cursor = driver_connection(conn.connection).cursor()
             try:
                 return {d for d in digests if self._has_blob(cursor, d)}
             finally:
                 cursor.close()
 
     def _has_blob(self, cursor: Any, digest: str) -> bool:
-        cursor.execute(f"SELECT 1 FROM blobs WHERE digest = {self._ph}", (digest,))
+        cursor.execute(f"SELECT 1 FROM blobs WHERE digest = {self.placeholder}", (digest,))
         return cursor.fetchone() is not None
 
     def get_blob(self, digest: str) -> bytes | None:
@@ -744,11 +629,12 @@ class Store:
         self, stream: str, from_version: int = 1, *, as_of: int | None = None
     ) -> list[RecordedEvent]:
         """One stream's events from ``from_version``, optionally as of a log position."""
-        sql = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {self._ph} "
-               f"AND stream_version >= {self._ph}")
+        ph = self.placeholder
+        sql = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {ph} "
+               f"AND stream_version >= {ph}")
         params: tuple[Any, ...] = (stream, from_version)
         if as_of is not None:
-            sql += f" AND position <= {self._ph}"
+            sql += f" AND position <= {ph}"
             params += (as_of,)
         sql += " ORDER BY stream_version"
         with self._transaction() as conn:
@@ -794,7 +680,7 @@ class Store:
         head as it was when reading started. With a filter, keyset pages by position let
         the database use the filter's index. ``stream_prefix`` (e.g. ``"tool:"``) is
         applied to the raw rows before decoding."""
-        ph = self._ph
+        ph = self.placeholder
         position = max(from_position, 1)
         windowed = not types and stream is None
         if windowed:
@@ -825,7 +711,7 @@ class Store:
                 params = (position, *extra)
             with self._transaction() as conn:
                 # Plain driver tuples: SQLAlchemy Row objects cost more than decoding.
-                cursor = conn.connection.driver_connection.cursor()
+                cursor = driver_connection(conn.connection).cursor()
                 try:
                     cursor.execute(sql, params)
                     rows = cursor.fetchall()
@@ -853,7 +739,7 @@ class Store:
         Used by ``verify``: nothing is decoded, the rows are exactly the stored bytes.
         """
         with self._transaction(snapshot=True) as conn:
-            yield Snapshot(conn)
+            yield Snapshot(conn, self._backend)
 
     def _decode(self, row: Sequence[Any]) -> RecordedEvent:
         (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,

@@ -1,10 +1,12 @@
 """Catch-up subscriptions: read the log in position order, then follow it live.
 
 A subscription starts at a position (``from_position``) or where a named consumer left
-off (``consumer="name"``: the row of ``consumer_checkpoints``), reads everything up to
-the head in batches, and with ``follow=True`` keeps polling the head for more.
+off (``consumer="name"``: its acknowledged *position*, a row of the
+``consumer_checkpoints`` table), reads everything up to the head in batches, and with
+``follow=True`` keeps polling the head for more. (A consumer's position is not a signed
+checkpoint of ``ledger.checkpoints``: it is bookkeeping, and no decision rests on it.)
 
-Delivery is at-least-once. The checkpoint of a named consumer moves only when the
+Delivery is at-least-once. The position of a named consumer moves only when the
 consumer calls ``ack(position)`` after it has handled the events up to ``position``; a
 consumer that stops before acknowledging gets the unacknowledged events again next
 time. Positions are dense and equal to commit order (every append assigns them under
@@ -33,12 +35,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from . import tables
+from .backends import driver_connection
 from .errors import LedgerError
 from .events import RecordedEvent
 from .store import Store
 from .timestamps import utc_now
 
-__all__ = ["Subscription", "checkpoint", "consumers", "subscribe"]
+__all__ = ["Subscription", "consumer_position", "consumers", "subscribe"]
 
 _NAME_MAX = 128
 
@@ -52,22 +55,22 @@ def _check_name(name: str) -> None:
         raise SubscriptionError(f"invalid consumer name {name!r} (1-{_NAME_MAX} printable chars)")
 
 
-def checkpoint(store: Store, consumer: str) -> int | None:
+def consumer_position(store: Store, consumer: str) -> int | None:
     """The consumer's acknowledged position, or None if it never acknowledged."""
     c = tables.consumer_checkpoints.c
-    with store._transaction() as conn:
+    with store.read_transaction() as conn:
         return conn.execute(sa.select(c.position).where(c.name == consumer)).scalar_one_or_none()
 
 
 def consumers(store: Store) -> dict[str, tuple[int, str]]:
     """Every named consumer: name -> (acknowledged position, updated_at)."""
     c = tables.consumer_checkpoints.c
-    with store._transaction() as conn:
+    with store.read_transaction() as conn:
         rows = conn.execute(sa.select(c.name, c.position, c.updated_at).order_by(c.name)).all()
     return {name: (position, at) for name, position, at in rows}
 
 
-def _save_checkpoint(store: Store, consumer: str, position: int) -> None:
+def _save_position(store: Store, consumer: str, position: int) -> None:
     """Upsert, never moving backwards (two instances of one consumer may race)."""
     table = tables.consumer_checkpoints
     dialect = postgresql if store.backend == "postgresql" else sqlite
@@ -97,8 +100,9 @@ class _Waiter:
             self._errors = (sa.exc.DBAPIError, psycopg.Error)
             try:
                 raw = store.engine.raw_connection()
-                raw.driver_connection.autocommit = True
-                raw.driver_connection.execute(f"LISTEN {tables.NOTIFY_CHANNEL}")
+                driver = driver_connection(raw)
+                driver.autocommit = True
+                driver.execute(f"LISTEN {tables.NOTIFY_CHANNEL}")
                 self._raw = raw
             except self._errors:  # a hint only: without it the poll still finds everything
                 self._raw = None
@@ -163,7 +167,7 @@ class Subscription:
         self.batch_size = batch_size
         self.poll_interval = poll_interval
         if consumer is not None:
-            self.acked = checkpoint(store, consumer) or 0
+            self.acked = consumer_position(store, consumer) or 0
         else:
             self.acked = (from_position or 1) - 1
         # Everything up to ``scanned`` has been read (and, if it matched, delivered).
@@ -218,7 +222,7 @@ class Subscription:
     def ack(self, position: int | None = None) -> None:
         """Acknowledge every event up to ``position`` (default: all read so far).
 
-        For a named consumer the checkpoint is stored; it never moves backwards and
+        For a named consumer the position is stored; it never moves backwards and
         never ahead of what this subscription has read.
         """
         position = self.scanned if position is None else position
@@ -229,7 +233,7 @@ class Subscription:
         if position <= self.acked:
             return
         if self.consumer is not None:
-            _save_checkpoint(self.store, self.consumer, position)
+            _save_position(self.store, self.consumer, position)
         self.acked = position
 
 
@@ -243,7 +247,7 @@ def subscribe(
     poll_interval: float = 0.2,
 ) -> Subscription:
     """A subscription from ``from_position`` (default 1) or from ``consumer``'s
-    checkpoint (the first event after the last one it acknowledged)."""
+    position (the first event after the last one it acknowledged)."""
     return Subscription(
         store, from_position=from_position, consumer=consumer, types=types,
         batch_size=batch_size, poll_interval=poll_interval,

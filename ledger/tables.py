@@ -4,7 +4,8 @@
 the one row every append locks, holding the tree size, the last chain hash and the
 Merkle frontier (the root is computed from it); ``ledger_meta`` records the schema
 version; ``consumer_checkpoints`` holds subscription consumers' acknowledged positions.
-Triggers make the database itself refuse UPDATE and DELETE on events and blobs.
+Triggers (each backend's own, in ``ledger.backends``) make the database itself refuse
+UPDATE and DELETE on events and blobs.
 """
 
 from __future__ import annotations
@@ -88,49 +89,11 @@ ledger_meta = Table(
     Column("value", Text, nullable=False),
 )
 
-_REFUSE = "evidence ledger: the log is append-only"
+# How the database refuses a change to a stored row (the triggers are each backend's:
+# ledger.backends).
+APPEND_ONLY_MESSAGE = "evidence ledger: the log is append-only"
 
-# PostgreSQL wakes waiting subscribers: every append moves the head, and the trigger
-# queues a NOTIFY that the server delivers when (and only if) the append commits. It is a
-# hint only; subscribers poll too, so a lost notification costs one poll interval.
+# PostgreSQL wakes waiting subscribers: the append trigger (ledger.backends.postgres)
+# NOTIFYs this channel when an append commits.
 NOTIFY_CHANNEL = "evidence_appended"
 NOTIFY_TRIGGER = "ledger_head_notify"
-NOTIFY_DDL = [
-    "CREATE OR REPLACE FUNCTION evidence_notify_append() RETURNS trigger "
-    f"LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('{NOTIFY_CHANNEL}', NEW.size::text); "
-    "RETURN NULL; END $$",
-    f"DROP TRIGGER IF EXISTS {NOTIFY_TRIGGER} ON ledger_head",  # (no OR REPLACE before 14)
-    f"CREATE TRIGGER {NOTIFY_TRIGGER} AFTER UPDATE OF size ON ledger_head "
-    "FOR EACH ROW WHEN (NEW.size > OLD.size) EXECUTE FUNCTION evidence_notify_append()",
-]
-
-APPEND_ONLY_DDL: dict[str, list[str]] = {
-    "sqlite": [
-        f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table} "
-        f"BEGIN SELECT RAISE(ABORT, '{_REFUSE}: {op} on {table} is refused'); END"
-        for table in ("events", "blobs")
-        for op in ("UPDATE", "DELETE")
-    ]
-    + [
-        "CREATE TRIGGER IF NOT EXISTS ledger_head_no_delete BEFORE DELETE ON ledger_head "
-        f"BEGIN SELECT RAISE(ABORT, '{_REFUSE}: DELETE on ledger_head is refused'); END"
-    ],
-    "postgresql": [
-        "CREATE OR REPLACE FUNCTION evidence_refuse_change() RETURNS trigger "
-        "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION USING MESSAGE = "
-        f"'{_REFUSE}: ' || TG_OP || ' on ' || TG_TABLE_NAME || ' is refused'; END $$",
-        *[
-            f"CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
-            "FOR EACH ROW EXECUTE FUNCTION evidence_refuse_change()"
-            for table in ("events", "blobs")
-        ],
-        *[
-            f"CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} "
-            "FOR EACH STATEMENT EXECUTE FUNCTION evidence_refuse_change()"
-            for table in ("events", "blobs", "ledger_head")
-        ],
-        "CREATE TRIGGER ledger_head_no_delete BEFORE DELETE ON ledger_head "
-        "FOR EACH ROW EXECUTE FUNCTION evidence_refuse_change()",
-        *NOTIFY_DDL,
-    ],
-}

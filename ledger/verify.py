@@ -165,7 +165,10 @@ def _scan(
     encoded: dict[str | None, bytes] = {None: b"null"}
     against_root = EMPTY_ROOT if against_size == 0 else None
     template = LEAF_TEMPLATE
+    # Blobs are checked only with ``stored``: without it there are no readers, so
+    # ``present`` is never consulted.
     readers = catalog.blob_readers() if stored is not None else {}
+    present: set[str] = stored if stored is not None else set()
     astuple = msgspec.structs.astuple
     expected = 1  # the next position; after a hole, resynchronised to what is stored
     for rows in snap.rows():
@@ -218,8 +221,8 @@ def _scan(
                 except (LedgerError, msgspec.DecodeError, msgspec.ValidationError):
                     values = ()
                 for digest in values:
-                    if digest is not None and digest not in stored:  # type: ignore[operator]
-                        _missing(report, position, type_name, reader[2], values, stored)
+                    if digest is not None and digest not in present:
+                        _missing(report, position, type_name, reader[2], values, present)
                         break
             # Frontier.append, inline: merge one perfect subtree per trailing 1 bit.
             hashes.append(leaf)

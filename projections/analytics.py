@@ -39,7 +39,7 @@ import sqlalchemy as sa
 
 from ledger import RecordedEvent
 from ledger.canonical import canonical_json
-from ledger.store import WriteTx
+from ledger import WriteTx
 
 from .engine import AggregateProjection, Part
 

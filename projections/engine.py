@@ -37,7 +37,7 @@ import msgspec
 import sqlalchemy as sa
 
 from ledger import EventPayload, RecordedEvent, Store
-from ledger.store import WriteTx
+from ledger import WriteTx
 from ledger.timestamps import utc_now
 
 from .documents import Document
@@ -195,7 +195,7 @@ class ProjectionEngine:
     def __init__(self, store: Store, projections: Sequence[AnyProjection]) -> None:
         self.store = store
         self.projections: dict[str, AnyProjection] = {p.name: p for p in projections}
-        ph = store._ph
+        ph = store.placeholder
         self._ph = ph
         self._upsert: dict[str, str] = {}
         for p in projections:

@@ -29,7 +29,7 @@ from ledger.events import (
     ValidationRunStarted,
 )
 from ledger.merkle import root_of
-from ledger.subscriptions import checkpoint
+from ledger.subscriptions import consumer_position
 from tests.helpers import assert_refused, plan_created, run_cli, strategy
 
 
@@ -76,7 +76,7 @@ def test_tail_consumer_resumes_after_its_checkpoint(demo: str) -> None:
     first = cli("tail", "--consumer", "ops", "--json", "--db", demo)
     assert len(first.stdout.splitlines()) == size
     with ledger.open(demo, create=False) as store:
-        assert checkpoint(store, "ops") == size
+        assert consumer_position(store, "ops") == size
         store.append("plan:extra", [plan_created("extra")])
     again = cli("tail", "--consumer", "ops", "--json", "--db", demo)
     assert [json.loads(x)["position"] for x in again.stdout.splitlines()] == [size + 1]
@@ -106,7 +106,7 @@ def test_tail_follow_sigint_leaves_checkpoint_at_last_printed(db_url: str) -> No
                 proc.kill()
         assert proc.returncode == 0, err
         assert out == "" and "Traceback" not in err
-        assert checkpoint(store, "live") == 3
+        assert consumer_position(store, "live") == 3
         store.append("plan:B", [plan_created("B")])
         rest = cli("tail", "--consumer", "live", "--json", "--db", db_url)
         assert [json.loads(x)["position"] for x in rest.stdout.splitlines()] == [4]

@@ -13,7 +13,7 @@ from ulid import ULID
 
 import ledger
 from ledger import tables
-from ledger.subscriptions import SubscriptionError, checkpoint, consumers, subscribe
+from ledger.subscriptions import SubscriptionError, consumer_position, consumers, subscribe
 from tests.helpers import plan_created, strategy
 
 WRITERS = 3
@@ -40,15 +40,15 @@ def test_checkpoint_moves_only_on_ack(store: ledger.Store) -> None:
     sub = subscribe(store, consumer="wh", batch_size=2)
     first = next(sub.batches())
     assert [e.position for e in first] == [1, 2]
-    assert checkpoint(store, "wh") is None  # read but not acknowledged
+    assert consumer_position(store, "wh") is None  # read but not acknowledged
     sub.ack(first[-1].position)
-    assert checkpoint(store, "wh") == 2
+    assert consumer_position(store, "wh") == 2
     next(sub.batches())  # positions 3, 4 delivered, never acknowledged
     # At-least-once: a new subscription of the same consumer gets 3.. again.
     again = subscribe(store, consumer="wh")
     assert [e.position for e in again.events()] == [3, 4, 5]
     again.ack()
-    assert checkpoint(store, "wh") == 5
+    assert consumer_position(store, "wh") == 5
     assert consumers(store)["wh"][0] == 5
     assert list(subscribe(store, consumer="wh").events()) == []
 
@@ -64,7 +64,7 @@ def test_ack_never_moves_backwards_nor_ahead(store: ledger.Store) -> None:
     other.scanned = 4
     other.acked = 0
     other.ack(2)  # a stale instance of the same consumer
-    assert checkpoint(store, "c") == 4
+    assert consumer_position(store, "c") == 4
 
 
 def test_type_filter_and_ack_covers_skipped_positions(store: ledger.Store) -> None:
@@ -73,7 +73,7 @@ def test_type_filter_and_ack_covers_skipped_positions(store: ledger.Store) -> No
     sub = subscribe(store, consumer="f", types=["plan.created"])
     assert [e.position for e in sub.events()] == [1, 4]
     sub.ack()
-    assert checkpoint(store, "f") == 4
+    assert consumer_position(store, "f") == 4
 
 
 def test_refusals(store: ledger.Store) -> None:
@@ -98,7 +98,7 @@ def test_existing_ledger_gets_the_checkpoint_table(db_url: str) -> None:
         sub = subscribe(store, consumer="late")
         list(sub.events())
         sub.ack()
-        assert checkpoint(store, "late") == 1
+        assert consumer_position(store, "late") == 1
     finally:
         store.close()
 
@@ -229,6 +229,6 @@ def test_consumer_alongside_concurrent_writers_sees_exactly_1_to_n(db_url: str) 
         assert [p.exitcode for p in procs] == [0] * WRITERS
         assert seen == list(range(1, total + 1))  # no gap, no duplicate, in order
         assert store.head().size == total
-        assert checkpoint(store, "tally") == total
+        assert consumer_position(store, "tally") == total
     finally:
         store.close()

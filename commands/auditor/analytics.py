@@ -132,13 +132,13 @@ def flat_row(event: ledger.RecordedEvent, projects: dict[str, str]) -> dict[str,
 def tree_root(store: ledger.Store, size: int) -> bytes:
     """The RFC 9162 root of the first ``size`` leaves, from the stored leaf hashes."""
     frontier = Frontier()
-    ph = store._ph
+    ph = store.placeholder
     sql = f"SELECT leaf_hash FROM events WHERE position >= {ph} AND position <= {ph} " \
           "ORDER BY position"
     position = 1
     while position <= size:
         end = min(size, position + _LEAF_BATCH - 1)
-        with store._transaction() as conn:
+        with store.read_transaction() as conn:
             rows = conn.exec_driver_sql(sql, (position, end)).all()
         if len(rows) != end - position + 1:
             raise ExportError(f"positions {position}..{end} are not all in the log")
@@ -347,7 +347,7 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
     only = " AND project = :project" if project is not None else ""
     window = f"position >= :since{only}"
     # One snapshot: the checkpoint and every table as of the same moment.
-    with store._transaction(snapshot=True) as conn:
+    with store.read_transaction(snapshot=True) as conn:
         tree_size = conn.execute(
             sa.text(f"SELECT position FROM {CHECKPOINTS} WHERE name = :name"),
             {"name": ANALYTICS.name}).scalar_one()

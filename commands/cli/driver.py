@@ -17,7 +17,7 @@ from commands.plane.driver import RunSummary, resume, run_plan_file
 from .common import db_option, emit_json, fail, json_option, open_plane, workdir_option
 from .terminal import inert
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _say_factory(as_json: bool):

@@ -13,7 +13,7 @@ without decoding the whole payload: ``blob_refs`` and, for raw scans, ``blob_rea
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Union, cast
 
 import msgspec
 
@@ -122,11 +122,13 @@ class BlobRefs(msgspec.Struct, kw_only=True, gc=False):
 
 
 def _blob_refs_struct(cls: type[EventPayload]) -> type[BlobRefs]:
-    return msgspec.defstruct(
+    # defstruct is typed as returning a Struct class; with bases=(BlobRefs,) it makes a
+    # BlobRefs subclass, which the stub cannot express.
+    return cast("type[BlobRefs]", msgspec.defstruct(
         f"{cls.__name__}BlobRefs",
         [(field, Union[str, None], None) for field in cls.BLOB_FIELDS],  # noqa: UP007
         bases=(BlobRefs,), namespace={"BLOB_FIELDS": cls.BLOB_FIELDS}, kw_only=True,
-    )
+    ))
 
 
 class Catalog:

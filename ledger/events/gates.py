@@ -41,7 +41,7 @@ class Truncation(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     sha256: str  # hex SHA-256 of the full output, every byte of it
 
 
-class GateChecked(EventPayload, tag="gate.checked", kw_only=True):
+class GateChecked(EventPayload, tag="gate.checked", kw_only=True, frozen=True):
     """An input or output gate check, pass or fail, with every deviation."""
 
     STREAM = "plan:{plan_id}"
@@ -66,7 +66,7 @@ class GateChecked(EventPayload, tag="gate.checked", kw_only=True):
     checked_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
 
 
-class ToolCalled(EventPayload, tag="tool.called", kw_only=True):
+class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
     """A tool call that passed the input gate ran (or was recorded by an orchestrator)."""
 
     STREAM = "plan:{plan_id}"

@@ -27,7 +27,7 @@ class GlobalConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     require_validation: bool = True
 
 
-class PlanCreated(EventPayload, tag="plan.created", kw_only=True):
+class PlanCreated(EventPayload, tag="plan.created", kw_only=True, frozen=True):
     """A plan was created in phase Strategize."""
 
     STREAM = "plan:{plan_id}"
@@ -39,7 +39,7 @@ class PlanCreated(EventPayload, tag="plan.created", kw_only=True):
     global_config: GlobalConfig = GlobalConfig()
 
 
-class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True):
+class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True, frozen=True):
     """The strategy for the current revision (with a decision's guidance, if any)."""
 
     STREAM = "plan:{plan_id}"
@@ -51,7 +51,7 @@ class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True)
     guidance: str | None = None
 
 
-class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True):
+class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True, frozen=True):
     """The plan moved from Strategize to Execute: a new attempt, iteration 1, a fresh
     retry budget, and its **binding set** pinned: every attachment that applied when it
     first entered Execute (with the validation version, mode, arguments and, for a
@@ -67,7 +67,7 @@ class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True):
     binding: list[ResolvedAttachment] = []
 
 
-class AttemptFailed(EventPayload, tag="plan.attempt_failed", kw_only=True):
+class AttemptFailed(EventPayload, tag="plan.attempt_failed", kw_only=True, frozen=True):
     """An attempt failed: a gate deviation (model_behavior) or a blocker (validation).
     The envelope's causation_id names the event that failed it."""
 
@@ -82,7 +82,7 @@ class AttemptFailed(EventPayload, tag="plan.attempt_failed", kw_only=True):
     reason: str
 
 
-class FixRecorded(EventPayload, tag="plan.fix_recorded", kw_only=True):
+class FixRecorded(EventPayload, tag="plan.fix_recorded", kw_only=True, frozen=True):
     """The agent recorded a fix before re-validating."""
 
     STREAM = "plan:{plan_id}"
@@ -95,7 +95,9 @@ class FixRecorded(EventPayload, tag="plan.fix_recorded", kw_only=True):
     diff_sha256: str | None = None
 
 
-class StrategyRevisionRequested(EventPayload, tag="plan.strategy_revision_requested", kw_only=True):
+class StrategyRevisionRequested(
+    EventPayload, tag="plan.strategy_revision_requested", kw_only=True, frozen=True
+):
     """The retry limit was reached: the plan reverts to Strategize."""
 
     STREAM = "plan:{plan_id}"
@@ -108,7 +110,7 @@ class StrategyRevisionRequested(EventPayload, tag="plan.strategy_revision_reques
     failed_attempts: int
 
 
-class Escalated(EventPayload, tag="plan.escalated", kw_only=True):
+class Escalated(EventPayload, tag="plan.escalated", kw_only=True, frozen=True):
     """Strategy revisions are exhausted: a human must decide."""
 
     STREAM = "plan:{plan_id}"
@@ -122,7 +124,7 @@ class Escalated(EventPayload, tag="plan.escalated", kw_only=True):
     attempt: int
 
 
-class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True):
+class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True, frozen=True):
     """A human decision, Ed25519-signed with a registered approver key."""
 
     STREAM = "plan:{plan_id}"
@@ -141,7 +143,7 @@ class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True)
     signature: str  # base64 Ed25519 signature over the canonical decision record
 
 
-class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True):
+class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True, frozen=True):
     """A pass over real results minted an apply token (INV1). Its secret is not here."""
 
     STREAM = "plan:{plan_id}"
@@ -161,7 +163,7 @@ class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True):
     signature: str
 
 
-class TokenConsumed(EventPayload, tag="plan.token_consumed", kw_only=True):
+class TokenConsumed(EventPayload, tag="plan.token_consumed", kw_only=True, frozen=True):
     """The token was verified and used; it can never be used again."""
 
     STREAM = "plan:{plan_id}"
@@ -181,7 +183,7 @@ class FileChange(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     mode: Annotated[int, msgspec.Meta(ge=0, le=0o7777)]
 
 
-class ChangesRecorded(EventPayload, tag="plan.changes_recorded", kw_only=True):
+class ChangesRecorded(EventPayload, tag="plan.changes_recorded", kw_only=True, frozen=True):
     """Apply began (appended with the token's consumption): the change set from the plan's
     sandbox to its resources, recorded before any file is written, so a crash at any
     point leaves what ``apply --resume`` needs to finish. The change list (canonical
@@ -197,7 +199,7 @@ class ChangesRecorded(EventPayload, tag="plan.changes_recorded", kw_only=True):
     changes: list[FileChange] = []
 
 
-class PlanApplied(EventPayload, tag="plan.applied", kw_only=True):
+class PlanApplied(EventPayload, tag="plan.applied", kw_only=True, frozen=True):
     """Apply, the point of no return, completed: every file of the recorded change set
     is in place."""
 
@@ -210,7 +212,7 @@ class PlanApplied(EventPayload, tag="plan.applied", kw_only=True):
     changed_paths: list[str] = []
 
 
-class PlanHalted(EventPayload, tag="plan.halted", kw_only=True):
+class PlanHalted(EventPayload, tag="plan.halted", kw_only=True, frozen=True):
     """A halt. ``halt_type`` == ``final_decision`` is the canonical outcome; the precise
     cause is ``raw_halt_type`` (seed 001)."""
 
@@ -230,7 +232,9 @@ class PlanHalted(EventPayload, tag="plan.halted", kw_only=True):
     result_refs: list[str] = []
 
 
-class CompensationRequested(EventPayload, tag="plan.compensation_requested", kw_only=True):
+class CompensationRequested(
+    EventPayload, tag="plan.compensation_requested", kw_only=True, frozen=True
+):
     """A strict-mode deviation (or an orchestrator) routed the plan to compensation.
     The envelope's causation_id names the event that caused it."""
 
@@ -241,7 +245,9 @@ class CompensationRequested(EventPayload, tag="plan.compensation_requested", kw_
     reason: str
 
 
-class CompensationCompleted(EventPayload, tag="plan.compensation_completed", kw_only=True):
+class CompensationCompleted(
+    EventPayload, tag="plan.compensation_completed", kw_only=True, frozen=True
+):
     """Compensation commands ran; each command's exit code is kept."""
 
     STREAM = "plan:{plan_id}"

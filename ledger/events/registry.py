@@ -10,7 +10,7 @@ import msgspec
 from .base import JSON, EventPayload
 
 
-class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True):
+class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True, frozen=True):
     """A tool was registered, or re-registered with a change (a new version)."""
 
     STREAM = "tool:{name}"
@@ -42,7 +42,7 @@ class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True):
     writes: bool = False
 
 
-class ValidationRegistered(ToolRegistered, tag="validation.registered", kw_only=True):
+class ValidationRegistered(ToolRegistered, tag="validation.registered", kw_only=True, frozen=True):
     """A validation was registered. It shares the tool namespace and stream."""
 
     STREAM = "tool:{name}"
@@ -60,7 +60,7 @@ class ValidationRegistered(ToolRegistered, tag="validation.registered", kw_only=
     read_only: bool = True
 
 
-class SkillDefined(EventPayload, tag="skill.defined", kw_only=True):
+class SkillDefined(EventPayload, tag="skill.defined", kw_only=True, frozen=True):
     """A skill (a named bundle of tools and validations) was defined or changed."""
 
     STREAM = "skill:{name}"
@@ -72,7 +72,7 @@ class SkillDefined(EventPayload, tag="skill.defined", kw_only=True):
     members: list[str]
 
 
-class AttachmentCreated(EventPayload, tag="attachment.created", kw_only=True):
+class AttachmentCreated(EventPayload, tag="attachment.created", kw_only=True, frozen=True):
     """A validation was attached to a resource at a scope."""
 
     STREAM = "attachment:{attachment_id}"
@@ -89,7 +89,7 @@ class AttachmentCreated(EventPayload, tag="attachment.created", kw_only=True):
     args_sha256: str
 
 
-class AttachmentDetached(EventPayload, tag="attachment.detached", kw_only=True):
+class AttachmentDetached(EventPayload, tag="attachment.detached", kw_only=True, frozen=True):
     """An attachment was removed; resolution as of earlier positions still sees it."""
 
     STREAM = "attachment:{attachment_id}"
@@ -99,7 +99,7 @@ class AttachmentDetached(EventPayload, tag="attachment.detached", kw_only=True):
     reason: str = ""
 
 
-class ApproverKeyAdded(EventPayload, tag="approver_key.added", kw_only=True):
+class ApproverKeyAdded(EventPayload, tag="approver_key.added", kw_only=True, frozen=True):
     """An approver's Ed25519 public key was registered by the operator, who holds the
     plane key and endorses the key with it (the approver's private key is never here)."""
 
@@ -114,7 +114,7 @@ class ApproverKeyAdded(EventPayload, tag="approver_key.added", kw_only=True):
     endorsement: str
 
 
-class ApproverKeyRevoked(EventPayload, tag="approver_key.revoked", kw_only=True):
+class ApproverKeyRevoked(EventPayload, tag="approver_key.revoked", kw_only=True, frozen=True):
     """An approver key was revoked; decisions signed with it are refused from now on."""
 
     STREAM = "approver:{name}"

@@ -18,7 +18,7 @@ class Finding(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=T
     summary: str
 
 
-class ReviewStarted(EventPayload, tag="review.started", kw_only=True):
+class ReviewStarted(EventPayload, tag="review.started", kw_only=True, frozen=True):
     """A normalised review request passed preflight; the receipt is its task id."""
 
     STREAM = "review:{task_id}"
@@ -30,7 +30,9 @@ class ReviewStarted(EventPayload, tag="review.started", kw_only=True):
     request_sha256: str
 
 
-class ReviewCandidateSubmitted(EventPayload, tag="review.candidate_submitted", kw_only=True):
+class ReviewCandidateSubmitted(
+    EventPayload, tag="review.candidate_submitted", kw_only=True, frozen=True
+):
     """A reviewer's candidate report; an invalid one becomes that reviewer's limitation."""
 
     STREAM = "review:{task_id}"
@@ -46,7 +48,9 @@ class ReviewCandidateSubmitted(EventPayload, tag="review.candidate_submitted", k
     errors: list[str] = []
 
 
-class ReviewAccountingRejected(EventPayload, tag="review.accounting_rejected", kw_only=True):
+class ReviewAccountingRejected(
+    EventPayload, tag="review.accounting_rejected", kw_only=True, frozen=True
+):
     """An evaluator accounting broke the rules; every violation is listed (with its
     RFC 6901 pointer into the accounting). One repair attempt follows the first."""
 
@@ -58,7 +62,7 @@ class ReviewAccountingRejected(EventPayload, tag="review.accounting_rejected", k
     violations: list[str]
 
 
-class ReviewAccounted(EventPayload, tag="review.accounted", kw_only=True):
+class ReviewAccounted(EventPayload, tag="review.accounted", kw_only=True, frozen=True):
     """The evaluator's accounting was accepted: each source finding exactly once."""
 
     STREAM = "review:{task_id}"
@@ -69,7 +73,7 @@ class ReviewAccounted(EventPayload, tag="review.accounted", kw_only=True):
     accounting: dict[str, JSON]
 
 
-class ReviewReportCommitted(EventPayload, tag="review.report_committed", kw_only=True):
+class ReviewReportCommitted(EventPayload, tag="review.report_committed", kw_only=True, frozen=True):
     """The deterministic report was rendered and committed with its SHA-256."""
 
     STREAM = "review:{task_id}"
@@ -83,7 +87,7 @@ class ReviewReportCommitted(EventPayload, tag="review.report_committed", kw_only
     exclusions: int
 
 
-class ReviewFailed(EventPayload, tag="review.failed", kw_only=True):
+class ReviewFailed(EventPayload, tag="review.failed", kw_only=True, frozen=True):
     """The review failed (e.g. the accounting repair attempt failed too)."""
 
     STREAM = "review:{task_id}"

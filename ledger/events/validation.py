@@ -35,7 +35,7 @@ class ResolvedAttachment(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     transform: str | None = None
 
 
-class ValidationRunStarted(EventPayload, tag="validation.run_started", kw_only=True):
+class ValidationRunStarted(EventPayload, tag="validation.run_started", kw_only=True, frozen=True):
     """The resolved set of applicable attachments was recorded and the run began."""
 
     STREAM = "plan:{plan_id}"
@@ -49,7 +49,9 @@ class ValidationRunStarted(EventPayload, tag="validation.run_started", kw_only=T
     resource_digests: dict[str, str] = {}  # resource -> tree digest before the run
 
 
-class ValidationResultRecorded(EventPayload, tag="validation.result_recorded", kw_only=True):
+class ValidationResultRecorded(
+    EventPayload, tag="validation.result_recorded", kw_only=True, frozen=True
+):
     """One validation's result. ``verdict`` is None when there is none (see ``cause``)."""
 
     STREAM = "plan:{plan_id}"
@@ -76,7 +78,9 @@ class ValidationResultRecorded(EventPayload, tag="validation.result_recorded", k
     stderr_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
 
 
-class ValidationRunCompleted(EventPayload, tag="validation.run_completed", kw_only=True):
+class ValidationRunCompleted(
+    EventPayload, tag="validation.run_completed", kw_only=True, frozen=True
+):
     """The run's outcome, classified by the rules of ``rules_version``."""
 
     STREAM = "plan:{plan_id}"

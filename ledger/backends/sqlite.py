@@ -1,0 +1,127 @@
+"""SQLite: the embedded ledger, one file (``sqlite:///path``) or ``:memory:``.
+
+Connections run in WAL mode with ``synchronous=FULL`` and a long busy timeout; the store
+takes transaction control from the driver, so a writer's ``BEGIN IMMEDIATE`` holds the
+database's one write lock from its first statement: that lock is the ledger lock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+from sqlalchemy.engine import Connection, Engine
+
+from .. import tables
+from ..errors import LedgerOpenError, LedgerURLError
+from .base import HEAD_SQL, Backend, HeadAndVersions
+
+__all__ = ["APPEND_ONLY_DDL", "SQLiteBackend"]
+
+# The execution option that makes a SQLAlchemy transaction begin with BEGIN IMMEDIATE.
+_WRITE_OPTION = "evidence_write"
+
+APPEND_ONLY_DDL = [
+    f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table} "
+    f"BEGIN SELECT RAISE(ABORT, '{tables.APPEND_ONLY_MESSAGE}: {op} on {table} is refused'); "
+    "END"
+    for table in ("events", "blobs")
+    for op in ("UPDATE", "DELETE")
+] + [
+    "CREATE TRIGGER IF NOT EXISTS ledger_head_no_delete BEFORE DELETE ON ledger_head "
+    f"BEGIN SELECT RAISE(ABORT, '{tables.APPEND_ONLY_MESSAGE}: DELETE on ledger_head is "
+    "refused'); END"
+]
+
+
+class SQLiteBackend(Backend):
+    name = "sqlite"
+    placeholder = "?"
+    # BEGIN IMMEDIATE already holds the write lock: a plain read of the head suffices.
+    lock_head_sql: ClassVar[str] = HEAD_SQL
+
+    @classmethod
+    def create_engine(cls, url: sa.URL, *, must_exist: bool) -> Engine:
+        if url.host or url.username or url.port:
+            raise LedgerURLError(
+                f"malformed SQLite URL {url.render_as_string()!r}: use "
+                "sqlite:///relative/path or sqlite:////absolute/path"
+            )
+        path = url.database or ""
+        memory = path in ("", ":memory:")
+        if not memory:
+            if must_exist and not os.path.exists(path):
+                raise LedgerOpenError(f"no ledger at {path}: run `evidence init` first")
+            if os.path.isdir(path):
+                raise LedgerOpenError(f"cannot open {path}: it is a directory")
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                raise LedgerOpenError(
+                    f"cannot create {path}: directory {parent} does not exist"
+                )
+        engine = sa.create_engine(
+            url.set(drivername="sqlite+pysqlite"),
+            poolclass=sa.pool.StaticPool if memory else sa.pool.QueuePool,
+            connect_args={"check_same_thread": False},
+        )
+
+        @sa_event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Take transaction control from the driver so BEGIN is ours (see _on_begin).
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA busy_timeout = 60000")
+            if not memory:
+                cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = FULL")
+            cur.close()
+
+        @sa_event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            # Writers take the write lock at BEGIN, so two appends never both read one head.
+            write = conn.get_execution_options().get(_WRITE_OPTION, False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        return engine
+
+    def display_url(self, url: sa.URL) -> str:
+        path = url.database or ":memory:"
+        return "sqlite:///" + (path if path == ":memory:" else os.path.abspath(path))
+
+    def transaction_options(self, *, write: bool, snapshot: bool) -> dict[str, Any]:
+        # A deferred read transaction already sees one moment (WAL: from its first read).
+        return {_WRITE_OPTION: True} if write else {}
+
+    @contextmanager
+    def write_cursors(self, driver: Any) -> Iterator[tuple[Any, Any]]:
+        cursor = driver.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        yield cursor, cursor
+        driver.commit()
+
+    def read_head_locked(
+        self, cursor: Any, aux: Any, streams: Sequence[str]
+    ) -> HeadAndVersions:
+        # BEGIN IMMEDIATE already holds the write lock: one statement reads it all.
+        cursor.execute(
+            "SELECT size, chain_hash, frontier, " + self.stream_versions_sql(len(streams))
+            + " FROM ledger_head WHERE id = 1", streams,
+        )
+        size, chain, packed, *found = cursor.fetchone()
+        return size, chain, packed, found
+
+    def scan_cursor(self, driver: Any, batch_size: int) -> Any:
+        return driver.cursor()
+
+    def lock_schema(self, conn: Connection) -> None:
+        pass  # a write transaction (BEGIN IMMEDIATE) already excludes every other writer
+
+    def append_only_ddl(self) -> Sequence[str]:
+        return APPEND_ONLY_DDL
+
+    def upgrade_schema(self, conn: Connection) -> None:
+        pass  # nothing SQLite-only was added after v1 shipped
