@@ -557,7 +557,7 @@ def breakdown(schema: Any, sha: str, raw: bytes, variant: str,
             _translate,
         )
     except ImportError as exc:
-        err_console.print(f"[yellow]no breakdown: commands.schemas.checker internals changed ({exc})[/]")
+        err_console.print(f"[yellow]no breakdown: the checker's internals changed ({exc})[/]")
         return None
     seconds = MEASURE_SECONDS / 4  # many small steps: shorter loops
     instance = _decoder.decode(raw)

@@ -32,16 +32,29 @@ rebuilds the projection from the log the next time it opens.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
-from ledger import RecordedEvent
+from ledger import RecordedEvent, WriteTx
 from ledger.canonical import canonical_json
-from ledger import WriteTx
+from ledger.events import (
+    AttemptFailed,
+    DecisionRecorded,
+    GateChecked,
+    PlanApplied,
+    PlanCreated,
+    PlanHalted,
+    StrategyRevisionRequested,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    ValidationRunStarted,
+)
 
 from .engine import AggregateProjection, Part
+from .folding import Steps
 
 VERSION = 2  # 2: outcome as the plan document's (halts, revise), revised facts, applies
 # validated or unvalidated
@@ -107,6 +120,108 @@ def _upsert(tx: WriteTx, table: str, columns: Sequence[str], key: Sequence[str],
                    f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}", rows)
 
 
+@dataclass
+class _Batch:
+    """The rows one ``apply`` call adds, gathered by the steps before they are written."""
+
+    tx: WriteTx
+    t: Mapping[str, str]
+    runs: dict[tuple[str, str], tuple[str, str, str]] = field(default_factory=dict)
+    new_runs: list[tuple[Any, ...]] = field(default_factory=list)
+    facts: list[tuple[Any, ...]] = field(default_factory=list)
+    results: list[tuple[Any, ...]] = field(default_factory=list)
+    deviations: list[tuple[Any, ...]] = field(default_factory=list)
+    informational: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+# (the batch, the plan's row, its project, the event's position, the payload)
+Step = Callable[[_Batch, dict[str, Any], Any, int, Any], None]
+_STEPS: Steps[Step] = Steps()
+on = _STEPS.register
+
+
+@on(ValidationRunStarted)
+def _run_started(b: _Batch, plan: dict[str, Any], project: Any, position: int,
+                 p: ValidationRunStarted) -> None:
+    plan["attempts"] = max(plan["attempts"], p.attempt)
+    b.facts.append((position, p.plan_id, project, "run_started", p.attempt, None, None))
+    for a in p.resolved:
+        args = canonical_json(a.args).decode()
+        key = (args, hashlib.sha256(args.encode()).hexdigest(),
+               p.resource_digests.get(a.resource, ""))
+        b.runs[(p.run_id, a.attachment_id)] = key
+        b.new_runs.append((p.run_id, a.attachment_id, p.plan_id, a.validation, *key))
+
+
+@on(ValidationResultRecorded)
+def _result(b: _Batch, plan: dict[str, Any], project: Any, position: int,
+            p: ValidationResultRecorded) -> None:
+    key = b.runs.get((p.run_id, p.attachment_id))
+    if key is None:
+        ph = b.tx.ph
+        found = b.tx.query(
+            f"SELECT args, args_digest, input_digest FROM {b.t['runs']} "
+            f"WHERE run_id = {ph} AND attachment_id = {ph}", (p.run_id, p.attachment_id))
+        key = found[0] if found else (None, None, None)
+    b.results.append((position, p.plan_id, project, p.run_id, p.attachment_id,
+                      p.validation, p.mode, verdict_label(p.verdict), p.duration_ms, *key))
+
+
+@on(ValidationRunCompleted)
+def _run_completed(b: _Batch, plan: dict[str, Any], project: Any, position: int,
+                   p: ValidationRunCompleted) -> None:
+    plan["outcome"], plan["unvalidated"] = p.outcome, int(p.vacuous)
+    b.facts.append((position, p.plan_id, project, "run_completed", p.attempt, p.outcome,
+                    None))
+    b.informational.extend((position, seq, p.plan_id, project, p.run_id, name)
+                           for seq, name in enumerate(p.informational_failures))
+
+
+@on(AttemptFailed)
+def _attempt_failed(b: _Batch, plan: dict[str, Any], project: Any, position: int,
+                    p: AttemptFailed) -> None:
+    plan["failed_attempts"] += 1
+    b.facts.append((position, p.plan_id, project, "attempt_failed", p.attempt, None, None))
+
+
+@on(StrategyRevisionRequested)
+def _revision(b: _Batch, plan: dict[str, Any], project: Any, position: int,
+              p: StrategyRevisionRequested) -> None:
+    plan["strategy_revisions"] += 1
+    b.facts.append((position, p.plan_id, project, "strategy_revision", None, None, None))
+
+
+@on(PlanHalted)
+def _halted(b: _Batch, plan: dict[str, Any], project: Any, position: int,
+            p: PlanHalted) -> None:
+    plan["halt_type"], plan["raw_halt_type"] = p.halt_type, p.raw_halt_type
+    plan["outcome"] = p.halt_type  # a halt's type is the plan's canonical outcome
+    b.facts.append((position, p.plan_id, project, "halted", p.attempt, p.halt_type,
+                    p.raw_halt_type))
+
+
+@on(DecisionRecorded)
+def _decided(b: _Batch, plan: dict[str, Any], project: Any, position: int,
+             p: DecisionRecorded) -> None:
+    if p.choice == "revise":
+        plan["outcome"] = None  # back to Strategize: no outcome until the next run
+        b.facts.append((position, p.plan_id, project, "revised", None, None, None))
+
+
+@on(PlanApplied)
+def _applied(b: _Batch, plan: dict[str, Any], project: Any, position: int,
+             p: PlanApplied) -> None:
+    plan["applied"] = "unvalidated" if plan["unvalidated"] else "validated"
+    b.facts.append((position, p.plan_id, project, "applied", None, plan["applied"], None))
+
+
+@on(GateChecked)
+def _gate_checked(b: _Batch, plan: dict[str, Any], project: Any, position: int,
+                  p: GateChecked) -> None:
+    b.deviations.extend((position, seq, p.plan_id, project, p.gate, p.tool, d.kind,
+                         d.pointer) for seq, d in enumerate(p.deviations))
+
+
 def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) -> None:
     """Add the facts of ``events`` to the tables ``t`` (part -> physical name)."""
     relevant = [e for e in events if e.stream.startswith("plan:")
@@ -115,93 +230,42 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
         return  # most appends outside plans cost nothing here
     ph = tx.ph
     plans: dict[str, dict[str, Any]] = {}
-    touched = list(dict.fromkeys(e.payload.plan_id for e in relevant))
+    touched = list(dict.fromkeys(e.payload.plan_id for e in relevant))  # type: ignore[attr-defined]
     for i in range(0, len(touched), 500):  # a few statements per batch, not one per plan
         chunk = touched[i:i + 500]
         for found in tx.query(f"SELECT {', '.join(PLAN_COLUMNS)} FROM {t['plans']} "
                               f"WHERE plan IN ({', '.join([ph] * len(chunk))})", chunk):
             plans[found[0]] = dict(zip(PLAN_COLUMNS, found, strict=True))
-    runs: dict[tuple[str, str], tuple[str, str, str]] = {}  # resolved in this batch
-    new_runs: list[tuple[Any, ...]] = []
-    facts: list[tuple[Any, ...]] = []
-    results: list[tuple[Any, ...]] = []
-    deviations: list[tuple[Any, ...]] = []
-    informational: list[tuple[Any, ...]] = []
+    b = _Batch(tx, t)
     late_projects: list[tuple[str, str]] = []
     for event in relevant:
-        p, kind, position = event.payload, event.type, event.position
-        plan_id = p.plan_id
+        p, position = event.payload, event.position
+        plan_id = p.plan_id  # type: ignore[attr-defined]
         plan = plans.get(plan_id)
         if plan is None:
             plan = plans[plan_id] = dict.fromkeys(PLAN_COLUMNS)
             plan.update(plan=plan_id, first_position=position, attempts=0,
                         failed_attempts=0, strategy_revisions=0, unvalidated=0)
         plan["last_position"] = position
-        if kind == "plan.created" and plan["project"] is None:
+        if isinstance(p, PlanCreated) and plan["project"] is None:
             plan["project"] = p.project
             if position != plan["first_position"]:
                 late_projects.append((p.project, plan_id))  # facts recorded before it
-        project = plan["project"]
-        if kind == "validation.run_started":
-            plan["attempts"] = max(plan["attempts"], p.attempt)
-            facts.append((position, plan_id, project, "run_started", p.attempt, None, None))
-            for a in p.resolved:
-                args = canonical_json(a.args).decode()
-                key = (args, hashlib.sha256(args.encode()).hexdigest(),
-                       p.resource_digests.get(a.resource, ""))
-                runs[(p.run_id, a.attachment_id)] = key
-                new_runs.append((p.run_id, a.attachment_id, plan_id, a.validation, *key))
-        elif kind == "validation.result_recorded":
-            key = runs.get((p.run_id, p.attachment_id))
-            if key is None:
-                found = tx.query(
-                    f"SELECT args, args_digest, input_digest FROM {t['runs']} "
-                    f"WHERE run_id = {ph} AND attachment_id = {ph}",
-                    (p.run_id, p.attachment_id))
-                key = found[0] if found else (None, None, None)
-            results.append((position, plan_id, project, p.run_id, p.attachment_id,
-                            p.validation, p.mode, verdict_label(p.verdict), p.duration_ms,
-                            *key))
-        elif kind == "validation.run_completed":
-            plan["outcome"], plan["unvalidated"] = p.outcome, int(p.vacuous)
-            facts.append((position, plan_id, project, "run_completed", p.attempt, p.outcome,
-                          None))
-            informational.extend((position, seq, plan_id, project, p.run_id, name)
-                                 for seq, name in enumerate(p.informational_failures))
-        elif kind == "plan.attempt_failed":
-            plan["failed_attempts"] += 1
-            facts.append((position, plan_id, project, "attempt_failed", p.attempt, None,
-                          None))
-        elif kind == "plan.strategy_revision_requested":
-            plan["strategy_revisions"] += 1
-            facts.append((position, plan_id, project, "strategy_revision", None, None, None))
-        elif kind == "plan.halted":
-            plan["halt_type"], plan["raw_halt_type"] = p.halt_type, p.raw_halt_type
-            plan["outcome"] = p.halt_type  # a halt's type is the plan's canonical outcome
-            facts.append((position, plan_id, project, "halted", p.attempt, p.halt_type,
-                          p.raw_halt_type))
-        elif kind == "plan.decision_recorded" and p.choice == "revise":
-            plan["outcome"] = None  # back to Strategize: no outcome until the next run
-            facts.append((position, plan_id, project, "revised", None, None, None))
-        elif kind == "plan.applied":
-            plan["applied"] = "unvalidated" if plan["unvalidated"] else "validated"
-            facts.append((position, plan_id, project, "applied", None, plan["applied"],
-                          None))
-        elif kind == "gate.checked":
-            deviations.extend((position, seq, plan_id, project, p.gate, p.tool, d.kind,
-                               d.pointer) for seq, d in enumerate(p.deviations))
+        step = _STEPS.lookup(type(p))
+        if step is not None:
+            step(b, plan, plan["project"], position, p)
     _upsert(tx, t["runs"], ("run_id", "attachment_id", "plan", "validation", "args",
                             "args_digest", "input_digest"), ("run_id", "attachment_id"),
-            new_runs)
+            b.new_runs)
     _insert(tx, t["plan_facts"], ("position", "plan", "project", "fact", "attempt", "value",
-                                  "raw_value"), facts)
+                                  "raw_value"), b.facts)
     _insert(tx, t["results"], ("position", "plan", "project", "run_id", "attachment_id",
                                "validation", "mode", "verdict", "duration_ms", "args",
-                               "args_digest", "input_digest"), results)
+                               "args_digest", "input_digest"), b.results)
     _insert(tx, t["deviations"], ("position", "seq", "plan", "project", "gate", "tool",
-                                  "kind", "pointer"), deviations)
+                                  "kind", "pointer"), b.deviations)
     _insert(tx, t["informational_failures"], ("position", "seq", "plan", "project",
-                                              "run_id", "validation"), informational)
+                                              "run_id", "validation"), b.informational)
     _upsert(tx, t["plans"], PLAN_COLUMNS, ("plan",),
             [tuple(plan[c] for c in PLAN_COLUMNS) for plan in plans.values()])
     for project, plan_id in late_projects:
@@ -212,4 +276,4 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
                        f"WHERE plan = {ph} AND project IS NULL", (project, plan_id))
 
 
-ANALYTICS = AggregateProjection(name="analytics", version=VERSION, parts=PARTS, apply=apply)
+ANALYTICS = AggregateProjection(name="analytics", version=VERSION, parts=PARTS, step=apply)

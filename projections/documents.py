@@ -1,11 +1,14 @@
-"""Stream documents: the state of one stream as a plain JSON document, and the pure
-fold that advances it by one event.
+"""Stream documents: the typed state of one stream (``projections.states``), and the
+pure fold that advances it by one event.
 
 Every stream kind (``tool:``, ``skill:``, ``attachment:``, ``plan:`` …) has a fold
-``(document, payload) -> document``. Command handlers use it to compute each event's
-structural delta (the RFC 6902 patch from the document before to the document after),
-and the read models store the folded documents. Applying the deltas alone to ``{}``
-therefore rebuilds the same document as the fold: that is what an auditor checks.
+``(state, payload) -> state`` (a ``folding.StreamFold``: one small step per event type,
+beside the others for its stream; ``None`` is "no document yet"). Command handlers use
+it to compute each event's structural delta (the RFC 6902 patch from the document
+before to the document after), and the read models store the folded documents. Deltas
+and rows are computed from a state's JSON form (``to_json``, exactly the plain
+document). Applying the deltas alone to ``{}`` therefore rebuilds the same document as
+the fold: that is what an auditor checks.
 
 Folds never mutate their input and never read anything but the document and payload.
 """
@@ -48,226 +51,266 @@ from ledger.events import (
     ValidationRunStarted,
 )
 
+from .folding import StreamFold
 from .reviews import fold_review
+from .states import (
+    ApplyingState,
+    ApproverKeyState,
+    ApproverState,
+    AttachmentState,
+    ChangedFile,
+    CompensationState,
+    HaltState,
+    PendingDecision,
+    PlanState,
+    ReviewState,
+    SkillState,
+    StepState,
+    TokenState,
+    ToolSpec,
+    ToolState,
+    to_json,
+)
 
-Document = dict[str, Any]
-Fold = Callable[[Document, EventPayload], Document]
+Document = dict[str, Any]  # a state's JSON form (``to_json``): deltas, read-model rows
+State = ToolState | SkillState | AttachmentState | PlanState | ApproverState | ReviewState
+Fold = Callable[[Any, EventPayload], Any]
 
-# Fields of a registration that describe the registration, not the tool.
-_REGISTRATION_FIELDS = ("type", "name", "version")
+replace = msgspec.structs.replace
+
+# -- tool: ----------------------------------------------------------------------------
+
+_SPEC_FIELDS = tuple(f for f in ToolSpec.__struct_fields__)
 
 
-def tool_spec(payload: ToolRegistered) -> Document:
+def tool_spec(payload: ToolRegistered) -> ToolSpec:
     """The tool (or validation) definition carried by a registration event."""
-    spec = msgspec.to_builtins(payload)
-    for field in _REGISTRATION_FIELDS:
-        spec.pop(field, None)
-    return spec
+    return ToolSpec(**{f: getattr(payload, f) for f in _SPEC_FIELDS if hasattr(payload, f)})
 
 
-def fold_tool(doc: Document, payload: EventPayload) -> Document:
-    """``tool:{name}``: the current definition, its version, and every version kept."""
-    if not isinstance(payload, ToolRegistered):  # ValidationRegistered is a subclass
+fold_tool: StreamFold[ToolState] = StreamFold("tool", ToolState)
+
+
+@fold_tool.on_any(ToolRegistered)  # ValidationRegistered is a subclass
+def _registered(doc: ToolState | None, p: ToolRegistered) -> ToolState:
+    spec = tool_spec(p)
+    versions = dict(doc.versions) if doc is not None else {}
+    versions[str(p.version)] = spec
+    return ToolState(name=p.name,
+                     kind="validation" if isinstance(p, ValidationRegistered) else "tool",
+                     version=p.version, spec=spec, versions=versions)
+
+
+# -- skill: ---------------------------------------------------------------------------
+
+fold_skill: StreamFold[SkillState] = StreamFold("skill", SkillState)
+
+
+@fold_skill.on_any(SkillDefined)
+def _skill_defined(_doc: SkillState | None, p: SkillDefined) -> SkillState:
+    return SkillState(name=p.name, version=p.version, description=p.description,
+                      members=list(p.members))
+
+
+# -- attachment: ----------------------------------------------------------------------
+
+fold_attachment: StreamFold[AttachmentState] = StreamFold("attachment", AttachmentState)
+
+
+@fold_attachment.on_any(AttachmentCreated)
+def _attached(doc: AttachmentState | None, p: AttachmentCreated) -> AttachmentState:
+    if doc is not None:
+        return doc  # created twice: audit reports it; the first stands
+    return AttachmentState(
+        attachment_id=p.attachment_id, validation=p.validation,
+        validation_version=p.validation_version, resource=p.resource, scope=p.scope,
+        project=p.project, plan=p.plan, args=p.args, args_sha256=p.args_sha256,
+        status="attached")
+
+
+@fold_attachment.on(AttachmentDetached)
+def _detached(doc: AttachmentState, p: AttachmentDetached) -> AttachmentState:
+    return replace(doc, status="detached", detach_reason=p.reason)
+
+
+# -- plan: ----------------------------------------------------------------------------
+# Total: an event the plan's state cannot take (anything before ``plan.created``, a
+# second creation, a consumed token that was never minted) leaves the state as it is;
+# ``projections.plan_rules`` names the broken rule, and audit reports it.
+
+fold_plan: StreamFold[PlanState] = StreamFold("plan", PlanState)
+
+
+def new_plan(payload: PlanCreated) -> PlanState:
+    return PlanState(plan_id=payload.plan_id, project=payload.project,
+                     resources=list(payload.resources), global_config=payload.global_config)
+
+
+@fold_plan.on_any(PlanCreated)
+def _created(doc: PlanState | None, p: PlanCreated) -> PlanState:
+    return doc if doc is not None else new_plan(p)
+
+
+@fold_plan.on(StrategyRecorded)
+def _strategy(doc: PlanState, p: StrategyRecorded) -> PlanState:
+    return replace(doc, strategy=p.strategy, revision=p.revision, guidance=p.guidance)
+
+
+@fold_plan.on(ExecuteEntered)
+def _execute(doc: PlanState, p: ExecuteEntered) -> PlanState:
+    # The first Execute starts attempt 1; a failed attempt already moved to the next.
+    return replace(doc, phase="execute", attempt=max(doc.attempt, 1), iteration=1,
+                   retries_used=0, needs_fix=False, token=_superseded(doc.token),
+                   binding=list(p.binding))
+
+
+@fold_plan.on(GateChecked)
+def _gate_checked(doc: PlanState, p: GateChecked) -> PlanState:
+    steps = doc.steps
+    if p.gate == "input" and p.verdict == "pass" and p.step:
+        steps = {**steps, p.step: StepState(tool=p.tool, tool_version=p.tool_version)}
+    return replace(doc, gate_checks=doc.gate_checks + 1,
+                   gate_failures=doc.gate_failures + (p.verdict == "fail"), steps=steps)
+
+
+@fold_plan.on(AttemptFailed)
+def _attempt_failed(doc: PlanState, p: AttemptFailed) -> PlanState:
+    if p.failure_class == "model_behavior":
+        return replace(doc, iteration=p.iteration + 1)
+    # A failed validation run: the next attempt starts with a fix, then re-validates.
+    return replace(doc, retries_used=doc.retries_used + 1, attempt=p.attempt + 1,
+                   iteration=1, needs_fix=True)
+
+
+@fold_plan.on(ValidationRunStarted)
+def _run_started(doc: PlanState, p: ValidationRunStarted) -> PlanState:
+    return replace(doc, current_run=p.run_id, token=_superseded(doc.token))
+
+
+@fold_plan.on(FixRecorded)
+def _fixed(doc: PlanState, _p: FixRecorded) -> PlanState:
+    return replace(doc, fixes=doc.fixes + 1, needs_fix=False, token=_superseded(doc.token))
+
+
+@fold_plan.on(StrategyRevisionRequested)
+def _revision(doc: PlanState, p: StrategyRevisionRequested) -> PlanState:
+    return replace(doc, phase="strategize", revision=p.revision, strategy=None,
+                   revisions_used=doc.revisions_used + 1, halt=None,
+                   token=_superseded(doc.token))
+
+
+@fold_plan.on(Escalated)
+def _escalated(doc: PlanState, p: Escalated) -> PlanState:
+    return replace(doc, pending_decision=PendingDecision(
+        decision_id=p.decision_id, options=list(p.options), reason=p.reason),
+        token=_superseded(doc.token))
+
+
+@fold_plan.on(DecisionRecorded)
+def _decided(doc: PlanState, p: DecisionRecorded) -> PlanState:
+    decided = replace(doc, pending_decision=None, token=_superseded(doc.token),
+                      decisions={**doc.decisions, p.decision_id: p.choice})
+    if p.choice == "revise":
+        return replace(decided, phase="strategize", revision=doc.revision + 1,
+                       strategy=None, guidance=p.guidance, retries_used=0,
+                       revisions_used=0, halt=None, needs_fix=False, outcome=None)
+    return replace(decided, terminal="failed")
+
+
+@fold_plan.on(TokenMinted)
+def _minted(doc: PlanState, p: TokenMinted) -> PlanState:
+    return replace(doc, token=TokenState(
+        token_id=p.token_id, token_sha256=p.token_sha256, attempt=p.attempt,
+        run_id=p.run_id, expires_at=p.expires_at, status="minted"))
+
+
+@fold_plan.on(TokenConsumed)
+def _consumed(doc: PlanState, p: TokenConsumed) -> PlanState:
+    token = doc.token
+    if token is None or token.token_id != p.token_id:
         return doc
-    spec = tool_spec(payload)
-    versions = dict(doc.get("versions", {}))
-    versions[str(payload.version)] = spec
-    return {
-        "name": payload.name,
-        "kind": "validation" if isinstance(payload, ValidationRegistered) else "tool",
-        "version": payload.version,
-        "spec": spec,
-        "versions": versions,
-    }
+    return replace(doc, token=replace(token, status="consumed"))
 
 
-def fold_skill(doc: Document, payload: EventPayload) -> Document:
-    if not isinstance(payload, SkillDefined):
-        return doc
-    return {
-        "name": payload.name,
-        "version": payload.version,
-        "description": payload.description,
-        "members": list(payload.members),
-    }
+@fold_plan.on(ChangesRecorded)
+def _changes(doc: PlanState, p: ChangesRecorded) -> PlanState:
+    return replace(doc, applying=ApplyingState(
+        token_id=p.token_id, changes_sha256=p.changes_sha256,
+        files=[ChangedFile(resource=c.resource, path=c.path, sha256=c.sha256)
+               for c in p.changes]))
 
 
-def fold_attachment(doc: Document, payload: EventPayload) -> Document:
-    if isinstance(payload, AttachmentCreated):
-        if doc:
-            return doc  # created twice: audit reports it; the first stands
-        created = msgspec.to_builtins(payload)
-        created.pop("type")
-        created["status"] = "attached"
-        return created
-    if isinstance(payload, AttachmentDetached) and doc:
-        return {**doc, "status": "detached", "detach_reason": payload.reason}
-    return doc
+@fold_plan.on(PlanApplied)
+def _applied(doc: PlanState, _p: PlanApplied) -> PlanState:
+    return replace(doc, phase="apply", terminal="applied", halt=None, applying=None,
+                   applied=doc.applying)
 
 
-def new_plan(payload: PlanCreated) -> Document:
-    return {
-        "plan_id": payload.plan_id,
-        "project": payload.project,
-        "resources": list(payload.resources),
-        "global_config": msgspec.to_builtins(payload.global_config),
-        "phase": "strategize",
-        "revision": 0,
-        "attempt": 0,
-        "iteration": 0,
-        "retries_used": 0,
-        "strategy": None,
-        "guidance": None,
-        "binding": [],
-        "steps": {},
-        "gate_checks": 0,
-        "gate_failures": 0,
-        "halt": None,
-        "compensation": None,
-        "terminal": None,
-        "tool_calls": 0,
-        "current_run": None,
-        "last_run": None,
-        "last_outcome": None,
-        "outcome": None,
-        "unvalidated": False,
-        "needs_fix": False,
-        "informational_failures": [],
-        "fixes": 0,
-        "revisions_used": 0,
-        "pending_decision": None,
-        "decisions": {},
-        "token": None,
-        "applying": None,
-        "applied": None,
-    }
+@fold_plan.on(ValidationRunCompleted)
+def _run_completed(doc: PlanState, p: ValidationRunCompleted) -> PlanState:
+    return replace(doc, current_run=None, last_run=p.run_id, last_outcome=p.outcome,
+                   outcome=p.outcome, unvalidated=p.vacuous,
+                   informational_failures=list(p.informational_failures))
 
 
-def fold_plan(doc: Document, payload: EventPayload) -> Document:
-    """``plan:{plan_id}``: phase, strategy, binding set, counters, halt, decisions, token.
-
-    Total: an event the plan's state cannot take (anything before ``plan.created``, a
-    second creation, a consumed token that was never minted) leaves the document as it
-    is; ``projections.plan_rules`` names the broken rule, and audit reports it."""
-    if isinstance(payload, PlanCreated):
-        return doc if doc else new_plan(payload)
-    if not doc:
-        return doc
-    if isinstance(payload, StrategyRecorded):
-        return {**doc, "strategy": payload.strategy, "revision": payload.revision,
-                "guidance": payload.guidance}
-    if isinstance(payload, ExecuteEntered):
-        # The first Execute starts attempt 1; a failed attempt already moved to the next.
-        return {**doc, "phase": "execute", "attempt": max(doc["attempt"], 1), "iteration": 1,
-                "retries_used": 0, "needs_fix": False, "token": _superseded(doc["token"]),
-                "binding": [msgspec.to_builtins(b) for b in payload.binding]}
-    if isinstance(payload, GateChecked):
-        changed = {"gate_checks": doc["gate_checks"] + 1,
-                   "gate_failures": doc["gate_failures"] + (payload.verdict == "fail")}
-        if payload.gate == "input" and payload.verdict == "pass" and payload.step:
-            changed["steps"] = {**doc["steps"], payload.step: {
-                "tool": payload.tool, "tool_version": payload.tool_version}}
-        return {**doc, **changed}
-    if isinstance(payload, AttemptFailed):
-        if payload.failure_class == "model_behavior":
-            return {**doc, "iteration": payload.iteration + 1}
-        # A failed validation run: the next attempt starts with a fix, then re-validates.
-        return {**doc, "retries_used": doc["retries_used"] + 1,
-                "attempt": payload.attempt + 1, "iteration": 1, "needs_fix": True}
-    if isinstance(payload, ValidationRunStarted):
-        return {**doc, "current_run": payload.run_id, "token": _superseded(doc["token"])}
-    if isinstance(payload, FixRecorded):
-        return {**doc, "fixes": doc["fixes"] + 1, "needs_fix": False,
-                "token": _superseded(doc["token"])}
-    if isinstance(payload, StrategyRevisionRequested):
-        return {**doc, "phase": "strategize", "revision": payload.revision, "strategy": None,
-                "revisions_used": doc["revisions_used"] + 1, "halt": None,
-                "token": _superseded(doc["token"])}
-    if isinstance(payload, Escalated):
-        return {**doc, "pending_decision": {"decision_id": payload.decision_id,
-                                            "options": list(payload.options),
-                                            "reason": payload.reason},
-                "token": _superseded(doc["token"])}
-    if isinstance(payload, DecisionRecorded):
-        decided = {**doc, "pending_decision": None, "token": _superseded(doc["token"]),
-                   "decisions": {**doc["decisions"], payload.decision_id: payload.choice}}
-        if payload.choice == "revise":
-            return {**decided, "phase": "strategize", "revision": doc["revision"] + 1,
-                    "strategy": None, "guidance": payload.guidance, "retries_used": 0,
-                    "revisions_used": 0, "halt": None, "needs_fix": False, "outcome": None}
-        return {**decided, "terminal": "failed"}
-    if isinstance(payload, TokenMinted):
-        return {**doc, "token": {"token_id": payload.token_id,
-                                 "token_sha256": payload.token_sha256,
-                                 "attempt": payload.attempt, "run_id": payload.run_id,
-                                 "expires_at": payload.expires_at, "status": "minted"}}
-    if isinstance(payload, TokenConsumed):
-        token = doc["token"]
-        if token is None or token["token_id"] != payload.token_id:
-            return doc
-        return {**doc, "token": {**token, "status": "consumed"}}
-    if isinstance(payload, ChangesRecorded):
-        return {**doc, "applying": {
-            "token_id": payload.token_id, "changes_sha256": payload.changes_sha256,
-            "files": [{"resource": c.resource, "path": c.path, "sha256": c.sha256}
-                      for c in payload.changes]}}
-    if isinstance(payload, PlanApplied):
-        return {**doc, "phase": "apply", "terminal": "applied", "halt": None,
-                "applying": None, "applied": doc.get("applying")}
-    if isinstance(payload, ValidationRunCompleted):
-        return {**doc, "current_run": None, "last_run": payload.run_id,
-                "last_outcome": payload.outcome, "outcome": payload.outcome,
-                "unvalidated": payload.vacuous,
-                "informational_failures": list(payload.informational_failures)}
-    if isinstance(payload, ToolCalled):
-        return {**doc, "tool_calls": doc["tool_calls"] + 1, "token": _superseded(doc["token"])}
-    if isinstance(payload, CompensationRequested):
-        return {**doc, "compensation": {"status": "requested", "reason": payload.reason}}
-    if isinstance(payload, CompensationCompleted):
-        status = "completed" if payload.succeeded else "failed"
-        return {**doc, "compensation": {**(doc["compensation"] or {"reason": None}),
-                                        "status": status}}
-    if isinstance(payload, PlanHalted):
-        halt = {"halt_type": payload.halt_type, "raw_halt_type": payload.raw_halt_type,
-                "reason": payload.reason, "hint": payload.hint, "terminal": payload.terminal}
-        return {**doc, "halt": halt, "outcome": payload.halt_type,
-                "token": _superseded(doc["token"]),
-                "terminal": "failed" if payload.terminal else doc["terminal"]}
-    return doc
+@fold_plan.on(ToolCalled)
+def _tool_called(doc: PlanState, _p: ToolCalled) -> PlanState:
+    return replace(doc, tool_calls=doc.tool_calls + 1, token=_superseded(doc.token))
 
 
-def _superseded(token: Document | None) -> Document | None:
+@fold_plan.on(CompensationRequested)
+def _compensation_requested(doc: PlanState, p: CompensationRequested) -> PlanState:
+    return replace(doc, compensation=CompensationState(status="requested", reason=p.reason))
+
+
+@fold_plan.on(CompensationCompleted)
+def _compensation_completed(doc: PlanState, p: CompensationCompleted) -> PlanState:
+    reason = doc.compensation.reason if doc.compensation is not None else None
+    return replace(doc, compensation=CompensationState(
+        status="completed" if p.succeeded else "failed", reason=reason))
+
+
+@fold_plan.on(PlanHalted)
+def _halted(doc: PlanState, p: PlanHalted) -> PlanState:
+    halt = HaltState(halt_type=p.halt_type, raw_halt_type=p.raw_halt_type, reason=p.reason,
+                     hint=p.hint, terminal=p.terminal)
+    return replace(doc, halt=halt, outcome=p.halt_type, token=_superseded(doc.token),
+                   terminal="failed" if p.terminal else doc.terminal)
+
+
+def _superseded(token: TokenState | None) -> TokenState | None:
     """A minted, unused token stops being valid when the work, its evidence or the plan's
     course moves on: a new run, a fix, a tool call, a halt, an escalation or a decision, a
     strategy revision, a new Execute (INV1: nothing may invalidate what it was minted
     on; seed 001: a token is never handed on across an escalation)."""
-    if token is not None and token["status"] == "minted":
-        return {**token, "status": "superseded"}
+    if token is not None and token.status == "minted":
+        return replace(token, status="superseded")
     return token
 
 
-def fold_approver(doc: Document, payload: EventPayload) -> Document:
-    """``approver:{name}``: the approver's public keys by fingerprint, active or revoked."""
-    if isinstance(payload, ApproverKeyAdded):
-        keys = {**doc.get("keys", {}), payload.fingerprint: {
-            "public_key": payload.public_key, "status": "active"}}
-        return {"name": payload.name, "keys": keys}
-    if isinstance(payload, ApproverKeyRevoked):
-        key = doc.get("keys", {}).get(payload.fingerprint)
-        if key is None:
-            return doc  # revoking a key never added: audit reports it
-        return {**doc, "keys": {**doc["keys"], payload.fingerprint: {
-            **key, "status": "revoked"}}}
-    return doc
+# -- approver: ------------------------------------------------------------------------
+
+fold_approver: StreamFold[ApproverState] = StreamFold("approver", ApproverState)
 
 
-FOLDS: dict[str, Fold] = {
-    "approver": fold_approver,
-    "tool": fold_tool,
-    "skill": fold_skill,
-    "attachment": fold_attachment,
-    "plan": fold_plan,
-    "review": fold_review,
+@fold_approver.on_any(ApproverKeyAdded)
+def _key_added(doc: ApproverState | None, p: ApproverKeyAdded) -> ApproverState:
+    keys = {**(doc.keys if doc is not None else {}),
+            p.fingerprint: ApproverKeyState(public_key=p.public_key, status="active")}
+    return ApproverState(name=p.name, keys=keys)
+
+
+@fold_approver.on(ApproverKeyRevoked)
+def _key_revoked(doc: ApproverState, p: ApproverKeyRevoked) -> ApproverState:
+    key = doc.keys.get(p.fingerprint)
+    if key is None:
+        return doc  # revoking a key never added: audit reports it
+    return replace(doc, keys={**doc.keys, p.fingerprint: replace(key, status="revoked")})
+
+
+FOLDS: dict[str, StreamFold[Any]] = {
+    f.kind: f for f in (fold_approver, fold_tool, fold_skill, fold_attachment, fold_plan,
+                        fold_review)
 }
 
 
@@ -275,27 +318,42 @@ def stream_kind(stream: str) -> str:
     return stream.partition(":")[0]
 
 
-def fold(stream: str, doc: Document, payload: EventPayload) -> Document:
-    """Advance ``stream``'s document by one event (unknown kinds keep ``{}``)."""
+def state_type(kind: str) -> type | None:
+    """The state Struct of a stream kind (None for a kind without a fold)."""
+    found = FOLDS.get(kind)
+    return found.state if found is not None else None
+
+
+def fold(stream: str, doc: Any, payload: EventPayload) -> Any:
+    """Advance ``stream``'s state by one event (``None``: no document yet; a stream kind
+    without a fold keeps ``None``)."""
+    if doc == {}:
+        doc = None  # the plain empty document: no document yet
     step = FOLDS.get(stream_kind(stream))
-    return step(doc, payload) if step else doc
+    return step(doc, payload) if step is not None else doc
 
 
-def fold_all(stream: str, payloads: Iterable[EventPayload]) -> Document:
-    doc: Document = {}
+def fold_all(stream: str, payloads: Iterable[EventPayload]) -> Any:
+    doc: Any = None
     for payload in payloads:
         doc = fold(stream, doc, payload)
     return doc
 
 
 def apply_deltas(deltas: Iterable[list[Any]]) -> Document:
-    """Rebuild a stream document from its events' deltas alone (the auditor's way)."""
+    """Rebuild a stream document (JSON) from its events' deltas alone (the auditor's
+    way): equal to ``to_json`` of the fold."""
     doc: Any = {}
     for delta in deltas:
         doc = jsonpatch.apply_patch(doc, delta, in_place=False)
     return doc
 
 
-def delta(before: Document, after: Document) -> list[Any]:
-    """The RFC 6902 patch from ``before`` to ``after``."""
-    return jsonpatch.make_patch(before, after).patch
+def delta(before: Any, after: Any) -> list[Any]:
+    """The RFC 6902 patch from state ``before`` to state ``after`` (their JSON forms;
+    ``None`` is ``{}``)."""
+    return jsonpatch.make_patch(to_json(before), to_json(after)).patch
+
+
+__all__ = ["FOLDS", "Document", "State", "apply_deltas", "delta", "fold", "fold_all",
+           "new_plan", "state_type", "stream_kind", "to_json", "tool_spec"]

@@ -24,26 +24,34 @@ its own tables ``rm_<name>_<part>`` and an ``apply(tx, tables, events)`` step th
 writes rows with SQL. It is kept exactly like the document projections (inline in the
 append's transaction, catch-up, rebuild into fresh tables with an atomic swap, one
 checkpoint row, rebuilt when its version changes).
+
+Both shapes implement one protocol, ``ReadModel``: the engine never asks which shape
+it holds. A read model names its tables (``table_names``, part -> physical name; a
+document projection has one part), creates them, applies events to them (inline,
+catch-up, and the tail of a rebuild), rebuilds into fresh ones from one pass over the log
+(``rebuilder``), and reads itself back (rows for ``check``, documents by key, and the
+same folded or built in scratch as of any position).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
 
 import msgspec
 import sqlalchemy as sa
 
-from ledger import EventPayload, RecordedEvent, Store
-from ledger import WriteTx
+from ledger import EventPayload, RecordedEvent, Store, WriteTx
 from ledger.timestamps import utc_now
 
-from .documents import Document
-from .documents import fold as fold_stream
+from .documents import FOLDS, to_json
+from .folding import StreamFold
 
 Progress = Callable[[int, int], None]  # (done, total)
+Query = Callable[[str], Sequence[Sequence[Any]]]
 
 CHECKPOINTS = "projection_checkpoints"
 _checkpoint_meta = sa.MetaData()
@@ -60,36 +68,97 @@ CATCH_UP_BATCH = 5_000  # events per catch-up transaction: bounds how long the l
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
+_EMPTY = b"{}"  # a stream with no document yet: its row holds the empty document
+
+
+class Rebuilder(Protocol):
+    """Consumes the log once, batch by batch, into a read model's fresh tables."""
+
+    def feed(self, batch: Sequence[RecordedEvent]) -> None: ...
+    def finish(self) -> None: ...
+
+
+class ReadModel(Protocol):
+    """What the engine needs of a projection, whatever its shape (module docstring)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def stream_prefix(self) -> str | None:
+        """The only streams it reads (``"tool:"``), or None for any."""
+        ...
+
+    def table_names(self, suffix: str = "") -> dict[str, str]: ...
+    def indexes(self, part: str) -> Sequence[Sequence[str]]: ...
+    def create_tables(self, tx: WriteTx, names: Mapping[str, str],
+                      dialect: sa.Dialect) -> None: ...
+    def apply(self, tx: WriteTx, names: Mapping[str, str],
+              events: Sequence[RecordedEvent]) -> None: ...
+    def rebuilder(self, store: Store, names: Mapping[str, str]) -> Rebuilder: ...
+    def rows(self, query: Query, names: Mapping[str, str]) -> dict[str, Any]:
+        """Every stored row, keyed, as ``check`` compares them."""
+        ...
+    def rows_as_of(self, store: Store, position: int) -> dict[str, Any]:
+        """The rows a fresh build up to ``position`` holds (as ``rows`` gives them)."""
+        ...
+    def as_of(self, store: Store, position: int) -> dict[str, Any]:
+        """The documents (an aggregate: its rows) by key as of ``position``."""
+        ...
+    def keyed(self, conn: sa.Connection, *where: Any) -> dict[str, Any]:
+        """The current documents by key (filtered on extracted columns, if it has any)."""
+        ...
+    def document(self, conn: sa.Connection, key: str) -> tuple[Any, int] | None: ...
+
+
+def _create(tx: WriteTx, table: sa.Table, dialect: sa.Dialect) -> None:
+    tx.execute(str(sa.schema.CreateTable(table).compile(dialect=dialect)))
 
 
 @dataclass(frozen=True)
 class Column:
-    """A column extracted from the document for queries."""
+    """A column extracted from the document (the stream's state, or None) for queries."""
 
     name: str
-    type: sa.types.TypeEngine[Any]
-    value: Callable[[Document], Any]
+    type: sa.types.TypeEngine[Any] | type[sa.types.TypeEngine[Any]]
+    value: Callable[[Any], Any]
     index: bool = False
 
 
 @dataclass(frozen=True)
 class Projection:
     """One read model: documents folded from the streams of one kind, keyed by the
-    stream's id. The fold defaults to the stream document fold; a projection with its
-    own view of the same streams (outcome classification) brings its own."""
+    stream's id. The fold defaults to the stream state fold of its kind
+    (``documents.FOLDS``); a projection with its own view of the same streams (outcome
+    classification) brings its own. A row holds the state's JSON form (``to_json``)."""
 
     name: str
     version: int
     kind: str  # the stream kind folded: "tool" folds the streams "tool:{name}"
     columns: tuple[Column, ...] = ()
-    fold: Callable[[str, Document, EventPayload], Document] = fold_stream
+    fold: StreamFold[Any] | None = None
 
-    def step(self, stream: str, doc: Document, payload: EventPayload) -> Document:
-        return self.fold(stream, doc, payload)
+    @cached_property
+    def folder(self) -> StreamFold[Any]:
+        return self.fold if self.fold is not None else FOLDS[self.kind]
+
+    def step(self, doc: Any, payload: EventPayload) -> Any:
+        return self.folder(doc, payload)
+
+    @property
+    def stream_prefix(self) -> str:
+        return f"{self.kind}:"
 
     @property
     def table_name(self) -> str:
         return f"rm_{self.name}"
+
+    def table_names(self, suffix: str = "") -> dict[str, str]:
+        return {"": f"{self.table_name}{suffix}"}
+
+    def indexes(self, part: str) -> list[tuple[str]]:
+        return [(c.name,) for c in self.columns if c.index]
 
     def table(self, name: str | None = None) -> sa.Table:
         name = name or self.table_name
@@ -108,9 +177,108 @@ class Projection:
         kind, sep, key = stream.partition(":")
         return key if sep and kind == self.kind else None
 
-    def row(self, key: str, stream_version: int, position: int, doc: Document) -> tuple:
-        return (key, stream_version, position, _encode(doc),
+    def decode(self, raw: bytes) -> Any:
+        """A stored document as its state (None for the empty document)."""
+        raw = bytes(raw)
+        return None if raw == _EMPTY else _decode(raw, type=self.folder.state)
+
+    def row(self, key: str, stream_version: int, position: int, doc: Any) -> tuple:
+        return (key, stream_version, position, _encode(to_json(doc)),
                 *(c.value(doc) for c in self.columns))
+
+    def upsert_sql(self, table: str, ph: str) -> str:
+        names = ["key", "stream_version", "position", "doc", *(c.name for c in self.columns)]
+        updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
+        return (f"INSERT INTO {table} ({', '.join(names)}) "
+                f"VALUES ({', '.join([ph] * len(names))}) "
+                f"ON CONFLICT (key) DO UPDATE SET {updates}")
+
+    def create_tables(self, tx: WriteTx, names: Mapping[str, str],
+                      dialect: sa.Dialect) -> None:
+        _create(tx, self.table(names[""]), dialect)
+
+    def apply(self, tx: WriteTx, names: Mapping[str, str],
+              events: Iterable[RecordedEvent]) -> None:
+        """Fold events into the rows of the table: load each touched document once."""
+        table, ph = names[""], tx.ph
+        docs: dict[str, tuple[int, int, Any]] = {}
+        for event in events:
+            key = self.key_of(event.stream)
+            if key is None:
+                continue
+            if key in docs:
+                doc = docs[key][2]
+            else:
+                found = tx.query(f"SELECT doc FROM {table} WHERE key = {ph}", (key,))
+                doc = self.decode(found[0][0]) if found else None
+            docs[key] = (event.stream_version, event.position, self.step(doc, event.payload))
+        tx.executemany(self.upsert_sql(table, ph),
+                       [self.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()])
+
+    def fold_events(self, events: Iterable[RecordedEvent],
+                    into: dict[str, tuple[int, int, Any]] | None = None
+                    ) -> dict[str, tuple[int, int, Any]]:
+        """key -> (stream version, position, state), folded in memory from ``events``."""
+        docs: dict[str, tuple[int, int, Any]] = {} if into is None else into
+        for event in events:
+            key = self.key_of(event.stream)
+            if key is None:
+                continue
+            previous = docs.get(key)
+            docs[key] = (event.stream_version, event.position,
+                         self.step(previous[2] if previous else None, event.payload))
+        return docs
+
+    def rebuilder(self, store: Store, names: Mapping[str, str]) -> Rebuilder:
+        return _FoldInMemory(self, store, names[""])
+
+    def _folded(self, store: Store, position: int) -> dict[str, tuple[int, int, Any]]:
+        return self.fold_events(store.read_all(to_position=position,
+                                               stream_prefix=self.stream_prefix))
+
+    def rows(self, query: Query, names: Mapping[str, str]) -> dict[str, Any]:
+        columns = ", ".join(c.name for c in self.table().columns)
+        return {key: (v, pos, self.decode(doc), *extracted)
+                for key, v, pos, doc, *extracted
+                in query(f"SELECT {columns} FROM {names['']}")}
+
+    def rows_as_of(self, store: Store, position: int) -> dict[str, Any]:
+        return {key: (v, pos, doc, *(c.value(doc) for c in self.columns))
+                for key, (v, pos, doc) in self._folded(store, position).items()}
+
+    def as_of(self, store: Store, position: int) -> dict[str, Any]:
+        return {key: doc for key, (_v, _pos, doc) in self._folded(store, position).items()}
+
+    def keyed(self, conn: sa.Connection, *where: Any) -> dict[str, Any]:
+        t = self.table()
+        query = sa.select(t.c.key, t.c.doc).order_by(t.c.key)
+        for condition in where:
+            query = query.where(condition(t))
+        return {key: self.decode(doc) for key, doc in conn.execute(query)}
+
+    def document(self, conn: sa.Connection, key: str) -> tuple[Any, int] | None:
+        t = self.table()
+        row = conn.execute(
+            sa.select(t.c.doc, t.c.stream_version).where(t.c.key == key)).first()
+        return (self.decode(row[0]), row[1]) if row else None
+
+
+@dataclass
+class _FoldInMemory:
+    """A document projection's rebuild: fold in memory, write the rows at the end."""
+
+    p: Projection
+    store: Store
+    table: str
+    docs: dict[str, tuple[int, int, Any]] = field(default_factory=dict)
+
+    def feed(self, batch: Sequence[RecordedEvent]) -> None:
+        self.p.fold_events(batch, self.docs)
+
+    def finish(self) -> None:
+        with self.store.write() as tx:
+            tx.executemany(self.p.upsert_sql(self.table, tx.ph), [
+                self.p.row(key, v, pos, doc) for key, (v, pos, doc) in self.docs.items()])
 
 
 @dataclass(frozen=True)
@@ -136,6 +304,10 @@ class Part:
 AggregateApply = Callable[[WriteTx, Mapping[str, str], Sequence[RecordedEvent]], None]
 
 
+class _Discard(Exception):
+    """Raised to roll back a scratch transaction (``as_of`` of an aggregate)."""
+
+
 @dataclass(frozen=True)
 class AggregateProjection:
     """A cross-stream projection: rows in its own tables, written by ``apply``.
@@ -149,17 +321,85 @@ class AggregateProjection:
     name: str
     version: int
     parts: tuple[Part, ...]
-    apply: AggregateApply
+    step: AggregateApply
+
+    stream_prefix = None  # every stream
 
     def table_names(self, suffix: str = "") -> dict[str, str]:
         return {part.name: f"rm_{self.name}_{part.name}{suffix}" for part in self.parts}
 
+    def indexes(self, part: str) -> Sequence[Sequence[str]]:
+        return next(p.indexes for p in self.parts if p.name == part)
 
-AnyProjection = Projection | AggregateProjection
+    def create_tables(self, tx: WriteTx, names: Mapping[str, str],
+                      dialect: sa.Dialect) -> None:
+        for part in self.parts:
+            _create(tx, part.table(names[part.name]), dialect)
+
+    def apply(self, tx: WriteTx, names: Mapping[str, str],
+              events: Sequence[RecordedEvent]) -> None:
+        self.step(tx, names, events)
+
+    def rebuilder(self, store: Store, names: Mapping[str, str]) -> Rebuilder:
+        return _ApplyInBatches(self, store, names)
+
+    def _fill(self, store: Store, tx: WriteTx, names: Mapping[str, str], start: int,
+              end: int) -> None:
+        for batch in store.read_batches(start, to_position=end, batch_size=CATCH_UP_BATCH):
+            self.step(tx, names, batch)
+
+    def rows(self, query: Query, names: Mapping[str, str]) -> dict[str, Any]:
+        """Every row as a document keyed ``part/primary key``."""
+        rows: dict[str, Any] = {}
+        for part in self.parts:
+            columns = [name for name, _ in part.columns]
+            for values in query(f"SELECT {', '.join(columns)} FROM {names[part.name]}"):
+                row = dict(zip(columns, values, strict=True))
+                key = "/".join(str(row[c]) for c in part.primary_key)
+                rows[f"{part.name}/{key}"] = row
+        return dict(sorted(rows.items()))
+
+    def rows_as_of(self, store: Store, position: int) -> dict[str, Any]:
+        """Apply the log up to ``position`` to scratch tables in a transaction that is
+        rolled back: the same step as inline and rebuild, and nothing is kept."""
+        names = self.table_names(f"__asof_{secrets.token_hex(4)}")
+        rows: dict[str, Any] = {}
+        try:
+            with store.write() as tx:
+                self.create_tables(tx, names, store.engine.dialect)
+                self._fill(store, tx, names, 1, position)
+                rows = self.rows(tx.query, names)
+                raise _Discard
+        except _Discard:
+            pass
+        return rows
+
+    as_of = rows_as_of
+
+    def keyed(self, conn: sa.Connection, *where: Any) -> dict[str, Any]:
+        return self.rows(lambda sql: conn.exec_driver_sql(sql).all(), self.table_names())
+
+    def document(self, conn: sa.Connection, key: str) -> tuple[Any, int] | None:
+        raise TypeError(f"projection {self.name!r} is an aggregate: it has no documents by key")
 
 
-class _Discard(Exception):
-    """Raised to roll back a scratch transaction (``fold_as_of`` of an aggregate)."""
+@dataclass
+class _ApplyInBatches:
+    """An aggregate's rebuild: each batch applied in its own bounded transaction."""
+
+    p: AggregateProjection
+    store: Store
+    names: Mapping[str, str]
+
+    def feed(self, batch: Sequence[RecordedEvent]) -> None:
+        with self.store.write() as tx:
+            self.p.apply(tx, self.names, batch)
+
+    def finish(self) -> None:
+        pass
+
+
+AnyProjection = ReadModel
 
 
 @dataclass(frozen=True)
@@ -192,15 +432,11 @@ class ProjectionStatus:
 class ProjectionEngine:
     """Keeps a set of projections over one store current (see the module docstring)."""
 
-    def __init__(self, store: Store, projections: Sequence[AnyProjection]) -> None:
+    def __init__(self, store: Store, projections: Sequence[ReadModel]) -> None:
         self.store = store
-        self.projections: dict[str, AnyProjection] = {p.name: p for p in projections}
+        self.projections: dict[str, ReadModel] = {p.name: p for p in projections}
         ph = store.placeholder
         self._ph = ph
-        self._upsert: dict[str, str] = {}
-        for p in projections:
-            if isinstance(p, Projection):
-                self._upsert[p.table_name] = self._upsert_sql(p, p.table_name)
 
     # -- opening ----------------------------------------------------------------------
 
@@ -209,8 +445,7 @@ class ProjectionEngine:
         _checkpoint_meta.create_all(self.store.engine)
         stored = self._stored_versions()
         for p in self.projections.values():
-            tables = ([p.table_name] if isinstance(p, Projection)
-                      else list(p.table_names().values()))
+            tables = p.table_names().values()
             if stored.get(p.name) != p.version or not all(map(self._table_exists, tables)):
                 self.rebuild([p.name], progress)
         self.catch_up()
@@ -237,47 +472,13 @@ class ProjectionEngine:
             if position == before and name in self.projections
         }
         for name in current:
-            self._apply_any(tx, self.projections[name], events)
+            p = self.projections[name]
+            p.apply(tx, p.table_names(), events)
         # One statement advances all of them; a lagging projection keeps its checkpoint.
         tx.execute(
             f"UPDATE {CHECKPOINTS} SET position = {ph}, updated_at = {ph} WHERE position = {ph}",
             (last, utc_now(), before),
         )
-
-    def _apply_any(self, tx: WriteTx, p: AnyProjection, events: Sequence[RecordedEvent]) -> None:
-        """Advance the live tables of either shape of projection by ``events``."""
-        if isinstance(p, Projection):
-            self._apply(tx, p, p.table_name, events)
-        else:
-            p.apply(tx, p.table_names(), events)
-
-    def _apply(
-        self, tx: WriteTx, p: Projection, table: str, events: Iterable[RecordedEvent]
-    ) -> None:
-        """Fold events into the rows of ``table``: load each touched document once."""
-        ph = tx.ph
-        docs: dict[str, tuple[int, int, Document]] = {}
-        for event in events:
-            key = p.key_of(event.stream)
-            if key is None:
-                continue
-            if key in docs:
-                doc = docs[key][2]
-            else:
-                found = tx.query(f"SELECT doc FROM {table} WHERE key = {ph}", (key,))
-                doc = _decode(found[0][0]) if found else {}
-            docs[key] = (event.stream_version, event.position,
-                         p.step(event.stream, doc, event.payload))
-        tx.executemany(self._upsert_sql(p, table) if table != p.table_name
-                       else self._upsert[table],
-                       [p.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()])
-
-    def _upsert_sql(self, p: Projection, table: str) -> str:
-        names = ["key", "stream_version", "position", "doc", *(c.name for c in p.columns)]
-        updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
-        return (f"INSERT INTO {table} ({', '.join(names)}) "
-                f"VALUES ({', '.join([self._ph] * len(names))}) "
-                f"ON CONFLICT (key) DO UPDATE SET {updates}")
 
     # -- catch-up ---------------------------------------------------------------------
 
@@ -299,7 +500,7 @@ class ProjectionEngine:
                 events = list(self.store.read_all(start, to_position=end))
                 for name, position in behind.items():
                     p = self.projections[name]
-                    self._apply_any(tx, p, [e for e in events if e.position > position])
+                    p.apply(tx, p.table_names(), [e for e in events if e.position > position])
                     self._set_checkpoint(tx, name, p.version, end)
                 applied += len(events)
 
@@ -315,136 +516,53 @@ class ProjectionEngine:
     def rebuild(self, names: Iterable[str] | None = None,
                 progress: Progress | None = None) -> None:
         """Fold the log into fresh tables (one pass for all of them) and swap each in
-        atomically; appends made meanwhile are applied to the fresh table before the
+        atomically; appends made meanwhile are applied to the fresh tables before the
         swap, under the lock."""
-        every = [self.projections[n] for n in (names if names is not None
+        chosen = [self.projections[n] for n in (names if names is not None
                                                 else list(self.projections))]
-        aggregates = [p for p in every if isinstance(p, AggregateProjection)]
-        chosen = [p for p in every if isinstance(p, Projection)]
         store = self.store
         target = store.head().size
         # Private names: two processes rebuilding at once never share a table.
-        fresh_sets = {p.name: p.table_names(f"__rb_{secrets.token_hex(4)}")
-                      for p in aggregates}
+        fresh = {p.name: p.table_names(f"__rb_{secrets.token_hex(4)}") for p in chosen}
+        prefixes = {p.stream_prefix for p in chosen}
+        prefix = prefixes.pop() if len(prefixes) == 1 else None
         try:
-            if aggregates:
-                with store.write() as tx:
-                    for p in aggregates:
-                        self._create_tables(tx, p, fresh_sets[p.name])
-                events: Iterable[RecordedEvent] = self._applying(aggregates, fresh_sets, target)
-            else:
-                prefix = f"{chosen[0].kind}:" if len(chosen) == 1 else None
-                events = store.read_all(to_position=target, stream_prefix=prefix)
-            # One pass over the log: the aggregates are applied batch by batch as the
-            # document folds consume the events.
-            folded = fold_documents(chosen, events, progress=progress, total=target)
-            for p in aggregates:
-                self._swap_aggregate(p, fresh_sets[p.name], target)
-        except BaseException:
-            if aggregates:
-                with store.write() as tx:  # a swapped set was renamed: IF EXISTS skips it
-                    for table_names in fresh_sets.values():
-                        for table in table_names.values():
-                            tx.execute(f"DROP TABLE IF EXISTS {table}")
-            raise
-        for p in chosen:
-            # A private name: two processes rebuilding at once never share a table.
-            fresh = f"{p.table_name}__rb_{secrets.token_hex(4)}"
-            ddl = str(sa.schema.CreateTable(p.table(fresh)).compile(dialect=store.engine.dialect))
             with store.write() as tx:
-                tx.execute(ddl)
-                tx.executemany(self._upsert_sql(p, fresh), [
-                    p.row(key, v, pos, doc) for key, (v, pos, doc) in folded[p.name].items()])
-            try:
-                self._swap(p, fresh, target)
-            except BaseException:
-                with store.write() as tx:
-                    tx.execute(f"DROP TABLE IF EXISTS {fresh}")
-                raise
-
-    def _swap(self, p: Projection, fresh: str, built_to: int) -> None:
-        """Bring the fresh table to the head and put it in place, in one transaction."""
-        with self.store.write() as tx:
-            head = tx.head_size()
-            if head > built_to:
-                self._apply(tx, p, fresh, self.store.read_all(built_to + 1, to_position=head))
-            _put_in_place(tx, fresh, p.table_name,
-                          [(c.name,) for c in p.columns if c.index])
-            _reset_checkpoint(tx, p, head)
-
-    # -- aggregates -------------------------------------------------------------------
-
-    def _create_tables(self, tx: WriteTx, p: AggregateProjection, names: Mapping[str, str]
-                       ) -> None:
-        dialect = self.store.engine.dialect
-        for part in p.parts:
-            tx.execute(str(sa.schema.CreateTable(part.table(names[part.name]))
-                           .compile(dialect=dialect)))
-
-    def _fill(self, tx: WriteTx, p: AggregateProjection, names: Mapping[str, str],
-              start: int, end: int) -> None:
-        """Apply the events ``start..end`` to the tables ``names``, batch by batch."""
-        for batch in self.store.read_batches(start, to_position=end,
-                                             batch_size=CATCH_UP_BATCH):
-            p.apply(tx, names, batch)
-
-    def _applying(self, chosen: Sequence[AggregateProjection],
-                  fresh: Mapping[str, Mapping[str, str]], target: int
-                  ) -> Iterator[RecordedEvent]:
-        """The events ``1..target``, each batch applied to the aggregates' fresh tables
-        (its own bounded transaction) before it is passed on."""
-        for batch in self.store.read_batches(1, to_position=target,
-                                             batch_size=CATCH_UP_BATCH):
-            with self.store.write() as tx:
                 for p in chosen:
-                    p.apply(tx, fresh[p.name], batch)
-            yield from batch
+                    p.create_tables(tx, fresh[p.name], store.engine.dialect)
+            builders = [p.rebuilder(store, fresh[p.name]) for p in chosen]
+            # One pass over the log for all of them, batch by batch.
+            for batch in store.read_batches(1, to_position=target, batch_size=CATCH_UP_BATCH,
+                                            stream_prefix=prefix):
+                for builder in builders:
+                    builder.feed(batch)
+                if progress is not None:
+                    progress(batch[-1].position, target)
+            if progress is not None:
+                progress(target, target)
+            for builder in builders:
+                builder.finish()
+            for p in chosen:
+                self._swap(p, fresh[p.name], target)
+        except BaseException:
+            with store.write() as tx:  # a swapped set was renamed: IF EXISTS skips it
+                for table_names in fresh.values():
+                    for table in table_names.values():
+                        tx.execute(f"DROP TABLE IF EXISTS {table}")
+            raise
 
-    def _swap_aggregate(self, p: AggregateProjection, fresh: Mapping[str, str],
-                        built_to: int) -> None:
+    def _swap(self, p: ReadModel, fresh: Mapping[str, str], built_to: int) -> None:
         """Bring the fresh tables to the head and put them in place, in one transaction."""
         live = p.table_names()
         with self.store.write() as tx:
             head = tx.head_size()
             if head > built_to:
-                self._fill(tx, p, fresh, built_to + 1, head)
-            for part in p.parts:
-                _put_in_place(tx, fresh[part.name], live[part.name], part.indexes)
+                for batch in self.store.read_batches(built_to + 1, to_position=head,
+                                                     batch_size=CATCH_UP_BATCH):
+                    p.apply(tx, fresh, batch)
+            for part, table in live.items():
+                _put_in_place(tx, fresh[part], table, p.indexes(part))
             _reset_checkpoint(tx, p, head)
-
-    @staticmethod
-    def _rows(query: Callable[[str], Sequence[Sequence[Any]]], p: AggregateProjection,
-              names: Mapping[str, str]) -> dict[str, Document]:
-        """Every row of an aggregate as a document keyed ``part/primary key``."""
-        rows: dict[str, Document] = {}
-        for part in p.parts:
-            columns = [name for name, _ in part.columns]
-            found = query(f"SELECT {', '.join(columns)} FROM {names[part.name]}")
-            for values in found:
-                row = dict(zip(columns, values, strict=True))
-                key = "/".join(str(row[c]) for c in part.primary_key)
-                rows[f"{part.name}/{key}"] = row
-        return dict(sorted(rows.items()))
-
-    def _aggregate_rows(self, p: AggregateProjection) -> dict[str, Document]:
-        with self.store.engine.connect() as conn:
-            return self._rows(lambda sql: conn.exec_driver_sql(sql).all(), p,
-                              p.table_names())
-
-    def _aggregate_as_of(self, p: AggregateProjection, position: int) -> dict[str, Document]:
-        """Apply the log up to ``position`` to scratch tables in a transaction that is
-        rolled back: the same step as inline and rebuild, and nothing is kept."""
-        names = p.table_names(f"__asof_{secrets.token_hex(4)}")
-        rows: dict[str, Document] = {}
-        try:
-            with self.store.write() as tx:
-                self._create_tables(tx, p, names)
-                self._fill(tx, p, names, 1, position)
-                rows = self._rows(tx.query, p, names)
-                raise _Discard
-        except _Discard:
-            pass
-        return rows
 
     # -- checking ---------------------------------------------------------------------
 
@@ -464,20 +582,8 @@ class ProjectionEngine:
             version, checkpoint = found[name]
             if version != p.version:
                 return ReadModelCheck(name, checkpoint, "stale")
-            if isinstance(p, AggregateProjection):
-                stored = self._rows(snap.query, p, p.table_names())
-            else:
-                columns = ", ".join(c.name for c in p.table().columns)
-                stored = {key: (v, pos, _decode(doc), *extracted)
-                          for key, v, pos, doc, *extracted
-                          in snap.query(f"SELECT {columns} FROM {p.table_name}")}
-        if isinstance(p, AggregateProjection):
-            fresh = self._aggregate_as_of(p, checkpoint)
-        else:
-            folded = fold_documents([p], self.store.read_all(to_position=checkpoint,
-                                                             stream_prefix=f"{p.kind}:"))
-            fresh = {key: (v, pos, doc, *(c.value(doc) for c in p.columns))
-                     for key, (v, pos, doc) in folded[name].items()}
+            stored = p.rows(snap.query, p.table_names())
+        fresh = p.rows_as_of(self.store, checkpoint)
         differences = []
         for key in sorted(stored.keys() | fresh.keys()):
             if key not in fresh:
@@ -505,57 +611,27 @@ class ProjectionEngine:
             for p in self.projections.values()
         ]
 
-    def _document_projection(self, name: str) -> Projection:
-        p = self.projections[name]
-        if not isinstance(p, Projection):
-            raise TypeError(f"projection {name!r} is an aggregate: it has no documents by key")
-        return p
-
-    def document(self, name: str, key: str) -> tuple[Document, int] | None:
-        """A stream's current document and stream version, or None if it has none."""
-        p = self._document_projection(name)
-        t = p.table()
+    def document(self, name: str, key: str) -> tuple[Any, int] | None:
+        """A stream's current state and stream version, or None if it has no row (an
+        aggregate has no documents by key: TypeError)."""
         with self.store.engine.connect() as conn:
-            row = conn.execute(
-                sa.select(t.c.doc, t.c.stream_version).where(t.c.key == key)
-            ).first()
-        return (_decode(row[0]), row[1]) if row else None
+            return self.projections[name].document(conn, key)
 
-    def documents(self, name: str, *where: Any) -> list[Document]:
+    def documents(self, name: str, *where: Any) -> list[Any]:
         """Every current document of a projection, filtered on its extracted columns
         (an aggregate's rows, unfiltered, in the order of ``keyed_documents``)."""
-        p = self.projections[name]
-        if isinstance(p, AggregateProjection):
-            return list(self._aggregate_rows(p).values())
-        t = p.table()
-        query = sa.select(t.c.doc).order_by(t.c.key)
-        for condition in where:
-            query = query.where(condition(t))
-        with self.store.engine.connect() as conn:
-            return [_decode(doc) for (doc,) in conn.execute(query)]
+        return list(self.keyed_documents(name, *where).values())
 
-    def keyed_documents(self, name: str, *where: Any) -> dict[str, Document]:
+    def keyed_documents(self, name: str, *where: Any) -> dict[str, Any]:
         """Every current document of a projection, by key (the stream's id), filtered as
         ``documents`` filters; for an aggregate, every row keyed ``part/primary key``."""
-        p = self.projections[name]
-        if isinstance(p, AggregateProjection):
-            return self._aggregate_rows(p)
-        t = p.table()
-        query = sa.select(t.c.key, t.c.doc).order_by(t.c.key)
-        for condition in where:
-            query = query.where(condition(t))
         with self.store.engine.connect() as conn:
-            return {key: _decode(doc) for key, doc in conn.execute(query)}
+            return self.projections[name].keyed(conn, *where)
 
-    def fold_as_of(self, name: str, position: int) -> dict[str, Document]:
+    def fold_as_of(self, name: str, position: int) -> dict[str, Any]:
         """The projection's documents as of ``position``, folded in memory (pure); an
         aggregate's rows as of ``position``, built in a rolled-back transaction."""
-        p = self.projections[name]
-        if isinstance(p, AggregateProjection):
-            return self._aggregate_as_of(p, position)
-        folded = fold_documents([p], self.store.read_all(to_position=position,
-                                                         stream_prefix=f"{p.kind}:"))
-        return {key: doc for key, (_v, _pos, doc) in folded[name].items()}
+        return self.projections[name].as_of(self.store, position)
 
 
 def _put_in_place(tx: WriteTx, fresh: str, live: str,
@@ -571,7 +647,7 @@ def _put_in_place(tx: WriteTx, fresh: str, live: str,
                    f"ON {live} ({', '.join(columns)})")
 
 
-def _reset_checkpoint(tx: WriteTx, p: AnyProjection, position: int) -> None:
+def _reset_checkpoint(tx: WriteTx, p: ReadModel, position: int) -> None:
     """The projection's checkpoint row, rewritten for a table just put in place."""
     ph = tx.ph
     tx.execute(f"DELETE FROM {CHECKPOINTS} WHERE name = {ph}", (p.name,))
@@ -582,31 +658,3 @@ def _reset_checkpoint(tx: WriteTx, p: AnyProjection, position: int) -> None:
 def _short(value: Any, limit: int = 160) -> str:
     text = _encode(value).decode("utf-8", "replace")
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def fold_documents(
-    chosen: Sequence[Projection],
-    events: Iterable[RecordedEvent],
-    *,
-    progress: Progress | None = None,
-    total: int = 0,
-) -> dict[str, dict[str, tuple[int, int, Document]]]:
-    """name -> key -> (stream version, position, document), folded from ``events``."""
-    folded: dict[str, dict[str, tuple[int, int, Document]]] = {p.name: {} for p in chosen}
-    by_kind: dict[str, list[Projection]] = {}
-    for p in chosen:
-        by_kind.setdefault(p.kind, []).append(p)
-    for done, event in enumerate(events, start=1):
-        kind, _, key = event.stream.partition(":")
-        for p in by_kind.get(kind, ()):
-            docs = folded[p.name]
-            previous = docs.get(key)
-            doc = p.step(event.stream, previous[2] if previous else {}, event.payload)
-            docs[key] = (event.stream_version, event.position, doc)
-        if progress is not None and done % 1000 == 0:
-            progress(event.position, total)
-    if progress is not None:
-        progress(total, total)
-    return folded
-
-

@@ -33,16 +33,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import msgspec
+from msgspec import UNSET
+from msgspec.structs import replace
+
 from ledger.events import (
-    EventPayload,
     PlanCreated,
     PlanHalted,
     ValidationResultRecorded,
     ValidationRunCompleted,
     ValidationRunStarted,
 )
+from ledger.events.validation import Outcome
 
-from .documents import Document
+from .folding import StreamFold
+from .states import OutcomeHalt, OutcomeResult, OutcomeState, RecordedOutcome
 
 RULES_VERSION = 2  # 2: a run with no required validation is no pass
 
@@ -91,7 +96,7 @@ def canonical_halt(raw_halt_type: str) -> str:
 
 
 def classify(results: Iterable[Mapping[str, Any]], *,
-             require_validation: bool = True) -> tuple[str, str, str]:
+             require_validation: bool = True) -> tuple[Outcome, str, str]:
     """(outcome, raw halt type, reason) for one run's results (mode, verdict, cause,
     validation). The raw type of a pass is ``pass``."""
     required = [r for r in results if r["mode"] == "required"]
@@ -121,29 +126,51 @@ def _names(names: Iterable[str]) -> str:
     return ", ".join(sorted(set(names)))
 
 
-def fold_outcome(_stream: str, doc: Document, payload: EventPayload) -> Document:
-    """``outcomes`` read model: the plan's last run, re-classified by the current rules."""
-    if isinstance(payload, PlanCreated):
-        return {**doc, "require_validation": payload.global_config.require_validation}
-    if isinstance(payload, ValidationRunStarted):
-        return {"plan_id": payload.plan_id, "run_id": payload.run_id,
-                "attempt": payload.attempt, "results": {}, "recorded": None,
-                "halt": doc.get("halt"),
-                "require_validation": doc.get("require_validation", True)}
-    if isinstance(payload, ValidationResultRecorded) and doc.get("run_id") == payload.run_id:
-        results = {**doc["results"], payload.attachment_id: {
-            "validation": payload.validation, "mode": payload.mode,
-            "verdict": payload.verdict, "cause": payload.cause}}
-        return {**doc, "results": results}
-    if isinstance(payload, ValidationRunCompleted) and doc.get("run_id") == payload.run_id:
-        outcome, raw, _reason = classify(
-            doc["results"].values(), require_validation=doc.get("require_validation", True))
-        return {**doc, "recorded": {"outcome": payload.outcome,
-                                    "rules_version": payload.rules_version},
-                "outcome": outcome, "raw_halt_type": raw, "rules_version": RULES_VERSION,
-                "drift": payload.outcome != outcome}
-    if isinstance(payload, PlanHalted):
-        return {**doc, "plan_id": payload.plan_id,
-                "halt": {"halt_type": payload.halt_type, "raw_halt_type": payload.raw_halt_type,
-                         "reclassified": canonical_halt(payload.raw_halt_type)}}
-    return doc
+fold_outcome: StreamFold[OutcomeState] = StreamFold("plan", OutcomeState)
+"""``outcomes`` read model: the plan's last run, re-classified by the current rules."""
+
+
+def _require(doc: OutcomeState | None) -> bool:
+    found = doc.require_validation if doc is not None else UNSET
+    return True if found is UNSET else found
+
+
+@fold_outcome.on_any(PlanCreated)
+def _created(doc: OutcomeState | None, p: PlanCreated) -> OutcomeState:
+    return replace(doc or OutcomeState(),
+                   require_validation=p.global_config.require_validation)
+
+
+@fold_outcome.on_any(ValidationRunStarted)
+def _run_started(doc: OutcomeState | None, p: ValidationRunStarted) -> OutcomeState:
+    halt = doc.halt if doc is not None and doc.halt is not UNSET else None
+    return OutcomeState(plan_id=p.plan_id, run_id=p.run_id, attempt=p.attempt, results={},
+                        recorded=None, halt=halt, require_validation=_require(doc))
+
+
+@fold_outcome.on(ValidationResultRecorded)
+def _result(doc: OutcomeState, p: ValidationResultRecorded) -> OutcomeState:
+    if doc.run_id != p.run_id or doc.results is UNSET:
+        return doc
+    return replace(doc, results={**doc.results, p.attachment_id: OutcomeResult(
+        validation=p.validation, mode=p.mode, verdict=p.verdict, cause=p.cause)})
+
+
+@fold_outcome.on(ValidationRunCompleted)
+def _run_completed(doc: OutcomeState, p: ValidationRunCompleted) -> OutcomeState:
+    if doc.run_id != p.run_id or doc.results is UNSET:
+        return doc
+    outcome, raw, _reason = classify(
+        (msgspec.to_builtins(r) for r in doc.results.values()),
+        require_validation=_require(doc))
+    return replace(doc, recorded=RecordedOutcome(outcome=p.outcome,
+                                                 rules_version=p.rules_version),
+                   outcome=outcome, raw_halt_type=raw, rules_version=RULES_VERSION,
+                   drift=p.outcome != outcome)
+
+
+@fold_outcome.on_any(PlanHalted)
+def _halted(doc: OutcomeState | None, p: PlanHalted) -> OutcomeState:
+    return replace(doc or OutcomeState(), plan_id=p.plan_id, halt=OutcomeHalt(
+        halt_type=p.halt_type, raw_halt_type=p.raw_halt_type,
+        reclassified=canonical_halt(p.raw_halt_type)))

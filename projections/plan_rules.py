@@ -1,7 +1,7 @@
 """The legal transitions of each stream: which event a stream's state can take next.
 
 ``broken_rule(stream, doc, payload)`` returns the rule an event breaks when appended to
-a stream whose folded document is ``doc`` (None when it is legal). Pure and total, like
+a stream whose folded state is ``doc`` (None when it is legal). Pure and total, like
 the folds. Three users, one set of rules:
 
 - the plane checks every event it decides before appending it, so the plane itself can
@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
@@ -41,6 +39,7 @@ from ledger.events import (
     PlanApplied,
     PlanCreated,
     PlanHalted,
+    ResolvedAttachment,
     StrategyRecorded,
     StrategyRevisionRequested,
     TokenConsumed,
@@ -52,8 +51,10 @@ from ledger.events import (
     ValidationRunStarted,
 )
 
-from .documents import Document, stream_kind
+from .documents import stream_kind
+from .folding import Steps
 from .outcomes import canonical_halt
+from .states import ApproverState, AttachmentState, PlanState, ToolState
 
 __all__ = ["broken_rule", "pins_kept"]
 
@@ -67,7 +68,9 @@ _WHILE_PENDING = (ValidationResultRecorded, ValidationRunCompleted, PlanHalted,
                   DecisionRecorded, CompensationRequested)
 
 
-def broken_rule(stream: str, doc: Document, payload: EventPayload) -> str | None:
+def broken_rule(stream: str, doc: Any, payload: EventPayload) -> str | None:
+    if doc == {}:
+        doc = None  # the plain empty document: no document yet
     kind = stream_kind(stream)
     if kind == "plan":
         return _plan_rule(doc, payload)
@@ -76,191 +79,189 @@ def broken_rule(stream: str, doc: Document, payload: EventPayload) -> str | None
     if kind == "approver":
         return _approver_rule(doc, payload)
     if kind == "tool" and isinstance(payload, ToolRegistered):
-        expected = doc.get("version", 0) + 1
+        expected = _tool_version(doc) + 1
         if payload.version != expected:
             return f"a registration is version {expected} of {payload.name}"
     return None
 
 
-def pins_kept(before: list[Document], after: list[Document]) -> bool:
+def _tool_version(doc: ToolState | None) -> int:
+    return doc.version if doc is not None else 0
+
+
+def pins_kept(before: list[ResolvedAttachment], after: list[ResolvedAttachment]) -> bool:
     """Nothing leaves a binding set, and no member changes (mode, version, arguments)."""
-    kept = {b["attachment_id"]: b for b in after}
-    return all(kept.get(b["attachment_id"]) == b for b in before)
+    kept = {b.attachment_id: b for b in after}
+    return all(kept.get(b.attachment_id) == b for b in before)
 
 
-def _plan_rule(doc: Document, p: EventPayload) -> str | None:
-    if not doc:
+def _plan_rule(doc: PlanState | None, p: EventPayload) -> str | None:
+    if doc is None:
         return None if isinstance(p, PlanCreated) else "plan.created is a plan's first event"
     if isinstance(p, PlanCreated):
         return "a plan is created once"
     if isinstance(p, ValidationResultRecorded) and _advisory(doc, p):
         return None
-    if doc["terminal"] is not None:
+    if doc.terminal is not None:
         if isinstance(p, CompensationCompleted) and _compensation(doc) == "requested":
             return None
-        return f"nothing follows the end of a plan ({doc['terminal']})"
-    if doc.get("applying") is not None and not isinstance(p, PlanApplied):
+        return f"nothing follows the end of a plan ({doc.terminal})"
+    if doc.applying is not None and not isinstance(p, PlanApplied):
         return "Apply began (its change set is recorded): only its completion follows"
-    if doc["pending_decision"] is not None and not isinstance(p, _WHILE_PENDING):
+    if doc.pending_decision is not None and not isinstance(p, _WHILE_PENDING):
         return "nothing but the decision moves a plan awaiting a human decision"
-    if isinstance(p, _EXECUTE_WORK) and doc["phase"] != "execute":
-        return f"{p.type_name()} happens in Execute (the plan is in {doc['phase']})"
-    return _PLAN_RULES.get(type(p), _legal)(doc, p)
+    if isinstance(p, _EXECUTE_WORK) and doc.phase != "execute":
+        return f"{p.type_name()} happens in Execute (the plan is in {doc.phase})"
+    rule = _PLAN_RULES.lookup(type(p))
+    return rule(doc, p) if rule is not None else None
 
 
-def _advisory(doc: Document, p: ValidationResultRecorded) -> bool:
+def _advisory(doc: PlanState, p: ValidationResultRecorded) -> bool:
     """An informational result outside the plan's open run (an advisory review's, under
     the review's own task id): it belongs to no run, so no outcome or token counts it,
     and it may be recorded whenever the review ends."""
-    return p.mode == "informational" and p.run_id != doc["current_run"]
+    return p.mode == "informational" and p.run_id != doc.current_run
 
 
-def _legal(_doc: Document, _p: EventPayload) -> str | None:
-    return None
+PlanRule = Callable[[PlanState, Any], str | None]
+_PLAN_RULES: Steps[PlanRule] = Steps()
+rule_for = _PLAN_RULES.register
 
 
-def _strategy(doc: Document, p: StrategyRecorded) -> str | None:
-    if doc["phase"] != "strategize":
+@rule_for(StrategyRecorded)
+def _strategy(doc: PlanState, p: StrategyRecorded) -> str | None:
+    if doc.phase != "strategize":
         return "a strategy is recorded in Strategize"
-    if p.revision != doc["revision"]:
-        return f"a strategy is for the current revision {doc['revision']}"
+    if p.revision != doc.revision:
+        return f"a strategy is for the current revision {doc.revision}"
     return None
 
 
-def _execute(doc: Document, p: ExecuteEntered) -> str | None:
-    if doc["phase"] != "strategize" or not doc["strategy"]:
+@rule_for(ExecuteEntered)
+def _execute(doc: PlanState, p: ExecuteEntered) -> str | None:
+    if doc.phase != "strategize" or not doc.strategy:
         return "Execute is entered from Strategize with a recorded strategy"
-    if not pins_kept(doc["binding"], [_builtins(b) for b in p.binding]):
+    if not pins_kept(doc.binding, list(p.binding)):
         return "a binding set keeps every member it pinned, unchanged"
     return None
 
 
-def _run_started(doc: Document, p: ValidationRunStarted) -> str | None:
-    if doc["needs_fix"]:
+@rule_for(ValidationRunStarted)
+def _run_started(doc: PlanState, p: ValidationRunStarted) -> str | None:
+    if doc.needs_fix:
         return "a fix is recorded between a failed validation and the next"
-    if [_builtins(r) for r in p.resolved] != doc["binding"]:
+    if list(p.resolved) != doc.binding:
         return "a validation run runs exactly the plan's binding set"
     return None
 
 
-def _in_run(doc: Document, p: ValidationResultRecorded | ValidationRunCompleted) -> str | None:
-    if doc["current_run"] != p.run_id:
-        return f"results belong to the plan's open run (open: {doc['current_run']})"
+@rule_for(ValidationResultRecorded, ValidationRunCompleted)
+def _in_run(doc: PlanState, p: ValidationResultRecorded | ValidationRunCompleted
+            ) -> str | None:
+    if doc.current_run != p.run_id:
+        return f"results belong to the plan's open run (open: {doc.current_run})"
     return None
 
 
-def _revision(doc: Document, p: StrategyRevisionRequested) -> str | None:
-    config = doc["global_config"]
-    if doc["retries_used"] <= config["retry_limit"]:
-        return (f"a strategy revision follows {config['retry_limit'] + 1} failed validations "
-                f"(the plan has {doc['retries_used']})")
-    if doc["revisions_used"] >= config["max_strategy_revisions"]:
+@rule_for(StrategyRevisionRequested)
+def _revision(doc: PlanState, p: StrategyRevisionRequested) -> str | None:
+    config = doc.global_config
+    if doc.retries_used <= config.retry_limit:
+        return (f"a strategy revision follows {config.retry_limit + 1} failed validations "
+                f"(the plan has {doc.retries_used})")
+    if doc.revisions_used >= config.max_strategy_revisions:
         return "strategy revisions are within max_strategy_revisions"
-    if p.revision != doc["revision"] + 1:
-        return f"the revision requested is {doc['revision'] + 1}"
+    if p.revision != doc.revision + 1:
+        return f"the revision requested is {doc.revision + 1}"
     return None
 
 
-def _escalated(doc: Document, _p: Escalated) -> str | None:
-    return None if doc["pending_decision"] is None else "one pending decision at a time"
+@rule_for(Escalated)
+def _escalated(doc: PlanState, _p: Escalated) -> str | None:
+    return None if doc.pending_decision is None else "one pending decision at a time"
 
 
-def _halted(doc: Document, p: PlanHalted) -> str | None:
+@rule_for(PlanHalted)
+def _halted(doc: PlanState, p: PlanHalted) -> str | None:
     canonical = canonical_halt(p.raw_halt_type)
     if p.halt_type != p.final_decision or p.halt_type != canonical:
         return (f"a halt's halt_type and final_decision are the canonical value "
                 f"{canonical} of its raw type {p.raw_halt_type!r}")
-    if canonical == "escalate" and doc["pending_decision"] is None:
+    if canonical == "escalate" and doc.pending_decision is None:
         return "an escalate halt is a pending decision (plan.escalated before it)"
     return None
 
 
-def _decided(doc: Document, p: DecisionRecorded) -> str | None:
-    pending = doc["pending_decision"]
-    if pending is None or pending["decision_id"] != p.decision_id:
+@rule_for(DecisionRecorded)
+def _decided(doc: PlanState, p: DecisionRecorded) -> str | None:
+    pending = doc.pending_decision
+    if pending is None or pending.decision_id != p.decision_id:
         return "a decision decides the plan's pending escalation"
-    if p.choice not in pending["options"]:
-        return f"a decision is one of the escalation's options {pending['options']}"
+    if p.choice not in pending.options:
+        return f"a decision is one of the escalation's options {pending.options}"
     return None
 
 
-def _minted(doc: Document, p: TokenMinted) -> str | None:
-    if doc["current_run"] is not None or doc["last_outcome"] != "pass":
+@rule_for(TokenMinted)
+def _minted(doc: PlanState, p: TokenMinted) -> str | None:
+    if doc.current_run is not None or doc.last_outcome != "pass":
         return "a token is minted at the end of a passing run"
-    if p.run_id != doc["last_run"] or p.attempt != doc["attempt"]:
+    if p.run_id != doc.last_run or p.attempt != doc.attempt:
         return "a token is minted from the plan's last run, for its current attempt"
     return None
 
 
-def _consumed(doc: Document, p: TokenConsumed) -> str | None:
-    token = doc["token"]
-    if token is None or token["token_id"] != p.token_id or token["status"] != "minted":
+@rule_for(TokenConsumed)
+def _consumed(doc: PlanState, p: TokenConsumed) -> str | None:
+    token = doc.token
+    if token is None or token.token_id != p.token_id or token.status != "minted":
         return "only the plan's current, unused token is consumed"
     return None
 
 
-def _changes(doc: Document, p: ChangesRecorded) -> str | None:
-    token = doc["token"]
-    if token is None or token["token_id"] != p.token_id or token["status"] != "consumed":
+@rule_for(ChangesRecorded)
+def _changes(doc: PlanState, p: ChangesRecorded) -> str | None:
+    token = doc.token
+    if token is None or token.token_id != p.token_id or token.status != "consumed":
         return "Apply's change set follows the consumption of its token"
     return None
 
 
-def _applied(doc: Document, p: PlanApplied) -> str | None:
-    applying = doc.get("applying")
-    if applying is None or applying["token_id"] != p.token_id:
+@rule_for(PlanApplied)
+def _applied(doc: PlanState, p: PlanApplied) -> str | None:
+    applying = doc.applying
+    if applying is None or applying.token_id != p.token_id:
         return "Apply completes the change set recorded with its consumed token"
     return None
 
 
-def _compensation_done(doc: Document, _p: CompensationCompleted) -> str | None:
+@rule_for(CompensationCompleted)
+def _compensation_done(doc: PlanState, _p: CompensationCompleted) -> str | None:
     if _compensation(doc) != "requested":
         return "compensation completes after it was requested"
     return None
 
 
-def _compensation(doc: Document) -> str | None:
-    return (doc["compensation"] or {}).get("status")
+def _compensation(doc: PlanState) -> str | None:
+    return doc.compensation.status if doc.compensation is not None else None
 
 
-def _builtins(struct: object) -> Document:
-    return msgspec.to_builtins(struct)  # type: ignore[no-any-return]
-
-
-_PLAN_RULES: dict[type, Callable[[Document, Any], str | None]] = {
-    StrategyRecorded: _strategy,
-    ExecuteEntered: _execute,
-    ValidationRunStarted: _run_started,
-    ValidationResultRecorded: _in_run,
-    ValidationRunCompleted: _in_run,
-    StrategyRevisionRequested: _revision,
-    Escalated: _escalated,
-    PlanHalted: _halted,
-    DecisionRecorded: _decided,
-    TokenMinted: _minted,
-    TokenConsumed: _consumed,
-    ChangesRecorded: _changes,
-    PlanApplied: _applied,
-    CompensationCompleted: _compensation_done,
-}
-
-
-def _attachment_rule(doc: Document, p: EventPayload) -> str | None:
-    if isinstance(p, AttachmentCreated) and doc:
+def _attachment_rule(doc: AttachmentState | None, p: EventPayload) -> str | None:
+    if isinstance(p, AttachmentCreated) and doc is not None:
         return "an attachment is created once"
     if isinstance(p, AttachmentDetached):
-        if not doc:
+        if doc is None:
             return "an attachment is detached after it was created"
-        if doc["status"] == "detached":
+        if doc.status == "detached":
             return "an attachment is detached once"
     return None
 
 
-def _approver_rule(doc: Document, p: EventPayload) -> str | None:
-    if isinstance(p, ApproverKeyAdded) and doc and doc["name"] != p.name:
+def _approver_rule(doc: ApproverState | None, p: EventPayload) -> str | None:
+    if isinstance(p, ApproverKeyAdded) and doc is not None and doc.name != p.name:
         return "an approver stream holds one approver's keys"
     if isinstance(p, ApproverKeyRevoked):
-        key = doc.get("keys", {}).get(p.fingerprint)
-        if key is None or key["status"] != "active":
+        key = doc.keys.get(p.fingerprint) if doc is not None else None
+        if key is None or key.status != "active":
             return "only an active key of the approver is revoked"
     return None

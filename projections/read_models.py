@@ -2,8 +2,9 @@
 aggregate.
 
 Each keeps the current document of every stream of its kind (see ``documents``), with
-a few columns extracted for queries. Bump a projection's version when its fold or
-columns change: it is rebuilt from the log the next time the engine opens.
+a few columns extracted for queries (from the stream's state; None before it has one).
+Bump a projection's version when its fold or columns change: it is rebuilt from the log
+the next time the engine opens.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ import sqlalchemy as sa
 from ledger import Store
 
 from .analytics import ANALYTICS
-from .engine import AnyProjection, Column, Progress, Projection, ProjectionEngine
+from .engine import Column, Progress, Projection, ProjectionEngine, ReadModel
 from .outcomes import RULES_VERSION, fold_outcome
+from .states import given
 
 TOOLS = Projection(
     name="tools",
     version=1,
     kind="tool",
     columns=(
-        Column("kind", sa.String(16), lambda d: d.get("kind"), index=True),
-        Column("version", sa.Integer, lambda d: d.get("version")),
-        Column("mode", sa.String(16), lambda d: d.get("spec", {}).get("mode")),
+        Column("kind", sa.String(16), lambda d: d and d.kind, index=True),
+        Column("version", sa.Integer, lambda d: d and d.version),
+        Column("mode", sa.String(16), lambda d: d and given(d.spec.mode)),
     ),
 )
 
@@ -31,7 +33,7 @@ SKILLS = Projection(
     name="skills",
     version=1,
     kind="skill",
-    columns=(Column("version", sa.Integer, lambda d: d.get("version")),),
+    columns=(Column("version", sa.Integer, lambda d: d and d.version),),
 )
 
 ATTACHMENTS = Projection(
@@ -39,12 +41,12 @@ ATTACHMENTS = Projection(
     version=1,
     kind="attachment",
     columns=(
-        Column("validation", sa.Text, lambda d: d.get("validation"), index=True),
-        Column("resource", sa.Text, lambda d: d.get("resource"), index=True),
-        Column("scope", sa.String(16), lambda d: d.get("scope")),
-        Column("project", sa.Text, lambda d: d.get("project")),
-        Column("plan", sa.Text, lambda d: d.get("plan")),
-        Column("status", sa.String(16), lambda d: d.get("status")),
+        Column("validation", sa.Text, lambda d: d and d.validation, index=True),
+        Column("resource", sa.Text, lambda d: d and d.resource, index=True),
+        Column("scope", sa.String(16), lambda d: d and d.scope),
+        Column("project", sa.Text, lambda d: d and d.project),
+        Column("plan", sa.Text, lambda d: d and d.plan),
+        Column("status", sa.String(16), lambda d: d and d.status),
     ),
 )
 
@@ -54,8 +56,8 @@ PLANS = Projection(
     # 7: binding set, outcome, needs_fix, unvalidated; folds total; 8: applying, applied
     kind="plan",
     columns=(
-        Column("project", sa.Text, lambda d: d.get("project"), index=True),
-        Column("phase", sa.String(16), lambda d: d.get("phase")),
+        Column("project", sa.Text, lambda d: d and d.project, index=True),
+        Column("phase", sa.String(16), lambda d: d and d.phase),
     ),
 )
 
@@ -64,8 +66,8 @@ OUTCOMES = Projection(
     version=RULES_VERSION,  # new classification rules rebuild it: drift becomes visible
     kind="plan",
     columns=(
-        Column("outcome", sa.String(24), lambda d: d.get("outcome")),
-        Column("drift", sa.Boolean, lambda d: d.get("drift")),
+        Column("outcome", sa.String(24), lambda d: d and given(d.outcome)),
+        Column("drift", sa.Boolean, lambda d: d and given(d.drift)),
     ),
     fold=fold_outcome,
 )
@@ -73,7 +75,7 @@ OUTCOMES = Projection(
 APPROVERS = Projection(name="approvers", version=1, kind="approver")
 
 # ANALYTICS is an aggregate over every plan (projections/analytics.py), not per stream.
-ALL_PROJECTIONS: tuple[AnyProjection, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS, OUTCOMES,
+ALL_PROJECTIONS: tuple[ReadModel, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS, OUTCOMES,
                                               APPROVERS, ANALYTICS)
 
 

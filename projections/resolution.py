@@ -14,62 +14,62 @@ from collections.abc import Iterable, Mapping
 
 from ledger.events import ResolvedAttachment
 
-from .documents import Document
+from .states import AttachmentState, PlanState, ToolSpec, ToolState, given
 
 SCOPE_RANK = {"direct": 0, "project": 1, "plan": 2}  # higher is more specific
 
 
 def resolve(
-    attachments: Iterable[Document],
-    tools: Mapping[str, Document],
+    attachments: Iterable[AttachmentState],
+    tools: Mapping[str, ToolState],
     *,
     resource: str,
     project: str | None = None,
     plan: str | None = None,
 ) -> list[ResolvedAttachment]:
-    winners: dict[tuple[str, str], Document] = {}
+    winners: dict[tuple[str, str], AttachmentState] = {}
     for a in attachments:
-        if a.get("status") != "attached" or a["resource"] != resource:
+        if a.status != "attached" or a.resource != resource:
             continue
-        scope = a["scope"]
-        if scope == "project" and (project is None or a["project"] != project):
+        scope = a.scope
+        if scope == "project" and (project is None or a.project != project):
             continue
-        if scope == "plan" and (plan is None or a["plan"] != plan):
+        if scope == "plan" and (plan is None or a.plan != plan):
             continue
-        same = (a["validation"], a["args_sha256"])
+        same = (a.validation, a.args_sha256)
         held = winners.get(same)
         if held is None or _more_specific(a, held):
             winners[same] = a
     resolved = []
     for a in winners.values():
-        tool = tools.get(a["validation"], {})
-        spec = tool.get("spec", {})
+        tool = tools.get(a.validation)
+        spec = tool.spec if tool is not None else ToolSpec()
         resolved.append(ResolvedAttachment(
-            attachment_id=a["attachment_id"],
-            scope=a["scope"],
-            validation=a["validation"],
-            validation_version=tool.get("version", a["validation_version"]),
-            mode=spec.get("mode", "required"),
-            resource=a["resource"],
-            args=a["args"],
-            args_sha256=a.get("args_sha256"),
-            wraps=spec.get("wraps"),
-            wraps_version=spec.get("wraps_version"),
-            transform=spec.get("transform"),
+            attachment_id=a.attachment_id,
+            scope=a.scope,
+            validation=a.validation,
+            validation_version=tool.version if tool is not None else a.validation_version,
+            mode=given(spec.mode, "required"),
+            resource=a.resource,
+            args=a.args,
+            args_sha256=a.args_sha256,
+            wraps=given(spec.wraps),
+            wraps_version=given(spec.wraps_version),
+            transform=given(spec.transform),
         ))
     resolved.sort(key=_order)
     return resolved
 
 
-def resolve_plan(attachments: Iterable[Document], tools: Mapping[str, Document],
-                 plan: Document) -> list[ResolvedAttachment]:
+def resolve_plan(attachments: Iterable[AttachmentState], tools: Mapping[str, ToolState],
+                 plan: PlanState) -> list[ResolvedAttachment]:
     """Every attachment that applies to a plan now: each of its resources, its project,
     itself (an attachment counts once however many of its resources it names)."""
     listed = list(attachments)
     seen: dict[str, ResolvedAttachment] = {}
-    for resource in plan.get("resources", []):
-        for row in resolve(listed, tools, resource=resource, project=plan.get("project"),
-                           plan=plan.get("plan_id")):
+    for resource in plan.resources:
+        for row in resolve(listed, tools, resource=resource, project=plan.project,
+                           plan=plan.plan_id):
             seen.setdefault(row.attachment_id, row)
     return sorted(seen.values(), key=_order)
 
@@ -89,10 +89,10 @@ def _order(r: ResolvedAttachment) -> tuple[str, int, str]:
     return (r.validation, -SCOPE_RANK[r.scope], r.attachment_id)
 
 
-def _more_specific(a: Document, held: Document) -> bool:
+def _more_specific(a: AttachmentState, held: AttachmentState) -> bool:
     """The most specific scope wins; within one scope the earliest attachment (ULIDs sort
     by creation time) stands for its identical twins."""
-    rank_a, rank_held = SCOPE_RANK[a["scope"]], SCOPE_RANK[held["scope"]]
+    rank_a, rank_held = SCOPE_RANK[a.scope], SCOPE_RANK[held.scope]
     return rank_a > rank_held or (
-        rank_a == rank_held and a["attachment_id"] < held["attachment_id"]
+        rank_a == rank_held and a.attachment_id < held.attachment_id
     )

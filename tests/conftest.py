@@ -4,11 +4,20 @@ PostgreSQL is reached through ``EVIDENCE_TEST_POSTGRES_URL``. Each test gets its
 fresh schema (dropped afterwards), so runs never see each other's data. Without the URL
 the PostgreSQL variants skip with the reason; under ``CI=true`` a missing URL or a server
 that cannot be reached fails the test instead.
+
+Cost: a fresh schema is what a test pays for (opening a plane on it creates every table
+and read model, ~0.1-0.2 s). The fixture adds little to it: one server connection for
+the session creates the schemas, a background thread drops them while the next tests
+run, and the tests' sessions commit with ``synchronous_commit=off`` (a commit is
+visible at once but not waited for on disk: only a crash of the server itself, which no
+test does, could lose one).
 """
 
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -31,26 +40,93 @@ def _pg_base_url() -> str:
     return url
 
 
+class _Schemas:
+    """The session's connection for creating test schemas, and a thread (on a second
+    connection) that drops them off the tests' path."""
+
+    def __init__(self, base: str) -> None:
+        self.engine = sa.create_engine(base.replace("postgresql://", "postgresql+psycopg://", 1),
+                                       pool_size=1, max_overflow=1)
+        self._drops: queue.Queue[str | None] = queue.Queue()
+        self._dropper = threading.Thread(target=self._drop_all, name="drop-test-schemas",
+                                         daemon=True)
+        self._dropper.start()
+
+    def create(self) -> str:
+        name = f"evt_{uuid.uuid4().hex[:12]}"
+        with self.engine.begin() as conn:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
+        return name
+
+    def drop(self, name: str) -> None:
+        self._drops.put(name)
+
+    def _drop_all(self) -> None:
+        while (name := self._drops.get()) is not None:
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+    def close(self) -> None:
+        """Wait for every queued drop (the session ends with no schema left)."""
+        self._drops.put(None)
+        self._dropper.join()
+        self.engine.dispose()
+
+
+_SCHEMAS: dict[str, _Schemas] = {}
+
+
+@pytest.fixture(scope="session")
+def _pg_schemas() -> Iterator[dict[str, _Schemas]]:
+    try:
+        yield _SCHEMAS
+    finally:
+        for schemas in _SCHEMAS.values():
+            schemas.close()
+        _SCHEMAS.clear()
+
+
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def pg_url(_pg_schemas: dict[str, _Schemas]) -> Iterator[str]:
     """A URL whose search_path is a fresh, empty schema on the test server."""
     base = _pg_base_url()
-    name = f"evt_{uuid.uuid4().hex[:12]}"
     try:
-        engine = sa.create_engine(base.replace("postgresql://", "postgresql+psycopg://", 1))
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
+        schemas = _pg_schemas.get(base) or _pg_schemas.setdefault(base, _Schemas(base))
+        name = schemas.create()
     except Exception as exc:  # the server is down or the URL is wrong
         if IN_CI:
             pytest.fail(f"cannot reach PostgreSQL at {base}: {exc}")
         pytest.skip(f"cannot reach PostgreSQL at {base}: {exc}")
-    url = sa.engine.make_url(base).update_query_dict({"options": f"-csearch_path={name}"})
+    url = sa.engine.make_url(base).update_query_dict(
+        {"options": f"-csearch_path={name} -csynchronous_commit=off"})
     try:
         yield url.render_as_string(hide_password=False)
     finally:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA "{name}" CASCADE')
-        engine.dispose()
+        schemas.drop(name)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def module_db_url(request, tmp_path_factory, _pg_schemas: dict[str, _Schemas]) -> Iterator[str]:
+    """A fresh ledger URL per backend shared by one module's tests (and its own plane key
+    and state directory while the fixture built on it opens it): only for tests that leave
+    it exactly as they found it, which the fixture that shares it must check."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('shared') / 'evidence.db'}"
+        return
+    base = _pg_base_url()
+    try:
+        schemas = _pg_schemas.get(base) or _pg_schemas.setdefault(base, _Schemas(base))
+        name = schemas.create()
+    except Exception as exc:  # the server is down or the URL is wrong
+        if IN_CI:
+            pytest.fail(f"cannot reach PostgreSQL at {base}: {exc}")
+        pytest.skip(f"cannot reach PostgreSQL at {base}: {exc}")
+    url = sa.engine.make_url(base).update_query_dict(
+        {"options": f"-csearch_path={name} -csynchronous_commit=off"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        schemas.drop(name)
 
 
 @pytest.fixture
@@ -85,6 +161,12 @@ def _plane_key(tmp_path_factory, monkeypatch) -> None:
     monkeypatch.setenv("EVIDENCE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
 
 
+# Under CI=true every property test is derandomized (the same examples on every run, no
+# example database kept) and has no per-example deadline (a loaded machine must not turn
+# a slow example into a failure); each test keeps its own bounded ``max_examples``.
 # `pytest --hypothesis-profile=deep` runs the property and fuzz suites much longer than
 # the bounded default (for local hunting; CI keeps the default).
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 settings.register_profile("deep", max_examples=3_000, deadline=None)
+if IN_CI:
+    settings.load_profile("ci")

@@ -46,6 +46,27 @@ def demo(db_url: str) -> str:
     return db_url
 
 
+@pytest.fixture(scope="module")
+def _demo_once(module_db_url: str, tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[str, int]:
+    root = tmp_path_factory.mktemp("demo")
+    with pytest.MonkeyPatch.context() as patch:  # its own plane key and state directory
+        patch.setenv("EVIDENCE_PLANE_KEY", str(root / "plane.key"))
+        patch.setenv("EVIDENCE_STATE_DIR", str(root))
+        result = run_cli("demo", "--db", module_db_url)
+        assert result.returncode == 0, result.stderr
+    return module_db_url, len(_all(module_db_url))
+
+
+@pytest.fixture
+def read_demo(_demo_once: tuple[str, int]) -> str:
+    """``demo``'s ledger built once per backend for the tests that only read it (tail
+    without a consumer, export): checked unchanged before each."""
+    url, size = _demo_once
+    assert len(_all(url)) == size, "a test appended to the shared demo ledger"
+    return url
+
+
 def _all(url: str) -> list[ledger.RecordedEvent]:
     with ledger.open(url, create=False) as store:
         return list(store.read_all())
@@ -54,7 +75,8 @@ def _all(url: str) -> list[ledger.RecordedEvent]:
 # -- tail ------------------------------------------------------------------------------
 
 
-def test_tail_prints_json_lines_in_order_and_filters(demo: str) -> None:
+def test_tail_prints_json_lines_in_order_and_filters(read_demo: str) -> None:
+    demo = read_demo
     events = _all(demo)
     result = cli("tail", "--json", "--db", demo)
     assert result.returncode == 0, result.stderr
@@ -66,7 +88,8 @@ def test_tail_prints_json_lines_in_order_and_filters(demo: str) -> None:
                          and e.position >= 3]
 
 
-def test_tail_refusals(demo: str) -> None:
+def test_tail_refusals(read_demo: str) -> None:
+    demo = read_demo
     assert_refused(cli("tail", "--from", "2", "--consumer", "c", "--db", demo), "not both")
     assert_refused(cli("tail", "--type", "no.such", "--db", demo), "unknown event type")
 
@@ -82,6 +105,7 @@ def test_tail_consumer_resumes_after_its_checkpoint(demo: str) -> None:
     assert [json.loads(x)["position"] for x in again.stdout.splitlines()] == [size + 1]
 
 
+@pytest.mark.slow
 def test_tail_follow_sigint_leaves_checkpoint_at_last_printed(db_url: str) -> None:
     store = ledger.open(db_url)
     try:
@@ -117,7 +141,8 @@ def test_tail_follow_sigint_leaves_checkpoint_at_last_printed(db_url: str) -> No
 # -- export ----------------------------------------------------------------------------
 
 
-def test_export_jsonl_and_csv_columns_and_sidecar(demo: str, tmp_path: Path) -> None:
+def test_export_jsonl_and_csv_columns_and_sidecar(read_demo: str, tmp_path: Path) -> None:
+    demo = read_demo
     events = _all(demo)
     with ledger.open(demo, create=False) as store:
         head = store.head()
@@ -156,7 +181,8 @@ def test_export_jsonl_and_csv_columns_and_sidecar(demo: str, tmp_path: Path) -> 
     assert meta["evidence.root_hash"] == root_of([e.leaf_hash for e in events[:20]]).hex()
 
 
-def test_export_plan_filter_and_refusals(demo: str, tmp_path: Path) -> None:
+def test_export_plan_filter_and_refusals(read_demo: str, tmp_path: Path) -> None:
+    demo = read_demo
     events = _all(demo)
     plan = next(e.payload.plan_id for e in events if e.type == "plan.created")
     out = tmp_path / "plan.jsonl"
@@ -171,8 +197,9 @@ def test_export_plan_filter_and_refusals(demo: str, tmp_path: Path) -> None:
                        "--db", demo), "cannot write")
 
 
-def test_parquet_without_pyarrow_names_the_extra(demo: str, tmp_path: Path,
+def test_parquet_without_pyarrow_names_the_extra(read_demo: str, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = read_demo
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     out = tmp_path / "x.parquet"
@@ -183,7 +210,8 @@ def test_parquet_without_pyarrow_names_the_extra(demo: str, tmp_path: Path,
     assert not out.exists()
 
 
-def test_parquet_read_by_duckdb_matches_the_ledger(demo: str, tmp_path: Path) -> None:
+def test_parquet_read_by_duckdb_matches_the_ledger(read_demo: str, tmp_path: Path) -> None:
+    demo = read_demo
     duckdb = pytest.importorskip("duckdb")
     pytest.importorskip("pyarrow")
     events = _all(demo)

@@ -47,6 +47,7 @@ from ledger.events import (
     ValidationRunStarted,
 )
 from ledger.keys import generate_key_pair, load_private_key
+from projections.states import to_json
 from tests.helpers import forge, invoke, status_plan, work
 
 ESCALATE_AT_ONCE = {"retry_limit": 0, "max_strategy_revisions": 0}
@@ -80,7 +81,7 @@ def test_detaching_the_failing_attachment_does_not_unbind_it(plane: Plane,
     status_plan(plane, tmp_path, {})
     assert validate_plan(plane, "P-1").outcome == "blocker"
     [attachment] = plane.state("plan:P-1").doc["binding"]
-    detach(plane, attachment["attachment_id"], reason="in the way")
+    detach(plane, attachment.attachment_id, reason="in the way")
     record_fix(plane, "P-1", "nothing really")
     report = validate_plan(plane, "P-1")
     assert report.outcome == "blocker" and report.token is None
@@ -104,7 +105,7 @@ def test_reregistering_as_informational_binds_later_plans_only(plane: Plane,
     create_plan(plane, "P-2", project="api", resources=[str(tmp_path / "proj")])
     record_strategy(plane, "P-2", "later")
     doc = enter_execute(plane, "P-2")
-    assert [(b["validation_version"], b["mode"]) for b in doc["binding"]] == [
+    assert [(b.validation_version, b.mode) for b in doc["binding"]] == [
         (2, "informational")]
     assert audit(plane.store).ok
 
@@ -113,15 +114,15 @@ def test_a_strategy_revision_keeps_every_member_and_adds_new_ones(plane: Plane,
                                                                   tmp_path: Path) -> None:
     project = status_plan(plane, tmp_path, {"retry_limit": 0, "max_strategy_revisions": 1})
     [pinned] = plane.state("plan:P-1").doc["binding"]
-    detach(plane, pinned["attachment_id"])
+    detach(plane, pinned.attachment_id)
     register_validation(plane, {"name": "other", "mode": "required",
                                 "command": [sys.executable, str(tmp_path / "check.py")]})
     attach(plane, "other", resource=str(project))
     assert validate_plan(plane, "P-1").to_json()["strategy_revision"] == 1
     record_strategy(plane, "P-1", "second strategy")
     doc = enter_execute(plane, "P-1")
-    assert sorted(b["validation"] for b in doc["binding"]) == ["other", "status"]
-    assert doc["binding"][1] == pinned  # unchanged
+    assert sorted(b.validation for b in doc.binding) == ["other", "status"]
+    assert doc.binding[1] == pinned  # unchanged
     assert audit(plane.store).ok
 
 
@@ -415,8 +416,9 @@ def test_resetting_the_plans_read_model_does_not_allow_a_second_apply(
     apply_plan(plane, "P-1", token)
     row = plane.projections.document("plans", "P-1")
     assert row is not None
-    reset = {**row[0], "terminal": None, "phase": "execute",
-             "token": {**row[0]["token"], "status": "minted"}}
+    stored = to_json(row[0])  # the read model's row holds the plain document
+    reset = {**stored, "terminal": None, "phase": "execute",
+             "token": {**stored["token"], "status": "minted"}}
     with plane.store.engine.begin() as conn:
         conn.execute(sa.text("UPDATE rm_plans SET doc = :d WHERE key = 'P-1'"),
                      {"d": json.dumps(reset).encode()})
@@ -478,7 +480,7 @@ def test_a_forged_apply_chain_without_the_plane_key_is_audited(plane: Plane,
     [member] = doc["binding"]
     run_id = "01J0000000000000000000000F"
     result = ValidationResultRecorded(
-        plan_id="P-1", run_id=run_id, attachment_id=member["attachment_id"],
+        plan_id="P-1", run_id=run_id, attachment_id=member.attachment_id,
         validation="status", mode="required", verdict=True, started_at="2026-11-30T00:00:00Z",
         ended_at="2026-11-30T00:00:01Z", duration_ms=1000)
     from commands.plane.lifecycle import results_digest
@@ -572,17 +574,17 @@ def test_resolve_shows_the_pinned_set_next_to_todays_resolution(plane: Plane,
                                                                 tmp_path: Path) -> None:
     project = status_plan(plane, tmp_path, {})
     [pinned] = plane.state("plan:P-1").doc["binding"]
-    detach(plane, pinned["attachment_id"])
+    detach(plane, pinned.attachment_id)
     result = invoke("resolve", "--resource", str(project), "--plan", "P-1", "--json",
                     "--db", plane.store.url)
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
     assert shown["attachments"] == []  # detached: later plans are not bound by it
-    assert [p["attachment_id"] for p in shown["pinned"]] == [pinned["attachment_id"]]
+    assert [p["attachment_id"] for p in shown["pinned"]] == [pinned.attachment_id]
     table = invoke("resolve", "--resource", str(project), "--plan", "P-1",
                    "--db", plane.store.url)
     assert "binding set, pinned at Execute (1)" in table.stdout
-    assert pinned["attachment_id"] in table.stdout
+    assert pinned.attachment_id in table.stdout
 
 
 # -- a token does not outlive what it was minted on ------------------------------------------

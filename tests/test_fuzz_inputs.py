@@ -354,6 +354,7 @@ _MEMORY_PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_endless_files_stay_within_memory(target: tuple[Plane, Path]) -> None:
     """Every option that reads a file, given /dev/zero and /dev/urandom, under an address
     space limit far below what reading them whole would take: refused at the cap."""

@@ -15,6 +15,7 @@ from commands.plane.gates import gate_input, gate_output
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan, get_plan
 from commands.plane.registry import register_tool
+from projections.states import to_json
 from tests.helpers import assert_refused, run_cli
 
 SEARCH = {
@@ -87,7 +88,7 @@ def test_invented_tool_fails_at_the_input_gate(plane: Plane) -> None:
 def test_passing_checks_are_recorded_too(plane: Plane) -> None:
     outcome = gate_input(plane, "P-1", "search", b'{"query": "x", "limit": 3}', step="s1")
     assert outcome.passed and outcome.routed is None and len(outcome.events) == 1
-    assert get_plan(plane, "P-1")["steps"] == {"s1": {"tool": "search", "tool_version": 1}}
+    assert to_json(get_plan(plane, "P-1"))["steps"] == {"s1": {"tool": "search", "tool_version": 1}}
 
 
 def test_output_gate_declarations(plane: Plane) -> None:

@@ -43,7 +43,7 @@ def plans(db_url: str, tmp_path: Path) -> dict[str, str]:
         # An attachment made after Execute binds later plans only: P-1 keeps its one.
         attach(plane, "status", resource="repo:web")
         [pinned] = plane.state("plan:P-1").doc["binding"]
-        return {"db": db_url, "attachment_id": pinned["attachment_id"],
+        return {"db": db_url, "attachment_id": pinned.attachment_id,
                 "resource": str(project)}
 
 

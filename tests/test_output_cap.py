@@ -367,6 +367,7 @@ def test_memory_stays_within_the_cap_plus_a_constant(tmp_path: Path) -> None:
     assert run("bounded") == f"{1 << 20} {BIG}"
 
 
+@pytest.mark.slow
 def test_a_timeout_keeps_the_kept_bytes_and_kills_the_group(tmp_path: Path) -> None:
     prog = tmp_path / "p.py"
     prog.write_text(textwrap.dedent("""\

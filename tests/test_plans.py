@@ -11,6 +11,7 @@ import pytest
 import ledger
 from commands.plane import CommandRefused, Plane
 from commands.plane.plans import create_plan, get_plan, list_plans
+from projections.states import to_json
 from tests.helpers import assert_refused, run_cli
 
 
@@ -19,12 +20,12 @@ def test_create_list_show(db_url: str) -> None:
         doc = create_plan(plane, "P-17", project="api", resources=["repo:api", "./src"],
                           config={"strict_mode": True, "retry_limit": 5})
         assert doc["phase"] == "strategize" and doc["revision"] == 0
-        assert doc["global_config"] == {"strict_mode": True, "retry_limit": 5,
+        assert to_json(doc)["global_config"] == {"strict_mode": True, "retry_limit": 5,
                                         "max_strategy_revisions": 1, "max_iterations": 3,
                                         "require_validation": True}
         create_plan(plane, "P-18", project="web", resources=["repo:web"])
-        assert [p["plan_id"] for p in list_plans(plane)] == ["P-17", "P-18"]
-        assert [p["plan_id"] for p in list_plans(plane, project="web")] == ["P-18"]
+        assert list(list_plans(plane)) == ["P-17", "P-18"]
+        assert list(list_plans(plane, project="web")) == ["P-18"]
         assert get_plan(plane, "P-17") == doc
         (event,) = plane.store.read_stream("plan:P-17")
         assert {op["path"] for op in event.delta} >= {"/phase", "/global_config"}

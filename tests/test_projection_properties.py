@@ -21,7 +21,7 @@ from commands.plane.attachments import attach, detach
 from commands.plane.core import StreamState
 from commands.plane.plans import create_plan
 from ledger.events import StrategyRecorded, ValidationRegistered
-from projections.documents import apply_deltas, delta, fold, fold_all
+from projections.documents import apply_deltas, delta, fold, fold_all, to_json
 from tests.conftest import _pg_base_url
 
 LEVEL_SCHEMA = {"type": "object", "properties": {"level": {"type": "integer"}},
@@ -69,7 +69,7 @@ def _run(plane: Plane, step: tuple, attachments: list[str], plans: list[str]) ->
     elif kind == "validation":
         name, mode = f"v{step[1]}", step[2]
         state = plane.state(f"tool:{name}")
-        if state.doc.get("spec", {}).get("mode") != mode:
+        if (state.doc.spec.mode if state.doc is not None else None) != mode:
             plane.append(state, [ValidationRegistered(
                 name=name, version=state.version + 1, mode=mode, executor="command",
                 command=["true"], input_schema=LEVEL_SCHEMA)])
@@ -83,11 +83,11 @@ def _run(plane: Plane, step: tuple, attachments: list[str], plans: list[str]) ->
             doc = attach(plane, f"v{v}", resource=resource, args=args,
                          project=project if scope == "project" else None,
                          plan=plan if scope == "plan" else None)
-            attachments.append(doc["attachment_id"])
+            attachments.append(doc.attachment_id)
     elif kind == "detach":
         if attachments:
             target = attachments[step[1] % len(attachments)]
-            if plane.state(f"attachment:{target}").doc["status"] == "attached":
+            if plane.state(f"attachment:{target}").doc.status == "attached":
                 detach(plane, target)
     elif kind == "behind" and plans:
         plan_id = plans[step[1] % len(plans)]
@@ -123,8 +123,8 @@ def _check(backend: str, steps: list[tuple]) -> None:
         for event in plane.store.read_all():
             streams.setdefault(event.stream, []).append(event)
         for stream, events in streams.items():  # deltas alone == the fold
-            assert apply_deltas(e.delta for e in events) == fold_all(
-                stream, [e.payload for e in events]), stream
+            assert apply_deltas(e.delta for e in events) == to_json(fold_all(
+                stream, [e.payload for e in events])), stream
 
 
 @pytest.mark.slow
@@ -144,4 +144,4 @@ def test_postgresql(steps: list[tuple]) -> None:
 def test_state_of_an_unknown_stream_is_empty(sqlite_url: str) -> None:
     with Plane.open(sqlite_url) as plane:
         state = plane.state("plan:nobody")
-        assert isinstance(state, StreamState) and not state.exists and state.doc == {}
+        assert isinstance(state, StreamState) and not state.exists and state.doc is None

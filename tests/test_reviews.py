@@ -14,7 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from commands.auditor.audit import audit
-from commands.plane import CommandRefused, Plane
+from commands.plane import CommandRefused, Plane, reviews
+from commands.plane.core import RETRIES
 from commands.plane.plans import create_plan, get_plan
 from commands.plane.reviews import (
     ACCOUNTING_VERSION,
@@ -33,8 +34,10 @@ from commands.plane.reviews import (
     start_review,
     submit_candidate,
 )
+from ledger import ConcurrencyError
 from projections.documents import apply_deltas, fold_all
 from projections.outcomes import classify
+from projections.states import to_json
 from tests.helpers import assert_refused, run_cli
 
 ULID_CHARS = set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
@@ -477,6 +480,24 @@ def test_a_second_failure_fails_the_review(db_url: str, tmp_path: Path) -> None:
         assert plane.store.head().size == size
 
 
+def test_a_stream_that_keeps_moving_ends_in_a_concurrency_error(
+        plane: Plane, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When every retry meets a conflict the caller gets the ConcurrencyError (one
+    ``error:`` line in the CLI), not a TypeError from building one wrongly."""
+    task = _review_with_findings(plane)
+    good = accounting(get_review(plane, task), {"G1": ["x", "x2"]}, ["y"])
+    calls = []
+
+    def conflicting_commit(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        raise ConcurrencyError(f"review:{task}", 3, 4)
+
+    monkeypatch.setattr(reviews, "_commit", conflicting_commit)
+    with pytest.raises(ConcurrencyError, match=f"review:{task}"):
+        account_review(plane, task, good)
+    assert len(calls) == RETRIES
+
+
 def test_accounting_without_candidates_is_refused(plane: Plane) -> None:
     task = start_review(plane, request())
     with pytest.raises(CommandRefused, match="no candidate"):
@@ -679,5 +700,5 @@ def test_deltas_rebuild_the_review_document(plane: Plane) -> None:
                                            ["y"]))
     events = plane.store.read_stream(f"review:{task}")
     stream = f"review:{task}"
-    assert apply_deltas(e.delta for e in events) == fold_all(
-        stream, [e.payload for e in events]) == get_review(plane, task)
+    assert apply_deltas(e.delta for e in events) == to_json(fold_all(
+        stream, [e.payload for e in events])) == to_json(get_review(plane, task))

@@ -1,4 +1,4 @@
-"""The execution layer (commands.runner): real subprocesses, structured returns, timeouts,
+"""The execution layer (commands.runner.process): real subprocesses, structured returns, timeouts,
 crashes, missing programs, wrapped tools, read-only enforcement and parallel runs.
 
 Validator programs are tiny Python scripts written into ``tmp_path`` and run with
@@ -191,6 +191,7 @@ def test_run_command_bad_cwd_is_not_a_missing_program(tmp_path: Path) -> None:
     assert "not a directory" in (result.error or "")
 
 
+@pytest.mark.slow
 def test_run_command_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     prog = script(tmp_path, "spawn.py", """\

@@ -583,12 +583,12 @@ class NoBypass(RuleBasedStateMachine):
 
     def _forge_an_empty_binding_set(self, plan_id: str) -> None:
         doc = self.doc(plan_id)
-        pinned = [msgspec.convert(b, ResolvedAttachment) for b in doc["binding"]]
+        pinned = [msgspec.convert(b, ResolvedAttachment) for b in doc.binding]
         expected = pin_binding(pinned, self.plane.log().applicable(doc))
-        legal = (doc["phase"] == "strategize" and bool(doc["strategy"])
-                 and doc["terminal"] is None and doc["pending_decision"] is None)
+        legal = (doc.phase == "strategize" and bool(doc.strategy)
+                 and doc.terminal is None and doc.pending_decision is None)
         [at] = self.past_the_plane(plan_id, ExecuteEntered(plan_id=plan_id,
-                                                           revision=doc["revision"]))
+                                                           revision=doc.revision))
         if not legal:
             self.expect(plan_id, at, "Execute entered where it cannot be",
                         "illegal_transition")
@@ -597,13 +597,13 @@ class NoBypass(RuleBasedStateMachine):
 
     def _forge_a_strategy_revision(self, plan_id: str) -> None:
         doc = self.doc(plan_id)
-        config = doc["global_config"]
+        config = doc.global_config
         [at] = self.past_the_plane(plan_id, StrategyRevisionRequested(
-            plan_id=plan_id, revision=doc["revision"] + 1, reason="a fresh budget please",
-            failed_attempts=doc["retries_used"]))
-        if (doc["retries_used"] <= config["retry_limit"] or doc["terminal"] is not None
-                or doc["pending_decision"] is not None
-                or doc["revisions_used"] >= config["max_strategy_revisions"]):
+            plan_id=plan_id, revision=doc.revision + 1, reason="a fresh budget please",
+            failed_attempts=doc.retries_used))
+        if (doc.retries_used <= config.retry_limit or doc.terminal is not None
+                or doc.pending_decision is not None
+                or doc.revisions_used >= config.max_strategy_revisions):
             self.expect(plan_id, at, "a strategy revision before the retry limit",
                         "illegal_transition")
 
@@ -611,9 +611,9 @@ class NoBypass(RuleBasedStateMachine):
         doc = self.doc(plan_id)
         [at] = self.past_the_plane(plan_id, PlanHalted(
             plan_id=plan_id, halt_type="escalate", final_decision="escalate",
-            raw_halt_type="needs_decision", reason="no decision made", phase=doc["phase"],
-            attempt=doc["attempt"]))
-        if doc["pending_decision"] is None or doc["terminal"] is not None:
+            raw_halt_type="needs_decision", reason="no decision made", phase=doc.phase,
+            attempt=doc.attempt))
+        if doc.pending_decision is None or doc.terminal is not None:
             self.expect(plan_id, at, "an escalate halt without a pending decision",
                         "illegal_transition")
 
@@ -654,12 +654,12 @@ class NoBypass(RuleBasedStateMachine):
         results = [e.payload for e in before if isinstance(e.payload, ValidationResultRecorded)
                    and e.payload.run_id == run_id]
         passed = {r.attachment_id for r in results if r.verdict is True and r.cause is None}
-        required = [b for b in doc["binding"] if b["mode"] == "required"]
+        required = [b for b in doc.binding if b.mode == "required"]
         # (a) a real pass for every required member of the pinned binding set
-        missing = [b["validation"] for b in required if b["attachment_id"] not in passed]
+        missing = [b.validation for b in required if b.attachment_id not in passed]
         assert not missing, f"{where}: no passing result for {missing} in run {run_id}"
         # (b) at least one required member, unless the plan opted out
-        assert required or not doc["global_config"]["require_validation"], \
+        assert required or not doc.global_config.require_validation, \
             f"{where}: run {run_id} ran no required validation"
         # (c) the evidence of every result is in the blob store
         for r in results:
@@ -705,10 +705,12 @@ def _run(backend: str) -> None:
         SETTINGS, max_examples=MAX_EXAMPLES[backend]))
 
 
+@pytest.mark.slow
 def test_no_bypass_sqlite() -> None:
     _run("sqlite")
 
 
+@pytest.mark.slow
 def test_no_bypass_postgresql(pg_url: str) -> None:
     """``pg_url`` skips (or fails under CI=true) exactly as every PostgreSQL test does;
     each run then gets its own fresh schema."""
@@ -726,7 +728,7 @@ def test_a_token_minted_before_an_escalation_is_not_applied_after_it(db_url: str
         token = validate_plan(plane, "P-1").token
         assert token
         record_halt(plane, "P-1", "needs_decision", "the orchestrator asks a human")
-        decision_id = plane.state("plan:P-1").doc["pending_decision"]["decision_id"]
+        decision_id = plane.state("plan:P-1").doc.pending_decision.decision_id
         authorize(plane, decision_id, tmp_path / "alice.key", choice="revise",
                   guidance="do it another way")
         (work(plane) / "status.txt").write_text("bad\n")

@@ -49,7 +49,7 @@ EVENTS = 30
 STREAMS = 3
 BLOB = b"raw tool output: 3 passed, 0 failed\n" * 8
 
-# The triggers each backend installs (ledger/schema.py), by table: the append-only
+# The triggers each backend installs (ledger/tables.py), by table: the append-only
 # guards, and on PostgreSQL the NOTIFY that wakes subscribers.
 TRIGGERS: dict[str, set[tuple[str, str]]] = {
     "sqlite": {

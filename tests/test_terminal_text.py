@@ -95,11 +95,37 @@ def _plan_file(root: Path, plan_id: str = "hostile") -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def _recorded_once(tmp_path_factory: pytest.TempPathFactory
+                   ) -> tuple[str, dict[str, str], dict[str, str]]:
+    """``recorded``'s ledger, built once for the module (the tests that use it only read
+    it), with its own plane key and state directory; returns them too."""
+    root = tmp_path_factory.mktemp("recorded")
+    env = {"EVIDENCE_PLANE_KEY": str(root / "plane-key" / "plane.key"),
+           "EVIDENCE_STATE_DIR": str(root / "state")}
+    (root / "plane-key").mkdir()
+    (root / "state").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        url, printed = _record(f"sqlite:///{root / 'evidence.db'}", root)
+    return url, printed, env
+
+
 @pytest.fixture
-def recorded(sqlite_url: str, tmp_path: Path) -> tuple[str, dict[str, str]]:
+def recorded(_recorded_once: tuple[str, dict[str, str], dict[str, str]],
+             monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, str]]:
     """Plan `hostile` run and applied from its file; plan P-2 with a hostile resource,
     strategy, proposed tool name, fix note and halt (raw type, reason and hint). Returns
-    the ledger URL and what each of those commands printed (stdout and stderr)."""
+    the ledger URL and what each of those commands printed (stdout and stderr). Built
+    once per module; each test reads it with the plane key it was written with."""
+    url, printed, env = _recorded_once
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return url, printed
+
+
+def _record(sqlite_url: str, tmp_path: Path) -> tuple[str, dict[str, str]]:
     printed = {}
     ran = invoke("run", str(_plan_file(tmp_path / "run")), "--db", sqlite_url)
     assert ran.exit_code == 0, (ran.stdout, ran.stderr)  # as for any passing plan
@@ -237,6 +263,7 @@ pty_only = pytest.mark.skipif(not hasattr(os, "openpty") or sys.platform == "win
                               reason="needs a POSIX pseudo-terminal")
 
 
+@pytest.mark.slow
 @pty_only
 def test_run_and_history_on_a_terminal(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'evidence.db'}"
@@ -251,6 +278,7 @@ def test_run_and_history_on_a_terminal(tmp_path: Path) -> None:
     assert SHOWN.encode() in out and b"[/x] [bold]x[/]" in out
 
 
+@pytest.mark.slow
 @pty_only
 def test_demo_labels_show_on_a_terminal(tmp_path: Path) -> None:
     if not (EXAMPLES / "green-after-fix").is_dir():

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from commands.plane import Plane
 from commands.plane.plans import create_plan
 from tests.helpers import applied_plan
@@ -38,6 +40,7 @@ def run_block(block: str, cwd: Path, db: str | None) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_documented_walkthrough_runs(db_url: str, tmp_path: Path) -> None:
     keep, plane_side, auditor = walkthrough_blocks()
     assert "evidence checkpoint" in keep and "export --bundle" in plane_side

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 import ledger
 from commands.plane.plans import OUTCOMES
+from ledger.events import PlanCreated, PlanHalted, ToolRegistered, ValidationRegistered
 from ledger.merkle import Frontier
 from projections.analytics import ANALYTICS
 from projections.engine import CHECKPOINTS, ProjectionEngine
@@ -98,12 +99,13 @@ def flat_row(event: ledger.RecordedEvent, projects: dict[str, str]) -> dict[str,
     plan = getattr(p, "plan_id", None) or getattr(p, "plan", None)
     project = getattr(p, "project", None) or (projects.get(plan) if plan else None)
     validation = getattr(p, "validation", None)
-    if validation is None and t == "validation.registered":
+    if validation is None and t == "validation.registered" and isinstance(p, ValidationRegistered):
         validation = p.name
     tool = getattr(p, "tool", None)
-    if tool is None and t == "tool.registered":
+    if tool is None and t == "tool.registered" and isinstance(p, ToolRegistered):
         tool = p.name
-    outcome = p.final_decision if t == "plan.halted" else getattr(p, "outcome", None)
+    outcome = (p.final_decision if t == "plan.halted" and isinstance(p, PlanHalted)
+               else getattr(p, "outcome", None))
     deviations = getattr(p, "deviations", None)
     return {
         "position": event.position,
@@ -228,6 +230,7 @@ def _plan_projects(store: ledger.Store, until: int, plan: str | None) -> dict[st
             1, to_position=until, types=["plan.created"],
             stream=f"plan:{plan}" if plan is not None else None,
         )
+        if isinstance(e.payload, PlanCreated)
     }
 
 
@@ -289,7 +292,7 @@ def export(
         for batch in _events(store, since, until, types, plan, batch_size):
             flat = []
             for event in batch:
-                if event.type == "plan.created":
+                if isinstance(event.payload, PlanCreated):
                     projects.setdefault(event.payload.plan_id, event.payload.project)
                 flat.append(flat_row(event, projects))
             writer.write(flat)

@@ -46,11 +46,12 @@ from ledger.events import (
 )
 from ledger.events.validation import ResolvedAttachment
 from projections import ALL_PROJECTIONS, ProjectionEngine
-from projections.documents import Document, fold, fold_all, stream_kind
+from projections.documents import Document, fold, fold_all, stream_kind, to_json
 from projections.engine import ReadModelCheck
 from projections.outcomes import RULES_VERSION, canonical_halt, classify
 from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
+from projections.states import PlanState
 
 from .history import summarize
 
@@ -113,6 +114,7 @@ class ReplayStep(msgspec.Struct, kw_only=True):
 def plan_state(doc: Document) -> dict[str, Any]:
     """The replay columns of a folded plan document (None where a forged stream, with no
     ``plan.created`` first, left a member out: replay shows it, the audit reports it)."""
+    doc = to_json(doc)  # the replay columns are read from the plain document
     limit = (doc.get("global_config") or {}).get("retry_limit", 0)
     used = doc.get("retries_used")
     token = doc.get("token")
@@ -149,7 +151,7 @@ def replay_plan(store: LogReader, plan_id: str, as_of: int | None = None) -> lis
         steps.append(ReplayStep(
             position=event.position, stream_version=event.stream_version,
             recorded_at=event.recorded_at, actor=event.actor, type=event.type,
-            summary=summarize(event.payload), document=doc, **plan_state(doc)))
+            summary=summarize(event.payload), document=to_json(doc), **plan_state(doc)))
     return steps
 
 
@@ -268,7 +270,7 @@ class _Auditor:
         self.max = max_violations
         self.violations: list[Violation] = []
         self.checked: dict[str, int] = {}
-        self.docs: dict[str, Document] = {}  # stream -> folded document
+        self.docs: dict[str, Any] = {}  # stream -> folded state (None: no document yet)
         self.rebuilt: dict[str, Any] = {}  # stream -> document rebuilt from deltas
         self.broken: set[str] = set()  # streams whose deltas already diverged
         self.plans: dict[str, _PlanWalk] = {}
@@ -291,9 +293,9 @@ class _Auditor:
         stream = event.stream
         kind, _, key = stream.partition(":")
         in_scope = kind != "plan" or self.plan is None or key == self.plan
-        before = self.docs.get(stream, {})
+        before = self.docs.get(stream)
         if isinstance(event.payload, ValidationRegistered) and in_scope:
-            self.check_read_only(event)
+            self.check_read_only(event, event.payload)
         if isinstance(event.payload, ApproverKeyAdded) and self.plane_public_key is not None:
             self.count("approver_endorsement")
             if not endorsed(event.payload, self.plane_public_key):
@@ -316,12 +318,14 @@ class _Auditor:
         if in_scope:
             self.check_delta(event, after)
         if kind == "plan" and in_scope:
-            self.plans[key].doc = after
+            # (transitional: the walk's checks still read the plan like a plain document,
+            # so "no document yet" stays {} here)
+            self.plans[key].doc = after if after is not None else {}
 
     def finish(self) -> None:
         for plan_id, walk in self.plans.items():
             self.close_routing(plan_id, walk)
-            applying = walk.doc.get("applying")
+            applying = to_json(walk.doc).get("applying")
             if applying is not None:
                 self.count("apply_incomplete")
                 self.violation(walk.changes_at, plan_id, "apply_incomplete",
@@ -329,8 +333,7 @@ class _Auditor:
                                f"(evidence apply {plan_id} --resume)",
                                f"{len(applying['files'])} file(s) recorded, no plan.applied")
 
-    def check_read_only(self, event: RecordedEvent) -> None:
-        p = event.payload
+    def check_read_only(self, event: RecordedEvent, p: ValidationRegistered) -> None:
         self.count("read_only")
         if p.writes or p.checkpointable or not p.read_only:
             self.violation(event.position, None, "read_only",
@@ -354,7 +357,7 @@ class _Auditor:
                            "document rebuilt so far", f"it does not: {exc}")
             return
         self.rebuilt[stream] = rebuilt
-        if rebuilt != after:
+        if rebuilt != to_json(after):
             self.broken.add(stream)
             self.violation(event.position, _plan_of(stream), "delta_fold",
                            f"{stream} rebuilt from its deltas equals its fold",
@@ -377,9 +380,9 @@ class _Auditor:
         if isinstance(p, ValidationRunStarted):
             if walk.last_run is not None and walk.last_run.invalidated_at is None:
                 walk.last_run.invalidated_at = pos
-            run = _Run(p, pos)
-            walk.runs[p.run_id] = run
-            walk.last_run = run
+            started = _Run(p, pos)
+            walk.runs[p.run_id] = started
+            walk.last_run = started
         elif isinstance(p, ValidationResultRecorded):
             run = walk.runs.get(p.run_id)
             if run is None and p.mode == "informational":
@@ -483,10 +486,10 @@ class _Auditor:
         if fingerprint in self.unendorsed:
             return None
         for stream, doc in self.docs.items():
-            key = doc.get("keys", {}).get(fingerprint) if stream_kind(stream) == "approver" \
-                else None
+            key = doc.keys.get(fingerprint) \
+                if stream_kind(stream) == "approver" and doc is not None else None
             if key is not None:
-                return ApproverKey(doc["name"], key["public_key"], key["status"])
+                return ApproverKey(doc.name, key.public_key, key.status)
         return None
 
     # -- the binding set --------------------------------------------------------------
@@ -552,7 +555,8 @@ class _Auditor:
             self.violation(pos, plan_id, "binding", "the token's run ran the plan's whole "
                            f"binding set {_members(binding)}", _members(run.resolved))
         self.count("no_vacuous_pass")
-        opted_out = not (doc.get("global_config") or {}).get("require_validation", True)
+        opted_out = not (to_json(doc).get("global_config") or {}).get("require_validation",
+                                                                      True)
         if not any(r.mode == "required" for r in run.resolved) and not opted_out:
             self.violation(pos, plan_id, "no_vacuous_pass", "a token from a run in which a "
                            "required validation ran (the plan did not opt out)",
@@ -591,10 +595,13 @@ class _Auditor:
                                f"(run {run.run_id}) is in the blob store",
                                f"blob {r.raw_output_sha256} is missing")
 
-    def resolve_now(self, plan_doc: Document) -> list[ResolvedAttachment]:
-        attachments = [d for s, d in self.docs.items() if stream_kind(s) == "attachment"]
-        tools = {d["name"]: d for s, d in self.docs.items()
-                 if stream_kind(s) == "tool" and d.get("kind") == "validation"}
+    def resolve_now(self, plan_doc: Any) -> list[ResolvedAttachment]:
+        if not isinstance(plan_doc, PlanState):
+            return []  # a forged stream with no plan.created: nothing applies to it
+        attachments = [d for s, d in self.docs.items()
+                       if stream_kind(s) == "attachment" and d is not None]
+        tools = {d.name: d for s, d in self.docs.items()
+                 if stream_kind(s) == "tool" and d is not None and d.kind == "validation"}
         return resolve_plan(attachments, tools, plan_doc)
 
     # -- re-derivation ----------------------------------------------------------------
@@ -602,7 +609,7 @@ class _Auditor:
     def check_outcome(self, plan_id: str, pos: int, run: _Run,
                       p: ValidationRunCompleted) -> None:
         self.count("outcome")
-        config = self.plans[plan_id].doc.get("global_config") or {}
+        config = to_json(self.plans[plan_id].doc).get("global_config") or {}
         outcome, _raw, _reason = classify(
             (msgspec.to_builtins(r) for r in run.results),
             require_validation=config.get("require_validation", True))
@@ -618,7 +625,7 @@ class _Auditor:
 
     def open_routing(self, plan_id: str, walk: _PlanWalk, event: RecordedEvent,
                      p: GateChecked) -> None:
-        config = walk.doc.get("global_config", {})
+        config = to_json(walk.doc).get("global_config", {})
         strict = config.get("strict_mode")
         if p.strict_mode != strict:
             self.violation(event.position, plan_id, "gate_routing",
@@ -740,7 +747,8 @@ def check_files(store: LogReader, plan_id: str, directory: Path) -> list[Violati
     """``audit --plan P --files DIR``: DIR against the change set P's Apply wrote to the
     resource DIR names (or to its only directory resource): each recorded file must be
     there with the recorded content."""
-    doc = fold_all(f"plan:{plan_id}", [e.payload for e in store.read_stream(f"plan:{plan_id}")])
+    doc = to_json(fold_all(f"plan:{plan_id}",
+                           [e.payload for e in store.read_stream(f"plan:{plan_id}")]))
     written = (doc.get("applied") or doc.get("applying") or {}).get("files", [])
     resources = sorted({f["resource"] for f in written})
     chosen = next((r for r in resources if Path(r).resolve() == directory.resolve()),

@@ -40,8 +40,9 @@ from ledger.events import (
 )
 from ledger.timestamps import utc_now
 from ledger.verify import VerifyReport
-from projections.documents import Document, fold_approver
+from projections.documents import Document, fold_approver, to_json
 from projections.outcomes import RULES_VERSION, classify
+from projections.states import ApproverState
 
 from .audit import AuditReport, replay_plan
 from .audit import audit as run_audit
@@ -255,6 +256,7 @@ def gather_report(
         audit_report = run_audit(source, plan=plan_id)
     elif callable(audit_report):
         audit_report = audit_report()
+    doc = to_json(doc)  # the report reads the plain document
     config = doc.get("global_config") or {}
     return PlanReport(
         plan_id=plan_id, project=doc.get("project"), resources=list(doc.get("resources") or ()),
@@ -382,14 +384,14 @@ def _signature_status(source: LogReader, event: RecordedEvent,
     the decision, over the record pinned to the escalation's leaf hash (which a bundle
     carries too). ``verified``, or the rule the decision breaks."""
     p: DecisionRecorded = event.payload  # type: ignore[assignment]
-    approver: Document = {}
+    approver: ApproverState | None = None
     for e in source.read_stream(f"approver:{p.approver}", as_of=min(event.position, size)):
         approver = fold_approver(approver, e.payload)
-    key = (approver.get("keys") or {}).get(p.key_fingerprint)
+    key = approver.keys.get(p.key_fingerprint) if approver is not None else None
     problem = decision_problem(
         p, escalation.leaf_hash if escalation is not None else None,
-        ApproverKey(approver.get("name", ""), key["public_key"], key["status"])
-        if key else None)
+        ApproverKey(approver.name, key.public_key, key.status)
+        if approver is not None and key is not None else None)
     return "verified" if problem is None else f"broken: expected {problem}"
 
 

@@ -1,4 +1,5 @@
-"""Analytics consumers: ``tail`` (a checkpointed subscription), ``export`` and ``stats``."""
+"""Analytics consumers: ``tail`` (a subscription; a named consumer resumes where it
+stopped), ``export`` and ``stats``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import click
 import msgspec
 
 from commands.auditor import analytics
+from ledger import RecordedEvent
 from ledger.subscriptions import subscribe
 
 from .bundle import export_bundle_command
@@ -24,21 +26,20 @@ from .common import (
     print_table,
 )
 from .inputs import Seconds, whole
-from .log import _summary
+from .log import payload_summary
 from .terminal import inert
 
 
-def _text_line(event: object) -> bytes:
-    e = event
-    return (inert(f"{e.position}  {e.recorded_at}  {e.stream}  {e.type}  {e.actor}  "  # type: ignore[attr-defined]
-                  f"{_summary(e.payload)}") + "\n").encode()  # type: ignore[attr-defined]
+def _text_line(e: RecordedEvent) -> bytes:
+    return (inert(f"{e.position}  {e.recorded_at}  {e.stream}  {e.type}  {e.actor}  "
+                  f"{payload_summary(e.payload)}") + "\n").encode()
 
 
 @click.command()
 @click.option("--from", "from_position", type=whole(1), default=None,
               help="First position (default 1).")
 @click.option("--consumer", metavar="NAME",
-              help="Resume after NAME's checkpoint and advance it as events are printed.")
+              help="Resume after NAME's stored position and advance it as events are printed.")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new events (Ctrl-C ends).")
 @click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
 @click.option("--interval", type=Seconds(0.01, 3600), default=0.2, show_default=True,
@@ -49,7 +50,7 @@ def tail(from_position: int | None, consumer: str | None, follow: bool,
          types: tuple[str, ...], interval: float, as_json: bool) -> None:
     """Print events in position order as they arrive.
 
-    With --consumer the checkpoint stored for NAME moves to the last event printed, also
+    With --consumer the position stored for NAME moves to the last event printed, also
     when Ctrl-C ends the command; the next `tail --consumer NAME` starts after it.
     """
     if from_position is not None and consumer is not None:

@@ -13,7 +13,7 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 import msgspec
@@ -121,6 +121,6 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         click.echo(line(row))
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """Refuse the command: one line on stderr, exit 2."""
     raise click.UsageError(inert(message))

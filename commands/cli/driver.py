@@ -17,7 +17,7 @@ from commands.plane.driver import RunSummary, resume, run_plan_file
 from .common import db_option, emit_json, fail, json_option, open_plane, workdir_option
 from .terminal import inert
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # the checkout's examples/
 
 
 def _say_factory(as_json: bool):
@@ -74,8 +74,11 @@ def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None,
         fail("give PLAN_FILE or --resume PLAN_ID")
     say = _say_factory(as_json)
     plane = open_plane()
-    summary = (resume(plane, resume_id, say=say) if resume_id is not None
-               else run_plan_file(plane, plan_file, plan_id=plan_id, say=say))
+    if resume_id is not None:
+        summary = resume(plane, resume_id, say=say)
+    else:
+        assert plan_file is not None  # exactly one of the two was given (checked above)
+        summary = run_plan_file(plane, plan_file, plan_id=plan_id, say=say)
     if as_json:
         emit_json({"run": summary.to_json()})
     else:

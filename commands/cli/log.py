@@ -51,7 +51,7 @@ def init(as_json: bool) -> None:
                "private)")
 
 
-def _summary(payload: msgspec.Struct) -> str:
+def payload_summary(payload: msgspec.Struct) -> str:
     """A short one-line view of a payload for the table."""
     fields = msgspec.structs.asdict(payload)
     parts = []
@@ -95,7 +95,7 @@ def events(
     print_table(
         ["pos", "recorded_at", "stream", "ver", "type", "actor", "payload"],
         [[str(e.position), e.recorded_at, e.stream, str(e.stream_version), e.type, e.actor,
-          _summary(e.payload)] for e in rows],
+          payload_summary(e.payload)] for e in rows],
     )
     click.echo(f"{len(rows)} event(s)")
 

@@ -9,7 +9,8 @@ from commands.auditor.history import plan_history, summaries
 from commands.plane.core import Plane
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import OUTCOMES, create_plan, get_plan, list_plans, terminal_state
-from projections.documents import Document
+from projections.documents import Document, to_json
+from projections.states import PlanState
 
 from .common import db_option, emit_json, json_option, open_plane, print_table, workdir_option
 from .inputs import json_or_file, text_or_file
@@ -56,7 +57,9 @@ def create(plan_id: str, project: str, resources: tuple[str, ...], config: str |
 @json_option
 def list_(project: str | None, phase: str | None, outcome: str | None, as_json: bool) -> None:
     """List plans."""
-    plans = [p for p in list_plans(open_plane(), project=project)
+    found = list_plans(open_plane(), project=project)
+    # A stream with no plan.created is listed as {"plan_id": ID}.
+    plans = [p for p in (to_json(doc) or {"plan_id": key} for key, doc in found.items())
              if (phase is None or p.get("phase") == phase)
              and (outcome is None or p.get("outcome") == outcome)]
     if as_json:
@@ -77,8 +80,9 @@ def list_(project: str | None, phase: str | None, outcome: str | None, as_json: 
 def show(plan_id: str, as_json: bool) -> None:
     """Show one plan's current state (and where its sandbox is)."""
     plane = open_plane()
-    doc = get_plan(plane, plan_id)
-    sandbox = _sandbox(plane, doc)
+    state = get_plan(plane, plan_id)
+    sandbox = _sandbox(plane, state)
+    doc = to_json(state)  # shown as its plain document (None: {})
     if as_json:
         emit_json({"plan": doc, "sandbox": sandbox})
         return
@@ -191,15 +195,15 @@ def execute(plan_id: str, as_json: bool) -> None:
     if as_json:
         emit_json({"plan": doc, "sandbox": sandbox})
     else:
-        click.echo(f"plan {inert(plan_id)} entered Execute (attempt {doc['attempt']}), "
-                   f"{len(doc['binding'])} validation(s) pinned")
+        click.echo(f"plan {inert(plan_id)} entered Execute (attempt {doc.attempt}), "
+                   f"{len(doc.binding)} validation(s) pinned")
         for resource, copy in sandbox.items():
             click.echo(f"sandbox of {inert(resource)}: {inert(copy)}")
 
 
-def _sandbox(plane: Plane, doc: Document) -> dict[str, str]:
+def _sandbox(plane: Plane, doc: PlanState | None) -> dict[str, str]:
     """Where the plan's work happens until Apply, by resource (none before Execute)."""
-    if not doc.get("plan_id") or doc.get("attempt", 0) == 0:
+    if doc is None or not doc.plan_id or doc.attempt == 0:
         return {}
     return {r: str(p) for r, p in plane.sandbox(doc).existing().items()}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from .common import db_option, emit_json, fail, json_option, open_plane, print_table
 
@@ -47,8 +47,11 @@ def rebuild(name: str | None, as_json: bool) -> None:
                       transient=True) as bar:
             for n in names:
                 task = bar.add_task(f"rebuilding {n}", total=None)
-                engine.rebuild([n], lambda done, total, t=task: bar.update(
-                    t, completed=done, total=total))
+
+                def advance(done: int, total: int, t: TaskID = task) -> None:
+                    bar.update(t, completed=done, total=total)
+
+                engine.rebuild([n], advance)
     else:
         engine.rebuild(names)
     rows = [r for r in engine.status() if r.name in names]

@@ -18,6 +18,7 @@ from commands.plane.reviews import (
     submit_candidate,
 )
 from ledger.intake import read_bytes
+from projections.states import ReviewState
 
 from .common import (
     EXIT_VERDICT,
@@ -181,7 +182,7 @@ def list_(plan_id: str | None, status: str | None, as_json: bool) -> None:
                   str(r["accounting_attempts"]), r["report_sha256"] or "-"] for r in reviews])
 
 
-def _summary(doc: dict[str, Any]) -> dict[str, Any]:
+def _summary(doc: ReviewState) -> dict[str, Any]:
     return {"task_id": doc["task_id"], "status": doc["status"], "plan_id": doc["plan_id"],
             "objective": doc["request"]["objective"], "candidates": len(doc["candidates"]),
             "accounting_attempts": doc["accounting_attempts"],

@@ -7,15 +7,15 @@ from collections.abc import Mapping
 from hashlib import sha256
 from typing import Any
 
-import msgspec
 from ulid import ULID
 
 from commands.names import check_identifier, check_resource
 from commands.schemas.checker import check
 from ledger.canonical import CanonicalizationError, canonical_json
 from ledger.events import AttachmentCreated, AttachmentDetached, ResolvedAttachment
-from projections.documents import Document, fold_all
+from projections.documents import fold_all
 from projections.resolution import resolve
+from projections.states import AttachmentState, PlanState
 
 from .core import CommandRefused, Plane, StreamState
 
@@ -39,7 +39,7 @@ def attach(
     plan: str | None = None,
     args: Mapping[str, Any] | None = None,
     actor: str = "system",
-) -> Document:
+) -> AttachmentState:
     """Attach ``validation`` to ``resource``: directly, for a project, or for a plan.
     Returns the new attachment's document (its ``attachment_id`` is a fresh ULID)."""
     check_resource(resource)
@@ -53,11 +53,11 @@ def attach(
     tool = log.tool(validation)
     if tool is None:
         raise CommandRefused(f"unknown validation {validation!r}")
-    if tool["kind"] != "validation":
+    if tool.kind != "validation":
         raise CommandRefused(f"{validation!r} is a tool, not a validation: only validations "
                              "can be attached")
     arguments = dict(args or {})
-    schema = tool["spec"].get("input_schema")
+    schema = tool.spec.input_schema
     if schema is None:
         if arguments:
             raise CommandRefused(f"{validation!r} declares no input_schema: it takes no --args")
@@ -73,7 +73,7 @@ def attach(
     created = AttachmentCreated(
         attachment_id=attachment_id,
         validation=validation,
-        validation_version=tool["version"],
+        validation_version=tool.version,
         resource=resource,
         scope="plan" if plan else "project" if project else "direct",
         project=project,
@@ -86,11 +86,11 @@ def attach(
 
 
 def detach(plane: Plane, attachment_id: str, *, reason: str = "",
-           actor: str = "system") -> Document:
+           actor: str = "system") -> AttachmentState:
     def decide(state: StreamState) -> list[AttachmentDetached]:
         if not state.exists:
             raise CommandRefused(f"unknown attachment {attachment_id!r}")
-        if state.doc["status"] == "detached":
+        if state.doc.status == "detached":
             raise CommandRefused(f"attachment {attachment_id} is already detached")
         return [AttachmentDetached(attachment_id=attachment_id, reason=reason)]
 
@@ -98,9 +98,9 @@ def detach(plane: Plane, attachment_id: str, *, reason: str = "",
     return get_attachment(plane, attachment_id)
 
 
-def get_attachment(plane: Plane, attachment_id: str) -> Document:
+def get_attachment(plane: Plane, attachment_id: str) -> AttachmentState:
     found = plane.projections.document("attachments", attachment_id)
-    if found is None:
+    if found is None or found[0] is None:
         raise CommandRefused(f"unknown attachment {attachment_id!r}")
     return found[0]
 
@@ -127,26 +127,28 @@ def resolve_attachments(
         if plan_doc is None:
             raise CommandRefused(f"unknown plan {plan!r}"
                                  + (f" as of position {as_of}" if as_of is not None else ""))
-        project = plan_doc["project"]
+        project = plan_doc.project
     if as_of is not None:
         head = plane.store.head().size
         if not 0 <= as_of <= head:
             raise CommandRefused(f"--as-of {as_of} is outside the log (0..{head})")
         attachments = list(engine.fold_as_of("attachments", as_of).values())
-        tools = engine.fold_as_of("tools", as_of)
+        tools = {name: d for name, d in engine.fold_as_of("tools", as_of).items()
+                 if d is not None}
     else:
         attachments = engine.documents("attachments", lambda t: t.c.resource == resource)
-        tools = {d["name"]: d for d in engine.documents("tools",
-                                                        lambda t: t.c.kind == "validation")}
-    return resolve(attachments, tools, resource=resource, project=project, plan=plan)
+        tools = {d.name: d for d in engine.documents("tools",
+                                                     lambda t: t.c.kind == "validation")}
+    return resolve([a for a in attachments if a is not None], tools, resource=resource,
+                   project=project, plan=plan)
 
 
 def pinned_binding(plane: Plane, plan: str, *, as_of: int | None = None
                    ) -> list[ResolvedAttachment] | None:
     """The plan's binding set as pinned at Execute (as of a position, if given), folded
     from its stream; None before it first entered Execute."""
-    doc = fold_all(f"plan:{plan}", [e.payload for e in plane.store.read_stream(
-        f"plan:{plan}", as_of=as_of)])
-    if not doc.get("binding") and doc.get("attempt", 0) == 0:
+    doc: PlanState | None = fold_all(f"plan:{plan}", [
+        e.payload for e in plane.store.read_stream(f"plan:{plan}", as_of=as_of)])
+    if doc is None or (not doc.binding and doc.attempt == 0):
         return None
-    return [msgspec.convert(b, ResolvedAttachment) for b in doc.get("binding", [])]
+    return list(doc.binding)

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from commands.errors import CommandRefused
@@ -40,9 +39,10 @@ from ledger.events import (
     ValidationRegistered,
 )
 from ledger.keys import public_key_from_b64
-from projections.documents import Document, fold
+from projections.documents import fold
 from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
+from projections.states import AttachmentState, PlanState, ToolSpec, ToolState
 
 from .signing import SigningError, approver_record, decision_record, verify_record
 
@@ -100,13 +100,14 @@ class StoreSource:
 
 
 class StreamState:
-    """A stream's document and version (0 and ``{}`` for a new stream), folded from the
+    """A stream's state and version (0 and ``None`` for a new stream), folded from the
     events table, and the ``log`` it was read from (for the other streams a decision
-    needs, read in the same transaction)."""
+    needs, read in the same transaction). ``doc`` is the state Struct of the stream's
+    kind (``projections.states``: ``PlanState`` for ``plan:`` …)."""
 
     __slots__ = ("doc", "log", "stream", "version")
 
-    def __init__(self, stream: str, doc: Document, version: int,
+    def __init__(self, stream: str, doc: Any, version: int,
                  log: Authority | None = None) -> None:
         self.stream, self.doc, self.version, self.log = stream, doc, version, log
 
@@ -117,7 +118,7 @@ class StreamState:
 
 # Checked plan prefixes, shared by every Authority of one Plane: events never change, so a
 # prefix checked once stays checked (a long-lived plane reads only what is new).
-Checked = dict[str, tuple[int, Document, frozenset[str]]]  # version, doc, token ids
+Checked = dict[str, tuple[int, PlanState | None, frozenset[str]]]  # version, doc, tokens
 
 
 @dataclass
@@ -148,25 +149,25 @@ class Authority:
         """The stream folded from its events; a plan's stream is checked as well."""
         if stream.startswith("plan:"):
             return self._plan(stream)
-        doc: Document = {}
+        doc: Any = None
         events = self.source.read_stream(stream)
         for event in events:
             doc = fold(stream, doc, event.payload)
         return StreamState(stream, doc, events[-1].stream_version if events else 0, self)
 
-    def tool(self, name: str) -> Document | None:
-        """A tool's (or validation's) document with every registered version."""
+    def tool(self, name: str) -> ToolState | None:
+        """A tool's (or validation's) state with every registered version."""
         state = self.state(f"tool:{name}")
         return state.doc if state.exists else None
 
-    def tool_version(self, name: str, version: int | None) -> Document | None:
+    def tool_version(self, name: str, version: int | None) -> ToolSpec | None:
         """The spec of one registered version (the current one when ``version`` is None)."""
         doc = self.tool(name)
         if doc is None:
             return None
         if version is None:
-            return doc["spec"]  # type: ignore[no-any-return]
-        return doc["versions"].get(str(version))  # type: ignore[no-any-return]
+            return doc.spec
+        return doc.versions.get(str(version))
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         """Which of ``digests`` the blob store holds."""
@@ -174,7 +175,8 @@ class Authority:
 
     # -- the registry and approvers, folded from their events -------------------------
 
-    def applicable(self, plan: Document, *, before: int | None = None) -> list[ResolvedAttachment]:
+    def applicable(self, plan: PlanState, *, before: int | None = None
+                   ) -> list[ResolvedAttachment]:
         """The attachments that apply to ``plan`` (as of just before position ``before``)."""
         attachments, tools = self._fold_registry(before)
         return resolve_plan(attachments.values(), tools, plan)
@@ -189,30 +191,31 @@ class Authority:
             self._approvers = [e for e in events if not isinstance(e.payload, ApproverKeyAdded)
                                or (public is not None and endorsed(e.payload, public))]
         docs = _fold_streams(self._approvers, before)
-        return {fp: ApproverKey(doc["name"], key["public_key"], key["status"])
-                for doc in docs.values() for fp, key in doc.get("keys", {}).items()}
+        return {fp: ApproverKey(doc.name, key.public_key, key.status)
+                for doc in docs.values() if doc is not None for fp, key in doc.keys.items()}
 
     def _fold_registry(self, before: int | None
-                       ) -> tuple[dict[str, Document], dict[str, Document]]:
+                       ) -> tuple[dict[str, AttachmentState], dict[str, ToolState]]:
         if self._registry is None:
             self._registry = self.source.read_types(REGISTRY_TYPES)
         docs = _fold_streams(self._registry, before)
-        attachments = {s: d for s, d in docs.items() if s.startswith("attachment:")}
-        tools = {d["name"]: d for s, d in docs.items()
-                 if s.startswith("tool:") and d.get("kind") == "validation"}
+        attachments = {s: d for s, d in docs.items()
+                       if s.startswith("attachment:") and d is not None}
+        tools = {d.name: d for s, d in docs.items()
+                 if s.startswith("tool:") and d is not None and d.kind == "validation"}
         return attachments, tools
 
     # -- a plan, checked --------------------------------------------------------------
 
     def _plan(self, stream: str) -> StreamState:
         plan_id = stream.partition(":")[2]
-        version, doc, tokens = self._checked.get(stream, (0, {}, frozenset()))
+        version, doc, tokens = self._checked.get(stream, (0, None, frozenset()))
         events = self.source.read_stream(stream, version + 1)
         minted = set(tokens)
         for event in events:
             p = event.payload
             rule = broken_rule(stream, doc, p)
-            if rule is None and isinstance(p, ExecuteEntered):
+            if rule is None and isinstance(p, ExecuteEntered) and doc is not None:
                 rule = self._binding_problem(doc, p, event.position)
             if rule is None and isinstance(p, TokenMinted):
                 rule = self._token_problem(p, minted)
@@ -237,9 +240,9 @@ class Authority:
             return f"token {p.token_id} is signed by the plane key"
         return None
 
-    def _binding_problem(self, doc: Document, p: ExecuteEntered, position: int) -> str | None:
-        pinned = [msgspec.convert(b, ResolvedAttachment) for b in doc["binding"]]
-        expected = pin_binding(pinned, self.applicable(doc, before=position))
+    def _binding_problem(self, doc: PlanState, p: ExecuteEntered, position: int
+                         ) -> str | None:
+        expected = pin_binding(doc.binding, self.applicable(doc, before=position))
         if list(p.binding) != expected:
             return "the binding set pinned at Execute is every attachment that applied then"
         return None
@@ -251,14 +254,14 @@ class Authority:
         return None
 
 
-def _fold_streams(events: list[RecordedEvent], before: int | None) -> dict[str, Document]:
-    """Each stream's document, folded from ``events`` (in position order) up to just
+def _fold_streams(events: list[RecordedEvent], before: int | None) -> dict[str, Any]:
+    """Each stream's state, folded from ``events`` (in position order) up to just
     before position ``before``."""
-    docs: dict[str, Document] = {}
+    docs: dict[str, Any] = {}
     for event in events:
         if before is not None and event.position >= before:
             break
-        docs[event.stream] = fold(event.stream, docs.get(event.stream, {}), event.payload)
+        docs[event.stream] = fold(event.stream, docs.get(event.stream), event.payload)
     return docs
 
 

@@ -2,7 +2,7 @@
 
 Every handler follows one shape, ``Plane.run(stream, decide)``: inside one write
 transaction holding the ledger lock, the stream is folded **from the events table**
-(``commands.authority``: a plan's history is checked as it is folded), ``decide``
+(``commands.plane.authority``: a plan's history is checked as it is folded), ``decide``
 refuses with ``CommandRefused`` or returns payloads, each payload is checked against
 the stream's transition rules, gets its structural delta (RFC 6902, from the stream's
 document before it to after it), and is appended with the read models updated in that
@@ -22,8 +22,8 @@ from commands.runner.sandbox import PlanSandbox, sandboxes_dir
 from ledger import EventPayload, NewEvent, RecordedEvent, Store, StreamAppend, WriteTx
 from ledger import open as open_store
 from projections import ProjectionEngine, delta, fold, open_projections
-from projections.documents import Document
 from projections.plan_rules import broken_rule
+from projections.states import PlanState
 
 from .authority import Authority, Checked, StoreSource, StreamState
 from .signing import load_or_create_plane_key
@@ -72,7 +72,7 @@ class Plane:
             self._plane_public = load_or_create_plane_key(self.store.url).public_key()
         return self._plane_public
 
-    def sandbox(self, plan: Document) -> PlanSandbox:
+    def sandbox(self, plan: PlanState) -> PlanSandbox:
         """The plan's sandbox (``ensure()`` it before use: the copies are made lazily)."""
         return PlanSandbox.of(self.sandboxes, plan)
 

@@ -1,7 +1,7 @@
 """``evidence run``: drive a whole plan from a plan file, with real programs.
 
 Registers what the file declares (idempotently), creates the plan, and in the plan's
-**sandbox** (``commands.sandbox``: a copy of each directory resource) drives Strategize
+**sandbox** (``commands.runner.sandbox``: a copy of each directory resource) drives Strategize
 -> Execute (every step through both gates, the tool run in the sandbox) -> validations
 (in the sandbox) -> the failure loop
 with the file's fixes and strategy revisions -> pass -> token -> **Apply**, which copies
@@ -30,7 +30,7 @@ from ledger.canonical import canonical_json
 from ledger.events import CompensationCompleted, ToolRegistered, ValidationRegistered
 from ledger.intake import InputError, parse_json, read_bytes
 from ledger.verify import verify_store
-from projections.documents import Document
+from projections.states import PlanState
 
 from .attachments import attach
 from .core import CommandRefused, Plane, StreamState
@@ -98,7 +98,8 @@ def resume(plane: Plane, plan_id: str, *, say: Say = _quiet) -> RunSummary:
                              "(give the same --workdir as the run)")
     pf = load_plan_file(Path(plan_file))
     start = plane.store.head().size
-    if _plan(plane, plan_id).get("applying") is not None:  # killed during Apply
+    plan: PlanState | None = plane.state(f"plan:{plan_id}").doc
+    if plan is not None and plan.applying is not None:  # killed during Apply
         return _applied(plane, plan_id, complete_apply(plane, plan_id), start, say)
     return _drive(plane, pf, plan_id, start, say)
 
@@ -113,7 +114,7 @@ def _sandbox(plane: Plane, plan_id: str) -> dict[str, Path]:
     return plane.sandbox(_plan(plane, plan_id)).ensure().copies
 
 
-def _plan(plane: Plane, plan_id: str) -> Document:
+def _plan(plane: Plane, plan_id: str) -> PlanState:
     return plane.state(f"plan:{plan_id}").doc
 
 
@@ -150,10 +151,10 @@ def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str],
     with tempfile.TemporaryDirectory(prefix="evidence-preflight-") as tmp, \
             Plane.open(f"sqlite:///{Path(tmp) / 'preflight.db'}") as scratch:
         for doc in plane.projections.documents("tools"):
-            kind = ValidationRegistered if doc["kind"] == "validation" else ToolRegistered
-            payload = msgspec.convert({**doc["spec"], "name": doc["name"],
-                                       "version": doc["version"]}, kind)
-            scratch.append(scratch.state(f"tool:{doc['name']}"), [payload])
+            kind = ValidationRegistered if doc.kind == "validation" else ToolRegistered
+            payload = msgspec.convert({**msgspec.to_builtins(doc.spec), "name": doc.name,
+                                       "version": doc.version}, kind)
+            scratch.append(scratch.state(f"tool:{doc.name}"), [payload])
         _declare(scratch, pf, plan_id, resources, base, _quiet)
 
 
@@ -180,7 +181,8 @@ def _attach_once(plane: Plane, validation: str, resource: str, scope: str, proje
               "project": project if scope == "project" else None,
               "plan": plan_id if scope == "plan" else None, "args_sha256": digest}
     for doc in plane.projections.documents("attachments", lambda t: t.c.resource == resource):
-        if doc["status"] == "attached" and all(doc[k] == v for k, v in wanted.items()):
+        if doc is not None and doc.status == "attached" and all(
+                getattr(doc, k) == v for k, v in wanted.items()):
             say("attach", f"{validation} on {resource} ({scope}) already attached")
             return
     attach(plane, validation, resource=resource, args=args,
@@ -192,17 +194,17 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
     strategies = pf.agent.strategies
     while True:
         doc = _plan(plane, plan_id)
-        if doc["terminal"] is not None or doc["pending_decision"] is not None:
+        if doc.terminal is not None or doc.pending_decision is not None:
             return _summary(plane, plan_id, doc, start)
-        if doc["phase"] == "strategize":
-            strategy = strategies[min(doc["revision"], len(strategies) - 1)]
+        if doc.phase == "strategize":
+            strategy = strategies[min(doc.revision, len(strategies) - 1)]
             record_strategy(plane, plan_id, strategy.strategy)
             doc = enter_execute(plane, plan_id)
-            say("strategize", f"revision {doc['revision']}: {strategy.strategy}")
+            say("strategize", f"revision {doc.revision}: {strategy.strategy}")
         sandbox = _sandbox(plane, plan_id)  # the plan's, as for every entry point
-        strategy = strategies[min(doc["revision"], len(strategies) - 1)]
-        attempt = strategy.attempts[min(doc["retries_used"], len(strategy.attempts) - 1)]
-        say("execute", f"attempt {doc['attempt']}")
+        strategy = strategies[min(doc.revision, len(strategies) - 1)]
+        attempt = strategy.attempts[min(doc.retries_used, len(strategy.attempts) - 1)]
+        say("execute", f"attempt {doc.attempt}")
         for step in attempt.steps:
             if not _run_step(plane, pf, plan_id, step, sandbox, say):
                 return _summary(plane, plan_id, _plan(plane, plan_id), start)
@@ -210,7 +212,7 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
             # The file scripts no fix for the failed attempt: this attempt's steps are the
             # agent's fix, and the failure loop records one before it re-validates.
             names = ", ".join(step.step for step in attempt.steps) or "no steps"
-            record_fix(plane, plan_id, f"attempt {doc['attempt']}: re-ran {names}")
+            record_fix(plane, plan_id, f"attempt {doc.attempt}: re-ran {names}")
             say("fix", f"re-ran {names}")
         report = validate_plan(plane, plan_id, sandbox=sandbox)
         for r in report.results:
@@ -224,7 +226,7 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
         if report.outcome != "blocker":
             return _summary(plane, plan_id, _plan(plane, plan_id), start)
         doc = _plan(plane, plan_id)
-        if doc["phase"] == "execute" and doc["pending_decision"] is None and attempt.fix:
+        if doc.phase == "execute" and doc.pending_decision is None and attempt.fix:
             _apply_fix(plane, plan_id, attempt.fix.note, attempt.fix.files, doc, sandbox)
             say("fix", attempt.fix.note)
 
@@ -252,9 +254,9 @@ def _run_step(plane: Plane, pf: PlanFile, plan_id: str, step: Any,
             return False
 
 
-def _apply_fix(plane: Plane, plan_id: str, note: str, files: dict[str, str], doc: Document,
+def _apply_fix(plane: Plane, plan_id: str, note: str, files: dict[str, str], doc: PlanState,
                sandbox: dict[str, Path]) -> None:
-    root = next((sandbox[r] for r in doc["resources"] if r in sandbox), None)
+    root = next((sandbox[r] for r in doc.resources if r in sandbox), None)
     diff = []
     for relative, content in sorted(files.items()):
         if root is None:
@@ -286,7 +288,8 @@ def _compensate(plane: Plane, plan_id: str, commands: list[list[str]],
         say("compensate", f"{' '.join(argv)} -> exit {codes[-1]}")
 
     def decide(state: StreamState) -> list[CompensationCompleted]:
-        if (state.doc.get("compensation") or {}).get("status") != "requested":
+        compensation = state.doc.compensation if state.doc is not None else None
+        if compensation is None or compensation.status != "requested":
             raise CommandRefused(f"plan {plan_id} has no compensation requested")
         return [CompensationCompleted(plan_id=plan_id, succeeded=all(c == 0 for c in codes),
                                       exit_codes=codes, output_sha256=sha256(output).hexdigest())]
@@ -301,24 +304,25 @@ def _apply(plane: Plane, plan_id: str, token: str, start: int, say: Say) -> RunS
     return _applied(plane, plan_id, doc, start, say, token)
 
 
-def _applied(plane: Plane, plan_id: str, doc: Document, start: int, say: Say,
+def _applied(plane: Plane, plan_id: str, doc: PlanState, start: int, say: Say,
              token: str | None = None) -> RunSummary:
-    changed = sorted(f"{Path(f['resource']).name}/{f['path']}"
-                     for f in (doc.get("applied") or {}).get("files", []))
+    changed = sorted(f"{Path(f.resource).name}/{f.path}"
+                     for f in (doc.applied.files if doc.applied is not None else []))
     say("apply", f"{len(changed)} file(s) changed: {', '.join(changed) or '-'}")
     summary = _summary(plane, plan_id, doc, start)
     summary.token, summary.changed_paths = token, changed
     return summary
 
 
-def _summary(plane: Plane, plan_id: str, doc: Document, start: int) -> RunSummary:
-    state = ("applied" if doc["terminal"] == "applied"
-             else "escalated" if doc["pending_decision"]
-             else "compensated" if doc["compensation"]
-             else "failed" if doc["terminal"] == "failed" else "halted")
+def _summary(plane: Plane, plan_id: str, doc: PlanState, start: int) -> RunSummary:
+    state = ("applied" if doc.terminal == "applied"
+             else "escalated" if doc.pending_decision
+             else "compensated" if doc.compensation
+             else "failed" if doc.terminal == "failed" else "halted")
     report = verify_store(plane.store)
     return RunSummary(
-        plan_id=plan_id, outcome=doc["last_outcome"], state=state,
-        decision_id=(doc["pending_decision"] or {}).get("decision_id"), halt=doc["halt"],
+        plan_id=plan_id, outcome=doc.last_outcome, state=state,
+        decision_id=doc.pending_decision.decision_id if doc.pending_decision else None,
+        halt=msgspec.to_builtins(doc.halt),
         positions=[start + 1, report.size], verify_ok=report.ok,
         tree_head=f"{report.size}:{report.root}", ledger=plane.store.url)

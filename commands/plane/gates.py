@@ -35,11 +35,12 @@ from ledger.events import (
     Deviation,
     EventPayload,
     GateChecked,
+    GlobalConfig,
     PlanHalted,
     Truncation,
 )
 from ledger.intake import check_json_value
-from projections.documents import Document
+from projections.states import StepState
 
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
@@ -102,11 +103,11 @@ def gate_input(
             "a registered tool"), actual_type="absent")]
         schema, digest, version = None, None, None
     else:
-        spec = found["spec"]
-        schema = spec.get("input_schema") or NO_PARAMETERS
-        digest = spec.get("input_schema_sha256") if spec.get("input_schema") else None
+        spec = found.spec
+        schema = spec.input_schema or NO_PARAMETERS
+        digest = spec.input_schema_sha256 if spec.input_schema else None
         digest = digest or _sha256_of(schema)
-        version = found["version"]
+        version = found.version
         deviations = check(schema, raw, schema_sha256=digest)
     return _record(plane, plan_id, raw, schema, actor=actor, fields={
         "gate": "input", "tool": tool, "tool_version": version, "step": step,
@@ -133,8 +134,9 @@ def gate_output(
     raw = as_bytes(output)
     log = plane.log()
     plan = log.state(f"plan:{plan_id}")
-    step_tool = (plan.doc["steps"].get(step) if plan.exists else None) or {}
-    tool = step_tool.get("tool", "")
+    step_tool: StepState | None = plan.doc.steps.get(step) if plan.exists else None
+    tool = step_tool.tool if step_tool is not None else ""
+    digest: str | None
     if schema is not None:
         try:
             prepared = prepare_schema(schema)
@@ -154,7 +156,8 @@ def gate_output(
         deviations = check(declared, raw, schema_sha256=digest)
     extra = {} if truncated is None else {"checked_truncated": truncated}
     return _record(plane, plan_id, raw, declared, actor=actor, fields={
-        "gate": "output", "tool": tool, "tool_version": step_tool.get("tool_version"),
+        "gate": "output", "tool": tool,
+        "tool_version": step_tool.tool_version if step_tool is not None else None,
         "step": step, "schema_sha256": digest, "deviations": deviations, **extra})
 
 
@@ -167,31 +170,32 @@ def truncated_deviation(truncated: Truncation) -> Deviation:
                               "`max_output_bytes`; a truncated output is never parsed)")
 
 
-def _tool_output_schema(log: Authority, step_tool: Document) -> tuple[Any, str | None]:
-    if not step_tool:
+def _tool_output_schema(log: Authority, step_tool: StepState | None
+                        ) -> tuple[Any, str | None]:
+    if step_tool is None:
         return None, None
-    spec = log.tool_version(step_tool["tool"], step_tool["tool_version"])
+    spec = log.tool_version(step_tool.tool, step_tool.tool_version)
     if spec is None:
         return None, None
-    if spec.get("output_schema") is None:
+    if spec.output_schema is None:
         return None, None
-    return spec["output_schema"], spec.get("output_schema_sha256")
+    return spec.output_schema, spec.output_schema_sha256
 
 
 def _record(plane: Plane, plan_id: str, raw: bytes, schema: Any, *, actor: str,
             fields: dict[str, Any]) -> GateOutcome:
-    verdict = "fail" if fields["deviations"] else "pass"
+    verdict: Literal["pass", "fail"] = "fail" if fields["deviations"] else "pass"
     decided: dict[str, Any] = {}
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = require_plan(state, plan_id)
-        if doc["phase"] != "execute":
-            raise CommandRefused(f"plan {plan_id} is in {doc['phase'].capitalize()}: gate "
+        if doc.phase != "execute":
+            raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}: gate "
                                  "checks happen only in Execute")
-        config = doc["global_config"]
-        attempt, iteration = doc["attempt"], doc["iteration"]
+        config = doc.global_config
+        attempt, iteration = doc.attempt, doc.iteration
         checked = GateChecked(plan_id=plan_id, verdict=verdict, attempt=attempt,
-                              iteration=iteration, strict_mode=config["strict_mode"],
+                              iteration=iteration, strict_mode=config.strict_mode,
                               checked_sha256=_sha256_hex(raw), **fields)
         routed, events = _route(checked, config, len(fields["deviations"]))
         decided.update(check=checked, routed=routed)
@@ -203,14 +207,14 @@ def _record(plane: Plane, plan_id: str, raw: bytes, schema: Any, *, actor: str,
     return GateOutcome(decided["check"], decided["routed"], events)
 
 
-def _route(checked: GateChecked, config: dict[str, Any],
+def _route(checked: GateChecked, config: GlobalConfig,
            count: int) -> tuple[Routed | None, list[EventPayload]]:
     if checked.verdict == "pass":
         return None, []
     plan_id, attempt, iteration = checked.plan_id, checked.attempt, checked.iteration
     where = f"{checked.gate} gate ({checked.tool or checked.step})"
     reason = f"{count} structural deviation(s) at the {where}"
-    if config["strict_mode"]:
+    if config.strict_mode:
         return "compensation", [
             CompensationRequested(plan_id=plan_id, reason=reason),
             PlanHalted(plan_id=plan_id, halt_type="blocker", final_decision="blocker",
@@ -219,13 +223,13 @@ def _route(checked: GateChecked, config: dict[str, Any],
         ]
     failed = AttemptFailed(plan_id=plan_id, attempt=attempt, iteration=iteration,
                            failure_class="model_behavior", reason=reason)
-    if iteration < config["max_iterations"]:
+    if iteration < config.max_iterations:
         return "retry", [failed]
     return "halted", [failed, PlanHalted(
         plan_id=plan_id, halt_type="blocker", final_decision="blocker",
         raw_halt_type="max_iterations",
         reason=f"{reason}; iteration {iteration} of max_iterations "
-               f"{config['max_iterations']}", phase="execute", attempt=attempt,
+               f"{config.max_iterations}", phase="execute", attempt=attempt,
         terminal=True)]
 
 

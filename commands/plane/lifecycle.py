@@ -1,6 +1,6 @@
 """The failure loop, signed human decisions, tokens and Apply (seeds 000 and 001).
 
-State always comes from the plan's stream folded from the log (``commands.authority``),
+State always comes from the plan's stream folded from the log (``commands.plane.authority``),
 never from a read model or from memory:
 
 - a ``blocker`` fails the attempt; the agent records a fix (``record_fix``) and
@@ -50,7 +50,7 @@ from ledger.events import (
 )
 from ledger.keys import fingerprint, load_private_key, load_public_key, public_key_b64
 from ledger.timestamps import rfc3339
-from projections.documents import Document
+from projections.states import ApproverState, PlanState
 
 from .authority import Authority, decision_problem
 from .core import CommandRefused, Plane, StreamState
@@ -78,36 +78,36 @@ def _now() -> datetime:
 # -- the failure loop ---------------------------------------------------------------------
 
 
-def after_blocker(plan: Document, reason: str, run_id: str | None = None
+def after_blocker(plan: PlanState, reason: str, run_id: str | None = None
                   ) -> list[EventPayload]:
     """What a failed validation leads to, once it is counted (seed 000, steps 2-6):
     within ``retry_limit`` fix-then-revalidate cycles after a strategy's first failure,
     nothing more (the agent fixes, then re-validates); past them a strategy revision
     while ``max_strategy_revisions`` allow; then an escalation to a human (appended with
     the failure itself)."""
-    config = plan["global_config"]
-    failed = plan["retries_used"] + 1  # this failure included
-    if failed <= config["retry_limit"]:
+    config = plan.global_config
+    failed = plan.retries_used + 1  # this failure included
+    if failed <= config.retry_limit:
         return []
-    if plan["revisions_used"] < config["max_strategy_revisions"]:
+    if plan.revisions_used < config.max_strategy_revisions:
         return [StrategyRevisionRequested(
-            plan_id=plan["plan_id"], revision=plan["revision"] + 1, failed_attempts=failed,
-            reason=f"{failed} failed validations (retry limit {config['retry_limit']}): "
+            plan_id=plan.plan_id, revision=plan.revision + 1, failed_attempts=failed,
+            reason=f"{failed} failed validations (retry limit {config.retry_limit}): "
                    f"{reason}")]
-    why = (f"{failed} failed validations (retry limit {config['retry_limit']}) and strategy "
-           f"revisions ({config['max_strategy_revisions']}) exhausted: {reason}")
+    why = (f"{failed} failed validations (retry limit {config.retry_limit}) and strategy "
+           f"revisions ({config.max_strategy_revisions}) exhausted: {reason}")
     escalated = escalation(plan, why)
     return [escalated, PlanHalted(
-        plan_id=plan["plan_id"], halt_type="escalate", final_decision="escalate",
+        plan_id=plan.plan_id, halt_type="escalate", final_decision="escalate",
         raw_halt_type="escalated", reason=why, hint=authorize_hint(escalated.decision_id),
-        phase="execute", attempt=plan["attempt"], result_refs=[run_id] if run_id else [])]
+        phase="execute", attempt=plan.attempt, result_refs=[run_id] if run_id else [])]
 
 
-def escalation(plan: Document, reason: str) -> Escalated:
+def escalation(plan: PlanState, reason: str) -> Escalated:
     """A pending decision for a human (a fresh decision id, the options)."""
-    return Escalated(plan_id=plan["plan_id"], decision_id=str(ULID()),
-                     options=DECISION_OPTIONS, reason=reason, revision=plan["revision"],
-                     attempt=plan["attempt"])
+    return Escalated(plan_id=plan.plan_id, decision_id=str(ULID()),
+                     options=DECISION_OPTIONS, reason=reason, revision=plan.revision,
+                     attempt=plan.attempt)
 
 
 def authorize_hint(decision_id: str) -> str:
@@ -115,15 +115,15 @@ def authorize_hint(decision_id: str) -> str:
             "--abandon)")
 
 
-def require_no_pending_decision(doc: Document, plan_id: str) -> None:
-    pending = doc["pending_decision"]
+def require_no_pending_decision(doc: PlanState, plan_id: str) -> None:
+    pending = doc.pending_decision
     if pending is not None:
         raise CommandRefused(f"plan {plan_id} awaits a human decision: evidence authorize "
                              f"{pending['decision_id']} --key FILE (--revise TEXT | --abandon)")
 
 
 def record_fix(plane: Plane, plan_id: str, note: str, *, diff: bytes | None = None,
-               actor: str = "agent") -> Document:
+               actor: str = "agent") -> PlanState:
     """The agent's fix before it re-validates (the diff, if any, goes to the blob store)."""
     if not note.strip():
         raise CommandRefused("--note is empty")
@@ -131,10 +131,10 @@ def record_fix(plane: Plane, plan_id: str, note: str, *, diff: bytes | None = No
     def decide(state: StreamState) -> list[FixRecorded]:
         doc = require_plan(state, plan_id)
         require_no_pending_decision(doc, plan_id)
-        if doc["phase"] != "execute":
-            raise CommandRefused(f"plan {plan_id} is in {doc['phase'].capitalize()}: fixes "
+        if doc.phase != "execute":
+            raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}: fixes "
                                  "are recorded in Execute")
-        return [FixRecorded(plan_id=plan_id, attempt=doc["attempt"], note=note,
+        return [FixRecorded(plan_id=plan_id, attempt=doc.attempt, note=note,
                             diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[diff] if diff else [])
@@ -151,13 +151,13 @@ def results_digest(results: list[ValidationResultRecorded]) -> str:
          for r in results), key=lambda row: row[0]))).hexdigest()
 
 
-def token_for_pass(plane: Plane, plan: Document, run_id: str,
+def token_for_pass(plane: Plane, plan: PlanState, run_id: str,
                    results_digest: str) -> tuple[str, TokenMinted]:
     """Mint a token for a passing run: the string for the agent, the event for the log."""
     key = load_or_create_plane_key(plane.store.url)
     issued = _now()
     claims: dict[str, Any] = {
-        "token_id": str(ULID()), "plan_id": plan["plan_id"], "attempt": plan["attempt"],
+        "token_id": str(ULID()), "plan_id": plan.plan_id, "attempt": plan.attempt,
         "results_digest": results_digest, "issued_at": rfc3339(issued),
         "expires_at": rfc3339(issued + TOKEN_TTL)}
     token = mint_token(key, **claims)
@@ -173,7 +173,7 @@ def _silent(_step: str) -> None:
 
 
 def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
-               progress: Progress = _silent) -> Document:
+               progress: Progress = _silent) -> PlanState:
     """Apply with a valid token: its signature, plan, attempt, results and expiry, single
     use, and — from the log, in the deciding transaction — the run it was minted from
     (INV1): every required member of the binding set passed, with its evidence present.
@@ -195,20 +195,20 @@ def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = require_plan(state, plan_id)
-        held = doc["token"]
-        if held is None or held["token_id"] != claims.token_id:
+        held = doc.token
+        if held is None or held.token_id != claims.token_id:
             raise CommandRefused("token refused: it is not the token this plan's last "
                                  "passing run minted")
-        if held["status"] == "consumed":
+        if held.status == "consumed":
             raise CommandRefused("token refused: it was already used (tokens are single-use)")
-        if held["status"] != "minted":
+        if held.status != "minted":
             raise CommandRefused("token refused: the plan moved on since it was minted (a "
                                  "new run, fix, tool call, halt or decision); re-validate")
-        if doc["phase"] != "execute" or doc["last_outcome"] != "pass":
+        if doc.phase != "execute" or doc.last_outcome != "pass":
             raise CommandRefused(f"plan {plan_id} is not at a passing end of Execute")
         assert state.log is not None
         problem = passing_run_problem(state.log, doc, claims.attempt, claims.results_digest,
-                                      held["run_id"])
+                                      held.run_id)
         if problem is not None:
             raise CommandRefused(f"token refused: {problem}")
         return [TokenConsumed(plan_id=plan_id, token_id=claims.token_id),
@@ -222,7 +222,7 @@ def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
 
 
 def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
-                   progress: Progress = _silent) -> Document:
+                   progress: Progress = _silent) -> PlanState:
     """Finish an Apply whose change set is recorded: write each file that does not
     already match (from the blob store), then record ``plan.applied`` — once. A plan
     already applied is returned as it is."""
@@ -230,9 +230,9 @@ def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
     doc = plane.state(stream).doc
     if not doc:
         raise CommandRefused(f"unknown plan {plan_id!r}")
-    if doc["terminal"] == "applied":
+    if doc.terminal == "applied":
         return doc
-    applying = doc.get("applying")
+    applying = doc.applying if doc is not None else None
     if applying is None:
         raise CommandRefused(f"plan {plan_id} has no Apply under way (evidence apply "
                              f"{plan_id} --token TOKEN)")
@@ -255,8 +255,8 @@ def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
     progress("files_written")
 
     def decide(state: StreamState) -> list[EventPayload]:
-        now = state.doc.get("applying")
-        if now is None or now["token_id"] != recorded.token_id:
+        now = state.doc.applying if state.doc is not None else None
+        if now is None or now.token_id != recorded.token_id:
             return []  # another process finished it first: applied once
         return [PlanApplied(plan_id=plan_id, token_id=recorded.token_id,
                             changed_paths=[f"{c.resource}/{c.path}"
@@ -266,25 +266,25 @@ def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
     return plane.state(stream).doc
 
 
-def passing_run_problem(log: Authority, plan: Document, attempt: int, digest: str,
+def passing_run_problem(log: Authority, plan: PlanState, attempt: int, digest: str,
                         run_id: str) -> str | None:
     """Why the run a token names is no ground for Apply (None when it is): it must be the
     plan's last run, at the token's attempt, its results digest the token's, a verdict
     ``passed`` for every required member of the binding set (at least one, unless the
     plan opted out), and every raw output it was judged on still in the blob store."""
-    if plan["last_run"] != run_id or plan["attempt"] != attempt:
+    if plan.last_run != run_id or plan.attempt != attempt:
         return "it was not minted from the plan's last run at its current attempt"
-    results = [e.payload for e in log.source.read_stream(f"plan:{plan['plan_id']}")
+    results = [e.payload for e in log.source.read_stream(f"plan:{plan.plan_id}")
                if isinstance(e.payload, ValidationResultRecorded)
                and e.payload.run_id == run_id]
     if results_digest(results) != digest:
         return "the run's recorded results do not hash to the token's results digest"
     passed = {r.attachment_id for r in results if r.verdict is True and r.cause is None}
-    required = [b for b in plan["binding"] if b["mode"] == "required"]
-    missing = [b["validation"] for b in required if b["attachment_id"] not in passed]
+    required = [b for b in plan.binding if b.mode == "required"]
+    missing = [b.validation for b in required if b.attachment_id not in passed]
     if missing:
         return f"required validation(s) {', '.join(sorted(missing))} have no passing result"
-    if not required and plan["global_config"].get("require_validation", True):
+    if not required and plan.global_config.require_validation:
         return "no required validation ran"
     evidence = [r.raw_output_sha256 for r in results if r.raw_output_sha256]
     absent = sorted(set(evidence) - log.present_blobs(evidence))
@@ -297,7 +297,7 @@ def passing_run_problem(log: Authority, plan: Document, attempt: int, digest: st
 
 
 def add_approver_key(plane: Plane, name: str, public_key_file: Path, *,
-                     actor: str = "operator") -> Document:
+                     actor: str = "operator") -> ApproverState:
     check_identifier(name, "approver name")
     try:
         public = load_public_key(public_key_file)
@@ -324,10 +324,10 @@ def add_approver_key(plane: Plane, name: str, public_key_file: Path, *,
 
 
 def revoke_approver(plane: Plane, name: str, *, reason: str = "",
-                    actor: str = "operator") -> Document:
+                    actor: str = "operator") -> ApproverState:
     def decide(state: StreamState) -> list[ApproverKeyRevoked]:
-        active = [fp for fp, key in state.doc.get("keys", {}).items()
-                  if key["status"] == "active"]
+        active = [fp for fp, key in (state.doc.keys if state.doc is not None else {}).items()
+                  if key.status == "active"]
         if not active:
             raise CommandRefused(f"approver {name!r} has no active key")
         return [ApproverKeyRevoked(name=name, fingerprint=fp, reason=reason) for fp in active]
@@ -350,9 +350,9 @@ class Pending:
 def pending_decisions(plane: Plane) -> list[Pending]:
     """Every pending escalation (a query: from the plans read model)."""
     plane.projections.catch_up()
-    return [Pending(d["plan_id"], d["pending_decision"]["decision_id"],
-                    d["pending_decision"]["options"], d["pending_decision"]["reason"])
-            for d in plane.projections.documents("plans") if d.get("pending_decision")]
+    return [Pending(d.plan_id, d.pending_decision.decision_id,
+                    d.pending_decision.options, d.pending_decision.reason)
+            for d in plane.projections.documents("plans") if d and d.pending_decision]
 
 
 def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
@@ -386,7 +386,8 @@ def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
     signature = sign_record(private, record, domain="decision")
 
     def decide(state: StreamState) -> list[DecisionRecorded]:
-        if (state.doc.get("pending_decision") or {}).get("decision_id") != decision_id:
+        pending = state.doc.pending_decision if state.doc is not None else None
+        if pending is None or pending.decision_id != decision_id:
             raise CommandRefused(
                 f"no pending escalation {decision_id!r}: only a pending escalation can be "
                 "decided (a blocker is never overridable; a decided escalation stays "

@@ -2,63 +2,60 @@
 
 from __future__ import annotations
 
-import msgspec
-
-from ledger.events import ExecuteEntered, ResolvedAttachment, StrategyRecorded
-from projections.documents import Document
+from ledger.events import ExecuteEntered, StrategyRecorded
 from projections.resolution import pin_binding
+from projections.states import PlanState
 
 from .core import CommandRefused, Plane, StreamState
 
 
-def require_plan(state: StreamState, plan_id: str) -> Document:
-    """The plan's document; refused when it does not exist or has ended."""
+def require_plan(state: StreamState, plan_id: str) -> PlanState:
+    """The plan's state; refused when it does not exist or has ended."""
     if not state.exists:
         raise CommandRefused(f"unknown plan {plan_id!r}")
-    doc = state.doc
-    if doc["terminal"] is not None:
-        raise CommandRefused(f"plan {plan_id} has ended ({doc['terminal']}): nothing more "
+    doc: PlanState = state.doc
+    if doc.terminal is not None:
+        raise CommandRefused(f"plan {plan_id} has ended ({doc.terminal}): nothing more "
                              "can be recorded for it")
     return doc
 
 
 def record_strategy(plane: Plane, plan_id: str, strategy: str, *,
-                    actor: str = "system") -> Document:
+                    actor: str = "system") -> PlanState:
     """Record (or replace) the strategy of the current revision, in Strategize."""
     if not strategy.strip():
         raise CommandRefused("--strategy is empty")
 
     def decide(state: StreamState) -> list[StrategyRecorded]:
         doc = require_plan(state, plan_id)
-        if doc["phase"] != "strategize":
-            raise CommandRefused(f"plan {plan_id} is in {doc['phase'].capitalize()}: a "
+        if doc.phase != "strategize":
+            raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}: a "
                                  "strategy is recorded in Strategize")
-        return [StrategyRecorded(plan_id=plan_id, revision=doc["revision"],
+        return [StrategyRecorded(plan_id=plan_id, revision=doc.revision,
                                  strategy=strategy)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
     return plane.state(f"plan:{plan_id}").doc
 
 
-def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> Document:
+def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanState:
     """Strategize -> Execute; needs a recorded strategy. Pins the plan's binding set: the
     members it already holds, unchanged, plus every attachment that applies now (read
     from the log in this transaction)."""
 
     def decide(state: StreamState) -> list[ExecuteEntered]:
         doc = require_plan(state, plan_id)
-        if doc["phase"] != "strategize":
-            raise CommandRefused(f"plan {plan_id} is in {doc['phase'].capitalize()}, not "
+        if doc.phase != "strategize":
+            raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}, not "
                                  "Strategize")
-        if not doc["strategy"]:
+        if not doc.strategy:
             raise CommandRefused(f"plan {plan_id} has no strategy: record one with "
                                  f"`evidence plan strategize {plan_id} --strategy TEXT`")
         assert state.log is not None
-        pinned = [msgspec.convert(b, ResolvedAttachment) for b in doc["binding"]]
-        binding = pin_binding(pinned, state.log.applicable(doc))
-        return [ExecuteEntered(plan_id=plan_id, revision=doc["revision"], binding=binding)]
+        binding = pin_binding(doc.binding, state.log.applicable(doc))
+        return [ExecuteEntered(plan_id=plan_id, revision=doc.revision, binding=binding)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
-    doc = plane.state(f"plan:{plan_id}").doc
+    doc: PlanState = plane.state(f"plan:{plan_id}").doc
     plane.sandbox(doc).ensure()  # the copy every call, fix and validation works in
     return doc

@@ -10,7 +10,7 @@ import msgspec
 from commands.names import check_identifier, check_resource
 from ledger.events import GlobalConfig, PlanCreated
 from ledger.events.validation import Outcome
-from projections.documents import Document
+from projections.states import PlanState
 
 from .core import CommandRefused, Plane, StreamState
 
@@ -34,7 +34,7 @@ def create_plan(
     resources: Sequence[str],
     config: Mapping[str, Any] | None = None,
     actor: str = "system",
-) -> Document:
+) -> PlanState:
     """Create a plan in phase Strategize; refused if the plan id is taken."""
     check_identifier(plan_id, "plan id")
     check_identifier(project, "project")
@@ -56,8 +56,8 @@ def create_plan(
     return plane.state(f"plan:{plan_id}").doc
 
 
-def get_plan(plane: Plane, plan_id: str) -> Document:
-    """The plan's document; ``{}`` for a plan stream with no ``plan.created`` (only a raw
+def get_plan(plane: Plane, plan_id: str) -> PlanState | None:
+    """The plan's state; None for a plan stream with no ``plan.created`` (only a raw
     append makes one: it is in the log, so it is shown, and ``evidence audit`` reports
     it). Refused for a plan with no events at all."""
     found = plane.projections.document("plans", plan_id)
@@ -66,20 +66,21 @@ def get_plan(plane: Plane, plan_id: str) -> Document:
     return found[0]
 
 
-def list_plans(plane: Plane, *, project: str | None = None) -> list[Document]:
-    """Every plan's document, by plan id; one whose stream has no ``plan.created`` is
-    listed as ``{"plan_id": ID}``."""
+def list_plans(plane: Plane, *, project: str | None = None) -> dict[str, PlanState | None]:
+    """Every plan's state, by plan id (in id order); None for one whose stream has no
+    ``plan.created``."""
     plane.projections.catch_up()
     where = [] if project is None else [lambda t: t.c.project == project]
-    return [doc or {"plan_id": key}
-            for key, doc in plane.projections.keyed_documents("plans", *where).items()]
+    return plane.projections.keyed_documents("plans", *where)
 
 
-def terminal_state(doc: Document) -> str | None:
+def terminal_state(doc: Any) -> str | None:
     """The plan's terminal state as shown everywhere: ``applied``, ``applied
     (unvalidated)`` when the run its token came from had no required validation (a plan
     created with ``require_validation: false``), ``failed``, or None."""
-    terminal = doc.get("terminal")
+    if not doc:
+        return None
+    terminal = doc.get("terminal")  # a PlanState, or a plain (replayed) plan document
     if terminal == "applied" and doc.get("unvalidated"):
         return "applied (unvalidated)"
     return terminal

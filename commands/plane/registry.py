@@ -53,7 +53,8 @@ from commands.schemas.prepare import InvalidSchemaError, PreparedSchema, prepare
 from ledger import RecordedEvent
 from ledger.canonical import MAX_SAFE_INTEGER, CanonicalizationError, canonical_json
 from ledger.events import SkillDefined, ToolRegistered, ValidationRegistered
-from projections.documents import Document, fold_skill, tool_spec
+from projections.documents import Document, fold_skill, to_json, tool_spec
+from projections.states import SkillState, ToolState
 
 from .core import CommandRefused, Plane, StreamState
 
@@ -320,21 +321,21 @@ def _check_json(value: Any, key: str) -> Any:
 
 
 def _next_version(state: StreamState) -> int:
-    return int(state.doc["version"]) + 1 if state.exists else 1
+    return int(state.doc.version) + 1 if state.exists else 1
 
 
 def _unchanged(state: StreamState, payload: ToolRegistered) -> bool:
     # Canonical bytes, not ==: in Python True == 1, and a schema's `const: true` is not
     # `const: 1`.
-    return state.exists and canonical_json(tool_spec(payload)) == canonical_json(
-        state.doc["spec"]
+    return state.exists and canonical_json(to_json(tool_spec(payload))) == canonical_json(
+        to_json(state.doc.spec)
     )
 
 
 def _refuse_other_kind(state: StreamState, name: str, kind: str) -> None:
-    if state.exists and state.doc["kind"] != kind:
+    if state.exists and state.doc.kind != kind:
         raise CommandRefused(
-            f"{name!r} is already registered as a {state.doc['kind']}: tools and "
+            f"{name!r} is already registered as a {state.doc.kind}: tools and "
             f"validations share one namespace, so it cannot be registered as a {kind}"
         )
 
@@ -343,7 +344,9 @@ def _registered(plane: Plane, kind: Literal["tool", "validation"], name: str,
                 recorded: list[RecordedEvent], seen: StreamState) -> Registered:
     """Report the version this call appended or found identical (not whatever is latest
     by the time we read: another writer may have registered a newer one meanwhile)."""
-    version = recorded[-1].payload.version if recorded else seen.doc["version"]
+    # What this call appended: a tool.registered or a validation.registered (its subclass).
+    appended = recorded[-1].payload if recorded else None
+    version = appended.version if isinstance(appended, ToolRegistered) else seen.doc.version
     view = get_tool(plane, name, version=version)
     return Registered(kind=kind, name=name, version=version, changed=bool(recorded),
                       document=view)
@@ -383,10 +386,10 @@ def get_tool(plane: Plane, name: str, *, version: int | None = None) -> Document
     return _view(_tool_document(plane, name, "tool"), version)
 
 
-def _tool_document(plane: Plane, name: str, what: str) -> Document:
+def _tool_document(plane: Plane, name: str, what: str) -> ToolState:
     plane.projections.catch_up()
     found = plane.projections.document("tools", name)
-    if found is None:
+    if found is None or found[0] is None:
         raise CommandRefused(f"unknown {what} {name!r}")
     return found[0]
 
@@ -396,18 +399,20 @@ def list_tools(plane: Plane, *, kind: Literal["tool", "validation"] | None = Non
     """Every entry of the tool namespace (validations are tools), or one kind of them."""
     plane.projections.catch_up()
     where = () if kind is None else (lambda t: t.c.kind == kind,)
-    return [_view(doc, None) for doc in plane.projections.documents("tools", *where)]
+    return [_view(doc, None) for doc in plane.projections.documents("tools", *where)
+            if doc is not None]
 
 
-def _view(doc: Document, version: int | None) -> Document:
-    latest = int(doc["version"])
+def _view(doc: ToolState, version: int | None) -> Document:
+    """The JSON view of a tool (``get_tool``): ``spec`` as its plain document."""
+    latest = int(doc.version)
     wanted = latest if version is None else version
-    spec = doc["versions"].get(str(wanted))
+    spec = doc.versions.get(str(wanted))
     if spec is None:
-        raise CommandRefused(f"{doc['kind']} {doc['name']!r} has no version {wanted} "
+        raise CommandRefused(f"{doc.kind} {doc.name!r} has no version {wanted} "
                              f"(versions 1 to {latest})")
-    return {"name": doc["name"], "kind": doc["kind"], "version": wanted,
-            "latest_version": latest, "spec": spec}
+    return {"name": doc.name, "kind": doc.kind, "version": wanted,
+            "latest_version": latest, "spec": to_json(spec)}
 
 
 # -- validations -----------------------------------------------------------------------
@@ -507,21 +512,21 @@ def _inherit(state: StreamState, name: str, target: str) -> dict[str, JSON]:
     if doc is None:
         raise CommandRefused(f"validation {name!r} wraps unknown tool {target!r} "
                              "(register the tool first)")
-    if doc["kind"] != "tool":
+    if doc.kind != "tool":
         raise CommandRefused(f"validation {name!r} wraps {target!r}, which is a validation: "
                              "`wraps` must name a tool")
-    spec = doc["spec"]
-    if spec.get("writes"):
+    spec = doc.spec
+    if spec.writes:
         raise CommandRefused(f"validation {name!r} cannot wrap {target!r}: that tool writes "
                              "(`writes: true`) and a validation is read-only")
     return {
         "wraps": target,
-        "wraps_version": doc["version"],
-        "declared_input_schema": spec.get("declared_input_schema"),
-        "input_schema": spec.get("input_schema"),
-        "input_schema_sha256": spec.get("input_schema_sha256"),
-        "resource_slots": list(spec.get("resource_slots") or []),
-        "timeout_ms": spec.get("timeout_ms"),
+        "wraps_version": doc.version,
+        "declared_input_schema": spec.declared_input_schema,
+        "input_schema": spec.input_schema,
+        "input_schema_sha256": spec.input_schema_sha256,
+        "resource_slots": list(spec.resource_slots or []),
+        "timeout_ms": spec.timeout_ms,
     }
 
 
@@ -531,7 +536,7 @@ def _or(value: Any, default: Any) -> Any:
 
 def get_validation(plane: Plane, name: str, *, version: int | None = None) -> Document:
     doc = _tool_document(plane, name, "validation")
-    if doc["kind"] != "validation":
+    if doc.kind != "validation":
         raise CommandRefused(f"{name!r} is a tool, not a validation")
     return _view(doc, version)
 
@@ -567,7 +572,7 @@ def define_skill(plane: Plane, spec: SkillSpec | Mapping[str, Any], *,
         if unknown:
             raise CommandRefused(f"skill {name!r}: unknown member(s) {', '.join(unknown)} "
                                  "(register each tool or validation first)")
-        if state.exists and (state.doc["description"], state.doc["members"]) == (
+        if state.exists and (state.doc.description, state.doc.members) == (
                 parsed.description, parsed.members):
             return []
         return [SkillDefined(name=name, version=_next_version(state),
@@ -576,11 +581,12 @@ def define_skill(plane: Plane, spec: SkillSpec | Mapping[str, Any], *,
     recorded = plane.run(f"skill:{name}", decide, actor=actor)
     # The document this call produced or found identical (a skill keeps no old versions).
     doc = fold_skill(seen[-1].doc, recorded[-1].payload) if recorded else seen[-1].doc
-    return Registered(kind="skill", name=name, version=doc["version"], changed=bool(recorded),
-                      document=doc)
+    assert doc is not None
+    return Registered(kind="skill", name=name, version=doc.version, changed=bool(recorded),
+                      document=to_json(doc))
 
 
-def get_skill(plane: Plane, name: str) -> Document:
+def get_skill(plane: Plane, name: str) -> SkillState:
     """``{name, version, description, members}``."""
     plane.projections.catch_up()
     found = plane.projections.document("skills", name)
@@ -589,6 +595,6 @@ def get_skill(plane: Plane, name: str) -> Document:
     return found[0]
 
 
-def list_skills(plane: Plane) -> list[Document]:
+def list_skills(plane: Plane) -> list[SkillState]:
     plane.projections.catch_up()
     return plane.projections.documents("skills")

@@ -48,8 +48,9 @@ from ledger.events import (
 from ledger.events.gates import Deviation
 from ledger.timestamps import utc_now
 from projections import delta, fold
-from projections.documents import Document
+from projections.documents import to_json
 from projections.plan_rules import broken_rule
+from projections.states import ReviewState
 
 from .core import RETRIES, CommandRefused, Plane, StreamState
 
@@ -401,7 +402,7 @@ class Submission:
                 "findings": self.finding_ids, "errors": self.errors}
 
 
-def _require_review(state: StreamState, task_id: str) -> Document:
+def _require_review(state: StreamState, task_id: str) -> ReviewState:
     if not state.exists:
         raise CommandRefused(f"unknown review {task_id!r}")
     return state.doc
@@ -422,13 +423,13 @@ def submit_candidate(plane: Plane, task_id: str, report: bytes | str | Mapping[s
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = _require_review(state, task_id)
-        if doc["status"] != "started":
-            raise CommandRefused(f"review {task_id} is {doc['status']}: candidate reports "
+        if doc.status != "started":
+            raise CommandRefused(f"review {task_id} is {doc.status}: candidate reports "
                                  "are accepted only before accounting")
-        if any(c["reviewer"] == reviewer for c in doc["candidates"].values()):
+        if any(c["reviewer"] == reviewer for c in doc.candidates.values()):
             raise CommandRefused(f"reviewer {reviewer!r} already submitted to review "
                                  f"{task_id}")
-        label = label_for(len(doc["candidates"]))
+        label = label_for(len(doc.candidates))
         if errors:
             # Not dropped: the reviewer's failure is itself evidence about the review.
             event = ReviewCandidateSubmitted(
@@ -450,11 +451,11 @@ def submit_candidate(plane: Plane, task_id: str, report: bytes | str | Mapping[s
     return made["submission"]
 
 
-def source_findings(doc: Document) -> list[dict[str, Any]]:
+def source_findings(doc: ReviewState) -> list[dict[str, Any]]:
     """Every host-numbered finding of every candidate, in label then number order: what
     the evaluator copies into ``validation_accounting.source_findings``."""
-    return [dict(f) for label in sorted(doc["candidates"], key=lambda x: (len(x), x))
-            for f in doc["candidates"][label]["findings"]]
+    return [dict(f) for label in sorted(doc.candidates, key=lambda x: (len(x), x))
+            for f in to_json(doc.candidates[label])["findings"]]
 
 
 # -- accounting ----------------------------------------------------------------------------
@@ -568,30 +569,34 @@ def account_review(plane: Plane, task_id: str, accounting: bytes | str | Mapping
     """Check the evaluator's accounting; commit the report or record the failed attempt."""
     value, problems = _decode(accounting)
     stream = f"review:{task_id}"
+    conflict: ConcurrencyError | None = None
     for _ in range(RETRIES):
         plane.projections.catch_up()
         state = plane.state(stream)
         doc = _require_review(state, task_id)
-        if doc["status"] not in ("started", "repair"):
-            raise CommandRefused(f"review {task_id} is {doc['status']}: no accounting "
+        if doc.status not in ("started", "repair"):
+            raise CommandRefused(f"review {task_id} is {doc.status}: no accounting "
                                  "is accepted now")
-        if not doc["candidates"]:
+        if not doc.candidates:
             raise CommandRefused(f"review {task_id} has no candidate report to account for")
-        attempt = doc["accounting_attempts"] + 1
+        attempt = doc.accounting_attempts + 1
         violations = problems if value is None else (
             problems + accounting_violations(value, source_findings(doc)))
         try:
             if violations:
                 return _reject(plane, state, attempt, violations, actor)
             return _commit(plane, state, value, attempt, actor)
-        except ConcurrencyError:
-            continue  # another writer moved a stream: decide again on the fresh state
-    raise ConcurrencyError(f"review {task_id}: the stream kept moving; try again")
+        except ConcurrencyError as exc:
+            conflict = exc  # another writer moved a stream: decide again on the fresh state
+    # The stream kept moving: the last conflict reaches the caller (one error line, try
+    # again).
+    assert conflict is not None  # RETRIES > 0
+    raise conflict
 
 
 def _reject(plane: Plane, state: StreamState, attempt: int, violations: list[Violation],
             actor: str) -> AccountingOutcome:
-    task_id = state.doc["task_id"]
+    task_id = state.doc.task_id
     events: list[EventPayload] = [ReviewAccountingRejected(
         task_id=task_id, attempt=attempt, violations=[str(v) for v in violations])]
     status = "repair"
@@ -609,8 +614,8 @@ def _reject(plane: Plane, state: StreamState, attempt: int, violations: list[Vio
 def _commit(plane: Plane, state: StreamState, accounting: dict[str, Any], attempt: int,
             actor: str) -> AccountingOutcome:
     doc = state.doc
-    task_id = doc["task_id"]
-    report = render_report(doc["request"], doc["candidates"], accounting)
+    task_id = doc.task_id
+    report = render_report(doc.request, to_json(doc)["candidates"], accounting)
     digest = hashlib.sha256(report).hexdigest()
     counts = msgspec.json.decode(report)
     committed = ReviewReportCommitted(
@@ -682,7 +687,7 @@ def render_report(request: Mapping[str, Any], candidates: Mapping[str, Mapping[s
             "rationale": sorted(reasons),
         })
     merged.sort(key=lambda g: (_SEVERITY_RANK[g["severity"]], canonical_json(g)))
-    exclusions = sorted(
+    exclusions: list[dict[str, Any]] = sorted(
         ({"finding": _content(sources[d["finding"]]), "rationale": rationale_of[d["finding"]]}
          for d in body["decisions"] if d["decision"] == "exclude"),
         key=lambda e: (_SEVERITY_RANK[e["finding"]["severity"]], canonical_json(e)))
@@ -709,9 +714,9 @@ def _plan_result(plane: Plane, state: StreamState, *,
     """The informational result a linked plan gets: no verdict (advisory), its own
     run_id (the task id, never a validation run's), so no outcome counts it."""
     doc = state.doc
-    if doc["plan_id"] is None:
+    if doc.plan_id is None:
         return []
-    task_id = doc["task_id"]
+    task_id = doc.task_id
     started_at = plane.store.read_stream(state.stream)[0].recorded_at
     ended_at = utc_now()
     duration = datetime.fromisoformat(ended_at[:-1]) - datetime.fromisoformat(started_at[:-1])
@@ -725,7 +730,7 @@ def _plan_result(plane: Plane, state: StreamState, *,
     else:
         message = f"advisory review {task_id} failed"
     return [ValidationResultRecorded(
-        plan_id=doc["plan_id"], run_id=task_id, attachment_id=task_id,
+        plan_id=doc.plan_id, run_id=task_id, attachment_id=task_id,
         validation=VALIDATION_NAME, mode="informational", verdict=None, message=message,
         data=data, error=error,
         raw_output_sha256=committed.report_sha256 if committed else None,
@@ -737,7 +742,7 @@ def _plan_appends(plane: Plane, state: StreamState, events: list[EventPayload]
                   ) -> list[tuple[StreamState, list[EventPayload]]]:
     if not events:
         return []
-    return [(plane.state(f"plan:{state.doc['plan_id']}"), events)]
+    return [(plane.state(f"plan:{state.doc.plan_id}"), events)]
 
 
 def _append(plane: Plane, appends: Sequence[tuple[StreamState, Sequence[EventPayload]]],
@@ -763,21 +768,21 @@ def _append(plane: Plane, appends: Sequence[tuple[StreamState, Sequence[EventPay
 # -- reading -------------------------------------------------------------------------------
 
 
-def get_review(plane: Plane, task_id: str) -> Document:
+def get_review(plane: Plane, task_id: str) -> ReviewState:
     return _require_review(plane.state(f"review:{task_id}"), task_id)
 
 
 def list_reviews(plane: Plane, *, plan_id: str | None = None,
-                 status: str | None = None) -> list[Document]:
+                 status: str | None = None) -> list[ReviewState]:
     """Every review, oldest first (folded from the log: reviews have no read model)."""
     names = [cls.type_name() for cls in (ReviewStarted, ReviewCandidateSubmitted,
                                          ReviewAccountingRejected, ReviewAccounted,
                                          ReviewReportCommitted, ReviewFailed)]
-    docs: dict[str, Document] = {}
+    docs: dict[str, Any] = {}
     for event in plane.store.read_all(types=names):
-        docs[event.stream] = fold(event.stream, docs.get(event.stream, {}), event.payload)
-    return [d for d in docs.values()
-            if (plan_id is None or d["plan_id"] == plan_id)
+        docs[event.stream] = fold(event.stream, docs.get(event.stream), event.payload)
+    return [d for d in docs.values() if d is not None
+            and (plan_id is None or d.plan_id == plan_id)
             and (status is None or d["status"] == status)]
 
 
@@ -800,11 +805,12 @@ def review_result(plane: Plane, task_id: str) -> ReviewResult:
     """The committed report, whole, after checking its bytes against the committed hash.
     Raises ``ReportVerificationError`` (a verdict) when they differ or are gone."""
     doc = get_review(plane, task_id)
-    if doc["status"] != "completed":
-        detail = f": {doc['failure']}" if doc["failure"] else ""
-        raise CommandRefused(f"review {task_id} has no report (status {doc['status']}"
+    if doc.status != "completed":
+        detail = f": {doc.failure}" if doc.failure else ""
+        raise CommandRefused(f"review {task_id} has no report (status {doc.status}"
                              f"{detail})")
-    expected = doc["report"]["sha256"]
+    assert doc.report is not None  # a completed review has its committed report
+    expected = doc.report.sha256
     data = plane.store.get_blob(expected)
     if data is None:
         raise ReportVerificationError(task_id, expected, None)

@@ -47,16 +47,18 @@ from ledger.events import (
     EventPayload,
     PlanHalted,
     ResolvedAttachment,
+    StrategyRevisionRequested,
     ToolCalled,
     Truncation,
     ValidationResultRecorded,
     ValidationRunCompleted,
     ValidationRunStarted,
 )
+from ledger.events.validation import Outcome
 from ledger.intake import InputError
 from ledger.timestamps import utc_now
-from projections.documents import Document
 from projections.outcomes import NEXT_ACTION, RULES_VERSION, canonical_halt, classify
+from projections.states import PlanState, ToolState, given, to_json
 
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
@@ -104,26 +106,26 @@ STRUCTURED_RETURN: dict[str, Any] = {
                    "data": {"type": "object"}}}
 
 
-def sandbox_of(plane: Plane, plan: Document, sandbox: Sandbox | None = None) -> Sandbox:
+def sandbox_of(plane: Plane, plan: PlanState, sandbox: Sandbox | None = None) -> Sandbox:
     """Where the plan's work happens until Apply: its sandbox (made on first use if the
     plan entered Execute elsewhere), never the real resource."""
     return sandbox if sandbox is not None else plane.sandbox(plan).ensure().copies
 
 
-def workdir_of(plan: Document, sandbox: Sandbox) -> Path | None:
+def workdir_of(plan: PlanState, sandbox: Sandbox) -> Path | None:
     """The copy of the first of the plan's resources that is a directory."""
-    for resource in plan["resources"]:
+    for resource in plan.resources:
         found = sandbox.get(resource)
         if found is not None:
             return found
     return None
 
 
-def _execute_plan(state: StreamState, plan_id: str) -> Document:
+def _execute_plan(state: StreamState, plan_id: str) -> PlanState:
     doc = require_plan(state, plan_id)
     require_no_pending_decision(doc, plan_id)
-    if doc["phase"] != "execute":
-        raise CommandRefused(f"plan {plan_id} is in {doc['phase'].capitalize()}: tool calls "
+    if doc.phase != "execute":
+        raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}: tool calls "
                              "and validations happen only in Execute")
     return doc
 
@@ -175,15 +177,15 @@ def call_tool(
     if plan is not None:  # refuse before recording anything when no call is possible
         _execute_plan(found, plan_id)
     tool_doc = log.tool(tool)
-    is_validation = tool_doc is not None and tool_doc["kind"] == "validation"
+    is_validation = tool_doc is not None and tool_doc.kind == "validation"
     if recorded_output is None and tool_doc is not None and not is_validation and \
-            not tool_doc["spec"].get("command"):
+            not tool_doc.spec.command:
         raise CommandRefused(f"tool {tool!r} has no command to run here: record the output "
                              "of the call you made with --record-output")
     if is_validation and output_schema is None:
         output_schema = STRUCTURED_RETURN
     if recorded_output is None and tool_doc is not None:
-        _cap_of(tool_doc["spec"])  # refused here, before the input gate is recorded
+        _cap_of(to_json(tool_doc.spec))  # refused here, before the input gate is recorded
     report = CallReport(gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor))
     if not report.input_gate.passed:
         return report  # an invented tool or bad parameters: the call is never made
@@ -203,29 +205,29 @@ def call_tool(
     return report
 
 
-def _run_call(plane: Plane, plan: Document, tool_doc: Document, raw_params: bytes,
+def _run_call(plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: bytes,
               report: CallReport, recorded_output: bytes | str | Any | None,
               copies: Sandbox, *, call_id: str, step: str, output_schema: Any,
               actor: str) -> None:
-    plan_id, tool, spec = plan["plan_id"], tool_doc["name"], tool_doc["spec"]
+    plan_id, tool, spec = plan.plan_id, tool_doc.name, tool_doc.spec
     started = ended = utc_now()
     exit_code: int | None = None
     streams: dict[str, Truncation] = {}
     if recorded_output is not None:
         output, executor = as_bytes(recorded_output), "recorded"
-    elif tool_doc["kind"] == "validation":
+    elif tool_doc.kind == "validation":
         # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
         output, started, ended, streams = _call_validation(plane, plan, tool_doc, raw_params,
                                                            copies)
         executor = "validation"
     else:
         try:
-            argv = fill_argv(spec["command"], msgspec.json.decode(raw_params))
+            argv = fill_argv(spec.command or [], msgspec.json.decode(raw_params))
         except ArgvError as exc:
             raise CommandRefused(f"cannot build the command line of {tool!r}: {exc}") from None
-        timeout = spec["timeout_ms"] / 1000 if spec.get("timeout_ms") else DEFAULT_TIMEOUT_S
+        timeout = spec.timeout_ms / 1000 if spec.timeout_ms else DEFAULT_TIMEOUT_S
         result = run_command(argv, cwd=workdir_of(plan, copies), timeout_s=timeout,
-                             max_output_bytes=_cap_of(spec))
+                             max_output_bytes=_cap_of(to_json(spec)))
         if result.missing_program is not None:
             report.halt = record_halt(
                 plane, plan_id, "program_missing",
@@ -239,8 +241,8 @@ def _run_call(plane: Plane, plan: Document, tool_doc: Document, raw_params: byte
         started, ended = result.started_at, result.ended_at
         streams = _truncations(result)
     called = ToolCalled(
-        plan_id=plan_id, call_id=call_id, tool=tool, tool_version=tool_doc["version"],
-        step=step, attempt=plan["attempt"], executor=executor,  # type: ignore[arg-type]
+        plan_id=plan_id, call_id=call_id, tool=tool, tool_version=tool_doc.version,
+        step=step, attempt=plan.attempt, executor=executor,  # type: ignore[arg-type]
         params_sha256=_sha256(raw_params), output_sha256=_sha256(output),
         exit_code=exit_code, started_at=started, ended_at=ended,
         duration_ms=_duration_ms(started, ended), **streams)
@@ -258,16 +260,18 @@ def _run_call(plane: Plane, plan: Document, tool_doc: Document, raw_params: byte
                                      actor=actor, truncated=truncated)
 
 
-def _call_validation(plane: Plane, plan: Document, tool_doc: Document, raw_params: bytes,
+def _call_validation(plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: bytes,
                      copies: Sandbox) -> tuple[bytes, str, str, dict[str, Truncation]]:
     """A validation called as a tool: its structured return (what the output gate
     checks), or, with no verdict, what went wrong (which fails that gate)."""
-    spec = tool_doc["spec"]
-    wrapped = (plane.log().tool_version(spec["wraps"], spec.get("wraps_version"))
-               if spec.get("wraps") else None)
-    resource = next((r for r in plan["resources"] if r in copies), plan["resources"][0])
-    run = run_validation(spec, msgspec.json.decode(raw_params), resource,
-                         workdir=copies.get(resource), wrapped_tool=wrapped)
+    spec = tool_doc.spec
+    wraps = given(spec.wraps)
+    wrapped = (plane.log().tool_version(wraps, given(spec.wraps_version)) if wraps else None)
+    resource = next((r for r in plan.resources if r in copies), plan.resources[0])
+    # The runner reads a program's definition as its plain document.
+    run = run_validation(to_json(spec), msgspec.json.decode(raw_params), resource,
+                         workdir=copies.get(resource),
+                         wrapped_tool=to_json(wrapped) if wrapped is not None else None)
     if run.verdict is None:
         value: dict[str, Any] = {"cause": run.cause, "error": run.error}
     else:
@@ -285,7 +289,7 @@ class ValidationReport:
     plan_id: str
     run_id: str
     attempt: int
-    outcome: str
+    outcome: Outcome
     raw_halt_type: str
     reason: str
     resolved: list[ResolvedAttachment]
@@ -309,9 +313,9 @@ class ValidationReport:
             "token": self.token,
             "escalation": next(({"decision_id": e.payload.decision_id,
                                  "options": e.payload.options} for e in self.events
-                                if e.type == "plan.escalated"), None),
+                                if isinstance(e.payload, Escalated)), None),
             "strategy_revision": next((e.payload.revision for e in self.events
-                                       if e.type == "plan.strategy_revision_requested"),
+                                       if isinstance(e.payload, StrategyRevisionRequested)),
                                       None),
             "informational_failures": self.informational_failures,
             "results": [{**msgspec.to_builtins(r), "scope": scopes.get(r.attachment_id)}
@@ -319,9 +323,9 @@ class ValidationReport:
         }
 
 
-def binding_of(plan: Document) -> list[ResolvedAttachment]:
+def binding_of(plan: PlanState) -> list[ResolvedAttachment]:
     """The plan's pinned binding set (``plan.execute_entered``): what ``validate`` runs."""
-    return [msgspec.convert(b, ResolvedAttachment) for b in plan.get("binding", [])]
+    return list(plan.binding)
 
 
 def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
@@ -332,19 +336,19 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
     plan = _validatable(log.state(f"plan:{plan_id}"), plan_id)
     _cap_of(None)  # an invalid EVIDENCE_MAX_OUTPUT_BYTES: refused before the run starts
     binding = binding_of(plan)
-    require = plan["global_config"].get("require_validation", True)
+    require = plan.global_config.require_validation
     copies = sandbox_of(plane, plan, sandbox)
-    directories = {r: copies[r] for r in plan["resources"] if r in copies}
+    directories = {r: copies[r] for r in plan.resources if r in copies}
     digests = {r: tree_digest(d) for r, d in directories.items()}
     run_id = str(ULID())
-    attempt = plan["attempt"]
+    attempt = plan.attempt
 
     def start(state: StreamState) -> list[EventPayload]:
         doc = _validatable(state, plan_id)
-        if doc["binding"] != plan["binding"]:
+        if doc.binding != plan.binding:
             raise CommandRefused(f"plan {plan_id} moved on meanwhile; validate again")
-        return [ValidationRunStarted(plan_id=plan_id, run_id=run_id, attempt=doc["attempt"],
-                                     revision=doc["revision"], resolved=binding,
+        return [ValidationRunStarted(plan_id=plan_id, run_id=run_id, attempt=doc.attempt,
+                                     revision=doc.revision, resolved=binding,
                                      resource_digests=digests)]
 
     # Durable before anything runs: the pinned set is what the run will be judged on.
@@ -393,14 +397,14 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
     def finish(state: StreamState) -> list[EventPayload]:
         # Decided on the plan as it is now: counters move with concurrent writers.
         doc = state.doc
-        if doc.get("current_run") != run_id:
+        if doc.current_run != run_id:
             raise CommandRefused(f"validation run {run_id} of plan {plan_id} was superseded "
                                  "by a newer run; its results are not recorded")
-        if doc["pending_decision"] is not None:
+        if doc.pending_decision is not None:
             return [*results, completed]  # a decision became pending: it decides first
         return [*results, completed, *after_run(doc, outcome, raw, reason, minted)]
 
-    def after_run(doc: Document, outcome: str, raw: str, reason: str,
+    def after_run(doc: PlanState, outcome: Outcome, raw: str, reason: str,
                   minted: dict[str, str]) -> list[EventPayload]:
         if outcome == "pass":
             token, event = token_for_pass(plane, doc, run_id, completed.results_digest)
@@ -408,12 +412,12 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
             return [event]
         who, then = NEXT_ACTION[outcome]
         halt = PlanHalted(
-            plan_id=plan_id, halt_type=outcome, final_decision=outcome,  # type: ignore[arg-type]
+            plan_id=plan_id, halt_type=outcome, final_decision=outcome,
             raw_halt_type=raw, reason=reason, hint=f"{who}: {then}", phase="execute",
             attempt=attempt, result_refs=[run_id])
         if outcome != "blocker":
             return [halt]
-        failed = AttemptFailed(plan_id=plan_id, attempt=attempt, iteration=doc["iteration"],
+        failed = AttemptFailed(plan_id=plan_id, attempt=attempt, iteration=doc.iteration,
                                failure_class="validation", reason=reason)
         loop = after_blocker(doc, reason, run_id)
         # An escalation is the run's halt (seed 001: escalate, not blocker + escalation).
@@ -425,14 +429,14 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
     if any(e.type == "plan.escalated" for e in report.events):
         report.outcome, report.raw_halt_type = "escalate", "escalated"
         report.reason = next(e.payload.reason for e in report.events
-                             if e.type == "plan.escalated")
+                             if isinstance(e.payload, Escalated))
     report.token = minted.get("token")
     return report
 
 
-def _validatable(state: StreamState, plan_id: str) -> Document:
+def _validatable(state: StreamState, plan_id: str) -> PlanState:
     doc = _execute_plan(state, plan_id)
-    if doc["needs_fix"]:
+    if doc.needs_fix:
         raise CommandRefused(f"plan {plan_id}'s last validation failed: record the fix "
                              f"before re-validating (evidence fix {plan_id} --note TEXT)")
     return doc
@@ -441,9 +445,11 @@ def _validatable(state: StreamState, plan_id: str) -> Document:
 def _job(log: Authority, attachment: ResolvedAttachment,
          workdir: Path | None) -> Callable[[], ValidationRun]:
     """The pinned version of the validation (and of the tool it wraps), from the log."""
-    spec = log.tool_version(attachment.validation, attachment.validation_version) or {}
-    wrapped = (log.tool_version(attachment.wraps, attachment.wraps_version)
-               if attachment.wraps else None)
+    # The runner reads a program's definition as its plain document.
+    spec = to_json(log.tool_version(attachment.validation, attachment.validation_version))
+    found = (log.tool_version(attachment.wraps, attachment.wraps_version)
+             if attachment.wraps else None)
+    wrapped = to_json(found) if found is not None else None
 
     def job() -> ValidationRun:
         return run_validation(spec, attachment.args, attachment.resource, workdir=workdir,
@@ -471,7 +477,7 @@ def record_halt(plane: Plane, plan_id: str, raw_type: str, reason: str, *,
         doc = require_plan(state, plan_id)
         events: list[EventPayload] = []
         decision_hint = None
-        if canonical == "escalate" and doc["pending_decision"] is None:
+        if canonical == "escalate" and doc.pending_decision is None:
             # Every escalate halt is a pending decision, exactly as the failure loop's.
             escalated = escalation(doc, reason)
             events.append(escalated)
@@ -481,7 +487,7 @@ def record_halt(plane: Plane, plan_id: str, raw_type: str, reason: str, *,
             raw_halt_type=raw_type, reason=reason,
             hint=hint or decision_hint
             or f"{NEXT_ACTION[canonical][0]}: {NEXT_ACTION[canonical][1]}",
-            phase=doc["phase"], attempt=doc["attempt"], terminal=terminal)
+            phase=doc.phase, attempt=doc.attempt, terminal=terminal)
         return [*events, halted["event"]]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)

@@ -1,6 +1,6 @@
 """The execution layer: run tool and validation programs for real, and report what they did.
 
-Pure execution — no database, no events. ``commands.runs`` records what this returns.
+Pure execution — no database, no events. ``commands.plane.runs`` records what this returns.
 
 Programs run as real subprocesses, never through a shell: an argv template
 (``fill_argv``) keeps every element one argv item whatever the argument values contain.

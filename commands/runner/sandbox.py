@@ -24,7 +24,7 @@ from commands.names import check_relative_path, inside
 from ledger.canonical import canonical_json
 from ledger.events import FileChange
 from ledger.store import url_identity
-from projections.documents import Document
+from projections.states import PlanState
 
 __all__ = ["STATE_DIR_ENV", "PlanSandbox", "change_blob", "change_contents", "change_set",
            "sandboxes_dir", "state_dir", "write_change"]
@@ -68,9 +68,9 @@ class PlanSandbox:
     copies: dict[str, Path]  # resource -> its copy
 
     @classmethod
-    def of(cls, base: Path, plan: Document) -> PlanSandbox:
-        root = base / _digest(plan["plan_id"], 32)
-        return cls(root, {r: root / _digest(r, 16) for r in plan.get("resources", [])
+    def of(cls, base: Path, plan: PlanState) -> PlanSandbox:
+        root = base / _digest(plan.plan_id, 32)
+        return cls(root, {r: root / _digest(r, 16) for r in plan.resources
                           if os.path.isdir(r)})
 
     def ensure(self) -> PlanSandbox:

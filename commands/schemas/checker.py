@@ -15,7 +15,7 @@ Decisions:
   Schema spec, jsonschema-rs and python-jsonschema accept them). Instance bytes are
   decoded with msgspec, which keeps the distinction (``1`` -> int, ``1.0`` -> float); a
   Python instance is taken as given (a float is never an integer). The compiled
-  validator enforces it (see ``ledger.schemas.INTEGER_TOKEN_KEYWORD``), also inside
+  validator enforces it (see ``commands.schemas.prepare.INTEGER_TOKEN_KEYWORD``), also inside
   ``anyOf``/``oneOf``. ``const``/``enum`` compare numbers by value as the spec says.
 - Formats are asserted (``format: date-time`` fails for ``"yesterday"``); schemas with a
   format the checker does not know are refused at registration.

@@ -583,7 +583,8 @@ def _unsatisfiable_required(schema: Any) -> list[SchemaProblem]:
             continue
         if "patternProperties" in node or not isinstance(node.get("required"), list):
             continue
-        declared = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        properties = node.get("properties")
+        declared = properties if isinstance(properties, dict) else {}
         for i, name in enumerate(node["required"]):
             if name not in declared:
                 problems.append(

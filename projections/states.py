@@ -1,0 +1,341 @@
+"""The typed state of each stream kind: one frozen msgspec Struct per stream document.
+
+A stream with no document yet has the state ``None``. The JSON form of a state —
+``to_json(state)``, which is ``msgspec.to_builtins`` with ``None`` as ``{}`` — is the
+stream document exactly as the log's deltas and the read models have it: every field
+below is always present (``None`` included) unless it is typed ``| UnsetType``, which is
+absent until it is set. Field order is the document's key order.
+
+States are values: folds build new ones (``msgspec.structs.replace``), never mutate.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ledger.events import Finding, GlobalConfig, ResolvedAttachment
+
+__all__ = [
+    "ApplyingState",
+    "ApproverKeyState",
+    "ApproverState",
+    "AttachmentState",
+    "CandidateState",
+    "ChangedFile",
+    "CompensationState",
+    "HaltState",
+    "OutcomeHalt",
+    "OutcomeResult",
+    "OutcomeState",
+    "PendingDecision",
+    "PlanState",
+    "RecordedOutcome",
+    "ReportState",
+    "ReviewState",
+    "SkillState",
+    "StepState",
+    "TokenState",
+    "ToolSpec",
+    "ToolState",
+    "given",
+    "to_json",
+]
+
+JSON = Any
+
+
+class _Doc(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every state Struct (and of the Structs nested in one).
+
+    Transitional: ``doc["field"]`` / ``doc.get("field")`` / ``"field" in doc`` read a
+    field as the plain document's key would (an absent field is a missing key), for the
+    readers not yet converted to attribute access. New code reads attributes."""
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key, UNSET) if key in self.__struct_fields__ else UNSET
+        if value is UNSET:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key, UNSET) is not UNSET
+
+
+# -- tool: (tools and validations: one namespace) ------------------------------------
+
+
+class ToolSpec(_Doc, frozen=True, kw_only=True):
+    """A tool's (or validation's) definition: its registration without type, name and
+    version. The validation fields are absent from a tool's spec."""
+
+    description: str = ""
+    source: str = ""
+    declared_input_schema: JSON = None
+    input_schema: JSON = None
+    input_schema_sha256: str | None = None
+    declared_output_schema: JSON = None
+    output_schema: JSON = None
+    output_schema_sha256: str | None = None
+    capability: str | None = None
+    resource_slots: list[str] = []
+    lifecycle: dict[str, JSON] = {}
+    code: str | None = None
+    command: list[str] | None = None
+    mcp_server: str | None = None
+    mcp_tool_name: str | None = None
+    timeout_ms: int | None = None
+    max_output_bytes: int | UnsetType = UNSET
+    idempotent: bool = False
+    writes: bool = False
+    # a validation's (absent from a tool's spec)
+    mode: Literal["required", "informational"] | UnsetType = UNSET
+    executor: Literal["command", "python", "wrapped"] | UnsetType = UNSET
+    python: str | UnsetType | None = UNSET
+    wraps: str | UnsetType | None = UNSET
+    wraps_version: int | UnsetType | None = UNSET
+    transform: str | UnsetType | None = UNSET
+    checkpointable: bool | UnsetType = UNSET
+    read_only: bool | UnsetType = UNSET
+
+
+class ToolState(_Doc, frozen=True, kw_only=True):
+    """``tool:{name}``: the current definition, its version, and every version kept."""
+
+    name: str
+    kind: Literal["tool", "validation"]
+    version: int
+    spec: ToolSpec
+    versions: dict[str, ToolSpec]
+
+
+# -- skill: ---------------------------------------------------------------------------
+
+
+class SkillState(_Doc, frozen=True, kw_only=True):
+    name: str
+    version: int
+    description: str
+    members: list[str]
+
+
+# -- attachment: ----------------------------------------------------------------------
+
+
+class AttachmentState(_Doc, frozen=True, kw_only=True):
+    attachment_id: str
+    validation: str
+    validation_version: int
+    resource: str
+    scope: Literal["direct", "project", "plan"]
+    project: str | None = None
+    plan: str | None = None
+    args: dict[str, JSON] = {}
+    args_sha256: str
+    status: Literal["attached", "detached"] = "attached"
+    detach_reason: str | UnsetType = UNSET  # present once detached
+
+
+# -- approver: ------------------------------------------------------------------------
+
+
+class ApproverKeyState(_Doc, frozen=True, kw_only=True):
+    public_key: str
+    status: Literal["active", "revoked"]
+
+
+class ApproverState(_Doc, frozen=True, kw_only=True):
+    """``approver:{name}``: the approver's public keys by fingerprint."""
+
+    name: str
+    keys: dict[str, ApproverKeyState]
+
+
+# -- plan: ----------------------------------------------------------------------------
+
+
+class StepState(_Doc, frozen=True, kw_only=True):
+    """The tool (and its version) a plan step's input gate passed."""
+
+    tool: str
+    tool_version: int | None
+
+
+class HaltState(_Doc, frozen=True, kw_only=True):
+    halt_type: str
+    raw_halt_type: str
+    reason: str
+    hint: str | None
+    terminal: bool
+
+
+class CompensationState(_Doc, frozen=True, kw_only=True):
+    status: Literal["requested", "completed", "failed"]
+    reason: str | None
+
+
+class PendingDecision(_Doc, frozen=True, kw_only=True):
+    decision_id: str
+    options: list[str]
+    reason: str
+
+
+class TokenState(_Doc, frozen=True, kw_only=True):
+    token_id: str
+    token_sha256: str
+    attempt: int
+    run_id: str
+    expires_at: str
+    status: Literal["minted", "consumed", "superseded"]
+
+
+class ChangedFile(_Doc, frozen=True, kw_only=True):
+    resource: str
+    path: str
+    sha256: str
+
+
+class ApplyingState(_Doc, frozen=True, kw_only=True):
+    """Apply's recorded change set (``applying`` until it completes, then ``applied``)."""
+
+    token_id: str
+    changes_sha256: str
+    files: list[ChangedFile]
+
+
+class PlanState(_Doc, frozen=True, kw_only=True):
+    """``plan:{plan_id}``: phase, strategy, binding set, counters, halt, decisions, token."""
+
+    plan_id: str
+    project: str
+    resources: list[str]
+    global_config: GlobalConfig
+    phase: Literal["strategize", "execute", "apply"] = "strategize"
+    revision: int = 0
+    attempt: int = 0
+    iteration: int = 0
+    retries_used: int = 0
+    strategy: str | None = None
+    guidance: str | None = None
+    binding: list[ResolvedAttachment] = []
+    steps: dict[str, StepState] = {}
+    gate_checks: int = 0
+    gate_failures: int = 0
+    halt: HaltState | None = None
+    compensation: CompensationState | None = None
+    terminal: Literal["failed", "applied"] | None = None
+    tool_calls: int = 0
+    current_run: str | None = None
+    last_run: str | None = None
+    last_outcome: str | None = None
+    outcome: str | None = None
+    unvalidated: bool = False
+    needs_fix: bool = False
+    informational_failures: list[str] = []
+    fixes: int = 0
+    revisions_used: int = 0
+    pending_decision: PendingDecision | None = None
+    decisions: dict[str, str] = {}
+    token: TokenState | None = None
+    applying: ApplyingState | None = None
+    applied: ApplyingState | None = None
+
+
+# -- review: --------------------------------------------------------------------------
+
+
+class CandidateState(_Doc, frozen=True, kw_only=True):
+    reviewer: str
+    valid: bool
+    findings: list[Finding]
+    verified: list[str]
+    limitations: list[str]
+    errors: list[str]
+
+
+class ReportState(_Doc, frozen=True, kw_only=True):
+    sha256: str
+    size: int
+    findings: int
+    exclusions: int
+
+
+class ReviewState(_Doc, frozen=True, kw_only=True):
+    """``review:{task_id}``: see ``projections.reviews``."""
+
+    task_id: str
+    plan_id: str | None
+    status: Literal["started", "repair", "accounted", "completed", "failed"]
+    request: dict[str, JSON]
+    request_sha256: str
+    candidates: dict[str, CandidateState] = {}
+    accounting_attempts: int = 0
+    rejections: list[list[str]] = []
+    accounting: dict[str, JSON] | None = None
+    report: ReportState | None = None
+    failure: str | None = None
+
+
+# -- the outcomes read model (a second view of plan: streams) -------------------------
+
+
+class OutcomeResult(_Doc, frozen=True, kw_only=True):
+    validation: str
+    mode: Literal["required", "informational"]
+    verdict: bool | None
+    cause: str | None
+
+
+class RecordedOutcome(_Doc, frozen=True, kw_only=True):
+    outcome: str
+    rules_version: int
+
+
+class OutcomeHalt(_Doc, frozen=True, kw_only=True):
+    halt_type: str
+    raw_halt_type: str
+    reclassified: str
+
+
+class OutcomeState(_Doc, frozen=True, kw_only=True):
+    """A plan's last run re-classified by the current rules (``outcomes.fold_outcome``).
+    Every field is absent until an event sets it."""
+
+    plan_id: str | UnsetType = UNSET
+    run_id: str | UnsetType = UNSET
+    attempt: int | UnsetType = UNSET
+    results: dict[str, OutcomeResult] | UnsetType = UNSET
+    recorded: RecordedOutcome | UnsetType | None = UNSET
+    halt: OutcomeHalt | UnsetType | None = UNSET
+    require_validation: bool | UnsetType = UNSET
+    outcome: str | UnsetType = UNSET
+    raw_halt_type: str | UnsetType = UNSET
+    rules_version: int | UnsetType = UNSET
+    drift: bool | UnsetType = UNSET
+
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+
+def given(value: T | UnsetType, default: D = None) -> T | D:  # type: ignore[assignment]
+    """A field's value, or ``default`` when it is absent (UNSET)."""
+    return default if isinstance(value, UnsetType) else value
+
+
+def to_json(state: Any) -> Any:
+    """A state's JSON form (the stream document): ``{}`` for no document yet. A plain
+    JSON value (an already converted document) is returned as it is."""
+    if state is None:
+        return {}
+    if isinstance(state, msgspec.Struct):
+        return msgspec.to_builtins(state)
+    return state
