@@ -324,7 +324,7 @@ def state_type(kind: str) -> type | None:
     return found.state if found is not None else None
 
 
-def fold(stream: str, doc: Any, payload: EventPayload) -> Any:
+def fold(stream: str, doc: Any, payload: EventPayload) -> State | None:
     """Advance ``stream``'s state by one event (``None``: no document yet; a stream kind
     without a fold keeps ``None``)."""
     if doc == {}:
@@ -333,8 +333,8 @@ def fold(stream: str, doc: Any, payload: EventPayload) -> Any:
     return step(doc, payload) if step is not None else doc
 
 
-def fold_all(stream: str, payloads: Iterable[EventPayload]) -> Any:
-    doc: Any = None
+def fold_all(stream: str, payloads: Iterable[EventPayload]) -> State | None:
+    doc: State | None = None
     for payload in payloads:
         doc = fold(stream, doc, payload)
     return doc

@@ -2,17 +2,17 @@
 
 A projection here is a name, a version, the stream kind it folds (its pure fold is the
 stream document fold of ``projections.documents``), and one read-model table holding
-each stream's folded document plus a few columns extracted for queries. Its checkpoint
-(the last position it has applied) lives in ``projection_checkpoints`` and is written in
+each stream's folded document plus a few columns extracted for queries. Its position
+(the last event it has applied) lives in ``projection_checkpoints`` and is written in
 the same transaction as its rows.
 
 Two ways of keeping up:
 
 - **inline**: a command handler appends through ``Store.write()`` and calls
   ``apply_inline`` in that same transaction, so a query right after the command sees
-  it. Only projections that were current (checkpoint == the position before the
+  it. Only projections that were current (position == the position before the
   append) are advanced; a lagging one is left to catch up, never skipped over.
-- **catch-up**: ``catch_up`` applies everything from a checkpoint to the head, under
+- **catch-up**: ``catch_up`` applies everything from a projection's position to the head, under
   the ledger lock, in bounded transactions.
 
 ``rebuild`` folds the log into a fresh table and swaps it in atomically; a projection
@@ -20,10 +20,10 @@ whose version changed is rebuilt automatically when the engine opens. ``fold_as_
 folds in memory up to any position: incremental == rebuilt == folded, always.
 
 A second shape, ``AggregateProjection``, is for cross-stream aggregates (analytics):
-its own tables ``rm_<name>_<part>`` and an ``apply(tx, tables, events)`` step that
+its own tables ``rm_<name>_<part>`` and a ``step(tx, tables, events)`` that
 writes rows with SQL. It is kept exactly like the document projections (inline in the
 append's transaction, catch-up, rebuild into fresh tables with an atomic swap, one
-checkpoint row, rebuilt when its version changes).
+position row, rebuilt when its version changes).
 
 Both shapes implement one protocol, ``ReadModel``: the engine never asks which shape
 it holds. A read model names its tables (``table_names``, part -> physical name; a
@@ -53,11 +53,11 @@ from .folding import StreamFold
 Progress = Callable[[int, int], None]  # (done, total)
 Query = Callable[[str], Sequence[Sequence[Any]]]
 
-CHECKPOINTS = "projection_checkpoints"
-_checkpoint_meta = sa.MetaData()
-checkpoints = sa.Table(
-    CHECKPOINTS,
-    _checkpoint_meta,
+POSITIONS = "projection_checkpoints"  # the table keeps its first name: old ledgers open
+_positions_meta = sa.MetaData()
+positions = sa.Table(
+    POSITIONS,
+    _positions_meta,
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("position", sa.BigInteger, nullable=False),
@@ -404,10 +404,10 @@ AnyProjection = ReadModel
 
 @dataclass(frozen=True)
 class ReadModelCheck:
-    """A read model compared with a fresh fold of the log up to its own checkpoint."""
+    """A read model compared with a fresh fold of the log up to its own position."""
 
     name: str
-    checkpoint: int
+    position: int  # the last event the read model has applied
     status: str  # "ok" | "differs" | "stale" (built by another version) | "absent"
     differences: tuple[str, ...] = ()  # "key: what differs", the first few
 
@@ -421,12 +421,12 @@ class ProjectionStatus:
     name: str
     version: int
     stored_version: int | None
-    checkpoint: int
+    position: int  # the last event the read model has applied
     head: int
 
     @property
     def lag(self) -> int:
-        return self.head - self.checkpoint
+        return self.head - self.position
 
 
 class ProjectionEngine:
@@ -442,7 +442,7 @@ class ProjectionEngine:
 
     def open(self, progress: Progress | None = None) -> ProjectionEngine:
         """Create missing read models, rebuild changed ones, catch up the rest."""
-        _checkpoint_meta.create_all(self.store.engine)
+        _positions_meta.create_all(self.store.engine)
         stored = self._stored_versions()
         for p in self.projections.values():
             tables = p.table_names().values()
@@ -453,7 +453,7 @@ class ProjectionEngine:
 
     def _stored_versions(self) -> dict[str, int]:
         with self.store.engine.connect() as conn:
-            return dict(conn.execute(sa.select(checkpoints.c.name, checkpoints.c.version)).all())
+            return dict(conn.execute(sa.select(positions.c.name, positions.c.version)).all())
 
     def _table_exists(self, name: str) -> bool:
         with self.store.engine.connect() as conn:
@@ -468,29 +468,30 @@ class ProjectionEngine:
         before, last = events[0].position - 1, events[-1].position
         ph = tx.ph
         current = {
-            name for name, position in tx.query(f"SELECT name, position FROM {CHECKPOINTS}")
+            name for name, position in tx.query(f"SELECT name, position FROM {POSITIONS}")
             if position == before and name in self.projections
         }
         for name in current:
             p = self.projections[name]
             p.apply(tx, p.table_names(), events)
-        # One statement advances all of them; a lagging projection keeps its checkpoint.
+        # One statement advances all of them; a lagging projection keeps its position.
         tx.execute(
-            f"UPDATE {CHECKPOINTS} SET position = {ph}, updated_at = {ph} WHERE position = {ph}",
+            f"UPDATE {POSITIONS} SET position = {ph}, updated_at = {ph} WHERE position = {ph}",
             (last, utc_now(), before),
         )
 
     # -- catch-up ---------------------------------------------------------------------
 
     def catch_up(self) -> int:
-        """Apply whatever the checkpoints are behind the head by; returns events applied."""
+        """Apply whatever the projections' positions are behind the head by; returns events
+        applied."""
         applied = 0
         while True:
             with self.store.write() as tx:
                 head = tx.head_size()
                 behind = {
                     name: position
-                    for name, position in tx.query(f"SELECT name, position FROM {CHECKPOINTS}")
+                    for name, position in tx.query(f"SELECT name, position FROM {POSITIONS}")
                     if name in self.projections and position < head
                 }
                 if not behind:
@@ -501,13 +502,13 @@ class ProjectionEngine:
                 for name, position in behind.items():
                     p = self.projections[name]
                     p.apply(tx, p.table_names(), [e for e in events if e.position > position])
-                    self._set_checkpoint(tx, name, p.version, end)
+                    self._set_position(tx, name, p.version, end)
                 applied += len(events)
 
-    def _set_checkpoint(self, tx: WriteTx, name: str, version: int, position: int) -> None:
+    def _set_position(self, tx: WriteTx, name: str, version: int, position: int) -> None:
         ph = tx.ph
         tx.execute(
-            f"UPDATE {CHECKPOINTS} SET version = {ph}, position = {ph}, updated_at = {ph} "
+            f"UPDATE {POSITIONS} SET version = {ph}, position = {ph}, updated_at = {ph} "
             f"WHERE name = {ph}", (version, position, utc_now(), name),
         )
 
@@ -562,28 +563,28 @@ class ProjectionEngine:
                     p.apply(tx, fresh, batch)
             for part, table in live.items():
                 _put_in_place(tx, fresh[part], table, p.indexes(part))
-            _reset_checkpoint(tx, p, head)
+            _reset_position(tx, p, head)
 
     # -- checking ---------------------------------------------------------------------
 
     def check(self, name: str, max_differences: int = 10) -> ReadModelCheck:
         """Compare the stored read model with a fresh fold of the log up to the position
-        it claims (its checkpoint): rows and checkpoint are read in one snapshot, so a
+        it claims (its position): rows and position are read in one snapshot, so a
         concurrent append cannot make a sound model look wrong. A model built by another
         version of its projection is ``stale`` (the next open rebuilds it), not compared."""
         p = self.projections[name]
-        if not self._table_exists(CHECKPOINTS):
+        if not self._table_exists(POSITIONS):
             return ReadModelCheck(name, 0, "absent")
         with self.store.snapshot() as snap:
             found = {n: (v, pos) for n, v, pos in snap.query(
-                f"SELECT name, version, position FROM {CHECKPOINTS}")}
+                f"SELECT name, version, position FROM {POSITIONS}")}
             if name not in found:
                 return ReadModelCheck(name, 0, "absent")
-            version, checkpoint = found[name]
+            version, position = found[name]
             if version != p.version:
-                return ReadModelCheck(name, checkpoint, "stale")
+                return ReadModelCheck(name, position, "stale")
             stored = p.rows(snap.query, p.table_names())
-        fresh = p.rows_as_of(self.store, checkpoint)
+        fresh = p.rows_as_of(self.store, position)
         differences = []
         for key in sorted(stored.keys() | fresh.keys()):
             if key not in fresh:
@@ -595,7 +596,7 @@ class ProjectionEngine:
                                    f"rebuilt {_short(fresh[key])}")
             if len(differences) == max_differences:
                 break
-        return ReadModelCheck(name, checkpoint, "differs" if differences else "ok",
+        return ReadModelCheck(name, position, "differs" if differences else "ok",
                               tuple(differences))
 
     # -- reading ----------------------------------------------------------------------
@@ -604,7 +605,7 @@ class ProjectionEngine:
         head = self.store.head().size
         with self.store.engine.connect() as conn:
             rows = {name: (version, position) for name, version, position in conn.execute(
-                sa.select(checkpoints.c.name, checkpoints.c.version, checkpoints.c.position))}
+                sa.select(positions.c.name, positions.c.version, positions.c.position))}
         return [
             ProjectionStatus(p.name, p.version, rows.get(p.name, (None, 0))[0],
                              rows.get(p.name, (None, 0))[1], head)
@@ -647,11 +648,11 @@ def _put_in_place(tx: WriteTx, fresh: str, live: str,
                    f"ON {live} ({', '.join(columns)})")
 
 
-def _reset_checkpoint(tx: WriteTx, p: ReadModel, position: int) -> None:
-    """The projection's checkpoint row, rewritten for a table just put in place."""
+def _reset_position(tx: WriteTx, p: ReadModel, position: int) -> None:
+    """The projection's position row, rewritten for a table just put in place."""
     ph = tx.ph
-    tx.execute(f"DELETE FROM {CHECKPOINTS} WHERE name = {ph}", (p.name,))
-    tx.execute(f"INSERT INTO {CHECKPOINTS} (name, version, position, updated_at) "
+    tx.execute(f"DELETE FROM {POSITIONS} WHERE name = {ph}", (p.name,))
+    tx.execute(f"INSERT INTO {POSITIONS} (name, version, position, updated_at) "
                f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, position, utc_now()))
 
 

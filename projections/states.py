@@ -48,26 +48,8 @@ JSON = Any
 
 
 class _Doc(msgspec.Struct, frozen=True, kw_only=True):
-    """Base of every state Struct (and of the Structs nested in one).
-
-    Transitional: ``doc["field"]`` / ``doc.get("field")`` / ``"field" in doc`` read a
-    field as the plain document's key would (an absent field is a missing key), for the
-    readers not yet converted to attribute access. New code reads attributes."""
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self, key, UNSET) if key in self.__struct_fields__ else UNSET
-        if value is UNSET:
-            raise KeyError(key)
-        return value
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key, UNSET) is not UNSET
+    """Base of every state Struct (and of the Structs nested in one). Read fields as
+    attributes; ``to_json`` gives the plain document."""
 
 
 # -- tool: (tools and validations: one namespace) ------------------------------------

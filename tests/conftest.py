@@ -86,12 +86,12 @@ def _pg_schemas() -> Iterator[dict[str, _Schemas]]:
         _SCHEMAS.clear()
 
 
-@pytest.fixture
-def pg_url(_pg_schemas: dict[str, _Schemas]) -> Iterator[str]:
-    """A URL whose search_path is a fresh, empty schema on the test server."""
+def _fresh_schema_url(pg_schemas: dict[str, _Schemas]) -> Iterator[str]:
+    """A URL whose search_path is a fresh, empty schema on the test server, dropped
+    afterwards (skipped without a server; failed under CI)."""
     base = _pg_base_url()
     try:
-        schemas = _pg_schemas.get(base) or _pg_schemas.setdefault(base, _Schemas(base))
+        schemas = pg_schemas.get(base) or pg_schemas.setdefault(base, _Schemas(base))
         name = schemas.create()
     except Exception as exc:  # the server is down or the URL is wrong
         if IN_CI:
@@ -103,6 +103,12 @@ def pg_url(_pg_schemas: dict[str, _Schemas]) -> Iterator[str]:
         yield url.render_as_string(hide_password=False)
     finally:
         schemas.drop(name)
+
+
+@pytest.fixture
+def pg_url(_pg_schemas: dict[str, _Schemas]) -> Iterator[str]:
+    """A URL whose search_path is a fresh, empty schema on the test server."""
+    yield from _fresh_schema_url(_pg_schemas)
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -113,20 +119,7 @@ def module_db_url(request, tmp_path_factory, _pg_schemas: dict[str, _Schemas]) -
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('shared') / 'evidence.db'}"
         return
-    base = _pg_base_url()
-    try:
-        schemas = _pg_schemas.get(base) or _pg_schemas.setdefault(base, _Schemas(base))
-        name = schemas.create()
-    except Exception as exc:  # the server is down or the URL is wrong
-        if IN_CI:
-            pytest.fail(f"cannot reach PostgreSQL at {base}: {exc}")
-        pytest.skip(f"cannot reach PostgreSQL at {base}: {exc}")
-    url = sa.engine.make_url(base).update_query_dict(
-        {"options": f"-csearch_path={name} -csynchronous_commit=off"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        schemas.drop(name)
+    yield from _fresh_schema_url(_pg_schemas)
 
 
 @pytest.fixture

@@ -169,4 +169,4 @@ def work(plane: Plane, plan_id: str = "P-1") -> Path:
     plan's sandbox copy of it."""
     doc = plane.state(f"plan:{plan_id}").doc
     copies = plane.sandbox(doc).ensure().copies
-    return next(copies[r] for r in doc["resources"] if r in copies)
+    return next(copies[r] for r in doc.resources if r in copies)

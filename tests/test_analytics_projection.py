@@ -240,7 +240,7 @@ def test_incremental_equals_rebuild_equals_fold(db_url: str) -> None:
         engine.rebuild(["analytics"])
         assert engine.keyed_documents("analytics") == incremental
         status = {s.name: s for s in engine.status()}
-        assert status["analytics"].checkpoint == store.head().size
+        assert status["analytics"].position == store.head().size
         assert engine.fold_as_of("analytics", store.head().size) == incremental
         for i, (position, rows) in enumerate(seen):
             if i % 3 != 2:  # current after each inline append (a lagging one is not)
@@ -284,11 +284,11 @@ def test_projections_status_and_rebuild_include_analytics(db_url: str) -> None:
     with ledger.open(db_url, create=False) as store:
         head = store.head().size
     assert rows["analytics"]["version"] == ANALYTICS.version
-    assert (rows["analytics"]["checkpoint"], rows["analytics"]["lag"]) == (head, 0)
+    assert (rows["analytics"]["position"], rows["analytics"]["lag"]) == (head, 0)
     rebuilt = run_cli("projections", "rebuild", "analytics", "--json", "--db", db_url)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout)["rebuilt"] == [
-        {"name": "analytics", "version": ANALYTICS.version, "checkpoint": head}]
+        {"name": "analytics", "version": ANALYTICS.version, "position": head}]
     stats = run_cli("stats", "--json", "--db", db_url)
     assert stats.returncode == 0, stats.stderr
     with ledger.open(db_url, create=False) as store:

@@ -51,7 +51,7 @@ def test_apply_writes_the_sandbox_and_records_what_it_wrote(db_url: str,
         assert (project / "status.txt").read_text() == "bad\n"  # nothing before Apply
         doc = apply_plan(plane, "P-1", token)
         assert _files(project) == _files(work(plane))
-        assert sorted(f["path"] for f in doc["applied"]["files"]) == [
+        assert sorted(f.path for f in doc.applied.files) == [
             "notes.md", "src/new.py", "status.txt"]
         assert audit(plane.store).ok
         shown = invoke("plan", "show", "P-1", "--db", plane.store.url)

@@ -95,19 +95,19 @@ def test_a_plan_brings_its_project(plane: Plane) -> None:
 def test_detach_and_as_of(plane: Plane) -> None:
     first = attach(plane, "tests", resource="repo:api")
     attached_at = plane.store.head().size
-    detach(plane, first["attachment_id"], reason="flaky")
+    detach(plane, first.attachment_id, reason="flaky")
     assert resolve_attachments(plane, resource="repo:api") == []
     back = resolve_attachments(plane, resource="repo:api", as_of=attached_at)
-    assert [r.attachment_id for r in back] == [first["attachment_id"]]
+    assert [r.attachment_id for r in back] == [first.attachment_id]
     assert resolve_attachments(plane, resource="repo:api", as_of=attached_at - 1) == []
     with pytest.raises(CommandRefused, match="already detached"):
-        detach(plane, first["attachment_id"])
+        detach(plane, first.attachment_id)
 
 
 def test_the_same_validation_attached_twice_gets_two_ulids(plane: Plane) -> None:
     a = attach(plane, "lint", resource="repo:api", args={"path": "src"})
     b = attach(plane, "lint", resource="repo:api", args={"path": "docs"})
-    assert a["attachment_id"] != b["attachment_id"] and len(a["attachment_id"]) == 26
+    assert a.attachment_id != b.attachment_id and len(a.attachment_id) == 26
 
 
 @pytest.mark.parametrize(("kwargs", "fragment"), [

@@ -223,8 +223,8 @@ def test_a_gate_verdict_that_does_not_follow_from_its_bytes(setup) -> None:
     def gate(raw: bytes, verdict: str, digest: str | None = None) -> GateChecked:
         return GateChecked(plan_id="P-1", gate="output", tool="t", tool_version=1, step="s",
                            schema_sha256=digest or hashlib.sha256(schema_bytes).hexdigest(),
-                           verdict=verdict, deviations=[], attempt=doc["attempt"],
-                           iteration=doc["iteration"], strict_mode=True,
+                           verdict=verdict, deviations=[], attempt=doc.attempt,
+                           iteration=doc.iteration, strict_mode=True,
                            checked_sha256=hashlib.sha256(raw).hexdigest())
 
     lied, honest, missing = _forge(plane, gate(checked, "pass"), gate(b'{"n": 7}', "pass"),
@@ -246,14 +246,14 @@ def test_gate_failures_routed_against_strict_mode(setup) -> None:
                          schema_sha256=None, verdict="fail", deviations=[Deviation(
                              pointer="", kind="no_output_declaration", expected="x",
                              actual_type="object")],
-                         attempt=doc["attempt"], iteration=1, strict_mode=strict,
+                         attempt=doc.attempt, iteration=1, strict_mode=strict,
                          checked_sha256=hashlib.sha256(raw).hexdigest())
     routed = (
         [CompensationRequested(plan_id="P-1", reason="r"),
          PlanHalted(plan_id="P-1", halt_type="blocker", final_decision="blocker",
                     raw_halt_type="structural_deviation", reason="r", phase="execute",
-                    attempt=doc["attempt"], terminal=True)] if strict
-        else [AttemptFailed(plan_id="P-1", attempt=doc["attempt"], iteration=1,
+                    attempt=doc.attempt, terminal=True)] if strict
+        else [AttemptFailed(plan_id="P-1", attempt=doc.attempt, iteration=1,
                             failure_class="model_behavior", reason="r")])
     _forge(plane, failed, *routed, blobs=[raw], caused_by_first=True)
     report = audit(plane.store)

@@ -80,7 +80,7 @@ def test_detaching_the_failing_attachment_does_not_unbind_it(plane: Plane,
                                                              tmp_path: Path) -> None:
     status_plan(plane, tmp_path, {})
     assert validate_plan(plane, "P-1").outcome == "blocker"
-    [attachment] = plane.state("plan:P-1").doc["binding"]
+    [attachment] = plane.state("plan:P-1").doc.binding
     detach(plane, attachment.attachment_id, reason="in the way")
     record_fix(plane, "P-1", "nothing really")
     report = validate_plan(plane, "P-1")
@@ -105,7 +105,7 @@ def test_reregistering_as_informational_binds_later_plans_only(plane: Plane,
     create_plan(plane, "P-2", project="api", resources=[str(tmp_path / "proj")])
     record_strategy(plane, "P-2", "later")
     doc = enter_execute(plane, "P-2")
-    assert [(b.validation_version, b.mode) for b in doc["binding"]] == [
+    assert [(b.validation_version, b.mode) for b in doc.binding] == [
         (2, "informational")]
     assert audit(plane.store).ok
 
@@ -113,7 +113,7 @@ def test_reregistering_as_informational_binds_later_plans_only(plane: Plane,
 def test_a_strategy_revision_keeps_every_member_and_adds_new_ones(plane: Plane,
                                                                   tmp_path: Path) -> None:
     project = status_plan(plane, tmp_path, {"retry_limit": 0, "max_strategy_revisions": 1})
-    [pinned] = plane.state("plan:P-1").doc["binding"]
+    [pinned] = plane.state("plan:P-1").doc.binding
     detach(plane, pinned.attachment_id)
     register_validation(plane, {"name": "other", "mode": "required",
                                 "command": [sys.executable, str(tmp_path / "check.py")]})
@@ -160,7 +160,7 @@ def test_only_an_explicit_opt_out_passes_an_empty_set_and_it_is_marked(plane: Pl
     report = validate_plan(plane, "P-1")
     assert report.outcome == "pass" and report.token
     doc = apply_plan(plane, "P-1", report.token)
-    assert doc["terminal"] == "applied" and doc["unvalidated"] is True
+    assert doc.terminal == "applied" and doc.unvalidated is True
     completed = next(e.payload for e in plane.store.read_stream("plan:P-1")
                      if isinstance(e.payload, ValidationRunCompleted))
     assert completed.vacuous is True
@@ -215,7 +215,7 @@ def test_an_escalate_halt_is_a_pending_decision(plane: Plane, tmp_path: Path) ->
     assert plane.store.head().size == before
     authorize(plane, pending.decision_id, tmp_path / "alice.key", choice="revise",
               guidance="go on")
-    assert plane.state("plan:P-1").doc["phase"] == "strategize"
+    assert plane.state("plan:P-1").doc.phase == "strategize"
     with pytest.raises(CommandRefused, match="cannot be terminal"):
         record_halt(plane, "P-1", "escalated", "x", terminal=True)
     assert audit(plane.store).ok
@@ -244,7 +244,7 @@ def _forged_decision(plane: Plane, decision_id: str, **changes: object) -> Decis
         plan_id="P-1", decision_id=decision_id, choice="revise", guidance="just go",
         escalation_hash=escalated.leaf_hash.hex(), signed_at="2026-11-30T00:00:00Z",
         approver="alice", key_fingerprint=next(iter(
-            plane.state("approver:alice").doc["keys"])),
+            plane.state("approver:alice").doc.keys)),
         signature=base64.b64encode(b"\1" * 64).decode())
     return msgspec.structs.replace(decision, **changes)
 
@@ -321,7 +321,7 @@ def test_a_properly_signed_decision_forged_in_is_accepted(plane: Plane,
     signed = _signed_by(tmp_path / "alice.key",
                         _forged_decision(plane, decision_id, reason="fine"))
     forge(plane.store, "plan:P-1", signed)
-    assert record_strategy(plane, "P-1", "as alice decided")["phase"] == "strategize"
+    assert record_strategy(plane, "P-1", "as alice decided").phase == "strategize"
     assert audit(plane.store).ok
 
 
@@ -477,7 +477,7 @@ def test_a_forged_apply_chain_without_the_plane_key_is_audited(plane: Plane,
     legal, but no plane key signed the token."""
     project = status_plan(plane, tmp_path, {})
     doc = plane.state("plan:P-1").doc
-    [member] = doc["binding"]
+    [member] = doc.binding
     run_id = "01J0000000000000000000000F"
     result = ValidationResultRecorded(
         plan_id="P-1", run_id=run_id, attachment_id=member.attachment_id,
@@ -573,7 +573,7 @@ def test_an_approver_key_registered_past_the_plane_is_nobodys(plane: Plane,
 def test_resolve_shows_the_pinned_set_next_to_todays_resolution(plane: Plane,
                                                                 tmp_path: Path) -> None:
     project = status_plan(plane, tmp_path, {})
-    [pinned] = plane.state("plan:P-1").doc["binding"]
+    [pinned] = plane.state("plan:P-1").doc.binding
     detach(plane, pinned.attachment_id)
     result = invoke("resolve", "--resource", str(project), "--plan", "P-1", "--json",
                     "--db", plane.store.url)

@@ -76,7 +76,7 @@ def test_input_gate_deviations(plane: Plane, params: dict, expected: list) -> No
     # The exact bytes checked are kept (nothing dropped or coerced) and named by digest.
     assert plane.store.get_blob(outcome.check.checked_sha256) == raw
     assert outcome.check.schema_sha256 == plane.projections.document(
-        "tools", "search")[0]["spec"]["input_schema_sha256"]
+        "tools", "search")[0].spec.input_schema_sha256
 
 
 def test_invented_tool_fails_at_the_input_gate(plane: Plane) -> None:
@@ -111,7 +111,7 @@ def test_without_strict_mode_a_deviation_retries_until_max_iterations(db_url: st
         assert first.routed == "retry"
         assert [e.type for e in first.events] == ["gate.checked", "plan.attempt_failed"]
         assert first.events[1].causation_id == first.events[0].event_id
-        assert get_plan(plane, "P-1")["iteration"] == 2
+        assert get_plan(plane, "P-1").iteration == 2
         second = gate_input(plane, "P-1", "search", b'{"q": 1}')
         assert second.routed == "halted"
         halt = second.events[-1].payload
@@ -130,8 +130,8 @@ def test_with_strict_mode_the_first_deviation_is_terminal(db_url: str) -> None:
             "gate.checked", "plan.compensation_requested", "plan.halted"]
         assert len({e.position for e in outcome.events}) == 3  # one append, one transaction
         doc = get_plan(plane, "P-1")
-        assert doc["terminal"] == "failed" and doc["compensation"]["status"] == "requested"
-        assert doc["halt"]["raw_halt_type"] == "structural_deviation"
+        assert doc.terminal == "failed" and doc.compensation.status == "requested"
+        assert doc.halt.raw_halt_type == "structural_deviation"
 
 
 def test_gates_only_in_execute(db_url: str) -> None:

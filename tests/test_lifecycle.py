@@ -44,12 +44,12 @@ def _escalate(plane: Plane) -> str:
     record_fix(plane, "P-1", "tried something")
     report = validate_plan(plane, "P-1")
     assert report.outcome == "blocker" and report.to_json()["strategy_revision"] == 1
-    assert get_plan(plane, "P-1")["phase"] == "strategize"
+    assert get_plan(plane, "P-1").phase == "strategize"
     with pytest.raises(CommandRefused, match="only in Execute"):
         validate_plan(plane, "P-1")  # past the retry limit: refused until a revision
     record_strategy(plane, "P-1", "a second strategy")
     enter_execute(plane, "P-1")
-    assert get_plan(plane, "P-1")["retries_used"] == 0  # a fresh budget
+    assert get_plan(plane, "P-1").retries_used == 0  # a fresh budget
     assert validate_plan(plane, "P-1").outcome == "blocker"
     with pytest.raises(CommandRefused, match="record the fix"):
         validate_plan(plane, "P-1")  # steps 2-3: a fix between two validations
@@ -75,7 +75,7 @@ def test_the_full_failure_sequence_ends_in_terminal_failure(setup) -> None:
     with pytest.raises(CommandRefused, match="awaits a human decision"):
         validate_plan(plane, "P-1")
     authorize(plane, decision_id, tmp / "alice.key", choice="abandon", reason="not worth it")
-    assert get_plan(plane, "P-1")["terminal"] == "failed"
+    assert get_plan(plane, "P-1").terminal == "failed"
     with pytest.raises(CommandRefused, match="has ended"):
         validate_plan(plane, "P-1")
 
@@ -87,7 +87,7 @@ def test_escalate_revise_pass_token_apply(setup) -> None:
                         guidance="check status.txt")
     assert decided.approver == "alice" and len(decided.signature) > 40
     doc = get_plan(plane, "P-1")
-    assert (doc["phase"], doc["guidance"], doc["retries_used"]) == (
+    assert (doc.phase, doc.guidance, doc.retries_used) == (
         "strategize", "check status.txt", 0)
     record_strategy(plane, "P-1", "write good")
     enter_execute(plane, "P-1")
@@ -100,7 +100,7 @@ def test_escalate_revise_pass_token_apply(setup) -> None:
     minted_at = [e.position for e in stream if e.type == "plan.token_minted"]
     assert minted_at and all(p > decision_at for p in minted_at)  # never with the escalation
     applied = apply_plan(plane, "P-1", report.token)
-    assert applied["terminal"] == "applied" and applied["token"]["status"] == "consumed"
+    assert applied.terminal == "applied" and applied.token.status == "consumed"
     with pytest.raises(CommandRefused, match="has ended"):
         apply_plan(plane, "P-1", report.token)
 

@@ -42,7 +42,7 @@ def plans(db_url: str, tmp_path: Path) -> dict[str, str]:
         create_plan(plane, "N-1", project="web", resources=["repo:web"])
         # An attachment made after Execute binds later plans only: P-1 keeps its one.
         attach(plane, "status", resource="repo:web")
-        [pinned] = plane.state("plan:P-1").doc["binding"]
+        [pinned] = plane.state("plan:P-1").doc.binding
         return {"db": db_url, "attachment_id": pinned.attachment_id,
                 "resource": str(project)}
 

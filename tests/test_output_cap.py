@@ -138,7 +138,7 @@ def test_a_forged_pass_on_truncated_bytes_is_caught_by_the_audit(
     (position,) = forge(plane.store, "plan:P-1", GateChecked(
         plan_id="P-1", gate="output", tool="padded", tool_version=1, step="s1",
         schema_sha256=check.schema_sha256, verdict="pass", deviations=[],
-        attempt=doc["attempt"], iteration=doc["iteration"], strict_mode=False,
+        attempt=doc.attempt, iteration=doc.iteration, strict_mode=False,
         checked_sha256=check.checked_sha256))
     found = audit(plane.store, read_models=False)
     assert [(v.position, v.invariant) for v in found.violations] == [
@@ -209,8 +209,8 @@ def test_a_command_validation_printing_50_mb_has_no_verdict(plane: Plane,
     assert result.stdout_truncated == Truncation(kept=CAP, size=BIG,
                                                  sha256=sha256(b"x" * BIG))
     assert plane.store.get_blob(result.raw_output_sha256) == b"x" * CAP
-    halt = plane.state("plan:P-1").doc["halt"]
-    assert (halt["halt_type"], halt["raw_halt_type"]) == ("validator_error", "malformed")
+    halt = plane.state("plan:P-1").doc.halt
+    assert (halt.halt_type, halt.raw_halt_type) == ("validator_error", "malformed")
     assert audit(plane.store).ok
 
 

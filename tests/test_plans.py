@@ -19,7 +19,7 @@ def test_create_list_show(db_url: str) -> None:
     with Plane.open(db_url) as plane:
         doc = create_plan(plane, "P-17", project="api", resources=["repo:api", "./src"],
                           config={"strict_mode": True, "retry_limit": 5})
-        assert doc["phase"] == "strategize" and doc["revision"] == 0
+        assert doc.phase == "strategize" and doc.revision == 0
         assert to_json(doc)["global_config"] == {"strict_mode": True, "retry_limit": 5,
                                         "max_strategy_revisions": 1, "max_iterations": 3,
                                         "require_validation": True}

@@ -26,7 +26,7 @@ def test_inline_updates_are_visible_at_once(db_url: str) -> None:
     with Plane.open(db_url) as plane:
         create_plan(plane, "P-1", project="api", resources=["repo:api"])
         status = {s.name: s for s in plane.projections.status()}
-        assert all(s.checkpoint == 1 and s.lag == 0 for s in status.values())
+        assert all(s.position == 1 and s.lag == 0 for s in status.values())
         assert plane.projections.document("plans", "P-1")[1] == 1
 
 
@@ -43,12 +43,12 @@ def test_catch_up_and_rebuild_equal_inline(db_url: str) -> None:
                            "outcomes": 1, "approvers": 1, "analytics": 1}
         create_plan(plane, "P-9", project="api", resources=["repo:9"])  # catches up first
         incremental = _snapshot(plane.projections)
-        assert incremental["plans"][0]["strategy"] == "first"
+        assert incremental["plans"][0].strategy == "first"
         plane.projections.rebuild()
         assert _snapshot(plane.projections) == incremental
         head = plane.store.head().size
         assert plane.projections.fold_as_of("plans", head) == {
-            d["plan_id"]: d for d in incremental["plans"]
+            d.plan_id: d for d in incremental["plans"]
         }
 
 
@@ -60,10 +60,10 @@ def test_a_lagging_projection_is_not_advanced_inline(db_url: str) -> None:
             events = tx.append_batch([ledger.StreamAppend("plan:P-2", [plan_created("P-2")])])
             plane.projections.apply_inline(tx, events)
         # Inline would have skipped P-1: so nothing moved, and catch-up does both.
-        assert {s.checkpoint for s in plane.projections.status()} == {0}
+        assert {s.position for s in plane.projections.status()} == {0}
         assert plane.projections.document("plans", "P-2") is None
         plane.projections.catch_up()
-        assert [d["plan_id"] for d in plane.projections.documents("plans")] == ["P-1", "P-2"]
+        assert [d.plan_id for d in plane.projections.documents("plans")] == ["P-1", "P-2"]
 
 
 def test_rows_and_checkpoint_roll_back_with_a_failed_append(db_url: str) -> None:
@@ -74,7 +74,7 @@ def test_rows_and_checkpoint_roll_back_with_a_failed_append(db_url: str) -> None
             plane.projections.apply_inline(tx, events)
             tx.append_batch([ledger.StreamAppend("plan:P-1", [plan_created("P-1")], 7)])
         assert plane.projections.document("plans", "P-2") is None
-        assert {s.checkpoint for s in plane.projections.status()} == {1}
+        assert {s.position for s in plane.projections.status()} == {1}
         assert plane.store.head().size == 1
 
 
@@ -94,7 +94,7 @@ def test_a_changed_version_is_rebuilt_on_open(db_url: str) -> None:
         assert versions["plans"] == PLANS.version + 1 and versions["tools"] == TOOLS.version
         (doc,) = engine.documents("plans")
         assert doc == fold_all("plan:P-1", [e.payload for e in store.read_stream("plan:P-1")])
-        assert doc["phase"] == "execute"
+        assert doc.phase == "execute"
     finally:
         store.close()
 

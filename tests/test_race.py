@@ -32,9 +32,9 @@ def test_plane_commands_racing_a_raw_writer_report_what_they_did(db_url: str) ->
                                  "repo:api", "--db", db_url)
                 assert created.exit_code == 0, created.output
                 doc = create_plan(plane, f"api-{n}", project="p", resources=["repo:api"])
-                assert doc["plan_id"] == f"api-{n}"
+                assert doc.plan_id == f"api-{n}"
                 record_strategy(plane, f"api-{n}", "go")
-                assert enter_execute(plane, f"api-{n}")["phase"] == "execute"
+                assert enter_execute(plane, f"api-{n}").phase == "execute"
                 strategized = invoke("plan", "strategize", plan_id, "--strategy", "go",
                                      "--db", db_url)
                 assert strategized.exit_code == 0, strategized.output

@@ -531,7 +531,7 @@ def test_skills_define_version_and_members(plane: Plane) -> None:
     assert "/description" in ops and any(p.startswith("/members") for p in ops)
     assert to_json(get_skill(plane, "qa")) == {"name": "qa", "version": 2, "description": "checks",
                                       "members": ["tests-pass"]}
-    assert [s["name"] for s in list_skills(plane)] == ["qa"]
+    assert [s.name for s in list_skills(plane)] == ["qa"]
 
 
 @pytest.mark.parametrize(

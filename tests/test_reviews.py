@@ -121,7 +121,7 @@ def test_valid_request_is_normalised_recorded_and_receipted(plane: Plane) -> Non
         "verification": {"status": "provided",
                          "evidence": [{"check": "pytest", "outcome": "12 passed"}]},
         "knownLimitations": [], "exclusions": []}
-    assert get_review(plane, task_id)["status"] == "started"
+    assert get_review(plane, task_id).status == "started"
 
 
 @pytest.mark.parametrize("field", ["knownLimitations", "exclusions"])
@@ -258,7 +258,7 @@ def test_start_prints_the_receipt_after_commit(db_url: str, tmp_path: Path) -> N
     receipt = json.loads(result.stdout)
     assert list(receipt) == ["task_id"]
     with Plane.open(db_url) as plane:
-        assert get_review(plane, receipt["task_id"])["status"] == "started"
+        assert get_review(plane, receipt["task_id"]).status == "started"
     plain = run_cli("review", "start", str(path), "--db", db_url)
     assert plain.returncode == 0 and len(plain.stdout.strip()) == 26
 
@@ -281,7 +281,7 @@ def test_labels_follow_submission_order_and_ids_are_host_assigned(plane: Plane) 
     assert (second.label, second.finding_ids) == ("B", ["B-F001"])
     doc = get_review(plane, task)
     assert [s["id"] for s in source_findings(doc)] == ["A-F001", "A-F002", "B-F001"]
-    assert doc["candidates"]["A"]["reviewer"] == "zed"
+    assert doc.candidates["A"].reviewer == "zed"
     assert [label_for(i) for i in (0, 2, 25, 26, 27)] == ["A", "C", "Z", "AA", "AB"]
 
 
@@ -296,10 +296,9 @@ def test_invalid_candidate_is_recorded_as_that_reviewers_limitation(plane: Plane
         '/findings/0/severity: enum_mismatch: expected one of ["critical","high","minor"], '
         "got string",
         "/limitations: missing (required array)"]
-    recorded = get_review(plane, task)["candidates"]["A"]
-    assert recorded["valid"] is False and recorded["findings"] == []
-    assert len(recorded["limitations"]) == 1 and "/findings/0/extra" in recorded[
-        "limitations"][0]
+    recorded = get_review(plane, task).candidates["A"]
+    assert recorded.valid is False and recorded.findings == []
+    assert len(recorded.limitations) == 1 and "/findings/0/extra" in recorded.limitations[0]
     # Not JSON at all is recorded too.
     assert not submit_candidate(plane, task, b"{not json", reviewer="other").valid
 
@@ -314,7 +313,7 @@ def test_invalid_candidate_via_cli_exits_1_and_is_recorded(db_url: str, tmp_path
     assert result.returncode == 1, result.stderr
     assert json.loads(result.stdout)["submission"]["valid"] is False
     with Plane.open(db_url) as plane:
-        assert get_review(plane, task)["candidates"]["A"]["valid"] is False
+        assert get_review(plane, task).candidates["A"].valid is False
 
 
 def test_a_reviewer_submits_once(plane: Plane) -> None:
@@ -445,7 +444,7 @@ def test_a_rejected_accounting_is_recorded_and_one_repair_is_allowed(plane: Plan
     first = account_review(plane, task, bad)
     assert (first.accepted, first.attempt, first.status) == (False, 1, "repair")
     doc = get_review(plane, task)
-    assert doc["rejections"] == [["/validation_accounting/decisions: no decision for source "
+    assert doc.rejections == [["/validation_accounting/decisions: no decision for source "
                                   "finding A-F002"]]
     repaired = account_review(plane, task, good)
     assert (repaired.accepted, repaired.attempt, repaired.status) == (True, 2, "completed")
@@ -470,7 +469,7 @@ def test_a_second_failure_fails_the_review(db_url: str, tmp_path: Path) -> None:
     assert "exclude of A-F002 forbids a group" in second.stdout
     with Plane.open(db_url) as plane:
         doc = get_review(plane, task)
-        assert doc["status"] == "failed" and doc["accounting_attempts"] == 2
+        assert doc.status == "failed" and doc.accounting_attempts == 2
         assert review_events(plane)[-2:] == ["review.accounting_rejected", "review.failed"]
         size = plane.store.head().size
     assert_refused(run_cli("review", "account", task, str(good_path), "--db", db_url),
@@ -652,7 +651,7 @@ def test_linked_plan_gets_an_informational_result_that_never_gates(plane: Plane)
     assert classify([payload, required]) == classify([required])
     assert audit(plane.store).ok
     outcomes = plane.projections.document("outcomes", "P-1")
-    assert outcomes is None or not outcomes[0].get("results")
+    assert outcomes is None or not outcomes[0].results
 
 
 def test_a_failed_linked_review_is_recorded_on_the_plan(plane: Plane) -> None:
@@ -674,7 +673,7 @@ def test_list_and_show(db_url: str) -> None:
         create_plan(plane, "P-1", project="proj", resources=["repo:api"])
         linked = _review_with_findings(plane, plan_id="P-1")
         other = start_review(plane, request())
-        assert [d["task_id"] for d in list_reviews(plane)] == [linked, other]
+        assert [d.task_id for d in list_reviews(plane)] == [linked, other]
     listed = run_cli("review", "list", "--plan", "P-1", "--db", db_url, "--json")
     assert listed.returncode == 0, listed.stderr
     [row] = json.loads(listed.stdout)["reviews"]

@@ -99,8 +99,8 @@ def test_all_required_pass_informational_failures_are_surfaced(plane: Plane,
         "validation.run_completed", "plan.token_minted"]
     assert report.token is not None
     doc = get_plan(plane, "P-1")
-    assert doc["last_outcome"] == "pass" and doc["halt"] is None
-    assert doc["informational_failures"] == ["advice"]
+    assert doc.last_outcome == "pass" and doc.halt is None
+    assert doc.informational_failures == ["advice"]
 
 
 def test_a_failing_required_validation_is_a_blocker(plane: Plane, project: Path) -> None:
@@ -116,7 +116,7 @@ def test_a_failing_required_validation_is_a_blocker(plane: Plane, project: Path)
     assert failed.message == "2 tests failed" and failed.data == {"failed": 2}
     assert plane.store.get_blob(failed.raw_output_sha256) is not None  # what it printed
     doc = get_plan(plane, "P-1")
-    assert (doc["attempt"], doc["retries_used"], doc["terminal"]) == (2, 1, None)
+    assert (doc.attempt, doc.retries_used, doc.terminal) == (2, 1, None)
 
 
 @pytest.mark.parametrize(("validation", "mode", "cause"), [
@@ -191,15 +191,15 @@ def test_outcome_classification_is_a_projection(plane: Plane, project: Path) -> 
     _attach(plane, project, ("check", "fail"))
     validate_plan(plane, "P-1")
     (doc,) = [d for d in plane.projections.documents("outcomes") if d]
-    assert (doc["outcome"], doc["recorded"]["outcome"], doc["drift"]) == (
+    assert (doc.outcome, doc.recorded.outcome, doc.drift) == (
         "blocker", "blocker", False)
     plane.projections.rebuild(["outcomes"])
     assert plane.projections.documents("outcomes") == [doc]
     # A run recorded under other rules (simulated: its recorded outcome differs from what
     # the current rules derive) shows as drift, with both values.
     state = plane.state("plan:P-1")
-    run_id = doc["run_id"]
-    assert state.doc["current_run"] is None  # the plane itself refuses such an event:
+    run_id = doc.run_id
+    assert state.doc.current_run is None  # the plane itself refuses such an event:
     with pytest.raises(CommandRefused, match="open run"):
         plane.append(state, [ValidationRunCompleted(
             plan_id="P-1", run_id=run_id, attempt=1, outcome="pass", rules_version=0,
@@ -209,8 +209,8 @@ def test_outcome_classification_is_a_projection(plane: Plane, project: Path) -> 
         results_digest="0" * 64))])
     plane.projections.catch_up()
     (drifted,) = [d for d in plane.projections.documents("outcomes") if d]
-    assert drifted["drift"] is True and drifted["recorded"]["outcome"] == "pass"
-    assert drifted["outcome"] == "blocker"
+    assert drifted.drift is True and drifted.recorded.outcome == "pass"
+    assert drifted.outcome == "blocker"
 
 
 def test_tool_calls(plane: Plane, project: Path, tmp_path: Path) -> None:

@@ -311,7 +311,7 @@ class NoBypass(RuleBasedStateMachine):
         done = self.call(lambda: attach(self.plane, validation, resource=resource,
                                         plan=plan_id))
         if done is not None:
-            self.attachments.append(done["attachment_id"])
+            self.attachments.append(done.attachment_id)
 
     @precondition(lambda self: self.attachments)
     @rule(which=indices)
@@ -365,18 +365,18 @@ class NoBypass(RuleBasedStateMachine):
         project (``good`` or not), records a fix when one is due, validates and applies
         (each step one plane call, refused or not)."""
         plan_id = self.plan(plan)
-        pending = self.doc(plan_id).get("pending_decision")
+        pending = self.doc(plan_id).pending_decision
         if human and pending:
-            self.call(lambda: authorize(self.plane, pending["decision_id"], self.keys["alice"],
+            self.call(lambda: authorize(self.plane, pending.decision_id, self.keys["alice"],
                                         choice="revise", guidance="try another way"),
                       what="authorize (alice, driving)")
-        if self.doc(plan_id).get("phase") == "strategize":
+        if self.doc(plan_id).phase == "strategize":
             self._strategy(plan_id)
             self._execute(plan_id)
         if upto == "execute":
             return
         self.work_on_the_project(good)
-        if self.doc(plan_id).get("needs_fix"):
+        if self.doc(plan_id).needs_fix:
             self._fix(plan_id)
         self._validate(plan_id)
         if upto == "apply":
@@ -468,7 +468,7 @@ class NoBypass(RuleBasedStateMachine):
             claims = {"token_id": m.token_id, "attempt": m.attempt,
                       "results_digest": m.results_digest}
         else:
-            claims = {"token_id": str(ULID()), "attempt": max(self.doc(plan_id)["attempt"], 1),
+            claims = {"token_id": str(ULID()), "attempt": max(self.doc(plan_id).attempt, 1),
                       "results_digest": "0" * 64}
         return mint_token(self.other_key, plan_id=plan_id, issued_at=rfc3339(now),
                           expires_at=rfc3339(now + timedelta(minutes=30)), **claims)
@@ -482,19 +482,19 @@ class NoBypass(RuleBasedStateMachine):
         """A decision on the plan's pending escalation (mostly), on an escalation already
         decided, or on one that never was; by alice, bob (maybe revoked) or mallory."""
         docs = {p: self.doc(p) for p in self.plans}
-        waiting = [p for p in self.plans if docs[p].get("pending_decision")]
+        waiting = [p for p in self.plans if docs[p].pending_decision]
         plan_id = waiting[plan % len(waiting)] if waiting and aim else self.plan(plan)
-        pending = docs[plan_id].get("pending_decision")
+        pending = docs[plan_id].pending_decision
         decided = [e.payload.decision_id for e in self.events(plan_id)
                    if isinstance(e.payload, DecisionRecorded)]
         if pending is not None and aim > 1:
-            decision_id = pending["decision_id"]
+            decision_id = pending.decision_id
         elif decided and aim % 2:
             decision_id = decided[-1]  # a decided escalation stays decided
         else:
             decision_id = str(ULID())  # never escalated
         refuse = (who == "mallory" or who in self.revoked_at or pending is None
-                  or decision_id != pending["decision_id"])
+                  or decision_id != pending.decision_id)
         self.call(lambda: authorize(self.plane, decision_id, self.keys[who], choice=choice,
                                     guidance="try another way"), must_refuse=refuse,
                   what=f"authorize ({'must refuse' if refuse else 'may pass'})")
@@ -528,8 +528,8 @@ class NoBypass(RuleBasedStateMachine):
     def _forge_a_decision(self, plan_id: str, who: str, choice: str,
                           signature: str) -> None:
         events = self.events(plan_id)
-        pending = self.doc(plan_id).get("pending_decision")
-        decision_id = pending["decision_id"] if pending else str(ULID())
+        pending = self.doc(plan_id).pending_decision
+        decision_id = pending.decision_id if pending else str(ULID())
         leaf = next((e.leaf_hash.hex() for e in events if isinstance(e.payload, Escalated)
                      and e.payload.decision_id == decision_id), "0" * 64)
         [at] = self.past_the_plane(plan_id, DecisionRecorded(
@@ -545,11 +545,11 @@ class NoBypass(RuleBasedStateMachine):
         """A token minted, consumed and applied past the plane (after a forged passing
         run over the plan's binding set, or naming its last run)."""
         doc = self.doc(plan_id)
-        attempt = max(doc.get("attempt", 0), 1)
+        attempt = max(doc.attempt, 1)
         chain: list[EventPayload] = []
         if with_run:
             run_id = str(ULID())
-            binding = [msgspec.convert(b, ResolvedAttachment) for b in doc.get("binding", [])]
+            binding = [msgspec.convert(b, ResolvedAttachment) for b in doc.binding]
             now = rfc3339(datetime.now(UTC))
             results = [ValidationResultRecorded(
                 plan_id=plan_id, run_id=run_id, attachment_id=b.attachment_id,
@@ -557,7 +557,7 @@ class NoBypass(RuleBasedStateMachine):
                 ended_at=now, duration_ms=0) for b in binding]
             digest = results_digest(results)
             chain += [ValidationRunStarted(plan_id=plan_id, run_id=run_id, attempt=attempt,
-                                           revision=doc.get("revision", 0), resolved=binding),
+                                           revision=doc.revision, resolved=binding),
                       *results,
                       ValidationRunCompleted(plan_id=plan_id, run_id=run_id, attempt=attempt,
                                              outcome="pass", rules_version=2,
@@ -565,7 +565,7 @@ class NoBypass(RuleBasedStateMachine):
                                              vacuous=not any(b.mode == "required"
                                                              for b in binding))]
         else:
-            run_id = doc.get("last_run") or str(ULID())
+            run_id = doc.last_run or str(ULID())
             digest = next((e.payload.results_digest for e in self.events(plan_id)
                            if isinstance(e.payload, ValidationRunCompleted)
                            and e.payload.run_id == run_id), "0" * 64)

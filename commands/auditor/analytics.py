@@ -31,7 +31,7 @@ from commands.plane.plans import OUTCOMES
 from ledger.events import PlanCreated, PlanHalted, ToolRegistered, ValidationRegistered
 from ledger.merkle import Frontier
 from projections.analytics import ANALYTICS
-from projections.engine import CHECKPOINTS, ProjectionEngine
+from projections.engine import POSITIONS, ProjectionEngine
 
 FORMATS = ("jsonl", "csv", "parquet")
 COLUMNS_VERSION = 1
@@ -349,10 +349,10 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
     params: dict[str, Any] = {"since": since, "project": project}
     only = " AND project = :project" if project is not None else ""
     window = f"position >= :since{only}"
-    # One snapshot: the checkpoint and every table as of the same moment.
+    # One snapshot: the projection's position and every table as of the same moment.
     with store.read_transaction(snapshot=True) as conn:
         tree_size = conn.execute(
-            sa.text(f"SELECT position FROM {CHECKPOINTS} WHERE name = :name"),
+            sa.text(f"SELECT position FROM {POSITIONS} WHERE name = :name"),
             {"name": ANALYTICS.name}).scalar_one()
         counts: dict[str, dict[str, int]] = {}
         for name, verdict, n in conn.execute(sa.text(

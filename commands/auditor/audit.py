@@ -46,12 +46,12 @@ from ledger.events import (
 )
 from ledger.events.validation import ResolvedAttachment
 from projections import ALL_PROJECTIONS, ProjectionEngine
-from projections.documents import Document, fold, fold_all, stream_kind, to_json
+from projections.documents import Document, State, fold, fold_plan, to_json
 from projections.engine import ReadModelCheck
 from projections.outcomes import RULES_VERSION, canonical_halt, classify
 from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
-from projections.states import PlanState
+from projections.states import ApproverState, AttachmentState, PlanState, ToolState
 
 from .history import summarize
 
@@ -76,7 +76,7 @@ INVARIANTS = (
     "delta_fold",  # a stream rebuilt from its deltas differs from its fold
     "read_only",  # a registered validation that is not read-only
     "gate_routing",  # a failed gate check not routed as the plan's strict_mode says
-    "read_model",  # a stored read model differs from a fresh fold up to its checkpoint
+    "read_model",  # a stored read model differs from a fresh fold up to its position
     "illegal_transition",  # an event its stream's state could not take (plan_rules)
     "binding",  # a binding set is not what applied when it was pinned, or a run's set
     "no_vacuous_pass",  # a pass / token with no required validation run, not opted out
@@ -111,21 +111,23 @@ class ReplayStep(msgspec.Struct, kw_only=True):
     document: Document  # the whole folded plan document
 
 
-def plan_state(doc: Document) -> dict[str, Any]:
-    """The replay columns of a folded plan document (None where a forged stream, with no
-    ``plan.created`` first, left a member out: replay shows it, the audit reports it)."""
-    doc = to_json(doc)  # the replay columns are read from the plain document
-    limit = (doc.get("global_config") or {}).get("retry_limit", 0)
-    used = doc.get("retries_used")
-    token = doc.get("token")
+_COLUMNS = ("phase", "revision", "attempt", "retries_left", "outcome", "token", "terminal")
+
+
+def plan_state(doc: PlanState | None) -> dict[str, Any]:
+    """The replay columns of a folded plan state (all None for a forged stream with no
+    ``plan.created`` first: replay shows it, the audit reports it)."""
+    if doc is None:
+        return dict.fromkeys(_COLUMNS)
+    token = doc.token
     return {
-        "phase": doc.get("phase"),
-        "revision": doc.get("revision"),
-        "attempt": doc.get("attempt"),
-        "retries_left": None if used is None else retries_left(limit, used),
-        "outcome": doc.get("last_outcome"),
-        "token": {"token_id": token["token_id"], "status": token["status"]} if token else None,
-        "terminal": doc.get("terminal"),
+        "phase": doc.phase,
+        "revision": doc.revision,
+        "attempt": doc.attempt,
+        "retries_left": retries_left(doc.global_config.retry_limit, doc.retries_used),
+        "outcome": doc.last_outcome,
+        "token": {"token_id": token.token_id, "status": token.status} if token else None,
+        "terminal": doc.terminal,
     }
 
 
@@ -144,10 +146,10 @@ def replay_plan(store: LogReader, plan_id: str, as_of: int | None = None) -> lis
     if not events:
         where = f" as of position {as_of}" if as_of is not None else ""
         raise CommandRefused(f"unknown plan {plan_id!r}{where}")
-    doc: Document = {}
+    doc: PlanState | None = None
     steps = []
     for event in events:
-        doc = fold(stream, doc, event.payload)
+        doc = fold_plan(doc, event.payload)
         steps.append(ReplayStep(
             position=event.position, stream_version=event.stream_version,
             recorded_at=event.recorded_at, actor=event.actor, type=event.type,
@@ -199,7 +201,7 @@ class _PlanWalk:
     """What the audit remembers about one plan while walking its events."""
 
     def __init__(self) -> None:
-        self.doc: Document = {}
+        self.doc: PlanState | None = None  # None: no document yet
         self.runs: dict[str, _Run] = {}
         self.last_run: _Run | None = None
         self.last_completed: _Run | None = None
@@ -229,7 +231,7 @@ def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 10
     resolution and signatures need them). With ``plane_public_key``, every token's
     signature is checked too. On a database, for the whole log (no ``plan``) and with
     ``read_models``, also compare every read model with a fresh fold of the log up to
-    its checkpoint."""
+    its position."""
     size = store.head().size
     if plan is not None and not store.read_stream(f"plan:{plan}", as_of=size):
         raise CommandRefused(f"unknown plan {plan!r}")
@@ -245,9 +247,9 @@ def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 10
                 auditor.count("read_model")
             if not check.ok:
                 auditor.violation(
-                    check.checkpoint, None, "read_model",
+                    check.position, None, "read_model",
                     f"read model {check.name!r} equal to a fresh fold of the log up to its "
-                    f"checkpoint {check.checkpoint}", "; ".join(check.differences))
+                    f"position {check.position}", "; ".join(check.differences))
     return AuditReport(ok=not auditor.violations, size=size, plans=sorted(auditor.plans),
                        checked=dict(sorted(auditor.checked.items())),
                        violations=auditor.violations, read_models=statuses,
@@ -270,7 +272,7 @@ class _Auditor:
         self.max = max_violations
         self.violations: list[Violation] = []
         self.checked: dict[str, int] = {}
-        self.docs: dict[str, Any] = {}  # stream -> folded state (None: no document yet)
+        self.docs: dict[str, State | None] = {}  # stream -> folded state (None: none yet)
         self.rebuilt: dict[str, Any] = {}  # stream -> document rebuilt from deltas
         self.broken: set[str] = set()  # streams whose deltas already diverged
         self.plans: dict[str, _PlanWalk] = {}
@@ -318,20 +320,18 @@ class _Auditor:
         if in_scope:
             self.check_delta(event, after)
         if kind == "plan" and in_scope:
-            # (transitional: the walk's checks still read the plan like a plain document,
-            # so "no document yet" stays {} here)
-            self.plans[key].doc = after if after is not None else {}
+            self.plans[key].doc = after if isinstance(after, PlanState) else None
 
     def finish(self) -> None:
         for plan_id, walk in self.plans.items():
             self.close_routing(plan_id, walk)
-            applying = to_json(walk.doc).get("applying")
+            applying = walk.doc.applying if walk.doc is not None else None
             if applying is not None:
                 self.count("apply_incomplete")
                 self.violation(walk.changes_at, plan_id, "apply_incomplete",
                                "an Apply whose change set is recorded completes "
                                f"(evidence apply {plan_id} --resume)",
-                               f"{len(applying['files'])} file(s) recorded, no plan.applied")
+                               f"{len(applying.files)} file(s) recorded, no plan.applied")
 
     def check_read_only(self, event: RecordedEvent, p: ValidationRegistered) -> None:
         self.count("read_only")
@@ -342,7 +342,7 @@ class _Auditor:
                            f"writes {p.writes}, checkpointable {p.checkpointable}, "
                            f"read_only {p.read_only}")
 
-    def check_delta(self, event: RecordedEvent, after: Document) -> None:
+    def check_delta(self, event: RecordedEvent, after: State | None) -> None:
         stream = event.stream
         if stream in self.broken:
             return
@@ -437,17 +437,18 @@ class _Auditor:
                                f"token {p.token_id} was already consumed at position "
                                f"{walk.consumed[p.token_id]}")
             else:
-                token = walk.doc.get("token") or {}
-                if token.get("token_id") != p.token_id or token.get("status") != "minted":
+                token = walk.doc.token if walk.doc is not None else None
+                if token is None or token.token_id != p.token_id or token.status != "minted":
                     self.violation(pos, plan_id, "INV1", "the consumed token is the plan's "
                                    "current, unsuperseded token",
-                                   f"token {p.token_id} is {token.get('status', 'not current')}")
+                                   f"token {p.token_id} is "
+                                   f"{token.status if token is not None else 'not current'}")
             walk.consumed.setdefault(p.token_id, pos)
             walk.apply_at = walk.apply_at or pos
         elif isinstance(p, ChangesRecorded):
             walk.changes_at = pos
         elif isinstance(p, PlanApplied):
-            if walk.doc.get("unvalidated"):
+            if walk.doc is not None and walk.doc.unvalidated:
                 self.unvalidated.add(plan_id)
             if p.token_id not in walk.consumed:
                 self.violation(pos, plan_id, "ordering", "Apply follows the consumption of "
@@ -485,10 +486,9 @@ class _Auditor:
         """The approver key as of the event being audited (the walk is in order)."""
         if fingerprint in self.unendorsed:
             return None
-        for stream, doc in self.docs.items():
-            key = doc.keys.get(fingerprint) \
-                if stream_kind(stream) == "approver" and doc is not None else None
-            if key is not None:
+        for doc in self.docs.values():
+            key = doc.keys.get(fingerprint) if isinstance(doc, ApproverState) else None
+            if isinstance(doc, ApproverState) and key is not None:
                 return ApproverKey(doc.name, key.public_key, key.status)
         return None
 
@@ -497,8 +497,7 @@ class _Auditor:
     def check_binding(self, plan_id: str, pos: int, walk: _PlanWalk,
                       p: ExecuteEntered) -> None:
         self.count("binding")
-        pinned = [msgspec.convert(b, ResolvedAttachment)
-                  for b in walk.doc.get("binding", [])]
+        pinned = list(walk.doc.binding) if walk.doc is not None else []
         expected = pin_binding(pinned, self.resolve_now(walk.doc))
         if list(p.binding) != expected:
             self.violation(pos, plan_id, "binding",
@@ -533,10 +532,11 @@ class _Auditor:
             self.violation(pos, plan_id, "INV1", "nothing invalidates the run before the "
                            "token", f"position {run.invalidated_at} superseded run {p.run_id}")
         doc = walk.doc
-        if p.attempt != run.attempt or p.attempt != doc.get("attempt"):
+        plan_attempt = doc.attempt if doc is not None else None
+        if p.attempt != run.attempt or p.attempt != plan_attempt:
             self.violation(pos, plan_id, "INV1", f"the token's attempt {p.attempt} is the "
                            "run's and the plan's", f"run attempt {run.attempt}, plan attempt "
-                           f"{doc.get('attempt')}")
+                           f"{plan_attempt}")
         if p.results_digest != run.completed.results_digest:
             self.violation(pos, plan_id, "INV1", "the token binds the run's results digest",
                            f"{p.results_digest} != {run.completed.results_digest}")
@@ -550,13 +550,12 @@ class _Auditor:
                 self.violation(pos, plan_id, "INV1", f"required attachment {r.attachment_id} "
                                f"({r.validation}) has a passing real result in run {p.run_id}",
                                "it has none")
-        binding = [msgspec.convert(b, ResolvedAttachment) for b in doc.get("binding", [])]
+        binding = list(doc.binding) if doc is not None else []
         if run.resolved != binding:
             self.violation(pos, plan_id, "binding", "the token's run ran the plan's whole "
                            f"binding set {_members(binding)}", _members(run.resolved))
         self.count("no_vacuous_pass")
-        opted_out = not (to_json(doc).get("global_config") or {}).get("require_validation",
-                                                                      True)
+        opted_out = doc is not None and not doc.global_config.require_validation
         if not any(r.mode == "required" for r in run.resolved) and not opted_out:
             self.violation(pos, plan_id, "no_vacuous_pass", "a token from a run in which a "
                            "required validation ran (the plan did not opt out)",
@@ -595,13 +594,12 @@ class _Auditor:
                                f"(run {run.run_id}) is in the blob store",
                                f"blob {r.raw_output_sha256} is missing")
 
-    def resolve_now(self, plan_doc: Any) -> list[ResolvedAttachment]:
-        if not isinstance(plan_doc, PlanState):
+    def resolve_now(self, plan_doc: PlanState | None) -> list[ResolvedAttachment]:
+        if plan_doc is None:
             return []  # a forged stream with no plan.created: nothing applies to it
-        attachments = [d for s, d in self.docs.items()
-                       if stream_kind(s) == "attachment" and d is not None]
-        tools = {d.name: d for s, d in self.docs.items()
-                 if stream_kind(s) == "tool" and d is not None and d.kind == "validation"}
+        attachments = [d for d in self.docs.values() if isinstance(d, AttachmentState)]
+        tools = {d.name: d for d in self.docs.values()
+                 if isinstance(d, ToolState) and d.kind == "validation"}
         return resolve_plan(attachments, tools, plan_doc)
 
     # -- re-derivation ----------------------------------------------------------------
@@ -609,10 +607,11 @@ class _Auditor:
     def check_outcome(self, plan_id: str, pos: int, run: _Run,
                       p: ValidationRunCompleted) -> None:
         self.count("outcome")
-        config = to_json(self.plans[plan_id].doc).get("global_config") or {}
+        doc = self.plans[plan_id].doc
         outcome, _raw, _reason = classify(
             (msgspec.to_builtins(r) for r in run.results),
-            require_validation=config.get("require_validation", True))
+            require_validation=doc.global_config.require_validation if doc is not None
+            else True)
         if outcome != p.outcome:
             self.violation(pos, plan_id, "outcome_drift",
                            f"outcome {outcome} (rules v{RULES_VERSION})",
@@ -625,8 +624,8 @@ class _Auditor:
 
     def open_routing(self, plan_id: str, walk: _PlanWalk, event: RecordedEvent,
                      p: GateChecked) -> None:
-        config = to_json(walk.doc).get("global_config", {})
-        strict = config.get("strict_mode")
+        config = walk.doc.global_config if walk.doc is not None else None
+        strict = config.strict_mode if config is not None else None
         if p.strict_mode != strict:
             self.violation(event.position, plan_id, "gate_routing",
                            f"the gate check records the plan's strict_mode {strict}",
@@ -635,7 +634,7 @@ class _Auditor:
             return
         if p.strict_mode:
             expected = ["plan.compensation_requested", "plan.halted"]
-        elif p.iteration < config.get("max_iterations", 0):
+        elif p.iteration < (config.max_iterations if config is not None else 0):
             expected = ["plan.attempt_failed"]
         else:
             expected = ["plan.attempt_failed", "plan.halted"]
@@ -692,9 +691,11 @@ class _Auditor:
         if run is None or p.raw_output_sha256 is None:
             return
         member = next((r for r in run.resolved if r.attachment_id == p.attachment_id), None)
-        tool = self.docs.get(f"tool:{p.validation}", {})
-        spec = tool.get("versions", {}).get(str(member.validation_version)) if member else None
-        if not spec or not spec.get("wraps") or not spec.get("transform"):
+        tool = self.docs.get(f"tool:{p.validation}")
+        spec = (tool.versions.get(str(member.validation_version))
+                if member is not None and isinstance(tool, ToolState) else None)
+        transform = spec.transform if spec is not None and spec.wraps else None
+        if not isinstance(transform, str) or not transform:
             return
         if p.verdict is None and p.cause != "malformed":
             return  # it never reached the transform (timeout, crash, missing program)
@@ -715,7 +716,7 @@ class _Auditor:
         recorded = (f"passed={p.verdict} message={p.message!r}" if p.verdict is not None
                     else f"no verdict ({p.cause})")
         try:
-            result = apply_transform(spec["transform"], msgspec.json.decode(bytes(raw)))
+            result = apply_transform(transform, msgspec.json.decode(bytes(raw)))
         except (TransformError, msgspec.DecodeError) as exc:
             if p.verdict is not None:
                 self.violation(event.position, plan_id, "transform_rederivation",
@@ -747,23 +748,23 @@ def check_files(store: LogReader, plan_id: str, directory: Path) -> list[Violati
     """``audit --plan P --files DIR``: DIR against the change set P's Apply wrote to the
     resource DIR names (or to its only directory resource): each recorded file must be
     there with the recorded content."""
-    doc = to_json(fold_all(f"plan:{plan_id}",
-                           [e.payload for e in store.read_stream(f"plan:{plan_id}")]))
-    written = (doc.get("applied") or doc.get("applying") or {}).get("files", [])
-    resources = sorted({f["resource"] for f in written})
+    doc = fold_plan.fold_all(e.payload for e in store.read_stream(f"plan:{plan_id}"))
+    changes = (doc.applied or doc.applying) if doc is not None else None
+    written = changes.files if changes is not None else []
+    resources = sorted({f.resource for f in written})
     chosen = next((r for r in resources if Path(r).resolve() == directory.resolve()),
                   resources[0] if len(resources) == 1 else None)
     found: list[Violation] = []
     for f in written:
-        if f["resource"] != chosen:
+        if f.resource != chosen:
             continue
-        target = directory / f["path"]
+        target = directory / f.path
         try:
             digest = hashlib.sha256(target.read_bytes()).hexdigest()
         except OSError:
             digest = "missing"
-        if digest != f["sha256"]:
+        if digest != f.sha256:
             found.append(Violation(position=None, plan_id=plan_id, invariant="files",
-                                   expected=f"{f['path']} with sha256 {f['sha256']}",
+                                   expected=f"{f.path} with sha256 {f.sha256}",
                                    found=digest if digest == "missing" else f"sha256 {digest}"))
     return found

@@ -40,9 +40,9 @@ from ledger.events import (
 )
 from ledger.timestamps import utc_now
 from ledger.verify import VerifyReport
-from projections.documents import Document, fold_approver, to_json
+from projections.documents import fold_approver, fold_plan
 from projections.outcomes import RULES_VERSION, classify
-from projections.states import ApproverState
+from projections.states import ApproverState, PlanState
 
 from .audit import AuditReport, replay_plan
 from .audit import audit as run_audit
@@ -246,7 +246,7 @@ def gather_report(
     # The plan fold is total: a forged stream (no plan.created first, say) folds to what
     # it can, the report shows it, and the audit below says what is wrong with it.
     steps = replay_plan(source, plan_id, as_of=size)
-    doc = steps[-1].document
+    doc = fold_plan.fold_all(e.payload for e in events)  # the state of steps[-1]
     timeline = [TimelineRow(position=s.position, recorded_at=s.recorded_at, actor=s.actor,
                             type=s.type, phase=s.phase, summary=line)
                 for s, line in zip(steps, summaries(events), strict=True)]
@@ -256,18 +256,17 @@ def gather_report(
         audit_report = run_audit(source, plan=plan_id)
     elif callable(audit_report):
         audit_report = audit_report()
-    doc = to_json(doc)  # the report reads the plain document
-    config = doc.get("global_config") or {}
+    changes = (doc.applied or doc.applying) if doc is not None else None
     return PlanReport(
-        plan_id=plan_id, project=doc.get("project"), resources=list(doc.get("resources") or ()),
-        phase=doc.get("phase"), revision=doc.get("revision"), attempt=doc.get("attempt"),
-        outcome=doc.get("outcome"), last_outcome=doc.get("last_outcome"),
-        terminal=terminal_state(doc), unvalidated=bool(doc.get("unvalidated")),
-        strict_mode=config.get("strict_mode"), binding=_binding(doc),
-        applied_files=[AppliedFile(resource=f.get("resource"), path=f.get("path"),
-                                   sha256=f.get("sha256"))
-                       for f in (doc.get("applied") or doc.get("applying") or {}).get(
-                           "files", [])],
+        plan_id=plan_id, project=doc.project if doc else None,
+        resources=list(doc.resources) if doc else [],
+        phase=doc.phase if doc else None, revision=doc.revision if doc else None,
+        attempt=doc.attempt if doc else None, outcome=doc.outcome if doc else None,
+        last_outcome=doc.last_outcome if doc else None,
+        terminal=terminal_state(doc), unvalidated=bool(doc and doc.unvalidated),
+        strict_mode=doc.global_config.strict_mode if doc else None, binding=_binding(doc),
+        applied_files=[AppliedFile(resource=f.resource, path=f.path, sha256=f.sha256)
+                       for f in (changes.files if changes is not None else [])],
         source=source_label, size=size,
         root=head.root.hex(), generated_at=generated_at or utc_now(),
         timeline=timeline,
@@ -282,11 +281,10 @@ def gather_report(
     )
 
 
-def _binding(doc: Document) -> list[BindingRow]:
-    return [BindingRow(validation=b.get("validation"), version=b.get("validation_version"),
-                       mode=b.get("mode"), scope=b.get("scope"), resource=b.get("resource"),
-                       attachment_id=b.get("attachment_id"))
-            for b in doc.get("binding") or ()]
+def _binding(doc: PlanState | None) -> list[BindingRow]:
+    return [BindingRow(validation=b.validation, version=b.validation_version, mode=b.mode,
+                       scope=b.scope, resource=b.resource, attachment_id=b.attachment_id)
+            for b in (doc.binding if doc is not None else ())]
 
 
 def _verification(v: Verification) -> VerificationSummary:

@@ -9,6 +9,7 @@ from commands.plane.attachments import attach as attach_validation
 from commands.plane.attachments import detach as detach_attachment
 from commands.plane.attachments import pinned_binding, resolve_attachments
 from ledger.events import ResolvedAttachment
+from projections.states import to_json
 
 from .common import db_option, emit_json, fail, json_option, open_plane, print_table
 from .inputs import json_or_file, whole
@@ -35,9 +36,9 @@ def attach(validation: str, resource: str, project: str | None, plan: str | None
     doc = attach_validation(open_plane(), validation, resource=resource, project=project,
                             plan=plan, args=raw)
     if as_json:
-        emit_json({"attachment": doc})
+        emit_json({"attachment": to_json(doc)})
     else:
-        click.echo(doc["attachment_id"])
+        click.echo(doc.attachment_id)
 
 
 @click.command()
@@ -49,7 +50,7 @@ def detach(attachment_id: str, reason: str, as_json: bool) -> None:
     """Detach an attachment. Resolution as of earlier positions still sees it."""
     doc = detach_attachment(open_plane(), attachment_id, reason=reason)
     if as_json:
-        emit_json({"attachment": doc})
+        emit_json({"attachment": to_json(doc)})
     else:
         click.echo(f"detached {inert(attachment_id)}")
 

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from commands.auditor.audit import audit as run_audit
 from commands.auditor.audit import check_files, replay_plan
-from commands.plane.plans import terminal_state
+from commands.plane.plans import terminal_label
 from commands.plane.signing import plane_key_path
 from ledger.bundle import Bundle
 from ledger.checkpoints import (
@@ -73,7 +73,8 @@ def replay(plan_id: str, as_of: int | None, bundle_file: Path | None,
         [[str(s.position), s.type, s.phase or "-", _str(s.revision), _str(s.attempt),
           _str(s.retries_left), s.outcome or "-",
           f"{s.token['token_id'][-6:]} {s.token['status']}" if s.token else "-",
-          terminal_state(s.document) or "-", s.summary] for s in steps],
+          terminal_label(s.terminal, bool(s.document.get("unvalidated"))) or "-", s.summary]
+         for s in steps],
     )
 
 

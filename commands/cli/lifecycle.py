@@ -18,6 +18,7 @@ from commands.plane.lifecycle import (
 )
 from commands.plane.signing import SigningError
 from ledger.keys import fingerprint, generate_key_pair
+from projections.states import ApproverState, to_json
 
 from .common import (
     db_option,
@@ -46,9 +47,9 @@ def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
     doc = record_fix(open_plane(), plan_id, text_or_file(note, "--note"),
                      diff=raw_bytes(diff, "--diff") if diff else None)
     if as_json:
-        emit_json({"plan": doc})
+        emit_json({"plan": to_json(doc)})
     else:
-        click.echo(f"fix recorded for plan {inert(plan_id)} (attempt {doc['attempt']})")
+        click.echo(f"fix recorded for plan {inert(plan_id)} (attempt {doc.attempt})")
 
 
 @click.group()
@@ -84,9 +85,9 @@ def add(name: str, pubkey_file: Path, as_json: bool) -> None:
     """Register NAME's public key as an approver key."""
     doc = add_approver_key(open_plane(), name, pubkey_file)
     if as_json:
-        emit_json({"approver": doc})
+        emit_json({"approver": to_json(doc)})
     else:
-        click.echo(f"approver {inert(name)}: {len(doc['keys'])} key(s)")
+        click.echo(f"approver {inert(name)}: {len(doc.keys)} key(s)")
 
 
 @keys.command("revoke")
@@ -98,7 +99,7 @@ def revoke(name: str, reason: str, as_json: bool) -> None:
     """Revoke NAME's active keys: their signatures are refused from now on."""
     doc = revoke_approver(open_plane(), name, reason=reason)
     if as_json:
-        emit_json({"approver": doc})
+        emit_json({"approver": to_json(doc)})
     else:
         click.echo(f"approver {inert(name)}: keys revoked")
 
@@ -108,13 +109,13 @@ def revoke(name: str, reason: str, as_json: bool) -> None:
 @json_option
 def list_keys(as_json: bool) -> None:
     """Registered approver keys."""
-    approvers = [d for d in open_plane().projections.documents("approvers") if d]
+    approvers: list[ApproverState] = [
+        d for d in open_plane().projections.documents("approvers") if d is not None]
     if as_json:
-        emit_json({"approvers": approvers})
+        emit_json({"approvers": [to_json(a) for a in approvers]})
         return
     print_table(["approver", "fingerprint", "status"],
-                [[a["name"], fp, key["status"]] for a in approvers
-                 for fp, key in a["keys"].items()])
+                [[a.name, fp, key.status] for a in approvers for fp, key in a.keys.items()])
 
 
 @click.command("authorize")
@@ -178,11 +179,12 @@ def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None
         doc = complete_apply(plane, plan_id)
     else:
         doc = apply_plan(plane, plan_id, text_or_file(token or "", "--token", "token").strip())
-    files = (doc.get("applied") or {}).get("files", [])
+    files = doc.applied.files if doc.applied is not None else []
     if as_json:
-        emit_json({"plan": doc, "files": files})
+        emit_json({"plan": to_json(doc), "files": [to_json(f) for f in files]})
     else:
-        click.echo(f"plan {inert(plan_id)} applied (token {doc['token']['token_id']} consumed), "
+        token = doc.token.token_id if doc.token is not None else None
+        click.echo(f"plan {inert(plan_id)} applied (token {token} consumed), "
                    f"{len(files)} file(s) written")
         for f in files:
-            click.echo(f"  {f['sha256'][:16]}  {inert(f['resource'])}/{inert(f['path'])}")
+            click.echo(f"  {f.sha256[:16]}  {inert(f.resource)}/{inert(f.path)}")

@@ -9,7 +9,7 @@ from commands.auditor.history import plan_history, summaries
 from commands.plane.core import Plane
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import OUTCOMES, create_plan, get_plan, list_plans, terminal_state
-from projections.documents import Document, to_json
+from projections.documents import to_json
 from projections.states import PlanState
 
 from .common import db_option, emit_json, json_option, open_plane, print_table, workdir_option
@@ -41,9 +41,9 @@ def create(plan_id: str, project: str, resources: tuple[str, ...], config: str |
     doc = create_plan(open_plane(), plan_id, project=project, resources=list(resources),
                       config=raw)
     if as_json:
-        emit_json({"plan": doc})
+        emit_json({"plan": to_json(doc)})
     else:
-        click.echo(f"plan {inert(doc['plan_id'])} created in phase {doc['phase']}")
+        click.echo(f"plan {inert(doc.plan_id)} created in phase {doc.phase}")
 
 
 @plan.command("list")
@@ -58,18 +58,22 @@ def create(plan_id: str, project: str, resources: tuple[str, ...], config: str |
 def list_(project: str | None, phase: str | None, outcome: str | None, as_json: bool) -> None:
     """List plans."""
     found = list_plans(open_plane(), project=project)
-    # A stream with no plan.created is listed as {"plan_id": ID}.
-    plans = [p for p in (to_json(doc) or {"plan_id": key} for key, doc in found.items())
-             if (phase is None or p.get("phase") == phase)
-             and (outcome is None or p.get("outcome") == outcome)]
+    plans = [(key, doc) for key, doc in found.items()
+             if (phase is None or (doc is not None and doc.phase == phase))
+             and (outcome is None or (doc is not None and doc.outcome == outcome))]
     if as_json:
-        emit_json({"plans": plans})
+        # A stream with no plan.created is listed as {"plan_id": ID}.
+        emit_json({"plans": [to_json(doc) or {"plan_id": key} for key, doc in plans]})
         return
     print_table(["plan", "project", "phase", "revision", "outcome", "terminal", "resources"],
-                [[_text(p.get("plan_id")), _text(p.get("project")), _text(p.get("phase")),
-                  _text(p.get("revision")), _text(p.get("outcome")),
-                  _text(terminal_state(p)), " ".join(p.get("resources") or ()) or "-"]
-                 for p in plans])
+                [_list_row(key, doc) for key, doc in plans])
+
+
+def _list_row(plan_id: str, doc: PlanState | None) -> list[str]:
+    if doc is None:  # a stream with no plan.created
+        return [_text(plan_id), "-", "-", "-", "-", "-", "-"]
+    return [_text(doc.plan_id), _text(doc.project), _text(doc.phase), _text(doc.revision),
+            _text(doc.outcome), _text(terminal_state(doc)), " ".join(doc.resources) or "-"]
 
 
 @plan.command("show")
@@ -82,16 +86,16 @@ def show(plan_id: str, as_json: bool) -> None:
     plane = open_plane()
     state = get_plan(plane, plan_id)
     sandbox = _sandbox(plane, state)
-    doc = to_json(state)  # shown as its plain document (None: {})
     if as_json:
-        emit_json({"plan": doc, "sandbox": sandbox})
+        emit_json({"plan": to_json(state), "sandbox": sandbox})  # None: {}
         return
-    for key, value in plan_rows(plan_id, doc):
+    for key, value in plan_rows(plan_id, state):
         click.echo(f"{key.ljust(_WIDTH)}  {inert(value)}")
     for resource, copy in sandbox.items():
         click.echo(f"{'sandbox'.ljust(_WIDTH)}  {inert(resource)} -> {inert(copy)}")
-    applying = doc.get("applying")
-    written = (doc.get("applied") or applying or {}).get("files", [])
+    applying = state.applying if state is not None else None
+    changes = (state.applied if state is not None else None) or applying
+    written = changes.files if changes is not None else []
     if written:
         click.echo()
         click.echo("files written by Apply" + (" (interrupted: evidence apply "
@@ -99,16 +103,16 @@ def show(plan_id: str, as_json: bool) -> None:
                                                else "")
                    + ":")
         print_table(["sha256", "resource", "path"],
-                    [[_text(f.get("sha256"))[:16], _text(f.get("resource")),
-                      _text(f.get("path"))] for f in written])
-    binding = doc.get("binding") or []
+                    [[_text(f.sha256)[:16], _text(f.resource), _text(f.path)]
+                     for f in written])
+    binding = state.binding if state is not None else []
     if binding:
         click.echo()
         click.echo(f"binding set ({len(binding)} pinned at Execute):")
         print_table(["validation", "version", "mode", "scope", "resource", "attachment"],
-                    [[_text(b.get("validation")), _text(b.get("validation_version")),
-                      _text(b.get("mode")), _text(b.get("scope")), _text(b.get("resource")),
-                      _text(b.get("attachment_id"))] for b in binding])
+                    [[_text(b.validation), _text(b.validation_version), _text(b.mode),
+                      _text(b.scope), _text(b.resource), _text(b.attachment_id)]
+                     for b in binding])
 
 
 _WIDTH = len("strategy revisions used")  # the longest field name
@@ -123,47 +127,44 @@ def _of(value: object, limit: object) -> str:
     return "-" if value is None else f"{value} of {_text(limit)}"
 
 
-def plan_rows(plan_id: str, doc: Document) -> list[tuple[str, str]]:
-    """``plan show``'s field/value lines. Every member is read with a default: a plan
-    stream with no ``plan.created`` folds to ``{}``, and is still shown."""
-    if not doc:
+def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
+    """``plan show``'s field/value lines. A plan stream with no ``plan.created`` folds to
+    no state (None), and is still shown."""
+    if doc is None:
         return [("plan", plan_id),
                 ("state", "none: the stream has no plan.created (`evidence audit` reports "
                           "it; `evidence plan history` shows its events)")]
-    get = doc.get
-    config = get("global_config") or {}
-    halt, token = get("halt") or {}, get("token") or {}
-    pending, compensation = get("pending_decision") or {}, get("compensation") or {}
-    used, limit = get("retries_used"), config.get("retry_limit")
-    last_outcome = _text(get("last_outcome"))
-    if get("unvalidated"):
+    config = doc.global_config
+    halt, token = doc.halt, doc.token
+    last_outcome = _text(doc.last_outcome)
+    if doc.unvalidated:
         last_outcome += " (no required validation ran)"
     return [
-        ("plan", _text(get("plan_id"))),
-        ("project", _text(get("project"))),
-        ("resources", " ".join(get("resources") or ()) or "-"),
-        ("phase", _text(get("phase"))),
-        ("strategy revision", _text(get("revision"))),
-        ("attempt", _text(get("attempt"))),
-        ("iteration", _of(get("iteration"), config.get("max_iterations"))),
-        ("retries left", "-" if used is None or limit is None
-         else str(retries_left(limit, used))),
-        ("strategy revisions used",
-         _of(get("revisions_used"), config.get("max_strategy_revisions"))),
-        ("pending decision", _text(pending.get("decision_id"))),
-        ("token", f"{token.get('token_id')} ({token.get('status')})" if token else "-"),
-        ("strategy", _text(get("strategy"))),
-        ("gate checks", f"{get('gate_checks', 0)} ({get('gate_failures', 0)} failed)"),
-        ("tool calls", str(get("tool_calls", 0))),
-        ("outcome", _text(get("outcome"))),
+        ("plan", _text(doc.plan_id)),
+        ("project", _text(doc.project)),
+        ("resources", " ".join(doc.resources) or "-"),
+        ("phase", _text(doc.phase)),
+        ("strategy revision", _text(doc.revision)),
+        ("attempt", _text(doc.attempt)),
+        ("iteration", _of(doc.iteration, config.max_iterations)),
+        ("retries left", str(retries_left(config.retry_limit, doc.retries_used))),
+        ("strategy revisions used", _of(doc.revisions_used, config.max_strategy_revisions)),
+        ("pending decision", _text(doc.pending_decision.decision_id
+                                   if doc.pending_decision is not None else None)),
+        ("token", f"{token.token_id} ({token.status})" if token is not None else "-"),
+        ("strategy", _text(doc.strategy)),
+        ("gate checks", f"{doc.gate_checks} ({doc.gate_failures} failed)"),
+        ("tool calls", str(doc.tool_calls)),
+        ("outcome", _text(doc.outcome)),
         ("last outcome", last_outcome),
-        ("informational failures", ", ".join(get("informational_failures") or ()) or "-"),
-        ("halt", f"{halt.get('halt_type')} (raw {halt.get('raw_halt_type')}): "
-                 f"{halt.get('reason')}" if halt else "-"),
-        ("compensation", _text(compensation.get("status"))),
+        ("informational failures", ", ".join(doc.informational_failures) or "-"),
+        ("halt", f"{halt.halt_type} (raw {halt.raw_halt_type}): {halt.reason}"
+         if halt is not None else "-"),
+        ("compensation", _text(doc.compensation.status
+                               if doc.compensation is not None else None)),
         ("terminal", _text(terminal_state(doc))),
-        ("global_config", " ".join(f"{k}={str(v).lower()}" for k, v in config.items())
-         or "-"),
+        ("global_config", " ".join(f"{k}={str(v).lower()}"
+                                   for k, v in to_json(config).items()) or "-"),
     ]
 
 
@@ -176,9 +177,9 @@ def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
     """Record the strategy of the current revision (phase Strategize)."""
     doc = record_strategy(open_plane(), plan_id, text_or_file(strategy, "--strategy"))
     if as_json:
-        emit_json({"plan": doc})
+        emit_json({"plan": to_json(doc)})
     else:
-        click.echo(f"plan {inert(plan_id)}: strategy recorded (revision {doc['revision']})")
+        click.echo(f"plan {inert(plan_id)}: strategy recorded (revision {doc.revision})")
 
 
 @plan.command("execute")
@@ -193,7 +194,7 @@ def execute(plan_id: str, as_json: bool) -> None:
     doc = enter_execute(plane, plan_id)
     sandbox = _sandbox(plane, doc)
     if as_json:
-        emit_json({"plan": doc, "sandbox": sandbox})
+        emit_json({"plan": to_json(doc), "sandbox": sandbox})
     else:
         click.echo(f"plan {inert(plan_id)} entered Execute (attempt {doc.attempt}), "
                    f"{len(doc.binding)} validation(s) pinned")

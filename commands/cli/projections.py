@@ -19,15 +19,15 @@ def projections() -> None:
 @db_option
 @json_option
 def status(as_json: bool) -> None:
-    """Each projection's version, checkpoint, the head and the lag."""
+    """Each projection's version, position (the last event applied), the head and the lag."""
     rows = open_plane().projections.status()
     if as_json:
         emit_json({"projections": [
-            {"name": r.name, "version": r.version, "checkpoint": r.checkpoint,
+            {"name": r.name, "version": r.version, "position": r.position,
              "head": r.head, "lag": r.lag} for r in rows]})
         return
-    print_table(["name", "version", "checkpoint", "head", "lag"],
-                [[r.name, str(r.version), str(r.checkpoint), str(r.head), str(r.lag)]
+    print_table(["name", "version", "position", "head", "lag"],
+                [[r.name, str(r.version), str(r.position), str(r.head), str(r.lag)]
                  for r in rows])
 
 
@@ -57,7 +57,7 @@ def rebuild(name: str | None, as_json: bool) -> None:
     rows = [r for r in engine.status() if r.name in names]
     if as_json:
         emit_json({"rebuilt": [{"name": r.name, "version": r.version,
-                                "checkpoint": r.checkpoint} for r in rows]})
+                                "position": r.position} for r in rows]})
         return
     for r in rows:
-        click.echo(f"rebuilt {r.name} (version {r.version}) to position {r.checkpoint}")
+        click.echo(f"rebuilt {r.name} (version {r.version}) to position {r.position}")

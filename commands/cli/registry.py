@@ -31,7 +31,7 @@ from commands.plane.registry import (
     register_validation,
 )
 from ledger import LedgerError
-from projections.documents import Document
+from projections.documents import Document, to_json
 
 from .common import db_option, emit_json, json_option, open_plane, print_table
 from .inputs import load_file, whole
@@ -260,11 +260,11 @@ def skill_list(as_json: bool) -> None:
     """List skills."""
     skills = list_skills(open_plane())
     if as_json:
-        emit_json({"skills": skills})
+        emit_json({"skills": [to_json(s) for s in skills]})
         return
     print_table(["name", "version", "members", "description"],
-                [[s["name"], str(s["version"]), " ".join(s["members"]),
-                  s["description"] or "-"] for s in skills])
+                [[s.name, str(s.version), " ".join(s.members),
+                  s.description or "-"] for s in skills])
 
 
 @skill.command("show")
@@ -276,14 +276,14 @@ def skill_show(name: str, as_json: bool) -> None:
     plane = open_plane()
     doc = get_skill(plane, name)
     if as_json:
-        emit_json({"skill": doc})
+        emit_json({"skill": to_json(doc)})
         return
-    print_table(["field", "value"], [["name", doc["name"]], ["version", str(doc["version"])],
-                                     ["description", doc["description"] or "-"]])
+    print_table(["field", "value"], [["name", doc.name], ["version", str(doc.version)],
+                                     ["description", doc.description or "-"]])
     click.echo()
     members = {v["name"]: v for v in list_tools(plane)}
     rows = []
-    for member in doc["members"]:
+    for member in doc.members:
         view = members.get(member)
         if view is None:  # members are never unregistered; kept defensive for old logs
             rows.append([member, "-", "-", "-"])

@@ -18,7 +18,7 @@ from commands.plane.reviews import (
     submit_candidate,
 )
 from ledger.intake import read_bytes
-from projections.states import ReviewState
+from projections.states import ReviewState, to_json
 
 from .common import (
     EXIT_VERDICT,
@@ -183,10 +183,10 @@ def list_(plan_id: str | None, status: str | None, as_json: bool) -> None:
 
 
 def _summary(doc: ReviewState) -> dict[str, Any]:
-    return {"task_id": doc["task_id"], "status": doc["status"], "plan_id": doc["plan_id"],
-            "objective": doc["request"]["objective"], "candidates": len(doc["candidates"]),
-            "accounting_attempts": doc["accounting_attempts"],
-            "report_sha256": doc["report"]["sha256"] if doc["report"] else None}
+    return {"task_id": doc.task_id, "status": doc.status, "plan_id": doc.plan_id,
+            "objective": doc.request["objective"], "candidates": len(doc.candidates),
+            "accounting_attempts": doc.accounting_attempts,
+            "report_sha256": doc.report.sha256 if doc.report else None}
 
 
 @review.command("show")
@@ -197,28 +197,28 @@ def show(task_id: str, as_json: bool) -> None:
     """One review: request, candidates, the source findings to account for, attempts."""
     doc = get_review(open_plane(), task_id)
     if as_json:
-        emit_json({"review": doc, "source_findings": source_findings(doc)})
+        emit_json({"review": to_json(doc), "source_findings": source_findings(doc)})
         return
     summary = _summary(doc)
-    rows = [("task", doc["task_id"]), ("status", doc["status"]),
-            ("plan", doc["plan_id"] or "-"), ("objective", doc["request"]["objective"]),
-            ("request sha256", doc["request_sha256"]),
-            ("accounting attempts", str(doc["accounting_attempts"])),
+    rows = [("task", doc.task_id), ("status", doc.status),
+            ("plan", doc.plan_id or "-"), ("objective", doc.request["objective"]),
+            ("request sha256", doc.request_sha256),
+            ("accounting attempts", str(doc.accounting_attempts)),
             ("report sha256", summary["report_sha256"] or "-"),
-            ("failure", doc["failure"] or "-")]
+            ("failure", doc.failure or "-")]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key.ljust(width)}  {inert(value)}")
     click.echo("")
     print_table(["label", "reviewer", "valid", "findings", "limitations"],
-                [[label, c["reviewer"], "yes" if c["valid"] else "no", str(len(c["findings"])),
-                  str(len(c["limitations"]))] for label, c in doc["candidates"].items()])
+                [[label, c.reviewer, "yes" if c.valid else "no", str(len(c.findings)),
+                  str(len(c.limitations))] for label, c in doc.candidates.items()])
     sources = source_findings(doc)
     if sources:
         click.echo("")
         print_table(["id", "severity", "location", "summary"],
                     [[f["id"], f["severity"], f["location"], f["summary"]] for f in sources])
-    for n, violations in enumerate(doc["rejections"], start=1):
+    for n, violations in enumerate(doc.rejections, start=1):
         click.echo(f"\nrejected accounting attempt {n}:")
         for violation in violations:
             click.echo(f"  {inert(violation)}")

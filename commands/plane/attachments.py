@@ -13,9 +13,9 @@ from commands.names import check_identifier, check_resource
 from commands.schemas.checker import check
 from ledger.canonical import CanonicalizationError, canonical_json
 from ledger.events import AttachmentCreated, AttachmentDetached, ResolvedAttachment
-from projections.documents import fold_all
+from projections.documents import fold_plan
 from projections.resolution import resolve
-from projections.states import AttachmentState, PlanState
+from projections.states import AttachmentState
 
 from .core import CommandRefused, Plane, StreamState
 
@@ -90,7 +90,8 @@ def detach(plane: Plane, attachment_id: str, *, reason: str = "",
     def decide(state: StreamState) -> list[AttachmentDetached]:
         if not state.exists:
             raise CommandRefused(f"unknown attachment {attachment_id!r}")
-        if state.doc.status == "detached":
+        doc = state.of(AttachmentState)
+        if doc is not None and doc.status == "detached":
             raise CommandRefused(f"attachment {attachment_id} is already detached")
         return [AttachmentDetached(attachment_id=attachment_id, reason=reason)]
 
@@ -147,8 +148,8 @@ def pinned_binding(plane: Plane, plan: str, *, as_of: int | None = None
                    ) -> list[ResolvedAttachment] | None:
     """The plan's binding set as pinned at Execute (as of a position, if given), folded
     from its stream; None before it first entered Execute."""
-    doc: PlanState | None = fold_all(f"plan:{plan}", [
-        e.payload for e in plane.store.read_stream(f"plan:{plan}", as_of=as_of)])
+    doc = fold_plan.fold_all(
+        e.payload for e in plane.store.read_stream(f"plan:{plan}", as_of=as_of))
     if doc is None or (not doc.binding and doc.attempt == 0):
         return None
     return list(doc.binding)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -39,10 +39,16 @@ from ledger.events import (
     ValidationRegistered,
 )
 from ledger.keys import public_key_from_b64
-from projections.documents import fold
+from projections.documents import State, fold, fold_plan
 from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
-from projections.states import AttachmentState, PlanState, ToolSpec, ToolState
+from projections.states import (
+    ApproverState,
+    AttachmentState,
+    PlanState,
+    ToolSpec,
+    ToolState,
+)
 
 from .signing import SigningError, approver_record, decision_record, verify_record
 
@@ -99,21 +105,40 @@ class StoreSource:
         return self.store.present_blobs(digests)
 
 
+S = TypeVar("S", bound=State)
+
+
 class StreamState:
     """A stream's state and version (0 and ``None`` for a new stream), folded from the
     events table, and the ``log`` it was read from (for the other streams a decision
     needs, read in the same transaction). ``doc`` is the state Struct of the stream's
-    kind (``projections.states``: ``PlanState`` for ``plan:`` …)."""
+    kind (``projections.states``: ``PlanState`` for ``plan:`` …); read it as that type
+    with ``of``."""
 
     __slots__ = ("doc", "log", "stream", "version")
 
-    def __init__(self, stream: str, doc: Any, version: int,
+    def __init__(self, stream: str, doc: State | None, version: int,
                  log: Authority | None = None) -> None:
         self.stream, self.doc, self.version, self.log = stream, doc, version, log
 
     @property
     def exists(self) -> bool:
         return self.version > 0
+
+    def of(self, kind: type[S]) -> S | None:
+        """The state as ``kind``, the state Struct of the stream's kind (``None``: no
+        document yet)."""
+        doc = self.doc
+        if doc is None or isinstance(doc, kind):
+            return doc
+        raise TypeError(f"{self.stream} holds a {type(doc).__name__}, not a {kind.__name__}")
+
+    def existing(self, kind: type[S]) -> S:
+        """``of(kind)`` for a stream that has its document (one a command just wrote)."""
+        doc = self.of(kind)
+        if doc is None:
+            raise LookupError(f"{self.stream} has no document")
+        return doc
 
 
 # Checked plan prefixes, shared by every Authority of one Plane: events never change, so a
@@ -149,7 +174,7 @@ class Authority:
         """The stream folded from its events; a plan's stream is checked as well."""
         if stream.startswith("plan:"):
             return self._plan(stream)
-        doc: Any = None
+        doc: State | None = None
         events = self.source.read_stream(stream)
         for event in events:
             doc = fold(stream, doc, event.payload)
@@ -157,8 +182,7 @@ class Authority:
 
     def tool(self, name: str) -> ToolState | None:
         """A tool's (or validation's) state with every registered version."""
-        state = self.state(f"tool:{name}")
-        return state.doc if state.exists else None
+        return self.state(f"tool:{name}").of(ToolState)
 
     def tool_version(self, name: str, version: int | None) -> ToolSpec | None:
         """The spec of one registered version (the current one when ``version`` is None)."""
@@ -192,17 +216,17 @@ class Authority:
                                or (public is not None and endorsed(e.payload, public))]
         docs = _fold_streams(self._approvers, before)
         return {fp: ApproverKey(doc.name, key.public_key, key.status)
-                for doc in docs.values() if doc is not None for fp, key in doc.keys.items()}
+                for doc in docs.values() if isinstance(doc, ApproverState)
+                for fp, key in doc.keys.items()}
 
     def _fold_registry(self, before: int | None
                        ) -> tuple[dict[str, AttachmentState], dict[str, ToolState]]:
         if self._registry is None:
             self._registry = self.source.read_types(REGISTRY_TYPES)
         docs = _fold_streams(self._registry, before)
-        attachments = {s: d for s, d in docs.items()
-                       if s.startswith("attachment:") and d is not None}
-        tools = {d.name: d for s, d in docs.items()
-                 if s.startswith("tool:") and d is not None and d.kind == "validation"}
+        attachments = {s: d for s, d in docs.items() if isinstance(d, AttachmentState)}
+        tools = {d.name: d for d in docs.values()
+                 if isinstance(d, ToolState) and d.kind == "validation"}
         return attachments, tools
 
     # -- a plan, checked --------------------------------------------------------------
@@ -226,7 +250,7 @@ class Authority:
                     self.approver_keys(before=event.position).get(p.key_fingerprint))
             if rule is not None:
                 raise TamperedPlan(plan_id, event.position, rule)
-            doc = fold(stream, doc, p)
+            doc = fold_plan(doc, p)
             version = event.stream_version
         self._checked[stream] = (version, doc, frozenset(minted))
         return StreamState(stream, doc, version, self)
@@ -254,10 +278,11 @@ class Authority:
         return None
 
 
-def _fold_streams(events: list[RecordedEvent], before: int | None) -> dict[str, Any]:
+def _fold_streams(events: list[RecordedEvent], before: int | None
+                  ) -> dict[str, State | None]:
     """Each stream's state, folded from ``events`` (in position order) up to just
     before position ``before``."""
-    docs: dict[str, Any] = {}
+    docs: dict[str, State | None] = {}
     for event in events:
         if before is not None and event.position >= before:
             break

@@ -98,7 +98,7 @@ def resume(plane: Plane, plan_id: str, *, say: Say = _quiet) -> RunSummary:
                              "(give the same --workdir as the run)")
     pf = load_plan_file(Path(plan_file))
     start = plane.store.head().size
-    plan: PlanState | None = plane.state(f"plan:{plan_id}").doc
+    plan = plane.state(f"plan:{plan_id}").of(PlanState)
     if plan is not None and plan.applying is not None:  # killed during Apply
         return _applied(plane, plan_id, complete_apply(plane, plan_id), start, say)
     return _drive(plane, pf, plan_id, start, say)
@@ -115,7 +115,7 @@ def _sandbox(plane: Plane, plan_id: str) -> dict[str, Path]:
 
 
 def _plan(plane: Plane, plan_id: str) -> PlanState:
-    return plane.state(f"plan:{plan_id}").doc
+    return plane.state(f"plan:{plan_id}").existing(PlanState)
 
 
 def _resource(value: str, base: Path) -> str:
@@ -208,7 +208,7 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
         for step in attempt.steps:
             if not _run_step(plane, pf, plan_id, step, sandbox, say):
                 return _summary(plane, plan_id, _plan(plane, plan_id), start)
-        if _plan(plane, plan_id)["needs_fix"]:
+        if _plan(plane, plan_id).needs_fix:
             # The file scripts no fix for the failed attempt: this attempt's steps are the
             # agent's fix, and the failure loop records one before it re-validates.
             names = ", ".join(step.step for step in attempt.steps) or "no steps"
@@ -288,7 +288,8 @@ def _compensate(plane: Plane, plan_id: str, commands: list[list[str]],
         say("compensate", f"{' '.join(argv)} -> exit {codes[-1]}")
 
     def decide(state: StreamState) -> list[CompensationCompleted]:
-        compensation = state.doc.compensation if state.doc is not None else None
+        plan = state.of(PlanState)
+        compensation = plan.compensation if plan is not None else None
         if compensation is None or compensation.status != "requested":
             raise CommandRefused(f"plan {plan_id} has no compensation requested")
         return [CompensationCompleted(plan_id=plan_id, succeeded=all(c == 0 for c in codes),

@@ -40,7 +40,7 @@ from ledger.events import (
     Truncation,
 )
 from ledger.intake import check_json_value
-from projections.states import StepState
+from projections.states import PlanState, StepState
 
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
@@ -133,8 +133,8 @@ def gate_output(
     (``checked_truncated``) so an auditor re-derives the same verdict."""
     raw = as_bytes(output)
     log = plane.log()
-    plan = log.state(f"plan:{plan_id}")
-    step_tool: StepState | None = plan.doc.steps.get(step) if plan.exists else None
+    plan = log.state(f"plan:{plan_id}").of(PlanState)
+    step_tool: StepState | None = plan.steps.get(step) if plan is not None else None
     tool = step_tool.tool if step_tool is not None else ""
     digest: str | None
     if schema is not None:

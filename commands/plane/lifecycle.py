@@ -119,7 +119,7 @@ def require_no_pending_decision(doc: PlanState, plan_id: str) -> None:
     pending = doc.pending_decision
     if pending is not None:
         raise CommandRefused(f"plan {plan_id} awaits a human decision: evidence authorize "
-                             f"{pending['decision_id']} --key FILE (--revise TEXT | --abandon)")
+                             f"{pending.decision_id} --key FILE (--revise TEXT | --abandon)")
 
 
 def record_fix(plane: Plane, plan_id: str, note: str, *, diff: bytes | None = None,
@@ -138,7 +138,7 @@ def record_fix(plane: Plane, plan_id: str, note: str, *, diff: bytes | None = No
                             diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[diff] if diff else [])
-    return plane.state(f"plan:{plan_id}").doc
+    return plane.state(f"plan:{plan_id}").existing(PlanState)
 
 
 # -- tokens (INV1) ------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
         claims = verify_token(public, token, plan_id=plan_id, now=_now())
     except SigningError as exc:
         raise CommandRefused(f"token refused: {exc}") from None
-    plan = plane.state(f"plan:{plan_id}").doc
+    plan = plane.state(f"plan:{plan_id}").of(PlanState)
     changes, contents = change_set(plane.sandbox(plan).existing() if plan else {})
     diff = change_blob(changes, contents)
     progress("changes_computed")
@@ -227,12 +227,12 @@ def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
     already match (from the blob store), then record ``plan.applied`` — once. A plan
     already applied is returned as it is."""
     stream = f"plan:{plan_id}"
-    doc = plane.state(stream).doc
-    if not doc:
+    doc = plane.state(stream).of(PlanState)
+    if doc is None:
         raise CommandRefused(f"unknown plan {plan_id!r}")
     if doc.terminal == "applied":
         return doc
-    applying = doc.applying if doc is not None else None
+    applying = doc.applying
     if applying is None:
         raise CommandRefused(f"plan {plan_id} has no Apply under way (evidence apply "
                              f"{plan_id} --token TOKEN)")
@@ -255,7 +255,8 @@ def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
     progress("files_written")
 
     def decide(state: StreamState) -> list[EventPayload]:
-        now = state.doc.applying if state.doc is not None else None
+        plan = state.of(PlanState)
+        now = plan.applying if plan is not None else None
         if now is None or now.token_id != recorded.token_id:
             return []  # another process finished it first: applied once
         return [PlanApplied(plan_id=plan_id, token_id=recorded.token_id,
@@ -263,7 +264,7 @@ def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
                                            for c in recorded.changes])]
 
     plane.run(stream, decide, actor=actor)
-    return plane.state(stream).doc
+    return plane.state(stream).existing(PlanState)
 
 
 def passing_run_problem(log: Authority, plan: PlanState, attempt: int, digest: str,
@@ -320,20 +321,21 @@ def add_approver_key(plane: Plane, name: str, public_key_file: Path, *,
                                      domain="approver"))]
 
     plane.run(f"approver:{name}", decide, actor=actor)
-    return plane.state(f"approver:{name}").doc
+    return plane.state(f"approver:{name}").existing(ApproverState)
 
 
 def revoke_approver(plane: Plane, name: str, *, reason: str = "",
                     actor: str = "operator") -> ApproverState:
     def decide(state: StreamState) -> list[ApproverKeyRevoked]:
-        active = [fp for fp, key in (state.doc.keys if state.doc is not None else {}).items()
+        doc = state.of(ApproverState)
+        active = [fp for fp, key in (doc.keys if doc is not None else {}).items()
                   if key.status == "active"]
         if not active:
             raise CommandRefused(f"approver {name!r} has no active key")
         return [ApproverKeyRevoked(name=name, fingerprint=fp, reason=reason) for fp in active]
 
     plane.run(f"approver:{name}", decide, actor=actor)
-    return plane.state(f"approver:{name}").doc
+    return plane.state(f"approver:{name}").existing(ApproverState)
 
 
 # -- human decisions ----------------------------------------------------------------------
@@ -386,7 +388,8 @@ def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
     signature = sign_record(private, record, domain="decision")
 
     def decide(state: StreamState) -> list[DecisionRecorded]:
-        pending = state.doc.pending_decision if state.doc is not None else None
+        plan = state.of(PlanState)
+        pending = plan.pending_decision if plan is not None else None
         if pending is None or pending.decision_id != decision_id:
             raise CommandRefused(
                 f"no pending escalation {decision_id!r}: only a pending escalation can be "

@@ -11,9 +11,9 @@ from .core import CommandRefused, Plane, StreamState
 
 def require_plan(state: StreamState, plan_id: str) -> PlanState:
     """The plan's state; refused when it does not exist or has ended."""
-    if not state.exists:
+    doc = state.of(PlanState)
+    if doc is None:
         raise CommandRefused(f"unknown plan {plan_id!r}")
-    doc: PlanState = state.doc
     if doc.terminal is not None:
         raise CommandRefused(f"plan {plan_id} has ended ({doc.terminal}): nothing more "
                              "can be recorded for it")
@@ -35,7 +35,7 @@ def record_strategy(plane: Plane, plan_id: str, strategy: str, *,
                                  strategy=strategy)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
-    return plane.state(f"plan:{plan_id}").doc
+    return plane.state(f"plan:{plan_id}").existing(PlanState)
 
 
 def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanState:
@@ -56,6 +56,6 @@ def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanS
         return [ExecuteEntered(plan_id=plan_id, revision=doc.revision, binding=binding)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
-    doc: PlanState = plane.state(f"plan:{plan_id}").doc
+    doc = plane.state(f"plan:{plan_id}").existing(PlanState)
     plane.sandbox(doc).ensure()  # the copy every call, fix and validation works in
     return doc

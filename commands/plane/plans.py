@@ -53,7 +53,7 @@ def create_plan(
                             global_config=global_config)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
-    return plane.state(f"plan:{plan_id}").doc
+    return plane.state(f"plan:{plan_id}").existing(PlanState)
 
 
 def get_plan(plane: Plane, plan_id: str) -> PlanState | None:
@@ -74,13 +74,16 @@ def list_plans(plane: Plane, *, project: str | None = None) -> dict[str, PlanSta
     return plane.projections.keyed_documents("plans", *where)
 
 
-def terminal_state(doc: Any) -> str | None:
+def terminal_state(doc: PlanState | None) -> str | None:
     """The plan's terminal state as shown everywhere: ``applied``, ``applied
     (unvalidated)`` when the run its token came from had no required validation (a plan
     created with ``require_validation: false``), ``failed``, or None."""
-    if not doc:
-        return None
-    terminal = doc.get("terminal")  # a PlanState, or a plain (replayed) plan document
-    if terminal == "applied" and doc.get("unvalidated"):
+    return None if doc is None else terminal_label(doc.terminal, doc.unvalidated)
+
+
+def terminal_label(terminal: str | None, unvalidated: bool) -> str | None:
+    """``terminal_state`` from a plan's ``terminal`` and ``unvalidated`` fields (as a
+    replay step or a plain plan document has them)."""
+    if terminal == "applied" and unvalidated:
         return "applied (unvalidated)"
     return terminal

@@ -321,21 +321,24 @@ def _check_json(value: Any, key: str) -> Any:
 
 
 def _next_version(state: StreamState) -> int:
-    return int(state.doc.version) + 1 if state.exists else 1
+    doc = state.doc
+    return doc.version + 1 if isinstance(doc, ToolState | SkillState) else 1
 
 
 def _unchanged(state: StreamState, payload: ToolRegistered) -> bool:
     # Canonical bytes, not ==: in Python True == 1, and a schema's `const: true` is not
     # `const: 1`.
-    return state.exists and canonical_json(to_json(tool_spec(payload))) == canonical_json(
-        to_json(state.doc.spec)
+    doc = state.of(ToolState)
+    return doc is not None and canonical_json(to_json(tool_spec(payload))) == canonical_json(
+        to_json(doc.spec)
     )
 
 
 def _refuse_other_kind(state: StreamState, name: str, kind: str) -> None:
-    if state.exists and state.doc.kind != kind:
+    doc = state.of(ToolState)
+    if doc is not None and doc.kind != kind:
         raise CommandRefused(
-            f"{name!r} is already registered as a {state.doc.kind}: tools and "
+            f"{name!r} is already registered as a {doc.kind}: tools and "
             f"validations share one namespace, so it cannot be registered as a {kind}"
         )
 
@@ -346,7 +349,8 @@ def _registered(plane: Plane, kind: Literal["tool", "validation"], name: str,
     by the time we read: another writer may have registered a newer one meanwhile)."""
     # What this call appended: a tool.registered or a validation.registered (its subclass).
     appended = recorded[-1].payload if recorded else None
-    version = appended.version if isinstance(appended, ToolRegistered) else seen.doc.version
+    version = (appended.version if isinstance(appended, ToolRegistered)
+               else seen.existing(ToolState).version)
     view = get_tool(plane, name, version=version)
     return Registered(kind=kind, name=name, version=version, changed=bool(recorded),
                       document=view)
@@ -572,7 +576,8 @@ def define_skill(plane: Plane, spec: SkillSpec | Mapping[str, Any], *,
         if unknown:
             raise CommandRefused(f"skill {name!r}: unknown member(s) {', '.join(unknown)} "
                                  "(register each tool or validation first)")
-        if state.exists and (state.doc.description, state.doc.members) == (
+        doc = state.of(SkillState)
+        if doc is not None and (doc.description, doc.members) == (
                 parsed.description, parsed.members):
             return []
         return [SkillDefined(name=name, version=_next_version(state),
@@ -580,7 +585,8 @@ def define_skill(plane: Plane, spec: SkillSpec | Mapping[str, Any], *,
 
     recorded = plane.run(f"skill:{name}", decide, actor=actor)
     # The document this call produced or found identical (a skill keeps no old versions).
-    doc = fold_skill(seen[-1].doc, recorded[-1].payload) if recorded else seen[-1].doc
+    before = seen[-1].of(SkillState)
+    doc = fold_skill(before, recorded[-1].payload) if recorded else before
     assert doc is not None
     return Registered(kind="skill", name=name, version=doc.version, changed=bool(recorded),
                       document=to_json(doc))

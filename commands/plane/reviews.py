@@ -48,7 +48,7 @@ from ledger.events import (
 from ledger.events.gates import Deviation
 from ledger.timestamps import utc_now
 from projections import delta, fold
-from projections.documents import to_json
+from projections.documents import State, to_json
 from projections.plan_rules import broken_rule
 from projections.states import ReviewState
 
@@ -403,9 +403,10 @@ class Submission:
 
 
 def _require_review(state: StreamState, task_id: str) -> ReviewState:
-    if not state.exists:
+    doc = state.of(ReviewState)
+    if doc is None:
         raise CommandRefused(f"unknown review {task_id!r}")
-    return state.doc
+    return doc
 
 
 def submit_candidate(plane: Plane, task_id: str, report: bytes | str | Mapping[str, Any], *,
@@ -426,7 +427,7 @@ def submit_candidate(plane: Plane, task_id: str, report: bytes | str | Mapping[s
         if doc.status != "started":
             raise CommandRefused(f"review {task_id} is {doc.status}: candidate reports "
                                  "are accepted only before accounting")
-        if any(c["reviewer"] == reviewer for c in doc.candidates.values()):
+        if any(c.reviewer == reviewer for c in doc.candidates.values()):
             raise CommandRefused(f"reviewer {reviewer!r} already submitted to review "
                                  f"{task_id}")
         label = label_for(len(doc.candidates))
@@ -596,7 +597,7 @@ def account_review(plane: Plane, task_id: str, accounting: bytes | str | Mapping
 
 def _reject(plane: Plane, state: StreamState, attempt: int, violations: list[Violation],
             actor: str) -> AccountingOutcome:
-    task_id = state.doc.task_id
+    task_id = state.existing(ReviewState).task_id
     events: list[EventPayload] = [ReviewAccountingRejected(
         task_id=task_id, attempt=attempt, violations=[str(v) for v in violations])]
     status = "repair"
@@ -613,7 +614,7 @@ def _reject(plane: Plane, state: StreamState, attempt: int, violations: list[Vio
 
 def _commit(plane: Plane, state: StreamState, accounting: dict[str, Any], attempt: int,
             actor: str) -> AccountingOutcome:
-    doc = state.doc
+    doc = state.existing(ReviewState)
     task_id = doc.task_id
     report = render_report(doc.request, to_json(doc)["candidates"], accounting)
     digest = hashlib.sha256(report).hexdigest()
@@ -713,7 +714,7 @@ def _plan_result(plane: Plane, state: StreamState, *,
                  error: str | None = None) -> list[EventPayload]:
     """The informational result a linked plan gets: no verdict (advisory), its own
     run_id (the task id, never a validation run's), so no outcome counts it."""
-    doc = state.doc
+    doc = state.existing(ReviewState)
     if doc.plan_id is None:
         return []
     task_id = doc.task_id
@@ -742,7 +743,7 @@ def _plan_appends(plane: Plane, state: StreamState, events: list[EventPayload]
                   ) -> list[tuple[StreamState, list[EventPayload]]]:
     if not events:
         return []
-    return [(plane.state(f"plan:{state.doc.plan_id}"), events)]
+    return [(plane.state(f"plan:{state.existing(ReviewState).plan_id}"), events)]
 
 
 def _append(plane: Plane, appends: Sequence[tuple[StreamState, Sequence[EventPayload]]],
@@ -778,12 +779,12 @@ def list_reviews(plane: Plane, *, plan_id: str | None = None,
     names = [cls.type_name() for cls in (ReviewStarted, ReviewCandidateSubmitted,
                                          ReviewAccountingRejected, ReviewAccounted,
                                          ReviewReportCommitted, ReviewFailed)]
-    docs: dict[str, Any] = {}
+    docs: dict[str, State | None] = {}
     for event in plane.store.read_all(types=names):
         docs[event.stream] = fold(event.stream, docs.get(event.stream), event.payload)
-    return [d for d in docs.values() if d is not None
+    return [d for d in docs.values() if isinstance(d, ReviewState)
             and (plan_id is None or d.plan_id == plan_id)
-            and (status is None or d["status"] == status)]
+            and (status is None or d.status == status)]
 
 
 @dataclass

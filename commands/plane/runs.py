@@ -173,7 +173,7 @@ def call_tool(
     step = step or f"call-{call_id}"
     log = plane.log()
     found = log.state(f"plan:{plan_id}")
-    plan = found.doc if found.exists else None
+    plan = found.of(PlanState)
     if plan is not None:  # refuse before recording anything when no call is possible
         _execute_plan(found, plan_id)
     tool_doc = log.tool(tool)
@@ -396,7 +396,7 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
 
     def finish(state: StreamState) -> list[EventPayload]:
         # Decided on the plan as it is now: counters move with concurrent writers.
-        doc = state.doc
+        doc = state.existing(PlanState)
         if doc.current_run != run_id:
             raise CommandRefused(f"validation run {run_id} of plan {plan_id} was superseded "
                                  "by a newer run; its results are not recorded")
