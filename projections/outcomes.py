@@ -68,7 +68,7 @@ NEXT_ACTION: dict[str, tuple[str, str]] = {
 
 # Known raw halt types -> canonical outcome. Anything else falls into the non-verdict
 # branch (internal_error: an operator inspects), never into blocker.
-RAW_HALT_TYPES: dict[str, str] = {
+RAW_HALT_TYPES: dict[str, Outcome] = {
     "validation_failed": "blocker",
     "max_iterations": "blocker",
     "structural_deviation": "blocker",
@@ -90,7 +90,7 @@ RAW_HALT_TYPES: dict[str, str] = {
 }
 
 
-def canonical_halt(raw_halt_type: str) -> str:
+def canonical_halt(raw_halt_type: str) -> Outcome:
     """The canonical value of a raw halt type; unknown ones are non-verdicts."""
     return RAW_HALT_TYPES.get(raw_halt_type, "internal_error")
 

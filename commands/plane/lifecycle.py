@@ -373,14 +373,16 @@ def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
     except SigningError as exc:
         raise CommandRefused(str(exc)) from None
     print_ = fingerprint(private.public_key())
-    escalation_event = next(
-        (e for e in plane.store.read_all(types=[Escalated.type_name()])
-         if e.payload.decision_id == decision_id), None)  # type: ignore[attr-defined]
-    if escalation_event is None:
+    found = next(
+        ((e, e.payload) for e in plane.store.read_all(types=[Escalated.type_name()])
+         if isinstance(e.payload, Escalated) and e.payload.decision_id == decision_id),
+        None)
+    if found is None:
         raise CommandRefused(
             f"no pending escalation {decision_id!r}: only a pending escalation can be "
             "decided (a blocker is never overridable; a decided escalation stays decided)")
-    plan_id: str = escalation_event.payload.plan_id  # type: ignore[attr-defined]
+    escalation_event, escalated = found
+    plan_id = escalated.plan_id
     signed_at = rfc3339(_now())
     kept_guidance = guidance if choice == "revise" else None
     record = decision_record(decision_id, plan_id, choice, kept_guidance,

@@ -483,7 +483,7 @@ def record_halt(plane: Plane, plan_id: str, raw_type: str, reason: str, *,
             events.append(escalated)
             decision_hint = authorize_hint(escalated.decision_id)
         halted["event"] = PlanHalted(
-            plan_id=plan_id, halt_type=canonical, final_decision=canonical,  # type: ignore[arg-type]
+            plan_id=plan_id, halt_type=canonical, final_decision=canonical,
             raw_halt_type=raw_type, reason=reason,
             hint=hint or decision_hint
             or f"{NEXT_ACTION[canonical][0]}: {NEXT_ACTION[canonical][1]}",
