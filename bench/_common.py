@@ -137,15 +137,22 @@ def add_common_args(ap: argparse.ArgumentParser, what_profile: str | None) -> No
     """The options every benchmark takes (see docs/performance.md); ``--profile`` only
     where there is something to profile (``what_profile``)."""
     ap.add_argument("--stat", choices=("median", "best"), default="median")
-    ap.add_argument("--postgres", metavar="URL", default=None,
-                    help="PostgreSQL server (default: $EVIDENCE_BENCH_POSTGRES_URL, "
-                         "$EVIDENCE_TEST_POSTGRES_URL or postgresql+psycopg://"
-                         "postgres@127.0.0.1:5432/test)")
+    ap.add_argument(
+        "--postgres",
+        metavar="URL",
+        default=None,
+        help="PostgreSQL server (default: $EVIDENCE_BENCH_POSTGRES_URL, "
+        "$EVIDENCE_TEST_POSTGRES_URL or postgresql+psycopg://"
+        "postgres@127.0.0.1:5432/test)",
+    )
     ap.add_argument("--skip-postgres", action="store_true")
     ap.add_argument("--json", action="store_true", help="print JSON on stdout")
     if what_profile is not None:
-        ap.add_argument("--profile", action="store_true",
-                        help=f"also cProfile {what_profile} and print the hot spots")
+        ap.add_argument(
+            "--profile",
+            action="store_true",
+            help=f"also cProfile {what_profile} and print the hot spots",
+        )
         ap.add_argument("--profile-top", type=int, default=5)
 
 
@@ -160,8 +167,7 @@ class Run:
     info: dict[str, str]
 
 
-def start_run(ap: argparse.ArgumentParser, argv: list[str] | None,
-              what_profile: str | None) -> Run:
+def start_run(ap: argparse.ArgumentParser, argv: list[str] | None, what_profile: str | None) -> Run:
     """Parse the options (with the common ones), pick the backends and print the
     machine: the start every benchmark's ``main`` shares."""
     add_common_args(ap, what_profile)
@@ -249,8 +255,9 @@ def fresh_sqlite() -> Iterator[Target]:
     """Two new SQLite files (ledger, raw) in a temporary directory outside the repo."""
     with tempfile.TemporaryDirectory(prefix="evb-") as tmp:
         path = Path(tmp) / "ledger.db"
-        yield Target("sqlite", f"sqlite:///{path}", sqlite_path=path,
-                     raw_sqlite_path=Path(tmp) / "raw.db")
+        yield Target(
+            "sqlite", f"sqlite:///{path}", sqlite_path=path, raw_sqlite_path=Path(tmp) / "raw.db"
+        )
 
 
 @contextmanager
@@ -336,9 +343,12 @@ def gate_checked(i: int, plan: int) -> GateChecked:
         step=f"step-{i % 7}",
         verdict="fail" if failed else "pass",
         deviations=[
-            Deviation(pointer="/items/0/id", kind="wrong_type", expected="string",
-                      actual_type="integer")
-        ] if failed else [],
+            Deviation(
+                pointer="/items/0/id", kind="wrong_type", expected="string", actual_type="integer"
+            )
+        ]
+        if failed
+        else [],
         attempt=1 + i % 3,
         iteration=i % 5,
         strict_mode=True,
@@ -389,12 +399,24 @@ class Workload:
                 self.position += 1
                 version = self.versions.get(stream, 0) + 1
                 self.versions[stream] = version
-                raw_rows.append((
-                    self.position, str(ULID()), stream, version, GateChecked.type_name(),
-                    GateChecked.SCHEMA_VERSION, self.recorded_at, ACTOR, correlation, None,
-                    canonical_json(msgspec.to_builtins(payload)), b"[]",
-                    DUMMY_HASH, DUMMY_HASH,
-                ))
+                raw_rows.append(
+                    (
+                        self.position,
+                        str(ULID()),
+                        stream,
+                        version,
+                        GateChecked.type_name(),
+                        GateChecked.SCHEMA_VERSION,
+                        self.recorded_at,
+                        ACTOR,
+                        correlation,
+                        None,
+                        canonical_json(msgspec.to_builtins(payload)),
+                        b"[]",
+                        DUMMY_HASH,
+                        DUMMY_HASH,
+                    )
+                )
         return Batch(stream, events, raw_rows)
 
 
@@ -432,20 +454,24 @@ def profile_top(fn: Callable[[], object], top: int = 5) -> list[dict[str, Any]]:
     total = stats.total_tt  # type: ignore[attr-defined]
     rows = []
     for (filename, line, name), (_cc, ncalls, tottime, cumtime, _callers) in sorted(
-        stats.stats.items(), key=lambda kv: kv[1][2], reverse=True  # type: ignore[attr-defined]
+        stats.stats.items(),
+        key=lambda kv: kv[1][2],
+        reverse=True,  # type: ignore[attr-defined]
     )[:top]:
         short = filename
         for marker in ("site-packages/", f"{REPO}/"):
             if marker in filename:
                 short = filename.split(marker, 1)[1]
                 break
-        rows.append({
-            "function": f"{name} ({short}:{line})" if line else name,
-            "ncalls": ncalls,
-            "tottime_s": round(tottime, 4),
-            "cumtime_s": round(cumtime, 4),
-            "share": round(tottime / total, 3) if total else 0.0,
-        })
+        rows.append(
+            {
+                "function": f"{name} ({short}:{line})" if line else name,
+                "ncalls": ncalls,
+                "tottime_s": round(tottime, 4),
+                "cumtime_s": round(cumtime, 4),
+                "share": round(tottime / total, 3) if total else 0.0,
+            }
+        )
     return rows
 
 
@@ -454,8 +480,13 @@ def print_profile(out: Console, title: str, rows: list[dict[str, Any]]) -> None:
     for col in ("function", "ncalls", "tottime s", "share", "cumtime s"):
         table.add_column(col, justify="left" if col == "function" else "right")
     for r in rows:
-        table.add_row(r["function"], str(r["ncalls"]), f"{r['tottime_s']:.3f}",
-                      f"{r['share']:.0%}", f"{r['cumtime_s']:.3f}")
+        table.add_row(
+            r["function"],
+            str(r["ncalls"]),
+            f"{r['tottime_s']:.3f}",
+            f"{r['share']:.0%}",
+            f"{r['cumtime_s']:.3f}",
+        )
     out.print(table)
 
 
@@ -499,10 +530,18 @@ def ledger_revision() -> str:
     if package != Path(REPO) / "ledger":  # e.g. PYTHONPATH pointing at another checkout
         return f"imported from {package}"
     try:
-        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "ledger"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", REPO, "status", "--porcelain", "--", "ledger"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
     return f"{head}{' + uncommitted ledger/ changes' if dirty else ''}"

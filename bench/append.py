@@ -83,8 +83,9 @@ def raw_append(conn: Any, backend: str, batches: list[Batch], *, head: bool = Fa
     ph = "?" if backend == "sqlite" else "%s"
     table = "floor_events" if head else "raw_events"
     sql = f"INSERT INTO {table} ({COLUMNS}) VALUES ({', '.join([ph] * 14)})"
-    head_sql = (f"UPDATE raw_head SET size = size + {ph}, chain_hash = {ph}, frontier = {ph} "
-                "WHERE id = 1")
+    head_sql = (
+        f"UPDATE raw_head SET size = size + {ph}, chain_hash = {ph}, frontier = {ph} WHERE id = 1"
+    )
     if backend == "sqlite":
         for b in batches:
             conn.execute("BEGIN IMMEDIATE")  # the store's writer BEGIN
@@ -203,13 +204,22 @@ def profile_ours(target: Target, n_batch: int, n_single: int, top: int) -> dict[
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--events", type=int, default=50_000,
-                    help="events for (a), 100 per transaction; (c) reads (a)+(b) back")
-    ap.add_argument("--single", type=int, default=2_000,
-                    help="events for (b), one transaction (and fsync) each")
+    ap.add_argument(
+        "--events",
+        type=int,
+        default=50_000,
+        help="events for (a), 100 per transaction; (c) reads (a)+(b) back",
+    )
+    ap.add_argument(
+        "--single", type=int, default=2_000, help="events for (b), one transaction (and fsync) each"
+    )
     ap.add_argument("--repeat", type=int, default=3, help="runs per scenario")
-    ap.add_argument("--slices", type=int, default=10,
-                    help="ours and raw alternate every 1/SLICES of each append scenario")
+    ap.add_argument(
+        "--slices",
+        type=int,
+        default=10,
+        help="ours and raw alternate every 1/SLICES of each append scenario",
+    )
     run = start_run(ap, argv, "ours per scenario")
     args, out, backends, pg_url, info = run.args, run.out, run.backends, run.pg_url, run.info
     size = mean_payload_size(Workload().batches(1000, BATCH))
@@ -221,18 +231,15 @@ def main(argv: list[str] | None = None) -> int:
             run_once(target, min(args.events, 500), min(args.single, 20), True, 2)
         for rep in range(args.repeat):
             with fresh_target(backend, pg_url or "") as target:
-                result = run_once(target, args.events, args.single, rep % 2 == 0,
-                                  args.slices)
+                result = run_once(target, args.events, args.single, rep % 2 == 0, args.slices)
             for scenario, sides in result.items():
-                slot = samples.setdefault((backend, scenario),
-                                      {"ours": [], "raw": [], "floor": []})
+                slot = samples.setdefault((backend, scenario), {"ours": [], "raw": [], "floor": []})
                 for side, seconds in sides.items():
                     slot[side].append(seconds)
             out.print(f"{backend}: repeat {rep + 1}/{args.repeat} done")
         if args.profile:
             with fresh_target(backend, pg_url or "") as target:
-                profiles[backend] = profile_ours(
-                    target, args.events, args.single, args.profile_top)
+                profiles[backend] = profile_ours(target, args.events, args.single, args.profile_top)
 
     counts = {"a": args.events, "b": args.single, "c": args.events + args.single}
     rows = []
@@ -246,35 +253,51 @@ def main(argv: list[str] | None = None) -> int:
         # noise moves both; their spread says how far to trust the ratio.
         paired = [o / r for o, r in zip(sides["ours"], sides["raw"], strict=True)]
         target_ratio = TARGETS[(backend, scenario)]
-        rows.append({
-            "backend": backend,
-            "scenario": scenario,
-            "description": SCENARIOS[scenario],
-            "events": n,
-            "ours_us_per_event": round(ours, 2),
-            "raw_us_per_event": round(raw, 2),
-            "ratio": round(ratio, 2),
-            "floor_us_per_event": round(floor, 2) if floor else None,
-            "ratio_to_floor": round(ours / floor, 2) if floor else None,
-            "ratio_range": [round(min(paired), 2), round(max(paired), 2)],
-            "target_ratio": target_ratio,
-            "met": ratio <= target_ratio,
-            "ours_samples_s": [round(s, 4) for s in sides["ours"]],
-            "raw_samples_s": [round(s, 4) for s in sides["raw"]],
-        })
+        rows.append(
+            {
+                "backend": backend,
+                "scenario": scenario,
+                "description": SCENARIOS[scenario],
+                "events": n,
+                "ours_us_per_event": round(ours, 2),
+                "raw_us_per_event": round(raw, 2),
+                "ratio": round(ratio, 2),
+                "floor_us_per_event": round(floor, 2) if floor else None,
+                "ratio_to_floor": round(ours / floor, 2) if floor else None,
+                "ratio_range": [round(min(paired), 2), round(max(paired), 2)],
+                "target_ratio": target_ratio,
+                "met": ratio <= target_ratio,
+                "ours_samples_s": [round(s, 4) for s in sides["ours"]],
+                "raw_samples_s": [round(s, 4) for s in sides["raw"]],
+            }
+        )
 
     table = Table(
         title=f"ours vs raw driver ({args.stat} of {args.repeat}; µs per event; "
-              f"mean payload {size:.0f} B)",
+        f"mean payload {size:.0f} B)",
         title_justify="left",
     )
-    for col in ("backend", "scenario", "events", "ours µs/ev", "raw µs/ev", "ours/raw",
-                "per-run range", "target", "met", "raw+head µs/ev", "ours/(raw+head)"):
+    for col in (
+        "backend",
+        "scenario",
+        "events",
+        "ours µs/ev",
+        "raw µs/ev",
+        "ours/raw",
+        "per-run range",
+        "target",
+        "met",
+        "raw+head µs/ev",
+        "ours/(raw+head)",
+    ):
         table.add_column(col, justify="left" if col in ("backend", "scenario") else "right")
     for r in rows:
         table.add_row(
-            r["backend"], f"({r['scenario']}) {r['description']}", str(r["events"]),
-            f"{r['ours_us_per_event']:.1f}", f"{r['raw_us_per_event']:.1f}",
+            r["backend"],
+            f"({r['scenario']}) {r['description']}",
+            str(r["events"]),
+            f"{r['ours_us_per_event']:.1f}",
+            f"{r['raw_us_per_event']:.1f}",
             f"{r['ratio']:.2f}x",
             f"{r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f}x",
             f"<= {r['target_ratio']:.1f}x",
@@ -285,16 +308,26 @@ def main(argv: list[str] | None = None) -> int:
     out.print(table)
     for backend, per in profiles.items():
         for scenario, top in per.items():
-            print_profile(out, f"cProfile ours, {backend} ({scenario}) {SCENARIOS[scenario]}",
-                          top)
+            print_profile(out, f"cProfile ours, {backend} ({scenario}) {SCENARIOS[scenario]}", top)
     if args.json:
-        print(json.dumps({
-            "machine": info,
-            "config": {"events": args.events, "single": args.single, "repeat": args.repeat,
-                       "stat": args.stat, "batch": BATCH, "mean_payload_bytes": round(size)},
-            "results": rows,
-            "profiles": profiles,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "machine": info,
+                    "config": {
+                        "events": args.events,
+                        "single": args.single,
+                        "repeat": args.repeat,
+                        "stat": args.stat,
+                        "batch": BATCH,
+                        "mean_payload_bytes": round(size),
+                    },
+                    "results": rows,
+                    "profiles": profiles,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

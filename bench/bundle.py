@@ -112,10 +112,14 @@ def run_backend(target: Target, n: int, args: argparse.Namespace) -> dict[str, A
             store.close()
     t = {name: pick(s, args.stat) for name, s in samples.items()}
     return {
-        "backend": target.backend, "events": n, "bundle_bytes": size,
-        "export_s": round(t["export"], 3), "export_baseline_s": round(t["export_baseline"], 3),
+        "backend": target.backend,
+        "events": n,
+        "bundle_bytes": size,
+        "export_s": round(t["export"], 3),
+        "export_baseline_s": round(t["export_baseline"], 3),
         "export_ratio": round(t["export"] / t["export_baseline"], 2),
-        "verify_s": round(t["verify"], 3), "verify_baseline_s": round(t["verify_baseline"], 3),
+        "verify_s": round(t["verify"], 3),
+        "verify_baseline_s": round(t["verify_baseline"], 3),
         "verify_ratio": round(t["verify"] / t["verify_baseline"], 2),
         "samples_s": {name: [round(x, 4) for x in s] for name, s in samples.items()},
     }
@@ -132,25 +136,48 @@ def main(argv: list[str] | None = None) -> int:
         with fresh_target(backend, pg_url or "") as target:
             rows.append(run_backend(target, args.events, args))
         out.print(f"{backend}: done")
-    table = Table(title=f"bundle export and verify vs raw floors ({args.stat} of "
-                        f"{args.repeat})", title_justify="left")
-    for col in ("backend", "events", "MB", "export s", "raw export s", "export/raw",
-                "verify s", "hash-lines s", "verify/hash", "verify ev/s"):
+    table = Table(
+        title=f"bundle export and verify vs raw floors ({args.stat} of {args.repeat})",
+        title_justify="left",
+    )
+    for col in (
+        "backend",
+        "events",
+        "MB",
+        "export s",
+        "raw export s",
+        "export/raw",
+        "verify s",
+        "hash-lines s",
+        "verify/hash",
+        "verify ev/s",
+    ):
         table.add_column(col, justify="left" if col == "backend" else "right")
     for r in rows:
         table.add_row(
-            r["backend"], f"{r['events']:,}", f"{r['bundle_bytes'] / 1e6:.1f}",
-            f"{r['export_s']:.2f}", f"{r['export_baseline_s']:.2f}",
-            f"{r['export_ratio']:.1f}x", f"{r['verify_s']:.2f}",
-            f"{r['verify_baseline_s']:.2f}", f"{r['verify_ratio']:.1f}x",
+            r["backend"],
+            f"{r['events']:,}",
+            f"{r['bundle_bytes'] / 1e6:.1f}",
+            f"{r['export_s']:.2f}",
+            f"{r['export_baseline_s']:.2f}",
+            f"{r['export_ratio']:.1f}x",
+            f"{r['verify_s']:.2f}",
+            f"{r['verify_baseline_s']:.2f}",
+            f"{r['verify_ratio']:.1f}x",
             f"{r['events'] / r['verify_s']:,.0f}",
         )
     out.print(table)
     if args.json:
-        print(json.dumps({"machine": info, "config": {"events": args.events,
-                                                      "repeat": args.repeat,
-                                                      "stat": args.stat},
-                          "results": rows}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "machine": info,
+                    "config": {"events": args.events, "repeat": args.repeat, "stat": args.stat},
+                    "results": rows,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

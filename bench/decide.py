@@ -37,8 +37,7 @@ from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_tool
 
-SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}},
-          "required": ["path"]}
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 PARAMS = b'{"path": "src/app.py"}'
 
 
@@ -63,19 +62,24 @@ def measure(url: str, calls: int) -> dict[str, float]:
         floor: list[float] = []
         gate_input(plane, "P", "read", PARAMS)  # connections and caches as in steady use
         checked = getattr(plane, "_checked", {})  # a revision before it decided from
-        for _ in range(calls):                    # the read models has no such cache
+        for _ in range(calls):  # the read models has no such cache
             checked.clear()
             cold.append(timed(lambda: gate_input(plane, "P", "read", PARAMS)))
             warm.append(timed(lambda: gate_input(plane, "P", "read", PARAMS)))
             floor.append(timed(lambda: store.append("floor:P", [floor_event])))
-    return {name: sum(samples) / len(samples) * 1e6
-            for name, samples in (("cold", cold), ("warm", warm), ("floor", floor))}
+    return {
+        name: sum(samples) / len(samples) * 1e6
+        for name, samples in (("cold", cold), ("warm", warm), ("floor", floor))
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--history", default="10,100,1000",
-                    help="events already on the plan's stream (comma-separated)")
+    ap.add_argument(
+        "--history",
+        default="10,100,1000",
+        help="events already on the plan's stream (comma-separated)",
+    )
     ap.add_argument("--calls", type=int, default=100, help="calls per scenario per repeat")
     ap.add_argument("--repeat", type=int, default=3)
     run = start_run(ap, argv, None)
@@ -91,21 +95,42 @@ def main(argv: list[str] | None = None) -> None:
                     for name, value in measure(target.ledger_url, args.calls).items():
                         samples[name].append(value)
             got = {name: pick(values, args.stat) for name, values in samples.items()}
-            rows.append({"backend": backend, "history": history, **got,
-                         "cold/floor": got["cold"] / got["floor"],
-                         "warm/floor": got["warm"] / got["floor"]})
+            rows.append(
+                {
+                    "backend": backend,
+                    "history": history,
+                    **got,
+                    "cold/floor": got["cold"] / got["floor"],
+                    "warm/floor": got["warm"] / got["floor"],
+                }
+            )
     if args.json:
         print(json.dumps({"machine": run.info, "stat": args.stat, "rows": rows}))
         return
-    table = Table(title=f"a gate-check decision vs its append ({args.stat} of "
-                        f"{args.repeat}, {args.calls} calls each)")
-    for column in ("backend", "history", "cold µs", "warm µs", "floor µs", "cold/floor",
-                   "warm/floor"):
+    table = Table(
+        title=f"a gate-check decision vs its append ({args.stat} of "
+        f"{args.repeat}, {args.calls} calls each)"
+    )
+    for column in (
+        "backend",
+        "history",
+        "cold µs",
+        "warm µs",
+        "floor µs",
+        "cold/floor",
+        "warm/floor",
+    ):
         table.add_column(column, justify="right" if column != "backend" else "left")
     for r in rows:
-        table.add_row(r["backend"], str(r["history"]), f"{r['cold']:.0f}",
-                      f"{r['warm']:.0f}", f"{r['floor']:.0f}", f"{r['cold/floor']:.2f}x",
-                      f"{r['warm/floor']:.2f}x")
+        table.add_row(
+            r["backend"],
+            str(r["history"]),
+            f"{r['cold']:.0f}",
+            f"{r['warm']:.0f}",
+            f"{r['floor']:.0f}",
+            f"{r['cold/floor']:.2f}x",
+            f"{r['warm/floor']:.2f}x",
+        )
     out.print(table)
 
 

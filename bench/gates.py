@@ -82,8 +82,10 @@ TYPICAL: dict[str, Any] = {
         "title": {"type": "string", "minLength": 1, "maxLength": 256},
         "body": {"type": "string", "maxLength": 65536},
         "labels": {
-            "type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 50},
-            "maxItems": 20, "uniqueItems": True,
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "maxLength": 50},
+            "maxItems": 20,
+            "uniqueItems": True,
         },
         "assignees": {"type": "array", "items": _LOGIN, "maxItems": 10},
         "priority": {"enum": ["low", "medium", "high", "urgent"]},
@@ -94,7 +96,8 @@ TYPICAL: dict[str, Any] = {
         "visibility": {"type": "string", "enum": ["public", "internal", "private"]},
         "notify": {"type": "boolean"},
         "reviewers": {
-            "type": "array", "maxItems": 10,
+            "type": "array",
+            "maxItems": 10,
             "items": {
                 "type": "object",
                 "properties": {"login": _LOGIN, "required": {"type": "boolean"}},
@@ -102,7 +105,8 @@ TYPICAL: dict[str, Any] = {
             },
         },
         "links": {
-            "type": "array", "maxItems": 50,
+            "type": "array",
+            "maxItems": 50,
             "items": {
                 "type": "object",
                 "properties": {
@@ -265,7 +269,9 @@ def _large_schema() -> dict[str, Any]:
                 "required": ["kind"],
             },
             "services": {
-                "type": "array", "minItems": 1, "maxItems": 20,
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 20,
                 "items": {
                     "type": "object",
                     "properties": {
@@ -275,11 +281,13 @@ def _large_schema() -> dict[str, Any]:
                         "priority_class": {"enum": ["low", "normal", "high", "critical"]},
                         "max_restarts": {"type": "integer", "minimum": 0, "maximum": 100},
                         "containers": {
-                            "type": "array", "minItems": 1,
+                            "type": "array",
+                            "minItems": 1,
                             "items": {"$ref": "#/$defs/container"},
                         },
                         "init_containers": {
-                            "type": "array", "items": {"$ref": "#/$defs/container"},
+                            "type": "array",
+                            "items": {"$ref": "#/$defs/container"},
                         },
                         "volumes": {
                             "type": "array",
@@ -300,7 +308,9 @@ def _large_schema() -> dict[str, Any]:
                                 "min": {"type": "integer", "minimum": 0},
                                 "max": {"type": "integer", "minimum": 1},
                                 "target_cpu_percent": {
-                                    "type": "integer", "minimum": 1, "maximum": 100,
+                                    "type": "integer",
+                                    "minimum": 1,
+                                    "maximum": 100,
                                 },
                             },
                             "required": ["min", "max"],
@@ -418,8 +428,11 @@ def typical_valid() -> dict[str, Any]:
         "notify": True,
         "reviewers": [{"login": "carol", "required": True}, {"login": "dave"}],
         "links": [{"kind": "blocks", "issue": 4711}, {"kind": "relates", "issue": 42}],
-        "metadata": {"source": "agent", "trace_id": "0123456789abcdef0123456789abcdef",
-                     "retries": 0},
+        "metadata": {
+            "source": "agent",
+            "trace_id": "0123456789abcdef0123456789abcdef",
+            "retries": 0,
+        },
     }
 
 
@@ -435,8 +448,15 @@ def typical_invalid() -> dict[str, Any]:
 
 def _container(service: int, index: int) -> dict[str, Any]:
     port = 8080 + index
-    probe = {"path": "/healthz", "port": port, "scheme": "HTTP", "initial_delay_s": 5,
-             "period_s": 10, "timeout_s": 2, "failure_threshold": 3}
+    probe = {
+        "path": "/healthz",
+        "port": port,
+        "scheme": "HTTP",
+        "initial_delay_s": 5,
+        "period_s": 10,
+        "timeout_s": 2,
+        "failure_threshold": 3,
+    }
     return {
         "name": f"app-{service}-{index}",
         "image": f"registry.example.com/acme/app-{index}",
@@ -460,8 +480,12 @@ def _container(service: int, index: int) -> dict[str, Any]:
         "liveness": probe,
         "readiness": dict(probe, path="/ready"),
         "mounts": [{"volume": "cache", "mount_path": "/var/cache/app", "read_only": False}],
-        "security": {"run_as_user": 1000, "read_only_root": True, "privileged": False,
-                     "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}},
+        "security": {
+            "run_as_user": 1000,
+            "read_only_root": True,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+        },
     }
 
 
@@ -476,8 +500,10 @@ def large_valid() -> dict[str, Any]:
         "owner": "team@acme.example",
         "description": "Widget storefront and its workers.",
         "replicas": 3,
-        "strategy": {"kind": "rolling",
-                     "rolling": {"max_surge": 1, "max_unavailable": 0, "pause_s": 30}},
+        "strategy": {
+            "kind": "rolling",
+            "rolling": {"max_surge": 1, "max_unavailable": 0, "pause_s": 30},
+        },
         "services": [
             {
                 "name": f"svc-{s}",
@@ -487,15 +513,18 @@ def large_valid() -> dict[str, Any]:
                 "containers": [_container(s, i) for i in range(2)],
                 "volumes": [{"name": "cache", "kind": "empty_dir", "size_gb": 1}],
                 "autoscale": {"min": 2, "max": 10, "target_cpu_percent": 70},
-                "exposure": {"public": s == 0, "hostnames": ["shop.example.com"],
-                             "tls": {"enabled": True, "min_version": "1.3"}},
+                "exposure": {
+                    "public": s == 0,
+                    "hostnames": ["shop.example.com"],
+                    "tls": {"enabled": True, "min_version": "1.3"},
+                },
             }
             for s in range(2)
         ],
-        "rollback": {"enabled": True, "on_error_rate": 0.05, "window_s": 300,
-                     "max_history": 10},
-        "notifications": [{"channel": "slack", "target": "#deploys",
-                           "on": ["failure", "rollback"]}],
+        "rollback": {"enabled": True, "on_error_rate": 0.05, "window_s": 300, "max_history": 10},
+        "notifications": [
+            {"channel": "slack", "target": "#deploys", "on": ["failure", "rollback"]}
+        ],
     }
 
 
@@ -543,8 +572,9 @@ def measure(fn: Callable[[], object], number: int, repeat: int, stat: str) -> fl
     return pick([per_call_us(fn, number) for _ in range(repeat)], stat)
 
 
-def breakdown(schema: Any, sha: str, raw: bytes, variant: str,
-              args: argparse.Namespace) -> dict[str, float] | None:
+def breakdown(
+    schema: Any, sha: str, raw: bytes, variant: str, args: argparse.Namespace
+) -> dict[str, float] | None:
     """Where the time of one check goes: each step of ``check`` timed on its own. Uses
     the checker's internals (so it says so and gives up if they have changed)."""
     try:
@@ -571,6 +601,7 @@ def breakdown(schema: Any, sha: str, raw: bytes, variant: str,
     }
     found: list[Any] = []
     if variant == "invalid":
+
         def drain() -> list[Any]:
             return list(validator.iter_errors(instance))
 
@@ -584,8 +615,10 @@ def breakdown(schema: Any, sha: str, raw: bytes, variant: str,
         steps["iter_errors drained (jsonschema-rs)"] = drain
         steps["translate to deviations (Python)"] = drain_translate  # minus drain, below
         steps["_finish: filter, dedupe, sort (Python)"] = lambda: _finish(found)
-    times = {name: measure(fn, auto_number(fn, seconds), args.repeat, args.stat)
-             for name, fn in steps.items()}
+    times = {
+        name: measure(fn, auto_number(fn, seconds), args.repeat, args.stat)
+        for name, fn in steps.items()
+    }
     if variant == "invalid":
         times["translate to deviations (Python)"] -= times["iter_errors drained (jsonschema-rs)"]
 
@@ -599,8 +632,9 @@ def breakdown(schema: Any, sha: str, raw: bytes, variant: str,
     def loads() -> object:
         return json.loads(raw)
 
-    times["theirs: json.loads"] = measure(loads, auto_number(loads, seconds), args.repeat,
-                                          args.stat)
+    times["theirs: json.loads"] = measure(
+        loads, auto_number(loads, seconds), args.repeat, args.stat
+    )
     return times
 
 
@@ -611,9 +645,16 @@ def error_name(error: Any) -> str:
 # --- the run ----------------------------------------------------------------------------------
 
 
-def run_case(case: str, variant: str, schema: Any, sha: str, theirs_validator: Any,
-             raw: bytes, args: argparse.Namespace, out: Any) -> tuple[dict[str, Any],
-                                                                     Callable[[], object]]:
+def run_case(
+    case: str,
+    variant: str,
+    schema: Any,
+    sha: str,
+    theirs_validator: Any,
+    raw: bytes,
+    args: argparse.Namespace,
+    out: Any,
+) -> tuple[dict[str, Any], Callable[[], object]]:
     def ours() -> object:
         return check(schema, raw, schema_sha256=sha)  # as a gate calls it
 
@@ -626,16 +667,24 @@ def run_case(case: str, variant: str, schema: Any, sha: str, theirs_validator: A
     deviations = check(schema, raw, schema_sha256=sha)
     errors = list(theirs_validator.iter_errors(json.loads(raw)))
     if bool(deviations) != bool(errors) or bool(errors) != (variant == "invalid"):
-        raise SystemExit(f"{case}/{variant}: verdicts disagree: ours {len(deviations)} "
-                         f"deviations, theirs {len(errors)} errors")
+        raise SystemExit(
+            f"{case}/{variant}: verdicts disagree: ours {len(deviations)} "
+            f"deviations, theirs {len(errors)} errors"
+        )
     ours_kinds = dict(Counter(d.kind for d in deviations))
     theirs_kinds = dict(Counter(error_name(e) for e in errors))
-    out.print(f"{case}/{variant}: {len(raw):,} bytes, both {'fail' if errors else 'pass'}; "
-              f"ours {len(deviations)} deviations {ours_kinds or ''}, theirs {len(errors)} "
-              f"errors {theirs_kinds or ''}", highlight=False)
+    out.print(
+        f"{case}/{variant}: {len(raw):,} bytes, both {'fail' if errors else 'pass'}; "
+        f"ours {len(deviations)} deviations {ours_kinds or ''}, theirs {len(errors)} "
+        f"errors {theirs_kinds or ''}",
+        highlight=False,
+    )
     for d in deviations:
-        out.print(f"    {d.kind:<17} {d.pointer or '(root)'}  expected {d.expected}",
-                  highlight=False, markup=False)
+        out.print(
+            f"    {d.kind:<17} {d.pointer or '(root)'}  expected {d.expected}",
+            highlight=False,
+            markup=False,
+        )
 
     number_ours = args.number or auto_number(ours)
     number_theirs = args.number or auto_number(theirs)
@@ -681,18 +730,40 @@ def run_case(case: str, variant: str, schema: Any, sha: str, theirs_validator: A
 
 
 def print_results(out: Any, rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    table = Table(title=f"structural gate check, µs per check ({args.stat} of {args.repeat}; "
-                        "both sides parse the raw bytes)", title_justify="left")
-    for col in ("schema", "instance", "props", "bytes", "dev / err", "ours µs",
-                "jsonschema µs", "speedup", "per-run range", "target", "met"):
+    table = Table(
+        title=f"structural gate check, µs per check ({args.stat} of {args.repeat}; "
+        "both sides parse the raw bytes)",
+        title_justify="left",
+    )
+    for col in (
+        "schema",
+        "instance",
+        "props",
+        "bytes",
+        "dev / err",
+        "ours µs",
+        "jsonschema µs",
+        "speedup",
+        "per-run range",
+        "target",
+        "met",
+    ):
         table.add_column(col, justify="left" if col in ("schema", "instance") else "right")
     for r in rows:
         low, high = r["per_run_range"]
-        table.add_row(r["schema"], r["instance"], str(r["declared_properties"]),
-                      f"{r['bytes']:,}", f"{r['ours_deviations']} / {r['theirs_errors']}",
-                      f"{r['ours_us']:.1f}", f"{r['theirs_us']:.1f}", f"{r['speedup']:.1f}x",
-                      f"{low:.1f}-{high:.1f}x", f">= {r['target_speedup']:.0f}x",
-                      "[green]yes[/]" if r["met"] else "[red]no[/]")
+        table.add_row(
+            r["schema"],
+            r["instance"],
+            str(r["declared_properties"]),
+            f"{r['bytes']:,}",
+            f"{r['ours_deviations']} / {r['theirs_errors']}",
+            f"{r['ours_us']:.1f}",
+            f"{r['theirs_us']:.1f}",
+            f"{r['speedup']:.1f}x",
+            f"{low:.1f}-{high:.1f}x",
+            f">= {r['target_speedup']:.0f}x",
+            "[green]yes[/]" if r["met"] else "[red]no[/]",
+        )
     out.print(table)
     with_breakdown = [r for r in rows if "breakdown_us" in r]
     if not with_breakdown:
@@ -700,31 +771,51 @@ def print_results(out: Any, rows: list[dict[str, Any]], args: argparse.Namespace
     keys = [k for r in with_breakdown for k in r["breakdown_us"]]
     last = ("check() total", "rest (check minus the steps above)", "theirs: json.loads")
     steps = [k for k in dict.fromkeys(keys) if k not in last] + [k for k in last if k in keys]
-    table = Table(title="ours, step by step (µs per check; each step timed on its own)",
-                  title_justify="left")
+    table = Table(
+        title="ours, step by step (µs per check; each step timed on its own)", title_justify="left"
+    )
     table.add_column("step")
     for r in with_breakdown:
         table.add_column(f"{r['schema']} {r['instance']}", justify="right")
     for step in steps:
-        table.add_row(step, *(f"{r['breakdown_us'][step]:.2f}" if step in r["breakdown_us"]
-                              else "" for r in with_breakdown))
+        table.add_row(
+            step,
+            *(
+                f"{r['breakdown_us'][step]:.2f}" if step in r["breakdown_us"] else ""
+                for r in with_breakdown
+            ),
+        )
     out.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="timing loops per side and case")
-    ap.add_argument("--number", type=int, default=0,
-                    help=f"calls per timing loop (default: about {MEASURE_SECONDS} s a loop)")
+    ap.add_argument(
+        "--number",
+        type=int,
+        default=0,
+        help=f"calls per timing loop (default: about {MEASURE_SECONDS} s a loop)",
+    )
     ap.add_argument("--stat", choices=("median", "best"), default="median")
-    ap.add_argument("--json", action="store_true",
-                    help="print JSON on stdout (the tables go to stderr)")
-    ap.add_argument("--breakdown", action="store_true",
-                    help="also time each step of ours on its own (uses checker internals)")
-    ap.add_argument("--profile", action="store_true",
-                    help="also cProfile ours on --profile-case and print the hot spots")
-    ap.add_argument("--profile-case", default="large-invalid",
-                    choices=[f"{c}-{v}" for c in CASES for v in ("valid", "invalid")])
+    ap.add_argument(
+        "--json", action="store_true", help="print JSON on stdout (the tables go to stderr)"
+    )
+    ap.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time each step of ours on its own (uses checker internals)",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also cProfile ours on --profile-case and print the hot spots",
+    )
+    ap.add_argument(
+        "--profile-case",
+        default="large-invalid",
+        choices=[f"{c}-{v}" for c in CASES for v in ("valid", "invalid")],
+    )
     ap.add_argument("--profile-top", type=int, default=12)
     args = ap.parse_args(argv)
     out = err_console if args.json else console
@@ -734,10 +825,13 @@ def main(argv: list[str] | None = None) -> int:
         info[package] = importlib.metadata.version(package)
     if not args.json:
         print_machine(info)
-    out.print("Both sides start from the raw JSON bytes inside the timed call: ours "
-              "check(schema, raw, schema_sha256=sha) decodes them (msgspec); theirs "
-              "json.loads(raw), then the Draft202012Validator built once. Same normalised "
-              "(closed) schema on both sides.", highlight=False)
+    out.print(
+        "Both sides start from the raw JSON bytes inside the timed call: ours "
+        "check(schema, raw, schema_sha256=sha) decodes them (msgspec); theirs "
+        "json.loads(raw), then the Draft202012Validator built once. Same normalised "
+        "(closed) schema on both sides.",
+        highlight=False,
+    )
 
     rows: list[dict[str, Any]] = []
     calls: dict[str, Callable[[], object]] = {}
@@ -764,9 +858,18 @@ def main(argv: list[str] | None = None) -> int:
         profile = profile_top(loop, args.profile_top)
         print_profile(out, f"cProfile ours, {args.profile_case}, {n:,} checks", profile)
     if args.json:
-        print(json.dumps({"machine": info, "results": rows,
-                          "profile": {"case": args.profile_case, "top": profile}
-                          if args.profile else None}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "machine": info,
+                    "results": rows,
+                    "profile": {"case": args.profile_case, "top": profile}
+                    if args.profile
+                    else None,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -51,30 +51,63 @@ def plan_events(i: int) -> list[tuple[str, EventPayload]]:
     plan_id = f"P-{i}"
     stream = f"plan:{plan_id}"
     events: list[tuple[str, EventPayload]] = [
-        (stream, PlanCreated(plan_id=plan_id, project=f"proj-{i % 7}",
-                             resources=[f"repo:{i % 13}"])),
+        (
+            stream,
+            PlanCreated(plan_id=plan_id, project=f"proj-{i % 7}", resources=[f"repo:{i % 13}"]),
+        ),
         (stream, StrategyRecorded(plan_id=plan_id, revision=0, strategy="fix the tests")),
         (stream, ExecuteEntered(plan_id=plan_id, revision=0)),
     ]
     if i % 10 == 0:
         attachment_id = f"01J{i:023d}"
-        events.append((f"attachment:{attachment_id}", AttachmentCreated(
-            attachment_id=attachment_id, validation="tests", validation_version=1,
-            resource=f"repo:{i % 13}", scope="plan", plan=plan_id, args={"path": "src"},
-            args_sha256="0" * 64)))
+        events.append(
+            (
+                f"attachment:{attachment_id}",
+                AttachmentCreated(
+                    attachment_id=attachment_id,
+                    validation="tests",
+                    validation_version=1,
+                    resource=f"repo:{i % 13}",
+                    scope="plan",
+                    plan=plan_id,
+                    args={"path": "src"},
+                    args_sha256="0" * 64,
+                ),
+            )
+        )
     while len(events) < EVENTS_PER_PLAN:
-        events.append((stream, GateChecked(
-            plan_id=plan_id, gate="input", tool="pytest", verdict="pass", attempt=1,
-            iteration=1, strict_mode=False, checked_sha256="a" * 64)))
+        events.append(
+            (
+                stream,
+                GateChecked(
+                    plan_id=plan_id,
+                    gate="input",
+                    tool="pytest",
+                    verdict="pass",
+                    attempt=1,
+                    iteration=1,
+                    strict_mode=False,
+                    checked_sha256="a" * 64,
+                ),
+            )
+        )
     return events
 
 
 def build(store: ledger.Store, n_events: int) -> None:
     registrations: list[tuple[str, EventPayload]] = [
         ("tool:pytest", ToolRegistered(name="pytest", version=1, command=["pytest", "-q"])),
-        ("tool:tests", ValidationRegistered(name="tests", version=1, mode="required",
-                                            executor="wrapped", wraps="pytest",
-                                            transform="{passed: exit_code == `0`}")),
+        (
+            "tool:tests",
+            ValidationRegistered(
+                name="tests",
+                version=1,
+                mode="required",
+                executor="wrapped",
+                wraps="pytest",
+                transform="{passed: exit_code == `0`}",
+            ),
+        ),
     ]
     pending = registrations
     i = 0
@@ -117,28 +150,45 @@ def main(argv: list[str] | None = None) -> int:
                 store.close()
         read_rate = n / pick(read, args.stat)
         rebuild_rate = n / pick(rebuild, args.stat)
-        rows.append({
-            "backend": backend, "events": n,
-            "read_all_events_per_s": round(read_rate),
-            "rebuild_events_per_s": round(rebuild_rate),
-            "rebuild_vs_read_all": round(read_rate / rebuild_rate, 2),
-            "target_events_per_s": TARGET_EVENTS_PER_S,
-            "met": rebuild_rate >= TARGET_EVENTS_PER_S,
-            "read_all_samples_s": [round(s, 3) for s in read],
-            "rebuild_samples_s": [round(s, 3) for s in rebuild],
-        })
+        rows.append(
+            {
+                "backend": backend,
+                "events": n,
+                "read_all_events_per_s": round(read_rate),
+                "rebuild_events_per_s": round(rebuild_rate),
+                "rebuild_vs_read_all": round(read_rate / rebuild_rate, 2),
+                "target_events_per_s": TARGET_EVENTS_PER_S,
+                "met": rebuild_rate >= TARGET_EVENTS_PER_S,
+                "read_all_samples_s": [round(s, 3) for s in read],
+                "rebuild_samples_s": [round(s, 3) for s in rebuild],
+            }
+        )
         out.print(f"{backend}: done")
 
-    table = Table(title=f"projection rebuild vs read-all decode ({args.stat} of "
-                        f"{args.repeat})", title_justify="left")
-    for col in ("backend", "events", "read-all ev/s", "rebuild ev/s", "rebuild time / read",
-                "target", "met"):
+    table = Table(
+        title=f"projection rebuild vs read-all decode ({args.stat} of {args.repeat})",
+        title_justify="left",
+    )
+    for col in (
+        "backend",
+        "events",
+        "read-all ev/s",
+        "rebuild ev/s",
+        "rebuild time / read",
+        "target",
+        "met",
+    ):
         table.add_column(col, justify="left" if col == "backend" else "right")
     for r in rows:
-        table.add_row(r["backend"], f"{r['events']:,}", f"{r['read_all_events_per_s']:,}",
-                      f"{r['rebuild_events_per_s']:,}", f"{r['rebuild_vs_read_all']:.2f}x",
-                      f">= {TARGET_EVENTS_PER_S:,}",
-                      "[green]yes[/]" if r["met"] else "[red]no[/]")
+        table.add_row(
+            r["backend"],
+            f"{r['events']:,}",
+            f"{r['read_all_events_per_s']:,}",
+            f"{r['rebuild_events_per_s']:,}",
+            f"{r['rebuild_vs_read_all']:.2f}x",
+            f">= {TARGET_EVENTS_PER_S:,}",
+            "[green]yes[/]" if r["met"] else "[red]no[/]",
+        )
     out.print(table)
     for backend, top in profiles.items():
         print_profile(out, f"cProfile rebuild, {backend}", top)

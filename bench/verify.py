@@ -58,10 +58,13 @@ def build(store: ledger.Store, n_events: int) -> float:
         batch = work.batch(size, raw=False)
         blob = os.urandom(BLOB_SIZE)  # e.g. a raw tool output the batch's events point to
         digest = sha256(blob).hexdigest()
-        events = [msgspec.structs.replace(e, payload=msgspec.structs.replace(
-            e.payload, checked_sha256=digest)) for e in batch.events]
-        spent += timed(lambda s=batch.stream, e=events, blob=blob: store.append(
-            s, e, blobs=[blob]))
+        events = [
+            msgspec.structs.replace(
+                e, payload=msgspec.structs.replace(e.payload, checked_sha256=digest)
+            )
+            for e in batch.events
+        ]
+        spent += timed(lambda s=batch.stream, e=events, blob=blob: store.append(s, e, blobs=[blob]))
         done += size
     return spent
 
@@ -69,8 +72,10 @@ def build(store: ledger.Store, n_events: int) -> float:
 def ours_verify(store: ledger.Store, n_events: int) -> None:
     report = verify_store(store)
     if not report.ok or report.checked_events != n_events:
-        raise RuntimeError(f"verify failed or short: ok={report.ok} "
-                           f"checked={report.checked_events} problems={report.problems[:3]}")
+        raise RuntimeError(
+            f"verify failed or short: ok={report.ok} "
+            f"checked={report.checked_events} problems={report.problems[:3]}"
+        )
 
 
 def baseline_scan(target: Target, n_events: int) -> None:
@@ -109,13 +114,17 @@ def run_backend(
     top = None
     try:
         build_s = build(store, n)
-        out.print(f"{target.backend}: built {n} events in {build_s:.1f} s "
-                  f"({n / build_s:,.0f} events/s appending {BUILD_BATCH} per transaction)")
+        out.print(
+            f"{target.backend}: built {n} events in {build_s:.1f} s "
+            f"({n / build_s:,.0f} events/s appending {BUILD_BATCH} per transaction)"
+        )
         # Warm-up (discarded): page cache, statement caches, imports.
         ours_verify(store, n)
         baseline_scan(target, n)
-        sides = {"ours": lambda: ours_verify(store, n),
-                 "baseline": lambda: baseline_scan(target, n)}
+        sides = {
+            "ours": lambda: ours_verify(store, n),
+            "baseline": lambda: baseline_scan(target, n),
+        }
         samples: dict[str, list[float]] = {"ours": [], "baseline": []}
         for rep in range(args.repeat):
             for side in ("ours", "baseline") if rep % 2 == 0 else ("baseline", "ours"):
@@ -159,29 +168,54 @@ def main(argv: list[str] | None = None) -> int:
         if top is not None:
             profiles[backend] = top
 
-    table = Table(title=f"full verify vs hash-only scan ({args.stat} of {args.repeat})",
-                  title_justify="left")
-    for col in ("backend", "events", "verify s", "verify ev/s", "baseline s",
-                "baseline ev/s", "verify/baseline", "target", "met"):
+    table = Table(
+        title=f"full verify vs hash-only scan ({args.stat} of {args.repeat})", title_justify="left"
+    )
+    for col in (
+        "backend",
+        "events",
+        "verify s",
+        "verify ev/s",
+        "baseline s",
+        "baseline ev/s",
+        "verify/baseline",
+        "target",
+        "met",
+    ):
         table.add_column(col, justify="left" if col == "backend" else "right")
     for r in rows:
         table.add_row(
-            r["backend"], f"{r['events']:,}", f"{r['ours_s']:.2f}",
-            f"{r['ours_events_per_s']:,}", f"{r['baseline_s']:.2f}",
-            f"{r['baseline_events_per_s']:,}", f"{r['ours_over_baseline']:.1f}x",
-            f">= {TARGET_EVENTS_PER_S:,}", "[green]yes[/]" if r["met"] else "[red]no[/]",
+            r["backend"],
+            f"{r['events']:,}",
+            f"{r['ours_s']:.2f}",
+            f"{r['ours_events_per_s']:,}",
+            f"{r['baseline_s']:.2f}",
+            f"{r['baseline_events_per_s']:,}",
+            f"{r['ours_over_baseline']:.1f}x",
+            f">= {TARGET_EVENTS_PER_S:,}",
+            "[green]yes[/]" if r["met"] else "[red]no[/]",
         )
     out.print(table)
     for backend, top in profiles.items():
         print_profile(out, f"cProfile verify_store, {backend}", top)
     if args.json:
-        print(json.dumps({
-            "machine": info,
-            "config": {"events": n, "repeat": args.repeat, "stat": args.stat,
-                       "build_batch": BUILD_BATCH, "blob_bytes": BLOB_SIZE},
-            "results": rows,
-            "profiles": profiles,
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "machine": info,
+                    "config": {
+                        "events": n,
+                        "repeat": args.repeat,
+                        "stat": args.stat,
+                        "build_batch": BUILD_BATCH,
+                        "blob_bytes": BLOB_SIZE,
+                    },
+                    "results": rows,
+                    "profiles": profiles,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

@@ -41,10 +41,17 @@ def check_relative_path(value: str, what: str) -> PurePosixPath:
     """A path inside a directory: relative, no ``..``, no control characters. (A symlink
     inside the directory that points out is caught where the path is used.)"""
     path = PurePosixPath(value)
-    if (not value or path.is_absolute() or ".." in path.parts or "\\" in value
-            or any(ord(c) < 32 or ord(c) == 127 for c in value)):
-        raise CommandRefused(f"invalid {what} {value!r}: a relative path inside the "
-                             "resource, with no `..`, backslash or control character")
+    if (
+        not value
+        or path.is_absolute()
+        or ".." in path.parts
+        or "\\" in value
+        or any(ord(c) < 32 or ord(c) == 127 for c in value)
+    ):
+        raise CommandRefused(
+            f"invalid {what} {value!r}: a relative path inside the "
+            "resource, with no `..`, backslash or control character"
+        )
     return path
 
 

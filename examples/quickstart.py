@@ -45,10 +45,22 @@ def main() -> None:
             ledger.NewEvent(
                 actor="gate",
                 payload=GateChecked(
-                    plan_id=plan_id, gate="input", tool="pytest", verdict="fail",
-                    deviations=[Deviation(pointer="/force", kind="extra_field",
-                                          expected="no such property", actual_type="boolean")],
-                    attempt=1, iteration=1, strict_mode=False, checked_sha256=digest,
+                    plan_id=plan_id,
+                    gate="input",
+                    tool="pytest",
+                    verdict="fail",
+                    deviations=[
+                        Deviation(
+                            pointer="/force",
+                            kind="extra_field",
+                            expected="no such property",
+                            actual_type="boolean",
+                        )
+                    ],
+                    attempt=1,
+                    iteration=1,
+                    strict_mode=False,
+                    checked_sha256=digest,
                 ),
                 delta=[{"op": "replace", "path": "/iteration", "value": 1}],
             )

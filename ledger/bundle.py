@@ -210,19 +210,33 @@ _MAX_STREAM = 512
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER = b"0" * 16
 # RFC 6902: what each operation needs besides "op" and "path".
-_PATCH_OPS: dict[str, str | None] = {"add": "value", "remove": None, "replace": "value",
-                                     "move": "from", "copy": "from", "test": "value"}
+_PATCH_OPS: dict[str, str | None] = {
+    "add": "value",
+    "remove": None,
+    "replace": "value",
+    "move": "from",
+    "copy": "from",
+    "test": "value",
+}
 # What decoding an event's payload with the catalog may raise on hostile bytes: msgspec's
 # errors, and what an upcaster meets in a document of the wrong shape.
-_PAYLOAD_ERRORS = (LedgerError, msgspec.MsgspecError, RecursionError, TypeError,
-                   ValueError, KeyError, IndexError, AttributeError)
+_PAYLOAD_ERRORS = (
+    LedgerError,
+    msgspec.MsgspecError,
+    RecursionError,
+    TypeError,
+    ValueError,
+    KeyError,
+    IndexError,
+    AttributeError,
+)
 
 
 def _show(value: Any) -> str:
     """``repr`` of a value read from a bundle, clipped: a problem never quotes a
     megabyte."""
     text = repr(value)
-    return text if len(text) <= _SHOWN else text[:_SHOWN - 3] + "..."
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
 _BROKEN: Any = object()  # a record that could not be read (its problem reported)
@@ -264,10 +278,14 @@ def _unlike_a_store(e: _Leaf) -> str | None:
     ULID, an empty actor."""
     stream = e.stream
     if not stream or len(stream) > _MAX_STREAM or not stream.isprintable():
-        return f"stream {_show(stream)} is not a stream name (1 to {_MAX_STREAM} printable " \
-            "characters)"
-    for value, what in ((e.event_id, "event id"), (e.correlation_id, "correlation id"),
-                        (e.causation_id, "causation id")):
+        return (
+            f"stream {_show(stream)} is not a stream name (1 to {_MAX_STREAM} printable characters)"
+        )
+    for value, what in (
+        (e.event_id, "event id"),
+        (e.correlation_id, "correlation id"),
+        (e.causation_id, "causation id"),
+    ):
         if value is not None and _ULID.fullmatch(value) is None:
             return f"{what} {_show(value)} is not a ULID"
     if not e.actor:
@@ -278,8 +296,9 @@ def _unlike_a_store(e: _Leaf) -> str | None:
 def _suspect(line: bytes) -> bool:
     """Whether an event line might nest deeper than the rules allow, or hold an integer
     beyond them (see ``_DIGITS``)."""
-    return (line.count(b"[") + line.count(b"{") > MAX_DEPTH
-            or _LONG_NUMBER in line.translate(_DIGITS))
+    return line.count(b"[") + line.count(b"{") > MAX_DEPTH or _LONG_NUMBER in line.translate(
+        _DIGITS
+    )
 
 
 def _is_patch(delta: Any) -> bool:
@@ -311,8 +330,11 @@ def _canonical(value: Any, data: bytes, encode: Any = canonical_json) -> bool:
 
 
 def _noncanonical(line: bytes) -> str:
-    cr = " (it ends in a carriage return: a bundle's lines end in \\n alone)" \
-        if line.endswith(b"\r") else ""
+    cr = (
+        " (it ends in a carriage return: a bundle's lines end in \\n alone)"
+        if line.endswith(b"\r")
+        else ""
+    )
     return f"is not in canonical form{cr}"
 
 
@@ -405,8 +427,22 @@ def write_bundle(
         events = 0
         plan_seen = plan is None
         for rows in snap.rows():
-            for (position, event_id, stream, stream_version, type_name, schema_version,
-                 recorded_at, actor, corr, caus, payload, delta, stored_leaf, _) in rows:
+            for (
+                position,
+                event_id,
+                stream,
+                stream_version,
+                type_name,
+                schema_version,
+                recorded_at,
+                actor,
+                corr,
+                caus,
+                payload,
+                delta,
+                stored_leaf,
+                _,
+            ) in rows:
                 if position > size:
                     break
                 leaves += stored_leaf
@@ -424,18 +460,38 @@ def write_bundle(
                         if schema_version == reader[0]:
                             refs.update(astuple(reader[1].decode(payload)))
                         else:  # stored by an older version: upcast first (rare)
-                            refs.update(d for _, d in catalog.blob_refs(
-                                type_name, schema_version, payload))
+                            refs.update(
+                                d for _, d in catalog.blob_refs(type_name, schema_version, payload)
+                            )
                     except (LedgerError, msgspec.DecodeError, msgspec.ValidationError):
                         pass  # unreadable: the bundle's verifier reports this event
                 if type_name == "approver_key.added":
                     document = _json(payload)
-                    approvers.append({"fingerprint": document["fingerprint"],
-                                      "name": document["name"], "position": position,
-                                      "public_key": document["public_key"]})
-                spool.write(leaf_bytes(position, event_id, stream, stream_version, type_name,
-                                       schema_version, recorded_at, actor, corr, caus,
-                                       payload, bytes(delta)) + b"\n")
+                    approvers.append(
+                        {
+                            "fingerprint": document["fingerprint"],
+                            "name": document["name"],
+                            "position": position,
+                            "public_key": document["public_key"],
+                        }
+                    )
+                spool.write(
+                    leaf_bytes(
+                        position,
+                        event_id,
+                        stream,
+                        stream_version,
+                        type_name,
+                        schema_version,
+                        recorded_at,
+                        actor,
+                        corr,
+                        caus,
+                        payload,
+                        bytes(delta),
+                    )
+                    + b"\n"
+                )
                 events += 1
         if not plan_seen:
             raise BundleError(f"unknown plan {plan!r}")
@@ -443,12 +499,24 @@ def write_bundle(
         # the store lacks is left out: the bundle's verifier reports it (blob_missing).
         # (A null reference, None, is never a stored digest.)
         stored = {digest for (digest,) in snap.query("SELECT digest FROM blobs")}
-        blobs = [(digest, data) for digest in sorted(stored & refs)
-                 if (data := snap.blob(digest)) is not None]
-        header = {"blobs": len(blobs), "events": events, "format": BUNDLE_FORMAT,
-                  "origin": origin, "plan": plan, "root": root.hex(), "size": size}
-        keys = {"approvers": approvers,
-                "signer": {"name": origin, "public_key": public_key_b64(key)}}
+        blobs = [
+            (digest, data)
+            for digest in sorted(stored & refs)
+            if (data := snap.blob(digest)) is not None
+        ]
+        header = {
+            "blobs": len(blobs),
+            "events": events,
+            "format": BUNDLE_FORMAT,
+            "origin": origin,
+            "plan": plan,
+            "root": root.hex(),
+            "size": size,
+        }
+        keys = {
+            "approvers": approvers,
+            "signer": {"name": origin, "public_key": public_key_b64(key)},
+        }
         directory = os.path.dirname(os.path.abspath(out))
         fd, tmp = tempfile.mkstemp(prefix=".bundle-", dir=directory)
         try:
@@ -460,8 +528,9 @@ def write_bundle(
                 spool.seek(0)
                 shutil.copyfileobj(spool, f)
                 for digest, data in blobs:
-                    f.write(_line({"data": base64.b64encode(data).decode("ascii"),
-                                   "digest": digest}))
+                    f.write(
+                        _line({"data": base64.b64encode(data).decode("ascii"), "digest": digest})
+                    )
             umask = os.umask(0)  # mkstemp made it 0600; a bundle is for handing over
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
@@ -470,8 +539,16 @@ def write_bundle(
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-    return BundleSummary(out=out, origin=origin, plan=plan, size=size, root=root.hex(),
-                         events=events, blobs=len(blobs), checkpoint=note)
+    return BundleSummary(
+        out=out,
+        origin=origin,
+        plan=plan,
+        size=size,
+        root=root.hex(),
+        events=events,
+        blobs=len(blobs),
+        checkpoint=note,
+    )
 
 
 # ----------------------------------------------------------------------------- verify
@@ -506,8 +583,9 @@ class _Reader:
     """One pass over a bundle's bytes: checks every record, keeps what a ``Bundle``
     needs, and records each problem with the record it is in."""
 
-    def __init__(self, data: bytes, public_key: Ed25519PublicKey | None,
-                 catalog: Catalog, max_problems: int) -> None:
+    def __init__(
+        self, data: bytes, public_key: Ed25519PublicKey | None, catalog: Catalog, max_problems: int
+    ) -> None:
         self.problems: list[Problem] = []
         self.max_problems = max(1, max_problems)
         self.catalog = catalog
@@ -526,7 +604,7 @@ class _Reader:
     def problem(self, position: int | None, kind: str, detail: str) -> None:
         if len(self.problems) < self.max_problems:
             if len(detail) > _MAX_DETAIL:
-                detail = detail[:_MAX_DETAIL - 3] + "..."
+                detail = detail[: _MAX_DETAIL - 3] + "..."
             self.problems.append(Problem(position, kind, detail))
 
     @property
@@ -566,14 +644,20 @@ class _Reader:
             return
         complete = data.endswith(b"\n")
         if not complete:
-            self.problem(None, "truncated", "the bundle does not end with a newline: "
-                         "its last record is cut off")
+            self.problem(
+                None,
+                "truncated",
+                "the bundle does not end with a newline: its last record is cut off",
+            )
         count = data.count(b"\n") + (0 if complete else 1)
         lines = _lines(data)
         head = list(itertools.islice(lines, _HEAD_RECORDS))
         if len(head) < _HEAD_RECORDS:
-            self.problem(None, "header", f"a bundle has at least {_HEAD_RECORDS} lines; "
-                         f"this one has {len(head)}")
+            self.problem(
+                None,
+                "header",
+                f"a bundle has at least {_HEAD_RECORDS} lines; this one has {len(head)}",
+            )
             return
         header = self._header(head[0])
         if header is None:
@@ -582,20 +666,29 @@ class _Reader:
         events, blobs = header["events"], header["blobs"]
         expected = _HEAD_RECORDS + events + blobs
         if count != expected:
-            self.problem(None, "record_count",
-                         f"the header announces {events} events and {blobs} blobs "
-                         f"({expected} lines); the bundle has {count} lines")
+            self.problem(
+                None,
+                "record_count",
+                f"the header announces {events} events and {blobs} blobs "
+                f"({expected} lines); the bundle has {count} lines",
+            )
         if events > header["size"]:
-            self.problem(None, "record_count",
-                         f"the header announces {events} events in a tree of "
-                         f"{header['size']}: a bundle holds each event once")
+            self.problem(
+                None,
+                "record_count",
+                f"the header announces {events} events in a tree of "
+                f"{header['size']}: a bundle holds each event once",
+            )
         elif header["plan"] is None and events != header["size"]:
             # The header is not signed: a plan's bundle relabelled as the whole log's
             # would otherwise pass with the other plans' events silently missing.
-            self.problem(None, "record_count",
-                         f"the header announces {events} events of a tree of "
-                         f"{header['size']} and no plan: a bundle of the whole log holds "
-                         "every event")
+            self.problem(
+                None,
+                "record_count",
+                f"the header announces {events} events of a tree of "
+                f"{header['size']} and no plan: a bundle of the whole log holds "
+                "every event",
+            )
         self._leaves(head[2])
         approvers = self._keys(head[3])
         self._checkpoint(head[1])
@@ -612,17 +705,28 @@ class _Reader:
             return None
         header = msgspec.structs.asdict(record)
         if header["format"] != BUNDLE_FORMAT:
-            self.problem(None, "header", "line 1 (header): unknown bundle format "
-                         f"{_show(header['format'])} (this evidence reads {BUNDLE_FORMAT})")
+            self.problem(
+                None,
+                "header",
+                "line 1 (header): unknown bundle format "
+                f"{_show(header['format'])} (this evidence reads {BUNDLE_FORMAT})",
+            )
             return None
         wrong = [k for k in ("blobs", "events", "size") if header[k] < 0]
         if wrong:
-            self.problem(None, "header", f"line 1 (header): {wrong[0]} {header[wrong[0]]} "
-                         "is not a count (a whole number from 0 to 2^53 - 1)")
+            self.problem(
+                None,
+                "header",
+                f"line 1 (header): {wrong[0]} {header[wrong[0]]} "
+                "is not a count (a whole number from 0 to 2^53 - 1)",
+            )
             return None
         if _HEX64.fullmatch(header["root"]) is None:
-            self.problem(None, "header", f"line 1 (header): root {_show(header['root'])} "
-                         "is not 64 lowercase hex digits")
+            self.problem(
+                None,
+                "header",
+                f"line 1 (header): root {_show(header['root'])} is not 64 lowercase hex digits",
+            )
             return None
         return header
 
@@ -641,14 +745,20 @@ class _Reader:
             return
         named = (checkpoint.origin, checkpoint.size, checkpoint.root.hex())
         if named != (header["origin"], header["size"], header["root"]):
-            self.problem(None, "checkpoint",
-                         f"line 2: the checkpoint names {_show(checkpoint.origin)} "
-                         f"{checkpoint.size}:{checkpoint.root.hex()}; the header names "
-                         f"{_show(header['origin'])} {header['size']}:{header['root']}")
+            self.problem(
+                None,
+                "checkpoint",
+                f"line 2: the checkpoint names {_show(checkpoint.origin)} "
+                f"{checkpoint.size}:{checkpoint.root.hex()}; the header names "
+                f"{_show(header['origin'])} {header['size']}:{header['root']}",
+            )
         key = self.given_key or self.signer
         if key is None:
-            self.problem(None, "checkpoint_signature",
-                         "no public key to check the checkpoint's signature with")
+            self.problem(
+                None,
+                "checkpoint_signature",
+                "no public key to check the checkpoint's signature with",
+            )
             return
         try:
             verify_checkpoint_signature(note, key)
@@ -668,15 +778,22 @@ class _Reader:
             self.problem(None, "leaves", "line 3 (leaves) is not strict base64")
             return
         if len(raw) != _HASH * header["size"]:
-            shape = "" if len(raw) % _HASH == 0 else \
-                f" (not a whole number of {_HASH}-byte hashes)"
-            self.problem(None, "leaves", f"line 3 (leaves) holds {len(raw)} bytes{shape}; "
-                         f"a tree of {header['size']} events has {_HASH * header['size']}")
+            shape = "" if len(raw) % _HASH == 0 else f" (not a whole number of {_HASH}-byte hashes)"
+            self.problem(
+                None,
+                "leaves",
+                f"line 3 (leaves) holds {len(raw)} bytes{shape}; "
+                f"a tree of {header['size']} events has {_HASH * header['size']}",
+            )
             return
-        self.leaves = [raw[i:i + _HASH] for i in range(0, len(raw), _HASH)]
+        self.leaves = [raw[i : i + _HASH] for i in range(0, len(raw), _HASH)]
         if root_of(self.leaves).hex() != header["root"]:
-            self.problem(None, "leaves", "line 3 (leaves): the leaf hashes do not hash to "
-                         "the root the header and checkpoint name: a leaf hash was changed")
+            self.problem(
+                None,
+                "leaves",
+                "line 3 (leaves): the leaf hashes do not hash to "
+                "the root the header and checkpoint name: a leaf hash was changed",
+            )
 
     def _keys(self, line: bytes) -> list[_Approver] | None:
         record = self._record(line, 4, "keys")
@@ -691,13 +808,16 @@ class _Reader:
             self.problem(None, "keys", f"line 4 (keys) is malformed: {exc}")
             return None
         if signer.name != header["origin"]:
-            self.problem(None, "keys", "line 4 (keys) is malformed: the signer is not named "
-                         "as the log's origin")
+            self.problem(
+                None,
+                "keys",
+                "line 4 (keys) is malformed: the signer is not named as the log's origin",
+            )
             return None
-        if self.given_key is not None and public_key_b64(self.given_key) != \
-                signer.public_key:
-            self.problem(None, "keys", "line 4 (keys): the bundle's signer key is not the "
-                         "public key given")
+        if self.given_key is not None and public_key_b64(self.given_key) != signer.public_key:
+            self.problem(
+                None, "keys", "line 4 (keys): the bundle's signer key is not the public key given"
+            )
         return record.keys.approvers
 
     def _events(self, lines: Iterable[bytes]) -> int:
@@ -720,8 +840,11 @@ class _Reader:
             try:
                 e = _leaf.decode(line)
             except RecursionError:
-                self.problem(None, "event_malformed", f"line {number} is not an event: it "
-                             f"is nested deeper than {MAX_DEPTH} levels")
+                self.problem(
+                    None,
+                    "event_malformed",
+                    f"line {number} is not an event: it is nested deeper than {MAX_DEPTH} levels",
+                )
                 continue
             except msgspec.DecodeError as exc:
                 self.problem(None, "event_malformed", f"line {number} is not an event: {exc}")
@@ -730,8 +853,11 @@ class _Reader:
             # it (payload and delta copied as they are) gives the line back: this is
             # ``ledger.envelope.leaf_bytes`` in one C call.
             if _encode_sorted(e) != line:
-                self.problem(_position(e.position), "event_malformed",
-                             f"line {number} is not the canonical form of an event")
+                self.problem(
+                    _position(e.position),
+                    "event_malformed",
+                    f"line {number} is not the canonical form of an event",
+                )
                 continue
             position = e.position
             payload, delta = bytes(e.payload), bytes(e.delta)
@@ -740,29 +866,37 @@ class _Reader:
                 self.problem(_position(position), "event_malformed", f"line {number}: {unlike}")
                 continue
             if not previous < position <= size:
-                self.problem(_position(position), "event_order",
-                             f"line {number}: position {_show(position)} is not after "
-                             f"{previous} and within the tree's 1..{size}")
+                self.problem(
+                    _position(position),
+                    "event_order",
+                    f"line {number}: position {_show(position)} is not after "
+                    f"{previous} and within the tree's 1..{size}",
+                )
                 continue
             previous = position
             digest = leaf_hash(line)
             if self.leaves and digest != self.leaves[position - 1]:
-                self.problem(position, "event_changed",
-                             f"line {number}: the event at position {position} does not "
-                             "hash to its leaf (its content changed)")
+                self.problem(
+                    position,
+                    "event_changed",
+                    f"line {number}: the event at position {position} does not "
+                    "hash to its leaf (its content changed)",
+                )
             last = versions.get(e.stream, 0)
             if e.stream_version != last + 1:
-                self.problem(position, "stream_version",
-                             f"stream {_show(e.stream)} jumps from version {last} to "
-                             f"{e.stream_version}: the bundle must hold whole streams")
+                self.problem(
+                    position,
+                    "stream_version",
+                    f"stream {_show(e.stream)} jumps from version {last} to "
+                    f"{e.stream_version}: the bundle must hold whole streams",
+                )
             versions[e.stream] = e.stream_version
             suspect = _suspect(line)
             if suspect:  # payload and delta node by node (the rare line)
                 try:
                     _plain(payload)
                 except _Malformed as exc:
-                    self.problem(position, "event_payload", f"line {number}: its payload "
-                                 f"{exc}")
+                    self.problem(position, "event_payload", f"line {number}: its payload {exc}")
                     continue
             if delta == _EMPTY_DELTA:
                 decoded_delta: list[Any] = []
@@ -770,53 +904,83 @@ class _Reader:
                 try:
                     decoded_delta = _plain(delta) if suspect else _json(delta)
                 except _Malformed as exc:
-                    self.problem(position, "event_malformed", f"line {number}: its delta "
-                                 f"{exc}")
+                    self.problem(position, "event_malformed", f"line {number}: its delta {exc}")
                     continue
                 except (msgspec.DecodeError, RecursionError) as exc:  # 1e400 is raw JSON
-                    self.problem(position, "event_malformed", f"line {number}: its delta is "
-                                 f"not JSON: {exc}")
+                    self.problem(
+                        position, "event_malformed", f"line {number}: its delta is not JSON: {exc}"
+                    )
                     continue
                 if not _is_patch(decoded_delta):
-                    self.problem(position, "event_malformed", f"line {number}: its delta is "
-                                 "not a JSON Patch (a list of RFC 6902 operations)")
+                    self.problem(
+                        position,
+                        "event_malformed",
+                        f"line {number}: its delta is "
+                        "not a JSON Patch (a list of RFC 6902 operations)",
+                    )
                     continue
                 if not _canonical(decoded_delta, delta):
-                    self.problem(position, "event_malformed",
-                                 f"line {number}: its delta is not in canonical form")
+                    self.problem(
+                        position,
+                        "event_malformed",
+                        f"line {number}: its delta is not in canonical form",
+                    )
                     continue
             if e.stream not in owners:
                 try:
                     owners[e.stream] = _plan_ref.decode(payload).plan_id
                 except (msgspec.DecodeError, RecursionError) as exc:
-                    self.problem(position, "event_payload", f"line {number}: its payload is "
-                                 f"not an event payload: {exc}")
+                    self.problem(
+                        position,
+                        "event_payload",
+                        f"line {number}: its payload is not an event payload: {exc}",
+                    )
                     continue
             owner = owners[e.stream]
             if plan is not None and owner is not None and owner != plan:
-                self.problem(position, "plan",
-                             f"stream {_show(e.stream)} belongs to plan {_show(owner)}, not "
-                             f"to the bundle's plan {_show(plan)}")
+                self.problem(
+                    position,
+                    "plan",
+                    f"stream {_show(e.stream)} belongs to plan {_show(owner)}, not "
+                    f"to the bundle's plan {_show(plan)}",
+                )
             try:
                 decoded = decoders.decode(e.type, e.schema_version, payload)
             except _PAYLOAD_ERRORS as exc:
                 self.problem(position, "event_payload", f"line {number}: {exc}")
                 continue
-            if e.schema_version == type(decoded).SCHEMA_VERSION and \
-                    not _canonical(decoded, payload, canonical_struct):
-                self.problem(position, "event_malformed",
-                             f"line {number}: its payload is not in canonical form")
+            if e.schema_version == type(decoded).SCHEMA_VERSION and not _canonical(
+                decoded, payload, canonical_struct
+            ):
+                self.problem(
+                    position,
+                    "event_malformed",
+                    f"line {number}: its payload is not in canonical form",
+                )
                 continue
             _blob_refs(payload, refs)
             for field in decoded.BLOB_FIELDS:  # decoded.blob_refs(), inline: a hot loop
                 blob = getattr(decoded, field)
                 if blob is not None:
                     wanted.append((position, e.type, field, blob))
-            self.events.append(RecordedEvent(
-                position, e.event_id, e.stream, e.stream_version, e.type, e.schema_version,
-                e.recorded_at, e.actor, e.correlation_id, e.causation_id, decoded,
-                decoded_delta, digest, b"",
-            ))
+            self.events.append(
+                RecordedEvent(
+                    position,
+                    e.event_id,
+                    e.stream,
+                    e.stream_version,
+                    e.type,
+                    e.schema_version,
+                    e.recorded_at,
+                    e.actor,
+                    e.correlation_id,
+                    e.causation_id,
+                    decoded,
+                    decoded_delta,
+                    digest,
+                    b"",
+                )
+            )
         return read
 
     def _blobs(self, lines: Iterable[bytes], first_line: int) -> None:
@@ -831,13 +995,16 @@ class _Reader:
             digest = record.digest
             data = strict_b64decode(record.data)
             if data is None:
-                self.problem(None, "blob", f"line {number}: blob {_show(digest)} is not "
-                             "strict base64")
+                self.problem(
+                    None, "blob", f"line {number}: blob {_show(digest)} is not strict base64"
+                )
                 continue
             if sha256(data).hexdigest() != digest:
-                self.problem(None, "blob_changed",
-                             f"line {number}: blob {_show(digest)} does not hash to its "
-                             "digest")
+                self.problem(
+                    None,
+                    "blob_changed",
+                    f"line {number}: blob {_show(digest)} does not hash to its digest",
+                )
                 continue
             if digest <= previous:
                 self.problem(None, "blob", f"line {number}: blob {digest} is out of order")
@@ -851,21 +1018,29 @@ class _Reader:
         not kept)."""
         for position, type_name, field, digest in self.wanted:
             if digest not in self.blobs:
-                self.problem(position, "blob_missing",
-                             f"{type_name} {field} names blob {digest}, which the bundle "
-                             "does not carry")
+                self.problem(
+                    position,
+                    "blob_missing",
+                    f"{type_name} {field} names blob {digest}, which the bundle does not carry",
+                )
 
     def _approvers(self, listed: list[_Approver] | None) -> None:
         if listed is None:
             return
         from_events = [
-            _Approver(fingerprint=p.fingerprint, name=p.name, position=e.position,
-                      public_key=p.public_key)
-            for e in self.events if isinstance(p := e.payload, ApproverKeyAdded)
+            _Approver(
+                fingerprint=p.fingerprint, name=p.name, position=e.position, public_key=p.public_key
+            )
+            for e in self.events
+            if isinstance(p := e.payload, ApproverKeyAdded)
         ]
         if listed != from_events:
-            self.problem(None, "keys", "the approver keys listed differ from the "
-                         "approver_key.added events the bundle holds")
+            self.problem(
+                None,
+                "keys",
+                "the approver keys listed differ from the "
+                "approver_key.added events the bundle holds",
+            )
 
 
 def _kept(reader: _Reader, note: str) -> KeptCheckpoint:
@@ -875,13 +1050,15 @@ def _kept(reader: _Reader, note: str) -> KeptCheckpoint:
         checkpoint, _ = parse_checkpoint(note)
     except CheckpointError as exc:
         reader.problem(None, "kept_checkpoint", f"malformed kept checkpoint: {exc}")
-        return KeptCheckpoint(origin=None, size=None, root=None, signature_ok=False,
-                              consistent=None)
+        return KeptCheckpoint(
+            origin=None, size=None, root=None, signature_ok=False, consistent=None
+        )
     signature_ok = False
     key = reader.given_key or reader.signer
     if key is None:
-        reader.problem(None, "kept_checkpoint",
-                       "no public key to check the kept checkpoint's signature with")
+        reader.problem(
+            None, "kept_checkpoint", "no public key to check the kept checkpoint's signature with"
+        )
     else:
         try:
             verify_checkpoint_signature(note, key)
@@ -891,34 +1068,54 @@ def _kept(reader: _Reader, note: str) -> KeptCheckpoint:
     header = reader.header
     consistent: bool | None = None
     if header is not None and checkpoint.origin != header["origin"]:
-        reader.problem(None, "kept_checkpoint", f"the kept checkpoint is of log "
-                       f"{_show(checkpoint.origin)}; the bundle is of "
-                       f"{_show(header['origin'])}")
+        reader.problem(
+            None,
+            "kept_checkpoint",
+            f"the kept checkpoint is of log "
+            f"{_show(checkpoint.origin)}; the bundle is of "
+            f"{_show(header['origin'])}",
+        )
     elif header is not None and checkpoint.size > header["size"]:
-        reader.problem(None, "kept_truncated",
-                       f"the kept checkpoint covers {checkpoint.size} events; the bundle's "
-                       f"tree has only {header['size']}: the log was truncated")
+        reader.problem(
+            None,
+            "kept_truncated",
+            f"the kept checkpoint covers {checkpoint.size} events; the bundle's "
+            f"tree has only {header['size']}: the log was truncated",
+        )
     elif header is not None and len(reader.leaves) == header["size"]:
-        consistent = root_of(reader.leaves[:checkpoint.size]) == checkpoint.root
+        consistent = root_of(reader.leaves[: checkpoint.size]) == checkpoint.root
         if not consistent:
-            reader.problem(None, "kept_inconsistent",
-                           f"the first {checkpoint.size} leaves do not hash to the kept root "
-                           f"{checkpoint.root.hex()}: events at or before position "
-                           f"{checkpoint.size} were rewritten since it was signed")
-    return KeptCheckpoint(origin=checkpoint.origin, size=checkpoint.size,
-                          root=checkpoint.root.hex(), signature_ok=signature_ok,
-                          consistent=consistent)
+            reader.problem(
+                None,
+                "kept_inconsistent",
+                f"the first {checkpoint.size} leaves do not hash to the kept root "
+                f"{checkpoint.root.hex()}: events at or before position "
+                f"{checkpoint.size} were rewritten since it was signed",
+            )
+    return KeptCheckpoint(
+        origin=checkpoint.origin,
+        size=checkpoint.size,
+        root=checkpoint.root.hex(),
+        signature_ok=signature_ok,
+        consistent=consistent,
+    )
 
 
 def _report(reader: _Reader, kept: KeptCheckpoint | None) -> BundleReport:
     header = reader.header or {}
     return BundleReport(
-        ok=not reader.problems, format=header.get("format"), origin=header.get("origin"),
-        plan=header.get("plan"), size=header.get("size"), root=header.get("root"),
-        events=len(reader.events), blobs=len(reader.blobs),
+        ok=not reader.problems,
+        format=header.get("format"),
+        origin=header.get("origin"),
+        plan=header.get("plan"),
+        size=header.get("size"),
+        root=header.get("root"),
+        events=len(reader.events),
+        blobs=len(reader.blobs),
         signature_ok=reader.signature_ok,
         key_source="given" if reader.given_key is not None else "bundle",
-        kept=kept, problems=reader.problems,
+        kept=kept,
+        problems=reader.problems,
     )
 
 
@@ -935,8 +1132,13 @@ def verify_bundle(
     signer key the bundle carries: ``key_source`` says which), blobs against their
     digests, that every blob an event references is carried, and with
     ``kept_checkpoint`` that the bundle's tree extends it."""
-    return load_bundle(path, public_key=public_key, kept_checkpoint=kept_checkpoint,
-                       catalog=catalog, max_problems=max_problems).report
+    return load_bundle(
+        path,
+        public_key=public_key,
+        kept_checkpoint=kept_checkpoint,
+        catalog=catalog,
+        max_problems=max_problems,
+    ).report
 
 
 def load_bundle(
@@ -1005,8 +1207,11 @@ class Bundle:
     def read_stream(
         self, stream: str, from_version: int = 1, *, as_of: int | None = None
     ) -> list[RecordedEvent]:
-        return [e for e in self._streams.get(stream, ())
-                if e.stream_version >= from_version and (as_of is None or e.position <= as_of)]
+        return [
+            e
+            for e in self._streams.get(stream, ())
+            if e.stream_version >= from_version and (as_of is None or e.position <= as_of)
+        ]
 
     def get_blob(self, digest: str) -> bytes | None:
         return self._blobs.get(digest)

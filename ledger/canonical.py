@@ -112,8 +112,10 @@ def _is_plain(value: Any) -> bool:
         return all(_is_plain(item) for item in value)
     if isinstance(value, msgspec.Struct):
         # An UNSET field is left out of the encoding (msgspec and to_builtins alike).
-        return all(v is msgspec.UNSET or _is_plain(v)
-                   for v in (getattr(value, f) for f in _checked_fields(kind)))
+        return all(
+            v is msgspec.UNSET or _is_plain(v)
+            for v in (getattr(value, f) for f in _checked_fields(kind))
+        )
     return False
 
 

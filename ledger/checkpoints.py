@@ -90,8 +90,12 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     extensions: tuple[str, ...] = ()
 
     def body(self) -> str:
-        lines = [self.origin, str(self.size), base64.b64encode(self.root).decode("ascii"),
-                 *self.extensions]
+        lines = [
+            self.origin,
+            str(self.size),
+            base64.b64encode(self.root).decode("ascii"),
+            *self.extensions,
+        ]
         return "".join(f"{line}\n" for line in lines)
 
 
@@ -104,17 +108,23 @@ class Signature(msgspec.Struct, frozen=True):
 def _check_name(name: str, what: str) -> None:
     # C2SP: non-empty, no spaces or '+'. Control and format characters are refused too: a
     # name is printed wherever the checkpoint is shown, and must be inert there.
-    if (not name or len(name) > 255 or "+" in name
-            or any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Cs")
-                   for c in name)):
-        raise CheckpointError(f"{what} {name!r} must be 1 to 255 characters, with no "
-                              "spaces, control characters or '+'")
+    if (
+        not name
+        or len(name) > 255
+        or "+" in name
+        or any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in name)
+    ):
+        raise CheckpointError(
+            f"{what} {name!r} must be 1 to 255 characters, with no "
+            "spaces, control characters or '+'"
+        )
 
 
 def key_hash(name: str, key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
     """The 4-byte key id of a signed-note Ed25519 key."""
-    return hashlib.sha256(name.encode("utf-8") + b"\n" + _ED25519_TYPE
-                          + raw_public_key(key)).digest()[:4]
+    return hashlib.sha256(
+        name.encode("utf-8") + b"\n" + _ED25519_TYPE + raw_public_key(key)
+    ).digest()[:4]
 
 
 def sign_note(text: str, key: Ed25519PrivateKey, name: str) -> str:
@@ -149,8 +159,9 @@ def parse_note(note: str) -> tuple[str, list[Signature]]:
     try:
         note.encode("utf-8")
     except UnicodeEncodeError as exc:  # a lone surrogate (a str from anywhere)
-        raise CheckpointError(f"checkpoint is not Unicode text (a lone surrogate at "
-                              f"character {exc.start})") from None
+        raise CheckpointError(
+            f"checkpoint is not Unicode text (a lone surrogate at character {exc.start})"
+        ) from None
     if "\r" in note or not note.endswith("\n"):
         raise CheckpointError("checkpoint must use \\n line endings and end with a newline")
     text, sep, sig_block = note.partition("\n\n")
@@ -160,7 +171,7 @@ def parse_note(note: str) -> tuple[str, list[Signature]]:
     for line in sig_block[:-1].split("\n"):
         if not line.startswith(SIGNATURE_PREFIX):
             raise CheckpointError(f"malformed signature line {line[:60]!r}")
-        name, space, encoded = line[len(SIGNATURE_PREFIX):].partition(" ")
+        name, space, encoded = line[len(SIGNATURE_PREFIX) :].partition(" ")
         raw = strict_b64decode(encoded) if space else None
         if not name or raw is None or len(raw) < 5:
             raise CheckpointError(f"malformed signature line {line[:60]!r}")
@@ -181,7 +192,8 @@ def open_note(note: str, public_key: Ed25519PublicKey) -> str:
         except InvalidSignature:
             raise CheckpointError(
                 f"the signature by {sig.name!r} does not verify: the checkpoint was altered "
-                "or signed by another key") from None
+                "or signed by another key"
+            ) from None
         return text
     raise CheckpointError("no signature line on the checkpoint is by the given public key")
 
@@ -200,13 +212,16 @@ def parse_checkpoint(note: str) -> tuple[Checkpoint, list[Signature]]:
     if not _SIZE_RE.fullmatch(size_text):
         raise CheckpointError(f"checkpoint tree size {size_text[:40]!r} is not a decimal number")
     if int(size_text) > MAX_SAFE_INTEGER:
-        raise CheckpointError(f"checkpoint tree size {size_text} is beyond 2^53 - 1: no log "
-                              "this evidence reads is that large")
+        raise CheckpointError(
+            f"checkpoint tree size {size_text} is beyond 2^53 - 1: no log "
+            "this evidence reads is that large"
+        )
     root = strict_b64decode(root_text)
     if root is None or len(root) != 32:
         raise CheckpointError("checkpoint root hash is not base64 of 32 bytes")
-    checkpoint = Checkpoint(origin=origin, size=int(size_text), root=root,
-                            extensions=tuple(extensions))
+    checkpoint = Checkpoint(
+        origin=origin, size=int(size_text), root=root, extensions=tuple(extensions)
+    )
     return checkpoint, signatures
 
 
@@ -257,8 +272,11 @@ def inclusion_from_leaves(leaves: Sequence[bytes], position: int) -> InclusionPr
     if not 0 < position <= len(leaves):
         raise CheckpointError(f"position {position} is not within 1..{len(leaves)}")
     return InclusionProof(
-        position=position, leaf_index=position - 1, tree_size=len(leaves),
-        leaf_hash=leaves[position - 1].hex(), root=root_of(leaves).hex(),
+        position=position,
+        leaf_index=position - 1,
+        tree_size=len(leaves),
+        leaf_hash=leaves[position - 1].hex(),
+        root=root_of(leaves).hex(),
         proof=[p.hex() for p in inclusion_proof(leaves, position - 1)],
     )
 
@@ -269,23 +287,37 @@ def consistency_with(
     """Whether the tree of ``leaves`` extends the checkpoint's tree head: (consistent or
     None if it cannot be checked, the RFC 9162 consistency proof, the problem if any)."""
     if checkpoint.size > len(leaves):
-        return None, [], Problem(None, "checkpoint_truncated",
-                                 f"the checkpoint covers {checkpoint.size} events but the log "
-                                 f"holds {len(leaves)}: the log was truncated")
+        return (
+            None,
+            [],
+            Problem(
+                None,
+                "checkpoint_truncated",
+                f"the checkpoint covers {checkpoint.size} events but the log "
+                f"holds {len(leaves)}: the log was truncated",
+            ),
+        )
     proof: list[bytes] = []
     if checkpoint.size == 0:
         consistent = checkpoint.root == EMPTY_ROOT
     else:
         proof = consistency_proof(leaves, checkpoint.size)
-        consistent = verify_consistency(checkpoint.size, len(leaves), checkpoint.root,
-                                        root_of(leaves), proof)
+        consistent = verify_consistency(
+            checkpoint.size, len(leaves), checkpoint.root, root_of(leaves), proof
+        )
     if consistent:
         return True, proof, None
-    return False, proof, Problem(
-        None, "checkpoint_inconsistent",
-        f"no consistency proof from the checkpoint's tree head {checkpoint.size}:"
-        f"{checkpoint.root.hex()} to the current log: events at or before position "
-        f"{checkpoint.size} were rewritten since it was signed")
+    return (
+        False,
+        proof,
+        Problem(
+            None,
+            "checkpoint_inconsistent",
+            f"no consistency proof from the checkpoint's tree head {checkpoint.size}:"
+            f"{checkpoint.root.hex()} to the current log: events at or before position "
+            f"{checkpoint.size} were rewritten since it was signed",
+        ),
+    )
 
 
 class CheckpointHead(msgspec.Struct, kw_only=True):
@@ -315,8 +347,9 @@ def verify_against_checkpoint(
         checkpoint, _ = parse_checkpoint(checkpoint_text)
     except CheckpointError as exc:
         problems.append(Problem(None, "checkpoint_malformed", str(exc)))
-        return CheckpointReport(ok=False, checkpoint=None, verify=verify_store(store),
-                                problems=problems)
+        return CheckpointReport(
+            ok=False, checkpoint=None, verify=verify_store(store), problems=problems
+        )
     signature_ok = True
     try:
         verify_checkpoint_signature(checkpoint_text, public_key)
@@ -328,8 +361,14 @@ def verify_against_checkpoint(
     consistent, proof, problem = consistency_with(checkpoint, stored_leaves(store))
     if problem is not None:
         problems.append(problem)
-    head = CheckpointHead(origin=checkpoint.origin, size=checkpoint.size,
-                          root=checkpoint.root.hex(), signature_ok=signature_ok,
-                          consistent=consistent, consistency_proof=[p.hex() for p in proof])
-    return CheckpointReport(ok=report.ok and not problems, checkpoint=head, verify=report,
-                            problems=problems)
+    head = CheckpointHead(
+        origin=checkpoint.origin,
+        size=checkpoint.size,
+        root=checkpoint.root.hex(),
+        signature_ok=signature_ok,
+        consistent=consistent,
+        consistency_proof=[p.hex() for p in proof],
+    )
+    return CheckpointReport(
+        ok=report.ok and not problems, checkpoint=head, verify=report, problems=problems
+    )

@@ -81,25 +81,37 @@ class Limit:
         try:
             value = int(raw)
         except ValueError:
-            raise InputError(self.env, "", "size",
-                             f"{raw!r} is not a whole number of bytes") from None
+            raise InputError(
+                self.env, "", "size", f"{raw!r} is not a whole number of bytes"
+            ) from None
         if not 1 <= value <= MAX_SAFE_INTEGER:
             raise InputError(self.env, "", "size", "must be between 1 and 2^53 - 1 bytes")
         return value
 
 
 # docs/cli.md "Limits" lists these; keep the two in step.
-LIMITS: dict[str, Limit] = {limit.kind: limit for limit in (
-    Limit("option", 1 * _MIB, "an option's value or its @file (JSON, text, schema)"),
-    Limit("document", 1 * _MIB, "a registry, skill or plan file"),
-    Limit("agent", 16 * _MIB, "bytes an agent produced, checked by a gate "
-                              "(--params, --output, --record-output, --diff)"),
-    Limit("output", 4 * _MIB, "a tool's or validation's captured stdout and stderr, each "
-                              "(a tool or validation sets its own `max_output_bytes`)"),
-    Limit("token", 64 * _KIB, "an apply token"),
-    Limit("checkpoint", 64 * _KIB, "a kept checkpoint (signed note)"),
-    Limit("bundle", 1024 * _MIB, "an offline bundle"),
-)}
+LIMITS: dict[str, Limit] = {
+    limit.kind: limit
+    for limit in (
+        Limit("option", 1 * _MIB, "an option's value or its @file (JSON, text, schema)"),
+        Limit("document", 1 * _MIB, "a registry, skill or plan file"),
+        Limit(
+            "agent",
+            16 * _MIB,
+            "bytes an agent produced, checked by a gate "
+            "(--params, --output, --record-output, --diff)",
+        ),
+        Limit(
+            "output",
+            4 * _MIB,
+            "a tool's or validation's captured stdout and stderr, each "
+            "(a tool or validation sets its own `max_output_bytes`)",
+        ),
+        Limit("token", 64 * _KIB, "an apply token"),
+        Limit("checkpoint", 64 * _KIB, "a kept checkpoint (signed note)"),
+        Limit("bundle", 1024 * _MIB, "an offline bundle"),
+    )
+}
 
 
 class InputError(LedgerError):
@@ -155,8 +167,10 @@ def _read_upto(f: io.BufferedReader, n: int) -> bytes:
 
 
 def _too_large(kind: str, cap: int, size: str) -> str:
-    return (f"larger than the {_size_text(cap)} cap on {LIMITS[kind].what} ({size}; set "
-            f"{LIMITS[kind].env} to raise it)")
+    return (
+        f"larger than the {_size_text(cap)} cap on {LIMITS[kind].what} ({size}; set "
+        f"{LIMITS[kind].env} to raise it)"
+    )
 
 
 def _size_text(n: int) -> str:
@@ -171,8 +185,9 @@ def decode_utf8(data: bytes, source: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(source, "", "utf8",
-                         f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise InputError(
+            source, "", "utf8", f"not UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
 
 
 def _text(data: bytes | str, kind: str | None, source: str) -> str:
@@ -205,40 +220,52 @@ def check_json_value(value: Any, source: str) -> Any:
         kind = type(node)
         if kind is dict or kind is list:
             if len(path) >= MAX_DEPTH:
-                raise InputError(source, _pointer(path), "depth",
-                                 f"nested deeper than {MAX_DEPTH} levels")
+                raise InputError(
+                    source, _pointer(path), "depth", f"nested deeper than {MAX_DEPTH} levels"
+                )
             if kind is dict:
                 for key, item in node.items():
                     if type(key) is not str:
-                        raise InputError(source, _pointer(path), "type",
-                                         f"key {key!r} is not a string")
+                        raise InputError(
+                            source, _pointer(path), "type", f"key {key!r} is not a string"
+                        )
                     stack.append((item, [*path, key]))
             else:
                 stack.extend((item, [*path, i]) for i, item in enumerate(node))
         elif kind is float:
             if not math.isfinite(node):
-                raise InputError(source, _pointer(path), "finite",
-                                 f"{node!r} is not a finite number")
+                raise InputError(
+                    source, _pointer(path), "finite", f"{node!r} is not a finite number"
+                )
             # RFC 8785 writes 1e20 as 100000000000000000000: it would be stored, and read
             # back, as an integer beyond the safe range.
             if MAX_SAFE_INTEGER < abs(node) < 1e21 and node.is_integer():
-                raise InputError(source, _pointer(path), "integer_range",
-                                 f"{node!r} is an integer outside ±(2^53 - 1)")
+                raise InputError(
+                    source,
+                    _pointer(path),
+                    "integer_range",
+                    f"{node!r} is an integer outside ±(2^53 - 1)",
+                )
         elif kind is int:
             if not -MAX_SAFE_INTEGER <= node <= MAX_SAFE_INTEGER:
-                raise InputError(source, _pointer(path), "integer_range",
-                                 "integer outside ±(2^53 - 1)")
+                raise InputError(
+                    source, _pointer(path), "integer_range", "integer outside ±(2^53 - 1)"
+                )
         elif kind is str:
             if not node.isascii():
                 try:
                     node.encode("utf-8")
                 except UnicodeEncodeError as exc:
-                    raise InputError(source, _pointer(path), "utf8",
-                                     f"a lone surrogate at character {exc.start} is not "
-                                     "Unicode text") from None
+                    raise InputError(
+                        source,
+                        _pointer(path),
+                        "utf8",
+                        f"a lone surrogate at character {exc.start} is not Unicode text",
+                    ) from None
         elif not (node is None or kind is bool):
-            raise InputError(source, _pointer(path), "type",
-                             f"a {kind.__name__} is not a JSON value")
+            raise InputError(
+                source, _pointer(path), "type", f"a {kind.__name__} is not a JSON value"
+            )
     return value
 
 
@@ -260,11 +287,17 @@ def parse_json(data: bytes | str, source: str, kind: str | None = "option") -> A
         return result
 
     try:
-        value = json.loads(text, object_pairs_hook=unique, parse_constant=_no_constant,
-                           parse_float=_finite_float, parse_int=_safe_int)
+        value = json.loads(
+            text,
+            object_pairs_hook=unique,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            parse_int=_safe_int,
+        )
     except _Duplicate as exc:
-        raise InputError(source, _duplicate_pointer(text, exc.key), "duplicate_key",
-                         f"duplicate key {exc.key!r}") from None
+        raise InputError(
+            source, _duplicate_pointer(text, exc.key), "duplicate_key", f"duplicate key {exc.key!r}"
+        ) from None
     except _BadNumber as exc:
         raise InputError(source, "", exc.rule, exc.detail) from None
     except json.JSONDecodeError as exc:
@@ -272,8 +305,9 @@ def parse_json(data: bytes | str, source: str, kind: str | None = "option") -> A
             detail = "more than one JSON document (or text after it)"
         else:
             detail = f"not valid JSON ({exc.msg})"
-        raise InputError(source, "", "syntax",
-                         f"{detail} at line {exc.lineno} column {exc.colno}") from None
+        raise InputError(
+            source, "", "syntax", f"{detail} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except RecursionError:  # the parser gave up long after MAX_DEPTH
         raise _depth_error(source) from None
     return check_json_value(value, source)
@@ -386,8 +420,12 @@ def _yaml_loader() -> type:
     # The JSON types only: null, bool, int, float, str, seq, map. Timestamps, binary,
     # sets, ordered maps and Python tags are not JSON and are refused by name.
     json_tags = {
-        "tag:yaml.org,2002:null", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int",
-        "tag:yaml.org,2002:float", "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq",
+        "tag:yaml.org,2002:null",
+        "tag:yaml.org,2002:bool",
+        "tag:yaml.org,2002:int",
+        "tag:yaml.org,2002:float",
+        "tag:yaml.org,2002:str",
+        "tag:yaml.org,2002:seq",
         "tag:yaml.org,2002:map",
     }
 
@@ -397,19 +435,27 @@ def _yaml_loader() -> type:
         def compose_node(self, parent: Any, index: Any) -> Any:
             event = self.peek_event()
             if isinstance(event, yaml.AliasEvent):
-                raise _YamlRefused("yaml_alias", f"YAML alias *{event.anchor} (line "
-                                   f"{_line(event.start_mark)}): anchors and aliases are "
-                                   "not allowed")
+                raise _YamlRefused(
+                    "yaml_alias",
+                    f"YAML alias *{event.anchor} (line "
+                    f"{_line(event.start_mark)}): anchors and aliases are "
+                    "not allowed",
+                )
             anchor = getattr(event, "anchor", None)
             if anchor is not None:
                 mark = event.start_mark
-                raise _YamlRefused("yaml_alias", f"YAML anchor &{anchor} (line "
-                                   f"{mark.line + 1}): anchors and aliases are not allowed")
+                raise _YamlRefused(
+                    "yaml_alias",
+                    f"YAML anchor &{anchor} (line "
+                    f"{mark.line + 1}): anchors and aliases are not allowed",
+                )
             if isinstance(event, yaml.CollectionStartEvent):
                 self.depth += 1
                 if self.depth > MAX_DEPTH:
-                    raise _YamlRefused("depth", f"nested deeper than {MAX_DEPTH} levels "
-                                       f"(line {_line(event.start_mark)})")
+                    raise _YamlRefused(
+                        "depth",
+                        f"nested deeper than {MAX_DEPTH} levels (line {_line(event.start_mark)})",
+                    )
             try:
                 return super().compose_node(parent, index)
             finally:
@@ -418,23 +464,30 @@ def _yaml_loader() -> type:
 
         def construct_object(self, node: Any, deep: bool = False) -> Any:
             if node.tag not in json_tags:
-                raise _YamlRefused("type", f"YAML tag {node.tag} (line "
-                                   f"{node.start_mark.line + 1}) is not a JSON type")
+                raise _YamlRefused(
+                    "type",
+                    f"YAML tag {node.tag} (line {node.start_mark.line + 1}) is not a JSON type",
+                )
             return super().construct_object(node, deep=deep)
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
-                    raise _YamlRefused("yaml_alias", f"YAML merge key << (line "
-                                       f"{key_node.start_mark.line + 1}) is not allowed")
+                    raise _YamlRefused(
+                        "yaml_alias",
+                        f"YAML merge key << (line {key_node.start_mark.line + 1}) is not allowed",
+                    )
                 key = self.construct_object(key_node, deep=True)
                 if not isinstance(key, str):
-                    raise _YamlRefused("type", f"key {key!r} (line "
-                                       f"{key_node.start_mark.line + 1}) is not a string")
+                    raise _YamlRefused(
+                        "type", f"key {key!r} (line {key_node.start_mark.line + 1}) is not a string"
+                    )
                 if key in seen:
-                    raise _YamlRefused("duplicate_key", f"duplicate key {key!r} (line "
-                                       f"{key_node.start_mark.line + 1})")
+                    raise _YamlRefused(
+                        "duplicate_key",
+                        f"duplicate key {key!r} (line {key_node.start_mark.line + 1})",
+                    )
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
@@ -470,12 +523,16 @@ def parse_toml(data: bytes | str, source: str, kind: str = "document") -> Any:
 # -- files by extension -----------------------------------------------------------------
 
 _PARSERS: dict[str, Callable[[bytes, str, str], Any]] = {
-    ".yaml": parse_yaml, ".yml": parse_yaml, ".toml": parse_toml, ".json": parse_json,
+    ".yaml": parse_yaml,
+    ".yml": parse_yaml,
+    ".toml": parse_toml,
+    ".json": parse_json,
 }
 
 
-def load_document(path: str | os.PathLike[str], kind: str = "document",
-                  source: str | None = None) -> Any:
+def load_document(
+    path: str | os.PathLike[str], kind: str = "document", source: str | None = None
+) -> Any:
     """A JSON (the default), YAML (``.yaml``/``.yml``) or TOML (``.toml``) file."""
     name = source or str(path)
     parser = _PARSERS.get(Path(path).suffix.lower(), parse_json)

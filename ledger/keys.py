@@ -150,9 +150,7 @@ def public_key_from_b64(text: str) -> Ed25519PublicKey:
     if raw is None:
         raise SigningError("public key is not valid base64")
     if len(raw) != _RAW_KEY_LEN:
-        raise SigningError(
-            f"public key is {len(raw)} bytes; a raw Ed25519 key is {_RAW_KEY_LEN}"
-        )
+        raise SigningError(f"public key is {len(raw)} bytes; a raw Ed25519 key is {_RAW_KEY_LEN}")
     try:
         return Ed25519PublicKey.from_public_bytes(raw)
     except ValueError as exc:
@@ -180,9 +178,10 @@ def _public_pem(key: Ed25519PublicKey) -> bytes:
 
 
 def _key_kind(key: object) -> str:
-    return type(key).__name__.removeprefix("_").replace("PrivateKey", "").replace(
-        "PublicKey", ""
-    ) or "non-Ed25519"
+    return (
+        type(key).__name__.removeprefix("_").replace("PrivateKey", "").replace("PublicKey", "")
+        or "non-Ed25519"
+    )
 
 
 def _read_key_file(path: Path, *, private: bool) -> bytes:
@@ -245,7 +244,7 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
             os.fchmod(fd, mode)  # exact mode whatever the umask (umask can only narrow it)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     except BaseException:
         os.close(fd)

@@ -159,10 +159,20 @@ class WriteTx:
         payloads = [new.payload for _s, events, _e in appends for new in events]
         return [
             RecordedEvent(
-                position=row[0], event_id=row[1], stream=row[2], stream_version=row[3],
-                type=row[4], schema_version=row[5], recorded_at=row[6], actor=row[7],
-                correlation_id=row[8], causation_id=row[9], payload=payload,
-                delta=msgspec.json.decode(row[11]), leaf_hash=row[12], chain_hash=row[13],
+                position=row[0],
+                event_id=row[1],
+                stream=row[2],
+                stream_version=row[3],
+                type=row[4],
+                schema_version=row[5],
+                recorded_at=row[6],
+                actor=row[7],
+                correlation_id=row[8],
+                causation_id=row[9],
+                payload=payload,
+                delta=msgspec.json.decode(row[11]),
+                leaf_hash=row[12],
+                chain_hash=row[13],
             )
             for row, payload in zip(rows, payloads, strict=True)
         ]
@@ -171,18 +181,22 @@ class WriteTx:
         """One stream's events, read under this transaction's lock: a decision made on
         them cannot be overtaken by another writer before it commits."""
         self.head_size()
-        self._aux.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {self.ph} "
-                          f"AND stream_version >= {self.ph} ORDER BY stream_version",
-                          (stream, from_version))
+        self._aux.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {self.ph} "
+            f"AND stream_version >= {self.ph} ORDER BY stream_version",
+            (stream, from_version),
+        )
         return [self._store._decode(row) for row in self._aux.fetchall()]
 
     def read_types(self, types: Sequence[str]) -> list[RecordedEvent]:
         """Every event of the given types in position order (the type index), read under
         this transaction's lock."""
         self.head_size()
-        self._aux.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN "
-                          f"({', '.join([self.ph] * len(types))}) ORDER BY position",
-                          tuple(types))
+        self._aux.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN "
+            f"({', '.join([self.ph] * len(types))}) ORDER BY position",
+            tuple(types),
+        )
         return [self._store._decode(row) for row in self._aux.fetchall()]
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
@@ -224,16 +238,55 @@ class WriteTx:
                 if version != want:
                     shown = expected.value if isinstance(expected, Expect) else expected
                     raise ConcurrencyError(stream, shown, version)
-            for (event_id, type_name, sv, recorded_at, actor, corr, caus, payload,
-                 delta) in stream_rows:
+            for (
+                event_id,
+                type_name,
+                sv,
+                recorded_at,
+                actor,
+                corr,
+                caus,
+                payload,
+                delta,
+            ) in stream_rows:
                 position += 1
                 version += 1
-                leaf = leaf_hash(leaf_bytes(position, event_id, stream, version, type_name, sv,
-                                            recorded_at, actor, corr, caus, payload, delta))
+                leaf = leaf_hash(
+                    leaf_bytes(
+                        position,
+                        event_id,
+                        stream,
+                        version,
+                        type_name,
+                        sv,
+                        recorded_at,
+                        actor,
+                        corr,
+                        caus,
+                        payload,
+                        delta,
+                    )
+                )
                 chain = chain_next(chain, leaf)
                 frontier.append(leaf)
-                rows.append((position, event_id, stream, version, type_name, sv, recorded_at,
-                             actor, corr, caus, payload, delta, leaf, chain))
+                rows.append(
+                    (
+                        position,
+                        event_id,
+                        stream,
+                        version,
+                        type_name,
+                        sv,
+                        recorded_at,
+                        actor,
+                        corr,
+                        caus,
+                        payload,
+                        delta,
+                        leaf,
+                        chain,
+                    )
+                )
             versions[stream] = version
         if blob_list:
             store._insert_blobs(cursor, blob_list)
@@ -253,13 +306,20 @@ class LogReader(Protocol):
 
     def head(self) -> TreeHead: ...
 
-    def read_all(self, from_position: int = 1, *, to_position: int | None = None,
-                 batch_size: int = 1000, types: Sequence[str] | None = None,
-                 stream: str | None = None, stream_prefix: str | None = None,
-                 ) -> Iterator[RecordedEvent]: ...
+    def read_all(
+        self,
+        from_position: int = 1,
+        *,
+        to_position: int | None = None,
+        batch_size: int = 1000,
+        types: Sequence[str] | None = None,
+        stream: str | None = None,
+        stream_prefix: str | None = None,
+    ) -> Iterator[RecordedEvent]: ...
 
-    def read_stream(self, stream: str, from_version: int = 1, *, as_of: int | None = None
-                    ) -> list[RecordedEvent]: ...
+    def read_stream(
+        self, stream: str, from_version: int = 1, *, as_of: int | None = None
+    ) -> list[RecordedEvent]: ...
 
     def get_blob(self, digest: str) -> bytes | None: ...
 
@@ -311,8 +371,7 @@ class Store:
         ph = self._backend.placeholder
         self._insert_sql = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({', '.join([ph] * 14)})"
         self._update_head_sql = (
-            f"UPDATE ledger_head SET size = {ph}, chain_hash = {ph}, frontier = {ph} "
-            "WHERE id = 1"
+            f"UPDATE ledger_head SET size = {ph}, chain_hash = {ph}, frontier = {ph} WHERE id = 1"
         )
         self._decoders = catalog.current_decoders()
         self._integrity_error = engine.dialect.loaded_dbapi.IntegrityError
@@ -399,9 +458,7 @@ class Store:
             ],
         )
         conn.execute(
-            tables.ledger_head.insert().values(
-                id=1, size=0, chain_hash=GENESIS_CHAIN, frontier=b""
-            )
+            tables.ledger_head.insert().values(id=1, size=0, chain_hash=GENESIS_CHAIN, frontier=b"")
         )
 
     def meta(self) -> dict[str, str]:
@@ -420,8 +477,7 @@ class Store:
             yield conn
 
     @contextmanager
-    def _transaction(self, *, write: bool = False, snapshot: bool = False
-                     ) -> Iterator[Connection]:
+    def _transaction(self, *, write: bool = False, snapshot: bool = False) -> Iterator[Connection]:
         """A transaction; ``snapshot`` when several statements must see one moment;
         ``write`` takes the write lock at BEGIN where the database needs it (SQLite)."""
         with self.engine.connect() as conn:
@@ -529,8 +585,10 @@ class Store:
                 if event_id in seen:
                     raise DuplicateEventError([event_id])
                 seen.add(event_id)
-                for ref, what in ((new.correlation_id, "correlation id"),
-                                  (new.causation_id, "causation id")):
+                for ref, what in (
+                    (new.correlation_id, "correlation id"),
+                    (new.causation_id, "causation id"),
+                ):
                     if ref is not None:
                         _check_ulid(ref, what)
                 if not new.actor:
@@ -544,9 +602,17 @@ class Store:
                 except (CanonicalizationError, msgspec.ValidationError) as exc:
                     raise InvalidEventError(f"{type_name}: {exc}") from None
                 rows.append(
-                    (event_id, type_name, type(payload).SCHEMA_VERSION, recorded_at,
-                     new.actor, new.correlation_id, new.causation_id, payload_bytes,
-                     delta_bytes)
+                    (
+                        event_id,
+                        type_name,
+                        type(payload).SCHEMA_VERSION,
+                        recorded_at,
+                        new.actor,
+                        new.correlation_id,
+                        new.causation_id,
+                        payload_bytes,
+                        delta_bytes,
+                    )
                 )
             prepared.append(rows)
         return prepared
@@ -630,8 +696,7 @@ class Store:
     ) -> list[RecordedEvent]:
         """One stream's events from ``from_version``, optionally as of a log position."""
         ph = self.placeholder
-        sql = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {ph} "
-               f"AND stream_version >= {ph}")
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {ph} AND stream_version >= {ph}"
         params: tuple[Any, ...] = (stream, from_version)
         if as_of is not None:
             sql += f" AND position <= {ph}"
@@ -657,8 +722,12 @@ class Store:
         dense and commit-ordered, so paging by position never skips an event.
         """
         for batch in self.read_batches(
-            from_position, to_position=to_position, batch_size=batch_size, types=types,
-            stream=stream, stream_prefix=stream_prefix,
+            from_position,
+            to_position=to_position,
+            batch_size=batch_size,
+            types=types,
+            stream=stream,
+            stream_prefix=stream_prefix,
         ):
             yield from batch
 
@@ -685,8 +754,10 @@ class Store:
         windowed = not types and stream is None
         if windowed:
             end = to_position if to_position is not None else self.head().size
-            sql = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE position >= {ph} "
-                   f"AND position <= {ph} ORDER BY position")
+            sql = (
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE position >= {ph} "
+                f"AND position <= {ph} ORDER BY position"
+            )
         else:
             where = [f"position >= {ph}"]
             extra: list[Any] = []
@@ -699,8 +770,10 @@ class Store:
             if stream is not None:
                 where.append(f"stream = {ph}")
                 extra.append(stream)
-            sql = (f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} "
-                   f"ORDER BY position LIMIT {int(batch_size)}")
+            sql = (
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} "
+                f"ORDER BY position LIMIT {int(batch_size)}"
+            )
         decode = self._decode
         while True:
             if windowed:
@@ -742,14 +815,38 @@ class Store:
             yield Snapshot(conn, self._backend)
 
     def _decode(self, row: Sequence[Any]) -> RecordedEvent:
-        (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
-         corr, caus, payload, delta, leaf, chain) = row
+        (
+            position,
+            event_id,
+            stream,
+            stream_version,
+            type_name,
+            sv,
+            recorded_at,
+            actor,
+            corr,
+            caus,
+            payload,
+            delta,
+            leaf,
+            chain,
+        ) = row
         decoder = self._decoders.get((type_name, sv))
         return RecordedEvent(
-            position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
-            corr, caus,
-            decoder.decode(payload) if decoder is not None
+            position,
+            event_id,
+            stream,
+            stream_version,
+            type_name,
+            sv,
+            recorded_at,
+            actor,
+            corr,
+            caus,
+            decoder.decode(payload)
+            if decoder is not None
             else self.catalog.decode(type_name, sv, payload),  # upcast, or an unknown type
             [] if delta == _EMPTY_DELTA else _decode_json(delta),
-            bytes(leaf), bytes(chain),
+            bytes(leaf),
+            bytes(chain),
         )

@@ -120,7 +120,8 @@ class _Waiter:
                 # Any notification means "look again"; what was appended is read from
                 # the log, never taken from the payload.
                 for _ in self._raw.driver_connection.notifies(
-                        timeout=min(left, self._SLICE), stop_after=1):
+                    timeout=min(left, self._SLICE), stop_after=1
+                ):
                     return
         except self._errors:  # the listening connection broke: fall back to polling
             self.close()
@@ -198,7 +199,9 @@ class Subscription:
                 head = store.head().size
                 if head > self.scanned:
                     for batch in store.read_batches(
-                        self.scanned + 1, to_position=head, batch_size=self.batch_size,
+                        self.scanned + 1,
+                        to_position=head,
+                        batch_size=self.batch_size,
                         types=self.types,
                     ):
                         self.scanned = batch[-1].position
@@ -249,6 +252,10 @@ def subscribe(
     """A subscription from ``from_position`` (default 1) or from ``consumer``'s
     position (the first event after the last one it acknowledged)."""
     return Subscription(
-        store, from_position=from_position, consumer=consumer, types=types,
-        batch_size=batch_size, poll_interval=poll_interval,
+        store,
+        from_position=from_position,
+        consumer=consumer,
+        types=types,
+        batch_size=batch_size,
+        poll_interval=poll_interval,
     )

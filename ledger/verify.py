@@ -98,8 +98,9 @@ def verify_store(
                 stored.add(digest)
                 if sha256(data).hexdigest() != digest or len(data) != length:
                     mismatched.append(digest)
-        scan = _scan(snap, against.size if against is not None else None, report,
-                     store.catalog, stored)
+        scan = _scan(
+            snap, against.size if against is not None else None, report, store.catalog, stored
+        )
         for digest in mismatched:
             report(None, "blob_mismatch", f"blob {digest} does not hash to its digest")
 
@@ -116,16 +117,22 @@ def verify_store(
     against_out = None
     if against is not None:
         if against.size > size:
-            report(None, "against_truncated",
-                   f"the kept tree head has {against.size} events but the log holds only "
-                   f"{size}: the log was truncated")
+            report(
+                None,
+                "against_truncated",
+                f"the kept tree head has {against.size} events but the log holds only "
+                f"{size}: the log was truncated",
+            )
             ok_against = False
         else:
             ok_against = against_root is not None and against_root.hex() == against.root
             if not ok_against:
-                report(None, "against_inconsistent",
-                       f"the first {against.size} events do not hash to the kept root "
-                       f"{against.root}: the log was rewritten since that tree head")
+                report(
+                    None,
+                    "against_inconsistent",
+                    f"the first {against.size} events do not hash to the kept root "
+                    f"{against.root}: the log was rewritten since that tree head",
+                )
         against_out = TreeHeadRef(size=against.size, root=against.root, ok=ok_against)
 
     positions = [p.position for p in problems if p.position is not None]
@@ -143,8 +150,11 @@ def verify_store(
 
 
 def _scan(
-    snap: Snapshot, against_size: int | None, report: Callable[[int | None, str, str], None],
-    catalog: Catalog, stored: set[str] | None,
+    snap: Snapshot,
+    against_size: int | None,
+    report: Callable[[int | None, str, str], None],
+    catalog: Catalog,
+    stored: set[str] | None,
 ) -> tuple[Frontier, bytes, bytes | None]:
     """Check every row; return the recomputed tree, the last stored chain hash and the
     root at ``against_size`` (if given and reached). With ``stored`` (the digests in the
@@ -172,11 +182,28 @@ def _scan(
     astuple = msgspec.structs.astuple
     expected = 1  # the next position; after a hole, resynchronised to what is stored
     for rows in snap.rows():
-        for (position, event_id, stream, stream_version, type_name, sv, recorded_at, actor,
-             corr, caus, payload, delta, stored_leaf, stored_chain) in rows:
+        for (
+            position,
+            event_id,
+            stream,
+            stream_version,
+            type_name,
+            sv,
+            recorded_at,
+            actor,
+            corr,
+            caus,
+            payload,
+            delta,
+            stored_leaf,
+            stored_chain,
+        ) in rows:
             if position != expected:
-                report(position, "hole",
-                       f"position {expected} is missing (next stored position is {position})")
+                report(
+                    position,
+                    "hole",
+                    f"position {expected} is missing (next stored position is {position})",
+                )
             expected = position + 1
             try:
                 stream_json = encoded[stream]
@@ -190,24 +217,44 @@ def _scan(
                 actor_json = encoded[actor]
             except KeyError:
                 actor_json = encoded[actor] = json_string(actor)
-            leaf = sha256(b"\x00" + template % (
-                actor_json,
-                encoded[caus] if caus is None else json_string(caus),
-                encoded[corr] if corr is None else json_string(corr),
-                delta, json_string(event_id), payload, position, json_string(recorded_at),
-                sv, stream_json, stream_version, type_json,
-            )).digest()
+            leaf = sha256(
+                b"\x00"
+                + template
+                % (
+                    actor_json,
+                    encoded[caus] if caus is None else json_string(caus),
+                    encoded[corr] if corr is None else json_string(corr),
+                    delta,
+                    json_string(event_id),
+                    payload,
+                    position,
+                    json_string(recorded_at),
+                    sv,
+                    stream_json,
+                    stream_version,
+                    type_json,
+                )
+            ).digest()
             if leaf != stored_leaf:
-                report(position, "leaf_mismatch",
-                       "the stored row does not hash to its leaf hash (content changed)")
+                report(
+                    position,
+                    "leaf_mismatch",
+                    "the stored row does not hash to its leaf hash (content changed)",
+                )
             if sha256(previous_chain + stored_leaf).digest() != stored_chain:
-                report(position, "chain_mismatch",
-                       "chain hash does not follow from the previous row (a row before it "
-                       "was rewritten, removed or reordered)")
+                report(
+                    position,
+                    "chain_mismatch",
+                    "chain hash does not follow from the previous row (a row before it "
+                    "was rewritten, removed or reordered)",
+                )
             last = versions.get(stream, 0)
             if stream_version != last + 1:
-                report(position, "stream_version",
-                       f"stream {stream!r} jumps from version {last} to {stream_version}")
+                report(
+                    position,
+                    "stream_version",
+                    f"stream {stream!r} jumps from version {last} to {stream_version}",
+                )
             versions[stream] = stream_version
             previous_chain = stored_chain
             reader = readers.get(type_name)
@@ -239,11 +286,19 @@ def _scan(
     return frontier, bytes(previous_chain), against_root
 
 
-def _missing(report: Callable[[int | None, str, str], None], position: int, type_name: str,
-             fields: tuple[str, ...], values: tuple[str | None, ...], stored: set[str]) -> None:
+def _missing(
+    report: Callable[[int | None, str, str], None],
+    position: int,
+    type_name: str,
+    fields: tuple[str, ...],
+    values: tuple[str | None, ...],
+    stored: set[str],
+) -> None:
     """Report each blob the row at ``position`` references that is not stored."""
     for field, digest in zip(fields, values, strict=True):
         if digest is not None and digest not in stored:
-            report(position, "blob_missing",
-                   f"{type_name} {field} names blob {digest}, which the blob store does "
-                   "not hold")
+            report(
+                position,
+                "blob_missing",
+                f"{type_name} {field} names blob {digest}, which the blob store does not hold",
+            )

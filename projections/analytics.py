@@ -63,40 +63,114 @@ _TEXT = sa.Text()
 _INT = sa.BigInteger()
 _SHORT = sa.String(32)
 
-PLAN_COLUMNS = ("plan", "project", "first_position", "last_position", "attempts",
-                "failed_attempts", "strategy_revisions", "outcome", "halt_type",
-                "raw_halt_type", "unvalidated", "applied")
+PLAN_COLUMNS = (
+    "plan",
+    "project",
+    "first_position",
+    "last_position",
+    "attempts",
+    "failed_attempts",
+    "strategy_revisions",
+    "outcome",
+    "halt_type",
+    "raw_halt_type",
+    "unvalidated",
+    "applied",
+)
 
 PARTS = (
-    Part("plans", (
-        ("plan", _TEXT), ("project", _TEXT), ("first_position", _INT),
-        ("last_position", _INT), ("attempts", _INT), ("failed_attempts", _INT),
-        ("strategy_revisions", _INT), ("outcome", _SHORT), ("halt_type", _SHORT),
-        ("raw_halt_type", _TEXT), ("unvalidated", _INT), ("applied", _SHORT),
-    ), primary_key=("plan",), indexes=(("project",), ("last_position",))),
-    Part("plan_facts", (
-        ("position", _INT), ("plan", _TEXT), ("project", _TEXT), ("fact", _SHORT),
-        ("attempt", _INT), ("value", _SHORT), ("raw_value", _TEXT),
-    ), primary_key=("position",), indexes=(("plan",), ("fact",))),
-    Part("runs", (
-        ("run_id", _TEXT), ("attachment_id", _TEXT), ("plan", _TEXT),
-        ("validation", _TEXT), ("args", _TEXT), ("args_digest", sa.String(64)),
-        ("input_digest", _TEXT),
-    ), primary_key=("run_id", "attachment_id")),
-    Part("results", (
-        ("position", _INT), ("plan", _TEXT), ("project", _TEXT), ("run_id", _TEXT),
-        ("attachment_id", _TEXT), ("validation", _TEXT), ("mode", _SHORT),
-        ("verdict", _SHORT), ("duration_ms", _INT), ("args", _TEXT),
-        ("args_digest", sa.String(64)), ("input_digest", _TEXT),
-    ), primary_key=("position",), indexes=(("validation",), ("project",))),
-    Part("deviations", (
-        ("position", _INT), ("seq", _INT), ("plan", _TEXT), ("project", _TEXT),
-        ("gate", _SHORT), ("tool", _TEXT), ("kind", _SHORT), ("pointer", _TEXT),
-    ), primary_key=("position", "seq"), indexes=(("project",),)),
-    Part("informational_failures", (
-        ("position", _INT), ("seq", _INT), ("plan", _TEXT), ("project", _TEXT),
-        ("run_id", _TEXT), ("validation", _TEXT),
-    ), primary_key=("position", "seq")),
+    Part(
+        "plans",
+        (
+            ("plan", _TEXT),
+            ("project", _TEXT),
+            ("first_position", _INT),
+            ("last_position", _INT),
+            ("attempts", _INT),
+            ("failed_attempts", _INT),
+            ("strategy_revisions", _INT),
+            ("outcome", _SHORT),
+            ("halt_type", _SHORT),
+            ("raw_halt_type", _TEXT),
+            ("unvalidated", _INT),
+            ("applied", _SHORT),
+        ),
+        primary_key=("plan",),
+        indexes=(("project",), ("last_position",)),
+    ),
+    Part(
+        "plan_facts",
+        (
+            ("position", _INT),
+            ("plan", _TEXT),
+            ("project", _TEXT),
+            ("fact", _SHORT),
+            ("attempt", _INT),
+            ("value", _SHORT),
+            ("raw_value", _TEXT),
+        ),
+        primary_key=("position",),
+        indexes=(("plan",), ("fact",)),
+    ),
+    Part(
+        "runs",
+        (
+            ("run_id", _TEXT),
+            ("attachment_id", _TEXT),
+            ("plan", _TEXT),
+            ("validation", _TEXT),
+            ("args", _TEXT),
+            ("args_digest", sa.String(64)),
+            ("input_digest", _TEXT),
+        ),
+        primary_key=("run_id", "attachment_id"),
+    ),
+    Part(
+        "results",
+        (
+            ("position", _INT),
+            ("plan", _TEXT),
+            ("project", _TEXT),
+            ("run_id", _TEXT),
+            ("attachment_id", _TEXT),
+            ("validation", _TEXT),
+            ("mode", _SHORT),
+            ("verdict", _SHORT),
+            ("duration_ms", _INT),
+            ("args", _TEXT),
+            ("args_digest", sa.String(64)),
+            ("input_digest", _TEXT),
+        ),
+        primary_key=("position",),
+        indexes=(("validation",), ("project",)),
+    ),
+    Part(
+        "deviations",
+        (
+            ("position", _INT),
+            ("seq", _INT),
+            ("plan", _TEXT),
+            ("project", _TEXT),
+            ("gate", _SHORT),
+            ("tool", _TEXT),
+            ("kind", _SHORT),
+            ("pointer", _TEXT),
+        ),
+        primary_key=("position", "seq"),
+        indexes=(("project",),),
+    ),
+    Part(
+        "informational_failures",
+        (
+            ("position", _INT),
+            ("seq", _INT),
+            ("plan", _TEXT),
+            ("project", _TEXT),
+            ("run_id", _TEXT),
+            ("validation", _TEXT),
+        ),
+        primary_key=("position", "seq"),
+    ),
 )
 
 _FACT_TABLES = ("plan_facts", "results", "deviations", "informational_failures")
@@ -106,18 +180,23 @@ def verdict_label(verdict: bool | None) -> str:
     return "no_verdict" if verdict is None else "pass" if verdict else "fail"
 
 
-def _insert(tx: WriteTx, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
-            ) -> None:
-    tx.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
-                   f"VALUES ({', '.join([tx.ph] * len(columns))})", rows)
+def _insert(tx: WriteTx, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+    tx.executemany(
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([tx.ph] * len(columns))})",
+        rows,
+    )
 
 
-def _upsert(tx: WriteTx, table: str, columns: Sequence[str], key: Sequence[str],
-            rows: list[tuple[Any, ...]]) -> None:
+def _upsert(
+    tx: WriteTx, table: str, columns: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
+) -> None:
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
-    tx.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
-                   f"VALUES ({', '.join([tx.ph] * len(columns))}) "
-                   f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}", rows)
+    tx.executemany(
+        f"INSERT INTO {table} ({', '.join(columns)}) "
+        f"VALUES ({', '.join([tx.ph] * len(columns))}) "
+        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}",
+        rows,
+    )
 
 
 @dataclass
@@ -141,100 +220,132 @@ on = _STEPS.register
 
 
 @on(ValidationRunStarted)
-def _run_started(b: _Batch, plan: dict[str, Any], project: Any, position: int,
-                 p: ValidationRunStarted) -> None:
+def _run_started(
+    b: _Batch, plan: dict[str, Any], project: Any, position: int, p: ValidationRunStarted
+) -> None:
     plan["attempts"] = max(plan["attempts"], p.attempt)
     b.facts.append((position, p.plan_id, project, "run_started", p.attempt, None, None))
     for a in p.resolved:
         args = canonical_json(a.args).decode()
-        key = (args, hashlib.sha256(args.encode()).hexdigest(),
-               p.resource_digests.get(a.resource, ""))
+        key = (
+            args,
+            hashlib.sha256(args.encode()).hexdigest(),
+            p.resource_digests.get(a.resource, ""),
+        )
         b.runs[(p.run_id, a.attachment_id)] = key
         b.new_runs.append((p.run_id, a.attachment_id, p.plan_id, a.validation, *key))
 
 
 @on(ValidationResultRecorded)
-def _result(b: _Batch, plan: dict[str, Any], project: Any, position: int,
-            p: ValidationResultRecorded) -> None:
+def _result(
+    b: _Batch, plan: dict[str, Any], project: Any, position: int, p: ValidationResultRecorded
+) -> None:
     key = b.runs.get((p.run_id, p.attachment_id))
     if key is None:
         ph = b.tx.ph
         found = b.tx.query(
             f"SELECT args, args_digest, input_digest FROM {b.t['runs']} "
-            f"WHERE run_id = {ph} AND attachment_id = {ph}", (p.run_id, p.attachment_id))
+            f"WHERE run_id = {ph} AND attachment_id = {ph}",
+            (p.run_id, p.attachment_id),
+        )
         key = found[0] if found else (None, None, None)
-    b.results.append((position, p.plan_id, project, p.run_id, p.attachment_id,
-                      p.validation, p.mode, verdict_label(p.verdict), p.duration_ms, *key))
+    b.results.append(
+        (
+            position,
+            p.plan_id,
+            project,
+            p.run_id,
+            p.attachment_id,
+            p.validation,
+            p.mode,
+            verdict_label(p.verdict),
+            p.duration_ms,
+            *key,
+        )
+    )
 
 
 @on(ValidationRunCompleted)
-def _run_completed(b: _Batch, plan: dict[str, Any], project: Any, position: int,
-                   p: ValidationRunCompleted) -> None:
+def _run_completed(
+    b: _Batch, plan: dict[str, Any], project: Any, position: int, p: ValidationRunCompleted
+) -> None:
     plan["outcome"], plan["unvalidated"] = p.outcome, int(p.vacuous)
-    b.facts.append((position, p.plan_id, project, "run_completed", p.attempt, p.outcome,
-                    None))
-    b.informational.extend((position, seq, p.plan_id, project, p.run_id, name)
-                           for seq, name in enumerate(p.informational_failures))
+    b.facts.append((position, p.plan_id, project, "run_completed", p.attempt, p.outcome, None))
+    b.informational.extend(
+        (position, seq, p.plan_id, project, p.run_id, name)
+        for seq, name in enumerate(p.informational_failures)
+    )
 
 
 @on(AttemptFailed)
-def _attempt_failed(b: _Batch, plan: dict[str, Any], project: Any, position: int,
-                    p: AttemptFailed) -> None:
+def _attempt_failed(
+    b: _Batch, plan: dict[str, Any], project: Any, position: int, p: AttemptFailed
+) -> None:
     plan["failed_attempts"] += 1
     b.facts.append((position, p.plan_id, project, "attempt_failed", p.attempt, None, None))
 
 
 @on(StrategyRevisionRequested)
-def _revision(b: _Batch, plan: dict[str, Any], project: Any, position: int,
-              p: StrategyRevisionRequested) -> None:
+def _revision(
+    b: _Batch, plan: dict[str, Any], project: Any, position: int, p: StrategyRevisionRequested
+) -> None:
     plan["strategy_revisions"] += 1
     b.facts.append((position, p.plan_id, project, "strategy_revision", None, None, None))
 
 
 @on(PlanHalted)
-def _halted(b: _Batch, plan: dict[str, Any], project: Any, position: int,
-            p: PlanHalted) -> None:
+def _halted(b: _Batch, plan: dict[str, Any], project: Any, position: int, p: PlanHalted) -> None:
     plan["halt_type"], plan["raw_halt_type"] = p.halt_type, p.raw_halt_type
     plan["outcome"] = p.halt_type  # a halt's type is the plan's canonical outcome
-    b.facts.append((position, p.plan_id, project, "halted", p.attempt, p.halt_type,
-                    p.raw_halt_type))
+    b.facts.append(
+        (position, p.plan_id, project, "halted", p.attempt, p.halt_type, p.raw_halt_type)
+    )
 
 
 @on(DecisionRecorded)
-def _decided(b: _Batch, plan: dict[str, Any], project: Any, position: int,
-             p: DecisionRecorded) -> None:
+def _decided(
+    b: _Batch, plan: dict[str, Any], project: Any, position: int, p: DecisionRecorded
+) -> None:
     if p.choice == "revise":
         plan["outcome"] = None  # back to Strategize: no outcome until the next run
         b.facts.append((position, p.plan_id, project, "revised", None, None, None))
 
 
 @on(PlanApplied)
-def _applied(b: _Batch, plan: dict[str, Any], project: Any, position: int,
-             p: PlanApplied) -> None:
+def _applied(b: _Batch, plan: dict[str, Any], project: Any, position: int, p: PlanApplied) -> None:
     plan["applied"] = "unvalidated" if plan["unvalidated"] else "validated"
     b.facts.append((position, p.plan_id, project, "applied", None, plan["applied"], None))
 
 
 @on(GateChecked)
-def _gate_checked(b: _Batch, plan: dict[str, Any], project: Any, position: int,
-                  p: GateChecked) -> None:
-    b.deviations.extend((position, seq, p.plan_id, project, p.gate, p.tool, d.kind,
-                         d.pointer) for seq, d in enumerate(p.deviations))
+def _gate_checked(
+    b: _Batch, plan: dict[str, Any], project: Any, position: int, p: GateChecked
+) -> None:
+    b.deviations.extend(
+        (position, seq, p.plan_id, project, p.gate, p.tool, d.kind, d.pointer)
+        for seq, d in enumerate(p.deviations)
+    )
 
 
 def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) -> None:
     """Add the facts of ``events`` to the tables ``t`` (part -> physical name)."""
-    relevant = [e for e in events if e.stream.startswith("plan:")
-                and getattr(e.payload, "plan_id", None) is not None]
+    relevant = [
+        e
+        for e in events
+        if e.stream.startswith("plan:") and getattr(e.payload, "plan_id", None) is not None
+    ]
     if not relevant:
         return  # most appends outside plans cost nothing here
     ph = tx.ph
     plans: dict[str, dict[str, Any]] = {}
     touched = list(dict.fromkeys(e.payload.plan_id for e in relevant))  # type: ignore[attr-defined]
     for i in range(0, len(touched), 500):  # a few statements per batch, not one per plan
-        chunk = touched[i:i + 500]
-        for found in tx.query(f"SELECT {', '.join(PLAN_COLUMNS)} FROM {t['plans']} "
-                              f"WHERE plan IN ({', '.join([ph] * len(chunk))})", chunk):
+        chunk = touched[i : i + 500]
+        for found in tx.query(
+            f"SELECT {', '.join(PLAN_COLUMNS)} FROM {t['plans']} "
+            f"WHERE plan IN ({', '.join([ph] * len(chunk))})",
+            chunk,
+        ):
             plans[found[0]] = dict(zip(PLAN_COLUMNS, found, strict=True))
     b = _Batch(tx, t)
     late_projects: list[tuple[str, str]] = []
@@ -244,8 +355,14 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
         plan = plans.get(plan_id)
         if plan is None:
             plan = plans[plan_id] = dict.fromkeys(PLAN_COLUMNS)
-            plan.update(plan=plan_id, first_position=position, attempts=0,
-                        failed_attempts=0, strategy_revisions=0, unvalidated=0)
+            plan.update(
+                plan=plan_id,
+                first_position=position,
+                attempts=0,
+                failed_attempts=0,
+                strategy_revisions=0,
+                unvalidated=0,
+            )
         plan["last_position"] = position
         if isinstance(p, PlanCreated) and plan["project"] is None:
             plan["project"] = p.project
@@ -254,26 +371,65 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
         step = _STEPS.lookup(type(p))
         if step is not None:
             step(b, plan, plan["project"], position, p)
-    _upsert(tx, t["runs"], ("run_id", "attachment_id", "plan", "validation", "args",
-                            "args_digest", "input_digest"), ("run_id", "attachment_id"),
-            b.new_runs)
-    _insert(tx, t["plan_facts"], ("position", "plan", "project", "fact", "attempt", "value",
-                                  "raw_value"), b.facts)
-    _insert(tx, t["results"], ("position", "plan", "project", "run_id", "attachment_id",
-                               "validation", "mode", "verdict", "duration_ms", "args",
-                               "args_digest", "input_digest"), b.results)
-    _insert(tx, t["deviations"], ("position", "seq", "plan", "project", "gate", "tool",
-                                  "kind", "pointer"), b.deviations)
-    _insert(tx, t["informational_failures"], ("position", "seq", "plan", "project",
-                                              "run_id", "validation"), b.informational)
-    _upsert(tx, t["plans"], PLAN_COLUMNS, ("plan",),
-            [tuple(plan[c] for c in PLAN_COLUMNS) for plan in plans.values()])
+    _upsert(
+        tx,
+        t["runs"],
+        ("run_id", "attachment_id", "plan", "validation", "args", "args_digest", "input_digest"),
+        ("run_id", "attachment_id"),
+        b.new_runs,
+    )
+    _insert(
+        tx,
+        t["plan_facts"],
+        ("position", "plan", "project", "fact", "attempt", "value", "raw_value"),
+        b.facts,
+    )
+    _insert(
+        tx,
+        t["results"],
+        (
+            "position",
+            "plan",
+            "project",
+            "run_id",
+            "attachment_id",
+            "validation",
+            "mode",
+            "verdict",
+            "duration_ms",
+            "args",
+            "args_digest",
+            "input_digest",
+        ),
+        b.results,
+    )
+    _insert(
+        tx,
+        t["deviations"],
+        ("position", "seq", "plan", "project", "gate", "tool", "kind", "pointer"),
+        b.deviations,
+    )
+    _insert(
+        tx,
+        t["informational_failures"],
+        ("position", "seq", "plan", "project", "run_id", "validation"),
+        b.informational,
+    )
+    _upsert(
+        tx,
+        t["plans"],
+        PLAN_COLUMNS,
+        ("plan",),
+        [tuple(plan[c] for c in PLAN_COLUMNS) for plan in plans.values()],
+    )
     for project, plan_id in late_projects:
         # A plan stream that began without plan.created (only raw appends do that): its
         # earlier facts, in this batch or before, get the project as a rebuild gives it.
         for part in _FACT_TABLES:
-            tx.execute(f"UPDATE {t[part]} SET project = {ph} "
-                       f"WHERE plan = {ph} AND project IS NULL", (project, plan_id))
+            tx.execute(
+                f"UPDATE {t[part]} SET project = {ph} WHERE plan = {ph} AND project IS NULL",
+                (project, plan_id),
+            )
 
 
 ANALYTICS = AggregateProjection(name="analytics", version=VERSION, parts=PARTS, step=apply)

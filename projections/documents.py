@@ -96,9 +96,13 @@ def _registered(doc: ToolState | None, p: ToolRegistered) -> ToolState:
     spec = tool_spec(p)
     versions = dict(doc.versions) if doc is not None else {}
     versions[str(p.version)] = spec
-    return ToolState(name=p.name,
-                     kind="validation" if isinstance(p, ValidationRegistered) else "tool",
-                     version=p.version, spec=spec, versions=versions)
+    return ToolState(
+        name=p.name,
+        kind="validation" if isinstance(p, ValidationRegistered) else "tool",
+        version=p.version,
+        spec=spec,
+        versions=versions,
+    )
 
 
 # -- skill: ---------------------------------------------------------------------------
@@ -108,8 +112,9 @@ fold_skill: StreamFold[SkillState] = StreamFold("skill", SkillState)
 
 @fold_skill.on_any(SkillDefined)
 def _skill_defined(_doc: SkillState | None, p: SkillDefined) -> SkillState:
-    return SkillState(name=p.name, version=p.version, description=p.description,
-                      members=list(p.members))
+    return SkillState(
+        name=p.name, version=p.version, description=p.description, members=list(p.members)
+    )
 
 
 # -- attachment: ----------------------------------------------------------------------
@@ -122,10 +127,17 @@ def _attached(doc: AttachmentState | None, p: AttachmentCreated) -> AttachmentSt
     if doc is not None:
         return doc  # created twice: audit reports it; the first stands
     return AttachmentState(
-        attachment_id=p.attachment_id, validation=p.validation,
-        validation_version=p.validation_version, resource=p.resource, scope=p.scope,
-        project=p.project, plan=p.plan, args=p.args, args_sha256=p.args_sha256,
-        status="attached")
+        attachment_id=p.attachment_id,
+        validation=p.validation,
+        validation_version=p.validation_version,
+        resource=p.resource,
+        scope=p.scope,
+        project=p.project,
+        plan=p.plan,
+        args=p.args,
+        args_sha256=p.args_sha256,
+        status="attached",
+    )
 
 
 @fold_attachment.on(AttachmentDetached)
@@ -142,8 +154,12 @@ fold_plan: StreamFold[PlanState] = StreamFold("plan", PlanState)
 
 
 def new_plan(payload: PlanCreated) -> PlanState:
-    return PlanState(plan_id=payload.plan_id, project=payload.project,
-                     resources=list(payload.resources), global_config=payload.global_config)
+    return PlanState(
+        plan_id=payload.plan_id,
+        project=payload.project,
+        resources=list(payload.resources),
+        global_config=payload.global_config,
+    )
 
 
 @fold_plan.on_any(PlanCreated)
@@ -159,9 +175,16 @@ def _strategy(doc: PlanState, p: StrategyRecorded) -> PlanState:
 @fold_plan.on(ExecuteEntered)
 def _execute(doc: PlanState, p: ExecuteEntered) -> PlanState:
     # The first Execute starts attempt 1; a failed attempt already moved to the next.
-    return replace(doc, phase="execute", attempt=max(doc.attempt, 1), iteration=1,
-                   retries_used=0, needs_fix=False, token=_superseded(doc.token),
-                   binding=list(p.binding))
+    return replace(
+        doc,
+        phase="execute",
+        attempt=max(doc.attempt, 1),
+        iteration=1,
+        retries_used=0,
+        needs_fix=False,
+        token=_superseded(doc.token),
+        binding=list(p.binding),
+    )
 
 
 @fold_plan.on(GateChecked)
@@ -169,8 +192,12 @@ def _gate_checked(doc: PlanState, p: GateChecked) -> PlanState:
     steps = doc.steps
     if p.gate == "input" and p.verdict == "pass" and p.step:
         steps = {**steps, p.step: StepState(tool=p.tool, tool_version=p.tool_version)}
-    return replace(doc, gate_checks=doc.gate_checks + 1,
-                   gate_failures=doc.gate_failures + (p.verdict == "fail"), steps=steps)
+    return replace(
+        doc,
+        gate_checks=doc.gate_checks + 1,
+        gate_failures=doc.gate_failures + (p.verdict == "fail"),
+        steps=steps,
+    )
 
 
 @fold_plan.on(AttemptFailed)
@@ -178,8 +205,9 @@ def _attempt_failed(doc: PlanState, p: AttemptFailed) -> PlanState:
     if p.failure_class == "model_behavior":
         return replace(doc, iteration=p.iteration + 1)
     # A failed validation run: the next attempt starts with a fix, then re-validates.
-    return replace(doc, retries_used=doc.retries_used + 1, attempt=p.attempt + 1,
-                   iteration=1, needs_fix=True)
+    return replace(
+        doc, retries_used=doc.retries_used + 1, attempt=p.attempt + 1, iteration=1, needs_fix=True
+    )
 
 
 @fold_plan.on(ValidationRunStarted)
@@ -194,34 +222,65 @@ def _fixed(doc: PlanState, _p: FixRecorded) -> PlanState:
 
 @fold_plan.on(StrategyRevisionRequested)
 def _revision(doc: PlanState, p: StrategyRevisionRequested) -> PlanState:
-    return replace(doc, phase="strategize", revision=p.revision, strategy=None,
-                   revisions_used=doc.revisions_used + 1, halt=None,
-                   token=_superseded(doc.token))
+    return replace(
+        doc,
+        phase="strategize",
+        revision=p.revision,
+        strategy=None,
+        revisions_used=doc.revisions_used + 1,
+        halt=None,
+        token=_superseded(doc.token),
+    )
 
 
 @fold_plan.on(Escalated)
 def _escalated(doc: PlanState, p: Escalated) -> PlanState:
-    return replace(doc, pending_decision=PendingDecision(
-        decision_id=p.decision_id, options=list(p.options), reason=p.reason),
-        token=_superseded(doc.token))
+    return replace(
+        doc,
+        pending_decision=PendingDecision(
+            decision_id=p.decision_id, options=list(p.options), reason=p.reason
+        ),
+        token=_superseded(doc.token),
+    )
 
 
 @fold_plan.on(DecisionRecorded)
 def _decided(doc: PlanState, p: DecisionRecorded) -> PlanState:
-    decided = replace(doc, pending_decision=None, token=_superseded(doc.token),
-                      decisions={**doc.decisions, p.decision_id: p.choice})
+    decided = replace(
+        doc,
+        pending_decision=None,
+        token=_superseded(doc.token),
+        decisions={**doc.decisions, p.decision_id: p.choice},
+    )
     if p.choice == "revise":
-        return replace(decided, phase="strategize", revision=doc.revision + 1,
-                       strategy=None, guidance=p.guidance, retries_used=0,
-                       revisions_used=0, halt=None, needs_fix=False, outcome=None)
+        return replace(
+            decided,
+            phase="strategize",
+            revision=doc.revision + 1,
+            strategy=None,
+            guidance=p.guidance,
+            retries_used=0,
+            revisions_used=0,
+            halt=None,
+            needs_fix=False,
+            outcome=None,
+        )
     return replace(decided, terminal="failed")
 
 
 @fold_plan.on(TokenMinted)
 def _minted(doc: PlanState, p: TokenMinted) -> PlanState:
-    return replace(doc, token=TokenState(
-        token_id=p.token_id, token_sha256=p.token_sha256, attempt=p.attempt,
-        run_id=p.run_id, expires_at=p.expires_at, status="minted"))
+    return replace(
+        doc,
+        token=TokenState(
+            token_id=p.token_id,
+            token_sha256=p.token_sha256,
+            attempt=p.attempt,
+            run_id=p.run_id,
+            expires_at=p.expires_at,
+            status="minted",
+        ),
+    )
 
 
 @fold_plan.on(TokenConsumed)
@@ -234,23 +293,36 @@ def _consumed(doc: PlanState, p: TokenConsumed) -> PlanState:
 
 @fold_plan.on(ChangesRecorded)
 def _changes(doc: PlanState, p: ChangesRecorded) -> PlanState:
-    return replace(doc, applying=ApplyingState(
-        token_id=p.token_id, changes_sha256=p.changes_sha256,
-        files=[ChangedFile(resource=c.resource, path=c.path, sha256=c.sha256)
-               for c in p.changes]))
+    return replace(
+        doc,
+        applying=ApplyingState(
+            token_id=p.token_id,
+            changes_sha256=p.changes_sha256,
+            files=[
+                ChangedFile(resource=c.resource, path=c.path, sha256=c.sha256) for c in p.changes
+            ],
+        ),
+    )
 
 
 @fold_plan.on(PlanApplied)
 def _applied(doc: PlanState, _p: PlanApplied) -> PlanState:
-    return replace(doc, phase="apply", terminal="applied", halt=None, applying=None,
-                   applied=doc.applying)
+    return replace(
+        doc, phase="apply", terminal="applied", halt=None, applying=None, applied=doc.applying
+    )
 
 
 @fold_plan.on(ValidationRunCompleted)
 def _run_completed(doc: PlanState, p: ValidationRunCompleted) -> PlanState:
-    return replace(doc, current_run=None, last_run=p.run_id, last_outcome=p.outcome,
-                   outcome=p.outcome, unvalidated=p.vacuous,
-                   informational_failures=list(p.informational_failures))
+    return replace(
+        doc,
+        current_run=None,
+        last_run=p.run_id,
+        last_outcome=p.outcome,
+        outcome=p.outcome,
+        unvalidated=p.vacuous,
+        informational_failures=list(p.informational_failures),
+    )
 
 
 @fold_plan.on(ToolCalled)
@@ -266,16 +338,30 @@ def _compensation_requested(doc: PlanState, p: CompensationRequested) -> PlanSta
 @fold_plan.on(CompensationCompleted)
 def _compensation_completed(doc: PlanState, p: CompensationCompleted) -> PlanState:
     reason = doc.compensation.reason if doc.compensation is not None else None
-    return replace(doc, compensation=CompensationState(
-        status="completed" if p.succeeded else "failed", reason=reason))
+    return replace(
+        doc,
+        compensation=CompensationState(
+            status="completed" if p.succeeded else "failed", reason=reason
+        ),
+    )
 
 
 @fold_plan.on(PlanHalted)
 def _halted(doc: PlanState, p: PlanHalted) -> PlanState:
-    halt = HaltState(halt_type=p.halt_type, raw_halt_type=p.raw_halt_type, reason=p.reason,
-                     hint=p.hint, terminal=p.terminal)
-    return replace(doc, halt=halt, outcome=p.halt_type, token=_superseded(doc.token),
-                   terminal="failed" if p.terminal else doc.terminal)
+    halt = HaltState(
+        halt_type=p.halt_type,
+        raw_halt_type=p.raw_halt_type,
+        reason=p.reason,
+        hint=p.hint,
+        terminal=p.terminal,
+    )
+    return replace(
+        doc,
+        halt=halt,
+        outcome=p.halt_type,
+        token=_superseded(doc.token),
+        terminal="failed" if p.terminal else doc.terminal,
+    )
 
 
 def _superseded(token: TokenState | None) -> TokenState | None:
@@ -295,8 +381,10 @@ fold_approver: StreamFold[ApproverState] = StreamFold("approver", ApproverState)
 
 @fold_approver.on_any(ApproverKeyAdded)
 def _key_added(doc: ApproverState | None, p: ApproverKeyAdded) -> ApproverState:
-    keys = {**(doc.keys if doc is not None else {}),
-            p.fingerprint: ApproverKeyState(public_key=p.public_key, status="active")}
+    keys = {
+        **(doc.keys if doc is not None else {}),
+        p.fingerprint: ApproverKeyState(public_key=p.public_key, status="active"),
+    }
     return ApproverState(name=p.name, keys=keys)
 
 
@@ -309,8 +397,8 @@ def _key_revoked(doc: ApproverState, p: ApproverKeyRevoked) -> ApproverState:
 
 
 FOLDS: dict[str, StreamFold[Any]] = {
-    f.kind: f for f in (fold_approver, fold_tool, fold_skill, fold_attachment, fold_plan,
-                        fold_review)
+    f.kind: f
+    for f in (fold_approver, fold_tool, fold_skill, fold_attachment, fold_plan, fold_review)
 }
 
 
@@ -355,5 +443,17 @@ def delta(before: Any, after: Any) -> list[Any]:
     return jsonpatch.make_patch(to_json(before), to_json(after)).patch
 
 
-__all__ = ["FOLDS", "Document", "State", "apply_deltas", "delta", "fold", "fold_all",
-           "new_plan", "state_type", "stream_kind", "to_json", "tool_spec"]
+__all__ = [
+    "FOLDS",
+    "Document",
+    "State",
+    "apply_deltas",
+    "delta",
+    "fold",
+    "fold_all",
+    "new_plan",
+    "state_type",
+    "stream_kind",
+    "to_json",
+    "tool_spec",
+]

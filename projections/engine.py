@@ -92,23 +92,27 @@ class ReadModel(Protocol):
 
     def table_names(self, suffix: str = "") -> dict[str, str]: ...
     def indexes(self, part: str) -> Sequence[Sequence[str]]: ...
-    def create_tables(self, tx: WriteTx, names: Mapping[str, str],
-                      dialect: sa.Dialect) -> None: ...
-    def apply(self, tx: WriteTx, names: Mapping[str, str],
-              events: Sequence[RecordedEvent]) -> None: ...
+    def create_tables(self, tx: WriteTx, names: Mapping[str, str], dialect: sa.Dialect) -> None: ...
+    def apply(
+        self, tx: WriteTx, names: Mapping[str, str], events: Sequence[RecordedEvent]
+    ) -> None: ...
     def rebuilder(self, store: Store, names: Mapping[str, str]) -> Rebuilder: ...
     def rows(self, query: Query, names: Mapping[str, str]) -> dict[str, Any]:
         """Every stored row, keyed, as ``check`` compares them."""
         ...
+
     def rows_as_of(self, store: Store, position: int) -> dict[str, Any]:
         """The rows a fresh build up to ``position`` holds (as ``rows`` gives them)."""
         ...
+
     def as_of(self, store: Store, position: int) -> dict[str, Any]:
         """The documents (an aggregate: its rows) by key as of ``position``."""
         ...
+
     def keyed(self, conn: sa.Connection, *where: Any) -> dict[str, Any]:
         """The current documents by key (filtered on extracted columns, if it has any)."""
         ...
+
     def document(self, conn: sa.Connection, key: str) -> tuple[Any, int] | None: ...
 
 
@@ -183,22 +187,27 @@ class Projection:
         return None if raw == _EMPTY else _decode(raw, type=self.folder.state)
 
     def row(self, key: str, stream_version: int, position: int, doc: Any) -> tuple:
-        return (key, stream_version, position, _encode(to_json(doc)),
-                *(c.value(doc) for c in self.columns))
+        return (
+            key,
+            stream_version,
+            position,
+            _encode(to_json(doc)),
+            *(c.value(doc) for c in self.columns),
+        )
 
     def upsert_sql(self, table: str, ph: str) -> str:
         names = ["key", "stream_version", "position", "doc", *(c.name for c in self.columns)]
         updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
-        return (f"INSERT INTO {table} ({', '.join(names)}) "
-                f"VALUES ({', '.join([ph] * len(names))}) "
-                f"ON CONFLICT (key) DO UPDATE SET {updates}")
+        return (
+            f"INSERT INTO {table} ({', '.join(names)}) "
+            f"VALUES ({', '.join([ph] * len(names))}) "
+            f"ON CONFLICT (key) DO UPDATE SET {updates}"
+        )
 
-    def create_tables(self, tx: WriteTx, names: Mapping[str, str],
-                      dialect: sa.Dialect) -> None:
+    def create_tables(self, tx: WriteTx, names: Mapping[str, str], dialect: sa.Dialect) -> None:
         _create(tx, self.table(names[""]), dialect)
 
-    def apply(self, tx: WriteTx, names: Mapping[str, str],
-              events: Iterable[RecordedEvent]) -> None:
+    def apply(self, tx: WriteTx, names: Mapping[str, str], events: Iterable[RecordedEvent]) -> None:
         """Fold events into the rows of the table: load each touched document once."""
         table, ph = names[""], tx.ph
         docs: dict[str, tuple[int, int, Any]] = {}
@@ -212,12 +221,14 @@ class Projection:
                 found = tx.query(f"SELECT doc FROM {table} WHERE key = {ph}", (key,))
                 doc = self.decode(found[0][0]) if found else None
             docs[key] = (event.stream_version, event.position, self.step(doc, event.payload))
-        tx.executemany(self.upsert_sql(table, ph),
-                       [self.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()])
+        tx.executemany(
+            self.upsert_sql(table, ph),
+            [self.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()],
+        )
 
-    def fold_events(self, events: Iterable[RecordedEvent],
-                    into: dict[str, tuple[int, int, Any]] | None = None
-                    ) -> dict[str, tuple[int, int, Any]]:
+    def fold_events(
+        self, events: Iterable[RecordedEvent], into: dict[str, tuple[int, int, Any]] | None = None
+    ) -> dict[str, tuple[int, int, Any]]:
         """key -> (stream version, position, state), folded in memory from ``events``."""
         docs: dict[str, tuple[int, int, Any]] = {} if into is None else into
         for event in events:
@@ -225,26 +236,33 @@ class Projection:
             if key is None:
                 continue
             previous = docs.get(key)
-            docs[key] = (event.stream_version, event.position,
-                         self.step(previous[2] if previous else None, event.payload))
+            docs[key] = (
+                event.stream_version,
+                event.position,
+                self.step(previous[2] if previous else None, event.payload),
+            )
         return docs
 
     def rebuilder(self, store: Store, names: Mapping[str, str]) -> Rebuilder:
         return _FoldInMemory(self, store, names[""])
 
     def _folded(self, store: Store, position: int) -> dict[str, tuple[int, int, Any]]:
-        return self.fold_events(store.read_all(to_position=position,
-                                               stream_prefix=self.stream_prefix))
+        return self.fold_events(
+            store.read_all(to_position=position, stream_prefix=self.stream_prefix)
+        )
 
     def rows(self, query: Query, names: Mapping[str, str]) -> dict[str, Any]:
         columns = ", ".join(c.name for c in self.table().columns)
-        return {key: (v, pos, self.decode(doc), *extracted)
-                for key, v, pos, doc, *extracted
-                in query(f"SELECT {columns} FROM {names['']}")}
+        return {
+            key: (v, pos, self.decode(doc), *extracted)
+            for key, v, pos, doc, *extracted in query(f"SELECT {columns} FROM {names['']}")
+        }
 
     def rows_as_of(self, store: Store, position: int) -> dict[str, Any]:
-        return {key: (v, pos, doc, *(c.value(doc) for c in self.columns))
-                for key, (v, pos, doc) in self._folded(store, position).items()}
+        return {
+            key: (v, pos, doc, *(c.value(doc) for c in self.columns))
+            for key, (v, pos, doc) in self._folded(store, position).items()
+        }
 
     def as_of(self, store: Store, position: int) -> dict[str, Any]:
         return {key: doc for key, (_v, _pos, doc) in self._folded(store, position).items()}
@@ -258,8 +276,7 @@ class Projection:
 
     def document(self, conn: sa.Connection, key: str) -> tuple[Any, int] | None:
         t = self.table()
-        row = conn.execute(
-            sa.select(t.c.doc, t.c.stream_version).where(t.c.key == key)).first()
+        row = conn.execute(sa.select(t.c.doc, t.c.stream_version).where(t.c.key == key)).first()
         return (self.decode(row[0]), row[1]) if row else None
 
 
@@ -277,8 +294,10 @@ class _FoldInMemory:
 
     def finish(self) -> None:
         with self.store.write() as tx:
-            tx.executemany(self.p.upsert_sql(self.table, tx.ph), [
-                self.p.row(key, v, pos, doc) for key, (v, pos, doc) in self.docs.items()])
+            tx.executemany(
+                self.p.upsert_sql(self.table, tx.ph),
+                [self.p.row(key, v, pos, doc) for key, (v, pos, doc) in self.docs.items()],
+            )
 
 
 @dataclass(frozen=True)
@@ -294,8 +313,10 @@ class Part:
         return sa.Table(
             physical,
             sa.MetaData(),
-            *(sa.Column(name, type_, nullable=name not in self.primary_key)
-              for name, type_ in self.columns),
+            *(
+                sa.Column(name, type_, nullable=name not in self.primary_key)
+                for name, type_ in self.columns
+            ),
             sa.PrimaryKeyConstraint(*self.primary_key, name=f"pk_{physical}"),
         )
 
@@ -331,20 +352,19 @@ class AggregateProjection:
     def indexes(self, part: str) -> Sequence[Sequence[str]]:
         return next(p.indexes for p in self.parts if p.name == part)
 
-    def create_tables(self, tx: WriteTx, names: Mapping[str, str],
-                      dialect: sa.Dialect) -> None:
+    def create_tables(self, tx: WriteTx, names: Mapping[str, str], dialect: sa.Dialect) -> None:
         for part in self.parts:
             _create(tx, part.table(names[part.name]), dialect)
 
-    def apply(self, tx: WriteTx, names: Mapping[str, str],
-              events: Sequence[RecordedEvent]) -> None:
+    def apply(self, tx: WriteTx, names: Mapping[str, str], events: Sequence[RecordedEvent]) -> None:
         self.step(tx, names, events)
 
     def rebuilder(self, store: Store, names: Mapping[str, str]) -> Rebuilder:
         return _ApplyInBatches(self, store, names)
 
-    def _fill(self, store: Store, tx: WriteTx, names: Mapping[str, str], start: int,
-              end: int) -> None:
+    def _fill(
+        self, store: Store, tx: WriteTx, names: Mapping[str, str], start: int, end: int
+    ) -> None:
         for batch in store.read_batches(start, to_position=end, batch_size=CATCH_UP_BATCH):
             self.step(tx, names, batch)
 
@@ -468,7 +488,8 @@ class ProjectionEngine:
         before, last = events[0].position - 1, events[-1].position
         ph = tx.ph
         current = {
-            name for name, position in tx.query(f"SELECT name, position FROM {POSITIONS}")
+            name
+            for name, position in tx.query(f"SELECT name, position FROM {POSITIONS}")
             if position == before and name in self.projections
         }
         for name in current:
@@ -509,18 +530,19 @@ class ProjectionEngine:
         ph = tx.ph
         tx.execute(
             f"UPDATE {POSITIONS} SET version = {ph}, position = {ph}, updated_at = {ph} "
-            f"WHERE name = {ph}", (version, position, utc_now(), name),
+            f"WHERE name = {ph}",
+            (version, position, utc_now(), name),
         )
 
     # -- rebuild ----------------------------------------------------------------------
 
-    def rebuild(self, names: Iterable[str] | None = None,
-                progress: Progress | None = None) -> None:
+    def rebuild(self, names: Iterable[str] | None = None, progress: Progress | None = None) -> None:
         """Fold the log into fresh tables (one pass for all of them) and swap each in
         atomically; appends made meanwhile are applied to the fresh tables before the
         swap, under the lock."""
-        chosen = [self.projections[n] for n in (names if names is not None
-                                                else list(self.projections))]
+        chosen = [
+            self.projections[n] for n in (names if names is not None else list(self.projections))
+        ]
         store = self.store
         target = store.head().size
         # Private names: two processes rebuilding at once never share a table.
@@ -533,8 +555,9 @@ class ProjectionEngine:
                     p.create_tables(tx, fresh[p.name], store.engine.dialect)
             builders = [p.rebuilder(store, fresh[p.name]) for p in chosen]
             # One pass over the log for all of them, batch by batch.
-            for batch in store.read_batches(1, to_position=target, batch_size=CATCH_UP_BATCH,
-                                            stream_prefix=prefix):
+            for batch in store.read_batches(
+                1, to_position=target, batch_size=CATCH_UP_BATCH, stream_prefix=prefix
+            ):
                 for builder in builders:
                     builder.feed(batch)
                 if progress is not None:
@@ -558,8 +581,9 @@ class ProjectionEngine:
         with self.store.write() as tx:
             head = tx.head_size()
             if head > built_to:
-                for batch in self.store.read_batches(built_to + 1, to_position=head,
-                                                     batch_size=CATCH_UP_BATCH):
+                for batch in self.store.read_batches(
+                    built_to + 1, to_position=head, batch_size=CATCH_UP_BATCH
+                ):
                     p.apply(tx, fresh, batch)
             for part, table in live.items():
                 _put_in_place(tx, fresh[part], table, p.indexes(part))
@@ -576,8 +600,10 @@ class ProjectionEngine:
         if not self._table_exists(POSITIONS):
             return ReadModelCheck(name, 0, "absent")
         with self.store.snapshot() as snap:
-            found = {n: (v, pos) for n, v, pos in snap.query(
-                f"SELECT name, version, position FROM {POSITIONS}")}
+            found = {
+                n: (v, pos)
+                for n, v, pos in snap.query(f"SELECT name, version, position FROM {POSITIONS}")
+            }
             if name not in found:
                 return ReadModelCheck(name, 0, "absent")
             version, position = found[name]
@@ -592,23 +618,34 @@ class ProjectionEngine:
             elif key not in stored:
                 differences.append(f"{key}: in the log, missing from the read model")
             elif stored[key] != fresh[key]:  # SQLite's 0/1 equals False/True here
-                differences.append(f"{key}: stored {_short(stored[key])}, "
-                                   f"rebuilt {_short(fresh[key])}")
+                differences.append(
+                    f"{key}: stored {_short(stored[key])}, rebuilt {_short(fresh[key])}"
+                )
             if len(differences) == max_differences:
                 break
-        return ReadModelCheck(name, position, "differs" if differences else "ok",
-                              tuple(differences))
+        return ReadModelCheck(
+            name, position, "differs" if differences else "ok", tuple(differences)
+        )
 
     # -- reading ----------------------------------------------------------------------
 
     def status(self) -> list[ProjectionStatus]:
         head = self.store.head().size
         with self.store.engine.connect() as conn:
-            rows = {name: (version, position) for name, version, position in conn.execute(
-                sa.select(positions.c.name, positions.c.version, positions.c.position))}
+            rows = {
+                name: (version, position)
+                for name, version, position in conn.execute(
+                    sa.select(positions.c.name, positions.c.version, positions.c.position)
+                )
+            }
         return [
-            ProjectionStatus(p.name, p.version, rows.get(p.name, (None, 0))[0],
-                             rows.get(p.name, (None, 0))[1], head)
+            ProjectionStatus(
+                p.name,
+                p.version,
+                rows.get(p.name, (None, 0))[0],
+                rows.get(p.name, (None, 0))[1],
+                head,
+            )
             for p in self.projections.values()
         ]
 
@@ -635,8 +672,7 @@ class ProjectionEngine:
         return self.projections[name].as_of(self.store, position)
 
 
-def _put_in_place(tx: WriteTx, fresh: str, live: str,
-                  indexes: Iterable[Sequence[str]]) -> None:
+def _put_in_place(tx: WriteTx, fresh: str, live: str, indexes: Iterable[Sequence[str]]) -> None:
     """Replace table ``live`` by ``fresh`` (in the caller's transaction), with its
     primary key renamed to match and its indexes made."""
     tx.execute(f"DROP TABLE IF EXISTS {live}")
@@ -644,18 +680,20 @@ def _put_in_place(tx: WriteTx, fresh: str, live: str,
     if tx.backend == "postgresql":  # constraint names are schema-wide there
         tx.execute(f"ALTER TABLE {live} RENAME CONSTRAINT pk_{fresh} TO pk_{live}")
     for columns in indexes:
-        tx.execute(f"CREATE INDEX ix_{live}_{'_'.join(columns)} "
-                   f"ON {live} ({', '.join(columns)})")
+        tx.execute(f"CREATE INDEX ix_{live}_{'_'.join(columns)} ON {live} ({', '.join(columns)})")
 
 
 def _reset_position(tx: WriteTx, p: ReadModel, position: int) -> None:
     """The projection's position row, rewritten for a table just put in place."""
     ph = tx.ph
     tx.execute(f"DELETE FROM {POSITIONS} WHERE name = {ph}", (p.name,))
-    tx.execute(f"INSERT INTO {POSITIONS} (name, version, position, updated_at) "
-               f"VALUES ({ph}, {ph}, {ph}, {ph})", (p.name, p.version, position, utc_now()))
+    tx.execute(
+        f"INSERT INTO {POSITIONS} (name, version, position, updated_at) "
+        f"VALUES ({ph}, {ph}, {ph}, {ph})",
+        (p.name, p.version, position, utc_now()),
+    )
 
 
 def _short(value: Any, limit: int = 160) -> str:
     text = _encode(value).decode("utf-8", "replace")
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

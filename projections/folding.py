@@ -43,6 +43,7 @@ class Steps(Generic[F]):
                 self._steps[t] = step
             self._resolved.clear()
             return step
+
         return add
 
     def lookup(self, t: type) -> F | None:
@@ -68,20 +69,25 @@ class StreamFold(Generic[S]):
 
     def on(self, *types: type[P]) -> Callable[[Callable[[S, P], S]], Callable[[S, P], S]]:
         """Register the step of ``types`` for an existing state."""
+
         def add(step: Callable[[S, P], S]) -> Callable[[S, P], S]:
             def existing(state: S | None, payload: P) -> S | None:
                 return None if state is None else step(state, payload)
+
             self._steps.register(*types)(existing)
             return step
+
         return add
 
-    def on_any(self, *types: type[P]
-               ) -> Callable[[Callable[[S | None, P], S | None]],
-                             Callable[[S | None, P], S | None]]:
+    def on_any(
+        self, *types: type[P]
+    ) -> Callable[[Callable[[S | None, P], S | None]], Callable[[S | None, P], S | None]]:
         """Register the step of ``types`` that also takes ``None`` (no document yet)."""
+
         def add(step: Callable[[S | None, P], S | None]) -> Callable[[S | None, P], S | None]:
             self._steps.register(*types)(step)
             return step
+
         return add
 
     def __call__(self, state: S | None, payload: EventPayload) -> S | None:

@@ -59,11 +59,15 @@ NEXT_ACTION: dict[str, tuple[str, str]] = {
     "pass": ("agent", "a token is minted from these results; proceed to Apply"),
     "escalate": ("human", "`evidence authorize DECISION_ID`, then re-validate"),
     "blocker": ("agent -> human", "fix the work (or revise the strategy), then re-validate"),
-    "validator_error": ("operator", "retry / inspect the validator's logs; nothing is "
-                                    "wrong with the work"),
+    "validator_error": (
+        "operator",
+        "retry / inspect the validator's logs; nothing is wrong with the work",
+    ),
     "internal_error": ("operator", "retry / inspect logs: an engine defect"),
-    "environment_error": ("operator", "install the missing program where the plan runs, "
-                                      "then re-run unchanged"),
+    "environment_error": (
+        "operator",
+        "install the missing program where the plan runs, then re-run unchanged",
+    ),
 }
 
 # Known raw halt types -> canonical outcome. Anything else falls into the non-verdict
@@ -95,18 +99,26 @@ def canonical_halt(raw_halt_type: str) -> Outcome:
     return RAW_HALT_TYPES.get(raw_halt_type, "internal_error")
 
 
-def classify(results: Iterable[Mapping[str, Any]], *,
-             require_validation: bool = True) -> tuple[Outcome, str, str]:
+def classify(
+    results: Iterable[Mapping[str, Any]], *, require_validation: bool = True
+) -> tuple[Outcome, str, str]:
     """(outcome, raw halt type, reason) for one run's results (mode, verdict, cause,
     validation). The raw type of a pass is ``pass``."""
     required = [r for r in results if r["mode"] == "required"]
     if not required:
         if require_validation:
-            return ("validator_error", "no_required_validation",
-                    "no required validation ran: attach one to the plan's resources "
-                    "(evidence attach VALIDATION --resource R) before it enters Execute")
-        return ("pass", "pass", "no required validation ran; the plan opted out "
-                "(require_validation: false), so its Apply is unvalidated")
+            return (
+                "validator_error",
+                "no_required_validation",
+                "no required validation ran: attach one to the plan's resources "
+                "(evidence attach VALIDATION --resource R) before it enters Execute",
+            )
+        return (
+            "pass",
+            "pass",
+            "no required validation ran; the plan opted out "
+            "(require_validation: false), so its Apply is unvalidated",
+        )
     failed = [r["validation"] for r in required if r["verdict"] is False]
     if failed:
         return "blocker", "validation_failed", f"required validation(s) failed: {_names(failed)}"
@@ -117,8 +129,12 @@ def classify(results: Iterable[Mapping[str, Any]], *,
     if broken:
         causes = sorted({r["cause"] or "unknown" for r in broken})
         raw = causes[0] if len(causes) == 1 else "validator_error"
-        return ("validator_error", raw, "no verdict from required validation(s) "
-                f"{_names(r['validation'] for r in broken)} ({', '.join(causes)})")
+        return (
+            "validator_error",
+            raw,
+            "no verdict from required validation(s) "
+            f"{_names(r['validation'] for r in broken)} ({', '.join(causes)})",
+        )
     return "pass", "pass", "every required validation passed"
 
 
@@ -137,23 +153,36 @@ def _require(doc: OutcomeState | None) -> bool:
 
 @fold_outcome.on_any(PlanCreated)
 def _created(doc: OutcomeState | None, p: PlanCreated) -> OutcomeState:
-    return replace(doc or OutcomeState(),
-                   require_validation=p.global_config.require_validation)
+    return replace(doc or OutcomeState(), require_validation=p.global_config.require_validation)
 
 
 @fold_outcome.on_any(ValidationRunStarted)
 def _run_started(doc: OutcomeState | None, p: ValidationRunStarted) -> OutcomeState:
     halt = doc.halt if doc is not None and doc.halt is not UNSET else None
-    return OutcomeState(plan_id=p.plan_id, run_id=p.run_id, attempt=p.attempt, results={},
-                        recorded=None, halt=halt, require_validation=_require(doc))
+    return OutcomeState(
+        plan_id=p.plan_id,
+        run_id=p.run_id,
+        attempt=p.attempt,
+        results={},
+        recorded=None,
+        halt=halt,
+        require_validation=_require(doc),
+    )
 
 
 @fold_outcome.on(ValidationResultRecorded)
 def _result(doc: OutcomeState, p: ValidationResultRecorded) -> OutcomeState:
     if doc.run_id != p.run_id or doc.results is UNSET:
         return doc
-    return replace(doc, results={**doc.results, p.attachment_id: OutcomeResult(
-        validation=p.validation, mode=p.mode, verdict=p.verdict, cause=p.cause)})
+    return replace(
+        doc,
+        results={
+            **doc.results,
+            p.attachment_id: OutcomeResult(
+                validation=p.validation, mode=p.mode, verdict=p.verdict, cause=p.cause
+            ),
+        },
+    )
 
 
 @fold_outcome.on(ValidationRunCompleted)
@@ -161,16 +190,26 @@ def _run_completed(doc: OutcomeState, p: ValidationRunCompleted) -> OutcomeState
     if doc.run_id != p.run_id or doc.results is UNSET:
         return doc
     outcome, raw, _reason = classify(
-        (msgspec.to_builtins(r) for r in doc.results.values()),
-        require_validation=_require(doc))
-    return replace(doc, recorded=RecordedOutcome(outcome=p.outcome,
-                                                 rules_version=p.rules_version),
-                   outcome=outcome, raw_halt_type=raw, rules_version=RULES_VERSION,
-                   drift=p.outcome != outcome)
+        (msgspec.to_builtins(r) for r in doc.results.values()), require_validation=_require(doc)
+    )
+    return replace(
+        doc,
+        recorded=RecordedOutcome(outcome=p.outcome, rules_version=p.rules_version),
+        outcome=outcome,
+        raw_halt_type=raw,
+        rules_version=RULES_VERSION,
+        drift=p.outcome != outcome,
+    )
 
 
 @fold_outcome.on_any(PlanHalted)
 def _halted(doc: OutcomeState | None, p: PlanHalted) -> OutcomeState:
-    return replace(doc or OutcomeState(), plan_id=p.plan_id, halt=OutcomeHalt(
-        halt_type=p.halt_type, raw_halt_type=p.raw_halt_type,
-        reclassified=canonical_halt(p.raw_halt_type)))
+    return replace(
+        doc or OutcomeState(),
+        plan_id=p.plan_id,
+        halt=OutcomeHalt(
+            halt_type=p.halt_type,
+            raw_halt_type=p.raw_halt_type,
+            reclassified=canonical_halt(p.raw_halt_type),
+        ),
+    )

@@ -59,13 +59,27 @@ from .states import ApproverState, AttachmentState, PlanState, ToolState
 __all__ = ["broken_rule", "pins_kept"]
 
 # In Execute only, and never while a human decision is pending.
-_EXECUTE_WORK = (GateChecked, ToolCalled, FixRecorded, ValidationRunStarted, AttemptFailed,
-                 CompensationRequested, TokenMinted, TokenConsumed, ChangesRecorded,
-                 PlanApplied)
+_EXECUTE_WORK = (
+    GateChecked,
+    ToolCalled,
+    FixRecorded,
+    ValidationRunStarted,
+    AttemptFailed,
+    CompensationRequested,
+    TokenMinted,
+    TokenConsumed,
+    ChangesRecorded,
+    PlanApplied,
+)
 # What may still be recorded while a decision is pending: the end of a run that was
 # already under way, halts, and the decision itself.
-_WHILE_PENDING = (ValidationResultRecorded, ValidationRunCompleted, PlanHalted,
-                  DecisionRecorded, CompensationRequested)
+_WHILE_PENDING = (
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+    PlanHalted,
+    DecisionRecorded,
+    CompensationRequested,
+)
 
 
 def broken_rule(stream: str, doc: Any, payload: EventPayload) -> str | None:
@@ -156,8 +170,7 @@ def _run_started(doc: PlanState, p: ValidationRunStarted) -> str | None:
 
 
 @rule_for(ValidationResultRecorded, ValidationRunCompleted)
-def _in_run(doc: PlanState, p: ValidationResultRecorded | ValidationRunCompleted
-            ) -> str | None:
+def _in_run(doc: PlanState, p: ValidationResultRecorded | ValidationRunCompleted) -> str | None:
     if doc.current_run != p.run_id:
         return f"results belong to the plan's open run (open: {doc.current_run})"
     return None
@@ -167,8 +180,10 @@ def _in_run(doc: PlanState, p: ValidationResultRecorded | ValidationRunCompleted
 def _revision(doc: PlanState, p: StrategyRevisionRequested) -> str | None:
     config = doc.global_config
     if doc.retries_used <= config.retry_limit:
-        return (f"a strategy revision follows {config.retry_limit + 1} failed validations "
-                f"(the plan has {doc.retries_used})")
+        return (
+            f"a strategy revision follows {config.retry_limit + 1} failed validations "
+            f"(the plan has {doc.retries_used})"
+        )
     if doc.revisions_used >= config.max_strategy_revisions:
         return "strategy revisions are within max_strategy_revisions"
     if p.revision != doc.revision + 1:
@@ -185,8 +200,10 @@ def _escalated(doc: PlanState, _p: Escalated) -> str | None:
 def _halted(doc: PlanState, p: PlanHalted) -> str | None:
     canonical = canonical_halt(p.raw_halt_type)
     if p.halt_type != p.final_decision or p.halt_type != canonical:
-        return (f"a halt's halt_type and final_decision are the canonical value "
-                f"{canonical} of its raw type {p.raw_halt_type!r}")
+        return (
+            f"a halt's halt_type and final_decision are the canonical value "
+            f"{canonical} of its raw type {p.raw_halt_type!r}"
+        )
     if canonical == "escalate" and doc.pending_decision is None:
         return "an escalate halt is a pending decision (plan.escalated before it)"
     return None

@@ -75,8 +75,15 @@ OUTCOMES = Projection(
 APPROVERS = Projection(name="approvers", version=1, kind="approver")
 
 # ANALYTICS is an aggregate over every plan (projections/analytics.py), not per stream.
-ALL_PROJECTIONS: tuple[ReadModel, ...] = (TOOLS, SKILLS, ATTACHMENTS, PLANS, OUTCOMES,
-                                              APPROVERS, ANALYTICS)
+ALL_PROJECTIONS: tuple[ReadModel, ...] = (
+    TOOLS,
+    SKILLS,
+    ATTACHMENTS,
+    PLANS,
+    OUTCOMES,
+    APPROVERS,
+    ANALYTICS,
+)
 
 
 def open_projections(store: Store, progress: Progress | None = None) -> ProjectionEngine:

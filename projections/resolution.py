@@ -44,38 +44,43 @@ def resolve(
     for a in winners.values():
         tool = tools.get(a.validation)
         spec = tool.spec if tool is not None else ToolSpec()
-        resolved.append(ResolvedAttachment(
-            attachment_id=a.attachment_id,
-            scope=a.scope,
-            validation=a.validation,
-            validation_version=tool.version if tool is not None else a.validation_version,
-            mode=given(spec.mode, "required"),
-            resource=a.resource,
-            args=a.args,
-            args_sha256=a.args_sha256,
-            wraps=given(spec.wraps),
-            wraps_version=given(spec.wraps_version),
-            transform=given(spec.transform),
-        ))
+        resolved.append(
+            ResolvedAttachment(
+                attachment_id=a.attachment_id,
+                scope=a.scope,
+                validation=a.validation,
+                validation_version=tool.version if tool is not None else a.validation_version,
+                mode=given(spec.mode, "required"),
+                resource=a.resource,
+                args=a.args,
+                args_sha256=a.args_sha256,
+                wraps=given(spec.wraps),
+                wraps_version=given(spec.wraps_version),
+                transform=given(spec.transform),
+            )
+        )
     resolved.sort(key=_order)
     return resolved
 
 
-def resolve_plan(attachments: Iterable[AttachmentState], tools: Mapping[str, ToolState],
-                 plan: PlanState) -> list[ResolvedAttachment]:
+def resolve_plan(
+    attachments: Iterable[AttachmentState], tools: Mapping[str, ToolState], plan: PlanState
+) -> list[ResolvedAttachment]:
     """Every attachment that applies to a plan now: each of its resources, its project,
     itself (an attachment counts once however many of its resources it names)."""
     listed = list(attachments)
     seen: dict[str, ResolvedAttachment] = {}
     for resource in plan.resources:
-        for row in resolve(listed, tools, resource=resource, project=plan.project,
-                           plan=plan.plan_id):
+        for row in resolve(
+            listed, tools, resource=resource, project=plan.project, plan=plan.plan_id
+        ):
             seen.setdefault(row.attachment_id, row)
     return sorted(seen.values(), key=_order)
 
 
-def pin_binding(pinned: Iterable[ResolvedAttachment],
-                applicable: Iterable[ResolvedAttachment]) -> list[ResolvedAttachment]:
+def pin_binding(
+    pinned: Iterable[ResolvedAttachment], applicable: Iterable[ResolvedAttachment]
+) -> list[ResolvedAttachment]:
     """A plan's binding set on entering Execute: every member it already pinned, as it
     was pinned, plus each applicable attachment it did not hold yet. Nothing leaves,
     nothing is weakened: a detach or a re-registration binds later plans only."""
@@ -93,6 +98,4 @@ def _more_specific(a: AttachmentState, held: AttachmentState) -> bool:
     """The most specific scope wins; within one scope the earliest attachment (ULIDs sort
     by creation time) stands for its identical twins."""
     rank_a, rank_held = SCOPE_RANK[a.scope], SCOPE_RANK[held.scope]
-    return rank_a > rank_held or (
-        rank_a == rank_held and a.attachment_id < held.attachment_id
-    )
+    return rank_a > rank_held or (rank_a == rank_held and a.attachment_id < held.attachment_id)

@@ -33,35 +33,52 @@ fold_review: StreamFold[ReviewState] = StreamFold("review", ReviewState)
 
 @fold_review.on_any(ReviewStarted)
 def _started(_doc: ReviewState | None, p: ReviewStarted) -> ReviewState:
-    return ReviewState(task_id=p.task_id, plan_id=p.plan_id, status="started",
-                       request=p.request, request_sha256=p.request_sha256)
+    return ReviewState(
+        task_id=p.task_id,
+        plan_id=p.plan_id,
+        status="started",
+        request=p.request,
+        request_sha256=p.request_sha256,
+    )
 
 
 @fold_review.on(ReviewCandidateSubmitted)
 def _candidate(doc: ReviewState, p: ReviewCandidateSubmitted) -> ReviewState:
     candidate = CandidateState(
-        reviewer=p.reviewer, valid=p.valid, findings=list(p.findings),
-        verified=list(p.verified), limitations=list(p.limitations), errors=list(p.errors))
+        reviewer=p.reviewer,
+        valid=p.valid,
+        findings=list(p.findings),
+        verified=list(p.verified),
+        limitations=list(p.limitations),
+        errors=list(p.errors),
+    )
     return replace(doc, candidates={**doc.candidates, p.label: candidate})
 
 
 @fold_review.on(ReviewAccountingRejected)
 def _rejected(doc: ReviewState, p: ReviewAccountingRejected) -> ReviewState:
-    return replace(doc, status="repair", accounting_attempts=p.attempt,
-                   rejections=[*doc.rejections, list(p.violations)])
+    return replace(
+        doc,
+        status="repair",
+        accounting_attempts=p.attempt,
+        rejections=[*doc.rejections, list(p.violations)],
+    )
 
 
 @fold_review.on(ReviewAccounted)
 def _accounted(doc: ReviewState, p: ReviewAccounted) -> ReviewState:
-    return replace(doc, status="accounted", accounting_attempts=p.attempt,
-                   accounting=p.accounting)
+    return replace(doc, status="accounted", accounting_attempts=p.attempt, accounting=p.accounting)
 
 
 @fold_review.on(ReviewReportCommitted)
 def _committed(doc: ReviewState, p: ReviewReportCommitted) -> ReviewState:
-    return replace(doc, status="completed", report=ReportState(
-        sha256=p.report_sha256, size=p.report_size, findings=p.findings,
-        exclusions=p.exclusions))
+    return replace(
+        doc,
+        status="completed",
+        report=ReportState(
+            sha256=p.report_sha256, size=p.report_size, findings=p.findings, exclusions=p.exclusions
+        ),
+    )
 
 
 @fold_review.on(ReviewFailed)

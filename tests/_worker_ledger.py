@@ -113,11 +113,18 @@ def concurrency_worker(
         store = ledger.open(url)
         try:
             for i in range(total_appends):
-                event = plan_created(f"w{worker}-{i}", event_id=str(ULID()),
-                                     actor=f"worker-{worker}")
+                event = plan_created(
+                    f"w{worker}-{i}", event_id=str(ULID()), actor=f"worker-{worker}"
+                )
                 if i < lockstep_rounds:
-                    _append_one(store, report, shared_stream(0), event, shared=True,
-                                before_first_attempt=lambda: barrier.wait(BARRIER_TIMEOUT_S))
+                    _append_one(
+                        store,
+                        report,
+                        shared_stream(0),
+                        event,
+                        shared=True,
+                        before_first_attempt=lambda: barrier.wait(BARRIER_TIMEOUT_S),
+                    )
                 elif i % 2:
                     _append_one(store, report, shared_stream(i % 4 // 2), event, shared=True)
                 else:
@@ -145,8 +152,7 @@ def crash_worker(url: str, round_id: int, marker_path: str, seed: int) -> None:
     while True:
         size = rng.randint(20, 50)
         stream = f"crash:{round_id}:{batch}:{size}"
-        events = [strategy(f"R{round_id}", f"{stream} event {k}", revision=k)
-                  for k in range(size)]
+        events = [strategy(f"R{round_id}", f"{stream} event {k}", revision=k) for k in range(size)]
         os.write(fd, f"begin {stream}\n".encode())
         store.append(stream, events, ledger.NO_STREAM)
         os.write(fd, f"done {stream}\n".encode())

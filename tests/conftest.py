@@ -36,7 +36,9 @@ def _pg_base_url() -> str:
     if not url:
         if IN_CI:
             pytest.fail(f"CI=true but {PG_ENV} is not set: PostgreSQL tests cannot be skipped")
-        pytest.skip(f"PostgreSQL tests need {PG_ENV} (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
+        pytest.skip(
+            f"PostgreSQL tests need {PG_ENV} (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)"
+        )
     return url
 
 
@@ -45,11 +47,13 @@ class _Schemas:
     connection) that drops them off the tests' path."""
 
     def __init__(self, base: str) -> None:
-        self.engine = sa.create_engine(base.replace("postgresql://", "postgresql+psycopg://", 1),
-                                       pool_size=1, max_overflow=1)
+        self.engine = sa.create_engine(
+            base.replace("postgresql://", "postgresql+psycopg://", 1), pool_size=1, max_overflow=1
+        )
         self._drops: queue.Queue[str | None] = queue.Queue()
-        self._dropper = threading.Thread(target=self._drop_all, name="drop-test-schemas",
-                                         daemon=True)
+        self._dropper = threading.Thread(
+            target=self._drop_all, name="drop-test-schemas", daemon=True
+        )
         self._dropper.start()
 
     def create(self) -> str:
@@ -98,7 +102,8 @@ def _fresh_schema_url(pg_schemas: dict[str, _Schemas]) -> Iterator[str]:
             pytest.fail(f"cannot reach PostgreSQL at {base}: {exc}")
         pytest.skip(f"cannot reach PostgreSQL at {base}: {exc}")
     url = sa.engine.make_url(base).update_query_dict(
-        {"options": f"-csearch_path={name} -csynchronous_commit=off"})
+        {"options": f"-csearch_path={name} -csynchronous_commit=off"}
+    )
     try:
         yield url.render_as_string(hide_password=False)
     finally:

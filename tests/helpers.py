@@ -37,8 +37,9 @@ def strategy(plan_id: str = "P-1", text: str = "fix the tests", revision: int = 
     return NewEvent(payload=StrategyRecorded(plan_id=plan_id, revision=revision, strategy=text))
 
 
-def run_cli(*args: str, cwd: Path | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``evidence ARGS`` through the real entry point, in this process (about 1 s of
     imports saved per call), shaped like a finished process: its exit status, stdout and
     stderr, an uncaught exception's traceback on stderr with status 1 as Python would
@@ -63,14 +64,19 @@ def run_cli(*args: str, cwd: Path | None = None,
 _CWD = threading.Lock()  # the working directory is the process's: one call at a time
 
 
-def run_cli_process(*args: str, cwd: Path | None = None,
-                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli_process(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The real ``evidence`` command in a subprocess (EVIDENCE_DB unset unless given)."""
     full_env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "commands.cli", *args],
-        capture_output=True, text=True, cwd=cwd, env=full_env, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=120,
     )
 
 
@@ -100,8 +106,14 @@ def status_plan(plane: Plane, tmp_path: Path, config: dict, *, execute: bool = T
     project.mkdir()
     (project / "status.txt").write_text("bad\n")
     (tmp_path / "check.py").write_text(STATUS_CHECK)
-    register_validation(plane, {"name": "status", "mode": "required",
-                                "command": [sys.executable, str(tmp_path / "check.py")]})
+    register_validation(
+        plane,
+        {
+            "name": "status",
+            "mode": "required",
+            "command": [sys.executable, str(tmp_path / "check.py")],
+        },
+    )
     create_plan(plane, "P-1", project="api", resources=[str(project)], config=config)
     attach(plane, "status", resource=str(project))
     record_strategy(plane, "P-1", "make the status good")
@@ -119,8 +131,13 @@ def applied_plan(plane: Plane, tmp_path: Path) -> Path:
     report = validate_plan(plane, "P-1")
     escalation = report.to_json()["escalation"]
     assert report.outcome == "escalate" and escalation is not None, report.to_json()
-    authorize(plane, escalation["decision_id"], tmp_path / "alice.key", choice="revise",
-              guidance="write good")
+    authorize(
+        plane,
+        escalation["decision_id"],
+        tmp_path / "alice.key",
+        choice="revise",
+        guidance="write good",
+    )
     record_strategy(plane, "P-1", "write good")
     enter_execute(plane, "P-1")
     (work(plane) / "status.txt").write_text("good\n")
@@ -131,8 +148,14 @@ def applied_plan(plane: Plane, tmp_path: Path) -> Path:
     return project
 
 
-def forge(store: Store, stream: str, *payloads: EventPayload, blobs: tuple[bytes, ...] = (),
-          caused_by_first: bool = False, actor: str = "agent") -> list[int]:
+def forge(
+    store: Store,
+    stream: str,
+    *payloads: EventPayload,
+    blobs: tuple[bytes, ...] = (),
+    caused_by_first: bool = False,
+    actor: str = "agent",
+) -> list[int]:
     """Append around the plane, as an agent holding the database file can through the
     public ``Store`` API: well-formed events with correct deltas (so only the rules, not
     the hashes or deltas, give them away). Returns their positions."""
@@ -143,16 +166,26 @@ def forge(store: Store, stream: str, *payloads: EventPayload, blobs: tuple[bytes
         after = fold(stream, doc, payload)
         event_id = str(ULID())
         first = first or event_id
-        events.append(NewEvent(payload=payload, actor=actor, delta=delta(doc, after),
-                               event_id=event_id,
-                               causation_id=first if caused_by_first and event_id != first
-                               else None))
+        events.append(
+            NewEvent(
+                payload=payload,
+                actor=actor,
+                delta=delta(doc, after),
+                event_id=event_id,
+                causation_id=first if caused_by_first and event_id != first else None,
+            )
+        )
         doc = after
     return store.append(stream, events, blobs=blobs)
 
 
-@click.command(context_settings={"ignore_unknown_options": True,
-                                 "allow_extra_args": True, "help_option_names": []})
+@click.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "help_option_names": [],
+    }
+)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def _entry_point(argv: tuple[str, ...]) -> None:
     cli_main(list(argv))

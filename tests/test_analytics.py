@@ -47,8 +47,7 @@ def demo(db_url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def _demo_once(module_db_url: str, tmp_path_factory: pytest.TempPathFactory
-               ) -> tuple[str, int]:
+def _demo_once(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, int]:
     root = tmp_path_factory.mktemp("demo")
     with pytest.MonkeyPatch.context() as patch:  # its own plane key and state directory
         patch.setenv("EVIDENCE_PLANE_KEY", str(root / "plane.key"))
@@ -84,8 +83,7 @@ def test_tail_prints_json_lines_in_order_and_filters(read_demo: str) -> None:
     assert lines == [json.loads(json.dumps(e.to_json())) for e in events]
     result = cli("tail", "--type", "gate.checked", "--from", "3", "--db", demo)
     positions = [int(line.split()[0]) for line in result.stdout.splitlines()]
-    assert positions == [e.position for e in events if e.type == "gate.checked"
-                         and e.position >= 3]
+    assert positions == [e.position for e in events if e.type == "gate.checked" and e.position >= 3]
 
 
 def test_tail_refusals(read_demo: str) -> None:
@@ -112,9 +110,24 @@ def test_tail_follow_sigint_leaves_checkpoint_at_last_printed(db_url: str) -> No
         store.append("plan:A", [plan_created("A"), strategy("A")])
         env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "commands.cli", "tail", "--consumer", "live",
-             "--follow", "--json", "--interval", "0.05", "--db", db_url],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "commands.cli",
+                "tail",
+                "--consumer",
+                "live",
+                "--follow",
+                "--json",
+                "--interval",
+                "0.05",
+                "--db",
+                db_url,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         try:
             assert proc.stdout is not None
@@ -159,7 +172,8 @@ def test_export_jsonl_and_csv_columns_and_sidecar(read_demo: str, tmp_path: Path
     assert meta["evidence.root_hash"] == head.root.hex()
     assert meta["columns"] == list(analytics.COLUMN_NAMES)
     assert {r["project"] for r in rows if r["plan"]} == {"demo"} or all(
-        r["project"] for r in rows if r["plan"])
+        r["project"] for r in rows if r["plan"]
+    )
     halted = next(r for r in rows if r["type"] == "plan.halted")
     assert halted["halt_type"] and halted["raw_halt_type"] and halted["outcome"]
     gate = next(r for r in rows if r["type"] == "gate.checked")
@@ -167,15 +181,31 @@ def test_export_jsonl_and_csv_columns_and_sidecar(read_demo: str, tmp_path: Path
     assert rows[0]["payload"]["type"] == events[0].type  # the whole payload, as JSON
 
     out_csv = tmp_path / "part.csv"
-    result = cli("export", "--format", "csv", "--since", "3", "--until", "20", "--type",
-                 "validation.result_recorded", "--out", str(out_csv), "--db", demo)
+    result = cli(
+        "export",
+        "--format",
+        "csv",
+        "--since",
+        "3",
+        "--until",
+        "20",
+        "--type",
+        "validation.result_recorded",
+        "--out",
+        str(out_csv),
+        "--db",
+        demo,
+    )
     assert result.returncode == 0, result.stderr
     with out_csv.open(newline="") as f:
         reader = csv.DictReader(f)
         assert tuple(reader.fieldnames or ()) == analytics.COLUMN_NAMES
         got = [int(r["position"]) for r in reader]
-    assert got == [e.position for e in events
-                   if 3 <= e.position <= 20 and e.type == "validation.result_recorded"]
+    assert got == [
+        e.position
+        for e in events
+        if 3 <= e.position <= 20 and e.type == "validation.result_recorded"
+    ]
     meta = json.loads(Path(f"{out_csv}.meta.json").read_text())
     assert meta["evidence.tree_size"] == "20"
     assert meta["evidence.root_hash"] == root_of([e.leaf_hash for e in events[:20]]).hex()
@@ -186,25 +216,35 @@ def test_export_plan_filter_and_refusals(read_demo: str, tmp_path: Path) -> None
     events = _all(demo)
     plan = next(e.payload.plan_id for e in events if e.type == "plan.created")
     out = tmp_path / "plan.jsonl"
-    assert cli("export", "--format", "jsonl", "--plan", plan, "--out", str(out),
-               "--db", demo).returncode == 0
+    assert (
+        cli(
+            "export", "--format", "jsonl", "--plan", plan, "--out", str(out), "--db", demo
+        ).returncode
+        == 0
+    )
     got = [json.loads(line)["position"] for line in out.read_text().splitlines()]
     assert got == [e.position for e in events if e.stream == f"plan:{plan}"]
-    assert_refused(cli("export", "--format", "jsonl", "--until", "9999", "--out", str(out),
-                       "--db", demo), "past the head")
+    assert_refused(
+        cli("export", "--format", "jsonl", "--until", "9999", "--out", str(out), "--db", demo),
+        "past the head",
+    )
     assert_refused(cli("export", "--format", "xml", "--out", str(out), "--db", demo), "xml")
-    assert_refused(cli("export", "--format", "csv", "--out", str(tmp_path / "no" / "x.csv"),
-                       "--db", demo), "cannot write")
+    assert_refused(
+        cli("export", "--format", "csv", "--out", str(tmp_path / "no" / "x.csv"), "--db", demo),
+        "cannot write",
+    )
 
 
-def test_parquet_without_pyarrow_names_the_extra(read_demo: str, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parquet_without_pyarrow_names_the_extra(
+    read_demo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     demo = read_demo
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     out = tmp_path / "x.parquet"
-    with ledger.open(demo, create=False) as store, pytest.raises(
-        analytics.ExportError, match=r"evidence-ledger\[analytics\]"
+    with (
+        ledger.open(demo, create=False) as store,
+        pytest.raises(analytics.ExportError, match=r"evidence-ledger\[analytics\]"),
     ):
         analytics.export(store, str(out), format="parquet")
     assert not out.exists()
@@ -237,15 +277,13 @@ def test_parquet_read_by_duckdb_matches_the_ledger(read_demo: str, tmp_path: Pat
     assert total == sum(p.duration_ms for p in results)
     assert fails == sum(1 for p in results if p.verdict is False)
     deviations = q(f"SELECT sum(deviation_count) FROM '{path}'")[0][0]
-    assert deviations == sum(len(e.payload.deviations) for e in events
-                             if e.type == "gate.checked")
+    assert deviations == sum(len(e.payload.deviations) for e in events if e.type == "gate.checked")
     payload_plan = q(
         f"SELECT DISTINCT json_extract_string(payload, '$.plan_id') FROM '{path}' "
-        "WHERE type = 'plan.created'")
-    assert payload_plan == [(next(e.payload.plan_id for e in events
-                                  if e.type == "plan.created"),)]
-    meta = dict(q(
-        f"SELECT decode(key), decode(value) FROM parquet_kv_metadata('{path}')"))
+        "WHERE type = 'plan.created'"
+    )
+    assert payload_plan == [(next(e.payload.plan_id for e in events if e.type == "plan.created"),)]
+    meta = dict(q(f"SELECT decode(key), decode(value) FROM parquet_kv_metadata('{path}')"))
     assert meta["evidence.tree_size"] == str(head.size)
     assert meta["evidence.root_hash"] == head.root.hex()
 
@@ -255,9 +293,22 @@ def _export_peak_rss_kib(url: str, out: Path, *extra: str) -> int:
     env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
     with open(f"{out}.stderr", "w+b") as err:  # a file: a full pipe could block the child
         proc = subprocess.Popen(
-            [sys.executable, "-m", "commands.cli", "export", "--format", "jsonl", "--out",
-             str(out), "--db", url, *extra],
-            stdout=subprocess.DEVNULL, stderr=err, env=env,
+            [
+                sys.executable,
+                "-m",
+                "commands.cli",
+                "export",
+                "--format",
+                "jsonl",
+                "--out",
+                str(out),
+                "--db",
+                url,
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
         )
         _pid, status, usage = os.wait4(proc.pid, 0)  # this child's rusage alone
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait
@@ -280,14 +331,22 @@ def test_export_of_200k_events_has_bounded_process_rss(sqlite_url: str, tmp_path
     bound_kib = 32 * 1024
     store = ledger.open(sqlite_url)
     try:
+
         def grow(n: int) -> None:  # 5 plan streams x 1,000 events per transaction
             base = store.head().size
             for start in range(base, base + n, 5_000):
-                store.append_batch([
-                    ledger.StreamAppend(f"plan:M{start + k}", [
-                        strategy(f"M{start + k}", f"step {j}", revision=j)
-                        for j in range(1_000)])
-                    for k in range(0, 5_000, 1_000)])
+                store.append_batch(
+                    [
+                        ledger.StreamAppend(
+                            f"plan:M{start + k}",
+                            [
+                                strategy(f"M{start + k}", f"step {j}", revision=j)
+                                for j in range(1_000)
+                            ],
+                        )
+                        for k in range(0, 5_000, 1_000)
+                    ]
+                )
 
         grow(20_000)
         small = _export_peak_rss_kib(sqlite_url, tmp_path / "small.jsonl")
@@ -297,8 +356,7 @@ def test_export_of_200k_events_has_bounded_process_rss(sqlite_url: str, tmp_path
         assert sum(1 for _ in (tmp_path / "large.jsonl").open("rb")) == 200_000
         assert large - small < bound_kib, (small, large)
         # The measurement has teeth: the same export in one batch of 200k events.
-        whole = _export_peak_rss_kib(sqlite_url, tmp_path / "whole.jsonl",
-                                     "--batch-size", "200000")
+        whole = _export_peak_rss_kib(sqlite_url, tmp_path / "whole.jsonl", "--batch-size", "200000")
         assert whole - small > bound_kib, (small, whole)
     finally:
         store.close()
@@ -309,58 +367,170 @@ def test_export_of_200k_events_has_bounded_process_rss(sqlite_url: str, tmp_path
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z"
 
 
-def _run(plan: str, run: int, verdicts: dict[str, bool | None], digest: str,
-         durations: dict[str, int], outcome: str) -> list[NewEvent]:
+def _run(
+    plan: str,
+    run: int,
+    verdicts: dict[str, bool | None],
+    digest: str,
+    durations: dict[str, int],
+    outcome: str,
+) -> list[NewEvent]:
     run_id = f"{plan}-r{run}"
     started = ValidationRunStarted(
-        plan_id=plan, run_id=run_id, attempt=run, revision=0,
-        resolved=[ResolvedAttachment(attachment_id=f"A-{v}", scope="project", validation=v,
-                                     validation_version=1,
-                                     mode="informational" if v == "style" else "required",
-                                     resource="repo:api", args={"level": 2})
-                  for v in verdicts],
+        plan_id=plan,
+        run_id=run_id,
+        attempt=run,
+        revision=0,
+        resolved=[
+            ResolvedAttachment(
+                attachment_id=f"A-{v}",
+                scope="project",
+                validation=v,
+                validation_version=1,
+                mode="informational" if v == "style" else "required",
+                resource="repo:api",
+                args={"level": 2},
+            )
+            for v in verdicts
+        ],
         resource_digests={"repo:api": digest},
     )
-    results = [ValidationResultRecorded(
-        plan_id=plan, run_id=run_id, attachment_id=f"A-{v}", validation=v,
-        mode="informational" if v == "style" else "required", verdict=verdict,
-        cause="timeout" if verdict is None else None, started_at=T0, ended_at=T1,
-        duration_ms=durations[v]) for v, verdict in verdicts.items()]
+    results = [
+        ValidationResultRecorded(
+            plan_id=plan,
+            run_id=run_id,
+            attachment_id=f"A-{v}",
+            validation=v,
+            mode="informational" if v == "style" else "required",
+            verdict=verdict,
+            cause="timeout" if verdict is None else None,
+            started_at=T0,
+            ended_at=T1,
+            duration_ms=durations[v],
+        )
+        for v, verdict in verdicts.items()
+    ]
     done = ValidationRunCompleted(
-        plan_id=plan, run_id=run_id, attempt=run, outcome=outcome, rules_version=1,
+        plan_id=plan,
+        run_id=run_id,
+        attempt=run,
+        outcome=outcome,
+        rules_version=1,
         results_digest="0" * 64,
-        informational_failures=[v for v, ok in verdicts.items() if v == "style" and not ok])
+        informational_failures=[v for v, ok in verdicts.items() if v == "style" and not ok],
+    )
     return [NewEvent(payload=p) for p in (started, *results, done)]
 
 
 def stats_appends() -> list[list[StreamAppend]]:
     """The stats scenario, one list per append (tests replay it inline and lagging)."""
+
     def one(stream: str, events: list[NewEvent]) -> list[StreamAppend]:
         return [StreamAppend(stream, events)]
 
     return [
-        one("plan:F", [NewEvent(payload=PlanCreated(
-            plan_id="F", project="px", resources=["repo:api"]))]),
-        one("plan:F", _run("F", 1, {"lint": True, "tests": False, "style": False},
-                           "d1", {"lint": 10, "tests": 100, "style": 5}, "blocker")),
-        one("plan:F", [NewEvent(payload=AttemptFailed(
-            plan_id="F", attempt=1, iteration=1, failure_class="validation", reason="red"))]),
-        one("plan:F", _run("F", 2, {"lint": False, "tests": None, "style": True},
-                           "d1", {"lint": 30, "tests": 900, "style": 5}, "validator_error")),
-        one("plan:F", _run("F", 3, {"lint": True, "tests": True, "style": True},
-                           "d2", {"lint": 20, "tests": 200, "style": 5}, "pass")),
-        one("plan:F", [NewEvent(payload=PlanHalted(
-            plan_id="F", halt_type="blocker", final_decision="blocker",
-            raw_halt_type="validation_failed", reason="red", phase="execute", attempt=1))]),
-        one("plan:F", [NewEvent(payload=GateChecked(
-            plan_id="F", gate="input", tool="deploy", verdict="fail", attempt=1, iteration=1,
-            strict_mode=True, checked_sha256="0" * 64, deviations=[
-                Deviation(pointer="/x", kind="extra_field", expected="nothing",
-                          actual_type="string"),
-                Deviation(pointer="/y", kind="wrong_type", expected="integer",
-                          actual_type="string")]))]),
-        one("plan:G", [NewEvent(payload=PlanCreated(
-            plan_id="G", project="other", resources=["repo:api"]))]),
+        one(
+            "plan:F",
+            [NewEvent(payload=PlanCreated(plan_id="F", project="px", resources=["repo:api"]))],
+        ),
+        one(
+            "plan:F",
+            _run(
+                "F",
+                1,
+                {"lint": True, "tests": False, "style": False},
+                "d1",
+                {"lint": 10, "tests": 100, "style": 5},
+                "blocker",
+            ),
+        ),
+        one(
+            "plan:F",
+            [
+                NewEvent(
+                    payload=AttemptFailed(
+                        plan_id="F",
+                        attempt=1,
+                        iteration=1,
+                        failure_class="validation",
+                        reason="red",
+                    )
+                )
+            ],
+        ),
+        one(
+            "plan:F",
+            _run(
+                "F",
+                2,
+                {"lint": False, "tests": None, "style": True},
+                "d1",
+                {"lint": 30, "tests": 900, "style": 5},
+                "validator_error",
+            ),
+        ),
+        one(
+            "plan:F",
+            _run(
+                "F",
+                3,
+                {"lint": True, "tests": True, "style": True},
+                "d2",
+                {"lint": 20, "tests": 200, "style": 5},
+                "pass",
+            ),
+        ),
+        one(
+            "plan:F",
+            [
+                NewEvent(
+                    payload=PlanHalted(
+                        plan_id="F",
+                        halt_type="blocker",
+                        final_decision="blocker",
+                        raw_halt_type="validation_failed",
+                        reason="red",
+                        phase="execute",
+                        attempt=1,
+                    )
+                )
+            ],
+        ),
+        one(
+            "plan:F",
+            [
+                NewEvent(
+                    payload=GateChecked(
+                        plan_id="F",
+                        gate="input",
+                        tool="deploy",
+                        verdict="fail",
+                        attempt=1,
+                        iteration=1,
+                        strict_mode=True,
+                        checked_sha256="0" * 64,
+                        deviations=[
+                            Deviation(
+                                pointer="/x",
+                                kind="extra_field",
+                                expected="nothing",
+                                actual_type="string",
+                            ),
+                            Deviation(
+                                pointer="/y",
+                                kind="wrong_type",
+                                expected="integer",
+                                actual_type="string",
+                            ),
+                        ],
+                    )
+                )
+            ],
+        ),
+        one(
+            "plan:G",
+            [NewEvent(payload=PlanCreated(plan_id="G", project="other", resources=["repo:api"]))],
+        ),
         one("plan:G", _run("G", 1, {"lint": True}, "d9", {"lint": 40}, "pass")),
     ]
 

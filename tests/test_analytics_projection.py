@@ -28,8 +28,9 @@ from tests.helpers import run_cli
 from tests.test_analytics import _run, _stats_ledger, stats_appends
 
 
-def one_pass_stats(store: ledger.Store, *, project: str | None = None,
-                   since: int = 1) -> dict[str, Any]:
+def one_pass_stats(
+    store: ledger.Store, *, project: str | None = None, since: int = 1
+) -> dict[str, Any]:
     """The test oracle: `stats` as it was before the projection, one streaming pass over
     the log (kept verbatim but for names, and the outcome vocabulary of seed 001: a
     plan's outcome is its last run's, overridden by a halt's type and cleared by a revise
@@ -37,8 +38,10 @@ def one_pass_stats(store: ledger.Store, *, project: str | None = None,
     documented difference: a flaky key needs the run to have started at or after
     ``since``."""
     head = store.head().size
-    projects = {e.payload.plan_id: e.payload.project
-                for e in store.read_all(1, to_position=head, types=["plan.created"])}
+    projects = {
+        e.payload.plan_id: e.payload.project
+        for e in store.read_all(1, to_position=head, types=["plan.created"])
+    }
     runs: dict[str, dict[str, tuple[str, bytes, str]]] = {}
     durations: dict[str, list[int]] = {}
     counts: dict[str, Counter[str]] = {}
@@ -61,17 +64,28 @@ def one_pass_stats(store: ledger.Store, *, project: str | None = None,
             continue
         if project is not None and projects.get(plan_id) != project:
             continue
-        plan = plans.setdefault(plan_id, {
-            "plan": plan_id, "project": projects.get(plan_id), "attempts": 0,
-            "failed_attempts": 0, "strategy_revisions": 0, "outcome": None,
-            "applied": None, "halt_type": None,
-        })
+        plan = plans.setdefault(
+            plan_id,
+            {
+                "plan": plan_id,
+                "project": projects.get(plan_id),
+                "attempts": 0,
+                "failed_attempts": 0,
+                "strategy_revisions": 0,
+                "outcome": None,
+                "applied": None,
+                "halt_type": None,
+            },
+        )
         t = event.type
         if t == "validation.run_started":
             plan["attempts"] = max(plan["attempts"], p.attempt)
             runs[p.run_id] = {
-                a.attachment_id: (a.validation, msgspec.json.encode(a.args),
-                                  p.resource_digests.get(a.resource, ""))
+                a.attachment_id: (
+                    a.validation,
+                    msgspec.json.encode(a.args),
+                    p.resource_digests.get(a.resource, ""),
+                )
                 for a in p.resolved
             }
         elif t == "validation.result_recorded":
@@ -103,26 +117,41 @@ def one_pass_stats(store: ledger.Store, *, project: str | None = None,
     for name in sorted(counts):
         c, d = counts[name], sorted(durations[name])
         n = sum(c.values())
-        validations.append({
-            "validation": name, "runs": n, "pass": c["pass"], "fail": c["fail"],
-            "no_verdict": c["no_verdict"], "pass_rate": c["pass"] / n,
-            "no_verdict_rate": c["no_verdict"] / n, "mean_ms": sum(d) / len(d),
-            "p95_ms": d[max(0, -(-95 * len(d) // 100) - 1)],
-        })
+        validations.append(
+            {
+                "validation": name,
+                "runs": n,
+                "pass": c["pass"],
+                "fail": c["fail"],
+                "no_verdict": c["no_verdict"],
+                "pass_rate": c["pass"] / n,
+                "no_verdict_rate": c["no_verdict"] / n,
+                "mean_ms": sum(d) / len(d),
+                "p95_ms": d[max(0, -(-95 * len(d) // 100) - 1)],
+            }
+        )
     return {
-        "tree_size": head, "since": since, "project": project,
+        "tree_size": head,
+        "since": since,
+        "project": project,
         "validations": validations,
         "flaky": [
-            {"validation": v, "args": msgspec.json.decode(a), "input_digest": digest,
-             "pass": c["pass"], "fail": c["fail"]}
-            for (v, a, digest), c in sorted(flaky.items()) if c["pass"] and c["fail"]
+            {
+                "validation": v,
+                "args": msgspec.json.decode(a),
+                "input_digest": digest,
+                "pass": c["pass"],
+                "fail": c["fail"],
+            }
+            for (v, a, digest), c in sorted(flaky.items())
+            if c["pass"] and c["fail"]
         ],
-        "plans_by_outcome": dict(Counter(p["outcome"] for p in plans.values()
-                                         if p["outcome"] is not None)),
+        "plans_by_outcome": dict(
+            Counter(p["outcome"] for p in plans.values() if p["outcome"] is not None)
+        ),
         "plans_without_outcome": sum(p["outcome"] is None for p in plans.values()),
         "plans_applied": sum(p["applied"] is not None for p in plans.values()),
-        "plans_applied_unvalidated": sum(p["applied"] == "unvalidated"
-                                         for p in plans.values()),
+        "plans_applied_unvalidated": sum(p["applied"] == "unvalidated" for p in plans.values()),
         "halts_by_type": dict(halts),
         "plans": sorted(plans.values(), key=lambda p: p["plan"]),
         "informational_failures": dict(informational),
@@ -132,26 +161,61 @@ def one_pass_stats(store: ledger.Store, *, project: str | None = None,
 
 
 def _gate(plan: str, tool: str, *kinds: str) -> NewEvent:
-    return NewEvent(payload=GateChecked(
-        plan_id=plan, gate="output", tool=tool, verdict="fail" if kinds else "pass",
-        attempt=1, iteration=1, strict_mode=False, checked_sha256="0" * 64,
-        deviations=[Deviation(pointer=f"/{i}", kind=k, expected="x", actual_type="string")
-                    for i, k in enumerate(kinds)]))
+    return NewEvent(
+        payload=GateChecked(
+            plan_id=plan,
+            gate="output",
+            tool=tool,
+            verdict="fail" if kinds else "pass",
+            attempt=1,
+            iteration=1,
+            strict_mode=False,
+            checked_sha256="0" * 64,
+            deviations=[
+                Deviation(pointer=f"/{i}", kind=k, expected="x", actual_type="string")
+                for i, k in enumerate(kinds)
+            ],
+        )
+    )
 
 
 def more_appends() -> list[list[StreamAppend]]:
     """Beyond the stats scenario: several plans in one append, a plan stream that began
     before its plan.created (a raw append can do that), a revision and an apply."""
     return [
-        [StreamAppend("plan:H", [_gate("H", "fmt", "enum_mismatch")]),
-         StreamAppend("plan:G", [NewEvent(payload=StrategyRevisionRequested(
-             plan_id="G", revision=1, reason="again", failed_attempts=1))])],
-        [StreamAppend("plan:H", [NewEvent(payload=PlanCreated(
-            plan_id="H", project="px", resources=["repo:api"]))])],
-        [StreamAppend("plan:H", _run("H", 1, {"lint": False, "style": False}, "d1",
-                                     {"lint": 70, "style": 1}, "blocker"))],
-        [StreamAppend("plan:G", [NewEvent(payload=PlanApplied(plan_id="G",
-                                                              token_id="T" * 26))])],
+        [
+            StreamAppend("plan:H", [_gate("H", "fmt", "enum_mismatch")]),
+            StreamAppend(
+                "plan:G",
+                [
+                    NewEvent(
+                        payload=StrategyRevisionRequested(
+                            plan_id="G", revision=1, reason="again", failed_attempts=1
+                        )
+                    )
+                ],
+            ),
+        ],
+        [
+            StreamAppend(
+                "plan:H",
+                [NewEvent(payload=PlanCreated(plan_id="H", project="px", resources=["repo:api"]))],
+            )
+        ],
+        [
+            StreamAppend(
+                "plan:H",
+                _run(
+                    "H",
+                    1,
+                    {"lint": False, "style": False},
+                    "d1",
+                    {"lint": 70, "style": 1},
+                    "blocker",
+                ),
+            )
+        ],
+        [StreamAppend("plan:G", [NewEvent(payload=PlanApplied(plan_id="G", token_id="T" * 26))])],
     ]
 
 
@@ -175,23 +239,29 @@ def test_stats_equal_the_one_pass_fold(db_url: str) -> None:
         head = store.head().size
         for project in (None, "px", "other", "nobody"):
             assert analytics.stats(store, project=project) == one_pass_stats(
-                store, project=project), project
+                store, project=project
+            ), project
         report = analytics.stats(store)
         # Hand-checked, against a mistake both computations would share.
         assert report["tree_size"] == head
         # F: a pass, then a blocker halt; G: a pass, then Apply; H: a blocker.
         assert report["plans_by_outcome"] == {"blocker": 2, "pass": 1}
-        assert (report["plans_applied"], report["plans_applied_unvalidated"],
-                report["plans_without_outcome"]) == (1, 0, 0)
-        assert report["deviations_by_kind"] == {"extra_field": 1, "wrong_type": 1,
-                                                "enum_mismatch": 1}
+        assert (
+            report["plans_applied"],
+            report["plans_applied_unvalidated"],
+            report["plans_without_outcome"],
+        ) == (1, 0, 0)
+        assert report["deviations_by_kind"] == {
+            "extra_field": 1,
+            "wrong_type": 1,
+            "enum_mismatch": 1,
+        }
         assert report["deviations_by_tool"] == {"deploy": 2, "fmt": 1}
         assert report["informational_failures"] == {"style": 2}
         h = next(p for p in report["plans"] if p["plan"] == "H")
         assert (h["project"], h["attempts"], h["outcome"]) == ("px", 1, "blocker")
         g = next(p for p in report["plans"] if p["plan"] == "G")
-        assert (g["strategy_revisions"], g["outcome"], g["applied"]) == (1, "pass",
-                                                                         "validated")
+        assert (g["strategy_revisions"], g["outcome"], g["applied"]) == (1, "pass", "validated")
         # Every window: the same numbers as the one pass (flaky aside: see the oracle).
         for since in range(1, head + 2):
             got, want = analytics.stats(store, since=since), one_pass_stats(store, since=since)
@@ -202,13 +272,23 @@ def test_stats_equal_the_one_pass_fold(db_url: str) -> None:
 def test_since_keeps_the_inputs_of_runs_started_before_it(db_url: str) -> None:
     _scenario(db_url)
     with ledger.open(db_url, create=False) as store:
-        since = next(e.position for e in store.read_all()
-                     if e.type == "validation.result_recorded" and e.payload.run_id == "F-r2")
+        since = next(
+            e.position
+            for e in store.read_all()
+            if e.type == "validation.result_recorded" and e.payload.run_id == "F-r2"
+        )
         report = analytics.stats(store, since=since, project="px")
         # style passes in F-r2 (started before --since) and fails in H-r1, on the same
         # input d1 and args: flaky. The one pass did not know F-r2's input any more.
-        assert report["flaky"] == [{"validation": "style", "args": {"level": 2},
-                                    "input_digest": "d1", "pass": 1, "fail": 1}]
+        assert report["flaky"] == [
+            {
+                "validation": "style",
+                "args": {"level": 2},
+                "input_digest": "d1",
+                "pass": 1,
+                "fail": 1,
+            }
+        ]
         assert one_pass_stats(store, since=since, project="px")["flaky"] == []
         assert [p["plan"] for p in report["plans"]] == ["F", "H"]
         assert report["halts_by_type"] == {"blocker": 1}
@@ -232,11 +312,20 @@ def test_incremental_equals_rebuild_equals_fold(db_url: str) -> None:
         engine.catch_up()
         incremental = engine.keyed_documents("analytics")
         assert {k.split("/")[0] for k in incremental} == {
-            "plans", "plan_facts", "runs", "results", "deviations", "informational_failures"}
+            "plans",
+            "plan_facts",
+            "runs",
+            "results",
+            "deviations",
+            "informational_failures",
+        }
         assert incremental["plans/H"]["project"] == "px"
         # H's gate deviation came before plan.created: it got the project then.
-        assert [r["project"] for k, r in incremental.items()
-                if k.startswith("deviations/") and r["tool"] == "fmt"] == ["px"]
+        assert [
+            r["project"]
+            for k, r in incremental.items()
+            if k.startswith("deviations/") and r["tool"] == "fmt"
+        ] == ["px"]
         engine.rebuild(["analytics"])
         assert engine.keyed_documents("analytics") == incremental
         status = {s.name: s for s in engine.status()}
@@ -288,7 +377,8 @@ def test_projections_status_and_rebuild_include_analytics(db_url: str) -> None:
     rebuilt = run_cli("projections", "rebuild", "analytics", "--json", "--db", db_url)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout)["rebuilt"] == [
-        {"name": "analytics", "version": ANALYTICS.version, "position": head}]
+        {"name": "analytics", "version": ANALYTICS.version, "position": head}
+    ]
     stats = run_cli("stats", "--json", "--db", db_url)
     assert stats.returncode == 0, stats.stderr
     with ledger.open(db_url, create=False) as store:

@@ -44,34 +44,34 @@ def _count(plane: Plane, type_: str) -> int:
     return sum(1 for e in plane.store.read_stream("plan:P-1") if e.type == type_)
 
 
-def test_apply_writes_the_sandbox_and_records_what_it_wrote(db_url: str,
-                                                            tmp_path: Path) -> None:
+def test_apply_writes_the_sandbox_and_records_what_it_wrote(db_url: str, tmp_path: Path) -> None:
     with Plane.open(db_url) as plane:
         project, token = _passing_with_changes(plane, tmp_path)
         assert (project / "status.txt").read_text() == "bad\n"  # nothing before Apply
         doc = apply_plan(plane, "P-1", token)
         assert _files(project) == _files(work(plane))
-        assert sorted(f.path for f in doc.applied.files) == [
-            "notes.md", "src/new.py", "status.txt"]
+        assert sorted(f.path for f in doc.applied.files) == ["notes.md", "src/new.py", "status.txt"]
         assert audit(plane.store).ok
         shown = invoke("plan", "show", "P-1", "--db", plane.store.url)
         assert "files written by Apply" in shown.stdout and "src/new.py" in shown.stdout
-        clean = invoke("audit", "--plan", "P-1", "--files", str(project), "--db",
-                       plane.store.url)
+        clean = invoke("audit", "--plan", "P-1", "--files", str(project), "--db", plane.store.url)
         assert clean.exit_code == 0, clean.output
         (project / "src" / "new.py").write_text("print('edited after Apply')\n")
-        edited = invoke("audit", "--plan", "P-1", "--files", str(project), "--json",
-                        "--db", plane.store.url)
+        edited = invoke(
+            "audit", "--plan", "P-1", "--files", str(project), "--json", "--db", plane.store.url
+        )
         assert edited.exit_code == 1
         [violation] = json.loads(edited.stdout)["violations"]
         assert violation["invariant"] == "files" and "src/new.py" in violation["expected"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_at", ["changes_computed", "changes_recorded", "file_written",
-                                     "files_written"])
-def test_apply_killed_at_any_point_is_completed_once(db_url: str, tmp_path: Path,
-                                                     kill_at: str) -> None:
+@pytest.mark.parametrize(
+    "kill_at", ["changes_computed", "changes_recorded", "file_written", "files_written"]
+)
+def test_apply_killed_at_any_point_is_completed_once(
+    db_url: str, tmp_path: Path, kill_at: str
+) -> None:
     with Plane.open(db_url) as plane:
         project, token = _passing_with_changes(plane, tmp_path)
         sandbox_files = _files(work(plane))
@@ -98,8 +98,7 @@ def test_apply_killed_at_any_point_is_completed_once(db_url: str, tmp_path: Path
         assert audit(plane.store).ok
 
 
-def test_a_forged_change_set_cannot_write_outside_the_resource(db_url: str,
-                                                               tmp_path: Path) -> None:
+def test_a_forged_change_set_cannot_write_outside_the_resource(db_url: str, tmp_path: Path) -> None:
     """The agent holds the token, appends its consumption and a change set of its own
     with a climbing path, then asks the plane to finish the Apply."""
     import base64
@@ -114,15 +113,35 @@ def test_a_forged_change_set_cannot_write_outside_the_resource(db_url: str,
         project, token = _passing_with_changes(plane, tmp_path)
         token_id = read_token(token).token_id
         data = b"pwned"
-        change = FileChange(resource=str(project), path="../../escaped.txt",
-                            sha256=hashlib.sha256(data).hexdigest(), mode=0o644)
-        blob = canonical_json([{"resource": change.resource, "path": change.path,
-                                "sha256": change.sha256, "mode": change.mode,
-                                "content": base64.b64encode(data).decode()}])
-        forge(plane.store, "plan:P-1", TokenConsumed(plan_id="P-1", token_id=token_id),
-              ChangesRecorded(plan_id="P-1", token_id=token_id,
-                              changes_sha256=hashlib.sha256(blob).hexdigest(),
-                              changes=[change]), blobs=(blob,))
+        change = FileChange(
+            resource=str(project),
+            path="../../escaped.txt",
+            sha256=hashlib.sha256(data).hexdigest(),
+            mode=0o644,
+        )
+        blob = canonical_json(
+            [
+                {
+                    "resource": change.resource,
+                    "path": change.path,
+                    "sha256": change.sha256,
+                    "mode": change.mode,
+                    "content": base64.b64encode(data).decode(),
+                }
+            ]
+        )
+        forge(
+            plane.store,
+            "plan:P-1",
+            TokenConsumed(plan_id="P-1", token_id=token_id),
+            ChangesRecorded(
+                plan_id="P-1",
+                token_id=token_id,
+                changes_sha256=hashlib.sha256(blob).hexdigest(),
+                changes=[change],
+            ),
+            blobs=(blob,),
+        )
         with pytest.raises(CommandRefused, match="change path"):
             complete_apply(plane, "P-1")
         assert not (tmp_path.parent / "escaped.txt").exists()

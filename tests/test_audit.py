@@ -40,7 +40,6 @@ from tests.helpers import applied_plan, assert_refused, forge, run_cli, strategy
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-
 @pytest.fixture
 def setup(db_url: str, tmp_path: Path):
     """Plan P-1 through a failure, an escalation, a signed revise decision, a passing run,
@@ -61,8 +60,12 @@ def test_replay_equals_the_plans_read_model_at_every_position(setup) -> None:
     plane, _project, _tmp = setup
     head = plane.store.head().size
     steps = replay_plan(plane.store, "P-1")
-    assert [s.type for s in steps][-4:] == ["plan.token_minted", "plan.token_consumed",
-                                           "plan.changes_recorded", "plan.applied"]
+    assert [s.type for s in steps][-4:] == [
+        "plan.token_minted",
+        "plan.token_consumed",
+        "plan.changes_recorded",
+        "plan.applied",
+    ]
     by_position = {s.position: s for s in steps}
     expected = None
     for position in range(1, head + 1):
@@ -76,7 +79,11 @@ def test_replay_equals_the_plans_read_model_at_every_position(setup) -> None:
     assert steps[-1].document == to_json(plane.projections.document("plans", "P-1")[0])
     last = steps[-1]
     assert (last.phase, last.revision, last.outcome, last.terminal) == (
-        "apply", 1, "pass", "applied")
+        "apply",
+        1,
+        "pass",
+        "applied",
+    )
     assert last.token["status"] == "consumed"
     decided = next(s for s in steps if s.type == "plan.decision_recorded")
     assert (decided.phase, decided.revision, decided.retries_left) == ("strategize", 1, 0)
@@ -103,10 +110,12 @@ def test_replay_cli(setup, db_url: str) -> None:
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["as_of"] == middle and doc["steps"][-1]["position"] == middle
-    assert doc["steps"][-1]["document"] == to_json(plane.projections.fold_as_of(
-        "plans", middle)["P-1"])
+    assert doc["steps"][-1]["document"] == to_json(
+        plane.projections.fold_as_of("plans", middle)["P-1"]
+    )
     assert {"phase", "revision", "attempt", "retries_left", "outcome", "token"} <= set(
-        doc["steps"][0])
+        doc["steps"][0]
+    )
     table = run_cli("replay", "P-1", "--db", db_url)
     assert table.returncode == 0 and "plan.applied" in table.stdout
     assert table.stdout.splitlines()[0].split()[:4] == ["pos", "event", "phase", "rev"]
@@ -137,11 +146,13 @@ def test_a_log_written_by_the_plane_audits_clean(setup, db_url: str) -> None:
 # -- audit: each invariant broken -----------------------------------------------------------
 
 
-def _forge(plane: Plane, *payloads, blobs=(), stream: str = "plan:P-1",
-           caused_by_first: bool = False) -> list[int]:
+def _forge(
+    plane: Plane, *payloads, blobs=(), stream: str = "plan:P-1", caused_by_first: bool = False
+) -> list[int]:
     """Append around the handlers (with correct deltas), as a buggy writer could."""
-    return forge(plane.store, stream, *payloads, blobs=tuple(blobs),
-                 caused_by_first=caused_by_first)
+    return forge(
+        plane.store, stream, *payloads, blobs=tuple(blobs), caused_by_first=caused_by_first
+    )
 
 
 def _events(plane: Plane, type_: type):
@@ -157,8 +168,7 @@ def test_validation_inside_apply_and_a_token_consumed_twice(setup) -> None:
     report = audit(plane.store)
     found = {(v.position, v.invariant) for v in report.violations}
     assert (again, "ordering") in found and (inside, "ordering") in found
-    twice = next(v for v in report.violations if v.position == again
-                 and v.invariant == "ordering")
+    twice = next(v for v in report.violations if v.position == again and v.invariant == "ordering")
     assert "consumed once" in twice.expected
     assert (again, "illegal_transition") in found  # nothing follows Apply
     result = run_cli("audit", "--db", plane.store.url)
@@ -172,7 +182,8 @@ def test_a_token_after_an_invalidating_fix_breaks_inv1(setup) -> None:
     fix_at, token_at = _forge(
         plane,
         FixRecorded(plan_id="P-1", attempt=minted.payload.attempt, note="later edit"),
-        msgspec.structs.replace(minted.payload, token_id="01J00000000000000000000001"))
+        msgspec.structs.replace(minted.payload, token_id="01J00000000000000000000001"),
+    )
     report = audit(plane.store, plan="P-1")
     inv1 = [v for v in report.violations if v.invariant == "INV1" and v.position == token_at]
     assert inv1 and any(f"position {fix_at}" in v.found for v in inv1)
@@ -198,10 +209,17 @@ def test_a_token_from_a_failed_run_and_outcome_drift(setup) -> None:
         plane,
         msgspec.structs.replace(started, run_id=run_id),
         failed,
-        ValidationRunCompleted(plan_id="P-1", run_id=run_id, attempt=started.attempt,
-                               outcome="pass", rules_version=1, results_digest="0" * 64),
-        msgspec.structs.replace(minted, run_id=run_id, token_id="01J0000000000000000000000T",
-                                results_digest="0" * 64),
+        ValidationRunCompleted(
+            plan_id="P-1",
+            run_id=run_id,
+            attempt=started.attempt,
+            outcome="pass",
+            rules_version=1,
+            results_digest="0" * 64,
+        ),
+        msgspec.structs.replace(
+            minted, run_id=run_id, token_id="01J0000000000000000000000T", results_digest="0" * 64
+        ),
     )
     report = audit(plane.store)
     by_position = {}
@@ -221,15 +239,28 @@ def test_a_gate_verdict_that_does_not_follow_from_its_bytes(setup) -> None:
     doc = plane.state("plan:P-1").doc
 
     def gate(raw: bytes, verdict: str, digest: str | None = None) -> GateChecked:
-        return GateChecked(plan_id="P-1", gate="output", tool="t", tool_version=1, step="s",
-                           schema_sha256=digest or hashlib.sha256(schema_bytes).hexdigest(),
-                           verdict=verdict, deviations=[], attempt=doc.attempt,
-                           iteration=doc.iteration, strict_mode=True,
-                           checked_sha256=hashlib.sha256(raw).hexdigest())
+        return GateChecked(
+            plan_id="P-1",
+            gate="output",
+            tool="t",
+            tool_version=1,
+            step="s",
+            schema_sha256=digest or hashlib.sha256(schema_bytes).hexdigest(),
+            verdict=verdict,
+            deviations=[],
+            attempt=doc.attempt,
+            iteration=doc.iteration,
+            strict_mode=True,
+            checked_sha256=hashlib.sha256(raw).hexdigest(),
+        )
 
-    lied, honest, missing = _forge(plane, gate(checked, "pass"), gate(b'{"n": 7}', "pass"),
-                                   gate(checked, "pass", "ab" * 32),
-                                   blobs=[schema_bytes, checked, b'{"n": 7}'])
+    lied, honest, missing = _forge(
+        plane,
+        gate(checked, "pass"),
+        gate(b'{"n": 7}', "pass"),
+        gate(checked, "pass", "ab" * 32),
+        blobs=[schema_bytes, checked, b'{"n": 7}'],
+    )
     report = audit(plane.store)
     gates = {v.position: v for v in report.violations if v.invariant == "gate_rederivation"}
     assert set(gates) == {lied, missing} and honest not in gates
@@ -242,28 +273,59 @@ def test_gate_failures_routed_against_strict_mode(setup) -> None:
     doc = plane.state("plan:P-1").doc
     strict = doc.global_config.strict_mode
     raw = b'{"n": 7}'
-    failed = GateChecked(plan_id="P-1", gate="output", tool="t", tool_version=1, step="s",
-                         schema_sha256=None, verdict="fail", deviations=[Deviation(
-                             pointer="", kind="no_output_declaration", expected="x",
-                             actual_type="object")],
-                         attempt=doc.attempt, iteration=1, strict_mode=strict,
-                         checked_sha256=hashlib.sha256(raw).hexdigest())
+    failed = GateChecked(
+        plan_id="P-1",
+        gate="output",
+        tool="t",
+        tool_version=1,
+        step="s",
+        schema_sha256=None,
+        verdict="fail",
+        deviations=[
+            Deviation(pointer="", kind="no_output_declaration", expected="x", actual_type="object")
+        ],
+        attempt=doc.attempt,
+        iteration=1,
+        strict_mode=strict,
+        checked_sha256=hashlib.sha256(raw).hexdigest(),
+    )
     routed = (
-        [CompensationRequested(plan_id="P-1", reason="r"),
-         PlanHalted(plan_id="P-1", halt_type="blocker", final_decision="blocker",
-                    raw_halt_type="structural_deviation", reason="r", phase="execute",
-                    attempt=doc.attempt, terminal=True)] if strict
-        else [AttemptFailed(plan_id="P-1", attempt=doc.attempt, iteration=1,
-                            failure_class="model_behavior", reason="r")])
+        [
+            CompensationRequested(plan_id="P-1", reason="r"),
+            PlanHalted(
+                plan_id="P-1",
+                halt_type="blocker",
+                final_decision="blocker",
+                raw_halt_type="structural_deviation",
+                reason="r",
+                phase="execute",
+                attempt=doc.attempt,
+                terminal=True,
+            ),
+        ]
+        if strict
+        else [
+            AttemptFailed(
+                plan_id="P-1",
+                attempt=doc.attempt,
+                iteration=1,
+                failure_class="model_behavior",
+                reason="r",
+            )
+        ]
+    )
     _forge(plane, failed, *routed, blobs=[raw], caused_by_first=True)
     report = audit(plane.store)
     assert not [v for v in report.violations if v.invariant == "gate_routing"]
     assert report.checked["gate_routing"] == 1
-    unrouted, = _forge(plane, failed, blobs=[raw])  # nothing follows it
-    wrong_mode, = _forge(plane, msgspec.structs.replace(failed, verdict="pass", deviations=[],
-                                                        strict_mode=not strict))
-    routing = {v.position: v for v in audit(plane.store).violations
-               if v.invariant == "gate_routing"}
+    (unrouted,) = _forge(plane, failed, blobs=[raw])  # nothing follows it
+    (wrong_mode,) = _forge(
+        plane,
+        msgspec.structs.replace(failed, verdict="pass", deviations=[], strict_mode=not strict),
+    )
+    routing = {
+        v.position: v for v in audit(plane.store).violations if v.invariant == "gate_routing"
+    }
     assert set(routing) == {unrouted, wrong_mode}
     assert routing[unrouted].found == "nothing caused by it"
     assert "strict_mode" in routing[wrong_mode].expected
@@ -272,8 +334,9 @@ def test_gate_failures_routed_against_strict_mode(setup) -> None:
 def test_a_validation_registered_writable(setup) -> None:
     plane, _project, _tmp = setup
     real = plane.store.read_stream("tool:status")[0].payload
-    at, = _forge(plane, msgspec.structs.replace(real, name="writer", writes=True),
-                 stream="tool:writer")
+    (at,) = _forge(
+        plane, msgspec.structs.replace(real, name="writer", writes=True), stream="tool:writer"
+    )
     [violation] = audit(plane.store).violations
     assert (violation.position, violation.invariant) == (at, "read_only")
     assert "writes True" in violation.found
@@ -281,25 +344,40 @@ def test_a_validation_registered_writable(setup) -> None:
 
 def test_a_delta_that_does_not_rebuild_the_fold(setup) -> None:
     plane, _project, _tmp = setup
-    [position] = plane.store.append("plan:P-9", [NewEvent(
-        payload=strategy("P-9").payload, delta=[{"op": "add", "path": "/x", "value": 1}])])
+    [position] = plane.store.append(
+        "plan:P-9",
+        [
+            NewEvent(
+                payload=strategy("P-9").payload, delta=[{"op": "add", "path": "/x", "value": 1}]
+            )
+        ],
+    )
     violations = audit(plane.store).violations
     assert {(v.position, v.invariant) for v in violations} == {
-        (position, "delta_fold"), (position, "illegal_transition")}  # no plan.created
+        (position, "delta_fold"),
+        (position, "illegal_transition"),
+    }  # no plan.created
     assert audit(plane.store, plan="P-1").ok  # another plan's problem
 
 
 # -- the examples: gate checks and wrapped transforms re-derived ---------------------------
 
 
-def test_escalation_example_rederives_gates_and_transforms(sqlite_url: str,
-                                                           tmp_path: Path) -> None:
+def test_escalation_example_rederives_gates_and_transforms(sqlite_url: str, tmp_path: Path) -> None:
     root = tmp_path / "escalation"
     shutil.copytree(EXAMPLES / "escalation", root)
 
     def run(*args: str) -> dict:
-        result = run_cli("run", *args, "--json", "--db", sqlite_url, "--workdir",
-                         str(tmp_path / "runs"), cwd=root)
+        result = run_cli(
+            "run",
+            *args,
+            "--json",
+            "--db",
+            sqlite_url,
+            "--workdir",
+            str(tmp_path / "runs"),
+            cwd=root,
+        )
         assert result.returncode in (0, 1), result.stderr
         return json.loads(result.stdout)["run"]
 
@@ -307,8 +385,12 @@ def test_escalation_example_rederives_gates_and_transforms(sqlite_url: str,
     key = tmp_path / "alice.key"
     assert run_cli("keys", "generate", "--out", str(key)).returncode == 0
     assert run_cli("keys", "add", "alice", f"{key}.pub", "--db", sqlite_url).returncode == 0
-    assert run_cli("authorize", decision, "--key", str(key), "--revise", "fix calc.add",
-                   "--db", sqlite_url).returncode == 0
+    assert (
+        run_cli(
+            "authorize", decision, "--key", str(key), "--revise", "fix calc.add", "--db", sqlite_url
+        ).returncode
+        == 0
+    )
     assert run("--resume", "escalation")["state"] == "applied"
     with ledger.open(sqlite_url) as store:
         report = audit(store)
@@ -317,13 +399,23 @@ def test_escalation_example_rederives_gates_and_transforms(sqlite_url: str,
         assert report.checked["transform_rederivation"] == 3
         # A result whose recorded verdict the transform does not give on its raw output.
         stream = store.read_stream("plan:escalation")
-        failing = next(e.payload for e in stream if isinstance(e.payload, ValidationResultRecorded)
-                       and e.payload.verdict is False)
-        started = next(e.payload for e in stream if isinstance(e.payload, ValidationRunStarted)
-                       and e.payload.run_id == failing.run_id)
+        failing = next(
+            e.payload
+            for e in stream
+            if isinstance(e.payload, ValidationResultRecorded) and e.payload.verdict is False
+        )
+        started = next(
+            e.payload
+            for e in stream
+            if isinstance(e.payload, ValidationRunStarted) and e.payload.run_id == failing.run_id
+        )
         run_id = "01J0000000000000000000000W"
-        lied = forge(store, "plan:escalation", msgspec.structs.replace(started, run_id=run_id),
-                     msgspec.structs.replace(failing, run_id=run_id, verdict=True))[1]
+        lied = forge(
+            store,
+            "plan:escalation",
+            msgspec.structs.replace(started, run_id=run_id),
+            msgspec.structs.replace(failing, run_id=run_id, verdict=True),
+        )[1]
         report = audit(store, plan="escalation")
         [transform] = [v for v in report.violations if v.invariant == "transform_rederivation"]
         assert transform.position == lied
@@ -333,8 +425,16 @@ def test_escalation_example_rederives_gates_and_transforms(sqlite_url: str,
 def test_strict_output_deviation_example_audits_clean(sqlite_url: str, tmp_path: Path) -> None:
     root = tmp_path / "strict-output-deviation"
     shutil.copytree(EXAMPLES / "strict-output-deviation", root)
-    result = run_cli("run", str(root / "plan.yaml"), "--json", "--db", sqlite_url,
-                     "--workdir", str(tmp_path / "runs"), cwd=root)
+    result = run_cli(
+        "run",
+        str(root / "plan.yaml"),
+        "--json",
+        "--db",
+        sqlite_url,
+        "--workdir",
+        str(tmp_path / "runs"),
+        cwd=root,
+    )
     assert result.returncode == 1, result.stderr  # halted by the strict output gate
     with ledger.open(sqlite_url) as store:
         report = audit(store)
@@ -348,7 +448,8 @@ def test_replay_of_a_forged_plan_stream_shows_what_it_can(sqlite_url) -> None:
         store.append("plan:F-1", [strategy("F-1", "forged")])
         steps = replay_plan(store, "F-1")
     assert [(s.type, s.phase, s.retries_left) for s in steps] == [
-        ("plan.strategy_recorded", None, None)]
+        ("plan.strategy_recorded", None, None)
+    ]
     result = run_cli("replay", "F-1", "--db", sqlite_url)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
 
@@ -379,13 +480,20 @@ def test_every_read_model_equals_a_fresh_fold(setup) -> None:
     assert statuses["plans"].lag == 1
 
 
-@pytest.mark.parametrize("sql, name, key", [
-    ("UPDATE rm_plans SET phase = 'strategize' WHERE key = 'P-1'", "plans", "P-1"),
-    ("DELETE FROM rm_tools", "tools", "status"),
-    ("UPDATE rm_analytics_plans SET attempts = attempts + 1", "analytics", "plans/P-1"),
-    ("DELETE FROM rm_analytics_results WHERE position = (SELECT MIN(position) FROM "
-     "rm_analytics_results)", "analytics", "results/"),
-])
+@pytest.mark.parametrize(
+    "sql, name, key",
+    [
+        ("UPDATE rm_plans SET phase = 'strategize' WHERE key = 'P-1'", "plans", "P-1"),
+        ("DELETE FROM rm_tools", "tools", "status"),
+        ("UPDATE rm_analytics_plans SET attempts = attempts + 1", "analytics", "plans/P-1"),
+        (
+            "DELETE FROM rm_analytics_results WHERE position = (SELECT MIN(position) FROM "
+            "rm_analytics_results)",
+            "analytics",
+            "results/",
+        ),
+    ],
+)
 def test_an_edited_read_model_is_a_violation(setup, sql: str, name: str, key: str) -> None:
     plane, _project, _tmp = setup
     _write_sql(plane, sql)
@@ -400,14 +508,14 @@ def test_an_edited_read_model_is_a_violation(setup, sql: str, name: str, key: st
 def test_a_read_model_built_by_another_version_is_stale_not_wrong(setup, db_url) -> None:
     plane, _project, _tmp = setup
     _write_sql(plane, "UPDATE rm_plans SET phase = 'strategize'")
-    _write_sql(plane, "UPDATE projection_checkpoints SET version = version + 100 "
-                      "WHERE name = 'plans'")
+    _write_sql(
+        plane, "UPDATE projection_checkpoints SET version = version + 100 WHERE name = 'plans'"
+    )
     report = audit(plane.store)
     assert report.ok and report.read_models["plans"] == "stale"
     assert report.checked["read_model"] == len(ALL_PROJECTIONS) - 1
     result = run_cli("audit", "--json", "--db", db_url)
-    assert result.returncode == 0 and json.loads(result.stdout)["read_models"]["plans"] == (
-        "stale")
+    assert result.returncode == 0 and json.loads(result.stdout)["read_models"]["plans"] == ("stale")
     _write_sql(plane, "DELETE FROM rm_outcomes")
     result = run_cli("audit", "--db", db_url)
     assert result.returncode == 1 and "read_model" in result.stdout, result.stdout

@@ -52,15 +52,13 @@ def test_a_whole_log_bundle_verifies_audits_and_replays_as_the_ledger(two_plans)
     assert (report.size, report.root, report.plan) == (head.size, head.root.hex(), None)
     assert report.events == head.size and report.blobs > 0 and report.signature_ok
     assert report.key_source == "given"
-    assert [e.leaf_hash for e in bundle.read_all()] == [
-        e.leaf_hash for e in plane.store.read_all()]
+    assert [e.leaf_hash for e in bundle.read_all()] == [e.leaf_hash for e in plane.store.read_all()]
     assert [e.payload for e in bundle.read_all()] == [e.payload for e in plane.store.read_all()]
     assert audit(bundle) == audit(plane.store, read_models=False)
     assert audit(bundle, plan="P-1") == audit(plane.store, plan="P-1")
     assert replay_plan(bundle, "P-1") == replay_plan(plane.store, "P-1")
     middle = plane.store.read_stream("plan:P-1")[10].position
-    assert replay_plan(bundle, "P-1", as_of=middle) == replay_plan(
-        plane.store, "P-1", as_of=middle)
+    assert replay_plan(bundle, "P-1", as_of=middle) == replay_plan(plane.store, "P-1", as_of=middle)
 
 
 def test_a_plan_bundle_holds_that_plan_and_the_streams_it_uses(two_plans) -> None:
@@ -100,11 +98,13 @@ def test_a_kept_checkpoint_is_extended_by_a_later_bundle(two_plans) -> None:
 
     # a kept checkpoint the bundle cannot extend: larger, another root, another signer
     root = bytes.fromhex(kept.root)
-    bigger = sign_checkpoint(Checkpoint(origin=ORIGIN, size=kept.size + 5, root=root),
-                             keys.private_key)
+    bigger = sign_checkpoint(
+        Checkpoint(origin=ORIGIN, size=kept.size + 5, root=root), keys.private_key
+    )
     assert _kinds(verify_bundle(later, kept_checkpoint=bigger)) == {"kept_truncated"}
-    rewritten = sign_checkpoint(Checkpoint(origin=ORIGIN, size=kept.size, root=bytes(32)),
-                                keys.private_key)
+    rewritten = sign_checkpoint(
+        Checkpoint(origin=ORIGIN, size=kept.size, root=bytes(32)), keys.private_key
+    )
     assert _kinds(verify_bundle(later, kept_checkpoint=rewritten)) == {"kept_inconsistent"}
     stranger = generate_key_pair(tmp / "stranger.key").private_key
     foreign = sign_checkpoint(Checkpoint(origin=ORIGIN, size=kept.size, root=root), stranger)
@@ -170,10 +170,13 @@ def test_a_changed_byte_is_named_at_the_record_it_hits(two_plans) -> None:
     target.write_bytes(_flip(data, starts[n] + lines[n].index(b'"payload":{') + 12))
     report = verify_bundle(target, public_key=keys.public_key)
     position = json.loads(lines[n])["position"]
-    assert any(p.position == position and p.kind in ("event_changed", "event_malformed")
-               for p in report.problems), report.problems
+    assert any(
+        p.position == position and p.kind in ("event_changed", "event_malformed")
+        for p in report.problems
+    ), report.problems
     assert "blob_changed" in change(4 + events, b'"data":"') or "blob" in change(
-        4 + events, b'"data":"')
+        4 + events, b'"data":"'
+    )
     target.write_bytes(data[:-1])  # the last newline cut off
     assert "truncated" in _kinds(verify_bundle(target))
     target.write_bytes(b"\n".join(lines[:5] + lines[6:]))  # one event removed
@@ -184,7 +187,8 @@ def test_a_changed_byte_is_named_at_the_record_it_hits(two_plans) -> None:
 
 
 def test_a_bundle_exported_after_a_blob_was_deleted_fails_with_blob_missing(
-    two_plans, db_url: str,
+    two_plans,
+    db_url: str,
 ) -> None:
     plane, keys, tmp = two_plans
     passed = passing_result(plane.store)
@@ -196,15 +200,30 @@ def test_a_bundle_exported_after_a_blob_was_deleted_fails_with_blob_missing(
         report = bundle.report
         assert not report.ok and report.signature_ok  # authentic, and incomplete
         assert [(p.position, p.kind) for p in report.problems] == [
-            (passed.position, "blob_missing")], report.problems
+            (passed.position, "blob_missing")
+        ], report.problems
         detail = report.problems[0].detail
         assert "raw_output_sha256" in detail and digest in detail
         assert bundle.get_blob(digest) is None
 
     runner = CliRunner()
     out = str(tmp / "cli.bundle")
-    made = runner.invoke(cli, ["export", "--bundle", out, "--plan", "P-1", "--key",
-                               str(tmp / "plane.key"), "--origin", ORIGIN, "--db", db_url])
+    made = runner.invoke(
+        cli,
+        [
+            "export",
+            "--bundle",
+            out,
+            "--plan",
+            "P-1",
+            "--key",
+            str(tmp / "plane.key"),
+            "--origin",
+            ORIGIN,
+            "--db",
+            db_url,
+        ],
+    )
     assert made.exit_code == 0, made.output
     nowhere = f"sqlite:///{tmp / 'absent.db'}"
     text = runner.invoke(cli, ["verify", "--bundle", out, "--db", nowhere])
@@ -217,7 +236,8 @@ def test_a_bundle_exported_after_a_blob_was_deleted_fails_with_blob_missing(
     report = json.loads(as_json.output)
     assert report["ok"] is False
     assert [(p["position"], p["kind"]) for p in report["problems"]] == [
-        (passed.position, "blob_missing")]
+        (passed.position, "blob_missing")
+    ]
     assert not (tmp / "absent.db").exists()
 
 
@@ -229,15 +249,19 @@ def test_a_blob_record_cut_from_a_bundle_is_missing_at_the_events_naming_it(
     digest = passed.payload.raw_output_sha256
     lines = _bundle(plane, keys, tmp / "p1.bundle", plan="P-1").read_bytes().split(b"\n")
     header = json.loads(lines[0])
-    [cut] = [i for i, line in enumerate(lines) if digest.encode() in line
-             and line.startswith(b'{"data":')]
+    [cut] = [
+        i
+        for i, line in enumerate(lines)
+        if digest.encode() in line and line.startswith(b'{"data":')
+    ]
     header["blobs"] -= 1  # the header is not signed: the count can be made to agree
-    changed = [canonical_json(header), *lines[1:cut], *lines[cut + 1:]]
+    changed = [canonical_json(header), *lines[1:cut], *lines[cut + 1 :]]
     target = tmp / "cut.bundle"
     target.write_bytes(b"\n".join(changed))
     report = verify_bundle(target, public_key=keys.public_key)
-    assert [(p.position, p.kind) for p in report.problems] == [
-        (passed.position, "blob_missing")], report.problems
+    assert [(p.position, p.kind) for p in report.problems] == [(passed.position, "blob_missing")], (
+        report.problems
+    )
 
 
 # -- the command line, with no database ---------------------------------------------------
@@ -251,16 +275,38 @@ def test_cli_export_verify_audit_replay_offline(two_plans, db_url: str) -> None:
     (tmp / "kept.txt").write_text(kept.stdout)
     create_plan(plane, "P-3", project="web", resources=[str(tmp)], config={})
     bundle = str(tmp / "p1.bundle")
-    made = run_cli("export", "--bundle", bundle, "--plan", "P-1", "--key", key,
-                   "--origin", ORIGIN, "--json", "--db", db_url)
+    made = run_cli(
+        "export",
+        "--bundle",
+        bundle,
+        "--plan",
+        "P-1",
+        "--key",
+        key,
+        "--origin",
+        ORIGIN,
+        "--json",
+        "--db",
+        db_url,
+    )
     assert made.returncode == 0, made.stderr
     summary = json.loads(made.stdout)
     assert summary["plan"] == "P-1" and summary["size"] == plane.store.head().size
 
     nowhere = f"sqlite:///{tmp / 'absent.db'}"  # no database: nothing is opened or made
     pub = str(tmp / "plane.key.pub")
-    verified = run_cli("verify", "--bundle", bundle, "--checkpoint", str(tmp / "kept.txt"),
-                       "--public-key", pub, "--json", "--db", nowhere)
+    verified = run_cli(
+        "verify",
+        "--bundle",
+        bundle,
+        "--checkpoint",
+        str(tmp / "kept.txt"),
+        "--public-key",
+        pub,
+        "--json",
+        "--db",
+        nowhere,
+    )
     assert verified.returncode == 0, verified.stdout + verified.stderr
     report = json.loads(verified.stdout)
     assert report["ok"] and report["kept"]["consistent"] and report["key_source"] == "given"
@@ -273,7 +319,8 @@ def test_cli_export_verify_audit_replay_offline(two_plans, db_url: str) -> None:
     replayed = run_cli("replay", "P-1", "--bundle", bundle, "--json", "--db", nowhere)
     assert replayed.returncode == 0, replayed.stderr
     assert json.loads(replayed.stdout)["steps"] == msgspec.to_builtins(
-        replay_plan(plane.store, "P-1"))
+        replay_plan(plane.store, "P-1")
+    )
     assert not (tmp / "absent.db").exists()
 
     # one changed byte: verify, audit and replay all give the verdict (exit 1)
@@ -290,16 +337,28 @@ def test_cli_refusals(two_plans, db_url: str) -> None:
     _plane, _keys, tmp = two_plans
     key = str(tmp / "plane.key")
     out = str(tmp / "b.bundle")
-    assert_refused(run_cli("export", "--bundle", out, "--format", "jsonl", "--key", key,
-                           "--db", db_url), "--bundle takes only", "--format")
-    assert_refused(run_cli("export", "--bundle", out, "--plan", "nope", "--key", key,
-                           "--db", db_url), "unknown plan 'nope'")
+    assert_refused(
+        run_cli("export", "--bundle", out, "--format", "jsonl", "--key", key, "--db", db_url),
+        "--bundle takes only",
+        "--format",
+    )
+    assert_refused(
+        run_cli("export", "--bundle", out, "--plan", "nope", "--key", key, "--db", db_url),
+        "unknown plan 'nope'",
+    )
     assert not Path(out).exists()
-    assert_refused(run_cli("export", "--format", "jsonl", "--out", out, "--key", key,
-                           "--db", db_url), "--key and --origin apply only to --bundle")
-    assert_refused(run_cli("verify", "--bundle", str(tmp / "missing.bundle")),
-                   "missing.bundle", "cannot read (no such file)")
-    assert_refused(run_cli("verify", "--bundle", out, "--against", "1:" + "0" * 64),
-                   "--against does not apply to --bundle")
+    assert_refused(
+        run_cli("export", "--format", "jsonl", "--out", out, "--key", key, "--db", db_url),
+        "--key and --origin apply only to --bundle",
+    )
+    assert_refused(
+        run_cli("verify", "--bundle", str(tmp / "missing.bundle")),
+        "missing.bundle",
+        "cannot read (no such file)",
+    )
+    assert_refused(
+        run_cli("verify", "--bundle", out, "--against", "1:" + "0" * 64),
+        "--against does not apply to --bundle",
+    )
     load_private_key(key)  # the key files exist and load
     load_public_key(f"{key}.pub")

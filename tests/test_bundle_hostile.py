@@ -50,8 +50,16 @@ ORIGIN = "evidence-ledger/hostile"
 class Source:
     """The ledger the bundles are cut from, and what a test needs of it."""
 
-    def __init__(self, url: str, data: bytes, plan_data: bytes, key: Any, public_key: Any,
-                 pub_file: Path, head: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        data: bytes,
+        plan_data: bytes,
+        key: Any,
+        public_key: Any,
+        pub_file: Path,
+        head: Any,
+    ) -> None:
         self.url = url
         self.data = data  # the whole-log bundle
         self.plan_data = plan_data  # the bundle of P-1
@@ -75,13 +83,20 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
             applied_plan(plane, tmp)
             create_plan(plane, "P-2", project="web", resources=[str(tmp)], config={})
             keys = generate_key_pair(tmp / "plane.key")
-            write_bundle(plane.store, tmp / "all.bundle", key=keys.private_key,
-                         origin=ORIGIN)
-            write_bundle(plane.store, tmp / "p1.bundle", key=keys.private_key,
-                         origin=ORIGIN, plan="P-1")
+            write_bundle(plane.store, tmp / "all.bundle", key=keys.private_key, origin=ORIGIN)
+            write_bundle(
+                plane.store, tmp / "p1.bundle", key=keys.private_key, origin=ORIGIN, plan="P-1"
+            )
             head = plane.store.head()
-    return Source(url, (tmp / "all.bundle").read_bytes(), (tmp / "p1.bundle").read_bytes(),
-                  keys.private_key, keys.public_key, tmp / "plane.key.pub", head)
+    return Source(
+        url,
+        (tmp / "all.bundle").read_bytes(),
+        (tmp / "p1.bundle").read_bytes(),
+        keys.private_key,
+        keys.public_key,
+        tmp / "plane.key.pub",
+        head,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -112,8 +127,9 @@ def deep(n: int) -> bytes:
 
 def members(raw: dict[str, bytes]) -> bytes:
     """A JSON object of raw member values, in canonical member order."""
-    return b"{" + b",".join(json.dumps(k).encode() + b":" + v
-                            for k, v in sorted(raw.items())) + b"}"
+    return (
+        b"{" + b",".join(json.dumps(k).encode() + b":" + v for k, v in sorted(raw.items())) + b"}"
+    )
 
 
 def raw_members(line: bytes) -> dict[str, bytes]:
@@ -138,14 +154,19 @@ def resigned(src: Source, lines: list[bytes]) -> bytes:
     are the event lines' hashes, the header names their root, and the checkpoint over it
     is signed with the plane's own key. Only the parsing can tell what is wrong."""
     header = json.loads(lines[0])
-    events = lines[4:4 + header["events"]]
+    events = lines[4 : 4 + header["events"]]
     leaves = [leaf_hash(line) for line in events]
     root = root_of(leaves)
     header.update(size=len(leaves), root=root.hex())
     note = sign_checkpoint(Checkpoint(origin=ORIGIN, size=len(leaves), root=root), src.key)
-    return joined([canonical_json(header), canonical_json({"checkpoint": note}),
-                   canonical_json({"leaves": base64.b64encode(b"".join(leaves)).decode()}),
-                   *lines[3:]])
+    return joined(
+        [
+            canonical_json(header),
+            canonical_json({"checkpoint": note}),
+            canonical_json({"leaves": base64.b64encode(b"".join(leaves)).decode()}),
+            *lines[3:],
+        ]
+    )
 
 
 def with_event(src: Source, index: int, line: bytes, *, resign: bool = True) -> bytes:
@@ -167,8 +188,9 @@ def in_payload(line: bytes, old: bytes, new: bytes) -> bytes:
 
 
 def event_index(src: Source, type_name: str) -> int:
-    return next(i for i in range(n_events(src.data))
-                if json.loads(event_line(src, i))["type"] == type_name)
+    return next(
+        i for i in range(n_events(src.data)) if json.loads(event_line(src, i))["type"] == type_name
+    )
 
 
 # -- the verdict ----------------------------------------------------------------------------
@@ -178,8 +200,9 @@ def problems_of(report: Any) -> list[tuple[int | None, str, str]]:
     return [(p.position, p.kind, p.detail) for p in report.problems]
 
 
-def assert_reported(tmp: Path, data: bytes, kind: str, fragment: str = "", *,
-                    kept: Path | None = None) -> None:
+def assert_reported(
+    tmp: Path, data: bytes, kind: str, fragment: str = "", *, kept: Path | None = None
+) -> None:
     """``data`` as a bundle file is a verdict, never a traceback: ``verify_bundle`` lists
     a problem of ``kind`` whose detail holds ``fragment``, and ``verify``, ``audit`` and
     ``replay --bundle`` exit 1 with that problem (as JSON, and ``verify`` as text too),
@@ -194,24 +217,27 @@ def assert_reported(tmp: Path, data: bytes, kind: str, fragment: str = "", *,
     found = problems_of(report)
     assert any(k == kind and fragment in d for _, k, d in found), (kind, fragment, found)
     extra = ["--checkpoint", str(kept)] if kept is not None else []
-    commands = [["verify", *extra]] if kept is not None else [
-        ["verify"], ["audit"], ["replay", "P-1"]]
+    commands = (
+        [["verify", *extra]] if kept is not None else [["verify"], ["audit"], ["replay", "P-1"]]
+    )
     for args in commands:
-        result = invoke(*args, "--bundle", str(path), "--json", "--db",
-                        f"sqlite:///{nowhere}")
+        result = invoke(*args, "--bundle", str(path), "--json", "--db", f"sqlite:///{nowhere}")
         assert result.exception is None or isinstance(result.exception, SystemExit), (
-            args, repr(result.exception))
+            args,
+            repr(result.exception),
+        )
         assert result.exit_code == 1, (args, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr
         shown = json.loads(result.stdout)
         bundle = shown if args[0] == "verify" else shown["bundle"]
         assert shown["ok"] is False and any(
-            p["kind"] == kind and fragment in p["detail"] for p in bundle["problems"]), (
-            args, bundle["problems"])
+            p["kind"] == kind and fragment in p["detail"] for p in bundle["problems"]
+        ), (args, bundle["problems"])
     text = invoke("verify", "--bundle", str(path), *extra, "--db", f"sqlite:///{nowhere}")
     assert text.exit_code == 1 and text.stdout.startswith("FAILED"), text.stdout
     assert "Traceback" not in text.stderr and not isinstance(
-        text.exception, (ValueError, RecursionError, TypeError, KeyError))
+        text.exception, (ValueError, RecursionError, TypeError, KeyError)
+    )
     assert not nowhere.exists()
 
 
@@ -226,8 +252,7 @@ def check_all(tmp: Path, cases: list[tuple[str, bytes, str, str]]) -> None:
             raise AssertionError(f"case {name!r} raised {exc!r}") from exc
 
 
-def test_the_unchanged_and_the_resigned_bundles_verify(source: Source,
-                                                      tmp_path: Path) -> None:
+def test_the_unchanged_and_the_resigned_bundles_verify(source: Source, tmp_path: Path) -> None:
     """The controls: what the cases below change is the only thing wrong with them."""
     for data in (source.data, source.plan_data, resigned(source, lines_of(source.data))):
         path = tmp_path / "good.bundle"
@@ -235,8 +260,9 @@ def test_the_unchanged_and_the_resigned_bundles_verify(source: Source,
         report = verify_bundle(path, public_key=source.public_key)
         assert report.ok, report.problems
         for args in (["verify"], ["audit"], ["replay", "P-1"]):
-            result = invoke(*args, "--bundle", str(path), "--db",
-                            f"sqlite:///{tmp_path / 'absent.db'}")
+            result = invoke(
+                *args, "--bundle", str(path), "--db", f"sqlite:///{tmp_path / 'absent.db'}"
+            )
             assert result.exit_code == 0, (args, result.stdout, result.stderr)
     assert resigned(source, lines_of(source.data)) == source.data
 
@@ -247,29 +273,60 @@ def test_the_unchanged_and_the_resigned_bundles_verify(source: Source,
 def test_empty_blank_crlf_truncated_and_stray_bytes(source: Source, tmp_path: Path) -> None:
     data = source.data
     lines = lines_of(data)
-    check_all(tmp_path, [
-        ("empty file", b"", "header", "empty"),
-        ("only newlines", b"\n" * 10, "header", "line 1 (header) is empty"),
-        ("one newline", b"\n", "header", "at least 4 lines"),
-        ("CRLF line ends", data.replace(b"\n", b"\r\n"), "header", "carriage return"),
-        ("truncated last line", data[:-40], "truncated", "cut off"),
-        ("truncated mid-file", data[:len(data) // 2], "truncated", "cut off"),
-        ("NUL in the header", data.replace(ORIGIN.encode(), b"evidence\x00", 1), "header",
-         "line 1 (header) is not JSON"),
-        ("not UTF-8 in the header", data.replace(ORIGIN.encode(), b"\xff\xfe", 1), "header",
-         "line 1 (header) is not JSON"),
-        ("not UTF-8 in an event", with_event(source, 0, event_line(source, 0).replace(
-            b'"actor":"system"', b'"actor":"sys\xc3\x28"'), resign=False),
-         "event_malformed", "line 5 is not an event"),
-        ("NUL in an event", with_event(source, 1, event_line(source, 1).replace(
-            b'"actor":"', b'"actor":"\x00', 1), resign=False),
-         "event_malformed", "line 6 is not an event"),
-        ("a line more", data + lines[-1] + b"\n", "record_count", "the bundle has"),
-        ("a line less", joined(lines[:-1]), "record_count", "the bundle has"),
-        ("a blank line inside", joined([*lines[:6], b"", *lines[6:]]), "record_count", ""),
-        ("binary garbage", joined([random.Random(n).randbytes(999).replace(b"\n", b"")
-                                   for n in range(6)]), "header", "line 1 (header)"),
-    ])
+    check_all(
+        tmp_path,
+        [
+            ("empty file", b"", "header", "empty"),
+            ("only newlines", b"\n" * 10, "header", "line 1 (header) is empty"),
+            ("one newline", b"\n", "header", "at least 4 lines"),
+            ("CRLF line ends", data.replace(b"\n", b"\r\n"), "header", "carriage return"),
+            ("truncated last line", data[:-40], "truncated", "cut off"),
+            ("truncated mid-file", data[: len(data) // 2], "truncated", "cut off"),
+            (
+                "NUL in the header",
+                data.replace(ORIGIN.encode(), b"evidence\x00", 1),
+                "header",
+                "line 1 (header) is not JSON",
+            ),
+            (
+                "not UTF-8 in the header",
+                data.replace(ORIGIN.encode(), b"\xff\xfe", 1),
+                "header",
+                "line 1 (header) is not JSON",
+            ),
+            (
+                "not UTF-8 in an event",
+                with_event(
+                    source,
+                    0,
+                    event_line(source, 0).replace(b'"actor":"system"', b'"actor":"sys\xc3\x28"'),
+                    resign=False,
+                ),
+                "event_malformed",
+                "line 5 is not an event",
+            ),
+            (
+                "NUL in an event",
+                with_event(
+                    source,
+                    1,
+                    event_line(source, 1).replace(b'"actor":"', b'"actor":"\x00', 1),
+                    resign=False,
+                ),
+                "event_malformed",
+                "line 6 is not an event",
+            ),
+            ("a line more", data + lines[-1] + b"\n", "record_count", "the bundle has"),
+            ("a line less", joined(lines[:-1]), "record_count", "the bundle has"),
+            ("a blank line inside", joined([*lines[:6], b"", *lines[6:]]), "record_count", ""),
+            (
+                "binary garbage",
+                joined([random.Random(n).randbytes(999).replace(b"\n", b"") for n in range(6)]),
+                "header",
+                "line 1 (header)",
+            ),
+        ],
+    )
 
 
 def test_a_million_bad_lines_cost_a_hundred_problems(source: Source, tmp_path: Path) -> None:
@@ -297,8 +354,9 @@ def test_a_million_bad_lines_cost_a_hundred_problems(source: Source, tmp_path: P
         assert all(len(d) <= 400 for _, _, d in problems_of(report))
 
 
-def test_unreadable_and_over_cap_files_are_refused(source: Source, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_and_over_cap_files_are_refused(
+    source: Source, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "b.bundle"
     path.write_bytes(source.data)
     nowhere = f"sqlite:///{tmp_path / 'absent.db'}"
@@ -345,47 +403,115 @@ def test_the_header_line(source: Source, tmp_path: Path) -> None:
     counts = [
         (f"{member} {value.decode()}", with_header(**{member: value}), "header", "line 1")
         for member in ("events", "blobs", "size")
-        for value in (b"1e20", b"100000000000000000000", b"18446744073709551616",
-                      b"9007199254740992", b"-1", b"true", b"1.5", b"27.0", b'"3"', b"null",
-                      b"[]", b"{}", b"1e400", deep(65), deep(100_000))
+        for value in (
+            b"1e20",
+            b"100000000000000000000",
+            b"18446744073709551616",
+            b"9007199254740992",
+            b"-1",
+            b"true",
+            b"1.5",
+            b"27.0",
+            b'"3"',
+            b"null",
+            b"[]",
+            b"{}",
+            b"1e400",
+            deep(65),
+            deep(100_000),
+        )
     ]
-    check_all(tmp_path, [
-        *counts,
-        ("nested 100k deep", joined([deep(100_000), *lines[1:]]), "header",
-         "line 1 (header) is not the header record"),
-        ("nested 65 deep in a member", with_header(plan=deep(65)), "header", "$.plan"),
-        ("a member nested 65 deep", joined([lines[0][:-1] + b',"x":' + deep(65) + b"}",
-                                            *lines[1:]]), "header", "unknown field `x`"),
-        ("a member nested 100k deep", with_header(origin=b'{"a":' * 100_000 + b"1"
-                                                  + b"}" * 100_000), "header", "$.origin"),
-        ("an array", joined([b"[]", *lines[1:]]), "header", "not the header record"),
-        ("a string", joined([b'"header"', *lines[1:]]), "header", "not the header record"),
-        ("null", joined([b"null", *lines[1:]]), "header", "not the header record"),
-        ("a number", joined([b"1", *lines[1:]]), "header", "not the header record"),
-        ("a member missing", joined([members({k: v for k, v in header.items()
-                                              if k != "plan"}), *lines[1:]]),
-         "header", "missing required field `plan`"),
-        ("a duplicate key", joined([lines[0][:-1] + b',"size":' + header["size"] + b"}",
-                                    *lines[1:]]), "header", "canonical"),
-        ("whitespace", joined([lines[0].replace(b",", b", "), *lines[1:]]), "header",
-         "canonical"),
-        ("another format", with_header(format=b'"evidence-bundle/2"'), "header",
-         "unknown bundle format"),
-        ("a root not hex", with_header(root=b'"' + b"Z" * 64 + b'"'), "header",
-         "not 64 lowercase hex digits"),
-        ("a short root", with_header(root=b'"' + b"a" * 63 + b'"'), "header",
-         "not 64 lowercase hex digits"),
-        ("an origin that is a number", with_header(origin=b"12"), "header", "$.origin"),
-        ("a plan that is an object", with_header(plan=b"{}"), "header", "$.plan"),
-        ("a huge origin", with_header(origin=b'"' + b"o" * 2_000_000 + b'"'), "checkpoint",
-         "line 2"),
-        ("events beyond the tree", with_header(events=b"25"), "record_count",
-         "in a tree of 24"),
-        ("events short of the lines", with_header(events=b"20"), "record_count",
-         "the bundle has"),
-        ("a unicode escape", joined([lines[0].replace(b'"format"', b'"\\u0066ormat"'),
-                                     *lines[1:]]), "header", "canonical"),
-    ])
+    check_all(
+        tmp_path,
+        [
+            *counts,
+            (
+                "nested 100k deep",
+                joined([deep(100_000), *lines[1:]]),
+                "header",
+                "line 1 (header) is not the header record",
+            ),
+            ("nested 65 deep in a member", with_header(plan=deep(65)), "header", "$.plan"),
+            (
+                "a member nested 65 deep",
+                joined([lines[0][:-1] + b',"x":' + deep(65) + b"}", *lines[1:]]),
+                "header",
+                "unknown field `x`",
+            ),
+            (
+                "a member nested 100k deep",
+                with_header(origin=b'{"a":' * 100_000 + b"1" + b"}" * 100_000),
+                "header",
+                "$.origin",
+            ),
+            ("an array", joined([b"[]", *lines[1:]]), "header", "not the header record"),
+            ("a string", joined([b'"header"', *lines[1:]]), "header", "not the header record"),
+            ("null", joined([b"null", *lines[1:]]), "header", "not the header record"),
+            ("a number", joined([b"1", *lines[1:]]), "header", "not the header record"),
+            (
+                "a member missing",
+                joined([members({k: v for k, v in header.items() if k != "plan"}), *lines[1:]]),
+                "header",
+                "missing required field `plan`",
+            ),
+            (
+                "a duplicate key",
+                joined([lines[0][:-1] + b',"size":' + header["size"] + b"}", *lines[1:]]),
+                "header",
+                "canonical",
+            ),
+            (
+                "whitespace",
+                joined([lines[0].replace(b",", b", "), *lines[1:]]),
+                "header",
+                "canonical",
+            ),
+            (
+                "another format",
+                with_header(format=b'"evidence-bundle/2"'),
+                "header",
+                "unknown bundle format",
+            ),
+            (
+                "a root not hex",
+                with_header(root=b'"' + b"Z" * 64 + b'"'),
+                "header",
+                "not 64 lowercase hex digits",
+            ),
+            (
+                "a short root",
+                with_header(root=b'"' + b"a" * 63 + b'"'),
+                "header",
+                "not 64 lowercase hex digits",
+            ),
+            ("an origin that is a number", with_header(origin=b"12"), "header", "$.origin"),
+            ("a plan that is an object", with_header(plan=b"{}"), "header", "$.plan"),
+            (
+                "a huge origin",
+                with_header(origin=b'"' + b"o" * 2_000_000 + b'"'),
+                "checkpoint",
+                "line 2",
+            ),
+            (
+                "events beyond the tree",
+                with_header(events=b"25"),
+                "record_count",
+                "in a tree of 24",
+            ),
+            (
+                "events short of the lines",
+                with_header(events=b"20"),
+                "record_count",
+                "the bundle has",
+            ),
+            (
+                "a unicode escape",
+                joined([lines[0].replace(b'"format"', b'"\\u0066ormat"'), *lines[1:]]),
+                "header",
+                "canonical",
+            ),
+        ],
+    )
 
 
 def test_the_checkpoint_line(source: Source, tmp_path: Path) -> None:
@@ -400,44 +526,101 @@ def test_the_checkpoint_line(source: Source, tmp_path: Path) -> None:
     def with_note(text: str) -> bytes:
         return with_checkpoint(canonical_json(text))
 
-    check_all(tmp_path, [
-        ("null", with_checkpoint(b"null"), "checkpoint", "line 2 (checkpoint)"),
-        ("a number", with_checkpoint(b"5"), "checkpoint", "Expected `str`"),
-        ("a huge integer", with_checkpoint(b"1152921504606846976"), "checkpoint",
-         "Expected `str`"),
-        ("an overflowing number", with_checkpoint(b"1e400"), "checkpoint",
-         "line 2 (checkpoint)"),
-        ("an array", with_checkpoint(b"[]"), "checkpoint", "Expected `str`"),
-        ("nested 500 deep", with_checkpoint(deep(500)), "checkpoint", "Expected `str`"),
-        ("nested 100k deep", with_checkpoint(deep(100_000)), "checkpoint",
-         "Expected `str`"),
-        ("another record", joined([lines[0], b'{"note":"x"}', *lines[2:]]), "checkpoint",
-         "unknown field `note`"),
-        ("a duplicate key", joined([lines[0], lines[1][:-1] + b',"checkpoint":"x"}',
-                                    *lines[2:]]), "checkpoint", "canonical"),
-        ("a lone surrogate", with_checkpoint(b'"\\ud800"'), "checkpoint", "not JSON"),
-        ("CRLF inside the note", with_note(note.replace("\n", "\r\n")), "checkpoint",
-         "malformed"),
-        ("too large", with_note(note + "x" * 70_000), "checkpoint", "too large"),
-        ("many lines", with_note("".join(f"{ORIGIN}\n" for _ in range(5000)) + "\n" + note),
-         "checkpoint", "line 2"),
-        ("no signature", with_note(f"{ORIGIN}\n{size}\n{root64}\n"), "checkpoint",
-         "no blank line"),
-        ("a signature that is not base64", with_note(
-            note.rsplit(" ", 1)[0] + " !!!not-base64!!!\n"), "checkpoint",
-         "malformed signature"),
-        ("a root that is not base64", with_note(note.replace(root64, "####")),
-         "checkpoint", "root hash"),
-        ("an absurd size", with_note(note.replace(f"\n{size}\n", "\n99999999999999999999\n")),
-         "checkpoint", "beyond 2^53"),
-        ("a size of 2^53", with_note(note.replace(f"\n{size}\n", f"\n{2**53}\n")),
-         "checkpoint", "beyond 2^53"),
-        ("a negative size", with_note(note.replace(f"\n{size}\n", "\n-1\n")), "checkpoint",
-         "not a decimal"),
-        ("a size re-signed", with_note(sign_checkpoint(Checkpoint(
-            origin=ORIGIN, size=size - 1, root=bytes.fromhex(root)), source.key)),
-         "checkpoint", "the checkpoint names"),
-    ])
+    check_all(
+        tmp_path,
+        [
+            ("null", with_checkpoint(b"null"), "checkpoint", "line 2 (checkpoint)"),
+            ("a number", with_checkpoint(b"5"), "checkpoint", "Expected `str`"),
+            (
+                "a huge integer",
+                with_checkpoint(b"1152921504606846976"),
+                "checkpoint",
+                "Expected `str`",
+            ),
+            (
+                "an overflowing number",
+                with_checkpoint(b"1e400"),
+                "checkpoint",
+                "line 2 (checkpoint)",
+            ),
+            ("an array", with_checkpoint(b"[]"), "checkpoint", "Expected `str`"),
+            ("nested 500 deep", with_checkpoint(deep(500)), "checkpoint", "Expected `str`"),
+            ("nested 100k deep", with_checkpoint(deep(100_000)), "checkpoint", "Expected `str`"),
+            (
+                "another record",
+                joined([lines[0], b'{"note":"x"}', *lines[2:]]),
+                "checkpoint",
+                "unknown field `note`",
+            ),
+            (
+                "a duplicate key",
+                joined([lines[0], lines[1][:-1] + b',"checkpoint":"x"}', *lines[2:]]),
+                "checkpoint",
+                "canonical",
+            ),
+            ("a lone surrogate", with_checkpoint(b'"\\ud800"'), "checkpoint", "not JSON"),
+            (
+                "CRLF inside the note",
+                with_note(note.replace("\n", "\r\n")),
+                "checkpoint",
+                "malformed",
+            ),
+            ("too large", with_note(note + "x" * 70_000), "checkpoint", "too large"),
+            (
+                "many lines",
+                with_note("".join(f"{ORIGIN}\n" for _ in range(5000)) + "\n" + note),
+                "checkpoint",
+                "line 2",
+            ),
+            (
+                "no signature",
+                with_note(f"{ORIGIN}\n{size}\n{root64}\n"),
+                "checkpoint",
+                "no blank line",
+            ),
+            (
+                "a signature that is not base64",
+                with_note(note.rsplit(" ", 1)[0] + " !!!not-base64!!!\n"),
+                "checkpoint",
+                "malformed signature",
+            ),
+            (
+                "a root that is not base64",
+                with_note(note.replace(root64, "####")),
+                "checkpoint",
+                "root hash",
+            ),
+            (
+                "an absurd size",
+                with_note(note.replace(f"\n{size}\n", "\n99999999999999999999\n")),
+                "checkpoint",
+                "beyond 2^53",
+            ),
+            (
+                "a size of 2^53",
+                with_note(note.replace(f"\n{size}\n", f"\n{2**53}\n")),
+                "checkpoint",
+                "beyond 2^53",
+            ),
+            (
+                "a negative size",
+                with_note(note.replace(f"\n{size}\n", "\n-1\n")),
+                "checkpoint",
+                "not a decimal",
+            ),
+            (
+                "a size re-signed",
+                with_note(
+                    sign_checkpoint(
+                        Checkpoint(origin=ORIGIN, size=size - 1, root=bytes.fromhex(root)),
+                        source.key,
+                    )
+                ),
+                "checkpoint",
+                "the checkpoint names",
+            ),
+        ],
+    )
 
 
 def test_the_leaves_line(source: Source, tmp_path: Path) -> None:
@@ -450,27 +633,54 @@ def test_the_leaves_line(source: Source, tmp_path: Path) -> None:
     def b64(data: bytes) -> bytes:
         return b'"' + base64.b64encode(data) + b'"'
 
-    check_all(tmp_path, [
-        ("null", with_leaves(b"null"), "leaves", "not the leaves record"),
-        ("a number", with_leaves(b"5"), "leaves", "not the leaves record"),
-        ("a huge integer", with_leaves(b"18446744073709551616"), "leaves",
-         "not the leaves record"),
-        ("an object", with_leaves(b'{"a":1}'), "leaves", "not the leaves record"),
-        ("nested 100k deep", with_leaves(deep(100_000)), "leaves", "not the leaves record"),
-        ("a million empty arrays", with_leaves(b"[" + b"[]," * 1_000_000 + b"[]]"), "leaves",
-         "not the leaves record"),
-        ("not base64", with_leaves(b'"!!!!"'), "leaves", "not strict base64"),
-        ("base64 with a space", with_leaves(b64(leaves).replace(b"A", b" A", 1)), "leaves",
-         "not strict base64"),
-        ("base64 re-padded", with_leaves(b'"' + base64.b64encode(leaves[:-1]).rstrip(b"=")
-                                         + b'"'), "leaves", "not strict base64"),
-        ("not a multiple of 32 bytes", with_leaves(b64(leaves + b"\x00")), "leaves",
-         "not a whole number of 32-byte hashes"),
-        ("one hash short", with_leaves(b64(leaves[:-32])), "leaves", "a tree of 24"),
-        ("a changed hash", with_leaves(b64(bytes(32) + leaves[32:])), "leaves",
-         "do not hash to the root"),
-        ("empty", with_leaves(b'""'), "leaves", "holds 0 bytes"),
-    ])
+    check_all(
+        tmp_path,
+        [
+            ("null", with_leaves(b"null"), "leaves", "not the leaves record"),
+            ("a number", with_leaves(b"5"), "leaves", "not the leaves record"),
+            (
+                "a huge integer",
+                with_leaves(b"18446744073709551616"),
+                "leaves",
+                "not the leaves record",
+            ),
+            ("an object", with_leaves(b'{"a":1}'), "leaves", "not the leaves record"),
+            ("nested 100k deep", with_leaves(deep(100_000)), "leaves", "not the leaves record"),
+            (
+                "a million empty arrays",
+                with_leaves(b"[" + b"[]," * 1_000_000 + b"[]]"),
+                "leaves",
+                "not the leaves record",
+            ),
+            ("not base64", with_leaves(b'"!!!!"'), "leaves", "not strict base64"),
+            (
+                "base64 with a space",
+                with_leaves(b64(leaves).replace(b"A", b" A", 1)),
+                "leaves",
+                "not strict base64",
+            ),
+            (
+                "base64 re-padded",
+                with_leaves(b'"' + base64.b64encode(leaves[:-1]).rstrip(b"=") + b'"'),
+                "leaves",
+                "not strict base64",
+            ),
+            (
+                "not a multiple of 32 bytes",
+                with_leaves(b64(leaves + b"\x00")),
+                "leaves",
+                "not a whole number of 32-byte hashes",
+            ),
+            ("one hash short", with_leaves(b64(leaves[:-32])), "leaves", "a tree of 24"),
+            (
+                "a changed hash",
+                with_leaves(b64(bytes(32) + leaves[32:])),
+                "leaves",
+                "do not hash to the root",
+            ),
+            ("empty", with_leaves(b'""'), "leaves", "holds 0 bytes"),
+        ],
+    )
 
 
 def test_the_keys_line(source: Source, tmp_path: Path) -> None:
@@ -484,38 +694,79 @@ def test_the_keys_line(source: Source, tmp_path: Path) -> None:
     def changed(**values: Any) -> bytes:
         return with_keys(canonical_json({**keys, **values}))
 
-    check_all(tmp_path, [
-        ("null", with_keys(b"null"), "keys", "line 4 (keys) is not the keys record"),
-        ("an array", with_keys(b"[]"), "keys", "line 4 (keys) is not the keys record"),
-        ("a string", with_keys(b'"keys"'), "keys", "line 4 (keys) is not the keys record"),
-        ("a number", with_keys(b"5"), "keys", "line 4 (keys) is not the keys record"),
-        ("nested 100k deep", with_keys(deep(100_000)), "keys", "not the keys record"),
-        ("an approver nested 900 deep", with_keys(
-            b'{"approvers":' + deep(900) + b',"signer":' + canonical_json(signer) + b"}"),
-         "keys", "$.keys.approvers"),
-        ("a huge integer", with_keys(b'{"approvers":[1152921504606846976],"signer":'
-                                     + canonical_json(signer) + b"}"), "keys",
-         "$.keys.approvers"),
-        ("an approver at position 2^60", changed(approvers=[{
-            **keys["approvers"][0], "position": 0}]).replace(
-                b'"position":0', b'"position":1152921504606846976'), "keys",
-         "/keys/approvers/0/position: integer outside"),
-        ("approvers not a list", changed(approvers={}), "keys", "$.keys.approvers"),
-        ("approvers that are not the events", changed(approvers=[]), "keys",
-         "approver keys listed differ"),
-        ("a signer that is a string", changed(signer="name"), "keys", "$.keys.signer"),
-        ("a signer with no key", changed(signer={"name": ORIGIN}), "keys",
-         "missing required field `public_key`"),
-        ("a key not base64", changed(signer={**signer, "public_key": "!!"}), "keys",
-         "not valid base64"),
-        ("a key of 31 bytes", changed(signer={**signer, "public_key": base64.b64encode(
-            bytes(31)).decode()}), "keys", "31 bytes"),
-        ("a key that is a number", changed(signer={**signer, "public_key": 5}), "keys",
-         "$.keys.signer.public_key"),
-        ("a signer of another name", changed(signer={**signer, "name": "someone"}), "keys",
-         "not named as the log's origin"),
-        ("an extra member", changed(extra=1), "keys", "unknown field `extra`"),
-    ])
+    check_all(
+        tmp_path,
+        [
+            ("null", with_keys(b"null"), "keys", "line 4 (keys) is not the keys record"),
+            ("an array", with_keys(b"[]"), "keys", "line 4 (keys) is not the keys record"),
+            ("a string", with_keys(b'"keys"'), "keys", "line 4 (keys) is not the keys record"),
+            ("a number", with_keys(b"5"), "keys", "line 4 (keys) is not the keys record"),
+            ("nested 100k deep", with_keys(deep(100_000)), "keys", "not the keys record"),
+            (
+                "an approver nested 900 deep",
+                with_keys(
+                    b'{"approvers":' + deep(900) + b',"signer":' + canonical_json(signer) + b"}"
+                ),
+                "keys",
+                "$.keys.approvers",
+            ),
+            (
+                "a huge integer",
+                with_keys(
+                    b'{"approvers":[1152921504606846976],"signer":' + canonical_json(signer) + b"}"
+                ),
+                "keys",
+                "$.keys.approvers",
+            ),
+            (
+                "an approver at position 2^60",
+                changed(approvers=[{**keys["approvers"][0], "position": 0}]).replace(
+                    b'"position":0', b'"position":1152921504606846976'
+                ),
+                "keys",
+                "/keys/approvers/0/position: integer outside",
+            ),
+            ("approvers not a list", changed(approvers={}), "keys", "$.keys.approvers"),
+            (
+                "approvers that are not the events",
+                changed(approvers=[]),
+                "keys",
+                "approver keys listed differ",
+            ),
+            ("a signer that is a string", changed(signer="name"), "keys", "$.keys.signer"),
+            (
+                "a signer with no key",
+                changed(signer={"name": ORIGIN}),
+                "keys",
+                "missing required field `public_key`",
+            ),
+            (
+                "a key not base64",
+                changed(signer={**signer, "public_key": "!!"}),
+                "keys",
+                "not valid base64",
+            ),
+            (
+                "a key of 31 bytes",
+                changed(signer={**signer, "public_key": base64.b64encode(bytes(31)).decode()}),
+                "keys",
+                "31 bytes",
+            ),
+            (
+                "a key that is a number",
+                changed(signer={**signer, "public_key": 5}),
+                "keys",
+                "$.keys.signer.public_key",
+            ),
+            (
+                "a signer of another name",
+                changed(signer={**signer, "name": "someone"}),
+                "keys",
+                "not named as the log's origin",
+            ),
+            ("an extra member", changed(extra=1), "keys", "unknown field `extra`"),
+        ],
+    )
 
 
 def test_the_event_lines(source: Source, tmp_path: Path) -> None:
@@ -542,115 +793,308 @@ def test_the_event_lines(source: Source, tmp_path: Path) -> None:
         return resigned(source, lines)
 
     patch_op = b'{"op":"add","path":"/x","value":'
-    check_all(tmp_path, [
-        # the payload: wrong JSON types, and a payload that is not its type's
-        *[(f"a payload that is {raw.decode()[:10]}", at(payload=raw), "event_payload",
-           f"line {number}")
-          for raw in (b"[1,2]", b"[]", b'"payload"', b"null", b"5", b"true")],
-        ("a payload of an unknown type", at(payload=canonical_json({**payload, "type": "x.y"}),
-                                           type=b'"x.y"'), "event_payload", "unknown event"),
-        ("a payload of another type", at(type=b'"plan.created"'), "event_payload",
-         f"line {number}"),
-        ("a payload with a member missing", at(payload=canonical_json(
-            {k: v for k, v in payload.items() if k != "strategy"})), "event_payload",
-         "strategy"),
-        ("a payload with a member too many", at(payload=canonical_json(
-            {**payload, "extra": 1})), "event_payload", "extra"),
-        ("a payload member of the wrong type", at(payload=canonical_json(
-            {**payload, "revision": "0"})), "event_payload", "revision"),
-        ("a huge integer in the payload", at(payload=canonical_json(
-            {**payload, "revision": 0}).replace(b'"revision":0',
-                                                b'"revision":2305843009213693952')),
-         "event_payload", "integer outside"),
-        ("an overflowing number in the payload", at(payload=canonical_json(
-            {**payload, "revision": 0}).replace(b'"revision":0', b'"revision":1e400')),
-         "event_payload", f"line {number}"),
-        ("a payload nested 65 deep", event(0, in_payload(
-            first, b'"declared_input_schema":null', b'"declared_input_schema":' + deep(65))),
-         "event_payload", "deeper than 64"),
-        ("a payload nested 500 deep", event(0, in_payload(
-            first, b'"declared_input_schema":null', b'"declared_input_schema":' + deep(500))),
-         "event_payload", "deeper than 64"),
-        ("a payload nested 100k deep", event(0, in_payload(
-            first, b'"declared_input_schema":null',
-            b'"declared_input_schema":' + deep(100_000))),
-         "event_malformed", "deeper than 64"),
-        ("a huge integer deep in a payload", event(0, in_payload(
-            first, b'"declared_input_schema":null',
-            b'"declared_input_schema":{"maximum":9007199254740993}')),
-         "event_payload", "integer outside"),
-        ("a duplicate key in the payload", at(payload=canonical_json(payload)[:-1]
-                                              + b',"strategy":"x"}'),
-         "event_malformed", "payload is not in canonical form"),
-        ("whitespace in the payload", at(payload=canonical_json(payload).replace(
-            b'","', b'", "')), "event_malformed", "payload is not in canonical form"),
-        # the delta
-        *[(f"a delta that is {raw.decode()[:12]}", at(delta=raw), "event_malformed",
-           "JSON Patch")
-          for raw in (b"5", b"null", b'"x"', b"{}", b"[1]", b'[{"op":"add"}]',
-                      b'[{"op":"copy","path":"/a","from":5}]', b'[{"op":"jump","path":""}]',
-                      b'[{"op":"add","path":"/a"}]', b'[{"op":"remove","path":7}]')],
-        ("a delta nested 65 deep", at(delta=b"[" + patch_op + deep(65) + b"}]"),
-         "event_malformed", "deeper than 64"),
-        ("a delta nested 100k deep", at(delta=b"[" + patch_op + deep(100_000) + b"}]"),
-         "event_malformed", "deeper than 64"),
-        ("a huge integer in the delta", at(delta=b"[" + patch_op + b"2305843009213693952}]"),
-         "event_malformed", "integer outside"),
-        ("a duplicate key in the delta", at(delta=b"[" + patch_op + b'1,"value":2}]'),
-         "event_malformed", "delta is not in canonical form"),
-        # the envelope
-        ("a duplicate key in the envelope", event(strategy, strategy_line[:-1]
-                                                  + b',"actor":"intruder"}'),
-         "event_malformed", "canonical form of an event"),
-        ("an unknown member", event(strategy, strategy_line[:-1] + b',"zzz":1}'),
-         "event_malformed", "unknown field"),
-        ("a member missing", event(strategy, members({k: v for k, v in raw_members(
-            strategy_line).items() if k != "actor"})), "event_malformed", "actor"),
-        ("an actor that is a number", at(actor=b"5"), "event_malformed", "actor"),
-        ("an empty actor", at(actor=b'""'), "event_malformed", "actor is empty"),
-        ("an empty stream", at(stream=b'""'), "event_malformed", "not a stream name"),
-        ("a stream with an escape", at(stream=b'"plan:P-1\\u001b[2J"'), "event_malformed",
-         "not a stream name"),
-        ("a stream of 100k characters", at(stream=b'"' + b"s" * 100_000 + b'"'),
-         "event_malformed", "not a stream name"),
-        ("an event id that is not a ULID", at(event_id=b'"not-a-ulid"'), "event_malformed",
-         "not a ULID"),
-        ("a causation id that is not a ULID", at(causation_id=b'"x"'), "event_malformed",
-         "causation id"),
-        ("a position of 0", at(position=b"0"), "event_order", "position 0"),
-        ("a negative position", at(position=b"-1"), "event_order", "position -1"),
-        ("a position beyond the tree", at(position=b"25"), "event_order", "1..24"),
-        ("a position of 2^64", at(position=b"18446744073709551616"), "event_order",
-         "within the tree"),
-        ("a position of 10^30", at(position=b"1" + b"0" * 30), "event_order",
-         "within the tree"),
-        ("a position of 10^400", at(position=b"1" + b"0" * 400), "event_order",
-         "within the tree"),
-        ("a position of 10^5000", at(position=b"1" + b"0" * 5000), "event_malformed",
-         f"line {number} is not an event"),
-        ("a fractional position", at(position=b"1.5"), "event_malformed", "position"),
-        ("a position that is a string", at(position=b'"4"'), "event_malformed", "position"),
-        ("two events swapped", swapped(), "event_order", "line 7"),
-        ("an event twice", doubled(), "event_order", "line 7"),
-        ("a schema version of 0", at(schema_version=b"0"), "event_payload", "upcaster"),
-        ("a schema version from the future", at(schema_version=b"9007199254740991"),
-         "event_payload", "newer than"),
-        ("a stream version of 0", at(stream_version=b"0"), "stream_version", "jumps"),
-        ("a stream version of -5", at(stream_version=b"-5"), "stream_version", "jumps"),
-        ("not JSON", event(strategy, b"{not json", resign=False), "event_malformed",
-         f"line {number} is not an event"),
-        ("an empty line", event(strategy, b"", resign=False), "event_malformed",
-         f"line {number} is not an event"),
-        ("an array", event(strategy, b"[]"), "event_malformed", "not an event"),
-        ("an array nested 100k deep", event(strategy, deep(100_000), resign=False),
-         "event_malformed", f"line {number} is not an event"),
-        ("a delta member nested 100k deep", event(strategy, strategy_line.replace(
-            b'"delta":[', b'"delta":[' + deep(100_000) + b",", 1), resign=False),
-         "event_malformed", "deeper than 64"),
-        ("a changed event", event(strategy, strategy_line.replace(b"make the status good",
-                                                                  b"make the status bad"),
-                                  resign=False), "event_changed", "does not hash"),
-    ])
+    check_all(
+        tmp_path,
+        [
+            # the payload: wrong JSON types, and a payload that is not its type's
+            *[
+                (
+                    f"a payload that is {raw.decode()[:10]}",
+                    at(payload=raw),
+                    "event_payload",
+                    f"line {number}",
+                )
+                for raw in (b"[1,2]", b"[]", b'"payload"', b"null", b"5", b"true")
+            ],
+            (
+                "a payload of an unknown type",
+                at(payload=canonical_json({**payload, "type": "x.y"}), type=b'"x.y"'),
+                "event_payload",
+                "unknown event",
+            ),
+            (
+                "a payload of another type",
+                at(type=b'"plan.created"'),
+                "event_payload",
+                f"line {number}",
+            ),
+            (
+                "a payload with a member missing",
+                at(payload=canonical_json({k: v for k, v in payload.items() if k != "strategy"})),
+                "event_payload",
+                "strategy",
+            ),
+            (
+                "a payload with a member too many",
+                at(payload=canonical_json({**payload, "extra": 1})),
+                "event_payload",
+                "extra",
+            ),
+            (
+                "a payload member of the wrong type",
+                at(payload=canonical_json({**payload, "revision": "0"})),
+                "event_payload",
+                "revision",
+            ),
+            (
+                "a huge integer in the payload",
+                at(
+                    payload=canonical_json({**payload, "revision": 0}).replace(
+                        b'"revision":0', b'"revision":2305843009213693952'
+                    )
+                ),
+                "event_payload",
+                "integer outside",
+            ),
+            (
+                "an overflowing number in the payload",
+                at(
+                    payload=canonical_json({**payload, "revision": 0}).replace(
+                        b'"revision":0', b'"revision":1e400'
+                    )
+                ),
+                "event_payload",
+                f"line {number}",
+            ),
+            (
+                "a payload nested 65 deep",
+                event(
+                    0,
+                    in_payload(
+                        first,
+                        b'"declared_input_schema":null',
+                        b'"declared_input_schema":' + deep(65),
+                    ),
+                ),
+                "event_payload",
+                "deeper than 64",
+            ),
+            (
+                "a payload nested 500 deep",
+                event(
+                    0,
+                    in_payload(
+                        first,
+                        b'"declared_input_schema":null',
+                        b'"declared_input_schema":' + deep(500),
+                    ),
+                ),
+                "event_payload",
+                "deeper than 64",
+            ),
+            (
+                "a payload nested 100k deep",
+                event(
+                    0,
+                    in_payload(
+                        first,
+                        b'"declared_input_schema":null',
+                        b'"declared_input_schema":' + deep(100_000),
+                    ),
+                ),
+                "event_malformed",
+                "deeper than 64",
+            ),
+            (
+                "a huge integer deep in a payload",
+                event(
+                    0,
+                    in_payload(
+                        first,
+                        b'"declared_input_schema":null',
+                        b'"declared_input_schema":{"maximum":9007199254740993}',
+                    ),
+                ),
+                "event_payload",
+                "integer outside",
+            ),
+            (
+                "a duplicate key in the payload",
+                at(payload=canonical_json(payload)[:-1] + b',"strategy":"x"}'),
+                "event_malformed",
+                "payload is not in canonical form",
+            ),
+            (
+                "whitespace in the payload",
+                at(payload=canonical_json(payload).replace(b'","', b'", "')),
+                "event_malformed",
+                "payload is not in canonical form",
+            ),
+            # the delta
+            *[
+                (
+                    f"a delta that is {raw.decode()[:12]}",
+                    at(delta=raw),
+                    "event_malformed",
+                    "JSON Patch",
+                )
+                for raw in (
+                    b"5",
+                    b"null",
+                    b'"x"',
+                    b"{}",
+                    b"[1]",
+                    b'[{"op":"add"}]',
+                    b'[{"op":"copy","path":"/a","from":5}]',
+                    b'[{"op":"jump","path":""}]',
+                    b'[{"op":"add","path":"/a"}]',
+                    b'[{"op":"remove","path":7}]',
+                )
+            ],
+            (
+                "a delta nested 65 deep",
+                at(delta=b"[" + patch_op + deep(65) + b"}]"),
+                "event_malformed",
+                "deeper than 64",
+            ),
+            (
+                "a delta nested 100k deep",
+                at(delta=b"[" + patch_op + deep(100_000) + b"}]"),
+                "event_malformed",
+                "deeper than 64",
+            ),
+            (
+                "a huge integer in the delta",
+                at(delta=b"[" + patch_op + b"2305843009213693952}]"),
+                "event_malformed",
+                "integer outside",
+            ),
+            (
+                "a duplicate key in the delta",
+                at(delta=b"[" + patch_op + b'1,"value":2}]'),
+                "event_malformed",
+                "delta is not in canonical form",
+            ),
+            # the envelope
+            (
+                "a duplicate key in the envelope",
+                event(strategy, strategy_line[:-1] + b',"actor":"intruder"}'),
+                "event_malformed",
+                "canonical form of an event",
+            ),
+            (
+                "an unknown member",
+                event(strategy, strategy_line[:-1] + b',"zzz":1}'),
+                "event_malformed",
+                "unknown field",
+            ),
+            (
+                "a member missing",
+                event(
+                    strategy,
+                    members({k: v for k, v in raw_members(strategy_line).items() if k != "actor"}),
+                ),
+                "event_malformed",
+                "actor",
+            ),
+            ("an actor that is a number", at(actor=b"5"), "event_malformed", "actor"),
+            ("an empty actor", at(actor=b'""'), "event_malformed", "actor is empty"),
+            ("an empty stream", at(stream=b'""'), "event_malformed", "not a stream name"),
+            (
+                "a stream with an escape",
+                at(stream=b'"plan:P-1\\u001b[2J"'),
+                "event_malformed",
+                "not a stream name",
+            ),
+            (
+                "a stream of 100k characters",
+                at(stream=b'"' + b"s" * 100_000 + b'"'),
+                "event_malformed",
+                "not a stream name",
+            ),
+            (
+                "an event id that is not a ULID",
+                at(event_id=b'"not-a-ulid"'),
+                "event_malformed",
+                "not a ULID",
+            ),
+            (
+                "a causation id that is not a ULID",
+                at(causation_id=b'"x"'),
+                "event_malformed",
+                "causation id",
+            ),
+            ("a position of 0", at(position=b"0"), "event_order", "position 0"),
+            ("a negative position", at(position=b"-1"), "event_order", "position -1"),
+            ("a position beyond the tree", at(position=b"25"), "event_order", "1..24"),
+            (
+                "a position of 2^64",
+                at(position=b"18446744073709551616"),
+                "event_order",
+                "within the tree",
+            ),
+            (
+                "a position of 10^30",
+                at(position=b"1" + b"0" * 30),
+                "event_order",
+                "within the tree",
+            ),
+            (
+                "a position of 10^400",
+                at(position=b"1" + b"0" * 400),
+                "event_order",
+                "within the tree",
+            ),
+            (
+                "a position of 10^5000",
+                at(position=b"1" + b"0" * 5000),
+                "event_malformed",
+                f"line {number} is not an event",
+            ),
+            ("a fractional position", at(position=b"1.5"), "event_malformed", "position"),
+            ("a position that is a string", at(position=b'"4"'), "event_malformed", "position"),
+            ("two events swapped", swapped(), "event_order", "line 7"),
+            ("an event twice", doubled(), "event_order", "line 7"),
+            ("a schema version of 0", at(schema_version=b"0"), "event_payload", "upcaster"),
+            (
+                "a schema version from the future",
+                at(schema_version=b"9007199254740991"),
+                "event_payload",
+                "newer than",
+            ),
+            ("a stream version of 0", at(stream_version=b"0"), "stream_version", "jumps"),
+            ("a stream version of -5", at(stream_version=b"-5"), "stream_version", "jumps"),
+            (
+                "not JSON",
+                event(strategy, b"{not json", resign=False),
+                "event_malformed",
+                f"line {number} is not an event",
+            ),
+            (
+                "an empty line",
+                event(strategy, b"", resign=False),
+                "event_malformed",
+                f"line {number} is not an event",
+            ),
+            ("an array", event(strategy, b"[]"), "event_malformed", "not an event"),
+            (
+                "an array nested 100k deep",
+                event(strategy, deep(100_000), resign=False),
+                "event_malformed",
+                f"line {number} is not an event",
+            ),
+            (
+                "a delta member nested 100k deep",
+                event(
+                    strategy,
+                    strategy_line.replace(b'"delta":[', b'"delta":[' + deep(100_000) + b",", 1),
+                    resign=False,
+                ),
+                "event_malformed",
+                "deeper than 64",
+            ),
+            (
+                "a changed event",
+                event(
+                    strategy,
+                    strategy_line.replace(b"make the status good", b"make the status bad"),
+                    resign=False,
+                ),
+                "event_changed",
+                "does not hash",
+            ),
+        ],
+    )
 
 
 def test_the_blob_lines(source: Source, tmp_path: Path) -> None:
@@ -662,50 +1106,103 @@ def test_the_blob_lines(source: Source, tmp_path: Path) -> None:
         data = joined([*lines[:blob], raw])
         return data if newline else data[:-1]
 
-    check_all(tmp_path, [
-        ("nested 100k deep", with_blob(deep(100_000)), "blob", "not the blob record"),
-        ("nested 65 deep", with_blob(members({"data": deep(65), "digest": b'"0"'})), "blob",
-         "$.data"),
-        ("null", with_blob(b"null"), "blob", "not the blob record"),
-        ("an array", with_blob(b"[]"), "blob", "not the blob record"),
-        ("an empty line", with_blob(b""), "blob", "is empty"),
-        ("data not base64", with_blob(canonical_json({**record, "data": "!!!"})), "blob",
-         "not strict base64"),
-        ("data changed", with_blob(canonical_json({**record, "data": base64.b64encode(
-            b"changed").decode()})), "blob_changed", "does not hash"),
-        ("a digest that is a number", with_blob(members({"data": b'"AA=="', "digest":
-                                                         b"18446744073709551616"})),
-         "blob", "$.digest"),
-        ("data that is a number", with_blob(members({"data": b"1e400", "digest": b'"0"'})),
-         "blob", f"line {blob + 1} (blob)"),
-        ("a duplicate key", with_blob(lines[blob][:-1] + b',"data":"AA=="}'), "blob",
-         "canonical form"),
-        ("cut off", with_blob(lines[blob][:30], newline=False), "truncated", "cut off"),
-        ("a blob twice", joined([*lines, lines[blob]]), "blob", "out of order"),
-    ])
+    check_all(
+        tmp_path,
+        [
+            ("nested 100k deep", with_blob(deep(100_000)), "blob", "not the blob record"),
+            (
+                "nested 65 deep",
+                with_blob(members({"data": deep(65), "digest": b'"0"'})),
+                "blob",
+                "$.data",
+            ),
+            ("null", with_blob(b"null"), "blob", "not the blob record"),
+            ("an array", with_blob(b"[]"), "blob", "not the blob record"),
+            ("an empty line", with_blob(b""), "blob", "is empty"),
+            (
+                "data not base64",
+                with_blob(canonical_json({**record, "data": "!!!"})),
+                "blob",
+                "not strict base64",
+            ),
+            (
+                "data changed",
+                with_blob(
+                    canonical_json({**record, "data": base64.b64encode(b"changed").decode()})
+                ),
+                "blob_changed",
+                "does not hash",
+            ),
+            (
+                "a digest that is a number",
+                with_blob(members({"data": b'"AA=="', "digest": b"18446744073709551616"})),
+                "blob",
+                "$.digest",
+            ),
+            (
+                "data that is a number",
+                with_blob(members({"data": b"1e400", "digest": b'"0"'})),
+                "blob",
+                f"line {blob + 1} (blob)",
+            ),
+            (
+                "a duplicate key",
+                with_blob(lines[blob][:-1] + b',"data":"AA=="}'),
+                "blob",
+                "canonical form",
+            ),
+            ("cut off", with_blob(lines[blob][:30], newline=False), "truncated", "cut off"),
+            ("a blob twice", joined([*lines, lines[blob]]), "blob", "out of order"),
+        ],
+    )
 
 
-def test_a_plan_bundle_changed_in_its_header_or_events(source: Source,
-                                                       tmp_path: Path) -> None:
+def test_a_plan_bundle_changed_in_its_header_or_events(source: Source, tmp_path: Path) -> None:
     """The plan's bundle: events not a prefix of the tree, so positions have gaps."""
     lines = lines_of(source.plan_data)
     header = raw_members(lines[0])
     events = n_events(source.plan_data)
-    check_all(tmp_path, [
-        ("another plan named", joined([members({**header, "plan": b'"P-2"'}), *lines[1:]]),
-         "plan", "not to the bundle's plan"),
-        ("relabelled as the whole log's", joined([members({**header, "plan": b"null"}),
-                                                  *lines[1:]]),
-         "record_count", "a bundle of the whole log holds every event"),
-        ("a plan that is a list", joined([members({**header, "plan": b'["P-1"]'}),
-                                          *lines[1:]]), "header", "$.plan"),
-        ("a payload that is an array", joined([*lines[:4], replace(lines[4], payload=b"[]"),
-                                               *lines[5:]]),
-         "event_payload", "line 5"),
-        ("a delta that is not a patch", joined([*lines[:4 + events - 1], replace(
-            lines[4 + events - 1], delta=b"[1]"), *lines[4 + events:]]),
-         "event_malformed", "JSON Patch"),
-    ])
+    check_all(
+        tmp_path,
+        [
+            (
+                "another plan named",
+                joined([members({**header, "plan": b'"P-2"'}), *lines[1:]]),
+                "plan",
+                "not to the bundle's plan",
+            ),
+            (
+                "relabelled as the whole log's",
+                joined([members({**header, "plan": b"null"}), *lines[1:]]),
+                "record_count",
+                "a bundle of the whole log holds every event",
+            ),
+            (
+                "a plan that is a list",
+                joined([members({**header, "plan": b'["P-1"]'}), *lines[1:]]),
+                "header",
+                "$.plan",
+            ),
+            (
+                "a payload that is an array",
+                joined([*lines[:4], replace(lines[4], payload=b"[]"), *lines[5:]]),
+                "event_payload",
+                "line 5",
+            ),
+            (
+                "a delta that is not a patch",
+                joined(
+                    [
+                        *lines[: 4 + events - 1],
+                        replace(lines[4 + events - 1], delta=b"[1]"),
+                        *lines[4 + events :],
+                    ]
+                ),
+                "event_malformed",
+                "JSON Patch",
+            ),
+        ],
+    )
 
 
 def test_a_hostile_kept_checkpoint(source: Source, tmp_path: Path) -> None:
@@ -713,8 +1210,9 @@ def test_a_hostile_kept_checkpoint(source: Source, tmp_path: Path) -> None:
     exit 2), then parsed strictly (else a problem, exit 1)."""
     size, root = header_of(source.data)["size"], header_of(source.data)["root"]
     root64 = base64.b64encode(bytes.fromhex(root)).decode()
-    good = sign_checkpoint(Checkpoint(origin=ORIGIN, size=size, root=bytes.fromhex(root)),
-                           source.key)
+    good = sign_checkpoint(
+        Checkpoint(origin=ORIGIN, size=size, root=bytes.fromhex(root)), source.key
+    )
     hostile = {
         "empty": "",
         "only newlines": "\n" * 50,
@@ -744,21 +1242,27 @@ def test_a_hostile_kept_checkpoint(source: Source, tmp_path: Path) -> None:
             pytest.fail(f"{name}: parsed")
         report = verify_bundle(_write(tmp_path / "b.bundle", source.data), kept_checkpoint=note)
         assert not report.ok and any(p.kind == "kept_checkpoint" for p in report.problems), (
-            name, report.problems)
+            name,
+            report.problems,
+        )
 
     kept = tmp_path / "kept.checkpoint"
-    for name in ("a size of 2^64", "a root not base64", "a thousand signature lines",
-                 "no signature"):
+    for name in (
+        "a size of 2^64",
+        "a root not base64",
+        "a thousand signature lines",
+        "no signature",
+    ):
         kept.write_text(hostile[name])
-        assert_reported(tmp_path, source.data, "kept_checkpoint", "kept checkpoint",
-                        kept=kept)
+        assert_reported(tmp_path, source.data, "kept_checkpoint", "kept checkpoint", kept=kept)
     # not text, or beyond the checkpoint cap: refused before any parsing
     nowhere = f"sqlite:///{tmp_path / 'absent.db'}"
     bundle = _write(tmp_path / "b.bundle", source.data)
     for content in (good.encode() + b"\xff\xfe\n", (good + "x" * 70_000).encode()):
         kept.write_bytes(content)
-        result = invoke("verify", "--bundle", str(bundle), "--checkpoint", str(kept),
-                        "--db", nowhere)
+        result = invoke(
+            "verify", "--bundle", str(bundle), "--checkpoint", str(kept), "--db", nowhere
+        )
         assert result.exit_code == 2, (result.stdout, result.stderr)
         errors = result.stderr.strip().splitlines()
         assert len(errors) == 1 and errors[0].startswith("error: --checkpoint"), errors
@@ -772,19 +1276,29 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-def test_a_database_checkpoint_of_absurd_size_is_malformed(source: Source,
-                                                           tmp_path: Path) -> None:
+def test_a_database_checkpoint_of_absurd_size_is_malformed(source: Source, tmp_path: Path) -> None:
     """``evidence verify --checkpoint`` on the database parses the note the same way: a
     tree size no log reaches is a malformed checkpoint, not a query that overflows."""
     header = header_of(source.data)
-    note = sign_checkpoint(Checkpoint(origin=ORIGIN, size=header["size"],
-                                      root=bytes.fromhex(header["root"])), source.key)
+    note = sign_checkpoint(
+        Checkpoint(origin=ORIGIN, size=header["size"], root=bytes.fromhex(header["root"])),
+        source.key,
+    )
     kept = tmp_path / "kept.checkpoint"
     kept.write_text(note.replace(f"\n{header['size']}\n", f"\n{2**63}\n"))
-    result = invoke("verify", "--checkpoint", str(kept), "--public-key",
-                    str(source.pub_file), "--json", "--db", source.url)
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        repr(result.exception))
+    result = invoke(
+        "verify",
+        "--checkpoint",
+        str(kept),
+        "--public-key",
+        str(source.pub_file),
+        "--json",
+        "--db",
+        source.url,
+    )
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
     assert result.exit_code == 1, (result.stdout, result.stderr)
     shown = json.loads(result.stdout)
     assert [p["kind"] for p in shown["problems"]] == ["checkpoint_malformed"]
@@ -793,20 +1307,68 @@ def test_a_database_checkpoint_of_absurd_size_is_malformed(source: Source,
 
 # -- any change at all --------------------------------------------------------------------
 
-hostile = settings(max_examples=50, deadline=None, derandomize=IN_CI, database=None,
-                   suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                          HealthCheck.too_slow, HealthCheck.data_too_large])
+hostile = settings(
+    max_examples=50,
+    deadline=None,
+    derandomize=IN_CI,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 
-NASTY = [b"", b"\r", b"\x00", b"\xff", b"\xc3\x28", b"\n", b"\n\n", b"null", b"[]", b"{}",
-         b'"', b"\\", b"1e400", b"-0", b"18446744073709551616", b"9007199254740992",
-         deep(65), deep(2000), b'{"a":1,"a":2}', b"\\ud800", b"\xe2\x80\x94 ", b"==",
-         b'[{"op":"add"}]']
+NASTY = [
+    b"",
+    b"\r",
+    b"\x00",
+    b"\xff",
+    b"\xc3\x28",
+    b"\n",
+    b"\n\n",
+    b"null",
+    b"[]",
+    b"{}",
+    b'"',
+    b"\\",
+    b"1e400",
+    b"-0",
+    b"18446744073709551616",
+    b"9007199254740992",
+    deep(65),
+    deep(2000),
+    b'{"a":1,"a":2}',
+    b"\\ud800",
+    b"\xe2\x80\x94 ",
+    b"==",
+    b'[{"op":"add"}]',
+]
 
 
 # JSON values of every type and of hostile size and depth.
-VALUES = [b"null", b"true", b"0", b"-1", b"1.5", b"1e20", b"1e400", b"100000000000000000000",
-          b"18446744073709551616", b"9007199254740992", b'""', b'"x"', b"[]", b"{}",
-          b"[1,2]", b'{"a":1}', deep(65), deep(2000), b'"\\u0000"', b'"' + b"A" * 5000 + b'"']
+VALUES = [
+    b"null",
+    b"true",
+    b"0",
+    b"-1",
+    b"1.5",
+    b"1e20",
+    b"1e400",
+    b"100000000000000000000",
+    b"18446744073709551616",
+    b"9007199254740992",
+    b'""',
+    b'"x"',
+    b"[]",
+    b"{}",
+    b"[1,2]",
+    b'{"a":1}',
+    deep(65),
+    deep(2000),
+    b'"\\u0000"',
+    b'"' + b"A" * 5000 + b'"',
+]
 
 
 class Mutated(bytes):
@@ -831,8 +1393,22 @@ def mutations(draw: st.DrawFn, data: bytes) -> Mutated:
     doubled, swapped or replaced; one member of a record (or of an event's payload)
     given a value of another type, size or depth."""
     lines = lines_of(data)
-    kind = draw(st.sampled_from(["flip", "set", "cut", "insert", "drop", "double", "swap",
-                                 "replace", "truncate", *["member"] * 9]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "flip",
+                "set",
+                "cut",
+                "insert",
+                "drop",
+                "double",
+                "swap",
+                "replace",
+                "truncate",
+                *["member"] * 9,
+            ]
+        )
+    )
     if kind == "member":  # one member of one record given a hostile value
         i = draw(st.integers(0, 3) | st.integers(0, len(lines) - 1))
         record = raw_members(lines[i])
@@ -855,15 +1431,17 @@ def mutations(draw: st.DrawFn, data: bytes) -> Mutated:
         return _mutated(bytes(changed), f"byte {offset} ^ {bit:#x}")
     if kind == "set":
         value = draw(st.integers(0, 255))
-        return _mutated(data[:offset] + bytes([value]) + data[offset + 1:],
-                        f"byte {offset} = {value:#x}")
+        return _mutated(
+            data[:offset] + bytes([value]) + data[offset + 1 :], f"byte {offset} = {value:#x}"
+        )
     if kind == "cut":
         n = draw(st.integers(1, 64))
-        return _mutated(data[:offset] + data[offset + n:], f"{n} bytes cut at {offset}")
+        return _mutated(data[:offset] + data[offset + n :], f"{n} bytes cut at {offset}")
     if kind == "insert":
         fragment = draw(st.sampled_from(NASTY) | st.binary(min_size=1, max_size=8))
-        return _mutated(data[:offset] + fragment + data[offset:],
-                        f"{fragment[:40]!r} inserted at {offset}")
+        return _mutated(
+            data[:offset] + fragment + data[offset:], f"{fragment[:40]!r} inserted at {offset}"
+        )
     if kind == "truncate":
         return _mutated(data[:offset], f"cut off after {offset} bytes")
     i = draw(st.integers(0, len(lines) - 1))
@@ -878,16 +1456,18 @@ def mutations(draw: st.DrawFn, data: bytes) -> Mutated:
         lines[i], lines[j] = lines[j], lines[i]
         how = f"lines {i + 1} and {j + 1} swapped"
     else:
-        lines[i] = draw(st.sampled_from(NASTY) | st.binary(max_size=32).filter(
-            lambda b: b"\n" not in b))
+        lines[i] = draw(
+            st.sampled_from(NASTY) | st.binary(max_size=32).filter(lambda b: b"\n" not in b)
+        )
         how = f"line {i + 1} = {lines[i][:40]!r}"
     return _mutated(joined(lines), how)
 
 
 @hostile
 @given(data=st.data())
-def test_any_change_to_a_bundle_is_reported_never_raised(source: Source, tmp_path: Path,
-                                                         data: st.DataObject) -> None:
+def test_any_change_to_a_bundle_is_reported_never_raised(
+    source: Source, tmp_path: Path, data: st.DataObject
+) -> None:
     """No exception but a refusal to read the file escapes ``load_bundle`` or
     ``verify_bundle``, and a bundle changed in any way is not reported ok."""
     which = data.draw(st.sampled_from(["whole log", "plan P-1"]))

@@ -105,8 +105,7 @@ finite_floats = st.floats(allow_nan=False, allow_infinity=False)
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 json_values = st.recursive(
     st.none() | st.booleans() | safe_ints | finite_floats | texts,
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(texts, children, max_size=5),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(texts, children, max_size=5),
     max_leaves=30,
 )
 
@@ -131,8 +130,12 @@ class _Sample(msgspec.Struct, tag_field="type", tag="sample", kw_only=True):
 
 
 @settings(max_examples=400, deadline=None)
-@given(safe_ints, texts, json_values, st.lists(st.dictionaries(texts, json_values, max_size=3),
-                                               max_size=3))
+@given(
+    safe_ints,
+    texts,
+    json_values,
+    st.lists(st.dictionaries(texts, json_values, max_size=3), max_size=3),
+)
 def test_structs_match_the_oracle(count: int, label: str, data: object, items: list) -> None:
     sample = _Sample(count=count, label=label, data=data, items=items)
     assert canonical_struct(sample) == rfc8785.dumps(msgspec.to_builtins(sample))

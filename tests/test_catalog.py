@@ -28,8 +28,14 @@ def test_every_type_declares_its_stream_delta_and_version() -> None:
     names = [cls.type_name() for cls in ALL_EVENT_TYPES]
     assert len(names) == len(set(names))
     for cls in ALL_EVENT_TYPES:
-        assert cls.STREAM.split(":")[0] in {"tool", "skill", "attachment", "approver",
-                                            "plan", "review"}, cls
+        assert cls.STREAM.split(":")[0] in {
+            "tool",
+            "skill",
+            "attachment",
+            "approver",
+            "plan",
+            "review",
+        }, cls
         assert cls.DELTA and cls.__doc__, cls
         assert cls.SCHEMA_VERSION >= 1
 
@@ -37,25 +43,56 @@ def test_every_type_declares_its_stream_delta_and_version() -> None:
 def test_the_mission_vocabulary_is_covered() -> None:
     names = {cls.type_name() for cls in ALL_EVENT_TYPES}
     for needed in [
-        "tool.registered", "validation.registered", "skill.defined", "attachment.created",
-        "attachment.detached", "plan.created", "plan.execute_entered", "gate.checked",
-        "tool.called", "validation.run_started", "validation.result_recorded",
-        "validation.run_completed", "plan.fix_recorded", "plan.strategy_revision_requested",
-        "plan.escalated", "plan.decision_recorded", "plan.token_minted",
-        "plan.token_consumed", "plan.halted", "plan.compensation_requested",
-        "plan.applied", "review.started", "review.report_committed", "approver_key.added",
+        "tool.registered",
+        "validation.registered",
+        "skill.defined",
+        "attachment.created",
+        "attachment.detached",
+        "plan.created",
+        "plan.execute_entered",
+        "gate.checked",
+        "tool.called",
+        "validation.run_started",
+        "validation.result_recorded",
+        "validation.run_completed",
+        "plan.fix_recorded",
+        "plan.strategy_revision_requested",
+        "plan.escalated",
+        "plan.decision_recorded",
+        "plan.token_minted",
+        "plan.token_consumed",
+        "plan.halted",
+        "plan.compensation_requested",
+        "plan.applied",
+        "review.started",
+        "review.report_committed",
+        "approver_key.added",
         "approver_key.revoked",
     ]:
         assert needed in names
 
 
 def test_payloads_decode_through_the_tagged_union() -> None:
-    halt = PlanHalted(plan_id="P-1", halt_type="environment_error",
-                      final_decision="environment_error", raw_halt_type="coder_missing",
-                      reason="pytest not on PATH", hint="pip install pytest",
-                      phase="execute", attempt=1)
-    gate = GateChecked(plan_id="P-1", gate="input", tool="ghost", verdict="fail",
-                       attempt=1, iteration=1, strict_mode=False, checked_sha256="0" * 64)
+    halt = PlanHalted(
+        plan_id="P-1",
+        halt_type="environment_error",
+        final_decision="environment_error",
+        raw_halt_type="coder_missing",
+        reason="pytest not on PATH",
+        hint="pip install pytest",
+        phase="execute",
+        attempt=1,
+    )
+    gate = GateChecked(
+        plan_id="P-1",
+        gate="input",
+        tool="ghost",
+        verdict="fail",
+        attempt=1,
+        iteration=1,
+        strict_mode=False,
+        checked_sha256="0" * 64,
+    )
     for payload in (halt, gate):
         assert msgspec.json.decode(msgspec.json.encode(payload), type=AnyEvent) == payload
     assert halt.default_stream() == "plan:P-1"
@@ -77,8 +114,7 @@ BLOB_REFERENCES = {
 
 
 def test_blob_fields_are_declared_where_the_plane_stores_blobs() -> None:
-    declared = {cls.type_name(): cls.BLOB_FIELDS for cls in ALL_EVENT_TYPES
-                if cls.BLOB_FIELDS}
+    declared = {cls.type_name(): cls.BLOB_FIELDS for cls in ALL_EVENT_TYPES if cls.BLOB_FIELDS}
     assert declared == BLOB_REFERENCES
     assert set(DEFAULT_CATALOG.blob_readers()) == set(BLOB_REFERENCES)
     assert "- blob references: `schema_sha256`, `checked_sha256`\n" in render()
@@ -111,26 +147,56 @@ def test_a_catalog_refuses_a_blob_field_that_is_not_a_field() -> None:
 
 
 def test_blob_refs_from_the_payload_and_from_its_stored_bytes() -> None:
-    gate = GateChecked(plan_id="P-1", gate="input", tool="ghost", verdict="fail",
-                       attempt=1, iteration=1, strict_mode=False, checked_sha256="ab" * 32)
+    gate = GateChecked(
+        plan_id="P-1",
+        gate="input",
+        tool="ghost",
+        verdict="fail",
+        attempt=1,
+        iteration=1,
+        strict_mode=False,
+        checked_sha256="ab" * 32,
+    )
     assert gate.blob_refs() == [("checked_sha256", "ab" * 32)]  # None is no reference
     with_schema = msgspec.structs.replace(gate, schema_sha256="cd" * 32)
-    assert with_schema.blob_refs() == [("schema_sha256", "cd" * 32),
-                                       ("checked_sha256", "ab" * 32)]
+    assert with_schema.blob_refs() == [("schema_sha256", "cd" * 32), ("checked_sha256", "ab" * 32)]
     for payload in (gate, with_schema):
-        assert DEFAULT_CATALOG.blob_refs(payload.type_name(), payload.SCHEMA_VERSION,
-                                         canonical_struct(payload)) == payload.blob_refs()
+        assert (
+            DEFAULT_CATALOG.blob_refs(
+                payload.type_name(), payload.SCHEMA_VERSION, canonical_struct(payload)
+            )
+            == payload.blob_refs()
+        )
     # Only the payload's own fields count: a member of the same name nested in free-form
     # data is no reference.
     result = ValidationResultRecorded(
-        plan_id="P-1", run_id="r", attachment_id="a", validation="v", mode="required",
-        verdict=True, data={"raw_output_sha256": "ef" * 32}, started_at="t", ended_at="t",
-        duration_ms=0)
+        plan_id="P-1",
+        run_id="r",
+        attachment_id="a",
+        validation="v",
+        mode="required",
+        verdict=True,
+        data={"raw_output_sha256": "ef" * 32},
+        started_at="t",
+        ended_at="t",
+        duration_ms=0,
+    )
     assert result.blob_refs() == []
-    assert DEFAULT_CATALOG.blob_refs(result.type_name(), result.SCHEMA_VERSION,
-                                     canonical_struct(result)) == []
-    halt = PlanHalted(plan_id="P-1", halt_type="blocker", final_decision="blocker",
-                      raw_halt_type="x", reason="x", phase="execute", attempt=1)
+    assert (
+        DEFAULT_CATALOG.blob_refs(
+            result.type_name(), result.SCHEMA_VERSION, canonical_struct(result)
+        )
+        == []
+    )
+    halt = PlanHalted(
+        plan_id="P-1",
+        halt_type="blocker",
+        final_decision="blocker",
+        raw_halt_type="x",
+        reason="x",
+        phase="execute",
+        attempt=1,
+    )
     assert halt.blob_refs() == []
     assert DEFAULT_CATALOG.blob_refs("plan.halted", 1, canonical_struct(halt)) == []
     assert DEFAULT_CATALOG.blob_refs("not.a.type", 1, b"{}") == []

@@ -245,8 +245,14 @@ def test_integer_tokens_are_integers(raw: bytes) -> None:
     assert check(INTEGER, raw) == []
 
 
-@pytest.mark.parametrize("raw", [b'{"n": 9007199254740992}', b'{"n": -9007199254740992}',
-                                 b'{"n": 123456789012345678901234567890}'])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"n": 9007199254740992}',
+        b'{"n": -9007199254740992}',
+        b'{"n": 123456789012345678901234567890}',
+    ],
+)
 def test_integers_beyond_2_53_are_not_usable_json(raw: bytes) -> None:
     # No JSON reader is bound to represent them exactly: the gate judges them, at /n.
     [deviation] = check(INTEGER, raw)
@@ -701,6 +707,8 @@ def _within_input_rules(instance: Any) -> bool:
 def usable(schema: Any) -> st.SearchStrategy[Any]:
     """Instances of ``schema`` an input may carry (integers within ±(2^53 - 1), ...)."""
     return from_schema(schema).filter(_within_input_rules)
+
+
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 
 

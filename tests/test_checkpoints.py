@@ -43,10 +43,14 @@ ROOTS = {int(k): bytes.fromhex(v) for k, v in VECTORS["roots_by_size"].items()}
 
 # golang.org/x/mod/sumdb/note: the package documentation's example note and key.
 GO_SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
-GO_TEXT = ("If you think cryptography is the answer to your problem,\n"
-           "then you don't know what your problem is.\n")
-GO_NOTE = (GO_TEXT + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUg"
-           "YN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n")
+GO_TEXT = (
+    "If you think cryptography is the answer to your problem,\n"
+    "then you don't know what your problem is.\n"
+)
+GO_NOTE = (
+    GO_TEXT + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUg"
+    "YN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+)
 
 
 def _go_key() -> Ed25519PrivateKey:
@@ -82,37 +86,47 @@ def test_checkpoint_text_format_and_round_trip() -> None:
     blob = base64.b64decode(lines[4].rsplit(" ", 1)[1])
     assert blob[:4] == key_hash("example.com/log", key) and len(blob) == 68
     checkpoint = verify_checkpoint_signature(text, key.public_key())
-    assert (checkpoint.origin, checkpoint.size, checkpoint.root) == (
-        "example.com/log", 7, ROOTS[7])
+    assert (checkpoint.origin, checkpoint.size, checkpoint.root) == ("example.com/log", 7, ROOTS[7])
     # A co-signer's line is ignored; the known key's line still has to verify.
     other = Ed25519PrivateKey.generate()
-    cosigned = text + sign_note(text.partition("\n\n")[0] + "\n", other, "witness").split(
-        "\n\n")[1]
+    cosigned = text + sign_note(text.partition("\n\n")[0] + "\n", other, "witness").split("\n\n")[1]
     assert verify_checkpoint_signature(cosigned, key.public_key()).size == 7
     assert verify_checkpoint_signature(cosigned, other.public_key()).size == 7
 
 
-@pytest.mark.parametrize("mangle", [
-    lambda t: t.replace("\n7\n", "\n8\n"),  # a different size, same signature
-    lambda t: t.replace("example.com/log\n", "example.com/other\n", 1),
-    lambda t: t[:-10] + ("A" if t[-10] != "A" else "B") + t[-9:],  # a changed signature
-])
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda t: t.replace("\n7\n", "\n8\n"),  # a different size, same signature
+        lambda t: t.replace("example.com/log\n", "example.com/other\n", 1),
+        lambda t: t[:-10] + ("A" if t[-10] != "A" else "B") + t[-9:],  # a changed signature
+    ],
+)
 def test_an_altered_checkpoint_fails_its_signature(mangle) -> None:
     key = Ed25519PrivateKey.generate()
     with pytest.raises(CheckpointError):
         verify_checkpoint_signature(mangle(_checkpoint(7, key)), key.public_key())
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("origin\n7\n" + base64.b64encode(b"x" * 32).decode() + "\n", "blank line"),
-    ("origin\n07\n" + base64.b64encode(b"x" * 32).decode() + "\n\n\u2014 a AAAAAAA=\n",
-     "not a decimal"),
-    ("origin\n7\n" + base64.b64encode(b"x" * 31).decode() + "\n\n\u2014 a AAAAAAA=\n",
-     "32 bytes"),
-    ("origin\n7\n" + base64.b64encode(b"x" * 32).decode() + "\n\n- a AAAAAAA=\n",
-     "malformed signature"),
-    ("origin\r\n7\n", "line endings"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("origin\n7\n" + base64.b64encode(b"x" * 32).decode() + "\n", "blank line"),
+        (
+            "origin\n07\n" + base64.b64encode(b"x" * 32).decode() + "\n\n\u2014 a AAAAAAA=\n",
+            "not a decimal",
+        ),
+        (
+            "origin\n7\n" + base64.b64encode(b"x" * 31).decode() + "\n\n\u2014 a AAAAAAA=\n",
+            "32 bytes",
+        ),
+        (
+            "origin\n7\n" + base64.b64encode(b"x" * 32).decode() + "\n\n- a AAAAAAA=\n",
+            "malformed signature",
+        ),
+        ("origin\r\n7\n", "line endings"),
+    ],
+)
 def test_malformed_checkpoints_are_refused(text: str, fragment: str) -> None:
     with pytest.raises(CheckpointError, match=fragment):
         parse_checkpoint(text)
@@ -126,8 +140,9 @@ def test_inclusion_proofs_match_the_vectors(case: dict) -> None:
     index, size = case["leaf_index"], case["tree_size"]
     proof = inclusion_from_leaves(LEAVES[:size], index + 1)
     assert proof.proof == case["proof"] and proof.root == ROOTS[size].hex()
-    assert verify_inclusion(LEAVES[index], index, size,
-                            [bytes.fromhex(p) for p in proof.proof], ROOTS[size])
+    assert verify_inclusion(
+        LEAVES[index], index, size, [bytes.fromhex(p) for p in proof.proof], ROOTS[size]
+    )
 
 
 @pytest.mark.parametrize("case", VECTORS["consistency_proofs"], ids=lambda c: str(c))
@@ -159,7 +174,8 @@ def kept(db_url: str) -> Iterator[tuple[ledger.Store, sa.Engine, dict[int, str],
         store.append(f"plan:{plan}", [strategy(plan, f"strategy {i + 1}", revision=i)])
         head = store.head()
         notes[head.size] = sign_checkpoint(
-            Checkpoint(origin="test/ledger", size=head.size, root=head.root), key)
+            Checkpoint(origin="test/ledger", size=head.size, root=head.root), key
+        )
     attacker = sa.create_engine(db_url)
     try:
         yield store, attacker, notes, key
@@ -173,9 +189,13 @@ def test_prove_inclusion_from_the_store(kept) -> None:
     leaves = stored_leaves(store)
     for position, size in [(1, 30), (17, 30), (30, 30), (3, 5), (5, 5)]:
         proof = prove_inclusion(store, position, size)
-        assert verify_inclusion(leaves[position - 1], position - 1, size,
-                                [bytes.fromhex(p) for p in proof.proof],
-                                bytes.fromhex(proof.root))
+        assert verify_inclusion(
+            leaves[position - 1],
+            position - 1,
+            size,
+            [bytes.fromhex(p) for p in proof.proof],
+            bytes.fromhex(proof.root),
+        )
     assert prove_inclusion(store, 30).root == store.head().root.hex()
     with pytest.raises(CheckpointError, match="not within"):
         prove_inclusion(store, 31)
@@ -199,8 +219,9 @@ def test_a_checkpoint_with_a_bad_signature_fails(kept) -> None:
     assert not report.ok and [p.kind for p in report.problems] == ["checkpoint_signature"]
     # Signed by the right key name but another key: the key hash does not match either.
     head = store.head()
-    forged = sign_checkpoint(Checkpoint(origin="test/ledger", size=head.size, root=head.root),
-                             stranger)
+    forged = sign_checkpoint(
+        Checkpoint(origin="test/ledger", size=head.size, root=head.root), stranger
+    )
     report = verify_against_checkpoint(store, forged, key.public_key())
     assert not report.ok and report.checkpoint.signature_ok is False
     # A valid signature line pasted under another tree head.
@@ -217,8 +238,9 @@ def test_a_rewritten_suffix_fails_against_a_kept_checkpoint(kept) -> None:
     backend = store.backend
     with attacker.begin() as conn:
         for name, table in tamper.TRIGGERS[backend]:
-            conn.exec_driver_sql(f"DROP TRIGGER {name}"
-                                 + (f" ON {table}" if backend == "postgresql" else ""))
+            conn.exec_driver_sql(
+                f"DROP TRIGGER {name}" + (f" ON {table}" if backend == "postgresql" else "")
+            )
         first = tamper.EVENTS - 4
         for row in tamper._rows(conn):
             if row["position"] >= first:
@@ -240,8 +262,9 @@ def test_a_truncated_log_fails_against_a_kept_checkpoint(kept) -> None:
     backend = store.backend
     with attacker.begin() as conn:
         for name, table in tamper.TRIGGERS[backend]:
-            conn.exec_driver_sql(f"DROP TRIGGER {name}"
-                                 + (f" ON {table}" if backend == "postgresql" else ""))
+            conn.exec_driver_sql(
+                f"DROP TRIGGER {name}" + (f" ON {table}" if backend == "postgresql" else "")
+            )
         conn.exec_driver_sql(f"DELETE FROM events WHERE position > {tamper.EVENTS - 3}")
         tamper._rewrite_head(conn)
     report = verify_against_checkpoint(store, notes[tamper.EVENTS], key.public_key())
@@ -261,8 +284,9 @@ def test_checkpoint_prove_and_verify_cli(sqlite_url: str, tmp_path: Path) -> Non
     text = made.stdout
     checkpoint, _signatures = parse_checkpoint(text)
     assert checkpoint.size == 5 and checkpoint.origin.startswith("evidence-ledger/")
-    as_json = json.loads(run_cli("checkpoint", "--json", "--origin", "me.example/log",
-                              "--db", sqlite_url).stdout)
+    as_json = json.loads(
+        run_cli("checkpoint", "--json", "--origin", "me.example/log", "--db", sqlite_url).stdout
+    )
     assert as_json["origin"] == "me.example/log" and as_json["size"] == 5
     public = tmp_path / "plane.pub"
     public.write_text(as_json["public_key"])
@@ -292,12 +316,27 @@ def test_checkpoint_prove_and_verify_cli(sqlite_url: str, tmp_path: Path) -> Non
     assert "signature ok, consistent" in ok.stdout
     with ledger.open(sqlite_url) as store:
         store.append("plan:P-9", [strategy("P-9", "later")])
-    ok = run_cli("verify", "--checkpoint", str(kept), "--public-key", str(public),
-                  "--json", "--db", sqlite_url)
+    ok = run_cli(
+        "verify",
+        "--checkpoint",
+        str(kept),
+        "--public-key",
+        str(public),
+        "--json",
+        "--db",
+        sqlite_url,
+    )
     report = json.loads(ok.stdout)
     assert ok.returncode == 0 and report["ok"] and report["checkpoint"]["consistent"]
     assert report["verify"]["size"] == 6 and len(report["checkpoint"]["consistency_proof"]) > 0
-    wrong = run_cli("verify", "--checkpoint", str(kept), "--public-key",
-                     f"{pair.private_path}.pub", "--db", sqlite_url)
+    wrong = run_cli(
+        "verify",
+        "--checkpoint",
+        str(kept),
+        "--public-key",
+        f"{pair.private_path}.pub",
+        "--db",
+        sqlite_url,
+    )
     assert wrong.returncode == 1 and "checkpoint_signature" in wrong.stdout
     assert_refused(run_cli("checkpoint", "--origin", "has space", "--db", sqlite_url), "origin")

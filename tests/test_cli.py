@@ -31,8 +31,9 @@ def test_version() -> None:
 def test_the_entry_point_runs_as_a_process(tmp_path: Path) -> None:
     # Once as a real process: `python -m commands.cli` itself, its exit codes and stderr.
     assert ledger.__version__ in run_cli_process("--version").stdout
-    assert_refused(run_cli_process("events", "--db", f"sqlite:///{tmp_path / 'none.db'}"),
-                   "evidence init")
+    assert_refused(
+        run_cli_process("events", "--db", f"sqlite:///{tmp_path / 'none.db'}"), "evidence init"
+    )
 
 
 def test_init_defaults_to_evidence_db_in_the_working_directory(tmp_path: Path) -> None:
@@ -63,13 +64,15 @@ def test_db_before_and_after_the_command(db_url: str) -> None:
 
 def test_events_filters_and_table(db_url: str) -> None:
     _seed(db_url, 8)
-    page = json.loads(run("events", "--db", db_url, "--from", "3", "--limit", "2",
-                          "--json").stdout)["events"]
+    page = json.loads(
+        run("events", "--db", db_url, "--from", "3", "--limit", "2", "--json").stdout
+    )["events"]
     assert [e["position"] for e in page] == [3, 4]
     one = json.loads(run("events", "--db", db_url, "--stream", "plan:P-1", "--json").stdout)
     assert {e["stream"] for e in one["events"]} == {"plan:P-1"}
-    created = json.loads(run("events", "--db", db_url, "--type", "plan.created",
-                             "--json").stdout)["events"]
+    created = json.loads(run("events", "--db", db_url, "--type", "plan.created", "--json").stdout)[
+        "events"
+    ]
     assert [e["type"] for e in created] == ["plan.created"]
     assert created[0]["payload"]["plan_id"] == "P-1"
     table = run("events", "--db", db_url)

@@ -54,8 +54,10 @@ def _run_workers(db_url: str) -> list[WorkerReport]:
         for _ in processes:
             reports.append(results.get(timeout=RESULT_TIMEOUT_S))
     except queue.Empty:
-        pytest.fail(f"only {len(reports)} of {WORKERS} workers reported; exit codes: "
-                    f"{[p.exitcode for p in processes]}")
+        pytest.fail(
+            f"only {len(reports)} of {WORKERS} workers reported; exit codes: "
+            f"{[p.exitcode for p in processes]}"
+        )
     finally:
         for p in processes:
             p.join(timeout=RESULT_TIMEOUT_S)
@@ -134,8 +136,9 @@ def test_verify_is_not_fooled_by_an_append_between_its_reads(
         store.append("plan:P-1", [plan_created("P-1")], ledger.NO_STREAM)
         rows = Snapshot.rows
 
-        def rows_then_let_a_writer_commit(self: Snapshot, *args: Any, **kwargs: Any
-                                          ) -> Iterator[Any]:
+        def rows_then_let_a_writer_commit(
+            self: Snapshot, *args: Any, **kwargs: Any
+        ) -> Iterator[Any]:
             # Deterministic version of a live ledger: a real append commits after verify
             # has read the head and the rows, before it reads the blobs.
             yield from rows(self, *args, **kwargs)

@@ -67,7 +67,8 @@ def _start_child_and_kill_it(
     ctx = multiprocessing.get_context("spawn")
     size_before = store.head().size
     child = ctx.Process(
-        target=crash_worker, args=(db_url, round_id, str(marker), rng.randrange(2**32)),
+        target=crash_worker,
+        args=(db_url, round_id, str(marker), rng.randrange(2**32)),
         daemon=True,
     )
     child.start()
@@ -76,8 +77,9 @@ def _start_child_and_kill_it(
         deadline = time.monotonic() + START_TIMEOUT_S
         while store.head().size == size_before:
             if not child.is_alive():
-                pytest.fail(f"round {round_id}: the writer died on its own "
-                            f"(exit code {child.exitcode})")
+                pytest.fail(
+                    f"round {round_id}: the writer died on its own (exit code {child.exitcode})"
+                )
             if time.monotonic() > deadline:
                 pytest.fail(f"round {round_id}: the writer never committed a batch")
             time.sleep(0.002)
@@ -89,9 +91,7 @@ def _start_child_and_kill_it(
 
 
 @pytest.mark.slow
-def test_sigkilled_writer_leaves_whole_batches_and_a_valid_log(
-    db_url: str, tmp_path: Path
-) -> None:
+def test_sigkilled_writer_leaves_whole_batches_and_a_valid_log(db_url: str, tmp_path: Path) -> None:
     rng = random.Random(20_260_101)
     store = ledger.open(db_url)
     in_flight_rounds = in_flight_committed = 0
@@ -125,9 +125,7 @@ def test_sigkilled_writer_leaves_whole_batches_and_a_valid_log(
 
             # Positions are dense and the head agrees with the rows.
             head = store.head()
-            assert [e.position for e in new_events] == list(
-                range(previous.size + 1, head.size + 1)
-            )
+            assert [e.position for e in new_events] == list(range(previous.size + 1, head.size + 1))
             report = verify_store(
                 store, against=TreeHeadRef(size=previous.size, root=previous.root.hex())
             )
@@ -136,7 +134,8 @@ def test_sigkilled_writer_leaves_whole_batches_and_a_valid_log(
 
             # The ledger still takes writes: the dead writer left no lock or bad head.
             positions = store.append(
-                f"after-crash:{round_id}", [strategy("parent", "after the kill", round_id)],
+                f"after-crash:{round_id}",
+                [strategy("parent", "after the kill", round_id)],
                 ledger.NO_STREAM,
             )
             assert positions == [head.size + 1]
@@ -147,8 +146,9 @@ def test_sigkilled_writer_leaves_whole_batches_and_a_valid_log(
         # The kills did land mid-append: the child spends nearly all its time inside
         # store.append, so over 20 rounds some kill found a batch begun but not done.
         assert in_flight_rounds > 0
-        print(f"{in_flight_rounds}/{ROUNDS} kills landed during an append "
-              f"({in_flight_committed} of those batches had committed)")
+        print(
+            f"{in_flight_rounds}/{ROUNDS} kills landed during an append "
+            f"({in_flight_committed} of those batches had committed)"
+        )
     finally:
         store.close()
-

@@ -14,12 +14,13 @@ from ledger.canonical import canonical_json
 from ledger.envelope import GENESIS_CHAIN, chain_next, leaf_bytes
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20)
-ulids = st.text("0123456789ABCDEFGHJKMNPQRSTVWXYZ", min_size=25, max_size=25).map(
-    lambda s: "0" + s
-)
+ulids = st.text("0123456789ABCDEFGHJKMNPQRSTVWXYZ", min_size=25, max_size=25).map(lambda s: "0" + s)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53 - 1), 2**53 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False) | texts,
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53 - 1), 2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts,
     lambda c: st.lists(c, max_size=3) | st.dictionaries(texts, c, max_size=3),
     max_leaves=12,
 )
@@ -40,20 +41,46 @@ json_values = st.recursive(
     delta=st.lists(json_values, max_size=3),
 )
 def test_leaf_bytes_are_the_rfc8785_envelope(
-    position, event_id, stream, stream_version, type_name, schema_version, actor,
-    correlation_id, causation_id, payload, delta,
+    position,
+    event_id,
+    stream,
+    stream_version,
+    type_name,
+    schema_version,
+    actor,
+    correlation_id,
+    causation_id,
+    payload,
+    delta,
 ) -> None:
     recorded_at = "2026-11-29T20:07:13.123456Z"
     built = leaf_bytes(
-        position, event_id, stream, stream_version, type_name, schema_version, recorded_at,
-        actor, correlation_id, causation_id, canonical_json(payload), canonical_json(delta),
+        position,
+        event_id,
+        stream,
+        stream_version,
+        type_name,
+        schema_version,
+        recorded_at,
+        actor,
+        correlation_id,
+        causation_id,
+        canonical_json(payload),
+        canonical_json(delta),
     )
     envelope = {
-        "position": position, "event_id": event_id, "stream": stream,
-        "stream_version": stream_version, "type": type_name,
-        "schema_version": schema_version, "recorded_at": recorded_at, "actor": actor,
-        "correlation_id": correlation_id, "causation_id": causation_id,
-        "payload": payload, "delta": delta,
+        "position": position,
+        "event_id": event_id,
+        "stream": stream,
+        "stream_version": stream_version,
+        "type": type_name,
+        "schema_version": schema_version,
+        "recorded_at": recorded_at,
+        "actor": actor,
+        "correlation_id": correlation_id,
+        "causation_id": causation_id,
+        "payload": payload,
+        "delta": delta,
     }
     assert built == rfc8785.dumps(envelope)
     assert json.loads(built) == json.loads(rfc8785.dumps(envelope))

@@ -30,8 +30,9 @@ def _types(db_url: str, plan: str) -> list[str]:
 
 
 def _run(db_url: str, *args: str, cwd: Path) -> dict:
-    result = run_cli("run", *args, "--json", "--db", db_url, "--workdir", str(cwd / "runs"),
-                     cwd=cwd)
+    result = run_cli(
+        "run", *args, "--json", "--db", db_url, "--workdir", str(cwd / "runs"), cwd=cwd
+    )
     assert result.returncode in (0, 1), result.stderr
     return json.loads(result.stdout)["run"]
 
@@ -46,11 +47,18 @@ def test_green_after_fix(db_url: str, copy) -> None:
     assert types[:3] == ["plan.created", "plan.strategy_recorded", "plan.execute_entered"]
     assert types.count("validation.run_completed") == 2
     assert "plan.fix_recorded" in types
-    assert types[-4:] == ["plan.token_minted", "plan.token_consumed", "plan.changes_recorded",
-                          "plan.applied"]
+    assert types[-4:] == [
+        "plan.token_minted",
+        "plan.token_consumed",
+        "plan.changes_recorded",
+        "plan.applied",
+    ]
     with ledger.open(db_url) as store:
-        results = [e.payload for e in store.read_stream("plan:green-after-fix")
-                   if e.type == "validation.result_recorded"]
+        results = [
+            e.payload
+            for e in store.read_stream("plan:green-after-fix")
+            if e.type == "validation.result_recorded"
+        ]
     lint = [r for r in results if r.validation == "short-lines"]
     assert lint and all(r.mode == "informational" and r.verdict is False for r in lint)
 
@@ -62,8 +70,13 @@ def test_strict_output_deviation(db_url: str, copy) -> None:
     assert run["state"] == "compensated"
     assert run["halt"]["raw_halt_type"] == "structural_deviation"
     types = _types(db_url, "strict-output-deviation")
-    assert types[-5:] == ["tool.called", "gate.checked", "plan.compensation_requested",
-                          "plan.halted", "plan.compensation_completed"]
+    assert types[-5:] == [
+        "tool.called",
+        "gate.checked",
+        "plan.compensation_requested",
+        "plan.halted",
+        "plan.compensation_completed",
+    ]
     assert "plan.applied" not in types and "validation.run_started" not in types
     assert (root / "project" / "notes.md").read_text() == before
 
@@ -76,17 +89,27 @@ def test_escalation_then_resume(db_url: str, copy) -> None:
     key = root / "alice.key"
     assert run_cli("keys", "generate", "--out", str(key)).returncode == 0
     assert run_cli("keys", "add", "alice", f"{key}.pub", "--db", db_url).returncode == 0
-    decided = run_cli("authorize", run["decision_id"], "--key", str(key), "--revise",
-                      "fix calc.add", "--db", db_url)
+    decided = run_cli(
+        "authorize",
+        run["decision_id"],
+        "--key",
+        str(key),
+        "--revise",
+        "fix calc.add",
+        "--db",
+        db_url,
+    )
     assert decided.returncode == 0, decided.stderr
     resumed = _run(db_url, "--resume", "escalation", cwd=root)
     assert (resumed["state"], resumed["outcome"]) == ("applied", "pass")
     assert "return a + b" in (root / "project" / "calc.py").read_text()
     types = _types(db_url, "escalation")
     assert types.count("plan.strategy_revision_requested") == 1
-    escalated, decision, minted = (types.index("plan.escalated"),
-                                   types.index("plan.decision_recorded"),
-                                   types.index("plan.token_minted"))
+    escalated, decision, minted = (
+        types.index("plan.escalated"),
+        types.index("plan.decision_recorded"),
+        types.index("plan.token_minted"),
+    )
     assert escalated < decision < minted  # a token only after the human decided
 
 
@@ -99,20 +122,29 @@ def test_registrations_are_idempotent(sqlite_url: str, copy) -> None:
     assert again["state"] == "applied"  # nothing left to fix: passes at once
     with ledger.open(sqlite_url) as store:
         assert [e for e in store.read_all() if e.stream.startswith(("tool:", "attach"))] == (
-            registered)
-    assert_refused(run_cli("run", str(root / "plan.yaml"), "--db", sqlite_url, cwd=root),
-                   "already exists")
+            registered
+        )
+    assert_refused(
+        run_cli("run", str(root / "plan.yaml"), "--db", sqlite_url, cwd=root), "already exists"
+    )
 
 
-@pytest.mark.parametrize(("edit", "fragment"), [
-    (lambda t: t.replace("  project: calc\n", "  project: calc\n  colour: red\n"),
-     "key `plan.colour` (line 7): unknown key"),
-    (lambda t: t.replace("retry_limit: 3", "retry_limit: '3'"), "retry_limit"),
-    (lambda t: t.replace("agent:", "agnt:"), "key `agnt`"),
-    (lambda t: t.replace("    mode: required", "    mode: required\n    writes: true"),
-     "writes"),
-    (lambda t: t + "\n  - : [", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("edit", "fragment"),
+    [
+        (
+            lambda t: t.replace("  project: calc\n", "  project: calc\n  colour: red\n"),
+            "key `plan.colour` (line 7): unknown key",
+        ),
+        (lambda t: t.replace("retry_limit: 3", "retry_limit: '3'"), "retry_limit"),
+        (lambda t: t.replace("agent:", "agnt:"), "key `agnt`"),
+        (
+            lambda t: t.replace("    mode: required", "    mode: required\n    writes: true"),
+            "writes",
+        ),
+        (lambda t: t + "\n  - : [", "not valid YAML"),
+    ],
+)
 def test_plan_file_mistakes_append_nothing(sqlite_url: str, copy, edit, fragment: str) -> None:
     root = copy("green-after-fix")
     plan = root / "plan.yaml"
@@ -120,8 +152,9 @@ def test_plan_file_mistakes_append_nothing(sqlite_url: str, copy, edit, fragment
     result = run_cli("run", str(plan), "--db", sqlite_url, cwd=root)
     assert_refused(result, fragment)
     with ledger.open(sqlite_url) as store:
-        assert [e.type for e in store.read_all()
-                if not e.stream.startswith(("tool:", "attachment:"))] == []
+        assert [
+            e.type for e in store.read_all() if not e.stream.startswith(("tool:", "attachment:"))
+        ] == []
         if "writes" not in fragment:
             assert store.head().size == 0
 

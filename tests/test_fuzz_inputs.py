@@ -46,9 +46,13 @@ from commands.plane.registry import register_tool, register_validation
 from tests.conftest import IN_CI
 from tests.helpers import invoke, status_plan
 
-FUZZ = settings(max_examples=max(300, settings.default.max_examples), deadline=None,
-                derandomize=IN_CI, database=None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=max(300, settings.default.max_examples),
+    deadline=None,
+    derandomize=IN_CI,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 
 # -- the command surface ------------------------------------------------------------------
 
@@ -73,8 +77,9 @@ class Param:
         return f"{' '.join(self.command)} {self.name}"
 
 
-def _leaves(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[
-        tuple[tuple[str, ...], click.Command]]:
+def _leaves(
+    group: click.Group, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     for name, command in sorted(group.commands.items()):
         if isinstance(command, click.Group):
             yield from _leaves(command, (*path, name))
@@ -111,8 +116,7 @@ def surface() -> list[Param]:
             if isinstance(p.type, click.Choice) or p.name in ("db", "help"):
                 continue
             name = p.opts[0] if isinstance(p, click.Option) else p.name or ""
-            params.append(Param(command, name, _kind(command, p),
-                                isinstance(p, click.Argument)))
+            params.append(Param(command, name, _kind(command, p), isinstance(p, click.Argument)))
     return params
 
 
@@ -120,11 +124,26 @@ SURFACE = surface()
 
 # A plausible value for each required parameter, so that the one under test is reached.
 BASE = {
-    "plan_id": "P-1", "--plan": "P-1", "--tool": "echo", "--params": "{}",
-    "--resource": "repo:api", "--project": "api", "validation": "lint", "--step": "s1",
-    "--output": "{}", "--note": "n", "--raw-type": "tool_failure", "--reason": "r",
-    "--strategy": "s", "name": "echo", "attachment_id": "A-1", "task_id": "T-1",
-    "position": "1", "--reviewer": "r", "--html": "out.html", "--out": "out.key",
+    "plan_id": "P-1",
+    "--plan": "P-1",
+    "--tool": "echo",
+    "--params": "{}",
+    "--resource": "repo:api",
+    "--project": "api",
+    "validation": "lint",
+    "--step": "s1",
+    "--output": "{}",
+    "--note": "n",
+    "--raw-type": "tool_failure",
+    "--reason": "r",
+    "--strategy": "s",
+    "name": "echo",
+    "attachment_id": "A-1",
+    "task_id": "T-1",
+    "position": "1",
+    "--reviewer": "r",
+    "--html": "out.html",
+    "--out": "out.key",
 }
 
 
@@ -148,39 +167,108 @@ def argv_for(param: Param, value: str, files: Path) -> list[str]:
 # -- hostile values -----------------------------------------------------------------------
 
 MAX_SAFE = 2**53 - 1
-TERMINAL = ["\x1b[2J", "\x1b]0;PWNED\x07", "[/x]", "[bold red]x[/]", "\r", "\u202e",
-            "\x07", "\x9b31m", "\x7f"]
+TERMINAL = [
+    "\x1b[2J",
+    "\x1b]0;PWNED\x07",
+    "[/x]",
+    "[bold red]x[/]",
+    "\r",
+    "\u202e",
+    "\x07",
+    "\x9b31m",
+    "\x7f",
+]
 
-deep_json = st.integers(65, 20_000).flatmap(lambda n: st.sampled_from([
-    "[" * n + "]" * n, '{"a":' * n + "1" + "}" * n]))
+deep_json = st.integers(65, 20_000).flatmap(
+    lambda n: st.sampled_from(["[" * n + "]" * n, '{"a":' * n + "1" + "}" * n])
+)
 bad_number = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e400"]) | (
-    st.integers(MAX_SAFE + 1, 2**200) | st.integers(-(2**200), -MAX_SAFE - 1)).map(str)
+    st.integers(MAX_SAFE + 1, 2**200) | st.integers(-(2**200), -MAX_SAFE - 1)
+).map(str)
 illegal_json = st.one_of(
     deep_json,
     bad_number.map(lambda n: f'{{"n": {n}}}'),
     bad_number.map(lambda n: f"[1, {n}]"),
-    st.sampled_from(['{"k": 1, "k": 2}', '{"a": {"b": [], "b": {}}}',
-                     '[{"x": 0, "y": 1, "x": 0}]', "", " ", "{", "{} {}", "\udcff",
-                     '"\\ud800"', "[1,]", "{'a': 1}"]),
+    st.sampled_from(
+        [
+            '{"k": 1, "k": 2}',
+            '{"a": {"b": [], "b": {}}}',
+            '[{"x": 0, "y": 1, "x": 0}]',
+            "",
+            " ",
+            "{",
+            "{} {}",
+            "\udcff",
+            '"\\ud800"',
+            "[1,]",
+            "{'a': 1}",
+        ]
+    ),
 )
-hostile_text = st.lists(st.sampled_from(TERMINAL) | st.text(max_size=8).filter(
-    lambda s: "\x00" not in s), min_size=1, max_size=6).map("".join)
+hostile_text = st.lists(
+    st.sampled_from(TERMINAL) | st.text(max_size=8).filter(lambda s: "\x00" not in s),
+    min_size=1,
+    max_size=6,
+).map("".join)
 hostile_name = hostile_text | st.sampled_from(
-    ["..", "../x", "../../etc/passwd", "", " ", "a/../../b", "\udcff", "-", "x" * 5_000,
-     "P-1\n", "~", "%2e%2e", "/dev/zero", "C:\\x"])
-bad_whole = st.sampled_from(["99999999999999999999", str(MAX_SAFE + 1), "-99999999999999",
-                             "1e400", "nan", "inf", "", "1.5", "0x10", "-1"])
-bad_seconds = st.sampled_from(["nan", "inf", "-inf", "1e308", "1e400", "", "-0.5",
-                               "3601", "x"])
-read_paths = st.sampled_from(["/dev/zero", "/dev/urandom", "/", ".", "..", "", "missing",
-                              "../missing", "x" * 5_000, "/proc/self/mem", "\udcff"])
-out_paths = st.sampled_from(["..", ".", "", "x" * 5_000, "a/b/c/missing-dir/x", "\udcff",
-                             "-"])
+    [
+        "..",
+        "../x",
+        "../../etc/passwd",
+        "",
+        " ",
+        "a/../../b",
+        "\udcff",
+        "-",
+        "x" * 5_000,
+        "P-1\n",
+        "~",
+        "%2e%2e",
+        "/dev/zero",
+        "C:\\x",
+    ]
+)
+bad_whole = st.sampled_from(
+    [
+        "99999999999999999999",
+        str(MAX_SAFE + 1),
+        "-99999999999999",
+        "1e400",
+        "nan",
+        "inf",
+        "",
+        "1.5",
+        "0x10",
+        "-1",
+    ]
+)
+bad_seconds = st.sampled_from(["nan", "inf", "-inf", "1e308", "1e400", "", "-0.5", "3601", "x"])
+read_paths = st.sampled_from(
+    [
+        "/dev/zero",
+        "/dev/urandom",
+        "/",
+        ".",
+        "..",
+        "",
+        "missing",
+        "../missing",
+        "x" * 5_000,
+        "/proc/self/mem",
+        "\udcff",
+    ]
+)
+out_paths = st.sampled_from(["..", ".", "", "x" * 5_000, "a/b/c/missing-dir/x", "\udcff", "-"])
 
 STRATEGIES = {
-    "json": illegal_json, "number": bad_whole, "seconds": bad_seconds,
-    "path": read_paths, "out_path": out_paths, "text": hostile_text,
-    "file": read_paths, "name": hostile_name,
+    "json": illegal_json,
+    "number": bad_whole,
+    "seconds": bad_seconds,
+    "path": read_paths,
+    "out_path": out_paths,
+    "text": hostile_text,
+    "file": read_paths,
+    "name": hostile_name,
 }
 MUST_REFUSE = {"json", "number", "seconds"}
 
@@ -200,12 +288,24 @@ def target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Pl
     monkeypatch.chdir(cwd)
     with Plane.open(url) as plane:
         status_plan(plane, tmp_path, {})
-        register_tool(plane, {"name": "echo", "command": [sys.executable, "-c", "print(1)"],
-                              "input_schema": {"type": "object"},
-                              "output_schema": {"type": "object"}})
-        register_validation(plane, {"name": "lint", "mode": "informational",
-                                    "command": ["true"],
-                                    "input_schema": {"type": "object"}})
+        register_tool(
+            plane,
+            {
+                "name": "echo",
+                "command": [sys.executable, "-c", "print(1)"],
+                "input_schema": {"type": "object"},
+                "output_schema": {"type": "object"},
+            },
+        )
+        register_validation(
+            plane,
+            {
+                "name": "lint",
+                "mode": "informational",
+                "command": ["true"],
+                "input_schema": {"type": "object"},
+            },
+        )
         (tmp_path / "tool.json").write_text('{"name": "other", "command": ["true"]}')
         yield plane, tmp_path
 
@@ -214,11 +314,14 @@ def events(plane: Plane) -> int:
     return plane.store.head().size
 
 
-def holds(result: Result, before: int, after: int, *, what: str, must_refuse: bool,
-          agent: bool) -> None:
+def holds(
+    result: Result, before: int, after: int, *, what: str, must_refuse: bool, agent: bool
+) -> None:
     """The invariants every invocation keeps."""
     assert result.exception is None or isinstance(result.exception, SystemExit), (
-        what, repr(result.exception))
+        what,
+        repr(result.exception),
+    )
     output = result.stdout + result.stderr
     assert "Traceback" not in output, (what, output[-2_000:])
     assert result.exit_code in (0, 1, 2), (what, result.exit_code, output[-2_000:])
@@ -233,21 +336,26 @@ def holds(result: Result, before: int, after: int, *, what: str, must_refuse: bo
         assert sequence not in output, (what, "raw terminal sequence in the output")
 
 
-def attack(plane: Plane, files: Path, param: Param, value: str, *,
-           must_refuse: bool) -> Result:
+def attack(plane: Plane, files: Path, param: Param, value: str, *, must_refuse: bool) -> Result:
     argv = argv_for(param, value, files)
     before = events(plane)
     result = invoke(*argv)
-    holds(result, before, events(plane), what=f"{param} = {value[:80]!r}",
-          must_refuse=must_refuse,
-          agent=param.name in _AGENT_BYTES or param.command[0] == "review")
+    holds(
+        result,
+        before,
+        events(plane),
+        what=f"{param} = {value[:80]!r}",
+        must_refuse=must_refuse,
+        agent=param.name in _AGENT_BYTES or param.command[0] == "review",
+    )
     return result
 
 
 @FUZZ
 @given(data=st.data())
-def test_every_parameter_survives_hostile_values(target: tuple[Plane, Path],
-                                                 data: st.DataObject) -> None:
+def test_every_parameter_survives_hostile_values(
+    target: tuple[Plane, Path], data: st.DataObject
+) -> None:
     plane, files = target
     param = data.draw(st.sampled_from(SURFACE), label="parameter")
     value = data.draw(STRATEGIES[param.kind], label="value")
@@ -260,9 +368,17 @@ def test_the_surface_is_all_there() -> None:
     kinds = {p.kind for p in SURFACE}
     assert kinds == set(STRATEGIES), kinds
     names = {str(p) for p in SURFACE}
-    for expected in ("attach --args", "gate input --params", "tail --interval",
-                     "replay --as-of", "verify --checkpoint", "tool register file",
-                     "plan strategize --strategy", "apply --token", "export --out"):
+    for expected in (
+        "attach --args",
+        "gate input --params",
+        "tail --interval",
+        "replay --as-of",
+        "verify --checkpoint",
+        "tool register file",
+        "plan strategize --strategy",
+        "apply --token",
+        "export --out",
+    ):
         assert expected in names, expected
 
 
@@ -270,8 +386,11 @@ def test_the_surface_is_all_there() -> None:
 
 # Options and arguments that read a document or bytes from a file.
 FILE_INPUTS = [p for p in SURFACE if p.kind in ("json", "text", "file")] + [
-    p for p in SURFACE if p.kind == "path" and p.name in (
-        "--checkpoint", "--bundle", "--public-key", "--key", "--plane-key", "plan_file")]
+    p
+    for p in SURFACE
+    if p.kind == "path"
+    and p.name in ("--checkpoint", "--bundle", "--public-key", "--key", "--plane-key", "plan_file")
+]
 
 
 def _nested_yaml(n: int) -> bytes:
@@ -284,25 +403,45 @@ JSON_ONLY = frozenset({".json", ""})
 
 # (content, the suffixes under which it breaks a rule of the input layer)
 hostile_documents = st.one_of(
-    st.sampled_from([
-        (b"\xff\xfe\x00garbage", ALL), (b"a: \xc3\x28\n", ALL),
-        (b'{"a": "\xed\xa0\x80"}', ALL),  # an encoded surrogate: not UTF-8
-        (b"", JSON_ONLY), (b"\n\n", JSON_ONLY), (b"\x00\x00\x00", ALL),
-        (b"\xef\xbb\xbf{}", frozenset()), (b"a: &x [1]\nb: *x\n", ALL),
-        (b"<<: {a: 1}\n", ALL), (b"a: 1\na: 2\n", ALL), (b"a: .nan\n", ALL),
-        (b"a: 2001-01-01\n", ALL), (b"a: !!binary aGk=\n", ALL),
-        (b"a: !!python/name:os.system\n", ALL),
-        (b"a: 123456789012345678901234567890\n", ALL), (b'{"a": 1, "a": 2}', ALL),
-        (b'{"a": NaN}', NOT_YAML), (b"a = nan\n", NOT_YAML),
-        (b"a = 1979-05-27T07:32:00Z\n", NOT_YAML), (b"a = 99999999999999999999\n", NOT_YAML),
-        (b"- [\n" * 3, ALL), (b"\x1b]0;PWNED\x07\n", ALL), (b"[/x]", NOT_YAML),
-    ]),
+    st.sampled_from(
+        [
+            (b"\xff\xfe\x00garbage", ALL),
+            (b"a: \xc3\x28\n", ALL),
+            (b'{"a": "\xed\xa0\x80"}', ALL),  # an encoded surrogate: not UTF-8
+            (b"", JSON_ONLY),
+            (b"\n\n", JSON_ONLY),
+            (b"\x00\x00\x00", ALL),
+            (b"\xef\xbb\xbf{}", frozenset()),
+            (b"a: &x [1]\nb: *x\n", ALL),
+            (b"<<: {a: 1}\n", ALL),
+            (b"a: 1\na: 2\n", ALL),
+            (b"a: .nan\n", ALL),
+            (b"a: 2001-01-01\n", ALL),
+            (b"a: !!binary aGk=\n", ALL),
+            (b"a: !!python/name:os.system\n", ALL),
+            (b"a: 123456789012345678901234567890\n", ALL),
+            (b'{"a": 1, "a": 2}', ALL),
+            (b'{"a": NaN}', NOT_YAML),
+            (b"a = nan\n", NOT_YAML),
+            (b"a = 1979-05-27T07:32:00Z\n", NOT_YAML),
+            (b"a = 99999999999999999999\n", NOT_YAML),
+            (b"- [\n" * 3, ALL),
+            (b"\x1b]0;PWNED\x07\n", ALL),
+            (b"[/x]", NOT_YAML),
+        ]
+    ),
     st.integers(65, 5_000).map(lambda n: (_nested_yaml(n), ALL)),
     deep_json.map(lambda text: (text.encode(), ALL)),
     # 9 levels of 9 aliases: expanded, hundreds of millions of nodes.
-    st.just(("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]\n"
-        for i in range(8))).encode()).map(lambda bomb: (bomb, ALL)),
+    st.just(
+        (
+            "a: &a [x,x,x,x,x,x,x,x,x]\n"
+            + "".join(
+                f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]\n"
+                for i in range(8)
+            )
+        ).encode()
+    ).map(lambda bomb: (bomb, ALL)),
     st.integers(64 * 1024 + 1, 200_000).map(lambda n: (b"#" * n, frozenset())),  # over cap
 )
 
@@ -311,8 +450,9 @@ _counter = itertools.count()
 
 @FUZZ
 @given(data=st.data())
-def test_every_file_input_survives_hostile_files(target: tuple[Plane, Path],
-                                                 data: st.DataObject) -> None:
+def test_every_file_input_survives_hostile_files(
+    target: tuple[Plane, Path], data: st.DataObject
+) -> None:
     plane, files = target
     param = data.draw(st.sampled_from(FILE_INPUTS), label="parameter")
     content, illegal_as = data.draw(hostile_documents, label="content")
@@ -321,11 +461,11 @@ def test_every_file_input_survives_hostile_files(target: tuple[Plane, Path],
     path.write_bytes(content)
     value = f"@{path}" if param.kind in ("json", "text") else str(path)
     # Over the fixture's caps (option, document, agent); a bundle's cap is larger.
-    over_cap = len(content) > 64 * 1024 and (param.kind != "path" or param.name in (
-        "plan_file", "--checkpoint"))
+    over_cap = len(content) > 64 * 1024 and (
+        param.kind != "path" or param.name in ("plan_file", "--checkpoint")
+    )
     documents = param.kind == "json" or (param.kind == "file" and param.command[0] != "review")
-    attack(plane, files, param, value,
-           must_refuse=over_cap or (documents and suffix in illegal_as))
+    attack(plane, files, param, value, must_refuse=over_cap or (documents and suffix in illegal_as))
 
 
 # -- memory: endless files, in a process with a bounded address space -------------------------
@@ -369,9 +509,15 @@ def test_endless_files_stay_within_memory(target: tuple[Plane, Path]) -> None:
         env.pop(f"EVIDENCE_MAX_{kind.upper()}_BYTES", None)
     limit = 1536 * 1024 * 1024  # 1.5 GiB of address space: the defaults need a few MiB
     before = events(plane)
-    run = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(limit)],
-                         input=json.dumps(cases), capture_output=True, text=True, env=env,
-                         timeout=300, cwd=Path.cwd())
+    run = subprocess.run(
+        [sys.executable, "-c", _MEMORY_PROBE, str(limit)],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=Path.cwd(),
+    )
     assert run.returncode == 0, run.stderr[-3_000:]
     for case in json.loads(run.stdout):
         assert case["exception"] is None, case

@@ -21,19 +21,33 @@ from tests.helpers import assert_refused, run_cli
 SEARCH = {
     "name": "search",
     "command": ["grep", "-r", "{query}"],
-    "input_schema": {"type": "object", "required": ["query"], "properties": {
-        "query": {"type": "string"}, "limit": {"type": "integer"},
-        "options": {"type": "object", "properties": {"case": {"type": "boolean"}}}}},
-    "output_schema": {"type": "object", "required": ["hits"], "properties": {
-        "hits": {"type": "array", "items": {"type": "string"}}}},
+    "input_schema": {
+        "type": "object",
+        "required": ["query"],
+        "properties": {
+            "query": {"type": "string"},
+            "limit": {"type": "integer"},
+            "options": {"type": "object", "properties": {"case": {"type": "boolean"}}},
+        },
+    },
+    "output_schema": {
+        "type": "object",
+        "required": ["hits"],
+        "properties": {"hits": {"type": "array", "items": {"type": "string"}}},
+    },
 }
 
 
 def _plane(url: str, *, strict: bool = False, max_iterations: int = 3) -> Plane:
     plane = Plane.open(url)
     register_tool(plane, SEARCH)
-    create_plan(plane, "P-1", project="api", resources=["repo:api"],
-                config={"strict_mode": strict, "max_iterations": max_iterations})
+    create_plan(
+        plane,
+        "P-1",
+        project="api",
+        resources=["repo:api"],
+        config={"strict_mode": strict, "max_iterations": max_iterations},
+    )
     record_strategy(plane, "P-1", "search the code")
     enter_execute(plane, "P-1")
     return plane
@@ -51,16 +65,19 @@ def plane(db_url: str):
 SEED_003 = [
     pytest.param({"query": "x", "extra": 1}, [("/extra", "extra_field")], id="extra field"),
     pytest.param({"limit": 5}, [("/query", "missing_required")], id="missing required"),
-    pytest.param({"query": "x", "limit": "5"}, [("/limit", "wrong_type")],
-                 id="wrong scalar type"),
+    pytest.param({"query": "x", "limit": "5"}, [("/limit", "wrong_type")], id="wrong scalar type"),
     pytest.param({"query": None}, [("/query", "wrong_type")], id="null is not a value"),
-    pytest.param({"query": "x", "limit": 5.0}, [("/limit", "wrong_type")],
-                 id="1.0 is not an integer"),
-    pytest.param({"query": "x", "limit": True}, [("/limit", "wrong_type")],
-                 id="true is not an integer"),
-    pytest.param({"query": "x", "options": {"case": True, "x": 1, "y": 2}},
-                 [("/options/x", "extra_field"), ("/options/y", "extra_field")],
-                 id="every deviation, one per field"),
+    pytest.param(
+        {"query": "x", "limit": 5.0}, [("/limit", "wrong_type")], id="1.0 is not an integer"
+    ),
+    pytest.param(
+        {"query": "x", "limit": True}, [("/limit", "wrong_type")], id="true is not an integer"
+    ),
+    pytest.param(
+        {"query": "x", "options": {"case": True, "x": 1, "y": 2}},
+        [("/options/x", "extra_field"), ("/options/y", "extra_field")],
+        id="every deviation, one per field",
+    ),
 ]
 
 
@@ -75,8 +92,10 @@ def test_input_gate_deviations(plane: Plane, params: dict, expected: list) -> No
     assert gate_event.payload == outcome.check
     # The exact bytes checked are kept (nothing dropped or coerced) and named by digest.
     assert plane.store.get_blob(outcome.check.checked_sha256) == raw
-    assert outcome.check.schema_sha256 == plane.projections.document(
-        "tools", "search")[0].spec.input_schema_sha256
+    assert (
+        outcome.check.schema_sha256
+        == plane.projections.document("tools", "search")[0].spec.input_schema_sha256
+    )
 
 
 def test_invented_tool_fails_at_the_input_gate(plane: Plane) -> None:
@@ -116,18 +135,26 @@ def test_without_strict_mode_a_deviation_retries_until_max_iterations(db_url: st
         assert second.routed == "halted"
         halt = second.events[-1].payload
         assert (halt.halt_type, halt.final_decision, halt.raw_halt_type, halt.terminal) == (
-            "blocker", "blocker", "max_iterations", True)
+            "blocker",
+            "blocker",
+            "max_iterations",
+            True,
+        )
         with pytest.raises(CommandRefused, match="has ended"):
             gate_input(plane, "P-1", "search", b'{"query": "x"}')
 
 
 def test_with_strict_mode_the_first_deviation_is_terminal(db_url: str) -> None:
     with _plane(db_url, strict=True) as plane:
-        outcome = gate_output(plane, "P-1", "s1", b'{"hits": []}',
-                              schema={"type": "object", "properties": {}})
+        outcome = gate_output(
+            plane, "P-1", "s1", b'{"hits": []}', schema={"type": "object", "properties": {}}
+        )
         assert outcome.routed == "compensation"
         assert [e.type for e in outcome.events] == [
-            "gate.checked", "plan.compensation_requested", "plan.halted"]
+            "gate.checked",
+            "plan.compensation_requested",
+            "plan.halted",
+        ]
         assert len({e.position for e in outcome.events}) == 3  # one append, one transaction
         doc = get_plan(plane, "P-1")
         assert doc.terminal == "failed" and doc.compensation.status == "requested"
@@ -150,8 +177,9 @@ def test_gates_only_in_execute(db_url: str) -> None:
 
 def test_parameter_values_never_reach_the_log(plane: Plane) -> None:
     secret = "sk-live-4f9a8c7e2b"
-    outcome = gate_input(plane, "P-1", "search",
-                         json.dumps({"query": secret, "token": secret}).encode())
+    outcome = gate_input(
+        plane, "P-1", "search", json.dumps({"query": secret, "token": secret}).encode()
+    )
     assert not outcome.passed
     for event in plane.store.read_all():
         assert secret not in msgspec.json.encode(event.to_json()).decode()
@@ -159,36 +187,85 @@ def test_parameter_values_never_reach_the_log(plane: Plane) -> None:
 
 def test_cli(db_url: str, tmp_path: Path) -> None:
     _plane(db_url).close()
-    ok = run_cli("gate", "input", "--plan", "P-1", "--tool", "search", "--params",
-                 '{"query": "x"}', "--step", "s1", "--db", db_url)
+    ok = run_cli(
+        "gate",
+        "input",
+        "--plan",
+        "P-1",
+        "--tool",
+        "search",
+        "--params",
+        '{"query": "x"}',
+        "--step",
+        "s1",
+        "--db",
+        db_url,
+    )
     assert ok.returncode == 0, ok.stderr
     output = tmp_path / "out.json"
     output.write_text('{"hits": ["a"], "extra": true}')
-    failed = run_cli("gate", "output", "--plan", "P-1", "--step", "s1", "--output",
-                     f"@{output}", "--json", "--db", db_url)
+    failed = run_cli(
+        "gate",
+        "output",
+        "--plan",
+        "P-1",
+        "--step",
+        "s1",
+        "--output",
+        f"@{output}",
+        "--json",
+        "--db",
+        db_url,
+    )
     assert failed.returncode == 1
     gate = json.loads(failed.stdout)["gate"]
     assert gate["verdict"] == "fail" and gate["routed"] == "retry"
-    assert gate["deviations"] == [{"pointer": "/extra", "kind": "extra_field",
-                                   "expected": "no such property", "actual_type": "boolean",
-                                   "schema_pointer": "/additionalProperties"}]
-    table = run_cli("gate", "input", "--plan", "P-1", "--tool", "ghost", "--params", "{}",
-                    "--db", db_url)
+    assert gate["deviations"] == [
+        {
+            "pointer": "/extra",
+            "kind": "extra_field",
+            "expected": "no such property",
+            "actual_type": "boolean",
+            "schema_pointer": "/additionalProperties",
+        }
+    ]
+    table = run_cli(
+        "gate", "input", "--plan", "P-1", "--tool", "ghost", "--params", "{}", "--db", db_url
+    )
     assert table.returncode == 1 and "invented_tool" in table.stdout
     history = json.loads(run_cli("plan", "history", "P-1", "--json", "--db", db_url).stdout)
     summaries = [e["summary"] for e in history["events"] if e["type"] == "gate.checked"]
-    assert summaries == ["input gate, tool search: pass",
-                         "output gate, step s1: fail, 1 deviation(s) (extra_field)",
-                         "input gate, tool ghost: fail, 1 deviation(s) (invented_tool)"]
+    assert summaries == [
+        "input gate, tool search: pass",
+        "output gate, step s1: fail, 1 deviation(s) (extra_field)",
+        "input gate, tool ghost: fail, 1 deviation(s) (invented_tool)",
+    ]
     with ledger.open(db_url) as store:
         before = store.head().size
     for bad, fragment in [
-        (["gate", "input", "--plan", "P-1", "--tool", "search", "--params", "@/nope"],
-         "cannot read"),
-        (["gate", "output", "--plan", "P-1", "--step", "s", "--output", "{}", "--schema",
-          '{"type": "strng"}'], "invalid JSON Schema"),
-        (["gate", "input", "--plan", "P-404", "--tool", "search", "--params", "{}"],
-         "unknown plan"),
+        (
+            ["gate", "input", "--plan", "P-1", "--tool", "search", "--params", "@/nope"],
+            "cannot read",
+        ),
+        (
+            [
+                "gate",
+                "output",
+                "--plan",
+                "P-1",
+                "--step",
+                "s",
+                "--output",
+                "{}",
+                "--schema",
+                '{"type": "strng"}',
+            ],
+            "invalid JSON Schema",
+        ),
+        (
+            ["gate", "input", "--plan", "P-404", "--tool", "search", "--params", "{}"],
+            "unknown plan",
+        ),
         (["gate", "input", "--plan", "P-1", "--tool", "search"], "--params"),
         (["plan", "history", "P-404"], "unknown plan"),
     ]:

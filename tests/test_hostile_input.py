@@ -20,8 +20,8 @@ from tests.helpers import invoke, status_plan
 DEEP = "[" * 1_000 + "]" * 1_000
 # Nine levels of nine: expanded, 9^9 (387 million) strings.
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n"
-    for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+)
 
 
 def refused(result, *fragments: str) -> str:
@@ -41,12 +41,24 @@ def plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("EVIDENCE_DB", url)
     with Plane.open(url) as p:
         status_plan(p, tmp_path, {})
-        register_tool(p, {"name": "echo", "command": [sys.executable, "-c", "print('{{}}')"],
-                          "input_schema": {"type": "object"},
-                          "output_schema": {"type": "object"}})
-        register_validation(p, {"name": "lint", "mode": "required", "command": ["true"],
-                                "input_schema": {"type": "object",
-                                                 "properties": {"n": {}}}})
+        register_tool(
+            p,
+            {
+                "name": "echo",
+                "command": [sys.executable, "-c", "print('{{}}')"],
+                "input_schema": {"type": "object"},
+                "output_schema": {"type": "object"},
+            },
+        )
+        register_validation(
+            p,
+            {
+                "name": "lint",
+                "mode": "required",
+                "command": ["true"],
+                "input_schema": {"type": "object", "properties": {"n": {}}},
+            },
+        )
         yield p
 
 
@@ -59,8 +71,7 @@ def size(plane: Plane) -> int:
 
 def test_deep_params_are_a_recorded_deviation_not_a_traceback(plane: Plane) -> None:
     before = size(plane)
-    result = invoke("gate", "input", "--plan", "P-1", "--tool", "echo", "--params", DEEP,
-                    "--json")
+    result = invoke("gate", "input", "--plan", "P-1", "--tool", "echo", "--params", DEEP, "--json")
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     [deviation] = json.loads(result.stdout)["gate"]["deviations"]
     assert deviation["actual_type"] == "invalid_json"
@@ -70,15 +81,25 @@ def test_deep_params_are_a_recorded_deviation_not_a_traceback(plane: Plane) -> N
 
 
 def test_a_call_with_deep_recorded_output_judges_it(plane: Plane) -> None:
-    result = invoke("call", "P-1", "--tool", "echo", "--params", "{}",
-                    "--record-output", DEEP, "--json")
+    result = invoke(
+        "call", "P-1", "--tool", "echo", "--params", "{}", "--record-output", DEEP, "--json"
+    )
     assert result.exit_code == 1 and "Traceback" not in result.stderr, result.stderr
     assert "nested deeper than 64" in result.stdout
 
 
-@pytest.mark.parametrize("args", ['{"n": NaN}', '{"n": Infinity}', '{"n": 1e400}',
-                                  '{"n": 9007199254740992}', '{"n": 1, "n": 2}', DEEP,
-                                  '{"n": "\\ud800"}'])
+@pytest.mark.parametrize(
+    "args",
+    [
+        '{"n": NaN}',
+        '{"n": Infinity}',
+        '{"n": 1e400}',
+        '{"n": 9007199254740992}',
+        '{"n": 1, "n": 2}',
+        DEEP,
+        '{"n": "\\ud800"}',
+    ],
+)
 def test_attach_args_outside_the_json_rules_are_refused(plane: Plane, args: str) -> None:
     before = size(plane)
     refused(invoke("attach", "lint", "--resource", "repo:x", "--args", args), "--args")
@@ -86,8 +107,7 @@ def test_attach_args_outside_the_json_rules_are_refused(plane: Plane, args: str)
     assert invoke("attach", "lint", "--resource", "repo:x", "--args", '{"n": 1}').exit_code == 0
 
 
-def test_a_tool_file_with_an_overflowing_timeout_is_refused(plane: Plane,
-                                                            tmp_path: Path) -> None:
+def test_a_tool_file_with_an_overflowing_timeout_is_refused(plane: Plane, tmp_path: Path) -> None:
     tool = tmp_path / "t.yaml"
     tool.write_text("name: slow\ncommand: [sh, -c, 'true']\ntimeout: 1e308\n")
     before = size(plane)
@@ -95,15 +115,18 @@ def test_a_tool_file_with_an_overflowing_timeout_is_refused(plane: Plane,
     assert size(plane) == before
 
 
-@pytest.mark.parametrize("args", [
-    ("replay", "P-1", "--as-of", "99999999999999999999"),
-    ("stats", "--since", "99999999999999999999"),
-    ("events", "--from", "99999999999999999999"),
-    ("tail", "--interval", "1e308"),
-    ("tail", "--interval", "nan"),
-    ("tail", "--interval", "inf"),
-    ("prove", "99999999999999999999"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("replay", "P-1", "--as-of", "99999999999999999999"),
+        ("stats", "--since", "99999999999999999999"),
+        ("events", "--from", "99999999999999999999"),
+        ("tail", "--interval", "1e308"),
+        ("tail", "--interval", "nan"),
+        ("tail", "--interval", "inf"),
+        ("prove", "99999999999999999999"),
+    ],
+)
 def test_numbers_beyond_range_are_refused(plane: Plane, args: tuple[str, ...]) -> None:
     before = size(plane)
     refused(invoke(*args))
@@ -113,11 +136,14 @@ def test_numbers_beyond_range_are_refused(plane: Plane, args: tuple[str, ...]) -
 # -- sizes: never read whole ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [
-    ("apply", "P-1", "--token", "@/dev/zero"),
-    ("verify", "--checkpoint", "/dev/zero"),
-    ("plan", "strategize", "P-1", "--strategy", "@/dev/zero"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("apply", "P-1", "--token", "@/dev/zero"),
+        ("verify", "--checkpoint", "/dev/zero"),
+        ("plan", "strategize", "P-1", "--strategy", "@/dev/zero"),
+    ],
+)
 def test_endless_files_are_refused_at_the_cap(plane: Plane, args: tuple[str, ...]) -> None:
     before = size(plane)
     started = time.monotonic()
@@ -126,13 +152,17 @@ def test_endless_files_are_refused_at_the_cap(plane: Plane, args: tuple[str, ...
     assert size(plane) == before
 
 
-def test_endless_agent_bytes_are_refused_at_the_cap(plane: Plane,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_endless_agent_bytes_are_refused_at_the_cap(
+    plane: Plane, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("EVIDENCE_MAX_AGENT_BYTES", "65536")
     before = size(plane)
-    refused(invoke("gate", "input", "--plan", "P-1", "--tool", "echo", "--params",
-                   "@/dev/urandom"), "--params /dev/urandom", "64 KiB cap",
-            "EVIDENCE_MAX_AGENT_BYTES")
+    refused(
+        invoke("gate", "input", "--plan", "P-1", "--tool", "echo", "--params", "@/dev/urandom"),
+        "--params /dev/urandom",
+        "64 KiB cap",
+        "EVIDENCE_MAX_AGENT_BYTES",
+    )
     assert size(plane) == before
 
 
@@ -156,21 +186,26 @@ def test_an_alias_bomb_in_a_tool_file_is_refused_at_once(plane: Plane, tmp_path:
 
 def test_an_alias_bomb_inside_a_valid_plan_file_is_refused_at_once(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
-    plan.write_text("plan:\n  id: P\n  project: p\n  resources: [.]\n"
-                    "agent:\n  strategy: s\n  steps: []\n" + ALIAS_BOMB)
+    plan.write_text(
+        "plan:\n  id: P\n  project: p\n  resources: [.]\n"
+        "agent:\n  strategy: s\n  steps: []\n" + ALIAS_BOMB
+    )
     started = time.monotonic()
     refused(invoke("run", str(plan), "--db", f"sqlite:///{tmp_path / 'x.db'}"), "alias")
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.parametrize(("name", "text"), [
-    ("v.yaml", "name: v\ncommand: [sh]\nmode: required\nmode: informational\n"),
-    ("v.json", '{"name": "v", "command": ["sh"], "mode": "required", '
-               '"mode": "informational"}'),
-    ("v.toml", 'name = "v"\ncommand = ["sh"]\nmode = "required"\nmode = "informational"\n'),
-])
-def test_duplicate_keys_in_registry_files_are_refused(plane: Plane, tmp_path: Path,
-                                                      name: str, text: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("v.yaml", "name: v\ncommand: [sh]\nmode: required\nmode: informational\n"),
+        ("v.json", '{"name": "v", "command": ["sh"], "mode": "required", "mode": "informational"}'),
+        ("v.toml", 'name = "v"\ncommand = ["sh"]\nmode = "required"\nmode = "informational"\n'),
+    ],
+)
+def test_duplicate_keys_in_registry_files_are_refused(
+    plane: Plane, tmp_path: Path, name: str, text: str
+) -> None:
     (tmp_path / name).write_text(text)
     before = size(plane)
     line = refused(invoke("validation", "register", str(tmp_path / name)), name)
@@ -180,18 +215,38 @@ def test_duplicate_keys_in_registry_files_are_refused(plane: Plane, tmp_path: Pa
 
 def test_duplicate_keys_in_config_are_refused(plane: Plane) -> None:
     before = size(plane)
-    refused(invoke("plan", "create", "P-2", "--project", "p", "--resource", "repo:x",
-                   "--config", '{"retry_limit": 1, "retry_limit": 9}'),
-            "--config at /retry_limit", "duplicate key")
+    refused(
+        invoke(
+            "plan",
+            "create",
+            "P-2",
+            "--project",
+            "p",
+            "--resource",
+            "repo:x",
+            "--config",
+            '{"retry_limit": 1, "retry_limit": 9}',
+        ),
+        "--config at /retry_limit",
+        "duplicate key",
+    )
     assert size(plane) == before
 
 
-@pytest.mark.parametrize(("text", "rule"), [
-    ("when: 2020-01-01\n", "type"), ("blob: !!binary aGk=\n", "type"),
-    ("n: .nan\n", "finite"), ("n: .inf\n", "finite"), ("<<: {a: 1}\n", "yaml_alias"),
-    ("n: 9007199254740993\n", "integer_range"), ("? [a]\n: 1\n", "type"),
-    ("[" * 100 + "]" * 100, "depth"), ("a: !!python/object:os.system {}\n", "type"),
-])
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("when: 2020-01-01\n", "type"),
+        ("blob: !!binary aGk=\n", "type"),
+        ("n: .nan\n", "finite"),
+        ("n: .inf\n", "finite"),
+        ("<<: {a: 1}\n", "yaml_alias"),
+        ("n: 9007199254740993\n", "integer_range"),
+        ("? [a]\n: 1\n", "type"),
+        ("[" * 100 + "]" * 100, "depth"),
+        ("a: !!python/object:os.system {}\n", "type"),
+    ],
+)
 def test_yaml_that_is_not_a_json_value_is_refused(text: str, rule: str) -> None:
     with pytest.raises(InputError) as refusal:
         parse_yaml(text, "f.yaml")
@@ -202,12 +257,18 @@ def test_yaml_that_is_not_a_json_value_is_refused(text: str, rule: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["deep.json", "deep.toml", "deep.yaml"])
-def test_too_deep_files_say_too_deep_not_invalid_yaml(plane: Plane, tmp_path: Path,
-                                                      name: str) -> None:
+def test_too_deep_files_say_too_deep_not_invalid_yaml(
+    plane: Plane, tmp_path: Path, name: str
+) -> None:
     path = tmp_path / name
     nested = "[" * 5_000 + "]" * 5_000
-    path.write_text(f"a = {nested}\n" if name.endswith(".toml") else
-                    f"a: {nested}\n" if name.endswith(".yaml") else f'{{"a": {nested}}}')
+    path.write_text(
+        f"a = {nested}\n"
+        if name.endswith(".toml")
+        else f"a: {nested}\n"
+        if name.endswith(".yaml")
+        else f'{{"a": {nested}}}'
+    )
     line = refused(invoke("tool", "register", str(path)), name, "nested deeper than 64")
     assert "YAML" not in line
 
@@ -219,7 +280,10 @@ def test_a_refusal_names_the_file_the_pointer_and_the_rule(tmp_path: Path) -> No
         load_document(path, source=str(path))
     error = refusal.value
     assert (error.source, error.pointer, error.rule) == (
-        str(path), "/input_schema/properties/a", "duplicate_key")
+        str(path),
+        "/input_schema/properties/a",
+        "duplicate_key",
+    )
     assert str(error) == f"{path} at /input_schema/properties/a: duplicate key 'a'"
 
 
@@ -229,9 +293,8 @@ def test_non_utf8_text_is_refused_with_its_byte(tmp_path: Path) -> None:
     assert refusal.value.rule == "utf8" and "byte 7" in str(refusal.value)
 
 
-@pytest.mark.parametrize("text", ['{"n": 1e20}', '{"n": 9007199254740992.0}', '[-1e16]'])
-def test_integral_numbers_the_log_would_store_as_unsafe_integers_are_refused(
-        text: str) -> None:
+@pytest.mark.parametrize("text", ['{"n": 1e20}', '{"n": 9007199254740992.0}', "[-1e16]"])
+def test_integral_numbers_the_log_would_store_as_unsafe_integers_are_refused(text: str) -> None:
     # Canonical JSON writes them as digits (100000000000000000000), read back as integers
     # outside ±(2^53 - 1): refused on the way in, like the integer itself.
     with pytest.raises(InputError) as refusal:
@@ -246,8 +309,10 @@ def test_integral_numbers_the_log_would_store_as_unsafe_integers_are_refused(
 def test_an_argument_that_is_not_utf8_is_refused_before_any_command(plane: Plane) -> None:
     # Python hands undecodable argv bytes over as lone surrogates (surrogateescape).
     before = size(plane)
-    refused(invoke("plan", "strategize", "P-1", "--strategy", "bad \udcff byte"),
-            "argument 5 is not UTF-8 (byte 0xff)")
+    refused(
+        invoke("plan", "strategize", "P-1", "--strategy", "bad \udcff byte"),
+        "argument 5 is not UTF-8 (byte 0xff)",
+    )
     refused(invoke("replay", "\udcff"), "argument 2 is not UTF-8")
     assert size(plane) == before
 
@@ -256,13 +321,15 @@ def test_a_path_the_system_cannot_use_is_one_error_line(plane: Plane) -> None:
     refused(invoke("plan", "show", "P-1", "--workdir", "x" * 5_000), "File name too long")
 
 
-@pytest.mark.parametrize("args", [
-    ("verify", "--public-key", "/dev/zero"),
-    ("audit", "--public-key", "/dev/zero"),
-    ("replay", "P-1", "--public-key", "/dev/zero"),
-])
-def test_a_public_key_nothing_would_check_is_refused(plane: Plane,
-                                                     args: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("verify", "--public-key", "/dev/zero"),
+        ("audit", "--public-key", "/dev/zero"),
+        ("replay", "P-1", "--public-key", "/dev/zero"),
+    ],
+)
+def test_a_public_key_nothing_would_check_is_refused(plane: Plane, args: tuple[str, ...]) -> None:
     refused(invoke(*args), "--public-key")
 
 

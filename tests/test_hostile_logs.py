@@ -116,8 +116,9 @@ def _struct(info: msgspec.inspect.StructType, type_name: str = "") -> st.SearchS
     return st.builds(info.cls, **fields)
 
 
-PAYLOADS = st.one_of(*(_struct(msgspec.inspect.type_info(cls), cls.type_name())
-                       for cls in ALL_EVENT_TYPES))
+PAYLOADS = st.one_of(
+    *(_struct(msgspec.inspect.type_info(cls), cls.type_name()) for cls in ALL_EVENT_TYPES)
+)
 # Mostly the stream the payload names; sometimes one of the others (a misfiled event).
 EVENTS = st.tuples(PAYLOADS, st.one_of(st.none(), st.none(), st.sampled_from(STREAMS)))
 
@@ -130,15 +131,19 @@ def append_all(store: ledger.Store, events: list[tuple[EventPayload, str | None]
         stream = misfiled or payload.default_stream()
         before = docs.get(stream, {})
         after = fold(stream, before, payload)
-        store.append(stream, [ledger.NewEvent(payload=payload, actor="agent",
-                                              delta=delta(before, after))])
+        store.append(
+            stream, [ledger.NewEvent(payload=payload, actor="agent", delta=delta(before, after))]
+        )
         docs[stream] = after
 
 
 def assert_total(result: Result, what: str) -> None:
     """No exception escaped, no traceback, and a verdict's exit status at most."""
     assert result.exception is None or isinstance(result.exception, SystemExit), (
-        what, result.exception, result.output)
+        what,
+        result.exception,
+        result.output,
+    )
     assert "Traceback" not in result.output, (what, result.output)
     assert result.exit_code in (0, 1), (what, result.exit_code, result.output)
 
@@ -153,28 +158,44 @@ def read_everything(url: str, out: Path) -> None:
     with ledger.open(url) as store:
         planned = bool(store.read_stream(f"plan:{PLAN}"))
     per_plan: list[tuple[str, ...]] = [
-        ("replay", PLAN), ("plan", "show", PLAN), ("plan", "show", PLAN, "--json"),
-        ("plan", "history", PLAN), ("plan", "history", PLAN, "--json"),
+        ("replay", PLAN),
+        ("plan", "show", PLAN),
+        ("plan", "show", PLAN, "--json"),
+        ("plan", "history", PLAN),
+        ("plan", "history", PLAN, "--json"),
         ("report", PLAN, "--html", str(out / "report.html")),
     ]
     for args in per_plan:
         result = invoke(*args, "--db", url)
         (assert_total if planned else assert_unknown_plan)(result, " ".join(args))
-    for args in (("plan", "list"), ("plan", "list", "--json"), ("stats",), ("stats", "--json"),
-                 ("export", "--format", "jsonl", "--out", str(out / "log.jsonl")),
-                 ("export", "--format", "csv", "--out", str(out / "log.csv")),
-                 ("tail", "--from", "1"), ("events",), ("verify",)):
+    for args in (
+        ("plan", "list"),
+        ("plan", "list", "--json"),
+        ("stats",),
+        ("stats", "--json"),
+        ("export", "--format", "jsonl", "--out", str(out / "log.jsonl")),
+        ("export", "--format", "csv", "--out", str(out / "log.csv")),
+        ("tail", "--from", "1"),
+        ("events",),
+        ("verify",),
+    ):
         assert_total(invoke(*args, "--db", url), " ".join(args))
 
 
-hostile = settings(max_examples=30, deadline=None, derandomize=IN_CI, database=None,
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+hostile = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=IN_CI,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @hostile
 @given(st.lists(EVENTS, min_size=1, max_size=12))
 def test_every_reader_survives_any_sequence_of_catalog_events(
-        events: list[tuple[EventPayload, str | None]]) -> None:
+    events: list[tuple[EventPayload, str | None]],
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'hostile.db'}"
         with ledger.open(url, create=True) as store:
@@ -189,37 +210,65 @@ NOW = "2026-01-01T00:00:00Z"
 
 def _result(run_id: str = "R9") -> ValidationResultRecorded:
     return ValidationResultRecorded(
-        plan_id=PLAN, run_id=run_id, attachment_id="A1", validation="v1", mode="required",
-        verdict=False, message="no run", started_at=NOW, ended_at=NOW, duration_ms=3)
+        plan_id=PLAN,
+        run_id=run_id,
+        attachment_id="A1",
+        validation="v1",
+        mode="required",
+        verdict=False,
+        message="no run",
+        started_at=NOW,
+        ended_at=NOW,
+        duration_ms=3,
+    )
 
 
 def _decision() -> DecisionRecorded:
     return DecisionRecorded(
-        plan_id=PLAN, decision_id="D9", choice="revise", guidance="again",
-        escalation_hash="00" * 32, signed_at=NOW, approver="alice", key_fingerprint="F1",
-        signature="AAAA")
+        plan_id=PLAN,
+        decision_id="D9",
+        choice="revise",
+        guidance="again",
+        escalation_hash="00" * 32,
+        signed_at=NOW,
+        approver="alice",
+        key_fingerprint="F1",
+        signature="AAAA",
+    )
 
 
 CASES: dict[str, Callable[[], list[EventPayload]]] = {
     "token consumed as the stream's first event": lambda: [
-        TokenConsumed(plan_id=PLAN, token_id="T1")],
+        TokenConsumed(plan_id=PLAN, token_id="T1")
+    ],
     "applied with no token": lambda: [
-        PlanApplied(plan_id=PLAN, token_id="T1", changed_paths=["a.py"])],
+        PlanApplied(plan_id=PLAN, token_id="T1", changed_paths=["a.py"])
+    ],
     "results and completion of a run never started": lambda: [
-        _result(), ValidationRunCompleted(plan_id=PLAN, run_id="R9", attempt=1,
-                                          outcome="pass", rules_version=1,
-                                          results_digest="00" * 32, vacuous=True)],
+        _result(),
+        ValidationRunCompleted(
+            plan_id=PLAN,
+            run_id="R9",
+            attempt=1,
+            outcome="pass",
+            rules_version=1,
+            results_digest="00" * 32,
+            vacuous=True,
+        ),
+    ],
     "a decision with no escalation": lambda: [_decision()],
     "a plan's events with no plan.created": lambda: [
-        StrategyRecorded(plan_id=PLAN, revision=0, strategy="orphan"), _result(),
-        TokenConsumed(plan_id=PLAN, token_id="T1"), _decision(),
-        PlanApplied(plan_id=PLAN, token_id="T1")],
+        StrategyRecorded(plan_id=PLAN, revision=0, strategy="orphan"),
+        _result(),
+        TokenConsumed(plan_id=PLAN, token_id="T1"),
+        _decision(),
+        PlanApplied(plan_id=PLAN, token_id="T1"),
+    ],
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_hostile_log_leaves_every_reader_working(db_url: str, tmp_path: Path,
-                                                   case: str) -> None:
+def test_a_hostile_log_leaves_every_reader_working(db_url: str, tmp_path: Path, case: str) -> None:
     with ledger.open(db_url, create=True) as store:
         append_all(store, [(payload, None) for payload in CASES[case]()])
     read_everything(db_url, tmp_path)
@@ -229,7 +278,8 @@ def test_a_hostile_log_leaves_every_reader_working(db_url: str, tmp_path: Path,
     history = invoke("plan", "history", PLAN, "--json", "--db", db_url)
     assert history.exit_code == 0, history.output
     assert [e["type"] for e in msgspec.json.decode(history.stdout)["events"]] == [
-        p.type_name() for p in CASES[case]()]
+        p.type_name() for p in CASES[case]()
+    ]
     listed = msgspec.json.decode(invoke("plan", "list", "--json", "--db", db_url).stdout)
     assert [p["plan_id"] for p in listed["plans"]] == [PLAN]
 
@@ -238,8 +288,10 @@ def test_a_hostile_log_and_real_plans_side_by_side(sqlite_url: str, tmp_path: Pa
     """A forged stream does not hide the plans next to it from list and stats."""
     with Plane.open(sqlite_url) as plane:
         create_plan(plane, "OK-1", project="api", resources=["repo:a"])
-        append_all(plane.store, [(payload, None) for payload in CASES[
-            "a plan's events with no plan.created"]()])
+        append_all(
+            plane.store,
+            [(payload, None) for payload in CASES["a plan's events with no plan.created"]()],
+        )
     listed = invoke("plan", "list", "--json", "--db", sqlite_url)
     assert listed.exit_code == 0, listed.output
     plans = msgspec.json.decode(listed.stdout)["plans"]
@@ -248,23 +300,25 @@ def test_a_hostile_log_and_real_plans_side_by_side(sqlite_url: str, tmp_path: Pa
     table = invoke("plan", "list", "--db", sqlite_url)
     assert table.exit_code == 0, table.output
     rows = [line.split() for line in table.stdout.splitlines()[1:]]
-    assert rows == [["OK-1", "api", "strategize", "0", "-", "-", "repo:a"],
-                    [PLAN, "-", "-", "-", "-", "-", "-"]]
-    only = msgspec.json.decode(invoke("plan", "list", "--project", "api", "--json",
-                                      "--db", sqlite_url).stdout)["plans"]
+    assert rows == [
+        ["OK-1", "api", "strategize", "0", "-", "-", "repo:a"],
+        [PLAN, "-", "-", "-", "-", "-", "-"],
+    ]
+    only = msgspec.json.decode(
+        invoke("plan", "list", "--project", "api", "--json", "--db", sqlite_url).stdout
+    )["plans"]
     assert [p["plan_id"] for p in only] == ["OK-1"]
     stats = msgspec.json.decode(invoke("stats", "--json", "--db", sqlite_url).stdout)
     assert {p["plan"] for p in stats["plans"]} == {"OK-1", PLAN}
     read_everything(sqlite_url, tmp_path)
 
 
-def test_the_report_names_what_a_forged_decision_breaks(sqlite_url: str,
-                                                        tmp_path: Path) -> None:
+def test_the_report_names_what_a_forged_decision_breaks(sqlite_url: str, tmp_path: Path) -> None:
     with ledger.open(sqlite_url, create=True) as store:
-        append_all(store, [(payload, None) for payload in CASES[
-            "a decision with no escalation"]()])
+        append_all(store, [(payload, None) for payload in CASES["a decision with no escalation"]()])
     out = tmp_path / "r.html"
     assert invoke("report", PLAN, "--html", str(out), "--db", sqlite_url).exit_code == 0
     decisions = out.read_text(encoding="utf-8").split('id="decisions"')[1]
-    assert '<span class="badge bad">broken: expected decision D9 follows its escalation' \
-        in decisions
+    assert (
+        '<span class="badge bad">broken: expected decision D9 follows its escalation' in decisions
+    )

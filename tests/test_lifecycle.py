@@ -83,12 +83,12 @@ def test_the_full_failure_sequence_ends_in_terminal_failure(setup) -> None:
 def test_escalate_revise_pass_token_apply(setup) -> None:
     plane, _project, tmp = setup
     decision_id = _escalate(plane)
-    decided = authorize(plane, decision_id, tmp / "alice.key", choice="revise",
-                        guidance="check status.txt")
+    decided = authorize(
+        plane, decision_id, tmp / "alice.key", choice="revise", guidance="check status.txt"
+    )
     assert decided.approver == "alice" and len(decided.signature) > 40
     doc = get_plan(plane, "P-1")
-    assert (doc.phase, doc.guidance, doc.retries_used) == (
-        "strategize", "check status.txt", 0)
+    assert (doc.phase, doc.guidance, doc.retries_used) == ("strategize", "check status.txt", 0)
     record_strategy(plane, "P-1", "write good")
     enter_execute(plane, "P-1")
     (work(plane) / "status.txt").write_text("good\n")
@@ -130,20 +130,24 @@ def test_tokens_are_single_use_and_only_one_concurrent_apply_wins(setup) -> None
     for t in threads:
         t.join()
     assert results.count("applied") == 1
-    assert sum(1 for e in plane.store.read_stream("plan:P-1")
-               if e.type == "plan.token_consumed") == 1
+    assert (
+        sum(1 for e in plane.store.read_stream("plan:P-1") if e.type == "plan.token_consumed") == 1
+    )
 
 
-@pytest.mark.parametrize("case", ["other_plan", "expired", "forged", "superseded",
-                                  "garbage"])
+@pytest.mark.parametrize("case", ["other_plan", "expired", "forged", "superseded", "garbage"])
 def test_bad_tokens_are_refused(setup, case: str) -> None:
     plane, token = _passing(setup)
     key = load_or_create_plane_key(plane.store.url)
     now = datetime.now(UTC)
-    claims = {"token_id": "01J0000000000000000000000T", "plan_id": "P-1", "attempt": 1,
-              "results_digest": "0" * 64,
-              "issued_at": (now - timedelta(hours=2)).isoformat().replace("+00:00", "Z"),
-              "expires_at": (now - timedelta(hours=1)).isoformat().replace("+00:00", "Z")}
+    claims = {
+        "token_id": "01J0000000000000000000000T",
+        "plan_id": "P-1",
+        "attempt": 1,
+        "results_digest": "0" * 64,
+        "issued_at": (now - timedelta(hours=2)).isoformat().replace("+00:00", "Z"),
+        "expires_at": (now - timedelta(hours=1)).isoformat().replace("+00:00", "Z"),
+    }
     if case == "other_plan":
         create_plan(plane, "P-2", project="api", resources=["repo:x"])
         bad, target, fragment = token, "P-2", "plan"
@@ -192,8 +196,9 @@ def test_cli(setup, db_url: str) -> None:
     (work(plane) / "status.txt").write_text("good\n")
     out = run_cli("validate", "P-1", "--db", db_url)
     assert out.returncode == 0, out.stderr
-    token = next(line.split(" ", 1)[1] for line in out.stdout.splitlines()
-                 if line.startswith("token: "))
+    token = next(
+        line.split(" ", 1)[1] for line in out.stdout.splitlines() if line.startswith("token: ")
+    )
     assert_refused(run_cli("apply", "P-1", "--token", "nope", "--db", db_url), "token refused")
     applied = run_cli("apply", "P-1", "--token", token, "--db", db_url)
     assert applied.returncode == 0 and "applied" in applied.stdout
@@ -203,10 +208,29 @@ def test_cli(setup, db_url: str) -> None:
     gen = run_cli("keys", "generate", "--out", str(tmp / "carol.key"))
     assert gen.returncode == 0 and (tmp / "carol.key.pub").exists()
     assert (tmp / "carol.key").stat().st_mode & 0o777 == 0o600
-    assert run_cli("keys", "add", "carol", str(tmp / "carol.key.pub"), "--db",
-                   db_url).returncode == 0
-    assert_refused(run_cli("authorize", "01J00000000000000000000000", "--key",
-                           str(tmp / "carol.key"), "--abandon", "--db", db_url),
-                   "no pending escalation")
-    assert_refused(run_cli("authorize", "01J00000000000000000000000", "--key",
-                           str(tmp / "carol.key"), "--db", db_url), "exactly one")
+    assert (
+        run_cli("keys", "add", "carol", str(tmp / "carol.key.pub"), "--db", db_url).returncode == 0
+    )
+    assert_refused(
+        run_cli(
+            "authorize",
+            "01J00000000000000000000000",
+            "--key",
+            str(tmp / "carol.key"),
+            "--abandon",
+            "--db",
+            db_url,
+        ),
+        "no pending escalation",
+    )
+    assert_refused(
+        run_cli(
+            "authorize",
+            "01J00000000000000000000000",
+            "--key",
+            str(tmp / "carol.key"),
+            "--db",
+            db_url,
+        ),
+        "exactly one",
+    )

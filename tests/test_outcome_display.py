@@ -25,15 +25,19 @@ def plans(db_url: str, tmp_path: Path) -> dict[str, str]:
     with none, applied (unvalidated); N-1: no run yet. Returns the attachment id of the
     status validation, pinned by P-1 and P-2."""
     with Plane.open(db_url) as plane:
-        project = status_plan(plane, tmp_path, {"retry_limit": 0,
-                                                "max_strategy_revisions": 0})
+        project = status_plan(plane, tmp_path, {"retry_limit": 0, "max_strategy_revisions": 0})
         assert validate_plan(plane, "P-1").outcome == "escalate"
         create_plan(plane, "P-2", project="api", resources=[str(project)])
         record_strategy(plane, "P-2", "try")
         enter_execute(plane, "P-2")
         assert validate_plan(plane, "P-2").outcome == "blocker"
-        create_plan(plane, "U-1", project="web", resources=["repo:web"],
-                    config={"require_validation": False})
+        create_plan(
+            plane,
+            "U-1",
+            project="web",
+            resources=["repo:web"],
+            config={"require_validation": False},
+        )
         record_strategy(plane, "U-1", "nothing to check")
         enter_execute(plane, "U-1")
         report = validate_plan(plane, "U-1")
@@ -43,8 +47,7 @@ def plans(db_url: str, tmp_path: Path) -> dict[str, str]:
         # An attachment made after Execute binds later plans only: P-1 keeps its one.
         attach(plane, "status", resource="repo:web")
         [pinned] = plane.state("plan:P-1").doc.binding
-        return {"db": db_url, "attachment_id": pinned.attachment_id,
-                "resource": str(project)}
+        return {"db": db_url, "attachment_id": pinned.attachment_id, "resource": str(project)}
 
 
 def cli(plans: dict[str, str], *args: str):
@@ -90,10 +93,22 @@ def test_plan_show_outcome_binding_and_unvalidated_apply(plans: dict[str, str]) 
     assert (p1["outcome"], p1["terminal"]) == ("escalate", "-")
     binding = shown.stdout.split("\n\n")[1].splitlines()
     assert binding[0] == "binding set (1 pinned at Execute):"
-    assert binding[1].split() == ["validation", "version", "mode", "scope", "resource",
-                                  "attachment"]
-    assert binding[2].split() == ["status", "1", "required", "direct", plans["resource"],
-                                  plans["attachment_id"]]
+    assert binding[1].split() == [
+        "validation",
+        "version",
+        "mode",
+        "scope",
+        "resource",
+        "attachment",
+    ]
+    assert binding[2].split() == [
+        "status",
+        "1",
+        "required",
+        "direct",
+        plans["resource"],
+        plans["attachment_id"],
+    ]
     as_json = json.loads(cli(plans, "plan", "show", "P-1", "--json").stdout)["plan"]
     assert as_json["outcome"] == "escalate" and as_json["unvalidated"] is False
     assert [b["attachment_id"] for b in as_json["binding"]] == [plans["attachment_id"]]
@@ -109,7 +124,8 @@ def test_plan_show_outcome_binding_and_unvalidated_apply(plans: dict[str, str]) 
 
 
 def test_plan_history_and_replay_name_the_pinned_set_and_the_unvalidated_apply(
-        plans: dict[str, str]) -> None:
+    plans: dict[str, str],
+) -> None:
     def summaries(plan: str) -> dict[str, str]:
         result = cli(plans, "plan", "history", plan, "--json")
         assert result.exit_code == 0, result.output
@@ -130,7 +146,8 @@ def test_plan_history_and_replay_name_the_pinned_set_and_the_unvalidated_apply(
 
 
 def test_report_shows_the_binding_set_and_marks_an_unvalidated_apply(
-        plans: dict[str, str], tmp_path: Path) -> None:
+    plans: dict[str, str], tmp_path: Path
+) -> None:
     out = tmp_path / "p1.html"
     assert cli(plans, "report", "P-1", "--html", str(out)).exit_code == 0
     page = out.read_text(encoding="utf-8")
@@ -157,12 +174,18 @@ def test_stats_count_the_vocabulary_and_applies_apart(plans: dict[str, str]) -> 
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["plans_by_outcome"] == {"blocker": 1, "escalate": 1, "pass": 1}
-    assert (report["plans_applied"], report["plans_applied_unvalidated"],
-            report["plans_without_outcome"]) == (1, 1, 1)
+    assert (
+        report["plans_applied"],
+        report["plans_applied_unvalidated"],
+        report["plans_without_outcome"],
+    ) == (1, 1, 1)
     by_plan = {p["plan"]: p for p in report["plans"]}
     assert {p: (r["outcome"], r["applied"]) for p, r in by_plan.items()} == {
-        "P-1": ("escalate", None), "P-2": ("blocker", None), "U-1": ("pass", "unvalidated"),
-        "N-1": (None, None)}
+        "P-1": ("escalate", None),
+        "P-2": ("blocker", None),
+        "U-1": ("pass", "unvalidated"),
+        "N-1": (None, None),
+    }
     assert cli(plans, "stats", "--json", "--project", "web").stdout.count('"pass"') >= 1
     text = cli(plans, "stats")
     assert text.exit_code == 0, text.output

@@ -24,16 +24,25 @@ from ledger.events import StrategyRecorded, ValidationRegistered
 from projections.documents import apply_deltas, delta, fold, fold_all, to_json
 from tests.conftest import _pg_base_url
 
-LEVEL_SCHEMA = {"type": "object", "properties": {"level": {"type": "integer"}},
-                "additionalProperties": False}
+LEVEL_SCHEMA = {
+    "type": "object",
+    "properties": {"level": {"type": "integer"}},
+    "additionalProperties": False,
+}
 
 command = st.one_of(
     st.tuples(st.just("plan"), st.integers(0, 3), st.sampled_from(["api", "web"])),
-    st.tuples(st.just("validation"), st.integers(0, 2),
-              st.sampled_from(["required", "informational"])),
-    st.tuples(st.just("attach"), st.integers(0, 2), st.sampled_from(["repo:a", "repo:b"]),
-              st.sampled_from(["direct", "project", "plan"]), st.sampled_from([{}, {"level": 1}]),
-              st.integers(0, 3)),
+    st.tuples(
+        st.just("validation"), st.integers(0, 2), st.sampled_from(["required", "informational"])
+    ),
+    st.tuples(
+        st.just("attach"),
+        st.integers(0, 2),
+        st.sampled_from(["repo:a", "repo:b"]),
+        st.sampled_from(["direct", "project", "plan"]),
+        st.sampled_from([{}, {"level": 1}]),
+        st.integers(0, 3),
+    ),
     st.tuples(st.just("detach"), st.integers(0, 30)),
     st.tuples(st.just("behind"), st.integers(0, 3)),  # appended without inline update
 )
@@ -51,8 +60,11 @@ def fresh_url(backend: str) -> Iterator[str]:
     with admin.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
     try:
-        yield sa.engine.make_url(base).update_query_dict(
-            {"options": f"-csearch_path={name}"}).render_as_string(hide_password=False)
+        yield (
+            sa.engine.make_url(base)
+            .update_query_dict({"options": f"-csearch_path={name}"})
+            .render_as_string(hide_password=False)
+        )
     finally:
         with admin.begin() as conn:
             conn.exec_driver_sql(f'DROP SCHEMA "{name}" CASCADE')
@@ -70,9 +82,19 @@ def _run(plane: Plane, step: tuple, attachments: list[str], plans: list[str]) ->
         name, mode = f"v{step[1]}", step[2]
         state = plane.state(f"tool:{name}")
         if (state.doc.spec.mode if state.doc is not None else None) != mode:
-            plane.append(state, [ValidationRegistered(
-                name=name, version=state.version + 1, mode=mode, executor="command",
-                command=["true"], input_schema=LEVEL_SCHEMA)])
+            plane.append(
+                state,
+                [
+                    ValidationRegistered(
+                        name=name,
+                        version=state.version + 1,
+                        mode=mode,
+                        executor="command",
+                        command=["true"],
+                        input_schema=LEVEL_SCHEMA,
+                    )
+                ],
+            )
     elif kind == "attach":
         _, v, resource, scope, args, which = step
         if plane.state(f"tool:v{v}").exists:
@@ -80,9 +102,14 @@ def _run(plane: Plane, step: tuple, attachments: list[str], plans: list[str]) ->
             plan = plans[which % len(plans)] if plans else None
             if scope == "plan" and plan is None:
                 return
-            doc = attach(plane, f"v{v}", resource=resource, args=args,
-                         project=project if scope == "project" else None,
-                         plan=plan if scope == "plan" else None)
+            doc = attach(
+                plane,
+                f"v{v}",
+                resource=resource,
+                args=args,
+                project=project if scope == "project" else None,
+                plan=plan if scope == "plan" else None,
+            )
             attachments.append(doc.attachment_id)
     elif kind == "detach":
         if attachments:
@@ -94,9 +121,15 @@ def _run(plane: Plane, step: tuple, attachments: list[str], plans: list[str]) ->
         state = plane.state(f"plan:{plan_id}")
         payload = StrategyRecorded(plan_id=plan_id, revision=0, strategy=f"s{state.version}")
         # A writer that does not update the read models: they lag until caught up.
-        plane.store.append(state.stream, [ledger.NewEvent(
-            payload=payload, delta=delta(state.doc, fold(state.stream, state.doc, payload)))],
-            state.version)
+        plane.store.append(
+            state.stream,
+            [
+                ledger.NewEvent(
+                    payload=payload, delta=delta(state.doc, fold(state.stream, state.doc, payload))
+                )
+            ],
+            state.version,
+        )
 
 
 def _documents(plane: Plane) -> dict[str, dict[str, dict]]:
@@ -123,8 +156,9 @@ def _check(backend: str, steps: list[tuple]) -> None:
         for event in plane.store.read_all():
             streams.setdefault(event.stream, []).append(event)
         for stream, events in streams.items():  # deltas alone == the fold
-            assert apply_deltas(e.delta for e in events) == to_json(fold_all(
-                stream, [e.payload for e in events])), stream
+            assert apply_deltas(e.delta for e in events) == to_json(
+                fold_all(stream, [e.payload for e in events])
+            ), stream
 
 
 @pytest.mark.slow

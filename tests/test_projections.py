@@ -33,14 +33,27 @@ def test_inline_updates_are_visible_at_once(db_url: str) -> None:
 def test_catch_up_and_rebuild_equal_inline(db_url: str) -> None:
     with Plane.open(db_url) as plane:
         for i in range(5):
-            create_plan(plane, f"P-{i}", project="api" if i % 2 else "web",
-                        resources=[f"repo:{i}"])
+            create_plan(plane, f"P-{i}", project="api" if i % 2 else "web", resources=[f"repo:{i}"])
         # Events appended behind the read models' back: they lag until caught up.
-        plane.store.append("plan:P-0", [ledger.NewEvent(payload=StrategyRecorded(
-            plan_id="P-0", revision=0, strategy="first"))], 1)
+        plane.store.append(
+            "plan:P-0",
+            [
+                ledger.NewEvent(
+                    payload=StrategyRecorded(plan_id="P-0", revision=0, strategy="first")
+                )
+            ],
+            1,
+        )
         lagging = {s.name: s.lag for s in plane.projections.status()}
-        assert lagging == {"tools": 1, "skills": 1, "attachments": 1, "plans": 1,
-                           "outcomes": 1, "approvers": 1, "analytics": 1}
+        assert lagging == {
+            "tools": 1,
+            "skills": 1,
+            "attachments": 1,
+            "plans": 1,
+            "outcomes": 1,
+            "approvers": 1,
+            "analytics": 1,
+        }
         create_plan(plane, "P-9", project="api", resources=["repo:9"])  # catches up first
         incremental = _snapshot(plane.projections)
         assert incremental["plans"][0].strategy == "first"
@@ -81,10 +94,12 @@ def test_rows_and_checkpoint_roll_back_with_a_failed_append(db_url: str) -> None
 def test_a_changed_version_is_rebuilt_on_open(db_url: str) -> None:
     with Plane.open(db_url) as plane:
         create_plan(plane, "P-1", project="api", resources=["repo:api"])
-        plane.store.append("plan:P-1", [ledger.NewEvent(payload=ExecuteEntered(
-            plan_id="P-1", revision=0))], 1)
-    bumped = [dataclasses.replace(p, version=p.version + (p.name == "plans"))
-              for p in ALL_PROJECTIONS]
+        plane.store.append(
+            "plan:P-1", [ledger.NewEvent(payload=ExecuteEntered(plan_id="P-1", revision=0))], 1
+        )
+    bumped = [
+        dataclasses.replace(p, version=p.version + (p.name == "plans")) for p in ALL_PROJECTIONS
+    ]
     store = ledger.open(db_url)
     try:
         with store.engine.begin() as conn:  # vandalise the read model: a rebuild restores it

@@ -28,15 +28,25 @@ def test_plane_commands_racing_a_raw_writer_report_what_they_did(db_url: str) ->
         try:
             for n in range(3):
                 plan_id = f"cli-{n}"
-                created = invoke("plan", "create", plan_id, "--project", "p", "--resource",
-                                 "repo:api", "--db", db_url)
+                created = invoke(
+                    "plan",
+                    "create",
+                    plan_id,
+                    "--project",
+                    "p",
+                    "--resource",
+                    "repo:api",
+                    "--db",
+                    db_url,
+                )
                 assert created.exit_code == 0, created.output
                 doc = create_plan(plane, f"api-{n}", project="p", resources=["repo:api"])
                 assert doc.plan_id == f"api-{n}"
                 record_strategy(plane, f"api-{n}", "go")
                 assert enter_execute(plane, f"api-{n}").phase == "execute"
-                strategized = invoke("plan", "strategize", plan_id, "--strategy", "go",
-                                     "--db", db_url)
+                strategized = invoke(
+                    "plan", "strategize", plan_id, "--strategy", "go", "--db", db_url
+                )
                 assert strategized.exit_code == 0, strategized.output
         finally:
             stop.set()

@@ -70,16 +70,18 @@ def tool(**changes: Any) -> dict[str, Any]:
     return spec
 
 
-def wrapper(name: str = "tests-pass", transform: str = TESTS_PASS, **extra: Any
-            ) -> dict[str, Any]:
-    return {"name": name, "mode": "required", "wraps": "pytest", "transform": transform,
-            **extra}
+def wrapper(name: str = "tests-pass", transform: str = TESTS_PASS, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "mode": "required", "wraps": "pytest", "transform": transform, **extra}
 
 
 def command_validation(name: str = "lint", **extra: Any) -> dict[str, Any]:
-    return {"name": name, "mode": "informational", "command": ["ruff", "check", "{path}"],
-            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
-            **extra}
+    return {
+        "name": name,
+        "mode": "informational",
+        "command": ["ruff", "check", "{path}"],
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -93,8 +95,7 @@ def size(plane: Plane) -> int:
 
 
 @pytest.fixture(scope="module")
-def _shared_plane(module_db_url: str, tmp_path_factory: pytest.TempPathFactory
-                  ) -> Iterator[Plane]:
+def _shared_plane(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
     root = tmp_path_factory.mktemp("shared-plane")
     with pytest.MonkeyPatch.context() as patch:  # the tests' own plane key and state
         patch.setenv("EVIDENCE_PLANE_KEY", str(root / "plane.key"))
@@ -131,8 +132,7 @@ def payload(plane: Plane, stream: str, version: int = -1) -> dict[str, Any]:
 
 def test_tool_stores_declared_and_normalised_schemas_with_digest(plane: Plane) -> None:
     result = register_tool(plane, PYTEST_TOOL)
-    assert (result.kind, result.name, result.version, result.changed) == (
-        "tool", "pytest", 1, True)
+    assert (result.kind, result.name, result.version, result.changed) == ("tool", "pytest", 1, True)
     event = payload(plane, "tool:pytest")
     assert event["type"] == "tool.registered" and event["version"] == 1
     for which in ("input", "output"):
@@ -143,8 +143,12 @@ def test_tool_stores_declared_and_normalised_schemas_with_digest(plane: Plane) -
         digest = hashlib.sha256(rfc8785.dumps(normalised)).hexdigest()
         assert event[f"{which}_schema_sha256"] == digest
     # A nested object schema is closed too, the declared one is kept as written.
-    nested = tool(input_schema={"type": "object", "properties": {
-        "opts": {"type": "object", "properties": {"k": {"type": "integer"}}}}})
+    nested = tool(
+        input_schema={
+            "type": "object",
+            "properties": {"opts": {"type": "object", "properties": {"k": {"type": "integer"}}}},
+        }
+    )
     register_tool(plane, nested)
     event = payload(plane, "tool:pytest")
     assert event["input_schema"]["properties"]["opts"]["additionalProperties"] is False
@@ -155,14 +159,24 @@ def test_tool_stores_declared_and_normalised_schemas_with_digest(plane: Plane) -
 
 
 def test_tool_fields_are_recorded(plane: Plane) -> None:
-    spec = tool(source="builtin", capability="testing", lifecycle={"pre": "echo start"},
-                code="print(1)", idempotent=True, writes=True, timeout=1.5)
+    spec = tool(
+        source="builtin",
+        capability="testing",
+        lifecycle={"pre": "echo start"},
+        code="print(1)",
+        idempotent=True,
+        writes=True,
+        timeout=1.5,
+    )
     register_tool(plane, spec)
     event = payload(plane, "tool:pytest")
     assert event["command"] == ["pytest", "-q", "{path}"]
     assert event["resource_slots"] == ["repo"] and event["timeout_ms"] == 1500
-    assert (event["source"], event["capability"], event["code"]) == ("builtin", "testing",
-                                                                      "print(1)")
+    assert (event["source"], event["capability"], event["code"]) == (
+        "builtin",
+        "testing",
+        "print(1)",
+    )
     assert event["lifecycle"] == {"pre": "echo start"}
     assert event["idempotent"] is True and event["writes"] is True  # a tool may write
     mcp = {"name": "search", "mcp_server": "docs", "mcp_tool_name": "search_docs"}
@@ -188,8 +202,10 @@ def test_versioning_change_identical_and_delta(plane: Plane) -> None:
     doc = plane.projections.document("tools", "pytest")[0]
     assert apply_deltas(e.delta for e in events) == to_json(doc)
     # Key order in a schema is not a change.
-    reordered = tool(description="run the suite, quietly",
-                     input_schema=dict(reversed(PYTEST_TOOL["input_schema"].items())))
+    reordered = tool(
+        description="run the suite, quietly",
+        input_schema=dict(reversed(PYTEST_TOOL["input_schema"].items())),
+    )
     assert register_tool(plane, reordered).changed is False
 
 
@@ -202,15 +218,15 @@ def test_true_and_one_are_different_schemas(plane: Plane) -> None:
     ("schema", "fragment"),
     [
         ({"type": "objekt"}, "input_schema: invalid JSON Schema at /type"),
-        ({"type": "object", "properties": {"p": {"minLength": -1}}},
-         "at /properties/p/minLength"),
+        ({"type": "object", "properties": {"p": {"minLength": -1}}}, "at /properties/p/minLength"),
         ({"$ref": "https://example.com/schema.json"}, "at /$ref"),
         ({"properties": {"p": {"$ref": "other.json#/x"}}}, "refers outside the document"),
         ("a string", "input_schema: invalid JSON Schema"),
     ],
 )
 def test_invalid_schemas_are_refused_with_their_pointer(
-        empty_plane: Plane, schema: Any, fragment: str) -> None:
+    empty_plane: Plane, schema: Any, fragment: str
+) -> None:
     plane = empty_plane
     refused(plane, register_tool, tool(input_schema=schema), fragment)
     refused(plane, register_validation, command_validation(input_schema=schema), fragment)
@@ -218,8 +234,12 @@ def test_invalid_schemas_are_refused_with_their_pointer(
 
 def test_output_schema_is_checked_too(empty_plane: Plane) -> None:
     plane = empty_plane
-    refused(plane, register_tool, tool(output_schema={"$ref": "#/$defs/missing"}),
-            "output_schema: invalid JSON Schema at /$ref")
+    refused(
+        plane,
+        register_tool,
+        tool(output_schema={"$ref": "#/$defs/missing"}),
+        "output_schema: invalid JSON Schema at /$ref",
+    )
 
 
 @pytest.mark.parametrize(
@@ -245,8 +265,10 @@ def test_output_schema_is_checked_too(empty_plane: Plane) -> None:
         (tool(mcp_server="docs", mcp_tool_name="t"), "`command` or `mcp_server`"),
         (["not", "a", "mapping"], "must be a mapping"),
         # YAML and TOML can give values JSON has no type for: refused, never coerced.
-        (tool(lifecycle={"pre": datetime.date(2024, 1, 1)}),
-         "key `lifecycle`: date is not a JSON value"),
+        (
+            tool(lifecycle={"pre": datetime.date(2024, 1, 1)}),
+            "key `lifecycle`: date is not a JSON value",
+        ),
         (tool(lifecycle={"pre": float("nan")}), "key `lifecycle`"),
         (tool(lifecycle={"pre": {"n": 2**60}}), "key `lifecycle`"),
         (tool(description=datetime.date(2024, 1, 1)), "key `description`"),
@@ -268,16 +290,16 @@ def test_bad_tool_files_are_refused(empty_plane: Plane, spec: Any, fragment: str
         ({"read_only": False}, "`read_only: false` is not allowed"),
     ],
 )
-def test_validation_must_be_read_only(plane: Plane, extra: dict[str, Any], fragment: str
-                                      ) -> None:
+def test_validation_must_be_read_only(plane: Plane, extra: dict[str, Any], fragment: str) -> None:
     register_tool(plane, PYTEST_TOOL)
     refused(plane, register_validation, command_validation(**extra), fragment)
     refused(plane, register_validation, wrapper(**extra), fragment)
 
 
 def test_validation_records_read_only_and_mode(plane: Plane) -> None:
-    register_validation(plane, command_validation(writes=False, read_only=True,
-                                                  checkpointable=False))
+    register_validation(
+        plane, command_validation(writes=False, read_only=True, checkpointable=False)
+    )
     event = payload(plane, "tool:lint")
     assert event["type"] == "validation.registered"
     assert (event["writes"], event["checkpointable"], event["read_only"]) == (False, False, True)
@@ -290,8 +312,7 @@ def test_validation_records_read_only_and_mode(plane: Plane) -> None:
 
 
 def test_python_executor(plane: Plane) -> None:
-    spec = {"name": "coverage", "mode": "required", "python": "checks.cov:at_least",
-            "timeout": 10}
+    spec = {"name": "coverage", "mode": "required", "python": "checks.cov:at_least", "timeout": 10}
     doc = register_validation(plane, spec).document
     assert (doc["spec"]["executor"], doc["spec"]["python"]) == ("python", "checks.cov:at_least")
     assert doc["spec"]["timeout_ms"] == 10_000
@@ -299,8 +320,12 @@ def test_python_executor(plane: Plane) -> None:
 
 
 def test_mode_is_required_and_fixed_values(plane: Plane) -> None:
-    refused(plane, register_validation, {"name": "v", "command": ["true"]},
-            "missing required key `mode`")
+    refused(
+        plane,
+        register_validation,
+        {"name": "v", "command": ["true"]},
+        "missing required key `mode`",
+    )
     refused(plane, register_validation, command_validation(mode="advisory"), "key `mode`")
     register_validation(plane, command_validation())
     assert register_validation(plane, command_validation(mode="required")).version == 2
@@ -313,8 +338,13 @@ def test_wrapper_inherits_input_schema_slots_and_timeout(plane: Plane) -> None:
     event = payload(plane, "tool:tests-pass")
     assert event["executor"] == "wrapped" and event["wraps"] == "pytest"
     assert event["wraps_version"] == 1 and event["transform"] == TESTS_PASS
-    for field in ("declared_input_schema", "input_schema", "input_schema_sha256",
-                  "resource_slots", "timeout_ms"):
+    for field in (
+        "declared_input_schema",
+        "input_schema",
+        "input_schema_sha256",
+        "resource_slots",
+        "timeout_ms",
+    ):
         assert event[field] == tool_event[field], field
     assert result.document["spec"]["timeout_ms"] == 120_000
 
@@ -329,8 +359,7 @@ def test_wrapper_inherits_input_schema_slots_and_timeout(plane: Plane) -> None:
         {"timeout": 5},
     ],
 )
-def test_wrapper_may_not_redefine_inherited_fields(plane: Plane, extra: dict[str, Any]
-                                                   ) -> None:
+def test_wrapper_may_not_redefine_inherited_fields(plane: Plane, extra: dict[str, Any]) -> None:
     register_tool(plane, PYTEST_TOOL)
     key = next(iter(extra))
     refused(plane, register_validation, wrapper(**extra), f"remove `{key}`")
@@ -346,7 +375,10 @@ def test_wrapper_follows_the_tool_when_re_registered(plane: Plane) -> None:
     assert (again.changed, again.version) == (True, 2)
     spec = again.document["spec"]
     assert (spec["wraps_version"], spec["timeout_ms"], spec["resource_slots"]) == (
-        2, 300_000, ["repo", "cache"])
+        2,
+        300_000,
+        ["repo", "cache"],
+    )
     assert register_validation(plane, wrapper()).changed is False
 
 
@@ -358,20 +390,19 @@ def test_several_validations_wrap_one_tool(plane: Plane) -> None:
     assert set(views) == {"tests-pass", "no-failures"}
     assert {v["spec"]["wraps"] for v in views.values()} == {"pytest"}
     output = {"exit_code": 1, "summary": "1 failed", "failed": ["test_a"]}
-    results = {name: apply_transform(v["spec"]["transform"], output)
-               for name, v in views.items()}
-    assert results == {"tests-pass": {"passed": False, "message": "1 failed"},
-                       "no-failures": {"passed": False, "data": {"failed": ["test_a"]}}}
+    results = {name: apply_transform(v["spec"]["transform"], output) for name, v in views.items()}
+    assert results == {
+        "tests-pass": {"passed": False, "message": "1 failed"},
+        "no-failures": {"passed": False, "data": {"failed": ["test_a"]}},
+    }
 
 
 def test_wraps_must_name_an_existing_read_only_tool(plane: Plane) -> None:
     refused(plane, register_validation, wrapper(), "wraps unknown tool 'pytest'")
     register_validation(plane, command_validation("lint"))
-    refused(plane, register_validation, {**wrapper(), "wraps": "lint"},
-            "which is a validation")
+    refused(plane, register_validation, {**wrapper(), "wraps": "lint"}, "which is a validation")
     register_tool(plane, {"name": "formatter", "command": ["ruff", "format"], "writes": True})
-    refused(plane, register_validation, {**wrapper(), "wraps": "formatter"},
-            "that tool writes")
+    refused(plane, register_validation, {**wrapper(), "wraps": "formatter"}, "that tool writes")
 
 
 @pytest.mark.parametrize(
@@ -396,8 +427,10 @@ def test_bad_transforms_are_refused(plane: Plane, transform: str, fragment: str)
     ("spec", "fragment"),
     [
         ({"name": "v", "mode": "required"}, "exactly one executor"),
-        ({"name": "v", "mode": "required", "command": ["x"], "python": "m:f"},
-         "found `command` and `python`"),
+        (
+            {"name": "v", "mode": "required", "command": ["x"], "python": "m:f"},
+            "found `command` and `python`",
+        ),
         ({**wrapper(), "command": ["x"]}, "found `command` and `wraps`"),
         ({"name": "v", "mode": "required", "wraps": "pytest"}, "needs a `transform`"),
         (command_validation(transform="@"), "`transform` needs `wraps`"),
@@ -407,8 +440,9 @@ def test_bad_transforms_are_refused(plane: Plane, transform: str, fragment: str)
         (command_validation(mode=True), "key `mode`"),
     ],
 )
-def test_bad_validation_files_are_refused(plane: Plane, spec: dict[str, Any], fragment: str
-                                          ) -> None:
+def test_bad_validation_files_are_refused(
+    plane: Plane, spec: dict[str, Any], fragment: str
+) -> None:
     register_tool(plane, PYTEST_TOOL)
     refused(plane, register_validation, spec, fragment)
 
@@ -416,8 +450,9 @@ def test_bad_validation_files_are_refused(plane: Plane, spec: dict[str, Any], fr
 def test_tools_and_validations_share_one_namespace(plane: Plane) -> None:
     register_tool(plane, PYTEST_TOOL)
     register_validation(plane, command_validation("lint"))
-    refused(plane, register_validation, command_validation("pytest"),
-            "already registered as a tool")
+    refused(
+        plane, register_validation, command_validation("pytest"), "already registered as a tool"
+    )
     refused(plane, register_tool, tool(name="lint"), "already registered as a validation")
     assert [v["name"] for v in list_tools(plane)] == ["lint", "pytest"]
     assert [v["name"] for v in list_tools(plane, kind="tool")] == ["pytest"]
@@ -441,16 +476,20 @@ def test_tools_and_validations_share_one_namespace(plane: Plane) -> None:
         ({"exit_code": False, "summary": "odd"}, {"passed": False, "message": "odd"}),
     ],
 )
-def test_transform_interprets_tool_output(output: dict[str, Any], expected: dict[str, Any]
-                                          ) -> None:
+def test_transform_interprets_tool_output(output: dict[str, Any], expected: dict[str, Any]) -> None:
     assert apply_transform(TESTS_PASS, output) == expected
 
 
 def test_transform_with_data_and_coverage() -> None:
-    transform = ("{passed: coverage >= `90`, message: join(' ', ['coverage', to_string(coverage)]),"
-                 " data: {coverage: coverage}}")
+    transform = (
+        "{passed: coverage >= `90`, message: join(' ', ['coverage', to_string(coverage)]),"
+        " data: {coverage: coverage}}"
+    )
     assert apply_transform(transform, {"coverage": 94.2}) == {
-        "passed": True, "message": "coverage 94.2", "data": {"coverage": 94.2}}
+        "passed": True,
+        "message": "coverage 94.2",
+        "data": {"coverage": 94.2},
+    }
     assert apply_transform(transform, {"coverage": 80})["passed"] is False
 
 
@@ -521,24 +560,28 @@ def test_skills_define_version_and_members(plane: Plane) -> None:
     first = define_skill(plane, {"name": "qa", "members": ["pytest", "tests-pass"]})
     assert (first.version, first.changed) == (1, True)
     before = size(plane)
-    assert define_skill(plane, {"name": "qa", "members": ["pytest", "tests-pass"]}
-                        ).changed is False
+    assert define_skill(plane, {"name": "qa", "members": ["pytest", "tests-pass"]}).changed is False
     assert size(plane) == before
-    second = define_skill(plane, {"name": "qa", "description": "checks",
-                                  "members": ["tests-pass"]})
+    second = define_skill(plane, {"name": "qa", "description": "checks", "members": ["tests-pass"]})
     assert (second.version, second.changed) == (2, True)
     ops = {op["path"] for op in plane.store.read_stream("skill:qa")[-1].delta}
     assert "/description" in ops and any(p.startswith("/members") for p in ops)
-    assert to_json(get_skill(plane, "qa")) == {"name": "qa", "version": 2, "description": "checks",
-                                      "members": ["tests-pass"]}
+    assert to_json(get_skill(plane, "qa")) == {
+        "name": "qa",
+        "version": 2,
+        "description": "checks",
+        "members": ["tests-pass"],
+    }
     assert [s.name for s in list_skills(plane)] == ["qa"]
 
 
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [
-        ({"name": "qa", "members": ["pytest", "ghost", "phantom"]},
-         "unknown member(s) ghost, phantom"),
+        (
+            {"name": "qa", "members": ["pytest", "ghost", "phantom"]},
+            "unknown member(s) ghost, phantom",
+        ),
         ({"name": "qa", "members": []}, "at least one member"),
         ({"name": "qa", "members": ["pytest", "pytest"]}, "listed twice"),
         ({"name": "qa"}, "missing required key `members`"),
@@ -579,27 +622,35 @@ def files(tmp_path: Path) -> Path:
     )
     (tmp_path / "tests-pass.toml").write_text(
         'name = "tests-pass"\nmode = "required"\nwraps = "pytest"\n'
-        "transform = \"{passed: exit_code == `0`}\"\n"
+        'transform = "{passed: exit_code == `0`}"\n'
     )
-    (tmp_path / "qa.json").write_text(json.dumps(
-        {"name": "qa", "description": "quality", "members": ["pytest", "tests-pass"]}))
+    (tmp_path / "qa.json").write_text(
+        json.dumps({"name": "qa", "description": "quality", "members": ["pytest", "tests-pass"]})
+    )
     return tmp_path
 
 
 def test_cli_register_list_show(db_url: str, files: Path) -> None:
     db = ("--db", db_url)
-    assert ok(run("tool", "register", str(files / "pytest.yaml"), *db)
-              ) == "registered tool pytest version 1\n"
-    assert ok(run("tool", "register", str(files / "pytest.yaml"), *db)
-              ) == "tool pytest unchanged (version 1)\n"
-    assert ok(run("--db", db_url, "validation", "register", str(files / "tests-pass.toml"))
-              ) == "registered validation tests-pass version 1\n"
-    assert ok(run("skill", "define", str(files / "qa.json"), *db)
-              ) == "defined skill qa version 1\n"
+    assert (
+        ok(run("tool", "register", str(files / "pytest.yaml"), *db))
+        == "registered tool pytest version 1\n"
+    )
+    assert (
+        ok(run("tool", "register", str(files / "pytest.yaml"), *db))
+        == "tool pytest unchanged (version 1)\n"
+    )
+    assert (
+        ok(run("--db", db_url, "validation", "register", str(files / "tests-pass.toml")))
+        == "registered validation tests-pass version 1\n"
+    )
+    assert ok(run("skill", "define", str(files / "qa.json"), *db)) == "defined skill qa version 1\n"
 
     tools = json.loads(ok(run("tool", "list", "--json", *db)))["tools"]
     assert [(t["name"], t["kind"], t["version"]) for t in tools] == [
-        ("pytest", "tool", 1), ("tests-pass", "validation", 1)]
+        ("pytest", "tool", 1),
+        ("tests-pass", "validation", 1),
+    ]
     shown = json.loads(ok(run("tool", "show", "pytest", "--json", *db)))["tool"]
     assert shown["spec"]["timeout_ms"] == 60_000
     assert shown["spec"]["input_schema"]["additionalProperties"] is False
@@ -608,8 +659,9 @@ def test_cli_register_list_show(db_url: str, files: Path) -> None:
     one = json.loads(ok(run("validation", "show", "tests-pass", "--json", *db)))["validation"]
     assert one["spec"]["resource_slots"] == ["repo"] and one["spec"]["wraps_version"] == 1
     skills = json.loads(ok(run("skill", "list", "--json", *db)))["skills"]
-    assert skills == [{"name": "qa", "version": 1, "description": "quality",
-                       "members": ["pytest", "tests-pass"]}]
+    assert skills == [
+        {"name": "qa", "version": 1, "description": "quality", "members": ["pytest", "tests-pass"]}
+    ]
     assert json.loads(ok(run("skill", "show", "qa", "--json", *db)))["skill"] == skills[0]
 
     table = ok(run("validation", "list", *db))
@@ -619,12 +671,13 @@ def test_cli_register_list_show(db_url: str, files: Path) -> None:
     assert "tests-pass  validation" in ok(run("skill", "show", "qa", *db))
 
     (files / "pytest.yaml").write_text((files / "pytest.yaml").read_text() + "description: x\n")
-    assert ok(run("tool", "register", str(files / "pytest.yaml"), *db)
-              ) == "registered tool pytest version 2\n"
+    assert (
+        ok(run("tool", "register", str(files / "pytest.yaml"), *db))
+        == "registered tool pytest version 2\n"
+    )
     old = json.loads(ok(run("tool", "show", "pytest", "--version", "1", "--json", *db)))
     assert old["tool"]["version"] == 1 and old["tool"]["latest_version"] == 2
-    registered = json.loads(ok(run("tool", "register", str(files / "pytest.yaml"), "--json",
-                                   *db)))
+    registered = json.loads(ok(run("tool", "register", str(files / "pytest.yaml"), "--json", *db)))
     assert registered["changed"] is False and registered["tool"]["version"] == 2
 
 
@@ -640,40 +693,100 @@ def test_cli_bad_input_is_refused_and_appends_nothing(db_url: str, files: Path) 
         return str(files / name)
 
     cases: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
-        (("tool", "register", write("t1.yaml", "name: t\ncolour: blue\n")),
-         ("t1.yaml", "unknown key `colour`")),
-        (("tool", "register", write("t2.json", '{"name": "t", "timeout": "10"}')),
-         ("t2.json", "key `timeout`")),
-        (("tool", "register", write("t3.json", json.dumps(
-            {"name": "t", "input_schema": {"properties": {"p": {"type": "strin"}}}}))),
-         ("t3.json", "invalid JSON Schema at /properties/p/type")),
-        (("tool", "register", write("t4.json", json.dumps(
-            {"name": "t", "input_schema": {"$ref": "https://evil.example/s.json"}}))),
-         ("at /$ref", "refers outside the document")),
+        (
+            ("tool", "register", write("t1.yaml", "name: t\ncolour: blue\n")),
+            ("t1.yaml", "unknown key `colour`"),
+        ),
+        (
+            ("tool", "register", write("t2.json", '{"name": "t", "timeout": "10"}')),
+            ("t2.json", "key `timeout`"),
+        ),
+        (
+            (
+                "tool",
+                "register",
+                write(
+                    "t3.json",
+                    json.dumps(
+                        {"name": "t", "input_schema": {"properties": {"p": {"type": "strin"}}}}
+                    ),
+                ),
+            ),
+            ("t3.json", "invalid JSON Schema at /properties/p/type"),
+        ),
+        (
+            (
+                "tool",
+                "register",
+                write(
+                    "t4.json",
+                    json.dumps(
+                        {"name": "t", "input_schema": {"$ref": "https://evil.example/s.json"}}
+                    ),
+                ),
+            ),
+            ("at /$ref", "refers outside the document"),
+        ),
         (("tool", "register", write("t5.yaml", "- a list\n")), ("t5.yaml", "one mapping")),
         (("tool", "register", write("t6.json", "{not json")), ("t6.json", "not valid JSON")),
         (("tool", "register", str(files / "missing.json")), ("no such file",)),
-        (("tool", "register", write("t7.toml", 'name = "tests-pass"\n')),
-         ("already registered as a validation",)),
-        (("validation", "register", write("v1.yaml", "name: v\nmode: required\n"
-                                          "command: [x]\nwrites: true\n")),
-         ("v1.yaml", "`writes: true` is not allowed")),
-        (("validation", "register", write("v2.yaml", "name: v\nmode: required\n"
-                                          "wraps: ghost\ntransform: '@'\n")),
-         ("wraps unknown tool 'ghost'",)),
-        (("validation", "register", write("v3.yaml", "name: v\nmode: required\n"
-                                          "wraps: pytest\ntransform: '{passed: '\n")),
-         ("not a valid JMESPath expression",)),
-        (("validation", "register", write("v4.yaml", "name: v\nmode: required\n"
-                                          "wraps: pytest\ntransform: '@'\ntimeout: 3\n")),
-         ("remove `timeout`",)),
-        (("validation", "register", write("v5.yaml", "name: pytest\nmode: required\n"
-                                          "command: [x]\n")),
-         ("already registered as a tool",)),
-        (("skill", "define", write("s1.json", '{"name": "s", "members": ["ghost"]}')),
-         ("s1.json", "unknown member(s) ghost")),
-        (("skill", "define", write("s2.json", '{"name": "s", "members": ["pytest"], "x": 1}')),
-         ("s2.json", "unknown key `x`")),
+        (
+            ("tool", "register", write("t7.toml", 'name = "tests-pass"\n')),
+            ("already registered as a validation",),
+        ),
+        (
+            (
+                "validation",
+                "register",
+                write("v1.yaml", "name: v\nmode: required\ncommand: [x]\nwrites: true\n"),
+            ),
+            ("v1.yaml", "`writes: true` is not allowed"),
+        ),
+        (
+            (
+                "validation",
+                "register",
+                write("v2.yaml", "name: v\nmode: required\nwraps: ghost\ntransform: '@'\n"),
+            ),
+            ("wraps unknown tool 'ghost'",),
+        ),
+        (
+            (
+                "validation",
+                "register",
+                write(
+                    "v3.yaml", "name: v\nmode: required\nwraps: pytest\ntransform: '{passed: '\n"
+                ),
+            ),
+            ("not a valid JMESPath expression",),
+        ),
+        (
+            (
+                "validation",
+                "register",
+                write(
+                    "v4.yaml",
+                    "name: v\nmode: required\nwraps: pytest\ntransform: '@'\ntimeout: 3\n",
+                ),
+            ),
+            ("remove `timeout`",),
+        ),
+        (
+            (
+                "validation",
+                "register",
+                write("v5.yaml", "name: pytest\nmode: required\ncommand: [x]\n"),
+            ),
+            ("already registered as a tool",),
+        ),
+        (
+            ("skill", "define", write("s1.json", '{"name": "s", "members": ["ghost"]}')),
+            ("s1.json", "unknown member(s) ghost"),
+        ),
+        (
+            ("skill", "define", write("s2.json", '{"name": "s", "members": ["pytest"], "x": 1}')),
+            ("s2.json", "unknown key `x`"),
+        ),
         (("tool", "show", "ghost"), ("unknown tool 'ghost'",)),
         (("tool", "show", "pytest", "--version", "9"), ("has no version 9",)),
         (("tool", "show", "pytest", "--version", "0"), ("--version",)),

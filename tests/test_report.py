@@ -36,13 +36,24 @@ from ledger.verify import verify_store
 from tests.helpers import applied_plan, assert_refused, run_cli
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
-SECTIONS = ["Plan", "Timeline", "Gate checks", "Validation results", "Decisions", "Token",
-            "Outcome classification", "Verification"]
+SECTIONS = [
+    "Plan",
+    "Timeline",
+    "Gate checks",
+    "Validation results",
+    "Decisions",
+    "Token",
+    "Outcome classification",
+    "Verification",
+]
 SEARCH = {
     "name": "search",
     "command": ["grep", "-r", "{query}"],
-    "input_schema": {"type": "object", "required": ["query"],
-                     "properties": {"query": {"type": "string"}}},
+    "input_schema": {
+        "type": "object",
+        "required": ["query"],
+        "properties": {"query": {"type": "string"}},
+    },
 }
 
 
@@ -61,8 +72,13 @@ def deviating_plan(db_url: str, params: bytes = b'{"query": "x", "extra": 1}') -
     """Plan G-1 in Execute whose input gate check found an extra field."""
     with Plane.open(db_url) as plane:
         register_tool(plane, SEARCH)
-        create_plan(plane, "G-1", project="api", resources=["repo:api"],
-                    config={"strict_mode": False, "max_iterations": 3})
+        create_plan(
+            plane,
+            "G-1",
+            project="api",
+            resources=["repo:api"],
+            config={"strict_mode": False, "max_iterations": 3},
+        )
         record_strategy(plane, "G-1", "search the code")
         enter_execute(plane, "G-1")
         outcome = gate_input(plane, "G-1", "search", params)
@@ -95,8 +111,20 @@ def assert_self_contained(page: str) -> None:
     element, no attribute naming a resource, no url() or @import in the CSS."""
     tags = Tags(page).tags
     names = {tag for tag, _attrs in tags}
-    assert not names & {"script", "link", "img", "iframe", "object", "embed", "source",
-                        "audio", "video", "base", "form", "svg"}, names
+    assert not names & {
+        "script",
+        "link",
+        "img",
+        "iframe",
+        "object",
+        "embed",
+        "source",
+        "audio",
+        "video",
+        "base",
+        "form",
+        "svg",
+    }, names
     for tag, attrs in tags:
         assert not set(attrs) & {"src", "href", "srcset", "action", "poster", "style"}, tag
         assert not any(a.startswith("on") for a in attrs), tag
@@ -177,10 +205,20 @@ def test_every_value_is_escaped(sqlite_url: str, tmp_path: Path) -> None:
     with Plane.open(sqlite_url) as plane:
         plane.projections.catch_up()
         stream = f"plan:{plan_id}"
-        plane.append(plane.state(stream), [PlanCreated(
-            plan_id=plan_id, project=HOSTILE, resources=["repo:<img src=x onerror=alert(1)>"])])
-        plane.append(plane.state(stream), [StrategyRecorded(
-            plan_id=plan_id, revision=0, strategy="</table><h2>Forged</h2>")])
+        plane.append(
+            plane.state(stream),
+            [
+                PlanCreated(
+                    plan_id=plan_id,
+                    project=HOSTILE,
+                    resources=["repo:<img src=x onerror=alert(1)>"],
+                )
+            ],
+        )
+        plane.append(
+            plane.state(stream),
+            [StrategyRecorded(plan_id=plan_id, revision=0, strategy="</table><h2>Forged</h2>")],
+        )
         record_halt(plane, plan_id, "orchestrator_stop", f"reason {HOSTILE} & more")
     out = tmp_path / "hostile.html"
     result = report_cli(plan_id, out, sqlite_url)
@@ -194,11 +232,18 @@ def test_every_value_is_escaped(sqlite_url: str, tmp_path: Path) -> None:
     assert "&lt;/table&gt;&lt;h2&gt;Forged&lt;/h2&gt;" in page
 
 
-def test_a_plan_stream_without_its_creation_still_gets_a_report(sqlite_url: str,
-                                                                 tmp_path: Path) -> None:
+def test_a_plan_stream_without_its_creation_still_gets_a_report(
+    sqlite_url: str, tmp_path: Path
+) -> None:
     with ledger.open(sqlite_url) as store:  # forged: a strategy with no plan.created
-        store.append("plan:P-9", [ledger.NewEvent(payload=StrategyRecorded(
-            plan_id="P-9", revision=0, strategy="orphan"))])
+        store.append(
+            "plan:P-9",
+            [
+                ledger.NewEvent(
+                    payload=StrategyRecorded(plan_id="P-9", revision=0, strategy="orphan")
+                )
+            ],
+        )
     out = tmp_path / "orphan.html"
     result = report_cli("P-9", out, sqlite_url)
     assert result.returncode == 0, result.stderr
@@ -211,8 +256,7 @@ def test_a_plan_stream_without_its_creation_still_gets_a_report(sqlite_url: str,
 # -- refusals ------------------------------------------------------------------------
 
 
-def test_unknown_plan_or_unwritable_path_writes_nothing(sqlite_url: str,
-                                                        tmp_path: Path) -> None:
+def test_unknown_plan_or_unwritable_path_writes_nothing(sqlite_url: str, tmp_path: Path) -> None:
     deviating_plan(sqlite_url)
     out = tmp_path / "r.html"
     assert_refused(report_cli("nope", out, sqlite_url), "unknown plan 'nope'")
@@ -226,8 +270,7 @@ def test_unknown_plan_or_unwritable_path_writes_nothing(sqlite_url: str,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["evidence.db"]
 
 
-def test_verification_problems_are_shown_and_still_exit_0(sqlite_url: str,
-                                                          tmp_path: Path) -> None:
+def test_verification_problems_are_shown_and_still_exit_0(sqlite_url: str, tmp_path: Path) -> None:
     deviating_plan(sqlite_url)
     with ledger.open(sqlite_url) as store:
         position = store.read_stream("plan:G-1")[1].position
@@ -252,23 +295,29 @@ class MemorySource:
     """The four reads the report needs, over events and blobs held in memory: what an
     offline bundle provides, with no database behind it."""
 
-    def __init__(self, head: TreeHead, events: list[RecordedEvent],
-                 blobs: dict[str, bytes]) -> None:
+    def __init__(
+        self, head: TreeHead, events: list[RecordedEvent], blobs: dict[str, bytes]
+    ) -> None:
         self._head, self._events, self._blobs = head, events, blobs
 
     def head(self) -> TreeHead:
         return self._head
 
-    def read_all(self, from_position: int = 1, *,
-                 to_position: int | None = None) -> Iterator[RecordedEvent]:
+    def read_all(
+        self, from_position: int = 1, *, to_position: int | None = None
+    ) -> Iterator[RecordedEvent]:
         last = to_position or self._head.size
         return (e for e in self._events if from_position <= e.position <= last)
 
-    def read_stream(self, stream: str, from_version: int = 1, *,
-                    as_of: int | None = None) -> list[RecordedEvent]:
+    def read_stream(
+        self, stream: str, from_version: int = 1, *, as_of: int | None = None
+    ) -> list[RecordedEvent]:
         last = as_of or self._head.size
-        return [e for e in self._events if e.stream == stream
-                and e.stream_version >= from_version and e.position <= last]
+        return [
+            e
+            for e in self._events
+            if e.stream == stream and e.stream_version >= from_version and e.position <= last
+        ]
 
     def get_blob(self, digest: str) -> bytes | None:
         return self._blobs.get(digest)
@@ -281,10 +330,12 @@ def test_gather_report_reads_only_the_small_interface(sqlite_url: str, tmp_path:
         with store.snapshot() as snap:
             blobs = {digest: bytes(data) for digest, _size, data in snap.blobs()}
         memory = MemorySource(store.head(), list(store.read_all()), blobs)
-        from_store = gather_report(store, "P-1", verification=lambda: verified,
-                                   source_label="db", generated_at="T")
-    from_memory = gather_report(memory, "P-1", verification=verified, source_label="db",
-                                generated_at="T")
+        from_store = gather_report(
+            store, "P-1", verification=lambda: verified, source_label="db", generated_at="T"
+        )
+    from_memory = gather_report(
+        memory, "P-1", verification=verified, source_label="db", generated_at="T"
+    )
     assert from_memory == from_store
     assert from_memory.audit.ok and from_memory.audit.checked["INV1"] == 1
     assert [t.token_id for t in from_memory.tokens] == [ids["token_id"]]
@@ -292,8 +343,13 @@ def test_gather_report_reads_only_the_small_interface(sqlite_url: str, tmp_path:
     assert render_html(from_memory) == render_html(from_store)
     # The audit may be passed in too (a bundle's), and an unknown plan is refused.
     clean = audit(memory, plan="P-1")
-    failing = msgspec.structs.replace(clean, ok=False, violations=[Violation(
-        position=3, plan_id="P-1", invariant="INV1", expected="e<1>", found="f&2")])
+    failing = msgspec.structs.replace(
+        clean,
+        ok=False,
+        violations=[
+            Violation(position=3, plan_id="P-1", invariant="INV1", expected="e<1>", found="f&2")
+        ],
+    )
     shown = gather_report(memory, "P-1", verification=verified, audit_report=failing)
     page = render_html(shown)
     assert not shown.audit.ok and ">FAILED<" in page and "<code>INV1</code>" in page
@@ -306,12 +362,16 @@ def test_a_report_from_an_offline_bundle(sqlite_url: str, tmp_path: Path) -> Non
     ids = applied_plan_ids(sqlite_url, tmp_path)
     keys = generate_key_pair(tmp_path / "plane.key")
     with ledger.open(sqlite_url) as store:
-        write_bundle(store, tmp_path / "p1.bundle", key=keys.private_key,
-                     origin="evidence-ledger/test", plan="P-1")
+        write_bundle(
+            store,
+            tmp_path / "p1.bundle",
+            key=keys.private_key,
+            origin="evidence-ledger/test",
+            plan="P-1",
+        )
         from_store = gather_report(store, "P-1", verification=verify_store(store))
     bundle = load_bundle(tmp_path / "p1.bundle", public_key=keys.public_key)
-    report = gather_report(bundle, "P-1", verification=bundle.report,
-                           source_label="p1.bundle")
+    report = gather_report(bundle, "P-1", verification=bundle.report, source_label="p1.bundle")
     assert report.verification.ok and report.verification.checked_events > 0
     assert report.verification.root == from_store.root == report.root
     assert report.audit.ok and report.timeline == from_store.timeline
@@ -330,8 +390,10 @@ def chromium() -> str:
     found = shutil.which("chromium")
     if found is None:
         if IN_CI:
-            pytest.fail("CI=true but chromium is not installed: the browser test cannot be "
-                        "skipped (.ci/run installs it)")
+            pytest.fail(
+                "CI=true but chromium is not installed: the browser test cannot be "
+                "skipped (.ci/run installs it)"
+            )
         pytest.skip("the browser test needs Debian's chromium (apt-get install chromium)")
     return found
 
@@ -339,10 +401,23 @@ def chromium() -> str:
 def browse(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     # A fresh profile and every background fetch off: the page is all that loads.
     return subprocess.run(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", f"--user-data-dir={profile}", *args],
-        capture_output=True, timeout=60, check=False)
+        [
+            binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
@@ -362,10 +437,10 @@ def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert "<table>" in rendered and "P-1" in rendered and ">verified<" in rendered
 
     shot = tmp_path / "shot.png"
-    result = browse(binary, tmp_path / "profile-shot", f"--screenshot={shot}",
-                    "--window-size=1280,2000", url)
-    assert result.returncode == 0 and shot.exists(), result.stderr.decode(
-        errors="replace")[-2000:]
+    result = browse(
+        binary, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1280,2000", url
+    )
+    assert result.returncode == 0 and shot.exists(), result.stderr.decode(errors="replace")[-2000:]
     with Image.open(shot) as image:
         assert image.size == (1280, 2000)
         pixels = image.convert("RGB")
@@ -375,5 +450,7 @@ def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     drawn = sum(count for count, _colour in colours) - background
     assert drawn / (1280 * 2000) > 0.05, drawn
     # The badges' colours are there: the inline CSS applied (green "ok" on #d5f2dc).
-    assert any(max(abs(c - w) for c, w in zip(colour, (0xD5, 0xF2, 0xDC), strict=True)) <= 6
-               for _count, colour in colours)
+    assert any(
+        max(abs(c - w) for c, w in zip(colour, (0xD5, 0xF2, 0xDC), strict=True)) <= 6
+        for _count, colour in colours
+    )

@@ -57,11 +57,15 @@ def emit_spec(tmp_path: Path, stdout: bytes, *, exit_code: int = 0) -> dict[str,
     """A validation that prints exactly ``stdout`` and exits with ``exit_code``."""
     out = tmp_path / f"out-{hashlib.sha256(stdout).hexdigest()[:12]}-{exit_code}"
     out.write_bytes(stdout)
-    emit = script(tmp_path, "emit.py", """\
+    emit = script(
+        tmp_path,
+        "emit.py",
+        """\
         import sys
         sys.stdout.buffer.write(open(sys.argv[1], "rb").read())
         sys.exit(int(sys.argv[2]))
-    """)
+    """,
+    )
     return command_spec([PY, emit, str(out), str(exit_code)])
 
 
@@ -119,18 +123,48 @@ def no_verdict(run: ValidationRun, cause: str) -> None:
 
 
 def test_fill_argv_strings_and_json_text() -> None:
-    template = ["prog", "{path}", "--n={n}", "{flag}", "{ratio}", "{nothing}", "{obj}",
-                "{items}", "{big}"]
-    values = {"path": "a b; rm -rf /", "n": 3, "flag": True, "ratio": 0.5, "nothing": None,
-              "obj": {"b": 1, "a": [1, "x"]}, "items": [], "big": 2**60}
+    template = [
+        "prog",
+        "{path}",
+        "--n={n}",
+        "{flag}",
+        "{ratio}",
+        "{nothing}",
+        "{obj}",
+        "{items}",
+        "{big}",
+    ]
+    values = {
+        "path": "a b; rm -rf /",
+        "n": 3,
+        "flag": True,
+        "ratio": 0.5,
+        "nothing": None,
+        "obj": {"b": 1, "a": [1, "x"]},
+        "items": [],
+        "big": 2**60,
+    }
     assert fill_argv(template, values) == [
-        "prog", "a b; rm -rf /", "--n=3", "true", "0.5", "null", '{"a":[1,"x"],"b":1}',
-        "[]", str(2**60)]
+        "prog",
+        "a b; rm -rf /",
+        "--n=3",
+        "true",
+        "0.5",
+        "null",
+        '{"a":[1,"x"],"b":1}',
+        "[]",
+        str(2**60),
+    ]
 
 
 def test_fill_argv_escapes_and_repeats() -> None:
     assert fill_argv(["echo", "{{x}}", "{{{x}}}", "}}{x}{{", "{x}{x}"], {"x": "v"}) == [
-        "echo", "{x}", "{v}", "}v{", "vv"]
+        "echo",
+        "{x}",
+        "{v}",
+        "}v{",
+        "vv",
+    ]
     assert fill_argv(["plain"], {}) == ["plain"]
 
 
@@ -140,9 +174,20 @@ def test_fill_argv_missing_placeholder_is_named() -> None:
     assert issubclass(ArgvError, ValueError)
 
 
-@pytest.mark.parametrize("template", [["prog", "{"], ["prog", "}"], ["prog", "{0}"],
-                                      ["prog", "{}"], ["prog", "{x!r}"], ["prog", "{x:>4}"],
-                                      ["prog", "{x.y}"], [], ["prog", 3]])
+@pytest.mark.parametrize(
+    "template",
+    [
+        ["prog", "{"],
+        ["prog", "}"],
+        ["prog", "{0}"],
+        ["prog", "{}"],
+        ["prog", "{x!r}"],
+        ["prog", "{x:>4}"],
+        ["prog", "{x.y}"],
+        [],
+        ["prog", 3],
+    ],
+)
 def test_fill_argv_refuses_bad_templates(template: list[Any]) -> None:
     with pytest.raises(ArgvError):
         fill_argv(template, {"x": "v"})
@@ -159,13 +204,17 @@ def test_fill_argv_refuses_values_no_argv_can_hold() -> None:
 
 
 def test_run_command_captures_output_and_exit_code(tmp_path: Path) -> None:
-    prog = script(tmp_path, "p.py", """\
+    prog = script(
+        tmp_path,
+        "p.py",
+        """\
         import os, sys
         data = sys.stdin.buffer.read()
         sys.stdout.write(os.getcwd() + "|" + data.decode() + "|" + sys.argv[1])
         sys.stderr.write("warn")
         sys.exit(3)
-    """)
+    """,
+    )
     result = run_command([PY, prog, "x y"], cwd=tmp_path, timeout_s=30, stdin=b"in")
     assert result.exit_code == 3
     assert result.stdout == f"{tmp_path}|in|x y".encode()
@@ -194,13 +243,17 @@ def test_run_command_bad_cwd_is_not_a_missing_program(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_run_command_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
-    prog = script(tmp_path, "spawn.py", """\
+    prog = script(
+        tmp_path,
+        "spawn.py",
+        """\
         import subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         open(sys.argv[1], "w").write(str(child.pid))
         print("partial", flush=True)
         time.sleep(60)
-    """)
+    """,
+    )
     result = run_command([PY, prog, str(pidfile)], cwd=tmp_path, timeout_s=2.0)
     assert result.timed_out and result.exit_code is None
     assert result.stdout == b"partial\n"  # what it printed before the kill is kept
@@ -212,16 +265,25 @@ def test_run_command_timeout_kills_the_whole_group(tmp_path: Path) -> None:
 
 
 def test_run_command_killed_by_signal(tmp_path: Path) -> None:
-    result = run_command([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
-                         cwd=None, timeout_s=30)
+    result = run_command(
+        [PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+        cwd=None,
+        timeout_s=30,
+    )
     assert result.exit_code is None and result.signal == signal.SIGKILL
     assert "signal 9" in (result.error or "")
 
 
 def _result(stdout: bytes, stderr: bytes = b"", exit_code: int | None = 0) -> RunResult:
-    return RunResult(argv=["x"], exit_code=exit_code, stdout=stdout, stderr=stderr,
-                     started_at="2026-01-01T00:00:00.000000Z",
-                     ended_at="2026-01-01T00:00:00.000000Z", duration_ms=0)
+    return RunResult(
+        argv=["x"],
+        exit_code=exit_code,
+        stdout=stdout,
+        stderr=stderr,
+        started_at="2026-01-01T00:00:00.000000Z",
+        ended_at="2026-01-01T00:00:00.000000Z",
+        duration_ms=0,
+    )
 
 
 def test_tool_output_json_document_or_structure() -> None:
@@ -253,27 +315,31 @@ def test_well_formed_return_wins_over_the_exit_code(tmp_path: Path) -> None:
     assert run.verdict is False and run.cause is None and run.message == "2 failed"
 
 
-@pytest.mark.parametrize(("stdout", "why"), [
-    (b'{"message": "no verdict"}', "missing `passed`"),
-    (b'{"passed": "true"}', "must be a boolean"),
-    (b'{"passed": 1}', "must be a boolean"),
-    (b'{"passed": true, "score": 3}', "unexpected key"),
-    (b'{"passed": true, "message": null}', "`message` must be a string"),
-    (b'{"passed": true, "data": [1]}', "`data` must be an object"),
-    (b"All tests passed", "not valid JSON"),
-    (b'{"passed": true}\n{"passed": true}\n', "more than one JSON document"),
-    (b'{"passed": true} trailing', "more than one JSON document"),
-    (b'[{"passed": true}]', "must be an object"),
-    (b'{"passed": true, "passed": false}', "duplicate key"),
-    (b'{"passed": true, "data": {"x": NaN}}', "NaN"),
-    (b'{"passed": true, "data": {"x": 1e999}}', "out of range"),
-    (b'{"passed": true, "data": {"x": 9007199254740993}}', "2^53"),
-    (b'{"passed": true, "message": "\xff"}', "not UTF-8"),
-    (b"", "empty"),
-    (b"  \n", "empty"),
-])
-def test_malformed_or_missing_return_has_no_verdict(tmp_path: Path, stdout: bytes,
-                                                    why: str) -> None:
+@pytest.mark.parametrize(
+    ("stdout", "why"),
+    [
+        (b'{"message": "no verdict"}', "missing `passed`"),
+        (b'{"passed": "true"}', "must be a boolean"),
+        (b'{"passed": 1}', "must be a boolean"),
+        (b'{"passed": true, "score": 3}', "unexpected key"),
+        (b'{"passed": true, "message": null}', "`message` must be a string"),
+        (b'{"passed": true, "data": [1]}', "`data` must be an object"),
+        (b"All tests passed", "not valid JSON"),
+        (b'{"passed": true}\n{"passed": true}\n', "more than one JSON document"),
+        (b'{"passed": true} trailing', "more than one JSON document"),
+        (b'[{"passed": true}]', "must be an object"),
+        (b'{"passed": true, "passed": false}', "duplicate key"),
+        (b'{"passed": true, "data": {"x": NaN}}', "NaN"),
+        (b'{"passed": true, "data": {"x": 1e999}}', "out of range"),
+        (b'{"passed": true, "data": {"x": 9007199254740993}}', "2^53"),
+        (b'{"passed": true, "message": "\xff"}', "not UTF-8"),
+        (b"", "empty"),
+        (b"  \n", "empty"),
+    ],
+)
+def test_malformed_or_missing_return_has_no_verdict(
+    tmp_path: Path, stdout: bytes, why: str
+) -> None:
     run = run_validation(emit_spec(tmp_path, stdout), {}, "r", workdir=None)
     no_verdict(run, "malformed")
     assert why in (run.error or ""), run.error
@@ -282,11 +348,15 @@ def test_malformed_or_missing_return_has_no_verdict(tmp_path: Path, stdout: byte
 
 
 def test_nonzero_exit_without_return_is_malformed_and_quotes_stderr(tmp_path: Path) -> None:
-    prog = script(tmp_path, "fail.py", """\
+    prog = script(
+        tmp_path,
+        "fail.py",
+        """\
         import sys
         sys.stderr.write("Traceback: something broke\\n")
         sys.exit(2)
-    """)
+    """,
+    )
     run = run_validation(command_spec([PY, prog]), {}, "r", workdir=None)
     no_verdict(run, "malformed")
     assert "exited with code 2" in (run.error or "")
@@ -294,13 +364,21 @@ def test_nonzero_exit_without_return_is_malformed_and_quotes_stderr(tmp_path: Pa
 
 
 def test_arguments_are_filled_into_the_command(tmp_path: Path) -> None:
-    prog = script(tmp_path, "args.py", """\
+    prog = script(
+        tmp_path,
+        "args.py",
+        """\
         import json, sys
         print(json.dumps({"passed": sys.argv[1] == "x y" and sys.argv[2] == "7",
                           "data": {"argv": sys.argv[1:]}}))
-    """)
-    run = run_validation(command_spec([PY, prog, "{name}", "{count}"]),
-                         {"name": "x y", "count": 7}, "r", workdir=None)
+    """,
+    )
+    run = run_validation(
+        command_spec([PY, prog, "{name}", "{count}"]),
+        {"name": "x y", "count": 7},
+        "r",
+        workdir=None,
+    )
     assert run.verdict is True and run.data == {"argv": ["x y", "7"]}
 
 
@@ -308,11 +386,15 @@ def test_arguments_are_filled_into_the_command(tmp_path: Path) -> None:
 
 
 def test_timeout_has_no_verdict(tmp_path: Path) -> None:
-    prog = script(tmp_path, "sleep.py", """\
+    prog = script(
+        tmp_path,
+        "sleep.py",
+        """\
         import time
         time.sleep(60)
         print('{"passed": true}')
-    """)
+    """,
+    )
     run = run_validation(command_spec([PY, prog], timeout_ms=300), {}, "r", workdir=None)
     no_verdict(run, "timeout")
     assert "timed out" in (run.error or "")
@@ -320,16 +402,19 @@ def test_timeout_has_no_verdict(tmp_path: Path) -> None:
 
 def test_default_timeout_applies_without_timeout_ms(tmp_path: Path) -> None:
     prog = script(tmp_path, "sleep.py", "import time\ntime.sleep(60)\n")
-    run = run_validation(command_spec([PY, prog]), {}, "r", workdir=None,
-                         default_timeout_s=0.3)
+    run = run_validation(command_spec([PY, prog]), {}, "r", workdir=None, default_timeout_s=0.3)
     no_verdict(run, "timeout")
 
 
 def test_killed_by_signal_is_a_crash(tmp_path: Path) -> None:
-    prog = script(tmp_path, "die.py", """\
+    prog = script(
+        tmp_path,
+        "die.py",
+        """\
         import os, signal
         os.kill(os.getpid(), signal.SIGKILL)
-    """)
+    """,
+    )
     run = run_validation(command_spec([PY, prog]), {}, "r", workdir=None)
     no_verdict(run, "crash")
     assert "signal 9" in (run.error or "")
@@ -344,7 +429,7 @@ def test_missing_program_names_it(tmp_path: Path) -> None:
 # -- python executor ----------------------------------------------------------------------
 
 
-CHECKS = '''\
+CHECKS = """\
 import json, os, sys, time
 
 def ok(args, resource):
@@ -379,7 +464,7 @@ class Group:
         return {"passed": args["n"] > 1}
 
 not_callable = 3
-'''
+"""
 
 
 @pytest.fixture
@@ -401,37 +486,42 @@ def test_python_function_returns_a_verdict(checks_tree: Path) -> None:
     assert run.verdict is True and run.cause is None, run
     assert run.message == "repo:api"
     assert run.data == {"args": {"n": 2}, "files": ["checks.py", "data.txt"]}
-    assert json.loads(run.raw_output or b"") == {"passed": True, "message": "repo:api",
-                                                  "data": run.data}
+    assert json.loads(run.raw_output or b"") == {
+        "passed": True,
+        "message": "repo:api",
+        "data": run.data,
+    }
     assert run.changed_paths == []  # importing wrote no __pycache__
     assert snapshot(checks_tree) == before
-    nested = run_validation(python_spec("checks:Group.nested"), {"n": 2}, "r",
-                            workdir=checks_tree)
+    nested = run_validation(python_spec("checks:Group.nested"), {"n": 2}, "r", workdir=checks_tree)
     assert nested.verdict is True
     failed = run_validation(python_spec("checks:failing"), {}, "r", workdir=checks_tree)
     assert failed.verdict is False and failed.message == "threshold not met"
 
 
-@pytest.mark.parametrize(("target", "cause", "why"), [
-    ("checks:malformed", "malformed", "must be a boolean"),
-    ("checks:nothing", "malformed", "must be an object"),
-    ("checks:not_json", "malformed", "tuple"),
-    ("checks:boom", "crash", "ValueError: boom: the check itself failed"),
-    ("checks:hard_exit", "crash", "exited with code 7"),
-    ("checks:absent", "missing_program", "checks:absent"),
-    ("checks:not_callable", "missing_program", "not callable"),
-    ("no_such_module_xyz:check", "missing_program", "no_such_module_xyz"),
-])
-def test_python_function_without_verdict(checks_tree: Path, target: str, cause: str,
-                                         why: str) -> None:
+@pytest.mark.parametrize(
+    ("target", "cause", "why"),
+    [
+        ("checks:malformed", "malformed", "must be a boolean"),
+        ("checks:nothing", "malformed", "must be an object"),
+        ("checks:not_json", "malformed", "tuple"),
+        ("checks:boom", "crash", "ValueError: boom: the check itself failed"),
+        ("checks:hard_exit", "crash", "exited with code 7"),
+        ("checks:absent", "missing_program", "checks:absent"),
+        ("checks:not_callable", "missing_program", "not callable"),
+        ("no_such_module_xyz:check", "missing_program", "no_such_module_xyz"),
+    ],
+)
+def test_python_function_without_verdict(
+    checks_tree: Path, target: str, cause: str, why: str
+) -> None:
     run = run_validation(python_spec(target), {}, "r", workdir=checks_tree)
     no_verdict(run, cause)
     assert why in (run.error or ""), run.error
 
 
 def test_python_function_timeout(checks_tree: Path) -> None:
-    run = run_validation(python_spec("checks:sleepy", timeout_ms=300), {}, "r",
-                         workdir=checks_tree)
+    run = run_validation(python_spec("checks:sleepy", timeout_ms=300), {}, "r", workdir=checks_tree)
     no_verdict(run, "timeout")
 
 
@@ -443,11 +533,15 @@ EXIT_CODE_TRANSFORM = "{passed: exit_code == `0`, message: stdout}"
 
 @pytest.fixture
 def exit_tool(tmp_path: Path) -> dict[str, Any]:
-    prog = script(tmp_path, "tool.py", """\
+    prog = script(
+        tmp_path,
+        "tool.py",
+        """\
         import sys
         print(f"tool says {sys.argv[1]}", end="")
         sys.exit(int(sys.argv[1]))
-    """)
+    """,
+    )
     return {"command": [PY, prog, "{code}"], "timeout_ms": None}
 
 
@@ -456,46 +550,57 @@ def wrapped_spec(transform: str = EXIT_CODE_TRANSFORM, **extra: Any) -> dict[str
 
 
 def test_wrapped_tool_with_exit_code_transform(exit_tool: dict[str, Any]) -> None:
-    passed = run_validation(wrapped_spec(), {"code": 0}, "r", workdir=None,
-                            wrapped_tool=exit_tool)
+    passed = run_validation(wrapped_spec(), {"code": 0}, "r", workdir=None, wrapped_tool=exit_tool)
     assert passed.verdict is True and passed.message == "tool says 0" and passed.cause is None
-    assert json.loads(passed.raw_output or b"") == {"exit_code": 0, "stdout": "tool says 0",
-                                                    "stderr": ""}
-    failed = run_validation(wrapped_spec(), {"code": 1}, "r", workdir=None,
-                            wrapped_tool=exit_tool)
+    assert json.loads(passed.raw_output or b"") == {
+        "exit_code": 0,
+        "stdout": "tool says 0",
+        "stderr": "",
+    }
+    failed = run_validation(wrapped_spec(), {"code": 1}, "r", workdir=None, wrapped_tool=exit_tool)
     assert failed.verdict is False and failed.message == "tool says 1" and failed.cause is None
 
 
 def test_wrapped_tool_json_output(tmp_path: Path) -> None:
     prog = script(tmp_path, "json_tool.py", 'print(\'{"errors": 0, "files": 12}\')\n')
     tool = {"command": [PY, prog]}
-    run = run_validation(wrapped_spec("{passed: errors == `0`, data: @}"), {}, "r",
-                         workdir=None, wrapped_tool=tool)
+    run = run_validation(
+        wrapped_spec("{passed: errors == `0`, data: @}"), {}, "r", workdir=None, wrapped_tool=tool
+    )
     assert run.verdict is True and run.data == {"errors": 0, "files": 12}
     assert run.raw_output == b'{"errors": 0, "files": 12}\n'
 
 
-def test_wrapped_transform_that_yields_no_result_is_malformed(
-        exit_tool: dict[str, Any]) -> None:
+def test_wrapped_transform_that_yields_no_result_is_malformed(exit_tool: dict[str, Any]) -> None:
     for transform in ("{passed: stdout}", "{ok: `true`}", "exit_code"):
-        run = run_validation(wrapped_spec(transform), {"code": 0}, "r", workdir=None,
-                             wrapped_tool=exit_tool)
+        run = run_validation(
+            wrapped_spec(transform), {"code": 0}, "r", workdir=None, wrapped_tool=exit_tool
+        )
         no_verdict(run, "malformed")
         assert run.raw_output is not None
 
 
 def test_wrapped_tool_missing_program_and_timeout(tmp_path: Path) -> None:
-    run = run_validation(wrapped_spec(), {}, "r", workdir=None,
-                         wrapped_tool={"command": [MISSING]})
+    run = run_validation(wrapped_spec(), {}, "r", workdir=None, wrapped_tool={"command": [MISSING]})
     no_verdict(run, "missing_program")
     assert MISSING in (run.error or "")
     prog = script(tmp_path, "slow_tool.py", "import time\ntime.sleep(60)\n")
     # The wrapper inherits timeout_ms from the tool; either one bounds the run.
-    run = run_validation(wrapped_spec(), {}, "r", workdir=None,
-                         wrapped_tool={"command": [PY, prog], "timeout_ms": 300})
+    run = run_validation(
+        wrapped_spec(),
+        {},
+        "r",
+        workdir=None,
+        wrapped_tool={"command": [PY, prog], "timeout_ms": 300},
+    )
     no_verdict(run, "timeout")
-    run = run_validation(wrapped_spec(timeout_ms=300), {}, "r", workdir=None,
-                         wrapped_tool={"command": [PY, prog], "timeout_ms": None})
+    run = run_validation(
+        wrapped_spec(timeout_ms=300),
+        {},
+        "r",
+        workdir=None,
+        wrapped_tool={"command": [PY, prog], "timeout_ms": None},
+    )
     no_verdict(run, "timeout")
 
 
@@ -503,24 +608,28 @@ def test_wrapped_tool_missing_program_and_timeout(tmp_path: Path) -> None:
 
 
 WRITERS = {
-    "adds": ("open('new.txt', 'w').write('x'); import os; os.mkdir('newdir')",
-             ["new.txt", "newdir"]),
+    "adds": (
+        "open('new.txt', 'w').write('x'); import os; os.mkdir('newdir')",
+        ["new.txt", "newdir"],
+    ),
     "modifies": ("open('a.txt', 'a').write('more')", ["a.txt"]),
     "deletes": ("import os; os.remove('sub/b.txt')", ["sub/b.txt"]),
     "chmods": ("import os; os.chmod('sub/b.txt', 0o600)", ["sub/b.txt"]),
     "relinks": ("import os; os.remove('link'); os.symlink('sub/b.txt', 'link')", ["link"]),
-    "removes_dir": ("import shutil; shutil.rmtree('sub/deeper')",
-                    ["sub/deeper", "sub/deeper/c.bin"]),
+    "removes_dir": (
+        "import shutil; shutil.rmtree('sub/deeper')",
+        ["sub/deeper", "sub/deeper/c.bin"],
+    ),
     # Unlistable for a normal user (its entries vanish from the digest); root still lists it.
-    "locks_dir": ("import os; os.chmod('sub', 0)",
-                  ["sub"] if os.geteuid() == 0 else ["sub", "sub/b.txt", "sub/deeper",
-                                                     "sub/deeper/c.bin"]),
+    "locks_dir": (
+        "import os; os.chmod('sub', 0)",
+        ["sub"] if os.geteuid() == 0 else ["sub", "sub/b.txt", "sub/deeper", "sub/deeper/c.bin"],
+    ),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(WRITERS))
-def test_writes_are_violations_and_never_reach_the_original(tmp_path: Path,
-                                                            kind: str) -> None:
+def test_writes_are_violations_and_never_reach_the_original(tmp_path: Path, kind: str) -> None:
     tree = make_tree(tmp_path / "tree")
     (tree / "sub" / "b.txt").chmod(0o644)
     before_digest, before = tree_digest(tree), snapshot(tree)
@@ -538,13 +647,17 @@ def test_writes_are_violations_and_never_reach_the_original(tmp_path: Path,
 def test_clean_validation_passes_and_tree_stays_identical(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "tree")
     before_digest, before = tree_digest(tree), snapshot(tree)
-    prog = script(tmp_path, "reader.py", """\
+    prog = script(
+        tmp_path,
+        "reader.py",
+        """\
         import json, os
         content = open("sub/deeper/c.bin", "rb").read()
         ok = (open("a.txt").read() == "alpha\\n" and len(content) == 256
               and os.readlink("link") == "a.txt" and os.access("run.sh", os.X_OK))
         print(json.dumps({"passed": ok, "data": {"cwd_is_copy": os.getcwd()}}))
-    """)
+    """,
+    )
     run = run_validation(command_spec([PY, prog]), {}, str(tree), workdir=tree)
     assert run.verdict is True and run.cause is None and run.changed_paths == []
     assert run.data is not None and Path(run.data["cwd_is_copy"]) != tree
@@ -554,10 +667,14 @@ def test_clean_validation_passes_and_tree_stays_identical(tmp_path: Path) -> Non
 
 
 def test_without_workdir_runs_in_an_empty_directory(tmp_path: Path) -> None:
-    prog = script(tmp_path, "empty.py", """\
+    prog = script(
+        tmp_path,
+        "empty.py",
+        """\
         import json, os
         print(json.dumps({"passed": os.listdir(".") == []}))
-    """)
+    """,
+    )
     assert run_validation(command_spec([PY, prog]), {}, "r", workdir=None).verdict is True
     writer = script(tmp_path, "w.py", "open('x', 'w').close()\nprint('{\"passed\": true}')\n")
     run = run_validation(command_spec([PY, writer]), {}, "r", workdir=None)
@@ -566,8 +683,9 @@ def test_without_workdir_runs_in_an_empty_directory(tmp_path: Path) -> None:
 
 
 def test_workdir_that_is_not_a_directory_is_internal(tmp_path: Path) -> None:
-    run = run_validation(emit_spec(tmp_path, b'{"passed": true}'), {}, "r",
-                         workdir=tmp_path / "gone")
+    run = run_validation(
+        emit_spec(tmp_path, b'{"passed": true}'), {}, "r", workdir=tmp_path / "gone"
+    )
     no_verdict(run, "internal")
 
 
@@ -594,13 +712,16 @@ def test_tree_digest_sees_content_mode_and_structure(tmp_path: Path) -> None:
 # -- never raises -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec", [
-    {"executor": "mcp"},
-    {"executor": "command", "command": ["prog", "{absent}"]},
-    {"executor": "command"},
-    {"executor": "wrapped", "wraps": "t", "transform": "@"},  # no wrapped tool given
-    {"executor": "python", "python": "no-colon"},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"executor": "mcp"},
+        {"executor": "command", "command": ["prog", "{absent}"]},
+        {"executor": "command"},
+        {"executor": "wrapped", "wraps": "t", "transform": "@"},  # no wrapped tool given
+        {"executor": "python", "python": "no-colon"},
+    ],
+)
 def test_unexpected_problems_are_internal_results(spec: dict[str, Any]) -> None:
     run = run_validation(spec, {}, "r", workdir=None)
     no_verdict(run, "internal")
@@ -610,11 +731,15 @@ def test_unexpected_problems_are_internal_results(spec: dict[str, Any]) -> None:
 
 
 def test_run_parallel_keeps_order_and_overlaps(tmp_path: Path) -> None:
-    prog = script(tmp_path, "slow.py", """\
+    prog = script(
+        tmp_path,
+        "slow.py",
+        """\
         import json, sys, time
         time.sleep(float(sys.argv[2]))
         print(json.dumps({"passed": True, "message": sys.argv[1]}))
-    """)
+    """,
+    )
 
     def job(index: int, delay: float) -> Any:
         spec = command_spec([PY, prog, str(index), str(delay)])

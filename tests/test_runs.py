@@ -21,7 +21,7 @@ from ledger.events import ValidationRunCompleted
 from projections.outcomes import canonical_halt, classify
 from tests.helpers import assert_refused, run_cli
 
-VALIDATOR = '''
+VALIDATOR = """
 import json, os, signal, sys, time
 mode = sys.argv[1]
 if mode == "pass":
@@ -44,7 +44,7 @@ elif mode == "escape":  # writes to the original through its absolute path
     os.remove(os.path.join(sys.argv[2], "src", "app.py"))
     open(os.path.join(sys.argv[2], "planted.txt"), "w").write("x")
     print(json.dumps({"passed": True}))
-'''
+"""
 
 MODE = {"type": "object", "properties": {"mode": {"type": "string"}}, "required": ["mode"]}
 
@@ -62,15 +62,36 @@ def project(tmp_path: Path) -> Path:
 def plane(db_url: str, project: Path):
     script = str(project.parent / "v.py")
     with Plane.open(db_url) as p:
-        register_validation(p, {"name": "check", "mode": "required", "input_schema": MODE,
-                                "command": [sys.executable, script, "{mode}"]})
-        register_validation(p, {"name": "advice", "mode": "informational",
-                                "input_schema": MODE,
-                                "command": [sys.executable, script, "{mode}"]})
-        register_validation(p, {"name": "hanger", "mode": "required", "timeout": 0.3,
-                                "command": [sys.executable, script, "hang"]})
-        register_validation(p, {"name": "absent", "mode": "required",
-                                "command": ["definitely-not-installed-xyz"]})
+        register_validation(
+            p,
+            {
+                "name": "check",
+                "mode": "required",
+                "input_schema": MODE,
+                "command": [sys.executable, script, "{mode}"],
+            },
+        )
+        register_validation(
+            p,
+            {
+                "name": "advice",
+                "mode": "informational",
+                "input_schema": MODE,
+                "command": [sys.executable, script, "{mode}"],
+            },
+        )
+        register_validation(
+            p,
+            {
+                "name": "hanger",
+                "mode": "required",
+                "timeout": 0.3,
+                "command": [sys.executable, script, "hang"],
+            },
+        )
+        register_validation(
+            p, {"name": "absent", "mode": "required", "command": ["definitely-not-installed-xyz"]}
+        )
         create_plan(p, "P-1", project="api", resources=[str(project)])
         yield p
 
@@ -83,20 +104,21 @@ def _execute(plane: Plane, plan_id: str = "P-1") -> None:
 def _attach(plane: Plane, project: Path, *specs: tuple[str, str | None]) -> None:
     """Attach, then enter Execute: the plan's binding set is pinned there."""
     for validation, mode in specs:
-        attach(plane, validation, resource=str(project),
-               args={"mode": mode} if mode else {})
+        attach(plane, validation, resource=str(project), args={"mode": mode} if mode else {})
     _execute(plane)
 
 
-def test_all_required_pass_informational_failures_are_surfaced(plane: Plane,
-                                                               project: Path) -> None:
+def test_all_required_pass_informational_failures_are_surfaced(plane: Plane, project: Path) -> None:
     _attach(plane, project, ("check", "pass"), ("advice", "fail"))
     report = validate_plan(plane, "P-1")
     assert report.outcome == "pass"
     assert report.informational_failures == ["advice"]
     assert [e.type for e in report.events] == [
-        "validation.result_recorded", "validation.result_recorded",
-        "validation.run_completed", "plan.token_minted"]
+        "validation.result_recorded",
+        "validation.result_recorded",
+        "validation.run_completed",
+        "plan.token_minted",
+    ]
     assert report.token is not None
     doc = get_plan(plane, "P-1")
     assert doc.last_outcome == "pass" and doc.halt is None
@@ -111,7 +133,10 @@ def test_a_failing_required_validation_is_a_blocker(plane: Plane, project: Path)
     assert types[-3:] == ["validation.run_completed", "plan.halted", "plan.attempt_failed"]
     halt = report.events[-2].payload
     assert (halt.halt_type, halt.final_decision, halt.raw_halt_type) == (
-        "blocker", "blocker", "validation_failed")
+        "blocker",
+        "blocker",
+        "validation_failed",
+    )
     failed = next(r for r in report.results if r.verdict is False)
     assert failed.message == "2 tests failed" and failed.data == {"failed": 2}
     assert plane.store.get_blob(failed.raw_output_sha256) is not None  # what it printed
@@ -119,12 +144,15 @@ def test_a_failing_required_validation_is_a_blocker(plane: Plane, project: Path)
     assert (doc.attempt, doc.retries_used, doc.terminal) == (2, 1, None)
 
 
-@pytest.mark.parametrize(("validation", "mode", "cause"), [
-    ("hanger", None, "timeout"),
-    ("check", "crash", "crash"),
-    ("check", "string", "malformed"),
-    ("absent", None, "missing_program"),
-])
+@pytest.mark.parametrize(
+    ("validation", "mode", "cause"),
+    [
+        ("hanger", None, "timeout"),
+        ("check", "crash", "crash"),
+        ("check", "string", "malformed"),
+        ("absent", None, "missing_program"),
+    ],
+)
 def test_no_verdict_from_a_required_validation_is_a_validator_error(
     plane: Plane, project: Path, validation: str, mode: str | None, cause: str
 ) -> None:
@@ -138,28 +166,37 @@ def test_no_verdict_from_a_required_validation_is_a_validator_error(
     assert "authorize" not in (halt.hint or "")  # nothing to decide: an operator acts
 
 
-def test_a_blocker_takes_precedence_over_a_validator_error(plane: Plane,
-                                                           project: Path) -> None:
+def test_a_blocker_takes_precedence_over_a_validator_error(plane: Plane, project: Path) -> None:
     _attach(plane, project, ("hanger", None), ("check", "fail"))
     assert validate_plan(plane, "P-1").outcome == "blocker"
 
 
-def test_a_validation_that_writes_is_caught_and_nothing_survives(plane: Plane,
-                                                                 project: Path) -> None:
+def test_a_validation_that_writes_is_caught_and_nothing_survives(
+    plane: Plane, project: Path
+) -> None:
     before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
     _attach(plane, project, ("check", "write"))
     report = validate_plan(plane, "P-1")
     (result,) = report.results
     assert (result.verdict, result.cause, result.changed_paths) == (
-        None, "read_only_violation", ["new.txt"])
+        None,
+        "read_only_violation",
+        ["new.txt"],
+    )
     assert report.outcome == "validator_error"
     assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
 
 
 def test_a_write_through_an_absolute_path_is_undone(plane: Plane, project: Path) -> None:
     before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
-    register_validation(plane, {"name": "escaper", "mode": "informational", "command": [
-        sys.executable, str(project.parent / "v.py"), "escape", str(project)]})
+    register_validation(
+        plane,
+        {
+            "name": "escaper",
+            "mode": "informational",
+            "command": [sys.executable, str(project.parent / "v.py"), "escape", str(project)],
+        },
+    )
     _attach(plane, project, ("escaper", None), ("check", "pass"))
     report = validate_plan(plane, "P-1")
     causes = {r.validation: (r.verdict, r.cause) for r in report.results}
@@ -172,16 +209,19 @@ def test_a_write_through_an_absolute_path_is_undone(plane: Plane, project: Path)
 def test_validations_run_in_parallel(plane: Plane, project: Path) -> None:
     _attach(plane, project, ("check", "sleep"), ("advice", "sleep"))
     report = validate_plan(plane, "P-1")
-    spans = [(datetime.fromisoformat(r.started_at[:-1]), datetime.fromisoformat(r.ended_at[:-1]))
-             for r in report.results]
+    spans = [
+        (datetime.fromisoformat(r.started_at[:-1]), datetime.fromisoformat(r.ended_at[:-1]))
+        for r in report.results
+    ]
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]  # the spans overlap
 
 
 def test_the_resolved_set_is_recorded_before_running(plane: Plane, project: Path) -> None:
     _attach(plane, project, ("check", "pass"))
     report = validate_plan(plane, "P-1")
-    started = next(e for e in plane.store.read_stream("plan:P-1")
-                   if e.type == "validation.run_started")
+    started = next(
+        e for e in plane.store.read_stream("plan:P-1") if e.type == "validation.run_started"
+    )
     assert started.position < report.events[0].position
     assert [r.validation for r in started.payload.resolved] == ["check"]
     assert str(project) in started.payload.resource_digests
@@ -191,8 +231,7 @@ def test_outcome_classification_is_a_projection(plane: Plane, project: Path) -> 
     _attach(plane, project, ("check", "fail"))
     validate_plan(plane, "P-1")
     (doc,) = [d for d in plane.projections.documents("outcomes") if d]
-    assert (doc.outcome, doc.recorded.outcome, doc.drift) == (
-        "blocker", "blocker", False)
+    assert (doc.outcome, doc.recorded.outcome, doc.drift) == ("blocker", "blocker", False)
     plane.projections.rebuild(["outcomes"])
     assert plane.projections.documents("outcomes") == [doc]
     # A run recorded under other rules (simulated: its recorded outcome differs from what
@@ -201,12 +240,34 @@ def test_outcome_classification_is_a_projection(plane: Plane, project: Path) -> 
     run_id = doc.run_id
     assert state.doc.current_run is None  # the plane itself refuses such an event:
     with pytest.raises(CommandRefused, match="open run"):
-        plane.append(state, [ValidationRunCompleted(
-            plan_id="P-1", run_id=run_id, attempt=1, outcome="pass", rules_version=0,
-            results_digest="0" * 64)])
-    plane.store.append("plan:P-1", [ledger.NewEvent(payload=ValidationRunCompleted(
-        plan_id="P-1", run_id=run_id, attempt=1, outcome="pass", rules_version=0,
-        results_digest="0" * 64))])
+        plane.append(
+            state,
+            [
+                ValidationRunCompleted(
+                    plan_id="P-1",
+                    run_id=run_id,
+                    attempt=1,
+                    outcome="pass",
+                    rules_version=0,
+                    results_digest="0" * 64,
+                )
+            ],
+        )
+    plane.store.append(
+        "plan:P-1",
+        [
+            ledger.NewEvent(
+                payload=ValidationRunCompleted(
+                    plan_id="P-1",
+                    run_id=run_id,
+                    attempt=1,
+                    outcome="pass",
+                    rules_version=0,
+                    results_digest="0" * 64,
+                )
+            )
+        ],
+    )
     plane.projections.catch_up()
     (drifted,) = [d for d in plane.projections.documents("outcomes") if d]
     assert drifted.drift is True and drifted.recorded.outcome == "pass"
@@ -215,11 +276,18 @@ def test_outcome_classification_is_a_projection(plane: Plane, project: Path) -> 
 
 def test_tool_calls(plane: Plane, project: Path, tmp_path: Path) -> None:
     _execute(plane)
-    register_tool(plane, {
-        "name": "count", "command": [sys.executable, "-c",
-                                     "import json,os; print(json.dumps({{'files': "
-                                     "len(os.listdir('src'))}}))"],
-        "output_schema": {"type": "object", "properties": {"files": {"type": "integer"}}}})
+    register_tool(
+        plane,
+        {
+            "name": "count",
+            "command": [
+                sys.executable,
+                "-c",
+                "import json,os; print(json.dumps({{'files': len(os.listdir('src'))}}))",
+            ],
+            "output_schema": {"type": "object", "properties": {"files": {"type": "integer"}}},
+        },
+    )
     report = call_tool(plane, "P-1", "count", b"{}")
     assert report.ok and report.call is not None and report.call.exit_code == 0
     assert json.loads(plane.store.get_blob(report.call.output_sha256)) == {"files": 1}
@@ -230,7 +298,8 @@ def test_tool_calls(plane: Plane, project: Path, tmp_path: Path) -> None:
     # An invented tool: no call is made.
     invented = call_tool(plane, "P-1", "ghost", b"{}")
     assert invented.call is None and invented.input_gate.check.deviations[0].kind == (
-        "invented_tool")
+        "invented_tool"
+    )
 
 
 def test_a_missing_program_for_a_tool_is_an_environment_error(plane: Plane) -> None:
@@ -239,35 +308,40 @@ def test_a_missing_program_for_a_tool_is_an_environment_error(plane: Plane) -> N
     report = call_tool(plane, "P-1", "coder", b"{}")
     assert report.call is None and report.halt is not None
     assert (report.halt.halt_type, report.halt.raw_halt_type) == (
-        "environment_error", "program_missing")
+        "environment_error",
+        "program_missing",
+    )
     assert "install `no-such-coder-binary-xyz`" in report.halt.hint
 
 
-@pytest.mark.parametrize(("raw", "canonical"), [
-    ("validation_failed", "blocker"),
-    ("max_iterations", "blocker"),
-    ("coder_missing", "environment_error"),
-    ("timeout", "validator_error"),
-    ("engine_exception", "internal_error"),
-    ("escalated", "escalate"),
-    ("execution_error", "internal_error"),  # unknown: a non-verdict, never a blocker
-    ("something-new", "internal_error"),
-])
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        ("validation_failed", "blocker"),
+        ("max_iterations", "blocker"),
+        ("coder_missing", "environment_error"),
+        ("timeout", "validator_error"),
+        ("engine_exception", "internal_error"),
+        ("escalated", "escalate"),
+        ("execution_error", "internal_error"),  # unknown: a non-verdict, never a blocker
+        ("something-new", "internal_error"),
+    ],
+)
 def test_raw_halt_types_map_to_the_canonical_outcome(raw: str, canonical: str) -> None:
     assert canonical_halt(raw) == canonical
 
 
 def test_classification_rules() -> None:
     def r(mode: str, verdict: bool | None, cause: str | None = None) -> dict:
-        return {"validation": f"{mode}-{verdict}", "mode": mode, "verdict": verdict,
-                "cause": cause}
+        return {"validation": f"{mode}-{verdict}", "mode": mode, "verdict": verdict, "cause": cause}
 
     assert classify([])[0] == "validator_error"  # no required validation: no vacuous pass
     assert classify([], require_validation=False)[0] == "pass"  # only when opted out
     assert classify([r("informational", True)])[1] == "no_required_validation"
     assert classify([r("informational", False), r("required", True)])[0] == "pass"
     assert classify([r("required", None, "internal"), r("required", None, "timeout")])[0] == (
-        "internal_error")
+        "internal_error"
+    )
     assert classify([r("required", None, "timeout"), r("required", False)])[0] == "blocker"
 
 
@@ -301,8 +375,9 @@ def test_cli(plane: Plane, project: Path, db_url: str) -> None:
     doc = json.loads(failed.stdout)["validation"]
     assert doc["outcome"] == "blocker" and doc["who_acts"] == "agent -> human"
     assert {r["scope"] for r in doc["results"]} == {"direct", "plan"}
-    halted = run_cli("halt", "P-1", "--raw-type", "coder_missing", "--reason", "no coder",
-                     "--db", db_url)
+    halted = run_cli(
+        "halt", "P-1", "--raw-type", "coder_missing", "--reason", "no coder", "--db", db_url
+    )
     assert halted.returncode == 1 and "environment_error" in halted.stdout
     with ledger.open(db_url) as store:
         before = store.head().size

@@ -39,12 +39,30 @@ def plane(db_url: str, tmp_path: Path):
     project.mkdir()
     (project / "app.py").write_text("print('hello')\n")
     with Plane.open(db_url) as p:
-        register_tool(p, {"name": "touch-it", "output_schema": OK_SCHEMA, "command":
-                          _script(tmp_path, "bad.py", TOUCH.replace("OK", '"yes"'))})
-        register_tool(p, {"name": "touch-ok", "output_schema": OK_SCHEMA, "command":
-                          _script(tmp_path, "good.py", TOUCH.replace("OK", "True"))})
-        register_validation(p, {"name": "some-validation", "mode": "informational",
-                                "command": _script(tmp_path, "writer.py", WRITER)})
+        register_tool(
+            p,
+            {
+                "name": "touch-it",
+                "output_schema": OK_SCHEMA,
+                "command": _script(tmp_path, "bad.py", TOUCH.replace("OK", '"yes"')),
+            },
+        )
+        register_tool(
+            p,
+            {
+                "name": "touch-ok",
+                "output_schema": OK_SCHEMA,
+                "command": _script(tmp_path, "good.py", TOUCH.replace("OK", "True")),
+            },
+        )
+        register_validation(
+            p,
+            {
+                "name": "some-validation",
+                "mode": "informational",
+                "command": _script(tmp_path, "writer.py", WRITER),
+            },
+        )
         create_plan(p, "P-1", project="api", resources=[str(project)])
         record_strategy(p, "P-1", "touch things")
         enter_execute(p, "P-1")
@@ -55,15 +73,15 @@ def _files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_the_sandbox_is_made_at_execute_and_named_by_digest(plane: Plane,
-                                                           tmp_path: Path) -> None:
+def test_the_sandbox_is_made_at_execute_and_named_by_digest(plane: Plane, tmp_path: Path) -> None:
     sandbox = work(plane)
     assert _files(sandbox) == _files(tmp_path / "proj")
     assert "P-1" not in str(sandbox) and "proj" not in sandbox.name
 
 
-def test_a_call_whose_output_gate_fails_leaves_everything_as_it_was(plane: Plane,
-                                                                    tmp_path: Path) -> None:
+def test_a_call_whose_output_gate_fails_leaves_everything_as_it_was(
+    plane: Plane, tmp_path: Path
+) -> None:
     real, sandbox = tmp_path / "proj", work(plane)
     before_real, before_sandbox = _files(real), _files(sandbox)
     report = call_tool(plane, "P-1", "touch-it", {})
@@ -90,8 +108,7 @@ def test_a_validation_called_as_a_tool_is_read_only(plane: Plane, tmp_path: Path
 
 
 def test_the_cli_call_works_in_the_sandbox_too(plane: Plane, tmp_path: Path) -> None:
-    result = invoke("call", "P-1", "--tool", "touch-it", "--params", "{}",
-                    "--db", plane.store.url)
+    result = invoke("call", "P-1", "--tool", "touch-it", "--params", "{}", "--db", plane.store.url)
     assert result.exit_code == 1, result.output  # the output gate's verdict
     assert not (tmp_path / "proj" / "touched.txt").exists()
     assert not (work(plane) / "touched.txt").exists()

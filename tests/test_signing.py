@@ -74,8 +74,11 @@ def _mode(path: Path) -> int:
 
 def _decision(**kw: object) -> dict[str, object]:
     args: dict[str, object] = {
-        "decision_id": "D-1", "plan_id": "P-1", "choice": "revise",
-        "guidance": "use the cache", "escalation_hash": "ab" * 32,
+        "decision_id": "D-1",
+        "plan_id": "P-1",
+        "choice": "revise",
+        "guidance": "use the cache",
+        "escalation_hash": "ab" * 32,
         "signed_at": "2026-01-02T03:04:05.000000Z",
     }
     args.update(kw)
@@ -84,8 +87,12 @@ def _decision(**kw: object) -> dict[str, object]:
 
 def _mint(key: Ed25519PrivateKey, **kw: object) -> str:
     args: dict[str, object] = {
-        "token_id": "T-1", "plan_id": "P-1", "attempt": 1, "results_digest": DIGEST,
-        "issued_at": ISSUED, "expires_at": EXPIRES,
+        "token_id": "T-1",
+        "plan_id": "P-1",
+        "attempt": 1,
+        "results_digest": DIGEST,
+        "issued_at": ISSUED,
+        "expires_at": EXPIRES,
     }
     args.update(kw)
     return mint_token(key, **args)  # type: ignore[arg-type]
@@ -133,9 +140,12 @@ def test_rfc8032_vector_1() -> None:
     Ed25519PublicKey.from_public_bytes(RFC_PK).verify(RFC_SIG, b"")
     assert public_key_b64(key) == base64.b64encode(RFC_PK).decode()
     assert fingerprint(key.public_key()) == hashlib.sha256(RFC_PK).hexdigest()
-    assert public_key_from_b64(public_key_b64(key)).public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    ) == RFC_PK
+    assert (
+        public_key_from_b64(public_key_b64(key)).public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        == RFC_PK
+    )
 
 
 def test_message_format_is_recomputable_by_a_third_party() -> None:
@@ -144,11 +154,13 @@ def test_message_format_is_recomputable_by_a_third_party() -> None:
     key = Ed25519PrivateKey.from_private_bytes(RFC_SK)
     record = _decision()
     signature = sign_record(key, record, domain="decision")
-    assert signature == ("0k6VrvecbBDMaIGPmEu4FDIWCj1wVxPzQ6e8EGC8MVWSOi7jB6Cxs1is1LBuTCG4D+h+"
-                         "GuXUjuyQIf4SUF15AQ==")
-    message = b"evidence-ledger/v1/decision\n" + json.dumps(
-        record, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    ).encode()
+    assert signature == (
+        "0k6VrvecbBDMaIGPmEu4FDIWCj1wVxPzQ6e8EGC8MVWSOi7jB6Cxs1is1LBuTCG4D+h+GuXUjuyQIf4SUF15AQ=="
+    )
+    message = (
+        b"evidence-ledger/v1/decision\n"
+        + json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    )
     Ed25519PublicKey.from_public_bytes(RFC_PK).verify(base64.b64decode(signature), message)
 
 
@@ -229,13 +241,15 @@ def test_load_private_key_errors(tmp_path: Path) -> None:
     with pytest.raises(SigningError, match="is a public key"):
         load_private_key(private_file("pub", pair.public_path.read_bytes()))
     ec_pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
     with pytest.raises(SigningError, match="not an Ed25519 key"):
         load_private_key(private_file("ec", ec_pem))
     encrypted = Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
         serialization.BestAvailableEncryption(b"pw"),
     )
     with pytest.raises(SigningError, match="encrypted"):
@@ -248,13 +262,17 @@ def test_load_public_key_errors(tmp_path: Path) -> None:
     with pytest.raises(SigningError, match="is a private key"):
         load_public_key(pair.private_path)
     bad = tmp_path / "bad"
-    for text, fragment in [("not base64!", "not valid base64"),
-                           (base64.b64encode(b"x" * 31).decode(), "31 bytes")]:
+    for text, fragment in [
+        ("not base64!", "not valid base64"),
+        (base64.b64encode(b"x" * 31).decode(), "31 bytes"),
+    ]:
         bad.write_text(text)
         with pytest.raises(SigningError, match=fragment):
             load_public_key(bad)
-    ec_pub = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ec_pub = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     bad.write_bytes(ec_pub)
     with pytest.raises(SigningError, match="not an Ed25519 key"):
@@ -280,8 +298,9 @@ def test_sign_verify(approver: Ed25519PrivateKey) -> None:
     assert len(base64.b64decode(signature)) == 64
     assert verify_record(approver.public_key(), record, signature, domain="decision")
     # Key order is irrelevant: the canonical form is what is signed.
-    assert verify_record(approver.public_key(), dict(reversed(record.items())), signature,
-                         domain="decision")
+    assert verify_record(
+        approver.public_key(), dict(reversed(record.items())), signature, domain="decision"
+    )
 
 
 def test_forged_signature_fails(approver: Ed25519PrivateKey) -> None:
@@ -290,8 +309,9 @@ def test_forged_signature_fails(approver: Ed25519PrivateKey) -> None:
     for index in (0, 31, 32, 63):
         forged = bytearray(raw)
         forged[index] ^= 0x01
-        assert not verify_record(approver.public_key(), record,
-                                 base64.b64encode(forged).decode(), domain="decision")
+        assert not verify_record(
+            approver.public_key(), record, base64.b64encode(forged).decode(), domain="decision"
+        )
 
 
 def test_different_key_modified_record_wrong_domain_fail(approver: Ed25519PrivateKey) -> None:
@@ -299,23 +319,46 @@ def test_different_key_modified_record_wrong_domain_fail(approver: Ed25519Privat
     signature = sign_record(approver, record, domain="decision")
     other = Ed25519PrivateKey.generate().public_key()
     assert not verify_record(other, record, signature, domain="decision")
-    for change in [{"choice": "abandon"}, {"guidance": None}, {"plan_id": "P-2"},
-                   {"escalation_hash": "ac" * 32}, {"extra": 1}]:
-        assert not verify_record(approver.public_key(), {**record, **change}, signature,
-                                 domain="decision")
+    for change in [
+        {"choice": "abandon"},
+        {"guidance": None},
+        {"plan_id": "P-2"},
+        {"escalation_hash": "ac" * 32},
+        {"extra": 1},
+    ]:
+        assert not verify_record(
+            approver.public_key(), {**record, **change}, signature, domain="decision"
+        )
     assert not verify_record(approver.public_key(), record, signature, domain="token")
     token_sig = sign_record(approver, record, domain="token")
     assert not verify_record(approver.public_key(), record, token_sig, domain="decision")
 
 
-@pytest.mark.parametrize("signature", [
-    "", "!!!", "AAAA", "not base64 at all", base64.b64encode(b"x" * 63).decode(),
-    base64.b64encode(b"x" * 65).decode(), None, 42,
-])
-def test_verify_never_raises_on_malformed_signature(approver: Ed25519PrivateKey,
-                                                    signature: object) -> None:
-    assert verify_record(approver.public_key(), _decision(), signature,  # type: ignore[arg-type]
-                         domain="decision") is False
+@pytest.mark.parametrize(
+    "signature",
+    [
+        "",
+        "!!!",
+        "AAAA",
+        "not base64 at all",
+        base64.b64encode(b"x" * 63).decode(),
+        base64.b64encode(b"x" * 65).decode(),
+        None,
+        42,
+    ],
+)
+def test_verify_never_raises_on_malformed_signature(
+    approver: Ed25519PrivateKey, signature: object
+) -> None:
+    assert (
+        verify_record(
+            approver.public_key(),
+            _decision(),
+            signature,  # type: ignore[arg-type]
+            domain="decision",
+        )
+        is False
+    )
 
 
 def test_only_canonical_base64_verifies(approver: Ed25519PrivateKey) -> None:
@@ -333,8 +376,9 @@ def test_only_canonical_base64_verifies(approver: Ed25519PrivateKey) -> None:
 
 def test_verify_false_for_record_without_canonical_form(approver: Ed25519PrivateKey) -> None:
     signature = sign_record(approver, {"a": 1}, domain="decision")
-    assert not verify_record(approver.public_key(), {"a": float("nan")}, signature,
-                             domain="decision")
+    assert not verify_record(
+        approver.public_key(), {"a": float("nan")}, signature, domain="decision"
+    )
     with pytest.raises(SigningError, match="canonical"):
         sign_record(approver, {"a": float("nan")}, domain="decision")
 
@@ -346,8 +390,7 @@ def test_unknown_domain_is_a_programming_error(approver: Ed25519PrivateKey) -> N
         verify_record(approver.public_key(), {}, "", domain="")  # type: ignore[arg-type]
 
 
-def test_plane_key_cannot_authorize_a_decision(tmp_path: Path,
-                                               approver: Ed25519PrivateKey) -> None:
+def test_plane_key_cannot_authorize_a_decision(tmp_path: Path, approver: Ed25519PrivateKey) -> None:
     """The agent side holds the plane key, not the approver's: whatever it signs, in
     either domain, never verifies as the approver's decision."""
     plane_key = load_or_create_plane_key(f"sqlite:///{tmp_path / 'evidence.db'}")
@@ -365,16 +408,25 @@ def test_plane_key_cannot_authorize_a_decision(tmp_path: Path,
 
 def test_decision_record_shape() -> None:
     record = _decision(guidance=None)
-    assert set(record) == {"decision_id", "plan_id", "choice", "guidance", "reason",
-                           "escalation_hash", "signed_at"}
+    assert set(record) == {
+        "decision_id",
+        "plan_id",
+        "choice",
+        "guidance",
+        "reason",
+        "escalation_hash",
+        "signed_at",
+    }
     assert record["guidance"] is None and "guidance" in canonical_json(record).decode()
     # The reason is signed too: one changed after signing no longer verifies.
     key = Ed25519PrivateKey.generate()
     signed = sign_record(key, _decision(reason="staging only"), domain="decision")
-    assert verify_record(key.public_key(), _decision(reason="staging only"), signed,
-                         domain="decision")
-    assert not verify_record(key.public_key(), _decision(reason="production"), signed,
-                             domain="decision")
+    assert verify_record(
+        key.public_key(), _decision(reason="staging only"), signed, domain="decision"
+    )
+    assert not verify_record(
+        key.public_key(), _decision(reason="production"), signed, domain="decision"
+    )
     with pytest.raises(SigningError, match="choice"):
         _decision(choice="override")  # INV3: there is no "authorise past a blocker"
     with pytest.raises(SigningError, match="escalation_hash"):
@@ -413,9 +465,11 @@ def test_plane_key_path_postgres() -> None:
     assert "s3cret" not in str(path)
     # The password, masked or not, and the driver alias the store normalises do not
     # change the key; another database does.
-    for same in ["postgresql://ledger:other@db.example:5432/evidence",
-                 "postgresql+psycopg://ledger:***@db.example:5432/evidence",
-                 "postgresql+psycopg://ledger@db.example:5432/evidence"]:
+    for same in [
+        "postgresql://ledger:other@db.example:5432/evidence",
+        "postgresql+psycopg://ledger:***@db.example:5432/evidence",
+        "postgresql+psycopg://ledger@db.example:5432/evidence",
+    ]:
         assert plane_key_path(same) == path
     assert plane_key_path("postgresql+psycopg://ledger@db.example:5432/other") != path
 
@@ -488,10 +542,22 @@ def test_plane_key_needs_the_database_directory(tmp_path: Path) -> None:
 def test_mint_and_verify(plane: Ed25519PrivateKey) -> None:
     token = _mint(plane)
     assert token.startswith("evt1.") and token.count(".") == 2
-    claims = verify_token(plane.public_key(), token, plan_id="P-1",
-                          now=T0 + timedelta(minutes=5), attempt=1, results_digest=DIGEST)
-    assert claims == TokenClaims(token_id="T-1", plan_id="P-1", attempt=1,
-                                 results_digest=DIGEST, issued_at=ISSUED, expires_at=EXPIRES)
+    claims = verify_token(
+        plane.public_key(),
+        token,
+        plan_id="P-1",
+        now=T0 + timedelta(minutes=5),
+        attempt=1,
+        results_digest=DIGEST,
+    )
+    assert claims == TokenClaims(
+        token_id="T-1",
+        plan_id="P-1",
+        attempt=1,
+        results_digest=DIGEST,
+        issued_at=ISSUED,
+        expires_at=EXPIRES,
+    )
     assert read_token(token) == claims
     # The payload is the canonical JSON of the claims, exactly what sign_record signs.
     payload = _unb64url(token.split(".")[1])
@@ -501,8 +567,13 @@ def test_mint_and_verify(plane: Ed25519PrivateKey) -> None:
     # Any timezone for now: it is compared in UTC.
     paris = datetime(2026, 1, 1, 1, 5, tzinfo=timezone(timedelta(hours=1)))  # 00:05 UTC
     verify_token(plane.public_key(), token, plan_id="P-1", now=paris)
-    _refused(plane.public_key(), token, "expired", "expired",
-             now=datetime(2026, 1, 1, 1, 15, tzinfo=timezone(timedelta(hours=1))))
+    _refused(
+        plane.public_key(),
+        token,
+        "expired",
+        "expired",
+        now=datetime(2026, 1, 1, 1, 15, tzinfo=timezone(timedelta(hours=1))),
+    )
 
 
 def test_mint_accepts_aware_datetimes(plane: Ed25519PrivateKey) -> None:
@@ -514,9 +585,16 @@ def test_mint_accepts_aware_datetimes(plane: Ed25519PrivateKey) -> None:
         _mint(plane, issued_at=datetime(2026, 1, 1))
 
 
-def _refused(plane_pub: Ed25519PublicKey, token: str, reason: str, fragment: str, *,
-             plan_id: str = "P-1", now: datetime = T0 + timedelta(minutes=1),
-             **kw: object) -> None:
+def _refused(
+    plane_pub: Ed25519PublicKey,
+    token: str,
+    reason: str,
+    fragment: str,
+    *,
+    plan_id: str = "P-1",
+    now: datetime = T0 + timedelta(minutes=1),
+    **kw: object,
+) -> None:
     with pytest.raises(TokenRefused, match=fragment) as info:
         verify_token(plane_pub, token, plan_id=plan_id, now=now, **kw)  # type: ignore[arg-type]
     assert info.value.reason == reason
@@ -525,37 +603,64 @@ def _refused(plane_pub: Ed25519PublicKey, token: str, reason: str, fragment: str
 
 
 def test_another_plans_token(plane: Ed25519PrivateKey) -> None:
-    _refused(plane.public_key(), _mint(plane), "plan", "minted for plan 'P-1', not for "
-             "plan 'P-2'", plan_id="P-2")
+    _refused(
+        plane.public_key(),
+        _mint(plane),
+        "plan",
+        "minted for plan 'P-1', not for plan 'P-2'",
+        plan_id="P-2",
+    )
 
 
 def test_expired_and_not_yet_valid(plane: Ed25519PrivateKey) -> None:
     token = _mint(plane)
-    _refused(plane.public_key(), token, "expired", "expired at 2026-01-01T00:15:00Z",
-             now=T0 + timedelta(minutes=15))
+    _refused(
+        plane.public_key(),
+        token,
+        "expired",
+        "expired at 2026-01-01T00:15:00Z",
+        now=T0 + timedelta(minutes=15),
+    )
     _refused(plane.public_key(), token, "expired", "expired", now=T0 + timedelta(days=1))
-    _refused(plane.public_key(), token, "not_yet_valid", "not valid before",
-             now=T0 - timedelta(microseconds=1))
+    _refused(
+        plane.public_key(),
+        token,
+        "not_yet_valid",
+        "not valid before",
+        now=T0 - timedelta(microseconds=1),
+    )
 
 
 def test_wrong_attempt_or_results(plane: Ed25519PrivateKey) -> None:
     token = _mint(plane)
-    _refused(plane.public_key(), token, "attempt", "attempt 1, but the plan is at attempt 2",
-             attempt=2)
-    _refused(plane.public_key(), token, "results_digest", "minted for results",
-             results_digest="ef" * 32)
+    _refused(
+        plane.public_key(), token, "attempt", "attempt 1, but the plan is at attempt 2", attempt=2
+    )
+    _refused(
+        plane.public_key(), token, "results_digest", "minted for results", results_digest="ef" * 32
+    )
 
 
 def test_tampered_claims_keep_old_signature(plane: Ed25519PrivateKey) -> None:
     token = _mint(plane)
     prefix, payload, signature = token.split(".")
     claims = json.loads(_unb64url(payload))
-    for change in [{"plan_id": "P-2"}, {"attempt": 2}, {"expires_at": "2027-01-01T00:00:00Z"},
-                   {"results_digest": "ef" * 32}, {"token_id": "T-2"}]:
+    for change in [
+        {"plan_id": "P-2"},
+        {"attempt": 2},
+        {"expires_at": "2027-01-01T00:00:00Z"},
+        {"results_digest": "ef" * 32},
+        {"token_id": "T-2"},
+    ]:
         forged_payload = _b64url(canonical_json({**claims, **change}))
         forged = f"{prefix}.{forged_payload}.{signature}"
-        _refused(plane.public_key(), forged, "signature", "bad signature",
-                 plan_id=str({**claims, **change}["plan_id"]))
+        _refused(
+            plane.public_key(),
+            forged,
+            "signature",
+            "bad signature",
+            plan_id=str({**claims, **change}["plan_id"]),
+        )
 
 
 def test_token_of_another_plane_key(plane: Ed25519PrivateKey) -> None:
@@ -567,8 +672,12 @@ def test_forged_token_signature_byte(plane: Ed25519PrivateKey) -> None:
     prefix, payload, signature = _mint(plane).split(".")
     raw = bytearray(_unb64url(signature))
     raw[10] ^= 0x80
-    _refused(plane.public_key(), f"{prefix}.{payload}.{_b64url(bytes(raw))}", "signature",
-             "bad signature")
+    _refused(
+        plane.public_key(),
+        f"{prefix}.{payload}.{_b64url(bytes(raw))}",
+        "signature",
+        "bad signature",
+    )
 
 
 def test_approver_signature_is_not_a_token(plane: Ed25519PrivateKey) -> None:
@@ -576,8 +685,9 @@ def test_approver_signature_is_not_a_token(plane: Ed25519PrivateKey) -> None:
     claims = msgspec.to_builtins(read_token(_mint(plane)))
     payload = canonical_json(claims)
     sig = base64.b64decode(sign_record(plane, claims, domain="decision"))
-    _refused(plane.public_key(), f"evt1.{_b64url(payload)}.{_b64url(sig)}", "signature",
-             "bad signature")
+    _refused(
+        plane.public_key(), f"evt1.{_b64url(payload)}.{_b64url(sig)}", "signature", "bad signature"
+    )
 
 
 def _claims_token(claims: object, sig: bytes = b"\0" * 64) -> str:
@@ -585,35 +695,45 @@ def _claims_token(claims: object, sig: bytes = b"\0" * 64) -> str:
     return f"evt1.{_b64url(raw)}.{_b64url(sig)}"
 
 
-GOOD = {"token_id": "T-1", "plan_id": "P-1", "attempt": 1, "results_digest": DIGEST,
-        "issued_at": ISSUED, "expires_at": EXPIRES}
+GOOD = {
+    "token_id": "T-1",
+    "plan_id": "P-1",
+    "attempt": 1,
+    "results_digest": DIGEST,
+    "issued_at": ISSUED,
+    "expires_at": EXPIRES,
+}
 
 
-@pytest.mark.parametrize(("token", "fragment"), [
-    ("", "expected evt1.<claims>.<signature>"),
-    ("evt1.abc", "expected evt1.<claims>.<signature>"),
-    ("evt1.a.b.c", "expected evt1.<claims>.<signature>"),
-    ("evt2.abc.def", "unknown prefix 'evt2'"),
-    ("evt1.a+b/.AAAA", "claims is not base64url"),
-    ("evt1.e31.AAAA", "claims is not canonical base64url"),
-    (f"evt1.{_b64url(b'{}')}.AAAA", "signature is 3 bytes"),
-    (_claims_token(b"not json"), "claims are not JSON"),
-    (_claims_token([1]), "Expected `object`"),
-    (_claims_token({k: v for k, v in GOOD.items() if k != "plan_id"}),
-     "missing required field `plan_id`"),
-    (_claims_token({**GOOD, "scope": "all"}), "unknown field `scope`"),
-    (_claims_token({**GOOD, "attempt": "1"}), r"Expected `int`, got `str` - at `\$.attempt`"),
-    (_claims_token({**GOOD, "attempt": True}), r"at `\$.attempt`"),
-    (_claims_token({**GOOD, "attempt": 0}), r">= 1 - at `\$.attempt`"),
-    (_claims_token({**GOOD, "plan_id": ""}), r"at `\$.plan_id`"),
-    (_claims_token({**GOOD, "expires_at": "2026-01-01T00:15:00+00:00"}),
-     r"at `\$.expires_at`"),
-    (_claims_token({**GOOD, "expires_at": "2026-01-01T00:15:00Z\n"}), r"at `\$.expires_at`"),
-    (_claims_token({**GOOD, "expires_at": "2026-02-30T00:00:00Z"}), "RFC 3339|day"),
-    (_claims_token({**GOOD, "expires_at": ISSUED}), "expires_at is not after issued_at"),
-    (_claims_token(json.dumps(GOOD, indent=1).encode()), "not canonical JSON"),
-    ("evt1." + "A" * 5000 + ".AAAA", "longer than"),
-])
+@pytest.mark.parametrize(
+    ("token", "fragment"),
+    [
+        ("", "expected evt1.<claims>.<signature>"),
+        ("evt1.abc", "expected evt1.<claims>.<signature>"),
+        ("evt1.a.b.c", "expected evt1.<claims>.<signature>"),
+        ("evt2.abc.def", "unknown prefix 'evt2'"),
+        ("evt1.a+b/.AAAA", "claims is not base64url"),
+        ("evt1.e31.AAAA", "claims is not canonical base64url"),
+        (f"evt1.{_b64url(b'{}')}.AAAA", "signature is 3 bytes"),
+        (_claims_token(b"not json"), "claims are not JSON"),
+        (_claims_token([1]), "Expected `object`"),
+        (
+            _claims_token({k: v for k, v in GOOD.items() if k != "plan_id"}),
+            "missing required field `plan_id`",
+        ),
+        (_claims_token({**GOOD, "scope": "all"}), "unknown field `scope`"),
+        (_claims_token({**GOOD, "attempt": "1"}), r"Expected `int`, got `str` - at `\$.attempt`"),
+        (_claims_token({**GOOD, "attempt": True}), r"at `\$.attempt`"),
+        (_claims_token({**GOOD, "attempt": 0}), r">= 1 - at `\$.attempt`"),
+        (_claims_token({**GOOD, "plan_id": ""}), r"at `\$.plan_id`"),
+        (_claims_token({**GOOD, "expires_at": "2026-01-01T00:15:00+00:00"}), r"at `\$.expires_at`"),
+        (_claims_token({**GOOD, "expires_at": "2026-01-01T00:15:00Z\n"}), r"at `\$.expires_at`"),
+        (_claims_token({**GOOD, "expires_at": "2026-02-30T00:00:00Z"}), "RFC 3339|day"),
+        (_claims_token({**GOOD, "expires_at": ISSUED}), "expires_at is not after issued_at"),
+        (_claims_token(json.dumps(GOOD, indent=1).encode()), "not canonical JSON"),
+        ("evt1." + "A" * 5000 + ".AAAA", "longer than"),
+    ],
+)
 def test_malformed_tokens(plane: Ed25519PrivateKey, token: str, fragment: str) -> None:
     with pytest.raises(TokenRefused, match=fragment) as info:
         read_token(token)
@@ -632,8 +752,9 @@ def test_mint_refuses_bad_claims(plane: Ed25519PrivateKey) -> None:
 
 def test_verify_token_needs_aware_now(plane: Ed25519PrivateKey) -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
-        verify_token(plane.public_key(), _mint(plane), plan_id="P-1",
-                     now=datetime(2026, 1, 1, 0, 1))
+        verify_token(
+            plane.public_key(), _mint(plane), plan_id="P-1", now=datetime(2026, 1, 1, 0, 1)
+        )
 
 
 def test_token_digest(plane: Ed25519PrivateKey) -> None:

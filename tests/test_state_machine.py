@@ -113,18 +113,33 @@ SETTINGS = settings(
 VALIDATIONS = ("v0", "v1")
 MODES = ("required", "informational")
 TOOLS = ("edit", "ghost", "invented")  # a real command, a missing program, never registered
-RAW_HALTS = ("needs_decision", "escalated", "timeout", "validation_failed",
-             "something-unknown", "program_missing")
+RAW_HALTS = (
+    "needs_decision",
+    "escalated",
+    "timeout",
+    "validation_failed",
+    "something-unknown",
+    "program_missing",
+)
 OTHER_RESOURCE = "repo:other"  # not a directory: a validation on it sees an empty tree
 PLAN_IDS = ("P-0", "P-1", "P-2")
 APPROVERS = ("alice", "bob")  # registered; mallory never is
-FORGERIES = ("decision", "apply_chain", "empty_binding", "revision", "escalate_halt",
-             "replayed_pass")
+FORGERIES = (
+    "decision",
+    "apply_chain",
+    "empty_binding",
+    "revision",
+    "escalate_halt",
+    "replayed_pass",
+)
 
-configs = st.fixed_dictionaries({
-    "retry_limit": st.integers(0, 2),
-    "max_strategy_revisions": st.integers(0, 1),
-}, optional={"require_validation": st.booleans()})
+configs = st.fixed_dictionaries(
+    {
+        "retry_limit": st.integers(0, 2),
+        "max_strategy_revisions": st.integers(0, 1),
+    },
+    optional={"require_validation": st.booleans()},
+)
 maybe_configs = st.one_of(st.none(), configs)  # None: the defaults (3 retries, 1 revision)
 indices = st.integers(0, 9)  # see NoBypass.plan
 signatures = st.binary(min_size=64, max_size=64).map(lambda b: base64.b64encode(b).decode())
@@ -143,8 +158,11 @@ def _pg_schema() -> Iterator[str]:
     try:
         with admin.begin() as conn:
             conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
-        yield sa.engine.make_url(base).update_query_dict(
-            {"options": f"-csearch_path={name}"}).render_as_string(hide_password=False)
+        yield (
+            sa.engine.make_url(base)
+            .update_query_dict({"options": f"-csearch_path={name}"})
+            .render_as_string(hide_password=False)
+        )
     finally:
         with admin.begin() as conn:
             conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
@@ -181,8 +199,11 @@ class NoBypass(RuleBasedStateMachine):
     def _open(self, backend: str) -> None:
         self.work = Path(tempfile.mkdtemp(prefix="evidence-sm-"))
         self._stack.callback(shutil.rmtree, self.work, True)
-        url = (f"sqlite:///{self.work / 'evidence.db'}" if backend == "sqlite"
-               else self._stack.enter_context(_pg_schema()))
+        url = (
+            f"sqlite:///{self.work / 'evidence.db'}"
+            if backend == "sqlite"
+            else self._stack.enter_context(_pg_schema())
+        )
         self.plane = self._stack.enter_context(Plane.open(url))
         self.store = self.plane.store
         self.plane_key = load_or_create_plane_key(self.store.url).public_key()
@@ -213,10 +234,16 @@ class NoBypass(RuleBasedStateMachine):
         try:
             self.audit_finds_forgeries_and_only_forgeries(read_models=True)
             for plan_id in self.plans:
-                types = [e.type for e in self.events(plan_id)
-                         if e.position not in self.forged_positions]
-                for t in ("plan.applied", "plan.escalated", "plan.decision_recorded",
-                          "plan.strategy_revision_requested", "plan.token_minted"):
+                types = [
+                    e.type for e in self.events(plan_id) if e.position not in self.forged_positions
+                ]
+                for t in (
+                    "plan.applied",
+                    "plan.escalated",
+                    "plan.decision_recorded",
+                    "plan.strategy_revision_requested",
+                    "plan.token_minted",
+                ):
                     if t in types:
                         event(f"plan with {t} by the plane")
         finally:
@@ -224,8 +251,7 @@ class NoBypass(RuleBasedStateMachine):
 
     # -- helpers ----------------------------------------------------------------------
 
-    def call(self, step: Callable[[], Any], *, must_refuse: bool = False,
-             what: str = "") -> Any:
+    def call(self, step: Callable[[], Any], *, must_refuse: bool = False, what: str = "") -> Any:
         """A plane call: ``CommandRefused`` is a legitimate answer that appends nothing;
         any other exception fails the run (it propagates)."""
         before = self.store.head().size
@@ -270,12 +296,14 @@ class NoBypass(RuleBasedStateMachine):
 
     # -- setup --------------------------------------------------------------------------
 
-    @initialize(mode=st.sampled_from(["required"] * 4 + ["informational"]), config=configs,
-                scope=st.sampled_from(["direct"] * 3 + ["plan"] * 2 + ["none"]),
-                advance=st.booleans(),
-                good=st.integers(0, 2).map(lambda n: n == 0))
-    def setup(self, mode: str, config: dict | None, scope: str, advance: bool,
-              good: bool) -> None:
+    @initialize(
+        mode=st.sampled_from(["required"] * 4 + ["informational"]),
+        config=configs,
+        scope=st.sampled_from(["direct"] * 3 + ["plan"] * 2 + ["none"]),
+        advance=st.booleans(),
+        good=st.integers(0, 2).map(lambda n: n == 0),
+    )
+    def setup(self, mode: str, config: dict | None, scope: str, advance: bool, good: bool) -> None:
         self.work_on_the_project(good)
         self.register_validation("v0", mode, 5)
         self.register_tool("edit")
@@ -288,28 +316,53 @@ class NoBypass(RuleBasedStateMachine):
 
     # -- the operator: registry and attachments -----------------------------------------
 
-    @rule(name=st.sampled_from(VALIDATIONS), mode=st.sampled_from(MODES),
-          timeout=st.sampled_from([5, 10]))
+    @rule(
+        name=st.sampled_from(VALIDATIONS),
+        mode=st.sampled_from(MODES),
+        timeout=st.sampled_from([5, 10]),
+    )
     def register_validation(self, name: str, mode: str, timeout: int) -> None:
-        self.call(lambda: register_validation(self.plane, {
-            "name": name, "mode": mode, "timeout": timeout,
-            "command": [sys.executable, str(self.check)]}))
+        self.call(
+            lambda: register_validation(
+                self.plane,
+                {
+                    "name": name,
+                    "mode": mode,
+                    "timeout": timeout,
+                    "command": [sys.executable, str(self.check)],
+                },
+            )
+        )
 
     @rule(name=st.sampled_from(TOOLS[:2]))
     def register_tool(self, name: str) -> None:
-        command = ([sys.executable, "-c", "print('{{}}')"] if name == "edit"
-                   else [str(self.work / "no-such-program")])
-        self.call(lambda: register_tool(self.plane, {
-            "name": name, "command": command, "timeout": 10,
-            "output_schema": {"type": "object"}}))
+        command = (
+            [sys.executable, "-c", "print('{{}}')"]
+            if name == "edit"
+            else [str(self.work / "no-such-program")]
+        )
+        self.call(
+            lambda: register_tool(
+                self.plane,
+                {
+                    "name": name,
+                    "command": command,
+                    "timeout": 10,
+                    "output_schema": {"type": "object"},
+                },
+            )
+        )
 
-    @rule(validation=st.sampled_from(VALIDATIONS), scope=st.sampled_from(["direct", "plan"]),
-          plan=indices, on_project=st.integers(0, 3).map(bool))
+    @rule(
+        validation=st.sampled_from(VALIDATIONS),
+        scope=st.sampled_from(["direct", "plan"]),
+        plan=indices,
+        on_project=st.integers(0, 3).map(bool),
+    )
     def attach(self, validation: str, scope: str, plan: int, on_project: bool) -> None:
         resource = str(self.project) if on_project else OTHER_RESOURCE
         plan_id = self.plan(plan) if scope == "plan" and self.plans else None
-        done = self.call(lambda: attach(self.plane, validation, resource=resource,
-                                        plan=plan_id))
+        done = self.call(lambda: attach(self.plane, validation, resource=resource, plan=plan_id))
         if done is not None:
             self.attachments.append(done.attachment_id)
 
@@ -324,8 +377,10 @@ class NoBypass(RuleBasedStateMachine):
     def revoke_bob(self) -> None:
         if self.call(lambda: revoke_approver(self.plane, "bob", reason="left")) is not None:
             self.revoked_at["bob"] = next(
-                e.position for e in self.store.read_stream("approver:bob")
-                if e.type != ApproverKeyAdded.type_name())
+                e.position
+                for e in self.store.read_stream("approver:bob")
+                if e.type != ApproverKeyAdded.type_name()
+            )
 
     # -- the agent: plans, work, validation, Apply ----------------------------------------
 
@@ -334,8 +389,14 @@ class NoBypass(RuleBasedStateMachine):
     def create_plan(self, config: dict | None, two_resources: bool) -> None:
         plan_id = PLAN_IDS[len(self.plans)]
         resources = [str(self.project), *([OTHER_RESOURCE] if two_resources else [])]
-        if self.call(lambda: create_plan(self.plane, plan_id, project="api",
-                                         resources=resources, config=config)) is not None:
+        if (
+            self.call(
+                lambda: create_plan(
+                    self.plane, plan_id, project="api", resources=resources, config=config
+                )
+            )
+            is not None
+        ):
             self.plans.append(plan_id)
             self.tokens[plan_id] = []
 
@@ -345,8 +406,9 @@ class NoBypass(RuleBasedStateMachine):
         self._strategy(self.plan(plan))
 
     def _strategy(self, plan_id: str) -> None:
-        self.call(lambda: record_strategy(self.plane, plan_id, "make the status good"),
-                  what="strategy")
+        self.call(
+            lambda: record_strategy(self.plane, plan_id, "make the status good"), what="strategy"
+        )
 
     @precondition(lambda self: self.plans)
     @rule(plan=indices)
@@ -357,8 +419,12 @@ class NoBypass(RuleBasedStateMachine):
         self.call(lambda: enter_execute(self.plane, plan_id), what="execute")
 
     @precondition(lambda self: self.plans)
-    @rule(plan=indices, upto=st.sampled_from(["execute", "validate", "apply"]),
-          human=st.booleans(), good=st.integers(0, 2).map(bool))
+    @rule(
+        plan=indices,
+        upto=st.sampled_from(["execute", "validate", "apply"]),
+        human=st.booleans(),
+        good=st.integers(0, 2).map(bool),
+    )
     def drive(self, plan: int, upto: str, human: bool, good: bool) -> None:
         """The happy path as far as it goes: alice revises a pending escalation (with
         ``human``), then the agent records a strategy, enters Execute, works on the
@@ -367,9 +433,16 @@ class NoBypass(RuleBasedStateMachine):
         plan_id = self.plan(plan)
         pending = self.doc(plan_id).pending_decision
         if human and pending:
-            self.call(lambda: authorize(self.plane, pending.decision_id, self.keys["alice"],
-                                        choice="revise", guidance="try another way"),
-                      what="authorize (alice, driving)")
+            self.call(
+                lambda: authorize(
+                    self.plane,
+                    pending.decision_id,
+                    self.keys["alice"],
+                    choice="revise",
+                    guidance="try another way",
+                ),
+                what="authorize (alice, driving)",
+            )
         if self.doc(plan_id).phase == "strategize":
             self._strategy(plan_id)
             self._execute(plan_id)
@@ -385,8 +458,9 @@ class NoBypass(RuleBasedStateMachine):
     @rule(good=st.booleans())
     def work_on_the_project(self, good: bool) -> None:
         # The agent works in each plan's sandbox; the project is what later plans copy.
-        sandboxes = [copy for p in self.plans
-                     for copy in self.plane.sandbox(self.doc(p)).existing().values()]
+        sandboxes = [
+            copy for p in self.plans for copy in self.plane.sandbox(self.doc(p)).existing().values()
+        ]
         for folder in [self.project, *sandboxes]:
             (folder / "status.txt").write_text("good\n" if good else "bad\n")
 
@@ -408,15 +482,20 @@ class NoBypass(RuleBasedStateMachine):
         self._fix(self.plan(plan))
 
     def _fix(self, plan_id: str) -> None:
-        self.call(lambda: record_fix(self.plane, plan_id, "changed the status",
-                                     diff=b"-bad\n+good\n"))
+        self.call(
+            lambda: record_fix(self.plane, plan_id, "changed the status", diff=b"-bad\n+good\n")
+        )
 
     @precondition(lambda self: self.plans)
     @rule(plan=indices, raw=st.sampled_from(RAW_HALTS), terminal=st.integers(0, 4))
     def record_halt(self, plan: int, raw: str, terminal: int) -> None:
         plan_id = self.plan(plan)
-        self.call(lambda: record_halt(self.plane, plan_id, raw, "the orchestrator stopped",
-                                      terminal=terminal == 0), what=f"halt {raw}")
+        self.call(
+            lambda: record_halt(
+                self.plane, plan_id, raw, "the orchestrator stopped", terminal=terminal == 0
+            ),
+            what=f"halt {raw}",
+        )
 
     @precondition(lambda self: self.plans)
     @rule(plan=indices, tool=st.sampled_from(TOOLS), good_params=st.integers(0, 3).map(bool))
@@ -433,12 +512,14 @@ class NoBypass(RuleBasedStateMachine):
     def _apply_last(self, plan_id: str) -> None:
         if not self.tokens[plan_id]:
             return
-        self.call(lambda: apply_plan(self.plane, plan_id, self.tokens[plan_id][-1]),
-                  what="apply")
+        self.call(lambda: apply_plan(self.plane, plan_id, self.tokens[plan_id][-1]), what="apply")
 
     @precondition(lambda self: self.plans)
-    @rule(plan=indices, kind=st.sampled_from(["older", "other_plan", "altered", "wrong_key",
-                                              "garbage"]), which=indices)
+    @rule(
+        plan=indices,
+        kind=st.sampled_from(["older", "other_plan", "altered", "wrong_key", "garbage"]),
+        which=indices,
+    )
     def apply_with_a_stale_or_forged_token(self, plan: int, kind: str, which: int) -> None:
         plan_id = self.plan(plan)
         mine = self.tokens[plan_id]
@@ -452,11 +533,12 @@ class NoBypass(RuleBasedStateMachine):
             prefix, claims, signature = mine[-1].split(".")
             i = which % len(claims)
             swapped = "A" if claims[i] != "A" else "B"
-            token = ".".join([prefix, claims[:i] + swapped + claims[i + 1:], signature])
+            token = ".".join([prefix, claims[:i] + swapped + claims[i + 1 :], signature])
         elif kind == "wrong_key":
             token = self._token_signed_by_another_key(plan_id)
-        self.call(lambda: apply_plan(self.plane, plan_id, token), must_refuse=True,
-                  what=f"apply {kind}")
+        self.call(
+            lambda: apply_plan(self.plane, plan_id, token), must_refuse=True, what=f"apply {kind}"
+        )
 
     def _token_signed_by_another_key(self, plan_id: str) -> str:
         """The claims of the plan's current token (or plausible ones), signed by a key
@@ -465,19 +547,34 @@ class NoBypass(RuleBasedStateMachine):
         now = datetime.now(UTC)
         if minted:
             m = minted[-1]
-            claims = {"token_id": m.token_id, "attempt": m.attempt,
-                      "results_digest": m.results_digest}
+            claims = {
+                "token_id": m.token_id,
+                "attempt": m.attempt,
+                "results_digest": m.results_digest,
+            }
         else:
-            claims = {"token_id": str(ULID()), "attempt": max(self.doc(plan_id).attempt, 1),
-                      "results_digest": "0" * 64}
-        return mint_token(self.other_key, plan_id=plan_id, issued_at=rfc3339(now),
-                          expires_at=rfc3339(now + timedelta(minutes=30)), **claims)
+            claims = {
+                "token_id": str(ULID()),
+                "attempt": max(self.doc(plan_id).attempt, 1),
+                "results_digest": "0" * 64,
+            }
+        return mint_token(
+            self.other_key,
+            plan_id=plan_id,
+            issued_at=rfc3339(now),
+            expires_at=rfc3339(now + timedelta(minutes=30)),
+            **claims,
+        )
 
     # -- the human: decisions ---------------------------------------------------------------
 
     @precondition(lambda self: self.plans)
-    @rule(plan=indices, who=st.sampled_from([*APPROVERS, "mallory"]),
-          choice=st.sampled_from(["revise", "abandon"]), aim=st.integers(0, 5))
+    @rule(
+        plan=indices,
+        who=st.sampled_from([*APPROVERS, "mallory"]),
+        choice=st.sampled_from(["revise", "abandon"]),
+        aim=st.integers(0, 5),
+    )
     def authorize(self, plan: int, who: str, choice: str, aim: int) -> None:
         """A decision on the plan's pending escalation (mostly), on an escalation already
         decided, or on one that never was; by alice, bob (maybe revoked) or mallory."""
@@ -485,28 +582,45 @@ class NoBypass(RuleBasedStateMachine):
         waiting = [p for p in self.plans if docs[p].pending_decision]
         plan_id = waiting[plan % len(waiting)] if waiting and aim else self.plan(plan)
         pending = docs[plan_id].pending_decision
-        decided = [e.payload.decision_id for e in self.events(plan_id)
-                   if isinstance(e.payload, DecisionRecorded)]
+        decided = [
+            e.payload.decision_id
+            for e in self.events(plan_id)
+            if isinstance(e.payload, DecisionRecorded)
+        ]
         if pending is not None and aim > 1:
             decision_id = pending.decision_id
         elif decided and aim % 2:
             decision_id = decided[-1]  # a decided escalation stays decided
         else:
             decision_id = str(ULID())  # never escalated
-        refuse = (who == "mallory" or who in self.revoked_at or pending is None
-                  or decision_id != pending.decision_id)
-        self.call(lambda: authorize(self.plane, decision_id, self.keys[who], choice=choice,
-                                    guidance="try another way"), must_refuse=refuse,
-                  what=f"authorize ({'must refuse' if refuse else 'may pass'})")
+        refuse = (
+            who == "mallory"
+            or who in self.revoked_at
+            or pending is None
+            or decision_id != pending.decision_id
+        )
+        self.call(
+            lambda: authorize(
+                self.plane, decision_id, self.keys[who], choice=choice, guidance="try another way"
+            ),
+            must_refuse=refuse,
+            what=f"authorize ({'must refuse' if refuse else 'may pass'})",
+        )
 
     # -- the attacker: appends around the plane -----------------------------------------------
 
     @precondition(lambda self: self.plans)
-    @rule(kind=st.sampled_from(FORGERIES), plan=indices, who=st.sampled_from(APPROVERS),
-          choice=st.sampled_from(["revise", "abandon"]), with_run=st.booleans(),
-          signature=signatures)
-    def forge_around_the_plane(self, kind: str, plan: int, who: str, choice: str,
-                               with_run: bool, signature: str) -> None:
+    @rule(
+        kind=st.sampled_from(FORGERIES),
+        plan=indices,
+        who=st.sampled_from(APPROVERS),
+        choice=st.sampled_from(["revise", "abandon"]),
+        with_run=st.booleans(),
+        signature=signatures,
+    )
+    def forge_around_the_plane(
+        self, kind: str, plan: int, who: str, choice: str, with_run: bool, signature: str
+    ) -> None:
         """The attacker appends well-formed events with correct deltas through the store
         (``tests.helpers.forge``), past the plane."""
         plan_id = self.plan(plan)
@@ -525,23 +639,40 @@ class NoBypass(RuleBasedStateMachine):
         else:
             self._forge_an_apply_chain(plan_id, with_run, signature)
 
-    def _forge_a_decision(self, plan_id: str, who: str, choice: str,
-                          signature: str) -> None:
+    def _forge_a_decision(self, plan_id: str, who: str, choice: str, signature: str) -> None:
         events = self.events(plan_id)
         pending = self.doc(plan_id).pending_decision
         decision_id = pending.decision_id if pending else str(ULID())
-        leaf = next((e.leaf_hash.hex() for e in events if isinstance(e.payload, Escalated)
-                     and e.payload.decision_id == decision_id), "0" * 64)
-        [at] = self.past_the_plane(plan_id, DecisionRecorded(
-            plan_id=plan_id, decision_id=decision_id, choice=choice,
-            guidance="just go" if choice == "revise" else None, escalation_hash=leaf,
-            signed_at=rfc3339(datetime.now(UTC)), approver=who,
-            key_fingerprint=self.fingerprints[who], signature=signature))
-        self.expect(plan_id, at, "a decision with a random signature",
-                    *(["decision_signature"] if pending else []))
+        leaf = next(
+            (
+                e.leaf_hash.hex()
+                for e in events
+                if isinstance(e.payload, Escalated) and e.payload.decision_id == decision_id
+            ),
+            "0" * 64,
+        )
+        [at] = self.past_the_plane(
+            plan_id,
+            DecisionRecorded(
+                plan_id=plan_id,
+                decision_id=decision_id,
+                choice=choice,
+                guidance="just go" if choice == "revise" else None,
+                escalation_hash=leaf,
+                signed_at=rfc3339(datetime.now(UTC)),
+                approver=who,
+                key_fingerprint=self.fingerprints[who],
+                signature=signature,
+            ),
+        )
+        self.expect(
+            plan_id,
+            at,
+            "a decision with a random signature",
+            *(["decision_signature"] if pending else []),
+        )
 
-    def _forge_an_apply_chain(self, plan_id: str, with_run: bool,
-                             signature: str) -> None:
+    def _forge_an_apply_chain(self, plan_id: str, with_run: bool, signature: str) -> None:
         """A token minted, consumed and applied past the plane (after a forged passing
         run over the plan's binding set, or naming its last run)."""
         doc = self.doc(plan_id)
@@ -551,33 +682,67 @@ class NoBypass(RuleBasedStateMachine):
             run_id = str(ULID())
             binding = [msgspec.convert(b, ResolvedAttachment) for b in doc.binding]
             now = rfc3339(datetime.now(UTC))
-            results = [ValidationResultRecorded(
-                plan_id=plan_id, run_id=run_id, attachment_id=b.attachment_id,
-                validation=b.validation, mode=b.mode, verdict=True, started_at=now,
-                ended_at=now, duration_ms=0) for b in binding]
+            results = [
+                ValidationResultRecorded(
+                    plan_id=plan_id,
+                    run_id=run_id,
+                    attachment_id=b.attachment_id,
+                    validation=b.validation,
+                    mode=b.mode,
+                    verdict=True,
+                    started_at=now,
+                    ended_at=now,
+                    duration_ms=0,
+                )
+                for b in binding
+            ]
             digest = results_digest(results)
-            chain += [ValidationRunStarted(plan_id=plan_id, run_id=run_id, attempt=attempt,
-                                           revision=doc.revision, resolved=binding),
-                      *results,
-                      ValidationRunCompleted(plan_id=plan_id, run_id=run_id, attempt=attempt,
-                                             outcome="pass", rules_version=2,
-                                             results_digest=digest,
-                                             vacuous=not any(b.mode == "required"
-                                                             for b in binding))]
+            chain += [
+                ValidationRunStarted(
+                    plan_id=plan_id,
+                    run_id=run_id,
+                    attempt=attempt,
+                    revision=doc.revision,
+                    resolved=binding,
+                ),
+                *results,
+                ValidationRunCompleted(
+                    plan_id=plan_id,
+                    run_id=run_id,
+                    attempt=attempt,
+                    outcome="pass",
+                    rules_version=2,
+                    results_digest=digest,
+                    vacuous=not any(b.mode == "required" for b in binding),
+                ),
+            ]
         else:
             run_id = doc.last_run or str(ULID())
-            digest = next((e.payload.results_digest for e in self.events(plan_id)
-                           if isinstance(e.payload, ValidationRunCompleted)
-                           and e.payload.run_id == run_id), "0" * 64)
+            digest = next(
+                (
+                    e.payload.results_digest
+                    for e in self.events(plan_id)
+                    if isinstance(e.payload, ValidationRunCompleted) and e.payload.run_id == run_id
+                ),
+                "0" * 64,
+            )
         token_id = str(ULID())
         issued = datetime.now(UTC)
-        chain += [TokenMinted(plan_id=plan_id, token_id=token_id, token_sha256="0" * 64,
-                              attempt=attempt, run_id=run_id, results_digest=digest,
-                              issued_at=rfc3339(issued),
-                              expires_at=rfc3339(issued + timedelta(hours=1)),
-                              signature=signature),
-                  TokenConsumed(plan_id=plan_id, token_id=token_id),
-                  PlanApplied(plan_id=plan_id, token_id=token_id)]
+        chain += [
+            TokenMinted(
+                plan_id=plan_id,
+                token_id=token_id,
+                token_sha256="0" * 64,
+                attempt=attempt,
+                run_id=run_id,
+                results_digest=digest,
+                issued_at=rfc3339(issued),
+                expires_at=rfc3339(issued + timedelta(hours=1)),
+                signature=signature,
+            ),
+            TokenConsumed(plan_id=plan_id, token_id=token_id),
+            PlanApplied(plan_id=plan_id, token_id=token_id),
+        ]
         positions = self.past_the_plane(plan_id, *chain)
         self.expect(plan_id, positions[-3], "a token not signed by the plane key")
 
@@ -585,37 +750,58 @@ class NoBypass(RuleBasedStateMachine):
         doc = self.doc(plan_id)
         pinned = [msgspec.convert(b, ResolvedAttachment) for b in doc.binding]
         expected = pin_binding(pinned, self.plane.log().applicable(doc))
-        legal = (doc.phase == "strategize" and bool(doc.strategy)
-                 and doc.terminal is None and doc.pending_decision is None)
-        [at] = self.past_the_plane(plan_id, ExecuteEntered(plan_id=plan_id,
-                                                           revision=doc.revision))
+        legal = (
+            doc.phase == "strategize"
+            and bool(doc.strategy)
+            and doc.terminal is None
+            and doc.pending_decision is None
+        )
+        [at] = self.past_the_plane(plan_id, ExecuteEntered(plan_id=plan_id, revision=doc.revision))
         if not legal:
-            self.expect(plan_id, at, "Execute entered where it cannot be",
-                        "illegal_transition")
+            self.expect(plan_id, at, "Execute entered where it cannot be", "illegal_transition")
         elif expected:
             self.expect(plan_id, at, "an empty binding set", "binding")
 
     def _forge_a_strategy_revision(self, plan_id: str) -> None:
         doc = self.doc(plan_id)
         config = doc.global_config
-        [at] = self.past_the_plane(plan_id, StrategyRevisionRequested(
-            plan_id=plan_id, revision=doc.revision + 1, reason="a fresh budget please",
-            failed_attempts=doc.retries_used))
-        if (doc.retries_used <= config.retry_limit or doc.terminal is not None
-                or doc.pending_decision is not None
-                or doc.revisions_used >= config.max_strategy_revisions):
-            self.expect(plan_id, at, "a strategy revision before the retry limit",
-                        "illegal_transition")
+        [at] = self.past_the_plane(
+            plan_id,
+            StrategyRevisionRequested(
+                plan_id=plan_id,
+                revision=doc.revision + 1,
+                reason="a fresh budget please",
+                failed_attempts=doc.retries_used,
+            ),
+        )
+        if (
+            doc.retries_used <= config.retry_limit
+            or doc.terminal is not None
+            or doc.pending_decision is not None
+            or doc.revisions_used >= config.max_strategy_revisions
+        ):
+            self.expect(
+                plan_id, at, "a strategy revision before the retry limit", "illegal_transition"
+            )
 
     def _forge_an_escalate_halt(self, plan_id: str) -> None:
         doc = self.doc(plan_id)
-        [at] = self.past_the_plane(plan_id, PlanHalted(
-            plan_id=plan_id, halt_type="escalate", final_decision="escalate",
-            raw_halt_type="needs_decision", reason="no decision made", phase=doc.phase,
-            attempt=doc.attempt))
+        [at] = self.past_the_plane(
+            plan_id,
+            PlanHalted(
+                plan_id=plan_id,
+                halt_type="escalate",
+                final_decision="escalate",
+                raw_halt_type="needs_decision",
+                reason="no decision made",
+                phase=doc.phase,
+                attempt=doc.attempt,
+            ),
+        )
         if doc.pending_decision is None or doc.terminal is not None:
-            self.expect(plan_id, at, "an escalate halt without a pending decision",
-                        "illegal_transition")
+            self.expect(
+                plan_id, at, "an escalate halt without a pending decision", "illegal_transition"
+            )
 
     def _forge_a_replayed_pass(self, plan_id: str) -> None:
         """The plane's last passing run and its mint, copied under a fresh run id (the
@@ -624,10 +810,14 @@ class NoBypass(RuleBasedStateMachine):
         events = [e for e in self.events(plan_id) if e.position not in self.forged_positions]
         mint = [e.payload for e in events if isinstance(e.payload, TokenMinted)][-1]
         run_id = str(ULID())
-        copied = [msgspec.structs.replace(e.payload, run_id=run_id) for e in events
-                  if isinstance(e.payload, ValidationRunStarted | ValidationResultRecorded
-                                | ValidationRunCompleted)
-                  and e.payload.run_id == mint.run_id]
+        copied = [
+            msgspec.structs.replace(e.payload, run_id=run_id)
+            for e in events
+            if isinstance(
+                e.payload, ValidationRunStarted | ValidationResultRecorded | ValidationRunCompleted
+            )
+            and e.payload.run_id == mint.run_id
+        ]
         self.past_the_plane(plan_id, *copied, msgspec.structs.replace(mint, run_id=run_id))
         event("forged: a replayed pass")
 
@@ -641,46 +831,66 @@ class NoBypass(RuleBasedStateMachine):
                 if isinstance(e.payload, PlanApplied) and e.position not in self.forged_positions:
                     self._check_apply(plan_id, events[:i], e)
 
-    def _check_apply(self, plan_id: str, before: list[RecordedEvent],
-                     applied: RecordedEvent) -> None:
+    def _check_apply(
+        self, plan_id: str, before: list[RecordedEvent], applied: RecordedEvent
+    ) -> None:
         where = f"plan {plan_id} applied at position {applied.position}"
         doc = fold_all(f"plan:{plan_id}", _payloads(before))
         mints = [e.payload for e in before if isinstance(e.payload, TokenMinted)]
         assert mints and mints[-1].token_id == applied.payload.token_id, where
         run_id = mints[-1].run_id
-        started = [e for e in before if isinstance(e.payload, ValidationRunStarted)
-                   and e.payload.run_id == run_id]
+        started = [
+            e
+            for e in before
+            if isinstance(e.payload, ValidationRunStarted) and e.payload.run_id == run_id
+        ]
         assert len(started) == 1, f"{where}: run {run_id} started {len(started)} times"
-        results = [e.payload for e in before if isinstance(e.payload, ValidationResultRecorded)
-                   and e.payload.run_id == run_id]
+        results = [
+            e.payload
+            for e in before
+            if isinstance(e.payload, ValidationResultRecorded) and e.payload.run_id == run_id
+        ]
         passed = {r.attachment_id for r in results if r.verdict is True and r.cause is None}
         required = [b for b in doc.binding if b.mode == "required"]
         # (a) a real pass for every required member of the pinned binding set
         missing = [b.validation for b in required if b.attachment_id not in passed]
         assert not missing, f"{where}: no passing result for {missing} in run {run_id}"
         # (b) at least one required member, unless the plan opted out
-        assert required or not doc.global_config.require_validation, \
+        assert required or not doc.global_config.require_validation, (
             f"{where}: run {run_id} ran no required validation"
+        )
         # (c) the evidence of every result is in the blob store
         for r in results:
             if r.raw_output_sha256 is not None:
-                assert self.store.get_blob(r.raw_output_sha256) is not None, \
+                assert self.store.get_blob(r.raw_output_sha256) is not None, (
                     f"{where}: blob {r.raw_output_sha256} of {r.validation} is missing"
+                )
         # (d) after an escalation, a revise by a registered approver precedes the run
         escalations = [e for e in before if isinstance(e.payload, Escalated)]
         if not escalations:
             return
         last = escalations[-1]
-        decision = next((e for e in before if isinstance(e.payload, DecisionRecorded)
-                         and e.payload.decision_id == last.payload.decision_id), None)
-        assert decision is not None and decision.payload.choice == "revise", \
+        decision = next(
+            (
+                e
+                for e in before
+                if isinstance(e.payload, DecisionRecorded)
+                and e.payload.decision_id == last.payload.decision_id
+            ),
+            None,
+        )
+        assert decision is not None and decision.payload.choice == "revise", (
             f"{where}: escalation {last.payload.decision_id} has no revise decision"
+        )
         name, at = decision.payload.approver, decision.position
-        assert name in APPROVERS and self.fingerprints[name] == decision.payload.key_fingerprint \
-            and at < self.revoked_at.get(name, at + 1), \
-            f"{where}: the decision at {at} is not by a registered approver's active key"
-        assert at < started[0].position, \
+        assert (
+            name in APPROVERS
+            and self.fingerprints[name] == decision.payload.key_fingerprint
+            and at < self.revoked_at.get(name, at + 1)
+        ), f"{where}: the decision at {at} is not by a registered approver's active key"
+        assert at < started[0].position, (
             f"{where}: the revise decision at {at} does not precede run {run_id}"
+        )
 
     @invariant()
     def audit_finds_forgeries_and_only_forgeries(self, read_models: bool = False) -> None:
@@ -696,13 +906,15 @@ class NoBypass(RuleBasedStateMachine):
         for e in self.expected:
             at = found.get(e.position)
             assert at, f"audit misses {e.what} forged into {e.plan_id} at {e.position}"
-            assert not e.invariants or e.invariants & at, \
+            assert not e.invariants or e.invariants & at, (
                 f"audit reports {sorted(at)} for {e.what} at {e.position}, not {e.invariants}"
+            )
 
 
 def _run(backend: str) -> None:
-    run_state_machine_as_test(lambda: NoBypass(backend), settings=settings(
-        SETTINGS, max_examples=MAX_EXAMPLES[backend]))
+    run_state_machine_as_test(
+        lambda: NoBypass(backend), settings=settings(SETTINGS, max_examples=MAX_EXAMPLES[backend])
+    )
 
 
 @pytest.mark.slow
@@ -720,8 +932,9 @@ def test_no_bypass_postgresql(pg_url: str) -> None:
 # -- a plane bug the machine found: invariant 1 (d) failed on this history -------------
 
 
-def test_a_token_minted_before_an_escalation_is_not_applied_after_it(db_url: str,
-                                                                     tmp_path: Path) -> None:
+def test_a_token_minted_before_an_escalation_is_not_applied_after_it(
+    db_url: str, tmp_path: Path
+) -> None:
     with Plane.open(db_url) as plane:
         status_plan(plane, tmp_path, {})
         (work(plane) / "status.txt").write_text("good\n")
@@ -729,8 +942,13 @@ def test_a_token_minted_before_an_escalation_is_not_applied_after_it(db_url: str
         assert token
         record_halt(plane, "P-1", "needs_decision", "the orchestrator asks a human")
         decision_id = plane.state("plan:P-1").doc.pending_decision.decision_id
-        authorize(plane, decision_id, tmp_path / "alice.key", choice="revise",
-                  guidance="do it another way")
+        authorize(
+            plane,
+            decision_id,
+            tmp_path / "alice.key",
+            choice="revise",
+            guidance="do it another way",
+        )
         (work(plane) / "status.txt").write_text("bad\n")
         record_strategy(plane, "P-1", "another way")
         enter_execute(plane, "P-1")

@@ -53,10 +53,12 @@ def test_expected_versions(store: ledger.Store) -> None:
 def test_a_failed_append_leaves_no_hole(store: ledger.Store) -> None:
     store.append("a", [strategy()])
     with pytest.raises(ConcurrencyError):
-        store.append_batch([
-            ledger.StreamAppend("b", [strategy(), strategy()], NO_STREAM),
-            ledger.StreamAppend("a", [strategy()], 5),  # wrong: nothing of the batch lands
-        ])
+        store.append_batch(
+            [
+                ledger.StreamAppend("b", [strategy(), strategy()], NO_STREAM),
+                ledger.StreamAppend("a", [strategy()], 5),  # wrong: nothing of the batch lands
+            ]
+        )
     assert store.stream_version("b") == 0
     assert store.append("c", [strategy()]) == [2]
     assert verify_store(store).ok
@@ -113,18 +115,32 @@ def test_reads_by_position_stream_type_and_as_of(store: ledger.Store) -> None:
 
 def test_head_matches_a_third_party_recomputation(store: ledger.Store) -> None:
     # Only hashlib and the rfc8785 package: what an outside auditor would use.
-    store.append("plan:P-1", [plan_created(), strategy(text="caf\u00e9 \U0001f600 \"q\"\n")])
-    store.append("x", [NewEvent(payload=strategy().payload, actor="agent/7",
-                                delta=[{"op": "add", "path": "/a", "value": 0.1}])])
+    store.append("plan:P-1", [plan_created(), strategy(text='caf\u00e9 \U0001f600 "q"\n')])
+    store.append(
+        "x",
+        [
+            NewEvent(
+                payload=strategy().payload,
+                actor="agent/7",
+                delta=[{"op": "add", "path": "/a", "value": 0.1}],
+            )
+        ],
+    )
     level = []
     chain = bytes(32)
     for e in store.read_all():
         envelope = {
-            "position": e.position, "event_id": e.event_id, "stream": e.stream,
-            "stream_version": e.stream_version, "type": e.type,
-            "schema_version": e.schema_version, "recorded_at": e.recorded_at,
-            "actor": e.actor, "correlation_id": e.correlation_id,
-            "causation_id": e.causation_id, "payload": msgspec.to_builtins(e.payload),
+            "position": e.position,
+            "event_id": e.event_id,
+            "stream": e.stream,
+            "stream_version": e.stream_version,
+            "type": e.type,
+            "schema_version": e.schema_version,
+            "recorded_at": e.recorded_at,
+            "actor": e.actor,
+            "correlation_id": e.correlation_id,
+            "causation_id": e.causation_id,
+            "payload": msgspec.to_builtins(e.payload),
             "delta": e.delta,
         }
         leaf = hashlib.sha256(b"\x00" + rfc8785.dumps(envelope)).digest()
@@ -137,13 +153,16 @@ def test_head_matches_a_third_party_recomputation(store: ledger.Store) -> None:
     assert store.head().chain_hash == chain
 
 
-@pytest.mark.parametrize("statement", [
-    "UPDATE events SET actor = 'mallory'",
-    "DELETE FROM events",
-    "UPDATE blobs SET size = 0",
-    "DELETE FROM blobs",
-    "DELETE FROM ledger_head",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE events SET actor = 'mallory'",
+        "DELETE FROM events",
+        "UPDATE blobs SET size = 0",
+        "DELETE FROM blobs",
+        "DELETE FROM ledger_head",
+    ],
+)
 def test_the_database_refuses_changes(store: ledger.Store, statement: str) -> None:
     store.append("s", [strategy()], blobs=[b"raw output"])
     with pytest.raises(sa.exc.DBAPIError, match="append-only"), store.engine.begin() as conn:
@@ -207,10 +226,16 @@ def test_old_versions_are_upcast_on_read(db_url: str) -> None:
         (event,) = v2.read_all()
         assert event.schema_version == 1  # the stored bytes are unchanged
         assert event.payload == _PlanCreatedV2(
-            plan_id="P-1", project="proj", targets=["repo:api"],
-            global_config={"strict_mode": False, "retry_limit": 3,
-                           "max_strategy_revisions": 1, "max_iterations": 3,
-                           "require_validation": True},
+            plan_id="P-1",
+            project="proj",
+            targets=["repo:api"],
+            global_config={
+                "strict_mode": False,
+                "retry_limit": 3,
+                "max_strategy_revisions": 1,
+                "max_iterations": 3,
+                "require_validation": True,
+            },
         )
         assert verify_store(v2).ok
 
@@ -233,9 +258,20 @@ def test_event_json_shape(store: ledger.Store) -> None:
     (event,) = store.read_all()
     document = json.loads(msgspec.json.encode(event.to_json()))
     assert set(document) == {
-        "position", "event_id", "stream", "stream_version", "type", "schema_version",
-        "recorded_at", "actor", "correlation_id", "causation_id", "payload", "delta",
-        "leaf_hash", "chain_hash",
+        "position",
+        "event_id",
+        "stream",
+        "stream_version",
+        "type",
+        "schema_version",
+        "recorded_at",
+        "actor",
+        "correlation_id",
+        "causation_id",
+        "payload",
+        "delta",
+        "leaf_hash",
+        "chain_hash",
     }
     assert document["payload"]["type"] == "plan.created"
     assert document["correlation_id"] == "01J0000000000000000000000C"
@@ -275,6 +311,10 @@ def test_a_filtered_read_with_a_prefix_pages_past_pages_the_prefix_thins(store) 
     for i in range(6):
         store.append(f"plan:other-{i}", [plan_created(f"other-{i}"), strategy(f"other-{i}")])
         store.append(f"plan:mine-{i}", [plan_created(f"mine-{i}"), strategy(f"mine-{i}")])
-    found = [e.stream for e in store.read_all(types=["plan.strategy_recorded"],
-                                              stream_prefix="plan:mine-", batch_size=2)]
+    found = [
+        e.stream
+        for e in store.read_all(
+            types=["plan.strategy_recorded"], stream_prefix="plan:mine-", batch_size=2
+        )
+    ]
     assert found == [f"plan:mine-{i}" for i in range(6)]

@@ -126,8 +126,7 @@ def test_follow_waits_for_new_events_and_stop_ends_it(store: ledger.Store) -> No
     assert seen == [1, 2, 3]
 
 
-def _latency_of_one_append(store: ledger.Store, poll_interval: float,
-                           wait: float) -> float | None:
+def _latency_of_one_append(store: ledger.Store, poll_interval: float, wait: float) -> float | None:
     """Seconds from an append to a following subscription seeing it (None: not within
     ``wait``). The follower is ready (caught up, waiting) before the append."""
     sub = subscribe(store, poll_interval=poll_interval)
@@ -174,9 +173,14 @@ def test_without_notify_the_poll_still_delivers(pg_url: str) -> None:
         assert latency is not None
     # a ledger made before the trigger gets it when it is opened
     with ledger.open(pg_url, create=False) as store, store.engine.connect() as conn:
-        assert conn.exec_driver_sql(
-            "SELECT count(*) FROM pg_trigger WHERE tgname = %s "
-            "AND tgrelid = 'ledger_head'::regclass", (tables.NOTIFY_TRIGGER,)).scalar_one() == 1
+        assert (
+            conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_trigger WHERE tgname = %s "
+                "AND tgrelid = 'ledger_head'::regclass",
+                (tables.NOTIFY_TRIGGER,),
+            ).scalar_one()
+            == 1
+        )
 
 
 def writer(url: str, worker: int, count: int, start: object) -> None:
@@ -189,8 +193,9 @@ def writer(url: str, worker: int, count: int, start: object) -> None:
         while done < count:
             n = min(1 + i % 3, count - done)
             events = [plan_created(f"w{worker}-{i}-{k}", event_id=str(ULID())) for k in range(n)]
-            store.append_batch([ledger.StreamAppend(f"plan:w{worker}-{i}-{k}", [e])
-                                for k, e in enumerate(events)])
+            store.append_batch(
+                [ledger.StreamAppend(f"plan:w{worker}-{i}-{k}", [e]) for k, e in enumerate(events)]
+            )
             done += n
             i += 1
     finally:
@@ -203,8 +208,10 @@ def test_consumer_alongside_concurrent_writers_sees_exactly_1_to_n(db_url: str) 
     total = WRITERS * APPENDS_PER_WRITER
     ctx = multiprocessing.get_context("spawn")
     start = ctx.Event()
-    procs = [ctx.Process(target=writer, args=(db_url, w, APPENDS_PER_WRITER, start), daemon=True)
-             for w in range(WRITERS)]
+    procs = [
+        ctx.Process(target=writer, args=(db_url, w, APPENDS_PER_WRITER, start), daemon=True)
+        for w in range(WRITERS)
+    ]
     for p in procs:
         p.start()
     seen: list[int] = []

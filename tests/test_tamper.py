@@ -132,10 +132,12 @@ def _triggers(conn: sa.Connection, backend: str) -> set[tuple[str, str]]:
     if backend == "sqlite":
         sql = "SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger'"
     else:
-        sql = ("SELECT t.tgname, c.relname FROM pg_trigger t "
-               "JOIN pg_class c ON c.oid = t.tgrelid "
-               "JOIN pg_namespace n ON n.oid = c.relnamespace "
-               "WHERE NOT t.tgisinternal AND n.nspname = current_schema()")
+        sql = (
+            "SELECT t.tgname, c.relname FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE NOT t.tgisinternal AND n.nspname = current_schema()"
+        )
     return {(name, table) for name, table in conn.exec_driver_sql(sql)}
 
 
@@ -163,11 +165,22 @@ def _update(conn: sa.Connection, position: int, **columns: Any) -> None:
 
 def _leaf(row: dict[str, Any]) -> bytes:
     """The row's leaf hash, recomputed the way the store computes it."""
-    return leaf_hash(leaf_bytes(
-        row["position"], row["event_id"], row["stream"], row["stream_version"], row["type"],
-        row["schema_version"], row["recorded_at"], row["actor"], row["correlation_id"],
-        row["causation_id"], bytes(row["payload"]), bytes(row["delta"]),
-    ))
+    return leaf_hash(
+        leaf_bytes(
+            row["position"],
+            row["event_id"],
+            row["stream"],
+            row["stream_version"],
+            row["type"],
+            row["schema_version"],
+            row["recorded_at"],
+            row["actor"],
+            row["correlation_id"],
+            row["causation_id"],
+            bytes(row["payload"]),
+            bytes(row["delta"]),
+        )
+    )
 
 
 def _forged_payload(row: dict[str, Any]) -> bytes:
@@ -197,10 +210,15 @@ def _rewrite_head(conn: sa.Connection) -> None:
     for row in rows:
         frontier.append(row["leaf_hash"])
     conn.execute(
-        sa.text("UPDATE ledger_head SET size = :size, chain_hash = :chain, "
-                "frontier = :frontier WHERE id = 1"),
-        {"size": frontier.size, "chain": rows[-1]["chain_hash"] if rows else GENESIS_CHAIN,
-         "frontier": frontier.to_bytes()},
+        sa.text(
+            "UPDATE ledger_head SET size = :size, chain_hash = :chain, "
+            "frontier = :frontier WHERE id = 1"
+        ),
+        {
+            "size": frontier.size,
+            "chain": rows[-1]["chain_hash"] if rows else GENESIS_CHAIN,
+            "frontier": frontier.to_bytes(),
+        },
     )
 
 
@@ -216,8 +234,7 @@ def delete_blob(db_url: str, digest: str) -> None:
                 conn.exec_driver_sql("DROP TRIGGER blobs_no_delete")
             else:
                 conn.exec_driver_sql("DROP TRIGGER blobs_append_only ON blobs")
-            result = conn.execute(sa.text("DELETE FROM blobs WHERE digest = :d"),
-                                  {"d": digest})
+            result = conn.execute(sa.text("DELETE FROM blobs WHERE digest = :d"), {"d": digest})
             assert result.rowcount == 1
     finally:
         engine.dispose()
@@ -225,8 +242,11 @@ def delete_blob(db_url: str, digest: str) -> None:
 
 def passing_result(store: ledger.Store, plan: str = "P-1") -> ledger.RecordedEvent:
     """The one passing validation result of ``applied_plan``; its raw output is stored."""
-    [passed] = [e for e in store.read_stream(f"plan:{plan}")
-                if e.type == "validation.result_recorded" and e.payload.verdict is True]
+    [passed] = [
+        e
+        for e in store.read_stream(f"plan:{plan}")
+        if e.type == "validation.result_recorded" and e.payload.verdict is True
+    ]
     assert passed.payload.raw_output_sha256 is not None
     assert store.get_blob(passed.payload.raw_output_sha256) is not None
     return passed
@@ -256,8 +276,10 @@ def test_triggers_refuse_update_and_delete(populated: Ledger) -> None:
     if populated.store.backend == "postgresql":
         refused += ["TRUNCATE events", "TRUNCATE blobs", "TRUNCATE ledger_head"]
     for sql in refused:
-        with pytest.raises(sa.exc.DBAPIError, match="append-only"), \
-                populated.attacker.begin() as conn:
+        with (
+            pytest.raises(sa.exc.DBAPIError, match="append-only"),
+            populated.attacker.begin() as conn,
+        ):
             conn.exec_driver_sql(sql)
     # Nothing changed: same head, still verifies.
     assert _tree_head(populated.store) == populated.heads[EVENTS]
@@ -315,8 +337,10 @@ def test_swapped_rows_are_found_at_both_positions(unguarded: Ledger) -> None:
         # position values; doing it through a free position dodges the unique constraints
         # (event_id; stream + stream_version) that a column-wise swap would trip midway.
         for old, new in ((first, -1), (second, first), (-1, second)):
-            conn.execute(sa.text("UPDATE events SET position = :new WHERE position = :old"),
-                         {"new": new, "old": old})
+            conn.execute(
+                sa.text("UPDATE events SET position = :new WHERE position = :old"),
+                {"new": new, "old": old},
+            )
         assert _row(conn, first)["payload"] != _row(conn, second)["payload"]
 
     report = unguarded.verify()
@@ -337,8 +361,13 @@ def test_rewritten_row_with_its_own_hashes_fixed_breaks_the_next_link(
         previous_chain = _row(conn, target - 1)["chain_hash"]
         row["payload"] = _forged_payload(row)
         leaf = _leaf(row)
-        _update(conn, target, payload=row["payload"], leaf_hash=leaf,
-                chain_hash=chain_next(previous_chain, leaf))
+        _update(
+            conn,
+            target,
+            payload=row["payload"],
+            leaf_hash=leaf,
+            chain_hash=chain_next(previous_chain, leaf),
+        )
 
     report = unguarded.verify()
     assert not report.ok
@@ -352,8 +381,10 @@ def test_flipped_blob_byte_is_found(unguarded: Ledger) -> None:
     tampered = bytearray(BLOB)
     tampered[5] ^= 0x01
     with unguarded.attacker.begin() as conn:
-        result = conn.execute(sa.text("UPDATE blobs SET data = :data WHERE digest = :digest"),
-                              {"data": bytes(tampered), "digest": unguarded.blob_digest})
+        result = conn.execute(
+            sa.text("UPDATE blobs SET data = :data WHERE digest = :digest"),
+            {"data": bytes(tampered), "digest": unguarded.blob_digest},
+        )
         assert result.rowcount == 1
 
     report = unguarded.verify()
@@ -375,7 +406,8 @@ def passed_plan(db_url: str, tmp_path: Path) -> Iterator[Plane]:
 
 
 def test_deleted_raw_output_behind_a_pass_is_missing_at_its_event(
-    passed_plan: Plane, db_url: str,
+    passed_plan: Plane,
+    db_url: str,
 ) -> None:
     store = passed_plan.store
     passed = passing_result(store)
@@ -385,8 +417,7 @@ def test_deleted_raw_output_behind_a_pass_is_missing_at_its_event(
 
     report = verify_store(store)
     assert not report.ok
-    assert [(p.position, p.kind) for p in report.problems] == [
-        (passed.position, "blob_missing")]
+    assert [(p.position, p.kind) for p in report.problems] == [(passed.position, "blob_missing")]
     detail = report.problems[0].detail
     assert "validation.result_recorded" in detail and "raw_output_sha256" in detail
     assert digest in detail
@@ -396,7 +427,8 @@ def test_deleted_raw_output_behind_a_pass_is_missing_at_its_event(
 
 
 def test_cli_verify_reports_the_missing_blob_and_exits_1(
-    passed_plan: Plane, db_url: str,
+    passed_plan: Plane,
+    db_url: str,
 ) -> None:
     passed = passing_result(passed_plan.store)
     digest = passed.payload.raw_output_sha256
@@ -417,7 +449,8 @@ def test_cli_verify_reports_the_missing_blob_and_exits_1(
     report = json.loads(as_json.output)
     assert report["ok"] is False and report["first_bad_position"] == passed.position
     assert [(p["position"], p["kind"]) for p in report["problems"]] == [
-        (passed.position, "blob_missing")]
+        (passed.position, "blob_missing")
+    ]
     assert digest in report["problems"][0]["detail"]
 
 
@@ -491,7 +524,8 @@ def test_untampered_log_verifies_against_current_and_earlier_heads(populated: Le
 
 
 def test_every_kind_of_blob_reference_the_plane_writes_verifies(
-    db_url: str, tmp_path: Path,
+    db_url: str,
+    tmp_path: Path,
 ) -> None:
     """No false positives: a ledger holding every blob-referencing event the plane writes
     (gates with and without a schema, executed and recorded tool calls, raw outputs of
@@ -505,13 +539,15 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
         create_plan(plane, "P-R", project="calc", resources=["repo:calc"], config={})
         record_strategy(plane, "P-R", "record a call and ask for a review")
         enter_execute(plane, "P-R")
-        assert call_tool(plane, "P-R", "inspect-project", {},
-                         recorded_output={"python_files": []}).ok
+        assert call_tool(
+            plane, "P-R", "inspect-project", {}, recorded_output={"python_files": []}
+        ).ok
         assert not gate_input(plane, "P-R", "ghost", {}).passed  # no schema: no schema blob
         task = start_review(plane, request(), plan_id="P-R")
         submit_candidate(plane, task, candidate(finding("x")), reviewer="amy")
-        assert account_review(plane, task, accounting(get_review(plane, task),
-                                                      {"G1": ["x"]}, [])).accepted
+        assert account_review(
+            plane, task, accounting(get_review(plane, task), {"G1": ["x"]}, [])
+        ).accepted
 
         referenced: Counter[tuple[str, str]] = Counter()
         digests = set()
@@ -529,8 +565,12 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
         assert report.ok, report.problems
         assert report.checked_blobs == len(stored)
         keys = generate_key_pair(tmp_path / "plane.key")
-        summary = write_bundle(plane.store, tmp_path / "all.bundle", key=keys.private_key,
-                               origin="evidence-ledger/test")
+        summary = write_bundle(
+            plane.store,
+            tmp_path / "all.bundle",
+            key=keys.private_key,
+            origin="evidence-ledger/test",
+        )
         assert summary.blobs == len(stored)
         bundled = verify_bundle(tmp_path / "all.bundle", public_key=keys.public_key)
         assert bundled.ok, bundled.problems

@@ -49,11 +49,21 @@ def assert_inert(text: str) -> None:
 
 def test_inert_escapes_controls_and_invisible_formatting() -> None:
     assert inert(HOSTILE) == (r"\x1b[2J\x1b]0;PWNED\x07 [/x] [bold]x[/] a\rb \u202eevil")
-    for char, shown in [("\x00", r"\x00"), ("\t", r"\t"), ("\n", r"\n"), ("\x7f", r"\x7f"),
-                        ("\x9b", r"\x9b"), ("\u2066", r"\u2066"), ("\u2069", r"\u2069"),
-                        ("\u202a", r"\u202a"), ("\u200f", r"\u200f"), ("\u2028", r"\u2028"),
-                        ("\ufeff", r"\ufeff"), ("\udcff", r"\udcff"),
-                        ("\U000e0041", r"\U000e0041")]:
+    for char, shown in [
+        ("\x00", r"\x00"),
+        ("\t", r"\t"),
+        ("\n", r"\n"),
+        ("\x7f", r"\x7f"),
+        ("\x9b", r"\x9b"),
+        ("\u2066", r"\u2066"),
+        ("\u2069", r"\u2069"),
+        ("\u202a", r"\u202a"),
+        ("\u200f", r"\u200f"),
+        ("\u2028", r"\u2028"),
+        ("\ufeff", r"\ufeff"),
+        ("\udcff", r"\udcff"),
+        ("\U000e0041", r"\U000e0041"),
+    ]:
         assert inert(f"a{char}b") == f"a{shown}b", repr(char)
 
 
@@ -81,14 +91,28 @@ def _plan_file(root: Path, plan_id: str = "hostile") -> Path:
     check = f"import json; print(json.dumps(dict(passed=True, message={HOSTILE!r})))"
     document = {
         "plan": {"id": plan_id, "project": "calc", "resources": ["project"]},
-        "tools": [{"name": "noop", "description": HOSTILE,
-                   "command": [sys.executable, "-c", "print(dict())"],
-                   "output_schema": {"type": "object"}}],
-        "validations": [{"name": "check", "mode": "required", "description": HOSTILE,
-                         "command": [sys.executable, "-c", check]}],
+        "tools": [
+            {
+                "name": "noop",
+                "description": HOSTILE,
+                "command": [sys.executable, "-c", "print(dict())"],
+                "output_schema": {"type": "object"},
+            }
+        ],
+        "validations": [
+            {
+                "name": "check",
+                "mode": "required",
+                "description": HOSTILE,
+                "command": [sys.executable, "-c", check],
+            }
+        ],
         "attachments": [{"validation": "check", "resource": "project"}],
-        "agent": {"strategies": [{"strategy": HOSTILE, "attempts": [
-            {"steps": [{"step": "look", "tool": "noop"}]}]}]},
+        "agent": {
+            "strategies": [
+                {"strategy": HOSTILE, "attempts": [{"steps": [{"step": "look", "tool": "noop"}]}]}
+            ]
+        },
     }
     path = root / "plan.yaml"
     path.write_text(json.dumps(document))  # JSON is YAML; the escapes stay escapes
@@ -96,13 +120,16 @@ def _plan_file(root: Path, plan_id: str = "hostile") -> Path:
 
 
 @pytest.fixture(scope="module")
-def _recorded_once(tmp_path_factory: pytest.TempPathFactory
-                   ) -> tuple[str, dict[str, str], dict[str, str]]:
+def _recorded_once(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[str, dict[str, str], dict[str, str]]:
     """``recorded``'s ledger, built once for the module (the tests that use it only read
     it), with its own plane key and state directory; returns them too."""
     root = tmp_path_factory.mktemp("recorded")
-    env = {"EVIDENCE_PLANE_KEY": str(root / "plane-key" / "plane.key"),
-           "EVIDENCE_STATE_DIR": str(root / "state")}
+    env = {
+        "EVIDENCE_PLANE_KEY": str(root / "plane-key" / "plane.key"),
+        "EVIDENCE_STATE_DIR": str(root / "state"),
+    }
     (root / "plane-key").mkdir()
     (root / "state").mkdir()
     with pytest.MonkeyPatch.context() as patch:
@@ -113,8 +140,9 @@ def _recorded_once(tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture
-def recorded(_recorded_once: tuple[str, dict[str, str], dict[str, str]],
-             monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, str]]:
+def recorded(
+    _recorded_once: tuple[str, dict[str, str], dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, dict[str, str]]:
     """Plan `hostile` run and applied from its file; plan P-2 with a hostile resource,
     strategy, proposed tool name, fix note and halt (raw type, reason and hint). Returns
     the ledger URL and what each of those commands printed (stdout and stderr). Built
@@ -130,15 +158,14 @@ def _record(sqlite_url: str, tmp_path: Path) -> tuple[str, dict[str, str]]:
     ran = invoke("run", str(_plan_file(tmp_path / "run")), "--db", sqlite_url)
     assert ran.exit_code == 0, (ran.stdout, ran.stderr)  # as for any passing plan
     printed["run"] = ran.stdout + ran.stderr
-    for args in (["plan", "create", "P-2", "--project", "calc",
-                  "--resource", f"repo:{ESC_TITLE}\u202e"],
-                 ["plan", "strategize", "P-2", "--strategy", HOSTILE],
-                 ["plan", "execute", "P-2"],
-                 ["gate", "input", "--plan", "P-2", "--tool", f"t{ESC_TITLE}",
-                  "--params", "{}"],
-                 ["fix", "P-2", "--note", HOSTILE],
-                 ["halt", "P-2", "--raw-type", f"odd{ESC_TITLE}", "--reason", HOSTILE,
-                  "--hint", HOSTILE]):
+    for args in (
+        ["plan", "create", "P-2", "--project", "calc", "--resource", f"repo:{ESC_TITLE}\u202e"],
+        ["plan", "strategize", "P-2", "--strategy", HOSTILE],
+        ["plan", "execute", "P-2"],
+        ["gate", "input", "--plan", "P-2", "--tool", f"t{ESC_TITLE}", "--params", "{}"],
+        ["fix", "P-2", "--note", HOSTILE],
+        ["halt", "P-2", "--raw-type", f"odd{ESC_TITLE}", "--reason", HOSTILE, "--hint", HOSTILE],
+    ):
         done = invoke(*args, "--db", sqlite_url)
         assert done.exit_code in (0, 1), (args, done.stdout, done.stderr)
         printed[" ".join(args[:2])] = done.stdout + done.stderr
@@ -150,8 +177,7 @@ def hostile(recorded: tuple[str, dict[str, str]]) -> str:
     return recorded[0]
 
 
-def test_the_commands_that_record_it_print_it_inert(
-        recorded: tuple[str, dict[str, str]]) -> None:
+def test_the_commands_that_record_it_print_it_inert(recorded: tuple[str, dict[str, str]]) -> None:
     _, printed = recorded
     for out in printed.values():
         assert_inert(out)
@@ -161,20 +187,24 @@ def test_the_commands_that_record_it_print_it_inert(
     assert printed["gate input"].startswith(r"input gate, tool t\x1b]0;PWNED\x07: fail")
 
 
-@pytest.mark.parametrize("args", [
-    ["plan", "history", "hostile"],
-    ["plan", "history", "P-2"],
-    ["plan", "show", "hostile"],
-    ["plan", "show", "P-2"],
-    ["plan", "list"],
-    ["events"],
-    ["tool", "list"],
-    ["tool", "show", "noop"],
-    ["validation", "list"],
-    ["replay", "P-2"],
-    ["tail"],
-    ["stats"],
-], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan", "history", "hostile"],
+        ["plan", "history", "P-2"],
+        ["plan", "show", "hostile"],
+        ["plan", "show", "P-2"],
+        ["plan", "list"],
+        ["events"],
+        ["tool", "list"],
+        ["tool", "show", "noop"],
+        ["validation", "list"],
+        ["replay", "P-2"],
+        ["tail"],
+        ["stats"],
+    ],
+    ids=" ".join,
+)
 def test_human_output_shows_visible_escapes(hostile: str, args: list[str]) -> None:
     result = invoke(*args, "--db", hostile)
     assert result.exit_code == 0, (result.stdout, result.stderr)
@@ -182,8 +212,9 @@ def test_human_output_shows_visible_escapes(hostile: str, args: list[str]) -> No
     assert r"\x1b]0;PWNED\x07" in result.stdout
 
 
-@pytest.mark.parametrize("args", [["plan", "history", "hostile"], ["plan", "show", "P-2"],
-                                  ["events"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [["plan", "history", "hostile"], ["plan", "show", "P-2"], ["events"]], ids=" ".join
+)
 def test_markup_and_escapes_show_literally(hostile: str, args: list[str]) -> None:
     out = invoke(*args, "--db", hostile).stdout
     assert "[/x] [bold]x[/]" in out and r"\u202eevil" in out
@@ -197,8 +228,19 @@ def test_json_carries_the_exact_text(hostile: str) -> None:
 
 def test_the_error_line_is_inert(sqlite_url: str, tmp_path: Path) -> None:
     missing = tmp_path / f"cfg{ESC_TITLE}\u202e.json"
-    result = invoke("plan", "create", "P-9", "--project", "x", "--resource", "r",
-                    "--config", f"@{missing}", "--db", sqlite_url)
+    result = invoke(
+        "plan",
+        "create",
+        "P-9",
+        "--project",
+        "x",
+        "--resource",
+        "r",
+        "--config",
+        f"@{missing}",
+        "--db",
+        sqlite_url,
+    )
     assert result.exit_code == 2
     assert_inert(result.stderr)
     assert result.stderr.startswith("error: ") and r"\x1b]0;PWNED\x07" in result.stderr
@@ -216,11 +258,21 @@ def _on_pty(*args: str, cwd: Path, timeout: float = 30.0) -> tuple[int, bytes]:
 
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("EVIDENCE_DB", "NO_COLOR", "COLUMNS", "LINES", "TERM")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("EVIDENCE_DB", "NO_COLOR", "COLUMNS", "LINES", "TERM")
+    }
     env["TERM"] = "xterm-256color"
-    proc = subprocess.Popen([sys.executable, "-m", "commands.cli", *args], cwd=cwd, env=env,
-                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "commands.cli", *args],
+        cwd=cwd,
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
     os.close(slave)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout
@@ -229,8 +281,9 @@ def _on_pty(*args: str, cwd: Path, timeout: float = 30.0) -> tuple[int, bytes]:
             left = deadline - time.monotonic()
             if left <= 0:
                 os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail(f"evidence {' '.join(args)} took over {timeout} s: "
-                            f"{b''.join(chunks)!r}")
+                pytest.fail(
+                    f"evidence {' '.join(args)} took over {timeout} s: {b''.join(chunks)!r}"
+                )
             ready, _, _ = select.select([master], [], [], left)
             if not ready:
                 continue
@@ -259,8 +312,9 @@ def assert_inert_bytes(out: bytes) -> None:
 # A progress line of `run`/`demo`: the stage, in rich's colour on a terminal, then the text.
 PROGRESS = rb"validate(?:\x1b\[[0-9;]*m)? "
 
-pty_only = pytest.mark.skipif(not hasattr(os, "openpty") or sys.platform == "win32",
-                              reason="needs a POSIX pseudo-terminal")
+pty_only = pytest.mark.skipif(
+    not hasattr(os, "openpty") or sys.platform == "win32", reason="needs a POSIX pseudo-terminal"
+)
 
 
 @pytest.mark.slow

@@ -36,8 +36,14 @@ def run_block(block: str, cwd: Path, db: str | None) -> subprocess.CompletedProc
         env["EVIDENCE_DB"] = f"sqlite:///{cwd / 'must-not-exist.db'}"
     else:
         env["DB"] = db
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow

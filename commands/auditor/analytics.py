@@ -104,8 +104,11 @@ def flat_row(event: ledger.RecordedEvent, projects: dict[str, str]) -> dict[str,
     tool = getattr(p, "tool", None)
     if tool is None and t == "tool.registered" and isinstance(p, ToolRegistered):
         tool = p.name
-    outcome = (p.final_decision if t == "plan.halted" and isinstance(p, PlanHalted)
-               else getattr(p, "outcome", None))
+    outcome = (
+        p.final_decision
+        if t == "plan.halted" and isinstance(p, PlanHalted)
+        else getattr(p, "outcome", None)
+    )
     deviations = getattr(p, "deviations", None)
     return {
         "position": event.position,
@@ -135,8 +138,10 @@ def tree_root(store: ledger.Store, size: int) -> bytes:
     """The RFC 9162 root of the first ``size`` leaves, from the stored leaf hashes."""
     frontier = Frontier()
     ph = store.placeholder
-    sql = f"SELECT leaf_hash FROM events WHERE position >= {ph} AND position <= {ph} " \
-          "ORDER BY position"
+    sql = (
+        f"SELECT leaf_hash FROM events WHERE position >= {ph} AND position <= {ph} "
+        "ORDER BY position"
+    )
     position = 1
     while position <= size:
         end = min(size, position + _LEAF_BATCH - 1)
@@ -161,9 +166,9 @@ class _JsonlWriter(_Writer):
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         raw = msgspec.Raw
-        self._f.write(b"".join(
-            _encode({**row, "payload": raw(row["payload"])}) + b"\n" for row in rows
-        ))
+        self._f.write(
+            b"".join(_encode({**row, "payload": raw(row["payload"])}) + b"\n" for row in rows)
+        )
 
     def close(self, metadata: dict[str, str]) -> None:
         self._f.close()
@@ -195,8 +200,9 @@ def _pyarrow() -> Any:
 
 def arrow_schema() -> Any:
     pa = _pyarrow()
-    return pa.schema([(name, pa.int64() if kind == "int" else pa.string())
-                      for name, kind in COLUMNS])
+    return pa.schema(
+        [(name, pa.int64() if kind == "int" else pa.string()) for name, kind in COLUMNS]
+    )
 
 
 class _ParquetWriter(_Writer):
@@ -215,7 +221,9 @@ class _ParquetWriter(_Writer):
 
 
 _WRITERS: dict[str, Callable[[str], _Writer]] = {
-    "jsonl": _JsonlWriter, "csv": _CsvWriter, "parquet": _ParquetWriter,
+    "jsonl": _JsonlWriter,
+    "csv": _CsvWriter,
+    "parquet": _ParquetWriter,
 }
 
 
@@ -227,17 +235,28 @@ def _plan_projects(store: ledger.Store, until: int, plan: str | None) -> dict[st
     return {
         e.payload.plan_id: e.payload.project
         for e in store.read_all(
-            1, to_position=until, types=["plan.created"],
+            1,
+            to_position=until,
+            types=["plan.created"],
             stream=f"plan:{plan}" if plan is not None else None,
         )
         if isinstance(e.payload, PlanCreated)
     }
 
 
-def _events(store: ledger.Store, since: int, until: int, types: Sequence[str] | None,
-            plan: str | None, batch_size: int) -> Iterator[list[ledger.RecordedEvent]]:
+def _events(
+    store: ledger.Store,
+    since: int,
+    until: int,
+    types: Sequence[str] | None,
+    plan: str | None,
+    batch_size: int,
+) -> Iterator[list[ledger.RecordedEvent]]:
     yield from store.read_batches(
-        since, to_position=until, batch_size=batch_size, types=types or None,
+        since,
+        to_position=until,
+        batch_size=batch_size,
+        types=types or None,
         stream=f"plan:{plan}" if plan is not None else None,
     )
 
@@ -310,10 +329,19 @@ def export(
     os.replace(tmp, out)
     if format != "parquet":
         with open(f"{out}.meta.json", "wb") as f:
-            f.write(msgspec.json.format(_encode({
-                "format": format, "file": os.path.basename(out),
-                "columns": COLUMN_NAMES, **metadata,
-            })) + b"\n")
+            f.write(
+                msgspec.json.format(
+                    _encode(
+                        {
+                            "format": format,
+                            "file": os.path.basename(out),
+                            "columns": COLUMN_NAMES,
+                            **metadata,
+                        }
+                    )
+                )
+                + b"\n"
+            )
     if progress is not None:
         progress(total, total)
     return ExportResult(out, format, rows, metadata)
@@ -353,69 +381,120 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
     with store.read_transaction(snapshot=True) as conn:
         tree_size = conn.execute(
             sa.text(f"SELECT position FROM {POSITIONS} WHERE name = :name"),
-            {"name": ANALYTICS.name}).scalar_one()
+            {"name": ANALYTICS.name},
+        ).scalar_one()
         counts: dict[str, dict[str, int]] = {}
-        for name, verdict, n in conn.execute(sa.text(
+        for name, verdict, n in conn.execute(
+            sa.text(
                 f"SELECT validation, verdict, count(*) FROM {t['results']} WHERE {window} "
-                "GROUP BY validation, verdict"), params):
+                "GROUP BY validation, verdict"
+            ),
+            params,
+        ):
             counts.setdefault(name, {})[verdict] = int(n)
         durations: dict[str, list[int]] = {}
-        for name, ms in conn.execute(sa.text(
+        for name, ms in conn.execute(
+            sa.text(
                 f"SELECT validation, duration_ms FROM {t['results']} WHERE {window} "
-                "ORDER BY validation, duration_ms"), params):
+                "ORDER BY validation, duration_ms"
+            ),
+            params,
+        ):
             durations.setdefault(name, []).append(int(ms))
-        flaky = conn.execute(sa.text(
-            "SELECT validation, args, input_digest, "
-            "sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END), "
-            "sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) "
-            f"FROM {t['results']} WHERE {window} AND args_digest IS NOT NULL "
-            "GROUP BY validation, args_digest, args, input_digest "
-            "HAVING sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END) > 0 "
-            "AND sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) > 0"), params).all()
+        flaky = conn.execute(
+            sa.text(
+                "SELECT validation, args, input_digest, "
+                "sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END), "
+                "sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) "
+                f"FROM {t['results']} WHERE {window} AND args_digest IS NOT NULL "
+                "GROUP BY validation, args_digest, args, input_digest "
+                "HAVING sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END) > 0 "
+                "AND sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) > 0"
+            ),
+            params,
+        ).all()
         # A plan counts if it has an event in the window (its last one is in it); its
         # numbers come from its facts in the window.
-        last = ("(SELECT f.value FROM {facts} f WHERE f.plan = p.plan AND f.fact IN ({kinds}) "
-                "AND f.position >= :since ORDER BY f.position DESC LIMIT 1)")
-        plans = conn.execute(sa.text(
-            "SELECT p.plan, p.project, coalesce(c.attempts, 0), coalesce(c.failed, 0), "
-            "coalesce(c.revisions, 0), "
-            + last.format(facts=t["plan_facts"], kinds="'run_completed', 'halted', 'revised'")
-            + ", " + last.format(facts=t["plan_facts"], kinds="'applied'") + ", "
-            + last.format(facts=t["plan_facts"], kinds="'halted'")
-            + f" FROM {t['plans']} p LEFT JOIN ("
-            "SELECT plan, max(CASE WHEN fact = 'run_started' THEN attempt END) AS attempts, "
-            "sum(CASE WHEN fact = 'attempt_failed' THEN 1 ELSE 0 END) AS failed, "
-            "sum(CASE WHEN fact = 'strategy_revision' THEN 1 ELSE 0 END) AS revisions "
-            f"FROM {t['plan_facts']} WHERE position >= :since GROUP BY plan) c "
-            "ON c.plan = p.plan WHERE p.last_position >= :since"
-            + (" AND p.project = :project" if project is not None else "")), params).all()
-        halts = _counts(conn, f"SELECT value, count(*), min(position) FROM {t['plan_facts']} "
-                              f"WHERE fact = 'halted' AND {window} GROUP BY value", params)
+        last = (
+            "(SELECT f.value FROM {facts} f WHERE f.plan = p.plan AND f.fact IN ({kinds}) "
+            "AND f.position >= :since ORDER BY f.position DESC LIMIT 1)"
+        )
+        plans = conn.execute(
+            sa.text(
+                "SELECT p.plan, p.project, coalesce(c.attempts, 0), coalesce(c.failed, 0), "
+                "coalesce(c.revisions, 0), "
+                + last.format(facts=t["plan_facts"], kinds="'run_completed', 'halted', 'revised'")
+                + ", "
+                + last.format(facts=t["plan_facts"], kinds="'applied'")
+                + ", "
+                + last.format(facts=t["plan_facts"], kinds="'halted'")
+                + f" FROM {t['plans']} p LEFT JOIN ("
+                "SELECT plan, max(CASE WHEN fact = 'run_started' THEN attempt END) AS attempts, "
+                "sum(CASE WHEN fact = 'attempt_failed' THEN 1 ELSE 0 END) AS failed, "
+                "sum(CASE WHEN fact = 'strategy_revision' THEN 1 ELSE 0 END) AS revisions "
+                f"FROM {t['plan_facts']} WHERE position >= :since GROUP BY plan) c "
+                "ON c.plan = p.plan WHERE p.last_position >= :since"
+                + (" AND p.project = :project" if project is not None else "")
+            ),
+            params,
+        ).all()
+        halts = _counts(
+            conn,
+            f"SELECT value, count(*), min(position) FROM {t['plan_facts']} "
+            f"WHERE fact = 'halted' AND {window} GROUP BY value",
+            params,
+        )
         informational = _counts(
-            conn, f"SELECT validation, count(*), min(position) "
-                  f"FROM {t['informational_failures']} WHERE {window} GROUP BY validation",
-            params)
-        by_kind = _counts(conn, f"SELECT kind, count(*), min(position) FROM "
-                                f"{t['deviations']} WHERE {window} GROUP BY kind", params)
-        by_tool = _counts(conn, f"SELECT tool, count(*), min(position) FROM "
-                                f"{t['deviations']} WHERE {window} GROUP BY tool", params)
+            conn,
+            f"SELECT validation, count(*), min(position) "
+            f"FROM {t['informational_failures']} WHERE {window} GROUP BY validation",
+            params,
+        )
+        by_kind = _counts(
+            conn,
+            f"SELECT kind, count(*), min(position) FROM "
+            f"{t['deviations']} WHERE {window} GROUP BY kind",
+            params,
+        )
+        by_tool = _counts(
+            conn,
+            f"SELECT tool, count(*), min(position) FROM "
+            f"{t['deviations']} WHERE {window} GROUP BY tool",
+            params,
+        )
     validations = []
     for name in sorted(counts):
         c, d = counts[name], durations[name]
         n = sum(c.values())
-        validations.append({
-            "validation": name, "runs": n, "pass": c.get("pass", 0), "fail": c.get("fail", 0),
-            "no_verdict": c.get("no_verdict", 0), "pass_rate": c.get("pass", 0) / n,
-            "no_verdict_rate": c.get("no_verdict", 0) / n, "mean_ms": sum(d) / len(d),
-            "p95_ms": _p95(d),
-        })
+        validations.append(
+            {
+                "validation": name,
+                "runs": n,
+                "pass": c.get("pass", 0),
+                "fail": c.get("fail", 0),
+                "no_verdict": c.get("no_verdict", 0),
+                "pass_rate": c.get("pass", 0) / n,
+                "no_verdict_rate": c.get("no_verdict", 0) / n,
+                "mean_ms": sum(d) / len(d),
+                "p95_ms": _p95(d),
+            }
+        )
     plan_rows = sorted(
-        ({"plan": plan, "project": proj, "attempts": int(attempts),
-          "failed_attempts": int(failed), "strategy_revisions": int(revisions),
-          "outcome": outcome if outcome in OUTCOMES else None, "applied": applied,
-          "halt_type": halt_type}
-         for plan, proj, attempts, failed, revisions, outcome, applied, halt_type in plans),
-        key=lambda p: p["plan"])
+        (
+            {
+                "plan": plan,
+                "project": proj,
+                "attempts": int(attempts),
+                "failed_attempts": int(failed),
+                "strategy_revisions": int(revisions),
+                "outcome": outcome if outcome in OUTCOMES else None,
+                "applied": applied,
+                "halt_type": halt_type,
+            }
+            for plan, proj, attempts, failed, revisions, outcome, applied, halt_type in plans
+        ),
+        key=lambda p: p["plan"],
+    )
     outcomes = Counter(p["outcome"] for p in plan_rows if p["outcome"] is not None)
     applied = Counter(p["applied"] for p in plan_rows if p["applied"] is not None)
     return {
@@ -424,8 +503,13 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
         "project": project,
         "validations": validations,
         "flaky": [
-            {"validation": v, "args": msgspec.json.decode(a), "input_digest": digest,
-             "pass": int(passed), "fail": int(failed)}
+            {
+                "validation": v,
+                "args": msgspec.json.decode(a),
+                "input_digest": digest,
+                "pass": int(passed),
+                "fail": int(failed),
+            }
             for v, a, digest, passed, failed in sorted(flaky)
         ],
         "plans_by_outcome": dict(sorted(outcomes.items(), key=lambda kv: (-kv[1], kv[0]))),

@@ -150,10 +150,18 @@ def replay_plan(store: LogReader, plan_id: str, as_of: int | None = None) -> lis
     steps = []
     for event in events:
         doc = fold_plan(doc, event.payload)
-        steps.append(ReplayStep(
-            position=event.position, stream_version=event.stream_version,
-            recorded_at=event.recorded_at, actor=event.actor, type=event.type,
-            summary=summarize(event.payload), document=to_json(doc), **plan_state(doc)))
+        steps.append(
+            ReplayStep(
+                position=event.position,
+                stream_version=event.stream_version,
+                recorded_at=event.recorded_at,
+                actor=event.actor,
+                type=event.type,
+                summary=summarize(event.payload),
+                document=to_json(doc),
+                **plan_state(doc),
+            )
+        )
     return steps
 
 
@@ -183,9 +191,15 @@ class AuditReport(msgspec.Struct, kw_only=True):
 
 
 class _Run:
-    __slots__ = ("attempt", "completed", "invalidated_at", "position", "resolved",
-                 "results", "run_id")
-
+    __slots__ = (
+        "attempt",
+        "completed",
+        "invalidated_at",
+        "position",
+        "resolved",
+        "results",
+        "run_id",
+    )
 
     def __init__(self, payload: ValidationRunStarted, position: int) -> None:
         self.run_id = payload.run_id
@@ -223,9 +237,14 @@ class _PlanWalk:
         self.truncated: dict[tuple[str | None, str], Truncation] = {}
 
 
-def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 1000,
-          read_models: bool = True,
-          plane_public_key: Ed25519PublicKey | None = None) -> AuditReport:
+def audit(
+    store: LogReader,
+    *,
+    plan: str | None = None,
+    max_violations: int = 1000,
+    read_models: bool = True,
+    plane_public_key: Ed25519PublicKey | None = None,
+) -> AuditReport:
     """Check every invariant over the log up to its current head (one plan's events only
     with ``plan``; the attachment, tool and approver streams are always folded, as
     resolution and signatures need them). With ``plane_public_key``, every token's
@@ -247,13 +266,22 @@ def audit(store: LogReader, *, plan: str | None = None, max_violations: int = 10
                 auditor.count("read_model")
             if not check.ok:
                 auditor.violation(
-                    check.position, None, "read_model",
+                    check.position,
+                    None,
+                    "read_model",
                     f"read model {check.name!r} equal to a fresh fold of the log up to its "
-                    f"position {check.position}", "; ".join(check.differences))
-    return AuditReport(ok=not auditor.violations, size=size, plans=sorted(auditor.plans),
-                       checked=dict(sorted(auditor.checked.items())),
-                       violations=auditor.violations, read_models=statuses,
-                       unvalidated=sorted(auditor.unvalidated))
+                    f"position {check.position}",
+                    "; ".join(check.differences),
+                )
+    return AuditReport(
+        ok=not auditor.violations,
+        size=size,
+        plans=sorted(auditor.plans),
+        checked=dict(sorted(auditor.checked.items())),
+        violations=auditor.violations,
+        read_models=statuses,
+        unvalidated=sorted(auditor.unvalidated),
+    )
 
 
 def check_read_models(store: Store) -> list[ReadModelCheck]:
@@ -264,8 +292,13 @@ def check_read_models(store: Store) -> list[ReadModelCheck]:
 
 
 class _Auditor:
-    def __init__(self, store: LogReader, plan: str | None, max_violations: int,
-                 plane_public_key: Ed25519PublicKey | None = None) -> None:
+    def __init__(
+        self,
+        store: LogReader,
+        plan: str | None,
+        max_violations: int,
+        plane_public_key: Ed25519PublicKey | None = None,
+    ) -> None:
         self.store = store
         self.plane_public_key = plane_public_key
         self.plan = plan
@@ -279,12 +312,19 @@ class _Auditor:
         self.unendorsed: set[str] = set()  # approver keys the plane key did not endorse
         self.unvalidated: set[str] = set()  # plans applied after a vacuous run
 
-    def violation(self, position: int | None, plan_id: str | None, invariant: str,
-                  expected: str, found: str) -> None:
+    def violation(
+        self, position: int | None, plan_id: str | None, invariant: str, expected: str, found: str
+    ) -> None:
         if len(self.violations) < self.max:
-            self.violations.append(Violation(position=position, plan_id=plan_id,
-                                             invariant=invariant, expected=expected,
-                                             found=found))
+            self.violations.append(
+                Violation(
+                    position=position,
+                    plan_id=plan_id,
+                    invariant=invariant,
+                    expected=expected,
+                    found=found,
+                )
+            )
 
     def count(self, name: str) -> None:
         self.checked[name] = self.checked.get(name, 0) + 1
@@ -302,16 +342,25 @@ class _Auditor:
             self.count("approver_endorsement")
             if not endorsed(event.payload, self.plane_public_key):
                 self.unendorsed.add(event.payload.fingerprint)
-                self.violation(event.position, None, "approver_endorsement",
-                               f"approver key {event.payload.fingerprint[:16]}… of "
-                               f"{event.payload.name!r} endorsed by the plane key",
-                               "its endorsement does not verify")
+                self.violation(
+                    event.position,
+                    None,
+                    "approver_endorsement",
+                    f"approver key {event.payload.fingerprint[:16]}… of "
+                    f"{event.payload.name!r} endorsed by the plane key",
+                    "its endorsement does not verify",
+                )
         if in_scope:
             self.count("illegal_transition")
             rule = broken_rule(stream, before, event.payload)
             if rule is not None:
-                self.violation(event.position, _plan_of(stream), "illegal_transition",
-                               rule, f"{event.type} at {stream} v{event.stream_version}")
+                self.violation(
+                    event.position,
+                    _plan_of(stream),
+                    "illegal_transition",
+                    rule,
+                    f"{event.type} at {stream} v{event.stream_version}",
+                )
         if kind == "plan" and in_scope:
             walk = self.plans.setdefault(key, _PlanWalk())
             self.plan_event(key, walk, event)  # sees the state before the event
@@ -328,19 +377,26 @@ class _Auditor:
             applying = walk.doc.applying if walk.doc is not None else None
             if applying is not None:
                 self.count("apply_incomplete")
-                self.violation(walk.changes_at, plan_id, "apply_incomplete",
-                               "an Apply whose change set is recorded completes "
-                               f"(evidence apply {plan_id} --resume)",
-                               f"{len(applying.files)} file(s) recorded, no plan.applied")
+                self.violation(
+                    walk.changes_at,
+                    plan_id,
+                    "apply_incomplete",
+                    "an Apply whose change set is recorded completes "
+                    f"(evidence apply {plan_id} --resume)",
+                    f"{len(applying.files)} file(s) recorded, no plan.applied",
+                )
 
     def check_read_only(self, event: RecordedEvent, p: ValidationRegistered) -> None:
         self.count("read_only")
         if p.writes or p.checkpointable or not p.read_only:
-            self.violation(event.position, None, "read_only",
-                           f"validation {p.name} v{p.version} is read-only (writes false, "
-                           "checkpointable false, read_only true)",
-                           f"writes {p.writes}, checkpointable {p.checkpointable}, "
-                           f"read_only {p.read_only}")
+            self.violation(
+                event.position,
+                None,
+                "read_only",
+                f"validation {p.name} v{p.version} is read-only (writes false, "
+                "checkpointable false, read_only true)",
+                f"writes {p.writes}, checkpointable {p.checkpointable}, read_only {p.read_only}",
+            )
 
     def check_delta(self, event: RecordedEvent, after: State | None) -> None:
         stream = event.stream
@@ -348,20 +404,30 @@ class _Auditor:
             return
         self.count("delta_fold")
         try:
-            rebuilt = jsonpatch.apply_patch(self.rebuilt.get(stream, {}), event.delta,
-                                            in_place=False)
+            rebuilt = jsonpatch.apply_patch(
+                self.rebuilt.get(stream, {}), event.delta, in_place=False
+            )
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
             self.broken.add(stream)
-            self.violation(event.position, _plan_of(stream), "delta_fold",
-                           f"the delta of {stream} v{event.stream_version} applies to the "
-                           "document rebuilt so far", f"it does not: {exc}")
+            self.violation(
+                event.position,
+                _plan_of(stream),
+                "delta_fold",
+                f"the delta of {stream} v{event.stream_version} applies to the "
+                "document rebuilt so far",
+                f"it does not: {exc}",
+            )
             return
         self.rebuilt[stream] = rebuilt
         if rebuilt != to_json(after):
             self.broken.add(stream)
-            self.violation(event.position, _plan_of(stream), "delta_fold",
-                           f"{stream} rebuilt from its deltas equals its fold",
-                           f"they differ from stream version {event.stream_version} on")
+            self.violation(
+                event.position,
+                _plan_of(stream),
+                "delta_fold",
+                f"{stream} rebuilt from its deltas equals its fold",
+                f"they differ from stream version {event.stream_version} on",
+            )
 
     # -- one plan event -----------------------------------------------------------------
 
@@ -375,8 +441,13 @@ class _Auditor:
                 self.close_routing(plan_id, walk)
         validation = (ValidationRunStarted, ValidationResultRecorded, ValidationRunCompleted)
         if isinstance(p, validation) and walk.apply_at is not None:
-            self.violation(pos, plan_id, "ordering", "no validation event inside Apply",
-                           f"{event.type} after Apply began at position {walk.apply_at}")
+            self.violation(
+                pos,
+                plan_id,
+                "ordering",
+                "no validation event inside Apply",
+                f"{event.type} after Apply began at position {walk.apply_at}",
+            )
         if isinstance(p, ValidationRunStarted):
             if walk.last_run is not None and walk.last_run.invalidated_at is None:
                 walk.last_run.invalidated_at = pos
@@ -388,17 +459,26 @@ class _Auditor:
             if run is None and p.mode == "informational":
                 pass  # an advisory result under its own id (a review's): no run counts it
             elif run is None or run.completed is not None:
-                self.violation(pos, plan_id, "ordering",
-                               "a validation result inside its started, unfinished run",
-                               f"run {p.run_id} is {'unknown' if run is None else 'completed'}")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "ordering",
+                    "a validation result inside its started, unfinished run",
+                    f"run {p.run_id} is {'unknown' if run is None else 'completed'}",
+                )
             else:
                 run.results.append(p)
             self.check_transform(plan_id, event, p, run)
         elif isinstance(p, ValidationRunCompleted):
             run = walk.runs.get(p.run_id)
             if run is None:
-                self.violation(pos, plan_id, "ordering", "a completed run was started",
-                               f"run {p.run_id} never started")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "ordering",
+                    "a completed run was started",
+                    f"run {p.run_id} never started",
+                )
             else:
                 run.completed = p
                 walk.last_completed = run
@@ -406,8 +486,11 @@ class _Auditor:
         elif isinstance(p, FixRecorded | ToolCalled):
             if walk.last_run is not None and walk.last_run.invalidated_at is None:
                 walk.last_run.invalidated_at = pos
-            if isinstance(p, ToolCalled) and p.executor == "command" and \
-                    p.stdout_truncated is not msgspec.UNSET:
+            if (
+                isinstance(p, ToolCalled)
+                and p.executor == "command"
+                and p.stdout_truncated is not msgspec.UNSET
+            ):
                 walk.truncated[(p.step, p.output_sha256)] = p.stdout_truncated
         elif isinstance(p, GateChecked):
             self.check_gate(plan_id, pos, p, walk)
@@ -420,8 +503,10 @@ class _Auditor:
             walk.pending_escalation = p.decision_id
             walk.last_escalation = p.decision_id
         elif isinstance(p, PlanHalted):
-            if walk.pending_escalation is not None and \
-                    walk.pending_escalation not in walk.escalation_halt:
+            if (
+                walk.pending_escalation is not None
+                and walk.pending_escalation not in walk.escalation_halt
+            ):
                 walk.escalation_halt[walk.pending_escalation] = canonical_halt(p.raw_halt_type)
         elif isinstance(p, DecisionRecorded):
             self.check_decision(plan_id, pos, walk, p)
@@ -430,19 +515,33 @@ class _Auditor:
         elif isinstance(p, TokenConsumed):
             self.count("tokens_once")
             if p.token_id not in walk.minted:
-                self.violation(pos, plan_id, "ordering", "only a token minted for the plan "
-                               "is consumed", f"token {p.token_id} was never minted")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "ordering",
+                    "only a token minted for the plan is consumed",
+                    f"token {p.token_id} was never minted",
+                )
             elif p.token_id in walk.consumed:
-                self.violation(pos, plan_id, "ordering", "a token is consumed once",
-                               f"token {p.token_id} was already consumed at position "
-                               f"{walk.consumed[p.token_id]}")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "ordering",
+                    "a token is consumed once",
+                    f"token {p.token_id} was already consumed at position "
+                    f"{walk.consumed[p.token_id]}",
+                )
             else:
                 token = walk.doc.token if walk.doc is not None else None
                 if token is None or token.token_id != p.token_id or token.status != "minted":
-                    self.violation(pos, plan_id, "INV1", "the consumed token is the plan's "
-                                   "current, unsuperseded token",
-                                   f"token {p.token_id} is "
-                                   f"{token.status if token is not None else 'not current'}")
+                    self.violation(
+                        pos,
+                        plan_id,
+                        "INV1",
+                        "the consumed token is the plan's current, unsuperseded token",
+                        f"token {p.token_id} is "
+                        f"{token.status if token is not None else 'not current'}",
+                    )
             walk.consumed.setdefault(p.token_id, pos)
             walk.apply_at = walk.apply_at or pos
         elif isinstance(p, ChangesRecorded):
@@ -451,33 +550,58 @@ class _Auditor:
             if walk.doc is not None and walk.doc.unvalidated:
                 self.unvalidated.add(plan_id)
             if p.token_id not in walk.consumed:
-                self.violation(pos, plan_id, "ordering", "Apply follows the consumption of "
-                               "its token", f"token {p.token_id} was not consumed")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "ordering",
+                    "Apply follows the consumption of its token",
+                    f"token {p.token_id} was not consumed",
+                )
             walk.apply_at = walk.apply_at or pos
 
     # -- INV3 and the escalation order ------------------------------------------------
 
-    def check_decision(self, plan_id: str, pos: int, walk: _PlanWalk,
-                       p: DecisionRecorded) -> None:
+    def check_decision(self, plan_id: str, pos: int, walk: _PlanWalk, p: DecisionRecorded) -> None:
         self.count("INV3")
         if p.decision_id not in walk.escalations:
-            self.violation(pos, plan_id, "INV3", "a decision follows an escalation",
-                           f"decision {p.decision_id} has no escalation before it")
+            self.violation(
+                pos,
+                plan_id,
+                "INV3",
+                "a decision follows an escalation",
+                f"decision {p.decision_id} has no escalation before it",
+            )
         elif p.decision_id in walk.decided:
-            self.violation(pos, plan_id, "INV3", "one decision per escalation",
-                           f"decision {p.decision_id} was already recorded at position "
-                           f"{walk.decided[p.decision_id][0]}")
+            self.violation(
+                pos,
+                plan_id,
+                "INV3",
+                "one decision per escalation",
+                f"decision {p.decision_id} was already recorded at position "
+                f"{walk.decided[p.decision_id][0]}",
+            )
         else:
             halt = walk.escalation_halt.get(p.decision_id, "escalate")
             if halt != "escalate":
-                self.violation(pos, plan_id, "INV3", "no decision concerns a blocker",
-                               f"decision {p.decision_id} follows a halt classified {halt}")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "INV3",
+                    "no decision concerns a blocker",
+                    f"decision {p.decision_id} follows a halt classified {halt}",
+                )
         self.count("decision_signature")
-        problem = decision_problem(p, walk.escalation_leaf.get(p.decision_id),
-                                   self.approver_key(p.key_fingerprint))
+        problem = decision_problem(
+            p, walk.escalation_leaf.get(p.decision_id), self.approver_key(p.key_fingerprint)
+        )
         if problem is not None:
-            self.violation(pos, plan_id, "decision_signature", problem,
-                           f"decision {p.decision_id} recorded as {p.approver}'s")
+            self.violation(
+                pos,
+                plan_id,
+                "decision_signature",
+                problem,
+                f"decision {p.decision_id} recorded as {p.approver}'s",
+            )
         walk.decided.setdefault(p.decision_id, (pos, p.choice))
         if walk.pending_escalation == p.decision_id:
             walk.pending_escalation = None
@@ -494,72 +618,131 @@ class _Auditor:
 
     # -- the binding set --------------------------------------------------------------
 
-    def check_binding(self, plan_id: str, pos: int, walk: _PlanWalk,
-                      p: ExecuteEntered) -> None:
+    def check_binding(self, plan_id: str, pos: int, walk: _PlanWalk, p: ExecuteEntered) -> None:
         self.count("binding")
         pinned = list(walk.doc.binding) if walk.doc is not None else []
         expected = pin_binding(pinned, self.resolve_now(walk.doc))
         if list(p.binding) != expected:
-            self.violation(pos, plan_id, "binding",
-                           "the binding set pinned at Execute: "
-                           f"{_members(expected)}", _members(p.binding))
+            self.violation(
+                pos,
+                plan_id,
+                "binding",
+                f"the binding set pinned at Execute: {_members(expected)}",
+                _members(p.binding),
+            )
 
     # -- INV1 -------------------------------------------------------------------------
 
     def check_token(self, plan_id: str, pos: int, walk: _PlanWalk, p: TokenMinted) -> None:
         self.count("INV1")
         if p.token_id in walk.minted:  # a replayed mint would revive a superseded token
-            self.violation(pos, plan_id, "ordering", f"token {p.token_id} is minted once",
-                           f"it was minted at position {walk.minted[p.token_id]} already")
+            self.violation(
+                pos,
+                plan_id,
+                "ordering",
+                f"token {p.token_id} is minted once",
+                f"it was minted at position {walk.minted[p.token_id]} already",
+            )
         walk.minted.setdefault(p.token_id, pos)
         run = walk.runs.get(p.run_id)
         last = walk.last_completed
         if run is None or run.completed is None:
-            self.violation(pos, plan_id, "INV1", "a token is minted from a completed run",
-                           f"run {p.run_id} {'never started' if run is None else 'is open'}")
+            self.violation(
+                pos,
+                plan_id,
+                "INV1",
+                "a token is minted from a completed run",
+                f"run {p.run_id} {'never started' if run is None else 'is open'}",
+            )
             return
         if run is not last:
-            self.violation(pos, plan_id, "INV1", "a token is minted from the plan's latest run",
-                           f"run {p.run_id} is not the latest completed run")
-        if last is not None and last.completed is not None and \
-                last.completed.outcome == "blocker":
-            self.violation(pos, plan_id, "INV3", "no token after a blocker without a later "
-                           "passing run", f"the latest run {last.run_id} is a blocker")
+            self.violation(
+                pos,
+                plan_id,
+                "INV1",
+                "a token is minted from the plan's latest run",
+                f"run {p.run_id} is not the latest completed run",
+            )
+        if last is not None and last.completed is not None and last.completed.outcome == "blocker":
+            self.violation(
+                pos,
+                plan_id,
+                "INV3",
+                "no token after a blocker without a later passing run",
+                f"the latest run {last.run_id} is a blocker",
+            )
         elif run.completed.outcome != "pass":
-            self.violation(pos, plan_id, "INV1", "a token only from a passing run",
-                           f"run {p.run_id} completed with outcome {run.completed.outcome}")
+            self.violation(
+                pos,
+                plan_id,
+                "INV1",
+                "a token only from a passing run",
+                f"run {p.run_id} completed with outcome {run.completed.outcome}",
+            )
         if run.invalidated_at is not None:
-            self.violation(pos, plan_id, "INV1", "nothing invalidates the run before the "
-                           "token", f"position {run.invalidated_at} superseded run {p.run_id}")
+            self.violation(
+                pos,
+                plan_id,
+                "INV1",
+                "nothing invalidates the run before the token",
+                f"position {run.invalidated_at} superseded run {p.run_id}",
+            )
         doc = walk.doc
         plan_attempt = doc.attempt if doc is not None else None
         if p.attempt != run.attempt or p.attempt != plan_attempt:
-            self.violation(pos, plan_id, "INV1", f"the token's attempt {p.attempt} is the "
-                           "run's and the plan's", f"run attempt {run.attempt}, plan attempt "
-                           f"{plan_attempt}")
+            self.violation(
+                pos,
+                plan_id,
+                "INV1",
+                f"the token's attempt {p.attempt} is the run's and the plan's",
+                f"run attempt {run.attempt}, plan attempt {plan_attempt}",
+            )
         if p.results_digest != run.completed.results_digest:
-            self.violation(pos, plan_id, "INV1", "the token binds the run's results digest",
-                           f"{p.results_digest} != {run.completed.results_digest}")
+            self.violation(
+                pos,
+                plan_id,
+                "INV1",
+                "the token binds the run's results digest",
+                f"{p.results_digest} != {run.completed.results_digest}",
+            )
         if results_digest(run.results) != run.completed.results_digest:
-            self.violation(pos, plan_id, "INV1", "the run's results digest is the digest of "
-                           "its recorded results", "it is not")
-        passing = {r.attachment_id for r in run.results
-                   if r.verdict is True and r.cause is None}
+            self.violation(
+                pos,
+                plan_id,
+                "INV1",
+                "the run's results digest is the digest of its recorded results",
+                "it is not",
+            )
+        passing = {r.attachment_id for r in run.results if r.verdict is True and r.cause is None}
         for r in run.resolved:
             if r.mode == "required" and r.attachment_id not in passing:
-                self.violation(pos, plan_id, "INV1", f"required attachment {r.attachment_id} "
-                               f"({r.validation}) has a passing real result in run {p.run_id}",
-                               "it has none")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "INV1",
+                    f"required attachment {r.attachment_id} "
+                    f"({r.validation}) has a passing real result in run {p.run_id}",
+                    "it has none",
+                )
         binding = list(doc.binding) if doc is not None else []
         if run.resolved != binding:
-            self.violation(pos, plan_id, "binding", "the token's run ran the plan's whole "
-                           f"binding set {_members(binding)}", _members(run.resolved))
+            self.violation(
+                pos,
+                plan_id,
+                "binding",
+                f"the token's run ran the plan's whole binding set {_members(binding)}",
+                _members(run.resolved),
+            )
         self.count("no_vacuous_pass")
         opted_out = doc is not None and not doc.global_config.require_validation
         if not any(r.mode == "required" for r in run.resolved) and not opted_out:
-            self.violation(pos, plan_id, "no_vacuous_pass", "a token from a run in which a "
-                           "required validation ran (the plan did not opt out)",
-                           f"run {p.run_id} ran no required validation")
+            self.violation(
+                pos,
+                plan_id,
+                "no_vacuous_pass",
+                "a token from a run in which a required validation ran (the plan did not opt out)",
+                f"run {p.run_id} ran no required validation",
+            )
         self.check_token_signature(plan_id, pos, p)
         self.check_evidence(plan_id, pos, run)
         # The escalation order: escalate -> decision -> re-validation -> token.
@@ -568,20 +751,34 @@ class _Auditor:
             self.count("ordering")
             decided = walk.decided.get(esc)
             if decided is None or decided[1] != "revise":
-                self.violation(pos, plan_id, "ordering", f"escalation {esc} is decided "
-                               "(revise) before a token", "no such decision before the token")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "ordering",
+                    f"escalation {esc} is decided (revise) before a token",
+                    "no such decision before the token",
+                )
             elif run.position < decided[0]:
-                self.violation(pos, plan_id, "ordering", "the token's run started after the "
-                               f"decision at position {decided[0]}",
-                               f"run {p.run_id} started at position {run.position}")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "ordering",
+                    f"the token's run started after the decision at position {decided[0]}",
+                    f"run {p.run_id} started at position {run.position}",
+                )
 
     def check_token_signature(self, plan_id: str, pos: int, p: TokenMinted) -> None:
         if self.plane_public_key is None:
             return  # not checkable without the plane's public key
         self.count("token_signature")
         if not token_signed(p, self.plane_public_key):
-            self.violation(pos, plan_id, "token_signature", f"token {p.token_id} signed by "
-                           "the plane key", "its signature does not verify")
+            self.violation(
+                pos,
+                plan_id,
+                "token_signature",
+                f"token {p.token_id} signed by the plane key",
+                "its signature does not verify",
+            )
 
     def check_evidence(self, plan_id: str, pos: int, run: _Run) -> None:
         """Every raw output the token's results were judged on is still there."""
@@ -590,46 +787,65 @@ class _Auditor:
                 continue
             self.count("evidence")
             if self.store.get_blob(r.raw_output_sha256) is None:
-                self.violation(pos, plan_id, "evidence", f"the raw output of {r.validation} "
-                               f"(run {run.run_id}) is in the blob store",
-                               f"blob {r.raw_output_sha256} is missing")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "evidence",
+                    f"the raw output of {r.validation} (run {run.run_id}) is in the blob store",
+                    f"blob {r.raw_output_sha256} is missing",
+                )
 
     def resolve_now(self, plan_doc: PlanState | None) -> list[ResolvedAttachment]:
         if plan_doc is None:
             return []  # a forged stream with no plan.created: nothing applies to it
         attachments = [d for d in self.docs.values() if isinstance(d, AttachmentState)]
-        tools = {d.name: d for d in self.docs.values()
-                 if isinstance(d, ToolState) and d.kind == "validation"}
+        tools = {
+            d.name: d
+            for d in self.docs.values()
+            if isinstance(d, ToolState) and d.kind == "validation"
+        }
         return resolve_plan(attachments, tools, plan_doc)
 
     # -- re-derivation ----------------------------------------------------------------
 
-    def check_outcome(self, plan_id: str, pos: int, run: _Run,
-                      p: ValidationRunCompleted) -> None:
+    def check_outcome(self, plan_id: str, pos: int, run: _Run, p: ValidationRunCompleted) -> None:
         self.count("outcome")
         doc = self.plans[plan_id].doc
         outcome, _raw, _reason = classify(
             (msgspec.to_builtins(r) for r in run.results),
-            require_validation=doc.global_config.require_validation if doc is not None
-            else True)
+            require_validation=doc.global_config.require_validation if doc is not None else True,
+        )
         if outcome != p.outcome:
-            self.violation(pos, plan_id, "outcome_drift",
-                           f"outcome {outcome} (rules v{RULES_VERSION})",
-                           f"recorded {p.outcome} (rules v{p.rules_version})")
+            self.violation(
+                pos,
+                plan_id,
+                "outcome_drift",
+                f"outcome {outcome} (rules v{RULES_VERSION})",
+                f"recorded {p.outcome} (rules v{p.rules_version})",
+            )
         vacuous = not any(r.mode == "required" for r in run.results)
         if vacuous != p.vacuous:
-            self.violation(pos, plan_id, "no_vacuous_pass",
-                           f"the run is recorded vacuous={vacuous}",
-                           f"vacuous={p.vacuous}")
+            self.violation(
+                pos,
+                plan_id,
+                "no_vacuous_pass",
+                f"the run is recorded vacuous={vacuous}",
+                f"vacuous={p.vacuous}",
+            )
 
-    def open_routing(self, plan_id: str, walk: _PlanWalk, event: RecordedEvent,
-                     p: GateChecked) -> None:
+    def open_routing(
+        self, plan_id: str, walk: _PlanWalk, event: RecordedEvent, p: GateChecked
+    ) -> None:
         config = walk.doc.global_config if walk.doc is not None else None
         strict = config.strict_mode if config is not None else None
         if p.strict_mode != strict:
-            self.violation(event.position, plan_id, "gate_routing",
-                           f"the gate check records the plan's strict_mode {strict}",
-                           f"strict_mode {p.strict_mode}")
+            self.violation(
+                event.position,
+                plan_id,
+                "gate_routing",
+                f"the gate check records the plan's strict_mode {strict}",
+                f"strict_mode {p.strict_mode}",
+            )
         if p.verdict != "fail":
             return
         if p.strict_mode:
@@ -647,9 +863,13 @@ class _Auditor:
         walk.routing = None
         self.count("gate_routing")
         if seen != expected:
-            self.violation(position, plan_id, "gate_routing",
-                           f"the failed gate check is followed by {', '.join(expected)}",
-                           ", ".join(seen) or "nothing caused by it")
+            self.violation(
+                position,
+                plan_id,
+                "gate_routing",
+                f"the failed gate check is followed by {', '.join(expected)}",
+                ", ".join(seen) or "nothing caused by it",
+            )
 
     def check_gate(self, plan_id: str, pos: int, p: GateChecked, walk: _PlanWalk) -> None:
         if p.schema_sha256 is None:
@@ -659,41 +879,59 @@ class _Auditor:
         checked = self.store.get_blob(p.checked_sha256) if p.checked_sha256 else None
         if schema_bytes is None or checked is None:
             missing = "schema" if schema_bytes is None else "checked bytes"
-            self.violation(pos, plan_id, "gate_rederivation",
-                           f"the gate's {missing} are in the blob store",
-                           f"blob {p.schema_sha256 if schema_bytes is None else p.checked_sha256}"
-                           " is missing")
+            self.violation(
+                pos,
+                plan_id,
+                "gate_rederivation",
+                f"the gate's {missing} are in the blob store",
+                f"blob {p.schema_sha256 if schema_bytes is None else p.checked_sha256} is missing",
+            )
             return
         # A truncated output is never parsed: recorded so (checked_truncated), or the kept
         # bytes of a call whose stdout went over its cap, checked as its output.
-        truncated = (p.checked_truncated if p.checked_truncated is not msgspec.UNSET
-                     else walk.truncated.get((p.step, p.checked_sha256))
-                     if p.gate == "output" else None)
+        truncated = (
+            p.checked_truncated
+            if p.checked_truncated is not msgspec.UNSET
+            else walk.truncated.get((p.step, p.checked_sha256))
+            if p.gate == "output"
+            else None
+        )
         if truncated is not None:
             deviations = [truncated_deviation(truncated)]
             if len(checked) != truncated.kept:
-                self.violation(pos, plan_id, "gate_rederivation",
-                               f"the checked bytes are the {truncated.kept} bytes kept of a "
-                               "truncated output", f"{len(checked)} bytes")
+                self.violation(
+                    pos,
+                    plan_id,
+                    "gate_rederivation",
+                    f"the checked bytes are the {truncated.kept} bytes kept of a truncated output",
+                    f"{len(checked)} bytes",
+                )
         else:
             schema = msgspec.json.decode(bytes(schema_bytes))
             deviations = check(schema, bytes(checked), schema_sha256=p.schema_sha256)
         verdict = "fail" if deviations else "pass"
         if verdict != p.verdict or list(deviations) != list(p.deviations):
-            self.violation(pos, plan_id, "gate_rederivation",
-                           f"verdict {verdict} with {len(deviations)} deviation(s) "
-                           f"{_pointers(deviations)}",
-                           f"recorded {p.verdict} with {len(p.deviations)} deviation(s) "
-                           f"{_pointers(p.deviations)}")
+            self.violation(
+                pos,
+                plan_id,
+                "gate_rederivation",
+                f"verdict {verdict} with {len(deviations)} deviation(s) {_pointers(deviations)}",
+                f"recorded {p.verdict} with {len(p.deviations)} deviation(s) "
+                f"{_pointers(p.deviations)}",
+            )
 
-    def check_transform(self, plan_id: str, event: RecordedEvent,
-                        p: ValidationResultRecorded, run: _Run | None) -> None:
+    def check_transform(
+        self, plan_id: str, event: RecordedEvent, p: ValidationResultRecorded, run: _Run | None
+    ) -> None:
         if run is None or p.raw_output_sha256 is None:
             return
         member = next((r for r in run.resolved if r.attachment_id == p.attachment_id), None)
         tool = self.docs.get(f"tool:{p.validation}")
-        spec = (tool.versions.get(str(member.validation_version))
-                if member is not None and isinstance(tool, ToolState) else None)
+        spec = (
+            tool.versions.get(str(member.validation_version))
+            if member is not None and isinstance(tool, ToolState)
+            else None
+        )
         transform = spec.transform if spec is not None and spec.wraps else None
         if not isinstance(transform, str) or not transform:
             return
@@ -702,35 +940,57 @@ class _Auditor:
         self.count("transform_rederivation")
         if p.stdout_truncated is not msgspec.UNSET:  # never transformed: no verdict
             if p.verdict is not None:
-                self.violation(event.position, plan_id, "transform_rederivation",
-                               "no verdict: the wrapped tool's stdout was truncated at "
-                               f"{p.stdout_truncated.kept} bytes (never transformed)",
-                               f"passed={p.verdict} message={p.message!r}")
+                self.violation(
+                    event.position,
+                    plan_id,
+                    "transform_rederivation",
+                    "no verdict: the wrapped tool's stdout was truncated at "
+                    f"{p.stdout_truncated.kept} bytes (never transformed)",
+                    f"passed={p.verdict} message={p.message!r}",
+                )
             return
         raw = self.store.get_blob(p.raw_output_sha256)
         if raw is None:  # the input of the re-derivation is gone: a finding, not a skip
-            self.violation(event.position, plan_id, "evidence",
-                           f"the raw output {p.validation}'s transform ran on is in the blob "
-                           "store", f"blob {p.raw_output_sha256} is missing")
+            self.violation(
+                event.position,
+                plan_id,
+                "evidence",
+                f"the raw output {p.validation}'s transform ran on is in the blob store",
+                f"blob {p.raw_output_sha256} is missing",
+            )
             return
-        recorded = (f"passed={p.verdict} message={p.message!r}" if p.verdict is not None
-                    else f"no verdict ({p.cause})")
+        recorded = (
+            f"passed={p.verdict} message={p.message!r}"
+            if p.verdict is not None
+            else f"no verdict ({p.cause})"
+        )
         try:
             result = apply_transform(transform, msgspec.json.decode(bytes(raw)))
         except (TransformError, msgspec.DecodeError) as exc:
             if p.verdict is not None:
-                self.violation(event.position, plan_id, "transform_rederivation",
-                               f"the transform fails on the raw output ({exc})", recorded)
+                self.violation(
+                    event.position,
+                    plan_id,
+                    "transform_rederivation",
+                    f"the transform fails on the raw output ({exc})",
+                    recorded,
+                )
             return
         derived = (result["passed"], result.get("message"), result.get("data"))
         if derived != (p.verdict, p.message, p.data):
-            self.violation(event.position, plan_id, "transform_rederivation",
-                           f"passed={derived[0]} message={derived[1]!r}", recorded)
+            self.violation(
+                event.position,
+                plan_id,
+                "transform_rederivation",
+                f"passed={derived[0]} message={derived[1]!r}",
+                recorded,
+            )
 
 
 def _members(binding: Iterable[ResolvedAttachment]) -> str:
-    shown = [f"{b.validation} v{b.validation_version} {b.mode} ({b.attachment_id})"
-             for b in binding]
+    shown = [
+        f"{b.validation} v{b.validation_version} {b.mode} ({b.attachment_id})" for b in binding
+    ]
     return "[" + ", ".join(shown) + "]"
 
 
@@ -752,8 +1012,10 @@ def check_files(store: LogReader, plan_id: str, directory: Path) -> list[Violati
     changes = (doc.applied or doc.applying) if doc is not None else None
     written = changes.files if changes is not None else []
     resources = sorted({f.resource for f in written})
-    chosen = next((r for r in resources if Path(r).resolve() == directory.resolve()),
-                  resources[0] if len(resources) == 1 else None)
+    chosen = next(
+        (r for r in resources if Path(r).resolve() == directory.resolve()),
+        resources[0] if len(resources) == 1 else None,
+    )
     found: list[Violation] = []
     for f in written:
         if f.resource != chosen:
@@ -764,7 +1026,13 @@ def check_files(store: LogReader, plan_id: str, directory: Path) -> list[Violati
         except OSError:
             digest = "missing"
         if digest != f.sha256:
-            found.append(Violation(position=None, plan_id=plan_id, invariant="files",
-                                   expected=f"{f.path} with sha256 {f.sha256}",
-                                   found=digest if digest == "missing" else f"sha256 {digest}"))
+            found.append(
+                Violation(
+                    position=None,
+                    plan_id=plan_id,
+                    invariant="files",
+                    expected=f"{f.path} with sha256 {f.sha256}",
+                    found=digest if digest == "missing" else f"sha256 {digest}",
+                )
+            )
     return found

@@ -36,8 +36,7 @@ def _gate(p: GateChecked) -> str:
     if p.verdict == "pass":
         return f"{p.gate} gate, {subject}: pass"
     kinds = sorted({d.kind for d in p.deviations})
-    return (f"{p.gate} gate, {subject}: fail, {len(p.deviations)} deviation(s) "
-            f"({', '.join(kinds)})")
+    return f"{p.gate} gate, {subject}: fail, {len(p.deviations)} deviation(s) ({', '.join(kinds)})"
 
 
 def _halt(p: PlanHalted) -> str:
@@ -51,37 +50,49 @@ def _short(text: str, width: int = 60) -> str:
 
 
 SUMMARIES: dict[type, Callable[[Any], str]] = {
-    PlanCreated: lambda p: (f"created in Strategize (project {p.project}, "
-                            f"resources {' '.join(p.resources)})"),
+    PlanCreated: lambda p: (
+        f"created in Strategize (project {p.project}, resources {' '.join(p.resources)})"
+    ),
     StrategyRecorded: lambda p: f"strategy, revision {p.revision}: {_short(p.strategy)}",
-    ExecuteEntered: lambda p: (f"entered Execute (revision {p.revision}), "
-                               f"{len(p.binding)} validation(s) pinned"),
+    ExecuteEntered: lambda p: (
+        f"entered Execute (revision {p.revision}), {len(p.binding)} validation(s) pinned"
+    ),
     GateChecked: _gate,
-    AttemptFailed: lambda p: (f"attempt {p.attempt} iteration {p.iteration} failed "
-                              f"({p.failure_class}): {p.reason}"),
+    AttemptFailed: lambda p: (
+        f"attempt {p.attempt} iteration {p.iteration} failed ({p.failure_class}): {p.reason}"
+    ),
     CompensationRequested: lambda p: f"compensation requested: {p.reason}",
     PlanHalted: _halt,
-    ToolCalled: lambda p: (f"tool {p.tool} ({p.executor}) exit {p.exit_code}, "
-                           f"{p.duration_ms} ms"),
-    ValidationRunStarted: lambda p: (f"validation run {p.run_id[-6:]} of attempt {p.attempt}: "
-                                     f"{len(p.resolved)} attachment(s)"),
+    ToolCalled: lambda p: f"tool {p.tool} ({p.executor}) exit {p.exit_code}, {p.duration_ms} ms",
+    ValidationRunStarted: lambda p: (
+        f"validation run {p.run_id[-6:]} of attempt {p.attempt}: {len(p.resolved)} attachment(s)"
+    ),
     ValidationResultRecorded: lambda p: (
         f"{p.validation} [{p.mode}]: "
-        + (("pass" if p.verdict else "fail") if p.verdict is not None
-           else f"no verdict ({p.cause})") + (f" — {_short(p.message)}" if p.message else "")),
-    ValidationRunCompleted: lambda p: (f"outcome {p.outcome} (rules v{p.rules_version})"
-                                       + (", vacuous: no required validation ran"
-                                          if p.vacuous else "")),
+        + (
+            ("pass" if p.verdict else "fail")
+            if p.verdict is not None
+            else f"no verdict ({p.cause})"
+        )
+        + (f" — {_short(p.message)}" if p.message else "")
+    ),
+    ValidationRunCompleted: lambda p: (
+        f"outcome {p.outcome} (rules v{p.rules_version})"
+        + (", vacuous: no required validation ran" if p.vacuous else "")
+    ),
     FixRecorded: lambda p: f"fix for attempt {p.attempt}: {_short(p.note)}",
     StrategyRevisionRequested: lambda p: f"strategy revision {p.revision}: {p.reason}",
     Escalated: lambda p: f"escalated: decision {p.decision_id} ({', '.join(p.options)})",
-    DecisionRecorded: lambda p: (f"decision {p.decision_id}: {p.choice} by {p.approver}"
-                                 + (f" — {_short(p.guidance)}" if p.guidance else "")),
+    DecisionRecorded: lambda p: (
+        f"decision {p.decision_id}: {p.choice} by {p.approver}"
+        + (f" — {_short(p.guidance)}" if p.guidance else "")
+    ),
     TokenMinted: lambda p: f"token {p.token_id} minted (attempt {p.attempt})",
     TokenConsumed: lambda p: f"token {p.token_id} consumed",
     PlanApplied: lambda p: f"applied ({len(p.changed_paths)} path(s) changed)",
-    CompensationCompleted: lambda p: (f"compensation {'completed' if p.succeeded else 'failed'}"
-                                      f" (exit codes {p.exit_codes})"),
+    CompensationCompleted: lambda p: (
+        f"compensation {'completed' if p.succeeded else 'failed'} (exit codes {p.exit_codes})"
+    ),
 }
 
 

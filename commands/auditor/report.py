@@ -247,9 +247,17 @@ def gather_report(
     # it can, the report shows it, and the audit below says what is wrong with it.
     steps = replay_plan(source, plan_id, as_of=size)
     doc = fold_plan.fold_all(e.payload for e in events)  # the state of steps[-1]
-    timeline = [TimelineRow(position=s.position, recorded_at=s.recorded_at, actor=s.actor,
-                            type=s.type, phase=s.phase, summary=line)
-                for s, line in zip(steps, summaries(events), strict=True)]
+    timeline = [
+        TimelineRow(
+            position=s.position,
+            recorded_at=s.recorded_at,
+            actor=s.actor,
+            type=s.type,
+            phase=s.phase,
+            summary=line,
+        )
+        for s, line in zip(steps, summaries(events), strict=True)
+    ]
     if callable(verification):
         verification = verification()
     if audit_report is None:
@@ -258,33 +266,61 @@ def gather_report(
         audit_report = audit_report()
     changes = (doc.applied or doc.applying) if doc is not None else None
     return PlanReport(
-        plan_id=plan_id, project=doc.project if doc else None,
+        plan_id=plan_id,
+        project=doc.project if doc else None,
         resources=list(doc.resources) if doc else [],
-        phase=doc.phase if doc else None, revision=doc.revision if doc else None,
-        attempt=doc.attempt if doc else None, outcome=doc.outcome if doc else None,
+        phase=doc.phase if doc else None,
+        revision=doc.revision if doc else None,
+        attempt=doc.attempt if doc else None,
+        outcome=doc.outcome if doc else None,
         last_outcome=doc.last_outcome if doc else None,
-        terminal=terminal_state(doc), unvalidated=bool(doc and doc.unvalidated),
-        strict_mode=doc.global_config.strict_mode if doc else None, binding=_binding(doc),
-        applied_files=[AppliedFile(resource=f.resource, path=f.path, sha256=f.sha256)
-                       for f in (changes.files if changes is not None else [])],
-        source=source_label, size=size,
-        root=head.root.hex(), generated_at=generated_at or utc_now(),
+        terminal=terminal_state(doc),
+        unvalidated=bool(doc and doc.unvalidated),
+        strict_mode=doc.global_config.strict_mode if doc else None,
+        binding=_binding(doc),
+        applied_files=[
+            AppliedFile(resource=f.resource, path=f.path, sha256=f.sha256)
+            for f in (changes.files if changes is not None else [])
+        ],
+        source=source_label,
+        size=size,
+        root=head.root.hex(),
+        generated_at=generated_at or utc_now(),
         timeline=timeline,
-        gates=_gates(events), runs=_runs(events), decisions=_decisions(source, events, size),
-        tokens=_tokens(events), halts=_halts(events),
+        gates=_gates(events),
+        runs=_runs(events),
+        decisions=_decisions(source, events, size),
+        tokens=_tokens(events),
+        halts=_halts(events),
         verification=_verification(verification),
         audit=AuditSummary(
-            ok=audit_report.ok, size=audit_report.size, checked=dict(audit_report.checked),
-            violations=[ProblemRow(position=v.position, kind=v.invariant,
-                                   detail=f"expected {v.expected}; found {v.found}")
-                        for v in audit_report.violations]),
+            ok=audit_report.ok,
+            size=audit_report.size,
+            checked=dict(audit_report.checked),
+            violations=[
+                ProblemRow(
+                    position=v.position,
+                    kind=v.invariant,
+                    detail=f"expected {v.expected}; found {v.found}",
+                )
+                for v in audit_report.violations
+            ],
+        ),
     )
 
 
 def _binding(doc: PlanState | None) -> list[BindingRow]:
-    return [BindingRow(validation=b.validation, version=b.validation_version, mode=b.mode,
-                       scope=b.scope, resource=b.resource, attachment_id=b.attachment_id)
-            for b in (doc.binding if doc is not None else ())]
+    return [
+        BindingRow(
+            validation=b.validation,
+            version=b.validation_version,
+            mode=b.mode,
+            scope=b.scope,
+            resource=b.resource,
+            attachment_id=b.attachment_id,
+        )
+        for b in (doc.binding if doc is not None else ())
+    ]
 
 
 def _verification(v: Verification) -> VerificationSummary:
@@ -293,10 +329,15 @@ def _verification(v: Verification) -> VerificationSummary:
     else:
         checked_events, checked_blobs = v.checked_events, v.checked_blobs
     return VerificationSummary(
-        ok=v.ok, size=v.size or 0, root=v.root or "", checked_events=checked_events,
+        ok=v.ok,
+        size=v.size or 0,
+        root=v.root or "",
+        checked_events=checked_events,
         checked_blobs=checked_blobs,
-        problems=[ProblemRow(position=p.position, kind=p.kind, detail=p.detail)
-                  for p in v.problems])
+        problems=[
+            ProblemRow(position=p.position, kind=p.kind, detail=p.detail) for p in v.problems
+        ],
+    )
 
 
 def _gates(events: list[RecordedEvent]) -> list[GateRow]:
@@ -305,15 +346,30 @@ def _gates(events: list[RecordedEvent]) -> list[GateRow]:
         p = e.payload
         if not isinstance(p, GateChecked):
             continue
-        deviations = [DeviationRow(
-            pointer=d.pointer or "/", kind=d.kind,
-            message=f"expected {d.expected}; found {d.actual_type}"
-            + (f" (schema {d.schema_pointer})" if d.schema_pointer else ""))
-            for d in p.deviations]
-        rows.append(GateRow(position=e.position, recorded_at=e.recorded_at, gate=p.gate,
-                            tool=p.tool, tool_version=p.tool_version, step=p.step,
-                            verdict=p.verdict, attempt=p.attempt, iteration=p.iteration,
-                            strict_mode=p.strict_mode, deviations=deviations))
+        deviations = [
+            DeviationRow(
+                pointer=d.pointer or "/",
+                kind=d.kind,
+                message=f"expected {d.expected}; found {d.actual_type}"
+                + (f" (schema {d.schema_pointer})" if d.schema_pointer else ""),
+            )
+            for d in p.deviations
+        ]
+        rows.append(
+            GateRow(
+                position=e.position,
+                recorded_at=e.recorded_at,
+                gate=p.gate,
+                tool=p.tool,
+                tool_version=p.tool_version,
+                step=p.step,
+                verdict=p.verdict,
+                attempt=p.attempt,
+                iteration=p.iteration,
+                strict_mode=p.strict_mode,
+                deviations=deviations,
+            )
+        )
     return rows
 
 
@@ -329,17 +385,33 @@ def _runs(events: list[RecordedEvent]) -> list[RunRow]:
     for e in events:
         p = e.payload
         if isinstance(p, ValidationRunStarted):
-            runs[p.run_id] = RunRow(run_id=p.run_id, position=e.position, attempt=p.attempt,
-                                    revision=p.revision, resolved=len(p.resolved), outcome=None,
-                                    rules_version=None, rederived=None, results=[])
+            runs[p.run_id] = RunRow(
+                run_id=p.run_id,
+                position=e.position,
+                attempt=p.attempt,
+                revision=p.revision,
+                resolved=len(p.resolved),
+                outcome=None,
+                rules_version=None,
+                rederived=None,
+                results=[],
+            )
             recorded[p.run_id] = []
         elif isinstance(p, ValidationResultRecorded) and p.run_id in runs:
             run = runs[p.run_id]
             recorded[p.run_id].append(p)
-            run.results.append(ResultRow(
-                position=e.position, validation=p.validation, mode=p.mode,
-                verdict=_verdict(p), message=p.message, duration_ms=p.duration_ms,
-                run_id=p.run_id, attempt=run.attempt))
+            run.results.append(
+                ResultRow(
+                    position=e.position,
+                    validation=p.validation,
+                    mode=p.mode,
+                    verdict=_verdict(p),
+                    message=p.message,
+                    duration_ms=p.duration_ms,
+                    run_id=p.run_id,
+                    attempt=run.attempt,
+                )
+            )
         elif isinstance(p, ValidationRunCompleted) and p.run_id in runs:
             run = runs[p.run_id]
             run.outcome, run.rules_version = p.outcome, p.rules_version
@@ -357,26 +429,52 @@ def _decisions(source: LogReader, events: list[RecordedEvent], size: int) -> lis
         if isinstance(p, Escalated):
             escalations[p.decision_id] = e
             rows[p.decision_id] = DecisionRow(
-                decision_id=p.decision_id, escalated_at=e.position, escalation_reason=p.reason,
-                options=list(p.options), position=None, approver=None, choice=None,
-                guidance=None, reason=None, signed_at=None, key_fingerprint=None,
-                signature="pending")
+                decision_id=p.decision_id,
+                escalated_at=e.position,
+                escalation_reason=p.reason,
+                options=list(p.options),
+                position=None,
+                approver=None,
+                choice=None,
+                guidance=None,
+                reason=None,
+                signed_at=None,
+                key_fingerprint=None,
+                signature="pending",
+            )
         elif isinstance(p, DecisionRecorded):
             escalation = escalations.get(p.decision_id)
             row = rows.get(p.decision_id) or DecisionRow(
-                decision_id=p.decision_id, escalated_at=0, escalation_reason="",
-                options=[], position=None, approver=None, choice=None, guidance=None,
-                reason=None, signed_at=None, key_fingerprint=None, signature="")
+                decision_id=p.decision_id,
+                escalated_at=0,
+                escalation_reason="",
+                options=[],
+                position=None,
+                approver=None,
+                choice=None,
+                guidance=None,
+                reason=None,
+                signed_at=None,
+                key_fingerprint=None,
+                signature="",
+            )
             rows[p.decision_id] = msgspec.structs.replace(
-                row, position=e.position, approver=p.approver, choice=p.choice,
-                guidance=p.guidance, reason=p.reason, signed_at=p.signed_at,
+                row,
+                position=e.position,
+                approver=p.approver,
+                choice=p.choice,
+                guidance=p.guidance,
+                reason=p.reason,
+                signed_at=p.signed_at,
                 key_fingerprint=p.key_fingerprint,
-                signature=_signature_status(source, e, escalation, size))
+                signature=_signature_status(source, e, escalation, size),
+            )
     return list(rows.values())
 
 
-def _signature_status(source: LogReader, event: RecordedEvent,
-                      escalation: RecordedEvent | None, size: int) -> str:
+def _signature_status(
+    source: LogReader, event: RecordedEvent, escalation: RecordedEvent | None, size: int
+) -> str:
     """Re-check the decision's Ed25519 signature as the plane does
     (``authority.decision_problem``): by the approver key registered in the log before
     the decision, over the record pinned to the escalation's leaf hash (which a bundle
@@ -387,9 +485,12 @@ def _signature_status(source: LogReader, event: RecordedEvent,
         approver = fold_approver(approver, e.payload)
     key = approver.keys.get(p.key_fingerprint) if approver is not None else None
     problem = decision_problem(
-        p, escalation.leaf_hash if escalation is not None else None,
+        p,
+        escalation.leaf_hash if escalation is not None else None,
         ApproverKey(approver.name, key.public_key, key.status)
-        if approver is not None and key is not None else None)
+        if approver is not None and key is not None
+        else None,
+    )
     return "verified" if problem is None else f"broken: expected {problem}"
 
 
@@ -402,26 +503,42 @@ def _tokens(events: list[RecordedEvent]) -> list[TokenRow]:
             if current is not None and tokens[current].status == "minted":
                 tokens[current].status = "superseded"
             tokens[p.token_id] = TokenRow(
-                token_id=p.token_id, status="minted", attempt=p.attempt, run_id=p.run_id,
-                minted_at=e.position, issued_at=p.issued_at, expires_at=p.expires_at,
-                consumed_at=None)
+                token_id=p.token_id,
+                status="minted",
+                attempt=p.attempt,
+                run_id=p.run_id,
+                minted_at=e.position,
+                issued_at=p.issued_at,
+                expires_at=p.expires_at,
+                consumed_at=None,
+            )
             current = p.token_id
         elif isinstance(p, TokenConsumed) and p.token_id in tokens:
             row = tokens[p.token_id]
             row.status = "consumed"
             row.consumed_at = row.consumed_at or e.position
-        elif isinstance(p, ValidationRunStarted | FixRecorded | ToolCalled) \
-                and current is not None and tokens[current].status == "minted":
+        elif (
+            isinstance(p, ValidationRunStarted | FixRecorded | ToolCalled)
+            and current is not None
+            and tokens[current].status == "minted"
+        ):
             # The same events the plan fold treats as superseding a minted token.
             tokens[current].status = "superseded"
     return list(tokens.values())
 
 
 def _halts(events: list[RecordedEvent]) -> list[HaltRow]:
-    return [HaltRow(position=e.position, halt_type=e.payload.halt_type,
-                    raw_halt_type=e.payload.raw_halt_type, reason=e.payload.reason,
-                    terminal=e.payload.terminal)
-            for e in events if isinstance(e.payload, PlanHalted)]
+    return [
+        HaltRow(
+            position=e.position,
+            halt_type=e.payload.halt_type,
+            raw_halt_type=e.payload.raw_halt_type,
+            reason=e.payload.reason,
+            terminal=e.payload.terminal,
+        )
+        for e in events
+        if isinstance(e.payload, PlanHalted)
+    ]
 
 
 # ----------------------------------------------------------------------- rendering
@@ -451,10 +568,25 @@ footer{margin-top:32px;color:#6b7480;font-size:12px}
 """
 
 _OK = {"pass", "verified", "ok", "applied", "consumed"}
-_BAD = {"fail", "blocker", "failed", "internal_error", "validator_error",
-        "environment_error", "FAILED"}
-_WARN = {"escalate", "pending", "minted", "superseded", "revise", "abandon",
-         "applied (unvalidated)", "vacuous"}
+_BAD = {
+    "fail",
+    "blocker",
+    "failed",
+    "internal_error",
+    "validator_error",
+    "environment_error",
+    "FAILED",
+}
+_WARN = {
+    "escalate",
+    "pending",
+    "minted",
+    "superseded",
+    "revise",
+    "abandon",
+    "applied (unvalidated)",
+    "vacuous",
+}
 
 
 def _e(value: Any) -> str:
@@ -477,8 +609,9 @@ def _badge(value: Any) -> str:
     return f'<span class="badge {kind}">{_e(text)}</span>'
 
 
-def _table(headers: list[str], rows: list[list[str]], *, empty: str,
-           row_classes: list[str] | None = None) -> str:
+def _table(
+    headers: list[str], rows: list[list[str]], *, empty: str, row_classes: list[str] | None = None
+) -> str:
     """``rows`` hold already-rendered (escaped) cells."""
     if not rows:
         return f'<p class="none">{_e(empty)}</p>'
@@ -512,8 +645,13 @@ def _terminal(r: PlanReport) -> str:
     if not r.terminal:
         return _e("not terminal")
     if r.terminal.endswith("(unvalidated)"):
-        return (_badge(r.terminal) + " " + _e("Apply after a run in which no required "
-                                             "validation ran (require_validation: false)"))
+        return (
+            _badge(r.terminal)
+            + " "
+            + _e(
+                "Apply after a run in which no required validation ran (require_validation: false)"
+            )
+        )
     return _badge(r.terminal)
 
 
@@ -521,134 +659,270 @@ def render_html(report: PlanReport) -> str:
     """The report as one self-contained HTML page."""
     r = report
     verified = r.verification.ok and r.audit.ok
-    header = _dl([
-        ("plan", _code(r.plan_id)),
-        ("project", _e(r.project)),
-        ("resources", ", ".join(_code(x) for x in r.resources) or _e(None)),
-        ("phase", _e(r.phase)),
-        ("revision / attempt", f"{_e(r.revision)} / {_e(r.attempt)}"),
-        ("strict mode", _e(_yes_no(r.strict_mode))),
-        ("outcome", _badge(r.outcome)),
-        ("terminal state", _terminal(r)),
-        ("log", f"{_e(r.source or 'ledger')} as of position {_e(r.size)}, root "
-                f"{_code(r.root)}"),
-        ("verification", _badge("verified" if verified else "FAILED")),
-    ])
+    header = _dl(
+        [
+            ("plan", _code(r.plan_id)),
+            ("project", _e(r.project)),
+            ("resources", ", ".join(_code(x) for x in r.resources) or _e(None)),
+            ("phase", _e(r.phase)),
+            ("revision / attempt", f"{_e(r.revision)} / {_e(r.attempt)}"),
+            ("strict mode", _e(_yes_no(r.strict_mode))),
+            ("outcome", _badge(r.outcome)),
+            ("terminal state", _terminal(r)),
+            (
+                "log",
+                f"{_e(r.source or 'ledger')} as of position {_e(r.size)}, root {_code(r.root)}",
+            ),
+            ("verification", _badge("verified" if verified else "FAILED")),
+        ]
+    )
     header += "<h3>Binding set (pinned at Execute)</h3>" + _table(
         ["validation", "version", "mode", "scope", "resource", "attachment"],
-        [[_e(b.validation), _e(b.version), _e(b.mode), _e(b.scope), _code(b.resource),
-          _code(b.attachment_id)] for b in r.binding],
-        empty="no validation pinned")
+        [
+            [
+                _e(b.validation),
+                _e(b.version),
+                _e(b.mode),
+                _e(b.scope),
+                _code(b.resource),
+                _code(b.attachment_id),
+            ]
+            for b in r.binding
+        ],
+        empty="no validation pinned",
+    )
     header += "<h3>Files written by Apply</h3>" + _table(
         ["resource", "path", "sha256"],
         [[_code(f.resource), _code(f.path), _code(f.sha256)] for f in r.applied_files],
-        empty="none")
+        empty="none",
+    )
 
     timeline = _table(
         ["pos", "time", "actor", "event", "phase", "summary"],
-        [[_e(t.position), _nw(t.recorded_at), _e(t.actor), _nw(t.type, code=True), _e(t.phase),
-          _e(t.summary)] for t in r.timeline], empty="no events")
+        [
+            [
+                _e(t.position),
+                _nw(t.recorded_at),
+                _e(t.actor),
+                _nw(t.type, code=True),
+                _e(t.phase),
+                _e(t.summary),
+            ]
+            for t in r.timeline
+        ],
+        empty="no events",
+    )
 
     gate_rows, gate_classes = [], []
     for g in r.gates:
         subject = f"tool {g.tool}" + (f" v{g.tool_version}" if g.tool_version else "")
         if g.step:
             subject += f", step {g.step}"
-        gate_rows.append([_e(g.position), _e(g.gate), _e(subject), _badge(g.verdict),
-                          _e(f"{g.attempt} / {g.iteration}"), _e(_yes_no(g.strict_mode)),
-                          _e(len(g.deviations))])
+        gate_rows.append(
+            [
+                _e(g.position),
+                _e(g.gate),
+                _e(subject),
+                _badge(g.verdict),
+                _e(f"{g.attempt} / {g.iteration}"),
+                _e(_yes_no(g.strict_mode)),
+                _e(len(g.deviations)),
+            ]
+        )
         gate_classes.append("fail" if g.verdict == "fail" else "")
-    gates = _table(["pos", "gate", "subject", "verdict", "attempt / iteration", "strict",
-                    "deviations"], gate_rows, empty="no gate checks",
-                   row_classes=gate_classes)
-    deviations = [[_e(g.position), _code(d.pointer), _code(d.kind), _e(d.message)]
-                  for g in r.gates for d in g.deviations]
-    gates += "<h3>Deviations</h3>" + _table(["gate check", "pointer", "kind", "message"],
-                                             deviations, empty="no deviations")
+    gates = _table(
+        ["pos", "gate", "subject", "verdict", "attempt / iteration", "strict", "deviations"],
+        gate_rows,
+        empty="no gate checks",
+        row_classes=gate_classes,
+    )
+    deviations = [
+        [_e(g.position), _code(d.pointer), _code(d.kind), _e(d.message)]
+        for g in r.gates
+        for d in g.deviations
+    ]
+    gates += "<h3>Deviations</h3>" + _table(
+        ["gate check", "pointer", "kind", "message"], deviations, empty="no deviations"
+    )
 
     results = _table(
         ["pos", "validation", "mode", "verdict", "message", "duration", "run / attempt"],
-        [[_e(x.position), _e(x.validation), _e(x.mode), _badge(x.verdict), _e(x.message),
-          _nw(f"{x.duration_ms} ms"), f"{_code(x.run_id[-6:])} / {_e(x.attempt)}"]
-         for run in r.runs for x in run.results], empty="no validation results",
-        row_classes=["fail" if x.verdict != "pass" else "" for run in r.runs
-                     for x in run.results])
+        [
+            [
+                _e(x.position),
+                _e(x.validation),
+                _e(x.mode),
+                _badge(x.verdict),
+                _e(x.message),
+                _nw(f"{x.duration_ms} ms"),
+                f"{_code(x.run_id[-6:])} / {_e(x.attempt)}",
+            ]
+            for run in r.runs
+            for x in run.results
+        ],
+        empty="no validation results",
+        row_classes=["fail" if x.verdict != "pass" else "" for run in r.runs for x in run.results],
+    )
 
     decisions = _table(
-        ["decision", "escalated", "options", "approver", "choice", "guidance / reason",
-         "signed at", "signature"],
-        [[_code(d.decision_id), f"{_e(d.escalated_at)}: {_e(d.escalation_reason)}",
-          _e(", ".join(d.options)), _e(d.approver), _badge(d.choice),
-          _e(" / ".join(x for x in (d.guidance, d.reason) if x) or None), _nw(d.signed_at),
-          _badge(d.signature)] for d in r.decisions],
-        empty="no escalations or decisions")
+        [
+            "decision",
+            "escalated",
+            "options",
+            "approver",
+            "choice",
+            "guidance / reason",
+            "signed at",
+            "signature",
+        ],
+        [
+            [
+                _code(d.decision_id),
+                f"{_e(d.escalated_at)}: {_e(d.escalation_reason)}",
+                _e(", ".join(d.options)),
+                _e(d.approver),
+                _badge(d.choice),
+                _e(" / ".join(x for x in (d.guidance, d.reason) if x) or None),
+                _nw(d.signed_at),
+                _badge(d.signature),
+            ]
+            for d in r.decisions
+        ],
+        empty="no escalations or decisions",
+    )
 
     tokens = _table(
         ["token", "status", "attempt", "run", "minted at", "issued", "expires", "consumed at"],
-        [[_code(t.token_id), _badge(t.status), _e(t.attempt), _code(t.run_id),
-          _e(t.minted_at), _nw(t.issued_at), _nw(t.expires_at), _e(t.consumed_at)]
-         for t in r.tokens], empty="no token minted")
+        [
+            [
+                _code(t.token_id),
+                _badge(t.status),
+                _e(t.attempt),
+                _code(t.run_id),
+                _e(t.minted_at),
+                _nw(t.issued_at),
+                _nw(t.expires_at),
+                _e(t.consumed_at),
+            ]
+            for t in r.tokens
+        ],
+        empty="no token minted",
+    )
 
-    outcome = _dl([("outcome", _badge(r.outcome)),
-                   ("last run's outcome", _badge(r.last_outcome)
-                    + (_e(" — no required validation ran") if r.unvalidated else "")),
-                   ("terminal state", _terminal(r))])
+    outcome = _dl(
+        [
+            ("outcome", _badge(r.outcome)),
+            (
+                "last run's outcome",
+                _badge(r.last_outcome)
+                + (_e(" — no required validation ran") if r.unvalidated else ""),
+            ),
+            ("terminal state", _terminal(r)),
+        ]
+    )
     outcome += "<h3>Runs</h3>" + _table(
-        ["run", "pos", "attempt / revision", "attachments", "recorded outcome",
-         f"re-derived (rules v{RULES_VERSION})"],
-        [[_code(x.run_id), _e(x.position), _e(f"{x.attempt} / {x.revision}"),
-          _e(x.resolved),
-          (_badge(x.outcome) + _e(f" (rules v{x.rules_version})")
-           + (" " + _badge("vacuous") if x.vacuous else "")) if x.outcome
-          else _e("open"),
-          _badge(x.rederived)] for x in r.runs], empty="no validation runs")
+        [
+            "run",
+            "pos",
+            "attempt / revision",
+            "attachments",
+            "recorded outcome",
+            f"re-derived (rules v{RULES_VERSION})",
+        ],
+        [
+            [
+                _code(x.run_id),
+                _e(x.position),
+                _e(f"{x.attempt} / {x.revision}"),
+                _e(x.resolved),
+                (
+                    _badge(x.outcome)
+                    + _e(f" (rules v{x.rules_version})")
+                    + (" " + _badge("vacuous") if x.vacuous else "")
+                )
+                if x.outcome
+                else _e("open"),
+                _badge(x.rederived),
+            ]
+            for x in r.runs
+        ],
+        empty="no validation runs",
+    )
     outcome += "<h3>Halts</h3>" + _table(
         ["pos", "canonical", "raw", "terminal", "reason"],
-        [[_e(h.position), _badge(h.halt_type), _code(h.raw_halt_type), _e(_yes_no(h.terminal)),
-          _e(h.reason)] for h in r.halts], empty="no halts")
+        [
+            [
+                _e(h.position),
+                _badge(h.halt_type),
+                _code(h.raw_halt_type),
+                _e(_yes_no(h.terminal)),
+                _e(h.reason),
+            ]
+            for h in r.halts
+        ],
+        empty="no halts",
+    )
 
     v, a = r.verification, r.audit
-    verify_line = (f"{_badge('verified')} {_e(v.checked_events)} events and "
-                   f"{_e(v.checked_blobs)} blobs verified" if v.ok else
-                   f"{_badge('FAILED')} {_e(len(v.problems))} problem(s)")
-    audit_line = (f"{_badge('ok')} {_e(a.size)} events audited, no violation" if a.ok else
-                  f"{_badge('FAILED')} {_e(len(a.violations))} violation(s)")
-    verification = _dl([
-        ("log (verify)", verify_line),
-        ("tree head", f"{_e(v.size)} : {_code(v.root)}"),
-        ("invariants (audit --plan)", audit_line),
-        ("checks run", _e(", ".join(f"{k} {n}" for k, n in a.checked.items()) or None)),
-    ])
+    verify_line = (
+        f"{_badge('verified')} {_e(v.checked_events)} events and "
+        f"{_e(v.checked_blobs)} blobs verified"
+        if v.ok
+        else f"{_badge('FAILED')} {_e(len(v.problems))} problem(s)"
+    )
+    audit_line = (
+        f"{_badge('ok')} {_e(a.size)} events audited, no violation"
+        if a.ok
+        else f"{_badge('FAILED')} {_e(len(a.violations))} violation(s)"
+    )
+    verification = _dl(
+        [
+            ("log (verify)", verify_line),
+            ("tree head", f"{_e(v.size)} : {_code(v.root)}"),
+            ("invariants (audit --plan)", audit_line),
+            ("checks run", _e(", ".join(f"{k} {n}" for k, n in a.checked.items()) or None)),
+        ]
+    )
     if v.problems:
         verification += "<h3>Verification problems</h3>" + _table(
             ["position", "kind", "detail"],
-            [[_e(p.position if p.position is not None else "head"), _code(p.kind),
-              _e(p.detail)] for p in v.problems], empty="")
+            [
+                [_e(p.position if p.position is not None else "head"), _code(p.kind), _e(p.detail)]
+                for p in v.problems
+            ],
+            empty="",
+        )
     if a.violations:
         verification += "<h3>Audit violations</h3>" + _table(
             ["position", "invariant", "detail"],
-            [[_e(p.position if p.position is not None else "log"), _code(p.kind),
-              _e(p.detail)] for p in a.violations], empty="")
+            [
+                [_e(p.position if p.position is not None else "log"), _code(p.kind), _e(p.detail)]
+                for p in a.violations
+            ],
+            empty="",
+        )
 
-    body = "".join([
-        f"<h1>Evidence report: plan {_e(r.plan_id)}</h1>",
-        _section("plan", "Plan", header),
-        _section("timeline", "Timeline", timeline),
-        _section("gates", "Gate checks", gates),
-        _section("validations", "Validation results", results),
-        _section("decisions", "Decisions", decisions),
-        _section("token", "Token", tokens),
-        _section("outcome", "Outcome classification", outcome),
-        _section("verification", "Verification", verification),
-        f"<footer>Generated {_e(r.generated_at)} by evidence {_e(ledger.__version__)} "
-        f"from {_e(r.source or 'the ledger')} at tree size {_e(r.size)}.</footer>",
-    ])
+    body = "".join(
+        [
+            f"<h1>Evidence report: plan {_e(r.plan_id)}</h1>",
+            _section("plan", "Plan", header),
+            _section("timeline", "Timeline", timeline),
+            _section("gates", "Gate checks", gates),
+            _section("validations", "Validation results", results),
+            _section("decisions", "Decisions", decisions),
+            _section("token", "Token", tokens),
+            _section("outcome", "Outcome classification", outcome),
+            _section("verification", "Verification", verification),
+            f"<footer>Generated {_e(r.generated_at)} by evidence {_e(ledger.__version__)} "
+            f"from {_e(r.source or 'the ledger')} at tree size {_e(r.size)}.</footer>",
+        ]
+    )
     # The CSP forbids every fetch: the page must stand alone, offline, as it is.
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>Evidence report: {_e(r.plan_id)}</title><style>{CSS}</style></head>"
         f"<body>{body}</body></html>\n"
     )

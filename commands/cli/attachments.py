@@ -21,20 +21,31 @@ from .terminal import inert
 @click.option("--resource", required=True, help="The resource the validation gates.")
 @click.option("--project", help="Only when the resource is used through this project.")
 @click.option("--plan", help="Only for this plan.")
-@click.option("--args", "args", metavar="JSON|@file",
-              help="Arguments, checked against the validation's input schema.")
+@click.option(
+    "--args",
+    "args",
+    metavar="JSON|@file",
+    help="Arguments, checked against the validation's input schema.",
+)
 @db_option
 @json_option
-def attach(validation: str, resource: str, project: str | None, plan: str | None,
-           args: str | None, as_json: bool) -> None:
+def attach(
+    validation: str,
+    resource: str,
+    project: str | None,
+    plan: str | None,
+    args: str | None,
+    as_json: bool,
+) -> None:
     """Attach VALIDATION to a resource; prints the new attachment's ULID."""
     if project and plan:
         fail("give --project or --plan, not both (an attachment has one scope)")
     raw = json_or_file(args, "--args") if args is not None else {}
     if not isinstance(raw, dict):
         fail("--args must be a JSON object")
-    doc = attach_validation(open_plane(), validation, resource=resource, project=project,
-                            plan=plan, args=raw)
+    doc = attach_validation(
+        open_plane(), validation, resource=resource, project=project, plan=plan, args=raw
+    )
     if as_json:
         emit_json({"attachment": to_json(doc)})
     else:
@@ -62,28 +73,35 @@ def detach(attachment_id: str, reason: str, as_json: bool) -> None:
 @click.option("--as-of", "as_of", type=whole(0), help="As of this position.")
 @db_option
 @json_option
-def resolve(resource: str, project: str | None, plan: str | None, as_of: int | None,
-            as_json: bool) -> None:
+def resolve(
+    resource: str, project: str | None, plan: str | None, as_of: int | None, as_json: bool
+) -> None:
     """Which validations apply to work on a resource: union of scopes, most specific wins.
 
     With --plan, also the plan's binding set, pinned when it entered Execute: that set,
     not today's resolution, is what its validations run (detach and re-registration
     bind later plans only)."""
     plane = open_plane()
-    rows = resolve_attachments(plane, resource=resource, project=project, plan=plan,
-                               as_of=as_of)
+    rows = resolve_attachments(plane, resource=resource, project=project, plan=plan, as_of=as_of)
     pinned = pinned_binding(plane, plan, as_of=as_of) if plan is not None else None
     if as_json:
         emit_json({"attachments": rows, "pinned": pinned})
         return
-    print_table(["attachment", "scope", "validation", "version", "mode", "args"],
-                _rows(rows))
+    print_table(["attachment", "scope", "validation", "version", "mode", "args"], _rows(rows))
     if pinned is not None:
         click.echo(f"\nplan {inert(plan)}'s binding set, pinned at Execute ({len(pinned)}):")
-        print_table(["attachment", "scope", "validation", "version", "mode", "args"],
-                    _rows(pinned))
+        print_table(["attachment", "scope", "validation", "version", "mode", "args"], _rows(pinned))
 
 
 def _rows(rows: list[ResolvedAttachment]) -> list[list[str]]:
-    return [[r.attachment_id, r.scope, r.validation, str(r.validation_version), r.mode,
-             msgspec.json.encode(r.args).decode()] for r in rows]
+    return [
+        [
+            r.attachment_id,
+            r.scope,
+            r.validation,
+            str(r.validation_version),
+            r.mode,
+            msgspec.json.encode(r.args).decode(),
+        ]
+        for r in rows
+    ]

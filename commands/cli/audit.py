@@ -46,35 +46,73 @@ from .common import (
 from .inputs import whole
 from .terminal import inert
 
-__all__ = ["audit", "checkpoint", "prove", "replay", "verify_against_checkpoint",
-           "verify_checkpoint_command"]
+__all__ = [
+    "audit",
+    "checkpoint",
+    "prove",
+    "replay",
+    "verify_against_checkpoint",
+    "verify_checkpoint_command",
+]
 
 
 @click.command()
 @click.argument("plan_id")
-@click.option("--as-of", "as_of", type=whole(1), default=None, metavar="POS",
-              help="Stop at this log position.")
+@click.option(
+    "--as-of",
+    "as_of",
+    type=whole(1),
+    default=None,
+    metavar="POS",
+    help="Stop at this log position.",
+)
 @bundle_option
 @public_key_option
 @db_option
 @json_option
-def replay(plan_id: str, as_of: int | None, bundle_file: Path | None,
-           public_key_file: Path | None, as_json: bool) -> None:
+def replay(
+    plan_id: str,
+    as_of: int | None,
+    bundle_file: Path | None,
+    public_key_file: Path | None,
+    as_json: bool,
+) -> None:
     """The plan's state after each of its events, folded from the log."""
-    log = (open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file
-           else open_store())
+    log = (
+        open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file else open_store()
+    )
     steps = replay_plan(log, plan_id, as_of)
     if as_json:
         emit_json({"plan_id": plan_id, "as_of": as_of, "steps": steps})
         return
     print_table(
-        ["pos", "event", "phase", "rev", "attempt", "retries_left", "outcome", "token",
-         "terminal", "summary"],
-        [[str(s.position), s.type, s.phase or "-", _str(s.revision), _str(s.attempt),
-          _str(s.retries_left), s.outcome or "-",
-          f"{s.token['token_id'][-6:]} {s.token['status']}" if s.token else "-",
-          terminal_label(s.terminal, bool(s.document.get("unvalidated"))) or "-", s.summary]
-         for s in steps],
+        [
+            "pos",
+            "event",
+            "phase",
+            "rev",
+            "attempt",
+            "retries_left",
+            "outcome",
+            "token",
+            "terminal",
+            "summary",
+        ],
+        [
+            [
+                str(s.position),
+                s.type,
+                s.phase or "-",
+                _str(s.revision),
+                _str(s.attempt),
+                _str(s.retries_left),
+                s.outcome or "-",
+                f"{s.token['token_id'][-6:]} {s.token['status']}" if s.token else "-",
+                terminal_label(s.terminal, bool(s.document.get("unvalidated"))) or "-",
+                s.summary,
+            ]
+            for s in steps
+        ],
     )
 
 
@@ -86,25 +124,38 @@ def _str(value: int | None) -> str:
 @click.option("--plan", "plan_id", default=None, help="Only this plan's events.")
 @bundle_option
 @public_key_option
-@click.option("--plane-key", "plane_key_file", default=None,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="The plane's public key: every token must be signed by it (default: the "
-                   "plane key of the database, if it is here; with --bundle, none).")
-@click.option("--files", "files_dir", default=None,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="With --plan: compare this resource directory with the change set the "
-                   "plan's Apply wrote.")
+@click.option(
+    "--plane-key",
+    "plane_key_file",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The plane's public key: every token must be signed by it (default: the "
+    "plane key of the database, if it is here; with --bundle, none).",
+)
+@click.option(
+    "--files",
+    "files_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="With --plan: compare this resource directory with the change set the plan's Apply wrote.",
+)
 @db_option
 @json_option
-def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path | None,
-          plane_key_file: Path | None, files_dir: Path | None, as_json: bool) -> None:
+def audit(
+    plan_id: str | None,
+    bundle_file: Path | None,
+    public_key_file: Path | None,
+    plane_key_file: Path | None,
+    files_dir: Path | None,
+    as_json: bool,
+) -> None:
     """Check the invariants and re-derive every verdict from recorded inputs."""
     if files_dir is not None and plan_id is None:
         fail("--files needs --plan P")
-    log = (open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file
-           else open_store())
-    report = run_audit(log, plan=plan_id,
-                       plane_public_key=_plane_public_key(log, plane_key_file))
+    log = (
+        open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file else open_store()
+    )
+    report = run_audit(log, plan=plan_id, plane_public_key=_plane_public_key(log, plane_key_file))
     if files_dir is not None and plan_id is not None:
         report.checked["files"] = 1
         report.violations.extend(check_files(log, plan_id, files_dir))
@@ -115,28 +166,45 @@ def audit(plan_id: str | None, bundle_file: Path | None, public_key_file: Path |
         out = console()
         checks = ", ".join(f"{k} {v}" for k, v in report.checked.items())
         if report.unvalidated:
-            out.print(f"note: applied UNVALIDATED (require_validation: false, no required "
-                      f"validation ran): {inert(', '.join(report.unvalidated))}",
-                      markup=False)
+            out.print(
+                f"note: applied UNVALIDATED (require_validation: false, no required "
+                f"validation ran): {inert(', '.join(report.unvalidated))}",
+                markup=False,
+            )
         if report.ok:
             out.print(f"ok: {report.size} events audited ({checks})", markup=False)
         else:
-            out.print(f"FAILED: {len(report.violations)} violation(s) in {report.size} events",
-                      markup=False)
+            out.print(
+                f"FAILED: {len(report.violations)} violation(s) in {report.size} events",
+                markup=False,
+            )
             for v in report.violations:
                 at = f"position {v.position}" if v.position is not None else "log"
-                out.print(inert(f"  {at}: {v.invariant}"
-                                + (f" (plan {v.plan_id})" if v.plan_id else "")
-                                + f": expected {v.expected}; found {v.found}"), markup=False)
+                out.print(
+                    inert(
+                        f"  {at}: {v.invariant}"
+                        + (f" (plan {v.plan_id})" if v.plan_id else "")
+                        + f": expected {v.expected}; found {v.found}"
+                    ),
+                    markup=False,
+                )
     if not report.ok:
         click.get_current_context().exit(EXIT_VERDICT)
 
 
 @click.command()
-@click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Sign with this Ed25519 private key (default: the plane key).")
-@click.option("--origin", default=None, metavar="NAME",
-              help="The checkpoint's origin line (default: evidence-ledger/<ledger id>).")
+@click.option(
+    "--key",
+    "key_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Sign with this Ed25519 private key (default: the plane key).",
+)
+@click.option(
+    "--origin",
+    default=None,
+    metavar="NAME",
+    help="The checkpoint's origin line (default: evidence-ledger/<ledger id>).",
+)
 @db_option
 @json_option
 def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None:
@@ -150,17 +218,30 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
     except CheckpointError as exc:
         fail(f"--origin: {exc}")
     if as_json:
-        emit_json({"checkpoint": text, "origin": origin, "size": head.size,
-                   "root": head.root.hex(), "key_name": origin,
-                   "public_key": public_key_b64(key), "fingerprint": fingerprint(key)})
+        emit_json(
+            {
+                "checkpoint": text,
+                "origin": origin,
+                "size": head.size,
+                "root": head.root.hex(),
+                "key_name": origin,
+                "public_key": public_key_b64(key),
+                "fingerprint": fingerprint(key),
+            }
+        )
     else:
         click.echo(text, nl=False)
 
 
 @click.command()
 @click.argument("position", type=whole(1))
-@click.option("--size", type=whole(1), default=None, metavar="N",
-              help="In the tree of the first N events (default: the whole log).")
+@click.option(
+    "--size",
+    type=whole(1),
+    default=None,
+    metavar="N",
+    help="In the tree of the first N events (default: the whole log).",
+)
 @db_option
 @json_option
 def prove(position: int, size: int | None, as_json: bool) -> None:
@@ -195,8 +276,9 @@ def _plane_public_key(log: Any, plane_key_file: Path | None) -> Ed25519PublicKey
 # ------------------------------------------------------- verify --checkpoint FILE (helper)
 
 
-def verify_checkpoint_command(checkpoint_file: Path, public_key_file: Path | None,
-                              as_json: bool) -> CheckpointReport:
+def verify_checkpoint_command(
+    checkpoint_file: Path, public_key_file: Path | None, as_json: bool
+) -> CheckpointReport:
     """The body of ``evidence verify --checkpoint FILE [--public-key FILE]``: check the
     note's signature (by the public key given, else the plane key's) and that the log
     extends its tree head; print the report; exit 1 if anything failed."""
@@ -225,9 +307,11 @@ def print_checkpoint_report(report: CheckpointReport) -> None:
     cp = report.checkpoint
     if report.ok and cp is not None:
         out.print(f"ok: {v.size} events and {v.checked_blobs} blobs verified", markup=False)
-        out.print(f"signed checkpoint {inert(cp.origin)} {cp.size}:{cp.root}: signature ok, "
-                  f"consistent with the current log ({len(cp.consistency_proof)}-hash proof)",
-                  markup=False)
+        out.print(
+            f"signed checkpoint {inert(cp.origin)} {cp.size}:{cp.root}: signature ok, "
+            f"consistent with the current log ({len(cp.consistency_proof)}-hash proof)",
+            markup=False,
+        )
     else:
         problems = [*report.problems, *v.problems]
         out.print(f"FAILED: {len(problems)} problem(s)", markup=False)

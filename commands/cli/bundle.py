@@ -37,7 +37,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def bundle_option(fn: F) -> F:
     return click.option(
-        "--bundle", "bundle_file", type=click.Path(dir_okay=False, path_type=Path),
+        "--bundle",
+        "bundle_file",
+        type=click.Path(dir_okay=False, path_type=Path),
         default=None,
         help="Read this offline bundle (evidence export --bundle) instead of a database.",
     )(fn)
@@ -48,9 +50,10 @@ def public_key_option(fn: F) -> F:
     (silently ignoring a key the user meant to check with would be a false assurance)."""
 
     @click.option(
-        "--public-key", "public_key_file", type=click.Path(dir_okay=False, path_type=Path),
-        help="With --bundle: check its checkpoint with this key (default: the key it "
-             "carries).",
+        "--public-key",
+        "public_key_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="With --bundle: check its checkpoint with this key (default: the key it carries).",
     )
     @functools.wraps(fn)
     def wrapper(*args: Any, public_key_file: Path | None, **kwargs: Any) -> Any:
@@ -74,8 +77,9 @@ def default_origin(store: ledger.Store) -> str:
     return f"evidence-ledger/{store.meta()['ledger_id']}"
 
 
-def export_bundle_command(out: Path, plan: str | None, key_file: Path | None,
-                          origin: str | None, as_json: bool) -> None:
+def export_bundle_command(
+    out: Path, plan: str | None, key_file: Path | None, origin: str | None, as_json: bool
+) -> None:
     store = open_store()
     key = signing_key(store, key_file)
     try:
@@ -89,13 +93,15 @@ def export_bundle_command(out: Path, plan: str | None, key_file: Path | None,
         emit_json(summary)
         return
     scope = f" (plan {inert(plan)} and the streams it uses)" if plan else ""
-    click.echo(f"{summary.events} event(s){scope} and {summary.blobs} blob(s) to "
-               f"{inert(summary.out)}")
+    click.echo(
+        f"{summary.events} event(s){scope} and {summary.blobs} blob(s) to {inert(summary.out)}"
+    )
     click.echo(f"signed checkpoint {inert(summary.origin)} {summary.size}:{summary.root}")
 
 
-def load_bundle_or_refuse(bundle_file: Path, public_key_file: Path | None,
-                          checkpoint_file: Path | None = None) -> Bundle:
+def load_bundle_or_refuse(
+    bundle_file: Path, public_key_file: Path | None, checkpoint_file: Path | None = None
+) -> Bundle:
     """The bundle read and checked (``Bundle.report`` says how it fared); an unreadable
     file or key is a refused command."""
     public_key = load_public_key(public_key_file) if public_key_file is not None else None
@@ -112,17 +118,26 @@ def print_bundle_report(report: BundleReport) -> None:
     out = console()
     if report.ok:
         scope = f" (plan {inert(report.plan)})" if report.plan else ""
-        out.print(f"ok: bundle verified: {report.events} event(s){scope} and {report.blobs} "
-                  "blob(s)", markup=False)
-        by = ("the public key given" if report.key_source == "given" else
-              "the key the bundle carries (give --public-key, or keep a checkpoint, to tie "
-              "it to a key you hold)")
-        out.print(f"signed checkpoint {inert(report.origin)} {report.size}:{report.root}: "
-                  "signature "
-                  f"ok by {by}", markup=False)
+        out.print(
+            f"ok: bundle verified: {report.events} event(s){scope} and {report.blobs} blob(s)",
+            markup=False,
+        )
+        by = (
+            "the public key given"
+            if report.key_source == "given"
+            else "the key the bundle carries (give --public-key, or keep a checkpoint, to tie "
+            "it to a key you hold)"
+        )
+        out.print(
+            f"signed checkpoint {inert(report.origin)} {report.size}:{report.root}: "
+            "signature "
+            f"ok by {by}",
+            markup=False,
+        )
         if report.kept is not None:
-            out.print(f"extends the kept checkpoint {report.kept.size}:{report.kept.root}",
-                      markup=False)
+            out.print(
+                f"extends the kept checkpoint {report.kept.size}:{report.kept.root}", markup=False
+            )
         return
     out.print(f"FAILED: {len(report.problems)} problem(s) in the bundle", markup=False)
     for p in report.problems:
@@ -130,8 +145,9 @@ def print_bundle_report(report: BundleReport) -> None:
         out.print(f"  {at}: {p.kind}: {inert(p.detail)}", markup=False)
 
 
-def verify_bundle_command(bundle_file: Path, checkpoint_file: Path | None,
-                          public_key_file: Path | None, as_json: bool) -> None:
+def verify_bundle_command(
+    bundle_file: Path, checkpoint_file: Path | None, public_key_file: Path | None, as_json: bool
+) -> None:
     report = load_bundle_or_refuse(bundle_file, public_key_file, checkpoint_file).report
     if as_json:
         emit_json(report)
@@ -141,8 +157,7 @@ def verify_bundle_command(bundle_file: Path, checkpoint_file: Path | None,
         click.get_current_context().exit(EXIT_VERDICT)
 
 
-def open_verified_bundle(bundle_file: Path, public_key_file: Path | None,
-                         as_json: bool) -> Bundle:
+def open_verified_bundle(bundle_file: Path, public_key_file: Path | None, as_json: bool) -> Bundle:
     """The bundle, for ``audit``/``replay``; one that does not verify is a verdict
     (exit 1, its problems printed): nothing is derived from bytes that are not
     authentic."""

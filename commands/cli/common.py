@@ -49,9 +49,13 @@ def workdir_option(fn: F) -> F:
     directory, ``$EVIDENCE_STATE_DIR`` or ``<db>.state``). Give every command working on
     a plan the same one."""
 
-    @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
-                  default=None, help="Where plans' sandboxes live (default: "
-                  "$EVIDENCE_STATE_DIR, else DB.state next to a SQLite file).")
+    @click.option(
+        "--workdir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Where plans' sandboxes live (default: "
+        "$EVIDENCE_STATE_DIR, else DB.state next to a SQLite file).",
+    )
     @functools.wraps(fn)
     def wrapper(*args: Any, workdir: Path | None, **kwargs: Any) -> Any:
         if workdir is not None:
@@ -74,9 +78,11 @@ def open_store(*, create: bool = False) -> ledger.Store:
 
 def open_plane(*, create: bool = True) -> Plane:
     """The store with its read models (opening them may rebuild or catch them up)."""
-    plane = Plane.open(db_url(), create=create,
-                       workdir=click.get_current_context().find_root().meta.get(
-                           "evidence.workdir"))
+    plane = Plane.open(
+        db_url(),
+        create=create,
+        workdir=click.get_current_context().find_root().meta.get("evidence.workdir"),
+    )
     click.get_current_context().call_on_close(plane.close)
     return plane
 

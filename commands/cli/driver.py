@@ -26,8 +26,7 @@ def _say_factory(as_json: bool):
     never read as markup (``[required]`` is a label)."""
     if as_json:
         return lambda _stage, _message: None
-    console = (Console(highlight=False, markup=False, emoji=False) if sys.stdout.isatty()
-               else None)
+    console = Console(highlight=False, markup=False, emoji=False) if sys.stdout.isatty() else None
 
     def say(stage: str, message: str) -> None:
         message = inert(message)
@@ -41,34 +40,38 @@ def _say_factory(as_json: bool):
 
 def _print_summary(summary: RunSummary) -> None:
     click.echo("")
-    click.echo(f"plan {inert(summary.plan_id)}: {summary.state}"
-               + (f" (outcome {summary.outcome})" if summary.outcome else ""))
+    click.echo(
+        f"plan {inert(summary.plan_id)}: {summary.state}"
+        + (f" (outcome {summary.outcome})" if summary.outcome else "")
+    )
     if summary.token:
         click.echo(f"token {summary.token[:24]}… consumed by Apply")
     if summary.decision_id:
         click.echo(f"escalated: decision {summary.decision_id} awaits a human:")
-        click.echo(f"  evidence authorize {summary.decision_id} --key KEY_FILE "
-                   "(--revise TEXT | --abandon)")
+        click.echo(
+            f"  evidence authorize {summary.decision_id} --key KEY_FILE (--revise TEXT | --abandon)"
+        )
         click.echo(f"  then: evidence run --resume {inert(summary.plan_id)}")
     elif summary.halt and summary.state != "applied":
         halt = summary.halt
-        click.echo(inert(f"halt {halt['halt_type']} ({halt['raw_halt_type']}): "
-                         f"{halt['reason']}"))
-    click.echo(f"events {summary.positions[0]}..{summary.positions[1]}; verify: "
-               f"{'ok' if summary.verify_ok else 'FAILED'} (tree head {summary.tree_head})")
+        click.echo(inert(f"halt {halt['halt_type']} ({halt['raw_halt_type']}): {halt['reason']}"))
+    click.echo(
+        f"events {summary.positions[0]}..{summary.positions[1]}; verify: "
+        f"{'ok' if summary.verify_ok else 'FAILED'} (tree head {summary.tree_head})"
+    )
     click.echo(f"ledger {inert(summary.ledger)}")
 
 
 @click.command("run")
 @click.argument("plan_file", required=False, type=click.Path(path_type=Path))
-@click.option("--resume", "resume_id", metavar="PLAN_ID", help="Continue a plan after a "
-              "human decision.")
+@click.option(
+    "--resume", "resume_id", metavar="PLAN_ID", help="Continue a plan after a human decision."
+)
 @click.option("--plan-id", help="Run the file under another plan id.")
 @workdir_option
 @db_option
 @json_option
-def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None,
-        as_json: bool) -> None:
+def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None, as_json: bool) -> None:
     """Drive a whole plan from PLAN_FILE: gates, real tools, validations, Apply."""
     if (plan_file is None) == (resume_id is None):
         fail("give PLAN_FILE or --resume PLAN_ID")
@@ -88,10 +91,18 @@ def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None,
 
 
 @click.command("demo")
-@click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
-              help="Keep the demo's project, sandbox and ledger in DIR.")
-@click.option("--db", "db_option_", default=None, metavar="URL",
-              help="Ledger URL (default: a fresh SQLite file in the demo directory).")
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the demo's project, sandbox and ledger in DIR.",
+)
+@click.option(
+    "--db",
+    "db_option_",
+    default=None,
+    metavar="URL",
+    help="Ledger URL (default: a fresh SQLite file in the demo directory).",
+)
 def demo(keep: Path | None, db_option_: str | None) -> None:
     """Run examples/green-after-fix on a fresh SQLite ledger; show history and verify."""
     source = EXAMPLES / "green-after-fix"
@@ -109,8 +120,7 @@ def demo(keep: Path | None, db_option_: str | None) -> None:
     summary = run_plan_file(plane, target / "plan.yaml", say=_say_factory(False))
     click.echo("\nplan history:")
     for event in plan_history(plane, summary.plan_id):
-        click.echo(f"  {event.position:>4}  {event.type:<30} "
-                   f"{inert(summarize(event.payload))}")
+        click.echo(f"  {event.position:>4}  {event.type:<30} {inert(summarize(event.payload))}")
     _print_summary(summary)
     click.echo(f"demo files in {inert(root)}" + ("" if keep else " (temporary)"))
     if summary.state != "applied":

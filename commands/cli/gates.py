@@ -17,18 +17,23 @@ def _report(outcome: GateOutcome, as_json: bool) -> None:
         emit_json({"gate": outcome.to_json()})
     else:
         subject = f"tool {check.tool}" if check.gate == "input" else f"step {check.step}"
-        click.echo(f"{check.gate} gate, {inert(subject)}: {check.verdict}"
-                   f" (attempt {check.attempt}, iteration {check.iteration})")
+        click.echo(
+            f"{check.gate} gate, {inert(subject)}: {check.verdict}"
+            f" (attempt {check.attempt}, iteration {check.iteration})"
+        )
         if check.deviations:
-            print_table(["pointer", "kind", "expected", "actual_type"],
-                        [[d.pointer or "/", d.kind, d.expected, d.actual_type]
-                         for d in check.deviations])
-            click.echo({
-                "retry": "routed: the attempt failed; retry in the next iteration",
-                "halted": "routed: max_iterations reached; the plan halted (blocker)",
-                "compensation": "routed: strict_mode; compensation requested, the plan "
-                                "halted (blocker)",
-            }[outcome.routed or "retry"])
+            print_table(
+                ["pointer", "kind", "expected", "actual_type"],
+                [[d.pointer or "/", d.kind, d.expected, d.actual_type] for d in check.deviations],
+            )
+            click.echo(
+                {
+                    "retry": "routed: the attempt failed; retry in the next iteration",
+                    "halted": "routed: max_iterations reached; the plan halted (blocker)",
+                    "compensation": "routed: strict_mode; compensation requested, the plan "
+                    "halted (blocker)",
+                }[outcome.routed or "retry"]
+            )
     if not outcome.passed:
         click.get_current_context().exit(EXIT_VERDICT)
 
@@ -47,8 +52,9 @@ def gate() -> None:
 @json_option
 def input_(plan_id: str, tool: str, params: str, step: str | None, as_json: bool) -> None:
     """Check a proposed call: tool identity and parameters. Exit 1 on any deviation."""
-    _report(gate_input(open_plane(), plan_id, tool, raw_bytes(params, "--params"), step=step),
-            as_json)
+    _report(
+        gate_input(open_plane(), plan_id, tool, raw_bytes(params, "--params"), step=step), as_json
+    )
 
 
 @gate.command("output")
@@ -61,5 +67,7 @@ def input_(plan_id: str, tool: str, params: str, step: str | None, as_json: bool
 def output(plan_id: str, step: str, output: str, schema: str | None, as_json: bool) -> None:
     """Check a returned structure against the step's declaration. Exit 1 on any deviation."""
     declared = json_or_file(schema, "--schema") if schema is not None else None
-    _report(gate_output(open_plane(), plan_id, step, raw_bytes(output, "--output"),
-                        schema=declared), as_json)
+    _report(
+        gate_output(open_plane(), plan_id, step, raw_bytes(output, "--output"), schema=declared),
+        as_json,
+    )

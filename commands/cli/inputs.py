@@ -40,8 +40,7 @@ def text_or_file(value: str, what: str, kind: str = "option") -> str:
     """``TEXT`` or ``@file``: UTF-8 text within the cap of ``kind``."""
     if value.startswith("@"):
         return read_text(value[1:], kind, f"{what} {value[1:]}")
-    return decode_utf8(limit_bytes(value.encode("utf-8", "surrogateescape"), kind, what),
-                       what)
+    return decode_utf8(limit_bytes(value.encode("utf-8", "surrogateescape"), kind, what), what)
 
 
 def load_file(path: str, what: str, kind: str = "document") -> Any:
@@ -67,13 +66,15 @@ class Seconds(click.ParamType):
     def __init__(self, low: float, high: float) -> None:
         self.low, self.high = low, high
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         try:
             number = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
         if not math.isfinite(number) or not self.low <= number <= self.high:
-            self.fail(f"{value!r} is not between {self.low:g} and {self.high:g} seconds",
-                      param, ctx)
+            self.fail(
+                f"{value!r} is not between {self.low:g} and {self.high:g} seconds", param, ctx
+            )
         return number

@@ -44,8 +44,12 @@ def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
     """Record the agent's fix before re-validating."""
     if diff is not None and not diff.startswith("@"):
         fail("--diff takes @file")
-    doc = record_fix(open_plane(), plan_id, text_or_file(note, "--note"),
-                     diff=raw_bytes(diff, "--diff") if diff else None)
+    doc = record_fix(
+        open_plane(),
+        plan_id,
+        text_or_file(note, "--note"),
+        diff=raw_bytes(diff, "--diff") if diff else None,
+    )
     if as_json:
         emit_json({"plan": to_json(doc)})
     else:
@@ -58,8 +62,12 @@ def keys() -> None:
 
 
 @keys.command("generate")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Private key file (mode 0600); the public key goes to FILE.pub.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Private key file (mode 0600); the public key goes to FILE.pub.",
+)
 @json_option
 def generate(out: Path, as_json: bool) -> None:
     """Write a new key pair to local files. Nothing is recorded."""
@@ -71,8 +79,9 @@ def generate(out: Path, as_json: bool) -> None:
     if as_json:
         emit_json({"private_key": str(out), "public_key": f"{out}.pub", "fingerprint": print_})
     else:
-        click.echo(f"private key {inert(out)} (keep it away from the agent), public key "
-                   f"{inert(out)}.pub")
+        click.echo(
+            f"private key {inert(out)} (keep it away from the agent), public key {inert(out)}.pub"
+        )
         click.echo(f"fingerprint {print_}")
 
 
@@ -110,61 +119,85 @@ def revoke(name: str, reason: str, as_json: bool) -> None:
 def list_keys(as_json: bool) -> None:
     """Registered approver keys."""
     approvers: list[ApproverState] = [
-        d for d in open_plane().projections.documents("approvers") if d is not None]
+        d for d in open_plane().projections.documents("approvers") if d is not None
+    ]
     if as_json:
         emit_json({"approvers": [to_json(a) for a in approvers]})
         return
-    print_table(["approver", "fingerprint", "status"],
-                [[a.name, fp, key.status] for a in approvers for fp, key in a.keys.items()])
+    print_table(
+        ["approver", "fingerprint", "status"],
+        [[a.name, fp, key.status] for a in approvers for fp, key in a.keys.items()],
+    )
 
 
 @click.command("authorize")
 @click.argument("decision_id", required=False)
-@click.option("--key", "key_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="The approver's private key file.")
+@click.option(
+    "--key",
+    "key_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The approver's private key file.",
+)
 @click.option("--revise", metavar="TEXT|@file", help="Back to Strategize with this guidance.")
 @click.option("--abandon", is_flag=True, help="End the plan (terminal failure).")
 @click.option("--reason", help="Why (recorded).")
 @db_option
 @json_option
-def authorize_(decision_id: str | None, key_file: Path | None, revise: str | None,
-               abandon: bool, reason: str | None, as_json: bool) -> None:
+def authorize_(
+    decision_id: str | None,
+    key_file: Path | None,
+    revise: str | None,
+    abandon: bool,
+    reason: str | None,
+    as_json: bool,
+) -> None:
     """Without DECISION_ID: list pending decisions. With it: sign and record a decision."""
     plane = open_plane()
     if decision_id is None:
         if key_file is not None or revise is not None or abandon or reason is not None:
-            fail("give the DECISION_ID to decide (without it, authorize lists the pending "
-                 "decisions)")
+            fail(
+                "give the DECISION_ID to decide (without it, authorize lists the pending decisions)"
+            )
         pending = pending_decisions(plane)
         if as_json:
             emit_json({"decisions": [msgspec.to_builtins(p) for p in pending]})
         else:
-            print_table(["decision", "plan", "options", "reason"],
-                        [[p.decision_id, p.plan_id, ",".join(p.options), p.reason]
-                         for p in pending])
+            print_table(
+                ["decision", "plan", "options", "reason"],
+                [[p.decision_id, p.plan_id, ",".join(p.options), p.reason] for p in pending],
+            )
         return
     if key_file is None:
         fail("--key FILE is required to decide")
     if (revise is None) == (not abandon):
         fail("give exactly one of --revise TEXT or --abandon")
-    decided = authorize(plane, decision_id, key_file,
-                        choice="revise" if revise is not None else "abandon",
-                        guidance=text_or_file(revise, "--revise") if revise else None,
-                        reason=reason)
+    decided = authorize(
+        plane,
+        decision_id,
+        key_file,
+        choice="revise" if revise is not None else "abandon",
+        guidance=text_or_file(revise, "--revise") if revise else None,
+        reason=reason,
+    )
     if as_json:
         emit_json({"decision": msgspec.to_builtins(decided)})
     else:
-        then = ("plan back in Strategize: record a strategy, execute, re-validate"
-                if decided.choice == "revise" else "plan ended (terminal failure)")
-        click.echo(f"decision {decision_id}: {decided.choice} by {inert(decided.approver)}; "
-                   f"{then}")
+        then = (
+            "plan back in Strategize: record a strategy, execute, re-validate"
+            if decided.choice == "revise"
+            else "plan ended (terminal failure)"
+        )
+        click.echo(f"decision {decision_id}: {decided.choice} by {inert(decided.approver)}; {then}")
 
 
 @click.command("apply")
 @click.argument("plan_id")
 @click.option("--token", metavar="TOKEN|@file")
-@click.option("--resume", is_flag=True,
-              help="Finish an Apply that was interrupted after its change set was recorded.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Finish an Apply that was interrupted after its change set was recorded.",
+)
 @workdir_option
 @db_option
 @json_option
@@ -184,7 +217,8 @@ def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None
         emit_json({"plan": to_json(doc), "files": [to_json(f) for f in files]})
     else:
         token = doc.token.token_id if doc.token is not None else None
-        click.echo(f"plan {inert(plan_id)} applied (token {token} consumed), "
-                   f"{len(files)} file(s) written")
+        click.echo(
+            f"plan {inert(plan_id)} applied (token {token} consumed), {len(files)} file(s) written"
+        )
         for f in files:
             click.echo(f"  {f.sha256[:16]}  {inert(f.resource)}/{inert(f.path)}")

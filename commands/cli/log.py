@@ -36,19 +36,22 @@ def init(as_json: bool) -> None:
     meta = store.meta()
     load_or_create_plane_key(store.url)  # mints tokens; kept outside the events table
     if as_json:
-        emit_json({
-            "db": store.url,
-            "ledger_id": meta["ledger_id"],
-            "schema_version": int(meta["schema_version"]),
-            "created_at": meta["created_at"],
-            "size": head.size,
-            "plane_key": str(plane_key_path(store.url)),
-        })
+        emit_json(
+            {
+                "db": store.url,
+                "ledger_id": meta["ledger_id"],
+                "schema_version": int(meta["schema_version"]),
+                "created_at": meta["created_at"],
+                "size": head.size,
+                "plane_key": str(plane_key_path(store.url)),
+            }
+        )
         return
     click.echo(f"ledger {meta['ledger_id']} at {inert(store.url)}")
     click.echo(f"schema version {meta['schema_version']}, {head.size} events")
-    click.echo(f"plane key {inert(plane_key_path(store.url))} (mints apply tokens; keep it "
-               "private)")
+    click.echo(
+        f"plane key {inert(plane_key_path(store.url))} (mints apply tokens; keep it private)"
+    )
 
 
 def payload_summary(payload: msgspec.Struct) -> str:
@@ -67,8 +70,9 @@ def payload_summary(payload: msgspec.Struct) -> str:
 @click.command()
 @click.option("--stream", help="Only this stream.")
 @click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
-@click.option("--from", "from_position", type=whole(1), default=1,
-              show_default=True, help="First position.")
+@click.option(
+    "--from", "from_position", type=whole(1), default=1, show_default=True, help="First position."
+)
 @click.option("--limit", type=whole(1), default=None, help="At most N events.")
 @db_option
 @json_option
@@ -94,28 +98,51 @@ def events(
         return
     print_table(
         ["pos", "recorded_at", "stream", "ver", "type", "actor", "payload"],
-        [[str(e.position), e.recorded_at, e.stream, str(e.stream_version), e.type, e.actor,
-          payload_summary(e.payload)] for e in rows],
+        [
+            [
+                str(e.position),
+                e.recorded_at,
+                e.stream,
+                str(e.stream_version),
+                e.type,
+                e.actor,
+                payload_summary(e.payload),
+            ]
+            for e in rows
+        ],
     )
     click.echo(f"{len(rows)} event(s)")
 
 
 @click.command()
-@click.option("--against", metavar="SIZE:ROOT_HEX",
-              help="An earlier tree head you kept: prove the log still extends it.")
-@click.option("--checkpoint", "checkpoint_file",
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="A signed checkpoint you kept: check its signature and that the log "
-                   "extends it.")
-@click.option("--public-key", "public_key_file",
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="The checkpoint signer's public key (default: the plane key; with "
-                   "--bundle, the key the bundle carries).")
+@click.option(
+    "--against",
+    metavar="SIZE:ROOT_HEX",
+    help="An earlier tree head you kept: prove the log still extends it.",
+)
+@click.option(
+    "--checkpoint",
+    "checkpoint_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A signed checkpoint you kept: check its signature and that the log extends it.",
+)
+@click.option(
+    "--public-key",
+    "public_key_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The checkpoint signer's public key (default: the plane key; with "
+    "--bundle, the key the bundle carries).",
+)
 @bundle_option
 @db_option
 @json_option
-def verify(against: str | None, checkpoint_file: Path | None, public_key_file: Path | None,
-           bundle_file: Path | None, as_json: bool) -> None:
+def verify(
+    against: str | None,
+    checkpoint_file: Path | None,
+    public_key_file: Path | None,
+    bundle_file: Path | None,
+    as_json: bool,
+) -> None:
     """Recompute every leaf, the hash chain and the Merkle root from the stored bytes
     (with --bundle: check an offline bundle, with no database)."""
     if bundle_file is not None:
@@ -146,8 +173,10 @@ def verify(against: str | None, checkpoint_file: Path | None, public_key_file: P
                 out.print(f"extends the kept tree head {report.against.size}:{report.against.root}")
         else:
             where = report.first_bad_position
-            out.print(f"FAILED: {len(report.problems)} problem(s)"
-                      + (f", first bad position {where}" if where is not None else ""))
+            out.print(
+                f"FAILED: {len(report.problems)} problem(s)"
+                + (f", first bad position {where}" if where is not None else "")
+            )
             for p in report.problems:
                 at = f"position {p.position}" if p.position is not None else "head"
                 out.print(f"  {at}: {p.kind}: {inert(p.detail)}", markup=False)

@@ -112,4 +112,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         click.echo(f"error: {inert(where + (exc.strerror or str(exc)))}", err=True)
         sys.exit(EXIT_REFUSED)
     sys.exit(code if isinstance(code, int) else 0)
-

@@ -25,21 +25,28 @@ def plan() -> None:
 @plan.command("create")
 @click.argument("plan_id")
 @click.option("--project", required=True, help="The project the plan works in.")
-@click.option("--resource", "resources", multiple=True, required=True,
-              help="A resource the plan touches (repeatable): repo:api, ./src ...")
-@click.option("--config", metavar="JSON|@file",
-              help="global_config: strict_mode, retry_limit, max_strategy_revisions, "
-                   "max_iterations.")
+@click.option(
+    "--resource",
+    "resources",
+    multiple=True,
+    required=True,
+    help="A resource the plan touches (repeatable): repo:api, ./src ...",
+)
+@click.option(
+    "--config",
+    metavar="JSON|@file",
+    help="global_config: strict_mode, retry_limit, max_strategy_revisions, max_iterations.",
+)
 @db_option
 @json_option
-def create(plan_id: str, project: str, resources: tuple[str, ...], config: str | None,
-           as_json: bool) -> None:
+def create(
+    plan_id: str, project: str, resources: tuple[str, ...], config: str | None, as_json: bool
+) -> None:
     """Create PLAN_ID in phase Strategize."""
     raw = json_or_file(config, "--config") if config else None
     if raw is not None and not isinstance(raw, dict):
         raise click.UsageError("--config must be a JSON object")
-    doc = create_plan(open_plane(), plan_id, project=project, resources=list(resources),
-                      config=raw)
+    doc = create_plan(open_plane(), plan_id, project=project, resources=list(resources), config=raw)
     if as_json:
         emit_json({"plan": to_json(doc)})
     else:
@@ -48,32 +55,49 @@ def create(plan_id: str, project: str, resources: tuple[str, ...], config: str |
 
 @plan.command("list")
 @click.option("--project", help="Only plans of this project.")
-@click.option("--phase", type=click.Choice(["strategize", "execute", "apply"]),
-              help="Only plans in this phase.")
-@click.option("--outcome", type=click.Choice(OUTCOMES),
-              help="Only plans whose canonical outcome is this (escalate: awaiting a "
-                   "human decision).")
+@click.option(
+    "--phase",
+    type=click.Choice(["strategize", "execute", "apply"]),
+    help="Only plans in this phase.",
+)
+@click.option(
+    "--outcome",
+    type=click.Choice(OUTCOMES),
+    help="Only plans whose canonical outcome is this (escalate: awaiting a human decision).",
+)
 @db_option
 @json_option
 def list_(project: str | None, phase: str | None, outcome: str | None, as_json: bool) -> None:
     """List plans."""
     found = list_plans(open_plane(), project=project)
-    plans = [(key, doc) for key, doc in found.items()
-             if (phase is None or (doc is not None and doc.phase == phase))
-             and (outcome is None or (doc is not None and doc.outcome == outcome))]
+    plans = [
+        (key, doc)
+        for key, doc in found.items()
+        if (phase is None or (doc is not None and doc.phase == phase))
+        and (outcome is None or (doc is not None and doc.outcome == outcome))
+    ]
     if as_json:
         # A stream with no plan.created is listed as {"plan_id": ID}.
         emit_json({"plans": [to_json(doc) or {"plan_id": key} for key, doc in plans]})
         return
-    print_table(["plan", "project", "phase", "revision", "outcome", "terminal", "resources"],
-                [_list_row(key, doc) for key, doc in plans])
+    print_table(
+        ["plan", "project", "phase", "revision", "outcome", "terminal", "resources"],
+        [_list_row(key, doc) for key, doc in plans],
+    )
 
 
 def _list_row(plan_id: str, doc: PlanState | None) -> list[str]:
     if doc is None:  # a stream with no plan.created
         return [_text(plan_id), "-", "-", "-", "-", "-", "-"]
-    return [_text(doc.plan_id), _text(doc.project), _text(doc.phase), _text(doc.revision),
-            _text(doc.outcome), _text(terminal_state(doc)), " ".join(doc.resources) or "-"]
+    return [
+        _text(doc.plan_id),
+        _text(doc.project),
+        _text(doc.phase),
+        _text(doc.revision),
+        _text(doc.outcome),
+        _text(terminal_state(doc)),
+        " ".join(doc.resources) or "-",
+    ]
 
 
 @plan.command("show")
@@ -98,21 +122,33 @@ def show(plan_id: str, as_json: bool) -> None:
     written = changes.files if changes is not None else []
     if written:
         click.echo()
-        click.echo("files written by Apply" + (" (interrupted: evidence apply "
-                                               f"{inert(plan_id)} --resume)" if applying
-                                               else "")
-                   + ":")
-        print_table(["sha256", "resource", "path"],
-                    [[_text(f.sha256)[:16], _text(f.resource), _text(f.path)]
-                     for f in written])
+        click.echo(
+            "files written by Apply"
+            + (f" (interrupted: evidence apply {inert(plan_id)} --resume)" if applying else "")
+            + ":"
+        )
+        print_table(
+            ["sha256", "resource", "path"],
+            [[_text(f.sha256)[:16], _text(f.resource), _text(f.path)] for f in written],
+        )
     binding = state.binding if state is not None else []
     if binding:
         click.echo()
         click.echo(f"binding set ({len(binding)} pinned at Execute):")
-        print_table(["validation", "version", "mode", "scope", "resource", "attachment"],
-                    [[_text(b.validation), _text(b.validation_version), _text(b.mode),
-                      _text(b.scope), _text(b.resource), _text(b.attachment_id)]
-                     for b in binding])
+        print_table(
+            ["validation", "version", "mode", "scope", "resource", "attachment"],
+            [
+                [
+                    _text(b.validation),
+                    _text(b.validation_version),
+                    _text(b.mode),
+                    _text(b.scope),
+                    _text(b.resource),
+                    _text(b.attachment_id),
+                ]
+                for b in binding
+            ],
+        )
 
 
 _WIDTH = len("strategy revisions used")  # the longest field name
@@ -131,9 +167,14 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
     """``plan show``'s field/value lines. A plan stream with no ``plan.created`` folds to
     no state (None), and is still shown."""
     if doc is None:
-        return [("plan", plan_id),
-                ("state", "none: the stream has no plan.created (`evidence audit` reports "
-                          "it; `evidence plan history` shows its events)")]
+        return [
+            ("plan", plan_id),
+            (
+                "state",
+                "none: the stream has no plan.created (`evidence audit` reports "
+                "it; `evidence plan history` shows its events)",
+            ),
+        ]
     config = doc.global_config
     halt, token = doc.halt, doc.token
     last_outcome = _text(doc.last_outcome)
@@ -149,8 +190,10 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
         ("iteration", _of(doc.iteration, config.max_iterations)),
         ("retries left", str(retries_left(config.retry_limit, doc.retries_used))),
         ("strategy revisions used", _of(doc.revisions_used, config.max_strategy_revisions)),
-        ("pending decision", _text(doc.pending_decision.decision_id
-                                   if doc.pending_decision is not None else None)),
+        (
+            "pending decision",
+            _text(doc.pending_decision.decision_id if doc.pending_decision is not None else None),
+        ),
         ("token", f"{token.token_id} ({token.status})" if token is not None else "-"),
         ("strategy", _text(doc.strategy)),
         ("gate checks", f"{doc.gate_checks} ({doc.gate_failures} failed)"),
@@ -158,13 +201,18 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
         ("outcome", _text(doc.outcome)),
         ("last outcome", last_outcome),
         ("informational failures", ", ".join(doc.informational_failures) or "-"),
-        ("halt", f"{halt.halt_type} (raw {halt.raw_halt_type}): {halt.reason}"
-         if halt is not None else "-"),
-        ("compensation", _text(doc.compensation.status
-                               if doc.compensation is not None else None)),
+        (
+            "halt",
+            f"{halt.halt_type} (raw {halt.raw_halt_type}): {halt.reason}"
+            if halt is not None
+            else "-",
+        ),
+        ("compensation", _text(doc.compensation.status if doc.compensation is not None else None)),
         ("terminal", _text(terminal_state(doc))),
-        ("global_config", " ".join(f"{k}={str(v).lower()}"
-                                   for k, v in to_json(config).items()) or "-"),
+        (
+            "global_config",
+            " ".join(f"{k}={str(v).lower()}" for k, v in to_json(config).items()) or "-",
+        ),
     ]
 
 
@@ -196,8 +244,10 @@ def execute(plan_id: str, as_json: bool) -> None:
     if as_json:
         emit_json({"plan": to_json(doc), "sandbox": sandbox})
     else:
-        click.echo(f"plan {inert(plan_id)} entered Execute (attempt {doc.attempt}), "
-                   f"{len(doc.binding)} validation(s) pinned")
+        click.echo(
+            f"plan {inert(plan_id)} entered Execute (attempt {doc.attempt}), "
+            f"{len(doc.binding)} validation(s) pinned"
+        )
         for resource, copy in sandbox.items():
             click.echo(f"sandbox of {inert(resource)}: {inert(copy)}")
 
@@ -218,11 +268,27 @@ def history(plan_id: str, as_json: bool) -> None:
     events = plan_history(open_plane(), plan_id)
     lines = summaries(events)
     if as_json:
-        emit_json({"plan_id": plan_id, "events": [
-            {"position": e.position, "recorded_at": e.recorded_at, "actor": e.actor,
-             "type": e.type, "event_id": e.event_id, "summary": line}
-            for e, line in zip(events, lines, strict=True)]})
+        emit_json(
+            {
+                "plan_id": plan_id,
+                "events": [
+                    {
+                        "position": e.position,
+                        "recorded_at": e.recorded_at,
+                        "actor": e.actor,
+                        "type": e.type,
+                        "event_id": e.event_id,
+                        "summary": line,
+                    }
+                    for e, line in zip(events, lines, strict=True)
+                ],
+            }
+        )
         return
-    print_table(["pos", "recorded_at", "actor", "event", "summary"],
-                [[str(e.position), e.recorded_at, e.actor, e.type, line]
-                 for e, line in zip(events, lines, strict=True)])
+    print_table(
+        ["pos", "recorded_at", "actor", "event", "summary"],
+        [
+            [str(e.position), e.recorded_at, e.actor, e.type, line]
+            for e, line in zip(events, lines, strict=True)
+        ],
+    )

@@ -22,13 +22,25 @@ def status(as_json: bool) -> None:
     """Each projection's version, position (the last event applied), the head and the lag."""
     rows = open_plane().projections.status()
     if as_json:
-        emit_json({"projections": [
-            {"name": r.name, "version": r.version, "position": r.position,
-             "head": r.head, "lag": r.lag} for r in rows]})
+        emit_json(
+            {
+                "projections": [
+                    {
+                        "name": r.name,
+                        "version": r.version,
+                        "position": r.position,
+                        "head": r.head,
+                        "lag": r.lag,
+                    }
+                    for r in rows
+                ]
+            }
+        )
         return
-    print_table(["name", "version", "position", "head", "lag"],
-                [[r.name, str(r.version), str(r.position), str(r.head), str(r.lag)]
-                 for r in rows])
+    print_table(
+        ["name", "version", "position", "head", "lag"],
+        [[r.name, str(r.version), str(r.position), str(r.head), str(r.lag)] for r in rows],
+    )
 
 
 @projections.command("rebuild")
@@ -43,8 +55,9 @@ def rebuild(name: str | None, as_json: bool) -> None:
         fail(f"unknown projection {name!r} (known: {', '.join(engine.projections)})")
     names = [name] if name else list(engine.projections)
     if sys.stderr.isatty() and not as_json:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      transient=True) as bar:
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), transient=True
+        ) as bar:
             for n in names:
                 task = bar.add_task(f"rebuilding {n}", total=None)
 
@@ -56,8 +69,13 @@ def rebuild(name: str | None, as_json: bool) -> None:
         engine.rebuild(names)
     rows = [r for r in engine.status() if r.name in names]
     if as_json:
-        emit_json({"rebuilt": [{"name": r.name, "version": r.version,
-                                "position": r.position} for r in rows]})
+        emit_json(
+            {
+                "rebuilt": [
+                    {"name": r.name, "version": r.version, "position": r.position} for r in rows
+                ]
+            }
+        )
         return
     for r in rows:
         click.echo(f"rebuilt {r.name} (version {r.version}) to position {r.position}")

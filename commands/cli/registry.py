@@ -111,8 +111,12 @@ def _show_rows(view: Document) -> list[list[str]]:
         ["output_schema_sha256", spec.get("output_schema_sha256") or "-"],
         ["resource_slots", " ".join(spec.get("resource_slots") or []) or "-"],
         ["timeout", _seconds(spec.get("timeout_ms"))],
-        ["max_output_bytes", str(spec["max_output_bytes"]) if "max_output_bytes" in spec
-         else "- (the plane's default)"],
+        [
+            "max_output_bytes",
+            str(spec["max_output_bytes"])
+            if "max_output_bytes" in spec
+            else "- (the plane's default)",
+        ],
         ["capability", spec.get("capability") or "-"],
         ["source", spec.get("source") or "-"],
         ["lifecycle", _compact(spec.get("lifecycle"))],
@@ -149,8 +153,11 @@ def tool_register(file: str, as_json: bool) -> None:
 
 
 @tool.command("list")
-@click.option("--kind", type=click.Choice(["tool", "validation"]),
-              help="Only tools or only validations (default: both).")
+@click.option(
+    "--kind",
+    type=click.Choice(["tool", "validation"]),
+    help="Only tools or only validations (default: both).",
+)
 @db_option
 @json_option
 def tool_list(kind: str | None, as_json: bool) -> None:
@@ -159,9 +166,19 @@ def tool_list(kind: str | None, as_json: bool) -> None:
     if as_json:
         emit_json({"tools": views})
         return
-    print_table(["name", "kind", "version", "executor", "description"],
-                [[v["name"], v["kind"], str(v["version"]), _executor(v["spec"]),
-                  v["spec"].get("description") or "-"] for v in views])
+    print_table(
+        ["name", "kind", "version", "executor", "description"],
+        [
+            [
+                v["name"],
+                v["kind"],
+                str(v["version"]),
+                _executor(v["spec"]),
+                v["spec"].get("description") or "-",
+            ]
+            for v in views
+        ],
+    )
 
 
 @tool.command("show")
@@ -210,9 +227,19 @@ def validation_list(as_json: bool) -> None:
     if as_json:
         emit_json({"validations": views})
         return
-    print_table(["name", "version", "mode", "executor", "description"],
-                [[v["name"], str(v["version"]), v["spec"]["mode"], _executor(v["spec"]),
-                  v["spec"].get("description") or "-"] for v in views])
+    print_table(
+        ["name", "version", "mode", "executor", "description"],
+        [
+            [
+                v["name"],
+                str(v["version"]),
+                v["spec"]["mode"],
+                _executor(v["spec"]),
+                v["spec"].get("description") or "-",
+            ]
+            for v in views
+        ],
+    )
 
 
 @validation.command("show")
@@ -262,9 +289,10 @@ def skill_list(as_json: bool) -> None:
     if as_json:
         emit_json({"skills": [to_json(s) for s in skills]})
         return
-    print_table(["name", "version", "members", "description"],
-                [[s.name, str(s.version), " ".join(s.members),
-                  s.description or "-"] for s in skills])
+    print_table(
+        ["name", "version", "members", "description"],
+        [[s.name, str(s.version), " ".join(s.members), s.description or "-"] for s in skills],
+    )
 
 
 @skill.command("show")
@@ -278,8 +306,14 @@ def skill_show(name: str, as_json: bool) -> None:
     if as_json:
         emit_json({"skill": to_json(doc)})
         return
-    print_table(["field", "value"], [["name", doc.name], ["version", str(doc.version)],
-                                     ["description", doc.description or "-"]])
+    print_table(
+        ["field", "value"],
+        [
+            ["name", doc.name],
+            ["version", str(doc.version)],
+            ["description", doc.description or "-"],
+        ],
+    )
     click.echo()
     members = {v["name"]: v for v in list_tools(plane)}
     rows = []
@@ -288,6 +322,7 @@ def skill_show(name: str, as_json: bool) -> None:
         if view is None:  # members are never unregistered; kept defensive for old logs
             rows.append([member, "-", "-", "-"])
         else:
-            rows.append([member, view["kind"], str(view["version"]),
-                         view["spec"].get("mode") or "-"])
+            rows.append(
+                [member, view["kind"], str(view["version"]), view["spec"].get("mode") or "-"]
+            )
     print_table(["member", "kind", "version", "mode"], rows)

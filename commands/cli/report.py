@@ -21,14 +21,18 @@ __all__ = ["report", "write_atomically"]
 
 @click.command()
 @click.argument("plan_id")
-@click.option("--html", "out", required=True, metavar="OUT.html",
-              type=click.Path(path_type=Path),
-              help="Write the self-contained HTML report to this file.")
+@click.option(
+    "--html",
+    "out",
+    required=True,
+    metavar="OUT.html",
+    type=click.Path(path_type=Path),
+    help="Write the self-contained HTML report to this file.",
+)
 @bundle_option
 @public_key_option
 @db_option
-def report(plan_id: str, out: Path, bundle_file: Path | None,
-           public_key_file: Path | None) -> None:
+def report(plan_id: str, out: Path, bundle_file: Path | None, public_key_file: Path | None) -> None:
     """Write one self-contained HTML report of PLAN: timeline, gates, validations,
     decisions, token, outcome, verification. Exit 0 once written, even when verification
     found problems (the report shows them). With --bundle, from an offline bundle."""
@@ -37,15 +41,20 @@ def report(plan_id: str, out: Path, bundle_file: Path | None,
         # A bundle that fails verification still gets its report, marked FAILED, as a
         # tampered database does: the page lists what broke.
         bundle = load_bundle_or_refuse(bundle_file, public_key_file)
-        data = gather_report(bundle, plan_id, verification=bundle.report,
-                             source_label=str(bundle_file))
+        data = gather_report(
+            bundle, plan_id, verification=bundle.report, source_label=str(bundle_file)
+        )
     else:
         store = open_store()
-        data = gather_report(store, plan_id, verification=lambda: verify_store(store),
-                             source_label=store.url)
+        data = gather_report(
+            store, plan_id, verification=lambda: verify_store(store), source_label=store.url
+        )
     write_atomically(out, render_html(data).encode("utf-8"))
-    verdict = "verified" if data.verification.ok and data.audit.ok else (
-        "verification FAILED, see the report")
+    verdict = (
+        "verified"
+        if data.verification.ok and data.audit.ok
+        else ("verification FAILED, see the report")
+    )
     click.echo(f"wrote {inert(out)} (plan {inert(plan_id)}, {data.size} events, {verdict})")
 
 

@@ -43,8 +43,9 @@ def review() -> None:
 
 @review.command("start")
 @click.argument("file", metavar="FILE.json")
-@click.option("--plan", "plan_id", help="Record the finished review on this plan "
-                                         "(an informational result).")
+@click.option(
+    "--plan", "plan_id", help="Record the finished review on this plan (an informational result)."
+)
 @db_option
 @json_option
 def start(file: str, plan_id: str | None, as_json: bool) -> None:
@@ -76,12 +77,13 @@ def submit(task_id: str, file: str, reviewer: str, as_json: bool) -> None:
         emit_json({"submission": result.to_json()})
     elif result.valid:
         ids = ", ".join(result.finding_ids) or "no findings"
-        click.echo(f"review {inert(task_id)}: candidate {result.label} recorded "
-                   f"({inert(ids)})")
+        click.echo(f"review {inert(task_id)}: candidate {result.label} recorded ({inert(ids)})")
     else:
-        click.echo(f"review {inert(task_id)}: candidate {result.label} failed the candidate "
-                   "schema; "
-                   "recorded as a limitation:")
+        click.echo(
+            f"review {inert(task_id)}: candidate {result.label} failed the candidate "
+            "schema; "
+            "recorded as a limitation:"
+        )
         for error in result.errors:
             click.echo(f"  {inert(error)}")
     if not result.valid:
@@ -100,13 +102,16 @@ def account(task_id: str, file: str, as_json: bool) -> None:
     if as_json:
         emit_json({"accounting": outcome.to_json()})
     elif outcome.accepted:
-        click.echo(f"review {inert(task_id)}: accounting accepted (attempt {outcome.attempt}); "
-                   f"report committed, sha256 {outcome.report_sha256}")
+        click.echo(
+            f"review {inert(task_id)}: accounting accepted (attempt {outcome.attempt}); "
+            f"report committed, sha256 {outcome.report_sha256}"
+        )
     else:
-        then = ("one repair attempt is left" if outcome.status == "repair"
-                else "the review failed")
-        click.echo(f"review {inert(task_id)}: accounting attempt {outcome.attempt} rejected "
-                   f"({len(outcome.violations)} violation(s)); {then}")
+        then = "one repair attempt is left" if outcome.status == "repair" else "the review failed"
+        click.echo(
+            f"review {inert(task_id)}: accounting attempt {outcome.attempt} rejected "
+            f"({len(outcome.violations)} violation(s)); {then}"
+        )
         for violation in outcome.violations:
             click.echo(f"  {inert(violation)}")
     if not outcome.accepted:
@@ -123,8 +128,14 @@ def result(task_id: str, as_json: bool) -> None:
         found = review_result(open_plane(), task_id)
     except ReportVerificationError as exc:
         if as_json:
-            emit_json({"task_id": task_id, "verified": False, "report_sha256": exc.expected,
-                       "actual_sha256": exc.actual})
+            emit_json(
+                {
+                    "task_id": task_id,
+                    "verified": False,
+                    "report_sha256": exc.expected,
+                    "actual_sha256": exc.actual,
+                }
+            )
         click.echo(f"error: {inert(str(exc))}", err=True)
         click.get_current_context().exit(EXIT_VERDICT)
         return
@@ -140,8 +151,10 @@ def _print_report(report: dict[str, Any], sha256: str) -> None:
     request = report["request"]
     click.echo(f"advisory review report (sha256 {sha256}, verified)")
     click.echo(f"objective: {inert(request['objective'])}")
-    click.echo(f"candidates: {report['candidates']['submitted']} submitted, "
-               f"{report['candidates']['valid']} valid")
+    click.echo(
+        f"candidates: {report['candidates']['submitted']} submitted, "
+        f"{report['candidates']['valid']} valid"
+    )
     click.echo(f"\nfindings ({len(report['findings'])}):")
     for n, group in enumerate(report["findings"], start=1):
         merged = f" (merged from {group['reports']} reports)" if group["reports"] > 1 else ""
@@ -155,8 +168,7 @@ def _print_report(report: dict[str, Any], sha256: str) -> None:
     click.echo(f"\nexclusions ({len(report['exclusions'])}):")
     for excluded in report["exclusions"]:
         finding = excluded["finding"]
-        click.echo(inert(f"- [{finding['severity']}] {finding['summary']} "
-                         f"({finding['location']})"))
+        click.echo(inert(f"- [{finding['severity']}] {finding['summary']} ({finding['location']})"))
         click.echo(f"  rationale: {inert(excluded['rationale'], multiline=True)}")
     for title in ("verified", "limitations"):
         click.echo(f"\n{title} ({len(report[title])}):")
@@ -166,27 +178,45 @@ def _print_report(report: dict[str, Any], sha256: str) -> None:
 
 @review.command("list")
 @click.option("--plan", "plan_id", help="Only reviews linked to this plan.")
-@click.option("--status", type=click.Choice(["started", "repair", "accounted", "completed",
-                                             "failed"]), help="Only reviews in this status.")
+@click.option(
+    "--status",
+    type=click.Choice(["started", "repair", "accounted", "completed", "failed"]),
+    help="Only reviews in this status.",
+)
 @db_option
 @json_option
 def list_(plan_id: str | None, status: str | None, as_json: bool) -> None:
     """List reviews, oldest first."""
-    reviews = [_summary(doc) for doc in list_reviews(open_plane(), plan_id=plan_id,
-                                                     status=status)]
+    reviews = [_summary(doc) for doc in list_reviews(open_plane(), plan_id=plan_id, status=status)]
     if as_json:
         emit_json({"reviews": reviews})
         return
-    print_table(["task", "status", "plan", "candidates", "attempts", "report"],
-                [[r["task_id"], r["status"], r["plan_id"] or "-", str(r["candidates"]),
-                  str(r["accounting_attempts"]), r["report_sha256"] or "-"] for r in reviews])
+    print_table(
+        ["task", "status", "plan", "candidates", "attempts", "report"],
+        [
+            [
+                r["task_id"],
+                r["status"],
+                r["plan_id"] or "-",
+                str(r["candidates"]),
+                str(r["accounting_attempts"]),
+                r["report_sha256"] or "-",
+            ]
+            for r in reviews
+        ],
+    )
 
 
 def _summary(doc: ReviewState) -> dict[str, Any]:
-    return {"task_id": doc.task_id, "status": doc.status, "plan_id": doc.plan_id,
-            "objective": doc.request["objective"], "candidates": len(doc.candidates),
-            "accounting_attempts": doc.accounting_attempts,
-            "report_sha256": doc.report.sha256 if doc.report else None}
+    return {
+        "task_id": doc.task_id,
+        "status": doc.status,
+        "plan_id": doc.plan_id,
+        "objective": doc.request["objective"],
+        "candidates": len(doc.candidates),
+        "accounting_attempts": doc.accounting_attempts,
+        "report_sha256": doc.report.sha256 if doc.report else None,
+    }
 
 
 @review.command("show")
@@ -200,24 +230,40 @@ def show(task_id: str, as_json: bool) -> None:
         emit_json({"review": to_json(doc), "source_findings": source_findings(doc)})
         return
     summary = _summary(doc)
-    rows = [("task", doc.task_id), ("status", doc.status),
-            ("plan", doc.plan_id or "-"), ("objective", doc.request["objective"]),
-            ("request sha256", doc.request_sha256),
-            ("accounting attempts", str(doc.accounting_attempts)),
-            ("report sha256", summary["report_sha256"] or "-"),
-            ("failure", doc.failure or "-")]
+    rows = [
+        ("task", doc.task_id),
+        ("status", doc.status),
+        ("plan", doc.plan_id or "-"),
+        ("objective", doc.request["objective"]),
+        ("request sha256", doc.request_sha256),
+        ("accounting attempts", str(doc.accounting_attempts)),
+        ("report sha256", summary["report_sha256"] or "-"),
+        ("failure", doc.failure or "-"),
+    ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key.ljust(width)}  {inert(value)}")
     click.echo("")
-    print_table(["label", "reviewer", "valid", "findings", "limitations"],
-                [[label, c.reviewer, "yes" if c.valid else "no", str(len(c.findings)),
-                  str(len(c.limitations))] for label, c in doc.candidates.items()])
+    print_table(
+        ["label", "reviewer", "valid", "findings", "limitations"],
+        [
+            [
+                label,
+                c.reviewer,
+                "yes" if c.valid else "no",
+                str(len(c.findings)),
+                str(len(c.limitations)),
+            ]
+            for label, c in doc.candidates.items()
+        ],
+    )
     sources = source_findings(doc)
     if sources:
         click.echo("")
-        print_table(["id", "severity", "location", "summary"],
-                    [[f["id"], f["severity"], f["location"], f["summary"]] for f in sources])
+        print_table(
+            ["id", "severity", "location", "summary"],
+            [[f["id"], f["severity"], f["location"], f["summary"]] for f in sources],
+        )
     for n, violations in enumerate(doc.rejections, start=1):
         click.echo(f"\nrejected accounting attempt {n}:")
         for violation in violations:

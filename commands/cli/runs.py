@@ -26,38 +26,71 @@ from .terminal import inert
 @click.option("--params", required=True, metavar="JSON|@file")
 @click.option("--step", help="The step this call serves.")
 @click.option("--output-schema", metavar="JSON|@file", help="The step's output declaration.")
-@click.option("--record-output", metavar="JSON|@file",
-              help="The output of a call the orchestrator made itself (gates still apply).")
+@click.option(
+    "--record-output",
+    metavar="JSON|@file",
+    help="The output of a call the orchestrator made itself (gates still apply).",
+)
 @workdir_option
 @db_option
 @json_option
-def call(plan_id: str, tool: str, params: str, step: str | None, output_schema: str | None,
-         record_output: str | None, as_json: bool) -> None:
+def call(
+    plan_id: str,
+    tool: str,
+    params: str,
+    step: str | None,
+    output_schema: str | None,
+    record_output: str | None,
+    as_json: bool,
+) -> None:
     """Gate, run and record a tool call. Exit 1 on a deviation or a halt."""
     schema = json_or_file(output_schema, "--output-schema") if output_schema else None
     recorded = raw_bytes(record_output, "--record-output") if record_output is not None else None
-    report = call_tool(open_plane(), plan_id, tool, raw_bytes(params, "--params"), step=step,
-                       output_schema=schema, recorded_output=recorded)
+    report = call_tool(
+        open_plane(),
+        plan_id,
+        tool,
+        raw_bytes(params, "--params"),
+        step=step,
+        output_schema=schema,
+        recorded_output=recorded,
+    )
     if as_json:
         emit_json({"call": report.to_json()})
     elif not report.input_gate.passed:
-        click.echo(f"input gate failed: {len(report.input_gate.check.deviations)} "
-                   "deviation(s); the call was not made")
+        click.echo(
+            f"input gate failed: {len(report.input_gate.check.deviations)} "
+            "deviation(s); the call was not made"
+        )
     elif report.halt is not None:
-        click.echo(inert(f"halt {report.halt.halt_type} (raw {report.halt.raw_halt_type}): "
-                         f"{report.halt.reason}"))
+        click.echo(
+            inert(
+                f"halt {report.halt.halt_type} (raw {report.halt.raw_halt_type}): "
+                f"{report.halt.reason}"
+            )
+        )
         click.echo(f"hint: {inert(report.halt.hint)}")
     else:
         assert report.call is not None and report.output_gate is not None
-        click.echo(f"call {report.call.call_id}: {inert(tool)} exit {report.call.exit_code}, "
-                   f"output gate {report.output_gate.check.verdict}")
+        click.echo(
+            f"call {report.call.call_id}: {inert(tool)} exit {report.call.exit_code}, "
+            f"output gate {report.output_gate.check.verdict}"
+        )
     if not as_json:
-        deviations = [(g.check.gate, d) for g in (report.input_gate, report.output_gate)
-                      if g is not None for d in g.check.deviations]
+        deviations = [
+            (g.check.gate, d)
+            for g in (report.input_gate, report.output_gate)
+            if g is not None
+            for d in g.check.deviations
+        ]
         if deviations:
-            print_table(["gate", "pointer", "kind", "expected", "actual_type"],
-                        [[gate, d.pointer or "/", d.kind, d.expected, d.actual_type]
-                         for gate, d in deviations])
+            print_table(
+                ["gate", "pointer", "kind", "expected", "actual_type"],
+                [
+                    [gate, d.pointer or "/", d.kind, d.expected, d.actual_type]
+                    for gate, d in deviations
+                ],
+            )
     if not report.ok:
         click.get_current_context().exit(EXIT_VERDICT)
 
@@ -78,24 +111,40 @@ def validate(plan_id: str, as_json: bool) -> None:
     else:
         print_table(
             ["validation", "scope", "mode", "result", "ms", "message"],
-            [[r["validation"], r["scope"] or "-", r["mode"],
-              ("pass" if r["verdict"] else "FAIL") if r["verdict"] is not None
-              else f"no verdict ({r['cause']})", str(r["duration_ms"]),
-              r["message"] or r["error"] or ""] for r in doc["results"]])
+            [
+                [
+                    r["validation"],
+                    r["scope"] or "-",
+                    r["mode"],
+                    ("pass" if r["verdict"] else "FAIL")
+                    if r["verdict"] is not None
+                    else f"no verdict ({r['cause']})",
+                    str(r["duration_ms"]),
+                    r["message"] or r["error"] or "",
+                ]
+                for r in doc["results"]
+            ],
+        )
         if doc["informational_failures"]:
-            click.echo("informational failures (never block): "
-                       + inert(", ".join(doc["informational_failures"])))
+            click.echo(
+                "informational failures (never block): "
+                + inert(", ".join(doc["informational_failures"]))
+            )
         click.echo(f"outcome: {doc['outcome']} — {inert(doc['reason'])}")
         if doc["token"]:
             click.echo(f"token: {doc['token']}")
             click.echo(f"next: evidence apply {inert(plan_id)} --token TOKEN")
         elif doc["escalation"]:
-            click.echo(f"escalated: decision {doc['escalation']['decision_id']} — "
-                       f"evidence authorize {doc['escalation']['decision_id']} --key FILE "
-                       "(--revise TEXT | --abandon)")
+            click.echo(
+                f"escalated: decision {doc['escalation']['decision_id']} — "
+                f"evidence authorize {doc['escalation']['decision_id']} --key FILE "
+                "(--revise TEXT | --abandon)"
+            )
         elif doc["strategy_revision"] is not None:
-            click.echo(f"retry limit reached: plan back in Strategize (revision "
-                       f"{doc['strategy_revision']}); record a new strategy")
+            click.echo(
+                f"retry limit reached: plan back in Strategize (revision "
+                f"{doc['strategy_revision']}); record a new strategy"
+            )
         else:
             click.echo(inert(f"next: {doc['who_acts']}: {doc['next_action']}"))
     if report.outcome != "pass":
@@ -110,13 +159,20 @@ def validate(plan_id: str, as_json: bool) -> None:
 @click.option("--terminal", is_flag=True, help="The plan ends here.")
 @db_option
 @json_option
-def halt(plan_id: str, raw_type: str, reason: str, hint: str | None, terminal: bool,
-         as_json: bool) -> None:
+def halt(
+    plan_id: str, raw_type: str, reason: str, hint: str | None, terminal: bool, as_json: bool
+) -> None:
     """Record an orchestrator's own halt. Exit 1 (a halt is a verdict on the run).
 
     A raw type that classifies as escalate opens a pending human decision."""
-    event = record_halt(open_plane(), plan_id, raw_type, text_or_file(reason, "--reason"),
-                        hint=hint, terminal=terminal)
+    event = record_halt(
+        open_plane(),
+        plan_id,
+        raw_type,
+        text_or_file(reason, "--reason"),
+        hint=hint,
+        terminal=terminal,
+    )
     if as_json:
         emit_json({"halt": msgspec.to_builtins(event)})
     else:

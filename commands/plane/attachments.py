@@ -25,8 +25,10 @@ class ArgumentsRejected(CommandRefused):
 
     def __init__(self, validation: str, deviations: list[Any]) -> None:
         self.deviations = deviations
-        listed = "; ".join(f"{d.pointer or '/'}: {d.kind} (expected {d.expected}, got "
-                           f"{d.actual_type})" for d in deviations)
+        listed = "; ".join(
+            f"{d.pointer or '/'}: {d.kind} (expected {d.expected}, got {d.actual_type})"
+            for d in deviations
+        )
         super().__init__(f"--args do not match {validation}'s input schema: {listed}")
 
 
@@ -54,8 +56,9 @@ def attach(
     if tool is None:
         raise CommandRefused(f"unknown validation {validation!r}")
     if tool.kind != "validation":
-        raise CommandRefused(f"{validation!r} is a tool, not a validation: only validations "
-                             "can be attached")
+        raise CommandRefused(
+            f"{validation!r} is a tool, not a validation: only validations can be attached"
+        )
     arguments = dict(args or {})
     schema = tool.spec.input_schema
     if schema is None:
@@ -85,8 +88,9 @@ def attach(
     return get_attachment(plane, attachment_id)
 
 
-def detach(plane: Plane, attachment_id: str, *, reason: str = "",
-           actor: str = "system") -> AttachmentState:
+def detach(
+    plane: Plane, attachment_id: str, *, reason: str = "", actor: str = "system"
+) -> AttachmentState:
     def decide(state: StreamState) -> list[AttachmentDetached]:
         if not state.exists:
             raise CommandRefused(f"unknown attachment {attachment_id!r}")
@@ -123,33 +127,42 @@ def resolve_attachments(
     engine = plane.projections
     engine.catch_up()
     if plan is not None and project is None:
-        plan_doc = (engine.fold_as_of("plans", as_of).get(plan) if as_of is not None
-                    else (engine.document("plans", plan) or (None,))[0])
+        plan_doc = (
+            engine.fold_as_of("plans", as_of).get(plan)
+            if as_of is not None
+            else (engine.document("plans", plan) or (None,))[0]
+        )
         if plan_doc is None:
-            raise CommandRefused(f"unknown plan {plan!r}"
-                                 + (f" as of position {as_of}" if as_of is not None else ""))
+            raise CommandRefused(
+                f"unknown plan {plan!r}" + (f" as of position {as_of}" if as_of is not None else "")
+            )
         project = plan_doc.project
     if as_of is not None:
         head = plane.store.head().size
         if not 0 <= as_of <= head:
             raise CommandRefused(f"--as-of {as_of} is outside the log (0..{head})")
         attachments = list(engine.fold_as_of("attachments", as_of).values())
-        tools = {name: d for name, d in engine.fold_as_of("tools", as_of).items()
-                 if d is not None}
+        tools = {name: d for name, d in engine.fold_as_of("tools", as_of).items() if d is not None}
     else:
         attachments = engine.documents("attachments", lambda t: t.c.resource == resource)
-        tools = {d.name: d for d in engine.documents("tools",
-                                                     lambda t: t.c.kind == "validation")}
-    return resolve([a for a in attachments if a is not None], tools, resource=resource,
-                   project=project, plan=plan)
+        tools = {d.name: d for d in engine.documents("tools", lambda t: t.c.kind == "validation")}
+    return resolve(
+        [a for a in attachments if a is not None],
+        tools,
+        resource=resource,
+        project=project,
+        plan=plan,
+    )
 
 
-def pinned_binding(plane: Plane, plan: str, *, as_of: int | None = None
-                   ) -> list[ResolvedAttachment] | None:
+def pinned_binding(
+    plane: Plane, plan: str, *, as_of: int | None = None
+) -> list[ResolvedAttachment] | None:
     """The plan's binding set as pinned at Execute (as of a position, if given), folded
     from its stream; None before it first entered Execute."""
     doc = fold_plan.fold_all(
-        e.payload for e in plane.store.read_stream(f"plan:{plan}", as_of=as_of))
+        e.payload for e in plane.store.read_stream(f"plan:{plan}", as_of=as_of)
+    )
     if doc is None or (not doc.binding and doc.attempt == 0):
         return None
     return list(doc.binding)

@@ -66,8 +66,12 @@ __all__ = [
 ]
 
 APPROVER_TYPES = (ApproverKeyAdded.type_name(), ApproverKeyRevoked.type_name())
-REGISTRY_TYPES = (AttachmentCreated.type_name(), AttachmentDetached.type_name(),
-                  ToolRegistered.type_name(), ValidationRegistered.type_name())
+REGISTRY_TYPES = (
+    AttachmentCreated.type_name(),
+    AttachmentDetached.type_name(),
+    ToolRegistered.type_name(),
+    ValidationRegistered.type_name(),
+)
 
 
 class TamperedPlan(CommandRefused):
@@ -75,9 +79,11 @@ class TamperedPlan(CommandRefused):
 
     def __init__(self, plan_id: str, position: int, rule: str) -> None:
         self.position, self.rule = position, rule
-        super().__init__(f"plan {plan_id}'s log breaks a rule at position {position} "
-                         f"({rule}): the plane will not act on it; `evidence audit` "
-                         "reports it")
+        super().__init__(
+            f"plan {plan_id}'s log breaks a rule at position {position} "
+            f"({rule}): the plane will not act on it; `evidence audit` "
+            "reports it"
+        )
 
 
 class EventSource(Protocol):
@@ -117,8 +123,9 @@ class StreamState:
 
     __slots__ = ("doc", "log", "stream", "version")
 
-    def __init__(self, stream: str, doc: State | None, version: int,
-                 log: Authority | None = None) -> None:
+    def __init__(
+        self, stream: str, doc: State | None, version: int, log: Authority | None = None
+    ) -> None:
         self.stream, self.doc, self.version, self.log = stream, doc, version, log
 
     @property
@@ -160,8 +167,9 @@ class Authority:
     """Folds and checks streams from one ``EventSource``. ``plane_key`` gives the plane's
     public key (loaded only when an approver key must be checked)."""
 
-    def __init__(self, source: EventSource, checked: Checked | None = None,
-                 plane_key: PlaneKey | None = None) -> None:
+    def __init__(
+        self, source: EventSource, checked: Checked | None = None, plane_key: PlaneKey | None = None
+    ) -> None:
         self.source = source
         self._plane_key = plane_key
         self._checked: Checked = {} if checked is None else checked
@@ -199,8 +207,7 @@ class Authority:
 
     # -- the registry and approvers, folded from their events -------------------------
 
-    def applicable(self, plan: PlanState, *, before: int | None = None
-                   ) -> list[ResolvedAttachment]:
+    def applicable(self, plan: PlanState, *, before: int | None = None) -> list[ResolvedAttachment]:
         """The attachments that apply to ``plan`` (as of just before position ``before``)."""
         attachments, tools = self._fold_registry(before)
         return resolve_plan(attachments.values(), tools, plan)
@@ -210,23 +217,36 @@ class Authority:
         A key the plane key did not endorse is nobody's: it is left out."""
         if self._approvers is None:
             events = self.source.read_types(APPROVER_TYPES)
-            public = self._plane_key() if self._plane_key is not None and any(
-                isinstance(e.payload, ApproverKeyAdded) for e in events) else None
-            self._approvers = [e for e in events if not isinstance(e.payload, ApproverKeyAdded)
-                               or (public is not None and endorsed(e.payload, public))]
+            public = (
+                self._plane_key()
+                if self._plane_key is not None
+                and any(isinstance(e.payload, ApproverKeyAdded) for e in events)
+                else None
+            )
+            self._approvers = [
+                e
+                for e in events
+                if not isinstance(e.payload, ApproverKeyAdded)
+                or (public is not None and endorsed(e.payload, public))
+            ]
         docs = _fold_streams(self._approvers, before)
-        return {fp: ApproverKey(doc.name, key.public_key, key.status)
-                for doc in docs.values() if isinstance(doc, ApproverState)
-                for fp, key in doc.keys.items()}
+        return {
+            fp: ApproverKey(doc.name, key.public_key, key.status)
+            for doc in docs.values()
+            if isinstance(doc, ApproverState)
+            for fp, key in doc.keys.items()
+        }
 
-    def _fold_registry(self, before: int | None
-                       ) -> tuple[dict[str, AttachmentState], dict[str, ToolState]]:
+    def _fold_registry(
+        self, before: int | None
+    ) -> tuple[dict[str, AttachmentState], dict[str, ToolState]]:
         if self._registry is None:
             self._registry = self.source.read_types(REGISTRY_TYPES)
         docs = _fold_streams(self._registry, before)
         attachments = {s: d for s, d in docs.items() if isinstance(d, AttachmentState)}
-        tools = {d.name: d for d in docs.values()
-                 if isinstance(d, ToolState) and d.kind == "validation"}
+        tools = {
+            d.name: d for d in docs.values() if isinstance(d, ToolState) and d.kind == "validation"
+        }
         return attachments, tools
 
     # -- a plan, checked --------------------------------------------------------------
@@ -246,8 +266,10 @@ class Authority:
                 minted.add(p.token_id)
             if rule is None and isinstance(p, DecisionRecorded):
                 rule = decision_problem(
-                    p, self._escalation_leaf(stream, p.decision_id),
-                    self.approver_keys(before=event.position).get(p.key_fingerprint))
+                    p,
+                    self._escalation_leaf(stream, p.decision_id),
+                    self.approver_keys(before=event.position).get(p.key_fingerprint),
+                )
             if rule is not None:
                 raise TamperedPlan(plan_id, event.position, rule)
             doc = fold_plan(doc, p)
@@ -264,8 +286,7 @@ class Authority:
             return f"token {p.token_id} is signed by the plane key"
         return None
 
-    def _binding_problem(self, doc: PlanState, p: ExecuteEntered, position: int
-                         ) -> str | None:
+    def _binding_problem(self, doc: PlanState, p: ExecuteEntered, position: int) -> str | None:
         expected = pin_binding(doc.binding, self.applicable(doc, before=position))
         if list(p.binding) != expected:
             return "the binding set pinned at Execute is every attachment that applied then"
@@ -278,8 +299,7 @@ class Authority:
         return None
 
 
-def _fold_streams(events: list[RecordedEvent], before: int | None
-                  ) -> dict[str, State | None]:
+def _fold_streams(events: list[RecordedEvent], before: int | None) -> dict[str, State | None]:
     """Each stream's state, folded from ``events`` (in position order) up to just
     before position ``before``."""
     docs: dict[str, State | None] = {}
@@ -293,26 +313,35 @@ def _fold_streams(events: list[RecordedEvent], before: int | None
 def endorsed(p: ApproverKeyAdded, plane_public_key: Ed25519PublicKey) -> bool:
     """Whether the plane key signed this approver key's registration."""
     try:
-        return verify_record(plane_public_key,
-                             approver_record(p.name, p.public_key, p.fingerprint),
-                             p.endorsement, domain="approver")
+        return verify_record(
+            plane_public_key,
+            approver_record(p.name, p.public_key, p.fingerprint),
+            p.endorsement,
+            domain="approver",
+        )
     except (SigningError, ValueError):
         return False
 
 
 def token_signed(p: TokenMinted, plane_public_key: Ed25519PublicKey) -> bool:
     """Whether the plane key signed this token's claims (the token's own signature)."""
-    claims = {"token_id": p.token_id, "plan_id": p.plan_id, "attempt": p.attempt,
-              "results_digest": p.results_digest, "issued_at": p.issued_at,
-              "expires_at": p.expires_at}
+    claims = {
+        "token_id": p.token_id,
+        "plan_id": p.plan_id,
+        "attempt": p.attempt,
+        "results_digest": p.results_digest,
+        "issued_at": p.issued_at,
+        "expires_at": p.expires_at,
+    }
     try:
         return verify_record(plane_public_key, claims, p.signature, domain="token")
     except (SigningError, ValueError):
         return False
 
 
-def decision_problem(p: DecisionRecorded, escalation_leaf: bytes | None,
-                     key: ApproverKey | None) -> str | None:
+def decision_problem(
+    p: DecisionRecorded, escalation_leaf: bytes | None, key: ApproverKey | None
+) -> str | None:
     """Why a recorded decision is not a human's (None when its signature holds): the key
     must be the named approver's, active at the decision's position, and sign the record
     binding decision, plan, the escalation's leaf hash, choice, guidance and reason."""
@@ -325,13 +354,14 @@ def decision_problem(p: DecisionRecorded, escalation_leaf: bytes | None,
     if key.status != "active":
         return f"decision {p.decision_id} is signed with a key active at its position"
     try:
-        record = decision_record(p.decision_id, p.plan_id, p.choice, p.guidance,
-                                 p.escalation_hash, p.signed_at, p.reason)
-        ok = verify_record(public_key_from_b64(key.public_key), record, p.signature,
-                           domain="decision")
+        record = decision_record(
+            p.decision_id, p.plan_id, p.choice, p.guidance, p.escalation_hash, p.signed_at, p.reason
+        )
+        ok = verify_record(
+            public_key_from_b64(key.public_key), record, p.signature, domain="decision"
+        )
     except (SigningError, ValueError):
         ok = False
     if not ok:
         return f"decision {p.decision_id}'s signature verifies"
     return None
-

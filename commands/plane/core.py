@@ -37,8 +37,13 @@ RETRIES = 5  # optimistic callers of ``append`` decide again this often on a con
 class Plane:
     """An open ledger with its read models. ``Plane.open(url)`` or ``Plane(store)``."""
 
-    def __init__(self, store: Store, projections: ProjectionEngine | None = None, *,
-                 workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        projections: ProjectionEngine | None = None,
+        *,
+        workdir: Path | None = None,
+    ) -> None:
         self.store = store
         self.sandboxes = sandboxes_dir(store.url, workdir)  # where plans' sandboxes live
         self.projections = projections or open_projections(store)
@@ -46,8 +51,9 @@ class Plane:
         self._plane_public: Ed25519PublicKey | None = None
 
     @classmethod
-    def open(cls, url: str | None = None, *, create: bool = True,
-             workdir: Path | None = None) -> Plane:
+    def open(
+        cls, url: str | None = None, *, create: bool = True, workdir: Path | None = None
+    ) -> Plane:
         store = open_store(url, create=create)
         try:
             return cls(store, workdir=workdir)
@@ -107,9 +113,15 @@ class Plane:
             payloads = decide(state)
             if not payloads:
                 return []
-            return self._append(tx, state, payloads, actor=actor, blobs=blob_list,
-                                correlation_id=correlation_id,
-                                caused_by_first=caused_by_first)
+            return self._append(
+                tx,
+                state,
+                payloads,
+                actor=actor,
+                blobs=blob_list,
+                correlation_id=correlation_id,
+                caused_by_first=caused_by_first,
+            )
 
     def append(
         self,
@@ -124,13 +136,27 @@ class Plane:
         """Append ``payloads`` to ``state.stream`` expecting ``state.version`` (a
         ``ConcurrencyError`` if the stream moved), each checked and with its delta."""
         with self.store.write() as tx:
-            return self._append(tx, state, payloads, actor=actor, blobs=list(blobs),
-                                correlation_id=correlation_id,
-                                caused_by_first=caused_by_first)
+            return self._append(
+                tx,
+                state,
+                payloads,
+                actor=actor,
+                blobs=list(blobs),
+                correlation_id=correlation_id,
+                caused_by_first=caused_by_first,
+            )
 
-    def _append(self, tx: WriteTx, state: StreamState, payloads: Decision, *, actor: str,
-                blobs: list[bytes], correlation_id: str | None,
-                caused_by_first: bool) -> list[RecordedEvent]:
+    def _append(
+        self,
+        tx: WriteTx,
+        state: StreamState,
+        payloads: Decision,
+        *,
+        actor: str,
+        blobs: list[bytes],
+        correlation_id: str | None,
+        caused_by_first: bool,
+    ) -> list[RecordedEvent]:
         """With ``caused_by_first`` the later events name the first as their causation
         (a gate check and the failure and halt it routes to)."""
         doc = state.doc
@@ -141,13 +167,17 @@ class Plane:
             if rule is not None:  # a handler's own checks come first, with better words
                 raise CommandRefused(f"refused: {rule}")
             after = fold(state.stream, doc, payload)
-            events.append(NewEvent(
-                payload=payload, actor=actor, delta=delta(doc, after),
-                event_id=first_id if i == 0 else None, correlation_id=correlation_id,
-                causation_id=first_id if caused_by_first and i > 0 else None,
-            ))
+            events.append(
+                NewEvent(
+                    payload=payload,
+                    actor=actor,
+                    delta=delta(doc, after),
+                    event_id=first_id if i == 0 else None,
+                    correlation_id=correlation_id,
+                    causation_id=first_id if caused_by_first and i > 0 else None,
+                )
+            )
             doc = after
-        recorded = tx.append_batch([StreamAppend(state.stream, events, state.version)],
-                                   blobs=blobs)
+        recorded = tx.append_batch([StreamAppend(state.stream, events, state.version)], blobs=blobs)
         self.projections.apply_inline(tx, recorded)
         return recorded

@@ -66,8 +66,9 @@ def _quiet(_stage: str, _message: str) -> None:
     pass
 
 
-def run_plan_file(plane: Plane, path: Path, *, plan_id: str | None = None,
-                  say: Say = _quiet) -> RunSummary:
+def run_plan_file(
+    plane: Plane, path: Path, *, plan_id: str | None = None, say: Say = _quiet
+) -> RunSummary:
     path = path.resolve()
     pf = load_plan_file(path)
     plan_id = plan_id or pf.plan.id
@@ -75,8 +76,10 @@ def run_plan_file(plane: Plane, path: Path, *, plan_id: str | None = None,
     resources = [_resource(r, base) for r in pf.plan.resources]
     plane.projections.catch_up()
     if plane.projections.document("plans", plan_id) is not None:
-        raise CommandRefused(f"plan {plan_id!r} already exists: continue it with "
-                             f"`evidence run --resume {plan_id}` or give --plan-id")
+        raise CommandRefused(
+            f"plan {plan_id!r} already exists: continue it with "
+            f"`evidence run --resume {plan_id}` or give --plan-id"
+        )
     _preflight(plane, pf, plan_id, resources, base)
     start = plane.store.head().size
     _declare(plane, pf, plan_id, resources, base, say)
@@ -94,8 +97,10 @@ def resume(plane: Plane, plan_id: str, *, say: Say = _quiet) -> RunSummary:
     except InputError:
         plan_file = None
     if not isinstance(plan_file, str):
-        raise CommandRefused(f"no run of plan {plan_id!r} under {run_dir.parent} "
-                             "(give the same --workdir as the run)")
+        raise CommandRefused(
+            f"no run of plan {plan_id!r} under {run_dir.parent} "
+            "(give the same --workdir as the run)"
+        )
     pf = load_plan_file(Path(plan_file))
     start = plane.store.head().size
     plan = plane.state(f"plan:{plan_id}").of(PlanState)
@@ -124,20 +129,29 @@ def _resource(value: str, base: Path) -> str:
     return str(candidate) if candidate.exists() else value
 
 
-def _declare(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], base: Path,
-             say: Say) -> None:
+def _declare(
+    plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], base: Path, say: Say
+) -> None:
     """Registrations, the plan and its attachments, as the file declares them."""
     _register(plane, pf, say)
-    create_plan(plane, plan_id, project=pf.plan.project, resources=resources,
-                config=pf.plan.global_config)
+    create_plan(
+        plane, plan_id, project=pf.plan.project, resources=resources, config=pf.plan.global_config
+    )
     say("plan", f"{plan_id} created (project {pf.plan.project})")
     for entry in pf.attachments:
-        _attach_once(plane, entry.validation, _resource(entry.resource, base), entry.scope,
-                     pf.plan.project, plan_id, entry.args, say)
+        _attach_once(
+            plane,
+            entry.validation,
+            _resource(entry.resource, base),
+            entry.scope,
+            pf.plan.project,
+            plan_id,
+            entry.args,
+            say,
+        )
 
 
-def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str],
-               base: Path) -> None:
+def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], base: Path) -> None:
     """Declare everything first in a scratch ledger seeded with this ledger's registry:
     a mistake anywhere in the file is refused before the real ledger sees any of it —
     a fix path that would leave its resource (through a symlink in it, say) included."""
@@ -148,12 +162,15 @@ def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str],
                 raise CommandRefused("a fix with files needs a directory resource")
             for relative in attempt.fix.files if attempt.fix else ():
                 inside(root, relative)  # type: ignore[arg-type]
-    with tempfile.TemporaryDirectory(prefix="evidence-preflight-") as tmp, \
-            Plane.open(f"sqlite:///{Path(tmp) / 'preflight.db'}") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="evidence-preflight-") as tmp,
+        Plane.open(f"sqlite:///{Path(tmp) / 'preflight.db'}") as scratch,
+    ):
         for doc in plane.projections.documents("tools"):
             kind = ValidationRegistered if doc.kind == "validation" else ToolRegistered
-            payload = msgspec.convert({**msgspec.to_builtins(doc.spec), "name": doc.name,
-                                       "version": doc.version}, kind)
+            payload = msgspec.convert(
+                {**msgspec.to_builtins(doc.spec), "name": doc.name, "version": doc.version}, kind
+            )
             scratch.append(scratch.state(f"tool:{doc.name}"), [payload])
         _declare(scratch, pf, plan_id, resources, base, _quiet)
 
@@ -161,32 +178,58 @@ def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str],
 def _register(plane: Plane, pf: PlanFile, say: Say) -> None:
     for spec in pf.tools:
         done = register_tool(plane, spec)
-        say("register", f"tool {done.name} v{done.version}"
-                        + ("" if done.changed else " (unchanged)"))
+        say(
+            "register",
+            f"tool {done.name} v{done.version}" + ("" if done.changed else " (unchanged)"),
+        )
     for spec in pf.validations:
         done = register_validation(plane, spec)
-        say("register", f"validation {done.name} v{done.version}"
-                        + ("" if done.changed else " (unchanged)"))
+        say(
+            "register",
+            f"validation {done.name} v{done.version}" + ("" if done.changed else " (unchanged)"),
+        )
     for spec in pf.skills:
         done = define_skill(plane, spec)
         say("register", f"skill {done.name} v{done.version}")
 
 
-def _attach_once(plane: Plane, validation: str, resource: str, scope: str, project: str,
-                 plan_id: str, args: dict[str, Any], say: Say) -> None:
+def _attach_once(
+    plane: Plane,
+    validation: str,
+    resource: str,
+    scope: str,
+    project: str,
+    plan_id: str,
+    args: dict[str, Any],
+    say: Say,
+) -> None:
     """Attach unless an identical attachment is already in force (running a file twice
     must not duplicate them)."""
     digest = sha256(canonical_json(args)).hexdigest()
-    wanted = {"validation": validation, "resource": resource, "scope": scope,
-              "project": project if scope == "project" else None,
-              "plan": plan_id if scope == "plan" else None, "args_sha256": digest}
+    wanted = {
+        "validation": validation,
+        "resource": resource,
+        "scope": scope,
+        "project": project if scope == "project" else None,
+        "plan": plan_id if scope == "plan" else None,
+        "args_sha256": digest,
+    }
     for doc in plane.projections.documents("attachments", lambda t: t.c.resource == resource):
-        if doc is not None and doc.status == "attached" and all(
-                getattr(doc, k) == v for k, v in wanted.items()):
+        if (
+            doc is not None
+            and doc.status == "attached"
+            and all(getattr(doc, k) == v for k, v in wanted.items())
+        ):
             say("attach", f"{validation} on {resource} ({scope}) already attached")
             return
-    attach(plane, validation, resource=resource, args=args,
-           project=wanted["project"], plan=wanted["plan"])
+    attach(
+        plane,
+        validation,
+        resource=resource,
+        args=args,
+        project=wanted["project"],
+        plan=wanted["plan"],
+    )
     say("attach", f"{validation} on {resource} ({scope})")
 
 
@@ -216,10 +259,15 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
             say("fix", f"re-ran {names}")
         report = validate_plan(plane, plan_id, sandbox=sandbox)
         for r in report.results:
-            verdict = ("pass" if r.verdict else "FAIL") if r.verdict is not None \
+            verdict = (
+                ("pass" if r.verdict else "FAIL")
+                if r.verdict is not None
                 else f"no verdict ({r.cause})"
-            say("validate", f"{r.validation} [{r.mode}]: {verdict}"
-                            + (f" — {r.message}" if r.message else ""))
+            )
+            say(
+                "validate",
+                f"{r.validation} [{r.mode}]: {verdict}" + (f" — {r.message}" if r.message else ""),
+            )
         say("outcome", report.outcome)
         if report.outcome == "pass":
             return _apply(plane, plan_id, report.token or "", start, say)
@@ -231,13 +279,21 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
             say("fix", attempt.fix.note)
 
 
-def _run_step(plane: Plane, pf: PlanFile, plan_id: str, step: Any,
-              sandbox: dict[str, Path], say: Say) -> bool:
+def _run_step(
+    plane: Plane, pf: PlanFile, plan_id: str, step: Any, sandbox: dict[str, Path], say: Say
+) -> bool:
     """One step through both gates; the critique loop re-proposes it until it passes or
     the plane halts the plan. False when the plan cannot go on."""
     while True:
-        report = call_tool(plane, plan_id, step.tool, step.params, step=step.step,
-                           output_schema=step.output, sandbox=sandbox)
+        report = call_tool(
+            plane,
+            plan_id,
+            step.tool,
+            step.params,
+            step=step.step,
+            output_schema=step.output,
+            sandbox=sandbox,
+        )
         if report.ok:
             say("step", f"{step.step}: {step.tool} passed both gates")
             return True
@@ -245,8 +301,11 @@ def _run_step(plane: Plane, pf: PlanFile, plan_id: str, step: Any,
         if report.halt is not None or gate is None:
             say("halt", report.halt.reason if report.halt else "the call could not run")
             return False
-        say("step", f"{step.step}: {gate.check.gate} gate failed "
-                    f"({len(gate.check.deviations)} deviation(s)), routed {gate.routed}")
+        say(
+            "step",
+            f"{step.step}: {gate.check.gate} gate failed "
+            f"({len(gate.check.deviations)} deviation(s)), routed {gate.routed}",
+        )
         if gate.routed == "compensation":
             _compensate(plane, plan_id, pf.agent.compensation, sandbox, say)
             return False
@@ -254,8 +313,14 @@ def _run_step(plane: Plane, pf: PlanFile, plan_id: str, step: Any,
             return False
 
 
-def _apply_fix(plane: Plane, plan_id: str, note: str, files: dict[str, str], doc: PlanState,
-               sandbox: dict[str, Path]) -> None:
+def _apply_fix(
+    plane: Plane,
+    plan_id: str,
+    note: str,
+    files: dict[str, str],
+    doc: PlanState,
+    sandbox: dict[str, Path],
+) -> None:
     root = next((sandbox[r] for r in doc.resources if r in sandbox), None)
     diff = []
     for relative, content in sorted(files.items()):
@@ -268,8 +333,9 @@ def _apply_fix(plane: Plane, plan_id: str, note: str, files: dict[str, str], doc
     record_fix(plane, plan_id, note, diff="\n".join(diff).encode() if diff else None)
 
 
-def _compensate(plane: Plane, plan_id: str, commands: list[list[str]],
-                sandbox: dict[str, Path], say: Say) -> None:
+def _compensate(
+    plane: Plane, plan_id: str, commands: list[list[str]], sandbox: dict[str, Path], say: Say
+) -> None:
     cwd = next(iter(sandbox.values()), None)
     codes, output = [], b""
     for argv in commands:
@@ -278,11 +344,12 @@ def _compensate(plane: Plane, plan_id: str, commands: list[list[str]],
         done = run_command(argv, cwd=cwd, timeout_s=120, max_output_bytes=output_cap())
         codes.append(done.exit_code if done.exit_code is not None else -1)
         output += done.stdout + done.stderr
-        for name, cut in (("stdout", done.stdout_truncated),
-                          ("stderr", done.stderr_truncated)):
+        for name, cut in (("stdout", done.stdout_truncated), ("stderr", done.stderr_truncated)):
             if cut is not None:
-                output += (f"\n[{argv[0]}: {name} truncated at {cut.kept} of {cut.size} "
-                           f"bytes, sha256 {cut.sha256}]\n").encode()
+                output += (
+                    f"\n[{argv[0]}: {name} truncated at {cut.kept} of {cut.size} "
+                    f"bytes, sha256 {cut.sha256}]\n"
+                ).encode()
         if done.error:
             output += f"{argv[0]}: {done.error}\n".encode()
         say("compensate", f"{' '.join(argv)} -> exit {codes[-1]}")
@@ -292,8 +359,14 @@ def _compensate(plane: Plane, plan_id: str, commands: list[list[str]],
         compensation = plan.compensation if plan is not None else None
         if compensation is None or compensation.status != "requested":
             raise CommandRefused(f"plan {plan_id} has no compensation requested")
-        return [CompensationCompleted(plan_id=plan_id, succeeded=all(c == 0 for c in codes),
-                                      exit_codes=codes, output_sha256=sha256(output).hexdigest())]
+        return [
+            CompensationCompleted(
+                plan_id=plan_id,
+                succeeded=all(c == 0 for c in codes),
+                exit_codes=codes,
+                output_sha256=sha256(output).hexdigest(),
+            )
+        ]
 
     plane.run(f"plan:{plan_id}", decide, blobs=[output])
 
@@ -305,10 +378,13 @@ def _apply(plane: Plane, plan_id: str, token: str, start: int, say: Say) -> RunS
     return _applied(plane, plan_id, doc, start, say, token)
 
 
-def _applied(plane: Plane, plan_id: str, doc: PlanState, start: int, say: Say,
-             token: str | None = None) -> RunSummary:
-    changed = sorted(f"{Path(f.resource).name}/{f.path}"
-                     for f in (doc.applied.files if doc.applied is not None else []))
+def _applied(
+    plane: Plane, plan_id: str, doc: PlanState, start: int, say: Say, token: str | None = None
+) -> RunSummary:
+    changed = sorted(
+        f"{Path(f.resource).name}/{f.path}"
+        for f in (doc.applied.files if doc.applied is not None else [])
+    )
     say("apply", f"{len(changed)} file(s) changed: {', '.join(changed) or '-'}")
     summary = _summary(plane, plan_id, doc, start)
     summary.token, summary.changed_paths = token, changed
@@ -316,14 +392,26 @@ def _applied(plane: Plane, plan_id: str, doc: PlanState, start: int, say: Say,
 
 
 def _summary(plane: Plane, plan_id: str, doc: PlanState, start: int) -> RunSummary:
-    state = ("applied" if doc.terminal == "applied"
-             else "escalated" if doc.pending_decision
-             else "compensated" if doc.compensation
-             else "failed" if doc.terminal == "failed" else "halted")
+    state = (
+        "applied"
+        if doc.terminal == "applied"
+        else "escalated"
+        if doc.pending_decision
+        else "compensated"
+        if doc.compensation
+        else "failed"
+        if doc.terminal == "failed"
+        else "halted"
+    )
     report = verify_store(plane.store)
     return RunSummary(
-        plan_id=plan_id, outcome=doc.last_outcome, state=state,
+        plan_id=plan_id,
+        outcome=doc.last_outcome,
+        state=state,
         decision_id=doc.pending_decision.decision_id if doc.pending_decision else None,
         halt=msgspec.to_builtins(doc.halt),
-        positions=[start + 1, report.size], verify_ok=report.ok,
-        tree_head=f"{report.size}:{report.root}", ledger=plane.store.url)
+        positions=[start + 1, report.size],
+        verify_ok=report.ok,
+        tree_head=f"{report.size}:{report.root}",
+        ledger=plane.store.url,
+    )

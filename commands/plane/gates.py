@@ -50,8 +50,7 @@ Routed = Literal["retry", "halted", "compensation"]
 
 # A tool that declares no input schema takes no parameters: its gate is the closed empty
 # object (the registry closes schemas; "nothing declared" must not mean "anything").
-NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {},
-                                 "additionalProperties": False}
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 @dataclass
@@ -99,8 +98,14 @@ def gate_input(
     raw = as_bytes(params)
     found = plane.log().tool(tool)  # the registered schema, from the log
     if found is None:
-        deviations = [Deviation(pointer="", kind="invented_tool", expected=(
-            "a registered tool"), actual_type="absent")]
+        deviations = [
+            Deviation(
+                pointer="",
+                kind="invented_tool",
+                expected=("a registered tool"),
+                actual_type="absent",
+            )
+        ]
         schema, digest, version = None, None, None
     else:
         spec = found.spec
@@ -109,9 +114,21 @@ def gate_input(
         digest = digest or _sha256_of(schema)
         version = found.version
         deviations = check(schema, raw, schema_sha256=digest)
-    return _record(plane, plan_id, raw, schema, actor=actor, fields={
-        "gate": "input", "tool": tool, "tool_version": version, "step": step,
-        "schema_sha256": digest, "deviations": deviations})
+    return _record(
+        plane,
+        plan_id,
+        raw,
+        schema,
+        actor=actor,
+        fields={
+            "gate": "input",
+            "tool": tool,
+            "tool_version": version,
+            "step": step,
+            "schema_sha256": digest,
+            "deviations": deviations,
+        },
+    )
 
 
 def gate_output(
@@ -146,32 +163,51 @@ def gate_output(
     else:
         declared, digest = _tool_output_schema(log, step_tool)
     if declared is None:
-        deviations = [Deviation(
-            pointer="", kind="no_output_declaration",
-            expected=f"an output declaration for step {step!r}",
-            actual_type="invalid_json" if truncated else _json_type_of(raw))]
+        deviations = [
+            Deviation(
+                pointer="",
+                kind="no_output_declaration",
+                expected=f"an output declaration for step {step!r}",
+                actual_type="invalid_json" if truncated else _json_type_of(raw),
+            )
+        ]
     elif truncated is not None:
         deviations = [truncated_deviation(truncated)]
     else:
         deviations = check(declared, raw, schema_sha256=digest)
     extra = {} if truncated is None else {"checked_truncated": truncated}
-    return _record(plane, plan_id, raw, declared, actor=actor, fields={
-        "gate": "output", "tool": tool,
-        "tool_version": step_tool.tool_version if step_tool is not None else None,
-        "step": step, "schema_sha256": digest, "deviations": deviations, **extra})
+    return _record(
+        plane,
+        plan_id,
+        raw,
+        declared,
+        actor=actor,
+        fields={
+            "gate": "output",
+            "tool": tool,
+            "tool_version": step_tool.tool_version if step_tool is not None else None,
+            "step": step,
+            "schema_sha256": digest,
+            "deviations": deviations,
+            **extra,
+        },
+    )
 
 
 def truncated_deviation(truncated: Truncation) -> Deviation:
     """The output gate's deviation for a truncated output: not JSON (``invalid_json``,
     as for any output that is no JSON document), saying where it was cut."""
-    return Deviation(pointer="", kind="wrong_type", actual_type="invalid_json",
-                     expected=f"a JSON document (the output was truncated at "
-                              f"{truncated.kept} bytes of {truncated.size}, over its cap "
-                              "`max_output_bytes`; a truncated output is never parsed)")
+    return Deviation(
+        pointer="",
+        kind="wrong_type",
+        actual_type="invalid_json",
+        expected=f"a JSON document (the output was truncated at "
+        f"{truncated.kept} bytes of {truncated.size}, over its cap "
+        "`max_output_bytes`; a truncated output is never parsed)",
+    )
 
 
-def _tool_output_schema(log: Authority, step_tool: StepState | None
-                        ) -> tuple[Any, str | None]:
+def _tool_output_schema(log: Authority, step_tool: StepState | None) -> tuple[Any, str | None]:
     if step_tool is None:
         return None, None
     spec = log.tool_version(step_tool.tool, step_tool.tool_version)
@@ -182,33 +218,41 @@ def _tool_output_schema(log: Authority, step_tool: StepState | None
     return spec.output_schema, spec.output_schema_sha256
 
 
-def _record(plane: Plane, plan_id: str, raw: bytes, schema: Any, *, actor: str,
-            fields: dict[str, Any]) -> GateOutcome:
+def _record(
+    plane: Plane, plan_id: str, raw: bytes, schema: Any, *, actor: str, fields: dict[str, Any]
+) -> GateOutcome:
     verdict: Literal["pass", "fail"] = "fail" if fields["deviations"] else "pass"
     decided: dict[str, Any] = {}
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = require_plan(state, plan_id)
         if doc.phase != "execute":
-            raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}: gate "
-                                 "checks happen only in Execute")
+            raise CommandRefused(
+                f"plan {plan_id} is in {doc.phase.capitalize()}: gate checks happen only in Execute"
+            )
         config = doc.global_config
         attempt, iteration = doc.attempt, doc.iteration
-        checked = GateChecked(plan_id=plan_id, verdict=verdict, attempt=attempt,
-                              iteration=iteration, strict_mode=config.strict_mode,
-                              checked_sha256=_sha256_hex(raw), **fields)
+        checked = GateChecked(
+            plan_id=plan_id,
+            verdict=verdict,
+            attempt=attempt,
+            iteration=iteration,
+            strict_mode=config.strict_mode,
+            checked_sha256=_sha256_hex(raw),
+            **fields,
+        )
         routed, events = _route(checked, config, len(fields["deviations"]))
         decided.update(check=checked, routed=routed)
         return [checked, *events]
 
     blobs = [raw] if schema is None else [raw, canonical_json(schema)]
-    events = plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=blobs,
-                       caused_by_first=True)
+    events = plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=blobs, caused_by_first=True)
     return GateOutcome(decided["check"], decided["routed"], events)
 
 
-def _route(checked: GateChecked, config: GlobalConfig,
-           count: int) -> tuple[Routed | None, list[EventPayload]]:
+def _route(
+    checked: GateChecked, config: GlobalConfig, count: int
+) -> tuple[Routed | None, list[EventPayload]]:
     if checked.verdict == "pass":
         return None, []
     plan_id, attempt, iteration = checked.plan_id, checked.attempt, checked.iteration
@@ -217,20 +261,39 @@ def _route(checked: GateChecked, config: GlobalConfig,
     if config.strict_mode:
         return "compensation", [
             CompensationRequested(plan_id=plan_id, reason=reason),
-            PlanHalted(plan_id=plan_id, halt_type="blocker", final_decision="blocker",
-                       raw_halt_type="structural_deviation", reason=reason + " (strict_mode)",
-                       phase="execute", attempt=attempt, terminal=True),
+            PlanHalted(
+                plan_id=plan_id,
+                halt_type="blocker",
+                final_decision="blocker",
+                raw_halt_type="structural_deviation",
+                reason=reason + " (strict_mode)",
+                phase="execute",
+                attempt=attempt,
+                terminal=True,
+            ),
         ]
-    failed = AttemptFailed(plan_id=plan_id, attempt=attempt, iteration=iteration,
-                           failure_class="model_behavior", reason=reason)
+    failed = AttemptFailed(
+        plan_id=plan_id,
+        attempt=attempt,
+        iteration=iteration,
+        failure_class="model_behavior",
+        reason=reason,
+    )
     if iteration < config.max_iterations:
         return "retry", [failed]
-    return "halted", [failed, PlanHalted(
-        plan_id=plan_id, halt_type="blocker", final_decision="blocker",
-        raw_halt_type="max_iterations",
-        reason=f"{reason}; iteration {iteration} of max_iterations "
-               f"{config.max_iterations}", phase="execute", attempt=attempt,
-        terminal=True)]
+    return "halted", [
+        failed,
+        PlanHalted(
+            plan_id=plan_id,
+            halt_type="blocker",
+            final_decision="blocker",
+            raw_halt_type="max_iterations",
+            reason=f"{reason}; iteration {iteration} of max_iterations {config.max_iterations}",
+            phase="execute",
+            attempt=attempt,
+            terminal=True,
+        ),
+    ]
 
 
 def _sha256_hex(data: bytes) -> str:

@@ -78,8 +78,7 @@ def _now() -> datetime:
 # -- the failure loop ---------------------------------------------------------------------
 
 
-def after_blocker(plan: PlanState, reason: str, run_id: str | None = None
-                  ) -> list[EventPayload]:
+def after_blocker(plan: PlanState, reason: str, run_id: str | None = None) -> list[EventPayload]:
     """What a failed validation leads to, once it is counted (seed 000, steps 2-6):
     within ``retry_limit`` fix-then-revalidate cycles after a strategy's first failure,
     nothing more (the agent fixes, then re-validates); past them a strategy revision
@@ -90,40 +89,63 @@ def after_blocker(plan: PlanState, reason: str, run_id: str | None = None
     if failed <= config.retry_limit:
         return []
     if plan.revisions_used < config.max_strategy_revisions:
-        return [StrategyRevisionRequested(
-            plan_id=plan.plan_id, revision=plan.revision + 1, failed_attempts=failed,
-            reason=f"{failed} failed validations (retry limit {config.retry_limit}): "
-                   f"{reason}")]
-    why = (f"{failed} failed validations (retry limit {config.retry_limit}) and strategy "
-           f"revisions ({config.max_strategy_revisions}) exhausted: {reason}")
+        return [
+            StrategyRevisionRequested(
+                plan_id=plan.plan_id,
+                revision=plan.revision + 1,
+                failed_attempts=failed,
+                reason=f"{failed} failed validations (retry limit {config.retry_limit}): {reason}",
+            )
+        ]
+    why = (
+        f"{failed} failed validations (retry limit {config.retry_limit}) and strategy "
+        f"revisions ({config.max_strategy_revisions}) exhausted: {reason}"
+    )
     escalated = escalation(plan, why)
-    return [escalated, PlanHalted(
-        plan_id=plan.plan_id, halt_type="escalate", final_decision="escalate",
-        raw_halt_type="escalated", reason=why, hint=authorize_hint(escalated.decision_id),
-        phase="execute", attempt=plan.attempt, result_refs=[run_id] if run_id else [])]
+    return [
+        escalated,
+        PlanHalted(
+            plan_id=plan.plan_id,
+            halt_type="escalate",
+            final_decision="escalate",
+            raw_halt_type="escalated",
+            reason=why,
+            hint=authorize_hint(escalated.decision_id),
+            phase="execute",
+            attempt=plan.attempt,
+            result_refs=[run_id] if run_id else [],
+        ),
+    ]
 
 
 def escalation(plan: PlanState, reason: str) -> Escalated:
     """A pending decision for a human (a fresh decision id, the options)."""
-    return Escalated(plan_id=plan.plan_id, decision_id=str(ULID()),
-                     options=DECISION_OPTIONS, reason=reason, revision=plan.revision,
-                     attempt=plan.attempt)
+    return Escalated(
+        plan_id=plan.plan_id,
+        decision_id=str(ULID()),
+        options=DECISION_OPTIONS,
+        reason=reason,
+        revision=plan.revision,
+        attempt=plan.attempt,
+    )
 
 
 def authorize_hint(decision_id: str) -> str:
-    return (f"human: evidence authorize {decision_id} --key FILE (--revise TEXT | "
-            "--abandon)")
+    return f"human: evidence authorize {decision_id} --key FILE (--revise TEXT | --abandon)"
 
 
 def require_no_pending_decision(doc: PlanState, plan_id: str) -> None:
     pending = doc.pending_decision
     if pending is not None:
-        raise CommandRefused(f"plan {plan_id} awaits a human decision: evidence authorize "
-                             f"{pending.decision_id} --key FILE (--revise TEXT | --abandon)")
+        raise CommandRefused(
+            f"plan {plan_id} awaits a human decision: evidence authorize "
+            f"{pending.decision_id} --key FILE (--revise TEXT | --abandon)"
+        )
 
 
-def record_fix(plane: Plane, plan_id: str, note: str, *, diff: bytes | None = None,
-               actor: str = "agent") -> PlanState:
+def record_fix(
+    plane: Plane, plan_id: str, note: str, *, diff: bytes | None = None, actor: str = "agent"
+) -> PlanState:
     """The agent's fix before it re-validates (the diff, if any, goes to the blob store)."""
     if not note.strip():
         raise CommandRefused("--note is empty")
@@ -132,10 +154,17 @@ def record_fix(plane: Plane, plan_id: str, note: str, *, diff: bytes | None = No
         doc = require_plan(state, plan_id)
         require_no_pending_decision(doc, plan_id)
         if doc.phase != "execute":
-            raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}: fixes "
-                                 "are recorded in Execute")
-        return [FixRecorded(plan_id=plan_id, attempt=doc.attempt, note=note,
-                            diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None)]
+            raise CommandRefused(
+                f"plan {plan_id} is in {doc.phase.capitalize()}: fixes are recorded in Execute"
+            )
+        return [
+            FixRecorded(
+                plan_id=plan_id,
+                attempt=doc.attempt,
+                note=note,
+                diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None,
+            )
+        ]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[diff] if diff else [])
     return plane.state(f"plan:{plan_id}").existing(PlanState)
@@ -146,23 +175,37 @@ def record_fix(plane: Plane, plan_id: str, note: str, *, diff: bytes | None = No
 
 def results_digest(results: list[ValidationResultRecorded]) -> str:
     """SHA-256 over what the verdicts were made of: a token binds to this (INV1)."""
-    return hashlib.sha256(canonical_json(sorted(
-        ([r.attachment_id, r.validation, r.mode, r.verdict, r.cause, r.raw_output_sha256]
-         for r in results), key=lambda row: row[0]))).hexdigest()
+    return hashlib.sha256(
+        canonical_json(
+            sorted(
+                (
+                    [r.attachment_id, r.validation, r.mode, r.verdict, r.cause, r.raw_output_sha256]
+                    for r in results
+                ),
+                key=lambda row: row[0],
+            )
+        )
+    ).hexdigest()
 
 
-def token_for_pass(plane: Plane, plan: PlanState, run_id: str,
-                   results_digest: str) -> tuple[str, TokenMinted]:
+def token_for_pass(
+    plane: Plane, plan: PlanState, run_id: str, results_digest: str
+) -> tuple[str, TokenMinted]:
     """Mint a token for a passing run: the string for the agent, the event for the log."""
     key = load_or_create_plane_key(plane.store.url)
     issued = _now()
     claims: dict[str, Any] = {
-        "token_id": str(ULID()), "plan_id": plan.plan_id, "attempt": plan.attempt,
-        "results_digest": results_digest, "issued_at": rfc3339(issued),
-        "expires_at": rfc3339(issued + TOKEN_TTL)}
+        "token_id": str(ULID()),
+        "plan_id": plan.plan_id,
+        "attempt": plan.attempt,
+        "results_digest": results_digest,
+        "issued_at": rfc3339(issued),
+        "expires_at": rfc3339(issued + TOKEN_TTL),
+    }
     token = mint_token(key, **claims)
-    return token, TokenMinted(token_sha256=token_digest(token), run_id=run_id,
-                              signature=token_signature(token), **claims)
+    return token, TokenMinted(
+        token_sha256=token_digest(token), run_id=run_id, signature=token_signature(token), **claims
+    )
 
 
 Progress = Callable[[str], None]  # told each step of Apply: "changes_recorded", ...
@@ -172,8 +215,9 @@ def _silent(_step: str) -> None:
     pass
 
 
-def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
-               progress: Progress = _silent) -> PlanState:
+def apply_plan(
+    plane: Plane, plan_id: str, token: str, *, actor: str = "agent", progress: Progress = _silent
+) -> PlanState:
     """Apply with a valid token: its signature, plan, attempt, results and expiry, single
     use, and — from the log, in the deciding transaction — the run it was minted from
     (INV1): every required member of the binding set passed, with its evidence present.
@@ -197,32 +241,42 @@ def apply_plan(plane: Plane, plan_id: str, token: str, *, actor: str = "agent",
         doc = require_plan(state, plan_id)
         held = doc.token
         if held is None or held.token_id != claims.token_id:
-            raise CommandRefused("token refused: it is not the token this plan's last "
-                                 "passing run minted")
+            raise CommandRefused(
+                "token refused: it is not the token this plan's last passing run minted"
+            )
         if held.status == "consumed":
             raise CommandRefused("token refused: it was already used (tokens are single-use)")
         if held.status != "minted":
-            raise CommandRefused("token refused: the plan moved on since it was minted (a "
-                                 "new run, fix, tool call, halt or decision); re-validate")
+            raise CommandRefused(
+                "token refused: the plan moved on since it was minted (a "
+                "new run, fix, tool call, halt or decision); re-validate"
+            )
         if doc.phase != "execute" or doc.last_outcome != "pass":
             raise CommandRefused(f"plan {plan_id} is not at a passing end of Execute")
         assert state.log is not None
-        problem = passing_run_problem(state.log, doc, claims.attempt, claims.results_digest,
-                                      held.run_id)
+        problem = passing_run_problem(
+            state.log, doc, claims.attempt, claims.results_digest, held.run_id
+        )
         if problem is not None:
             raise CommandRefused(f"token refused: {problem}")
-        return [TokenConsumed(plan_id=plan_id, token_id=claims.token_id),
-                ChangesRecorded(plan_id=plan_id, token_id=claims.token_id,
-                                changes_sha256=hashlib.sha256(diff).hexdigest(),
-                                changes=changes)]
+        return [
+            TokenConsumed(plan_id=plan_id, token_id=claims.token_id),
+            ChangesRecorded(
+                plan_id=plan_id,
+                token_id=claims.token_id,
+                changes_sha256=hashlib.sha256(diff).hexdigest(),
+                changes=changes,
+            ),
+        ]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by_first=True, blobs=[diff])
     progress("changes_recorded")
     return complete_apply(plane, plan_id, actor=actor, progress=progress)
 
 
-def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
-                   progress: Progress = _silent) -> PlanState:
+def complete_apply(
+    plane: Plane, plan_id: str, *, actor: str = "agent", progress: Progress = _silent
+) -> PlanState:
     """Finish an Apply whose change set is recorded: write each file that does not
     already match (from the blob store), then record ``plan.applied`` — once. A plan
     already applied is returned as it is."""
@@ -234,21 +288,26 @@ def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
         return doc
     applying = doc.applying
     if applying is None:
-        raise CommandRefused(f"plan {plan_id} has no Apply under way (evidence apply "
-                             f"{plan_id} --token TOKEN)")
-    recorded = next(e.payload for e in reversed(plane.store.read_stream(stream))
-                    if isinstance(e.payload, ChangesRecorded))
+        raise CommandRefused(
+            f"plan {plan_id} has no Apply under way (evidence apply {plan_id} --token TOKEN)"
+        )
+    recorded = next(
+        e.payload
+        for e in reversed(plane.store.read_stream(stream))
+        if isinstance(e.payload, ChangesRecorded)
+    )
     blob = plane.store.get_blob(recorded.changes_sha256)
     if blob is None:
-        raise CommandRefused(f"cannot finish Apply: its change set (blob "
-                             f"{recorded.changes_sha256}) is missing; `evidence verify` "
-                             "names it")
+        raise CommandRefused(
+            f"cannot finish Apply: its change set (blob "
+            f"{recorded.changes_sha256}) is missing; `evidence verify` "
+            "names it"
+        )
     try:
         contents = change_contents(bytes(blob))
         files = [(change, contents[change.sha256]) for change in recorded.changes]
     except (ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
-        raise CommandRefused(f"cannot finish Apply: its change set is damaged ({exc})"
-                             ) from None
+        raise CommandRefused(f"cannot finish Apply: its change set is damaged ({exc})") from None
     for change, data in files:
         write_change(change, data)
         progress("file_written")
@@ -259,25 +318,32 @@ def complete_apply(plane: Plane, plan_id: str, *, actor: str = "agent",
         now = plan.applying if plan is not None else None
         if now is None or now.token_id != recorded.token_id:
             return []  # another process finished it first: applied once
-        return [PlanApplied(plan_id=plan_id, token_id=recorded.token_id,
-                            changed_paths=[f"{c.resource}/{c.path}"
-                                           for c in recorded.changes])]
+        return [
+            PlanApplied(
+                plan_id=plan_id,
+                token_id=recorded.token_id,
+                changed_paths=[f"{c.resource}/{c.path}" for c in recorded.changes],
+            )
+        ]
 
     plane.run(stream, decide, actor=actor)
     return plane.state(stream).existing(PlanState)
 
 
-def passing_run_problem(log: Authority, plan: PlanState, attempt: int, digest: str,
-                        run_id: str) -> str | None:
+def passing_run_problem(
+    log: Authority, plan: PlanState, attempt: int, digest: str, run_id: str
+) -> str | None:
     """Why the run a token names is no ground for Apply (None when it is): it must be the
     plan's last run, at the token's attempt, its results digest the token's, a verdict
     ``passed`` for every required member of the binding set (at least one, unless the
     plan opted out), and every raw output it was judged on still in the blob store."""
     if plan.last_run != run_id or plan.attempt != attempt:
         return "it was not minted from the plan's last run at its current attempt"
-    results = [e.payload for e in log.source.read_stream(f"plan:{plan.plan_id}")
-               if isinstance(e.payload, ValidationResultRecorded)
-               and e.payload.run_id == run_id]
+    results = [
+        e.payload
+        for e in log.source.read_stream(f"plan:{plan.plan_id}")
+        if isinstance(e.payload, ValidationResultRecorded) and e.payload.run_id == run_id
+    ]
     if results_digest(results) != digest:
         return "the run's recorded results do not hash to the token's results digest"
     passed = {r.attachment_id for r in results if r.verdict is True and r.cause is None}
@@ -297,8 +363,9 @@ def passing_run_problem(log: Authority, plan: PlanState, attempt: int, digest: s
 # -- approver keys ------------------------------------------------------------------------
 
 
-def add_approver_key(plane: Plane, name: str, public_key_file: Path, *,
-                     actor: str = "operator") -> ApproverState:
+def add_approver_key(
+    plane: Plane, name: str, public_key_file: Path, *, actor: str = "operator"
+) -> ApproverState:
     check_identifier(name, "approver name")
     try:
         public = load_public_key(public_key_file)
@@ -312,24 +379,33 @@ def add_approver_key(plane: Plane, name: str, public_key_file: Path, *,
         assert state.log is not None
         known = state.log.approver_keys().get(print_)
         if known is not None:
-            raise CommandRefused(f"key {print_[:16]}… is already registered for "
-                                 f"{known.name!r}")
+            raise CommandRefused(f"key {print_[:16]}… is already registered for {known.name!r}")
         encoded = public_key_b64(public)
-        return [ApproverKeyAdded(name=name, public_key=encoded, fingerprint=print_,
-                                 endorsement=sign_record(
-                                     plane_key, approver_record(name, encoded, print_),
-                                     domain="approver"))]
+        return [
+            ApproverKeyAdded(
+                name=name,
+                public_key=encoded,
+                fingerprint=print_,
+                endorsement=sign_record(
+                    plane_key, approver_record(name, encoded, print_), domain="approver"
+                ),
+            )
+        ]
 
     plane.run(f"approver:{name}", decide, actor=actor)
     return plane.state(f"approver:{name}").existing(ApproverState)
 
 
-def revoke_approver(plane: Plane, name: str, *, reason: str = "",
-                    actor: str = "operator") -> ApproverState:
+def revoke_approver(
+    plane: Plane, name: str, *, reason: str = "", actor: str = "operator"
+) -> ApproverState:
     def decide(state: StreamState) -> list[ApproverKeyRevoked]:
         doc = state.of(ApproverState)
-        active = [fp for fp, key in (doc.keys if doc is not None else {}).items()
-                  if key.status == "active"]
+        active = [
+            fp
+            for fp, key in (doc.keys if doc is not None else {}).items()
+            if key.status == "active"
+        ]
         if not active:
             raise CommandRefused(f"approver {name!r} has no active key")
         return [ApproverKeyRevoked(name=name, fingerprint=fp, reason=reason) for fp in active]
@@ -352,14 +428,28 @@ class Pending:
 def pending_decisions(plane: Plane) -> list[Pending]:
     """Every pending escalation (a query: from the plans read model)."""
     plane.projections.catch_up()
-    return [Pending(d.plan_id, d.pending_decision.decision_id,
-                    d.pending_decision.options, d.pending_decision.reason)
-            for d in plane.projections.documents("plans") if d and d.pending_decision]
+    return [
+        Pending(
+            d.plan_id,
+            d.pending_decision.decision_id,
+            d.pending_decision.options,
+            d.pending_decision.reason,
+        )
+        for d in plane.projections.documents("plans")
+        if d and d.pending_decision
+    ]
 
 
-def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
-              guidance: str | None = None, reason: str | None = None,
-              actor: str = "human") -> DecisionRecorded:
+def authorize(
+    plane: Plane,
+    decision_id: str,
+    key_file: Path,
+    *,
+    choice: str,
+    guidance: str | None = None,
+    reason: str | None = None,
+    actor: str = "human",
+) -> DecisionRecorded:
     """Sign and record a decision on a pending escalation — and on nothing else. The
     signature covers the decision, its plan, the escalation's leaf hash, the choice,
     the guidance and the reason; the plane verifies it against the approver key in
@@ -374,19 +464,31 @@ def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
         raise CommandRefused(str(exc)) from None
     print_ = fingerprint(private.public_key())
     found = next(
-        ((e, e.payload) for e in plane.store.read_all(types=[Escalated.type_name()])
-         if isinstance(e.payload, Escalated) and e.payload.decision_id == decision_id),
-        None)
+        (
+            (e, e.payload)
+            for e in plane.store.read_all(types=[Escalated.type_name()])
+            if isinstance(e.payload, Escalated) and e.payload.decision_id == decision_id
+        ),
+        None,
+    )
     if found is None:
         raise CommandRefused(
             f"no pending escalation {decision_id!r}: only a pending escalation can be "
-            "decided (a blocker is never overridable; a decided escalation stays decided)")
+            "decided (a blocker is never overridable; a decided escalation stays decided)"
+        )
     escalation_event, escalated = found
     plan_id = escalated.plan_id
     signed_at = rfc3339(_now())
     kept_guidance = guidance if choice == "revise" else None
-    record = decision_record(decision_id, plan_id, choice, kept_guidance,
-                             escalation_event.leaf_hash.hex(), signed_at, reason)
+    record = decision_record(
+        decision_id,
+        plan_id,
+        choice,
+        kept_guidance,
+        escalation_event.leaf_hash.hex(),
+        signed_at,
+        reason,
+    )
     signature = sign_record(private, record, domain="decision")
 
     def decide(state: StreamState) -> list[DecisionRecorded]:
@@ -396,20 +498,29 @@ def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
             raise CommandRefused(
                 f"no pending escalation {decision_id!r}: only a pending escalation can be "
                 "decided (a blocker is never overridable; a decided escalation stays "
-                "decided)")
+                "decided)"
+            )
         require_plan(state, plan_id)
         assert state.log is not None
         key = state.log.approver_keys().get(print_)
         if key is None:
-            raise CommandRefused("this key belongs to no registered approver (evidence keys "
-                                 "add NAME PUBKEY_FILE)")
+            raise CommandRefused(
+                "this key belongs to no registered approver (evidence keys add NAME PUBKEY_FILE)"
+            )
         if key.status != "active":
             raise CommandRefused(f"the key of approver {key.name!r} was revoked")
         decided = DecisionRecorded(
-            plan_id=plan_id, decision_id=decision_id, choice=choice,  # type: ignore[arg-type]
-            guidance=kept_guidance, reason=reason, escalation_hash=record["escalation_hash"],
-            signed_at=signed_at, approver=key.name, key_fingerprint=print_,
-            signature=signature)
+            plan_id=plan_id,
+            decision_id=decision_id,
+            choice=choice,  # type: ignore[arg-type]
+            guidance=kept_guidance,
+            reason=reason,
+            escalation_hash=record["escalation_hash"],
+            signed_at=signed_at,
+            approver=key.name,
+            key_fingerprint=print_,
+            signature=signature,
+        )
         # The plane checks the signature as an auditor would, before it records it.
         problem = decision_problem(decided, escalation_event.leaf_hash, key)
         if problem is not None:
@@ -419,6 +530,5 @@ def authorize(plane: Plane, decision_id: str, key_file: Path, *, choice: str,
 
     done: dict[str, DecisionRecorded] = {}
     known = plane.log().approver_keys().get(print_)
-    plane.run(f"plan:{plan_id}", decide,
-              actor=f"{actor}:{known.name if known else print_[:16]}")
+    plane.run(f"plan:{plan_id}", decide, actor=f"{actor}:{known.name if known else print_[:16]}")
     return done["event"]

@@ -15,13 +15,15 @@ def require_plan(state: StreamState, plan_id: str) -> PlanState:
     if doc is None:
         raise CommandRefused(f"unknown plan {plan_id!r}")
     if doc.terminal is not None:
-        raise CommandRefused(f"plan {plan_id} has ended ({doc.terminal}): nothing more "
-                             "can be recorded for it")
+        raise CommandRefused(
+            f"plan {plan_id} has ended ({doc.terminal}): nothing more can be recorded for it"
+        )
     return doc
 
 
-def record_strategy(plane: Plane, plan_id: str, strategy: str, *,
-                    actor: str = "system") -> PlanState:
+def record_strategy(
+    plane: Plane, plan_id: str, strategy: str, *, actor: str = "system"
+) -> PlanState:
     """Record (or replace) the strategy of the current revision, in Strategize."""
     if not strategy.strip():
         raise CommandRefused("--strategy is empty")
@@ -29,10 +31,11 @@ def record_strategy(plane: Plane, plan_id: str, strategy: str, *,
     def decide(state: StreamState) -> list[StrategyRecorded]:
         doc = require_plan(state, plan_id)
         if doc.phase != "strategize":
-            raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}: a "
-                                 "strategy is recorded in Strategize")
-        return [StrategyRecorded(plan_id=plan_id, revision=doc.revision,
-                                 strategy=strategy)]
+            raise CommandRefused(
+                f"plan {plan_id} is in {doc.phase.capitalize()}: a "
+                "strategy is recorded in Strategize"
+            )
+        return [StrategyRecorded(plan_id=plan_id, revision=doc.revision, strategy=strategy)]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
     return plane.state(f"plan:{plan_id}").existing(PlanState)
@@ -46,11 +49,12 @@ def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanS
     def decide(state: StreamState) -> list[ExecuteEntered]:
         doc = require_plan(state, plan_id)
         if doc.phase != "strategize":
-            raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}, not "
-                                 "Strategize")
+            raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}, not Strategize")
         if not doc.strategy:
-            raise CommandRefused(f"plan {plan_id} has no strategy: record one with "
-                                 f"`evidence plan strategize {plan_id} --strategy TEXT`")
+            raise CommandRefused(
+                f"plan {plan_id} has no strategy: record one with "
+                f"`evidence plan strategize {plan_id} --strategy TEXT`"
+            )
         assert state.log is not None
         binding = pin_binding(doc.binding, state.log.applicable(doc))
         return [ExecuteEntered(plan_id=plan_id, revision=doc.revision, binding=binding)]

@@ -121,8 +121,9 @@ def _yaml_line(text: str, loc: tuple[Any, ...]) -> int | None:
             if match is None:
                 break
             line, node = match[0].start_mark.line + 1, match[1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(
-                node.value):
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
             node = node.value[part]
             line = node.start_mark.line + 1
         else:

@@ -49,8 +49,14 @@ def create_plan(
     def decide(state: StreamState) -> list[PlanCreated]:
         if state.exists:
             raise CommandRefused(f"plan {plan_id!r} already exists")
-        return [PlanCreated(plan_id=plan_id, project=project, resources=list(resources),
-                            global_config=global_config)]
+        return [
+            PlanCreated(
+                plan_id=plan_id,
+                project=project,
+                resources=list(resources),
+                global_config=global_config,
+            )
+        ]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
     return plane.state(f"plan:{plan_id}").existing(PlanState)

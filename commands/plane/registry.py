@@ -81,8 +81,17 @@ JSON = Any
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 
 
-_NON_JSON_TYPES = (bytes, bytearray, memoryview, datetime.datetime, datetime.date,
-                   datetime.time, datetime.timedelta, decimal.Decimal, uuid.UUID)
+_NON_JSON_TYPES = (
+    bytes,
+    bytearray,
+    memoryview,
+    datetime.datetime,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    decimal.Decimal,
+    uuid.UUID,
+)
 _PYTHON_TARGET = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _PLACEHOLDER = re.compile(r"[A-Za-z_]\w*")
 
@@ -167,8 +176,9 @@ def _parse(raw: Any, cls: type[SpecT], what: str) -> SpecT:
         # as they are (to_builtins would turn a date into a string) so they are refused.
         raw = msgspec.to_builtins(raw, builtin_types=_NON_JSON_TYPES)
     if not isinstance(raw, Mapping):
-        raise CommandRefused(f"a {what} definition must be a mapping of keys to values, "
-                             f"not {json_type_phrase(raw)}")
+        raise CommandRefused(
+            f"a {what} definition must be a mapping of keys to values, not {json_type_phrase(raw)}"
+        )
     try:
         return msgspec.convert(dict(raw), cls, strict=True)
     except msgspec.ValidationError as exc:
@@ -209,8 +219,11 @@ class Registered(msgspec.Struct, kw_only=True, frozen=True):
 def _schema_fields(which: str, schema: JSON) -> dict[str, JSON]:
     """declared_<which>_schema, <which>_schema (closed) and its sha256, or all None."""
     if schema is None:
-        return {f"declared_{which}_schema": None, f"{which}_schema": None,
-                f"{which}_schema_sha256": None}
+        return {
+            f"declared_{which}_schema": None,
+            f"{which}_schema": None,
+            f"{which}_schema_sha256": None,
+        }
     try:
         prepared = prepare_schema(schema)
     except InvalidSchemaError as exc:
@@ -219,8 +232,11 @@ def _schema_fields(which: str, schema: JSON) -> dict[str, JSON]:
 
 
 def _prepared_fields(which: str, prepared: PreparedSchema) -> dict[str, JSON]:
-    return {f"declared_{which}_schema": prepared.declared, f"{which}_schema": prepared.normalised,
-            f"{which}_schema_sha256": prepared.sha256}
+    return {
+        f"declared_{which}_schema": prepared.declared,
+        f"{which}_schema": prepared.normalised,
+        f"{which}_schema_sha256": prepared.sha256,
+    }
 
 
 @functools.cache
@@ -232,8 +248,9 @@ def _timeout_ms(seconds: float | None) -> int | None:
     if seconds is None:
         return None
     if not math.isfinite(seconds) or seconds > MAX_TIMEOUT_S:
-        raise CommandRefused(f"key `timeout`: must be a number of seconds from 0.001 to "
-                             f"{MAX_TIMEOUT_S} (a week)")
+        raise CommandRefused(
+            f"key `timeout`: must be a number of seconds from 0.001 to {MAX_TIMEOUT_S} (a week)"
+        )
     millis = round(seconds * 1000)
     if millis < 1:
         raise CommandRefused("key `timeout`: must be at least 0.001 seconds")
@@ -261,14 +278,18 @@ def _check_command(argv: list[str] | None) -> list[str] | None:
         try:
             parts = list(string.Formatter().parse(arg))
         except ValueError as exc:
-            raise CommandRefused(f"key `command[{index}]`: bad template {arg!r} ({exc}; "
-                                 "write {{ and }} for literal braces)") from None
+            raise CommandRefused(
+                f"key `command[{index}]`: bad template {arg!r} ({exc}; "
+                "write {{ and }} for literal braces)"
+            ) from None
         for _, field, spec, conversion in parts:
             if field is None:
                 continue
             if not _PLACEHOLDER.fullmatch(field) or spec or conversion:
-                raise CommandRefused(f"key `command[{index}]`: {arg!r} has a placeholder that "
-                                     "is not a plain {name}")
+                raise CommandRefused(
+                    f"key `command[{index}]`: {arg!r} has a placeholder that "
+                    "is not a plain {name}"
+                )
     return list(argv)
 
 
@@ -296,8 +317,9 @@ def _max_output_bytes(value: int | None) -> dict[str, int]:
     if value is None:
         return {}
     if not 1 <= value <= MAX_SAFE_INTEGER:
-        raise CommandRefused("key `max_output_bytes`: must be a whole number of bytes from 1 "
-                             "to 2^53 - 1")
+        raise CommandRefused(
+            "key `max_output_bytes`: must be a whole number of bytes from 1 to 2^53 - 1"
+        )
     return {"max_output_bytes": value}
 
 
@@ -343,24 +365,32 @@ def _refuse_other_kind(state: StreamState, name: str, kind: str) -> None:
         )
 
 
-def _registered(plane: Plane, kind: Literal["tool", "validation"], name: str,
-                recorded: list[RecordedEvent], seen: StreamState) -> Registered:
+def _registered(
+    plane: Plane,
+    kind: Literal["tool", "validation"],
+    name: str,
+    recorded: list[RecordedEvent],
+    seen: StreamState,
+) -> Registered:
     """Report the version this call appended or found identical (not whatever is latest
     by the time we read: another writer may have registered a newer one meanwhile)."""
     # What this call appended: a tool.registered or a validation.registered (its subclass).
     appended = recorded[-1].payload if recorded else None
-    version = (appended.version if isinstance(appended, ToolRegistered)
-               else seen.existing(ToolState).version)
+    version = (
+        appended.version
+        if isinstance(appended, ToolRegistered)
+        else seen.existing(ToolState).version
+    )
     view = get_tool(plane, name, version=version)
-    return Registered(kind=kind, name=name, version=version, changed=bool(recorded),
-                      document=view)
+    return Registered(kind=kind, name=name, version=version, changed=bool(recorded), document=view)
 
 
 # -- tools -----------------------------------------------------------------------------
 
 
-def register_tool(plane: Plane, spec: ToolSpec | Mapping[str, Any], *,
-                  actor: str = "system") -> Registered:
+def register_tool(
+    plane: Plane, spec: ToolSpec | Mapping[str, Any], *, actor: str = "system"
+) -> Registered:
     """Register a tool, or its next version if it changed; identical appends nothing."""
     parsed = parse_tool_spec(spec)
     name = check_identifier(parsed.name, "tool name")
@@ -369,8 +399,11 @@ def register_tool(plane: Plane, spec: ToolSpec | Mapping[str, Any], *,
         raise CommandRefused("a tool runs one way: `command` or `mcp_server`, not both")
     fields.update(_schema_fields("input", parsed.input_schema))
     fields.update(_schema_fields("output", parsed.output_schema))
-    fields.update(resource_slots=_check_slots(parsed.resource_slots),
-                  timeout_ms=_timeout_ms(parsed.timeout), writes=parsed.writes)
+    fields.update(
+        resource_slots=_check_slots(parsed.resource_slots),
+        timeout_ms=_timeout_ms(parsed.timeout),
+        writes=parsed.writes,
+    )
 
     seen: list[StreamState] = []  # the state of the last decision
 
@@ -398,13 +431,15 @@ def _tool_document(plane: Plane, name: str, what: str) -> ToolState:
     return found[0]
 
 
-def list_tools(plane: Plane, *, kind: Literal["tool", "validation"] | None = None
-               ) -> list[Document]:
+def list_tools(
+    plane: Plane, *, kind: Literal["tool", "validation"] | None = None
+) -> list[Document]:
     """Every entry of the tool namespace (validations are tools), or one kind of them."""
     plane.projections.catch_up()
     where = () if kind is None else (lambda t: t.c.kind == kind,)
-    return [_view(doc, None) for doc in plane.projections.documents("tools", *where)
-            if doc is not None]
+    return [
+        _view(doc, None) for doc in plane.projections.documents("tools", *where) if doc is not None
+    ]
 
 
 def _view(doc: ToolState, version: int | None) -> Document:
@@ -413,17 +448,24 @@ def _view(doc: ToolState, version: int | None) -> Document:
     wanted = latest if version is None else version
     spec = doc.versions.get(str(wanted))
     if spec is None:
-        raise CommandRefused(f"{doc.kind} {doc.name!r} has no version {wanted} "
-                             f"(versions 1 to {latest})")
-    return {"name": doc.name, "kind": doc.kind, "version": wanted,
-            "latest_version": latest, "spec": to_json(spec)}
+        raise CommandRefused(
+            f"{doc.kind} {doc.name!r} has no version {wanted} (versions 1 to {latest})"
+        )
+    return {
+        "name": doc.name,
+        "kind": doc.kind,
+        "version": wanted,
+        "latest_version": latest,
+        "spec": to_json(spec),
+    }
 
 
 # -- validations -----------------------------------------------------------------------
 
 
-def register_validation(plane: Plane, spec: ValidationSpec | Mapping[str, Any], *,
-                        actor: str = "system") -> Registered:
+def register_validation(
+    plane: Plane, spec: ValidationSpec | Mapping[str, Any], *, actor: str = "system"
+) -> Registered:
     """Register a validation (read-only, fixed mode, one executor), or its next version."""
     parsed = parse_validation_spec(spec)
     name = check_identifier(parsed.name, "validation name")
@@ -434,23 +476,35 @@ def register_validation(plane: Plane, spec: ValidationSpec | Mapping[str, Any], 
             "returns {passed, message?, data?}"
         )
     if parsed.mcp_server is not None or parsed.mcp_tool_name is not None:
-        raise CommandRefused(f"validation {name!r}: a validation runs by `command`, `python` "
-                             "or `wraps`, not by an MCP server")
+        raise CommandRefused(
+            f"validation {name!r}: a validation runs by `command`, `python` "
+            "or `wraps`, not by an MCP server"
+        )
     executor = _executor(name, parsed)
     fields = _common_fields(parsed)
     fields.update(_prepared_fields("output", _result_schema()))
-    fields.update(mode=parsed.mode, executor=executor, python=parsed.python,
-                  writes=False, checkpointable=False, read_only=True)
+    fields.update(
+        mode=parsed.mode,
+        executor=executor,
+        python=parsed.python,
+        writes=False,
+        checkpointable=False,
+        read_only=True,
+    )
     if executor == "wrapped":
         _refuse_redefinition(name, parsed)
         fields["transform"] = compile_transform(parsed.transform or "")
     else:
         if parsed.transform is not None:
-            raise CommandRefused(f"validation {name!r}: key `transform` needs `wraps` "
-                                 "(it interprets the wrapped tool's output)")
+            raise CommandRefused(
+                f"validation {name!r}: key `transform` needs `wraps` "
+                "(it interprets the wrapped tool's output)"
+            )
         fields.update(_schema_fields("input", _or(parsed.input_schema, None)))
-        fields.update(resource_slots=_check_slots(_or(parsed.resource_slots, [])),
-                      timeout_ms=_timeout_ms(_or(parsed.timeout, None)))
+        fields.update(
+            resource_slots=_check_slots(_or(parsed.resource_slots, [])),
+            timeout_ms=_timeout_ms(_or(parsed.timeout, None)),
+        )
 
     seen: list[StreamState] = []  # the state of the last decision
 
@@ -458,8 +512,9 @@ def register_validation(plane: Plane, spec: ValidationSpec | Mapping[str, Any], 
         seen.append(state)
         _refuse_other_kind(state, name, "validation")
         inherited = _inherit(state, name, parsed.wraps) if parsed.wraps else {}
-        payload = ValidationRegistered(name=name, version=_next_version(state), **fields,
-                                       **inherited)
+        payload = ValidationRegistered(
+            name=name, version=_next_version(state), **fields, **inherited
+        )
         return [] if _unchanged(state, payload) else [payload]
 
     recorded = plane.run(f"tool:{name}", decide, actor=actor)
@@ -470,24 +525,31 @@ def _check_read_only(name: str, spec: ValidationSpec) -> None:
     """Seed 000: validations are always writes false, checkpointable false, read_only
     true. A file may restate those values; any other is refused, never overridden."""
     if spec.writes:
-        raise CommandRefused(f"validation {name!r}: `writes: true` is not allowed: a "
-                             "validation is always read-only")
+        raise CommandRefused(
+            f"validation {name!r}: `writes: true` is not allowed: a validation is always read-only"
+        )
     if spec.checkpointable:
-        raise CommandRefused(f"validation {name!r}: `checkpointable: true` is not allowed: "
-                             "a validation is read-only and never checkpointable")
+        raise CommandRefused(
+            f"validation {name!r}: `checkpointable: true` is not allowed: "
+            "a validation is read-only and never checkpointable"
+        )
     if not spec.read_only:
-        raise CommandRefused(f"validation {name!r}: `read_only: false` is not allowed: a "
-                             "validation is always read-only")
+        raise CommandRefused(
+            f"validation {name!r}: `read_only: false` is not allowed: a "
+            "validation is always read-only"
+        )
 
 
 def _executor(name: str, spec: ValidationSpec) -> Literal["command", "python", "wrapped"]:
     given = [key for key in ("command", "python", "wraps") if getattr(spec, key) is not None]
     if len(given) != 1:
         found = " and ".join(f"`{k}`" for k in given) if given else "none"
-        raise CommandRefused(f"validation {name!r} needs exactly one executor: `command`, "
-                             f"`python` or `wraps` (found {found})")
+        raise CommandRefused(
+            f"validation {name!r} needs exactly one executor: `command`, "
+            f"`python` or `wraps` (found {found})"
+        )
     if spec.python is not None and not _PYTHON_TARGET.fullmatch(spec.python):
-        raise CommandRefused(f"key `python`: {spec.python!r} is not \"module:function\"")
+        raise CommandRefused(f'key `python`: {spec.python!r} is not "module:function"')
     if spec.wraps is not None:
         check_identifier(spec.wraps, "wrapped tool name")
     return {"command": "command", "python": "python", "wraps": "wrapped"}[given[0]]  # type: ignore[return-value]
@@ -495,8 +557,11 @@ def _executor(name: str, spec: ValidationSpec) -> Literal["command", "python", "
 
 def _refuse_redefinition(name: str, spec: ValidationSpec) -> None:
     """A wrapper inherits these from the wrapped tool and may not redefine them."""
-    redefined = [key for key in ("input_schema", "resource_slots", "timeout")
-                 if getattr(spec, key) is not msgspec.UNSET]
+    redefined = [
+        key
+        for key in ("input_schema", "resource_slots", "timeout")
+        if getattr(spec, key) is not msgspec.UNSET
+    ]
     if redefined:
         keys = ", ".join(f"`{k}`" for k in redefined)
         raise CommandRefused(
@@ -504,8 +569,10 @@ def _refuse_redefinition(name: str, spec: ValidationSpec) -> None:
             f"resource_slots and timeout from it: remove {keys}"
         )
     if spec.transform is None:
-        raise CommandRefused(f"validation {name!r}: `wraps` needs a `transform` that maps "
-                             "the tool's output to {passed, message?, data?}")
+        raise CommandRefused(
+            f"validation {name!r}: `wraps` needs a `transform` that maps "
+            "the tool's output to {passed, message?, data?}"
+        )
 
 
 def _inherit(state: StreamState, name: str, target: str) -> dict[str, JSON]:
@@ -514,15 +581,19 @@ def _inherit(state: StreamState, name: str, target: str) -> dict[str, JSON]:
     assert state.log is not None
     doc = state.log.tool(target)
     if doc is None:
-        raise CommandRefused(f"validation {name!r} wraps unknown tool {target!r} "
-                             "(register the tool first)")
+        raise CommandRefused(
+            f"validation {name!r} wraps unknown tool {target!r} (register the tool first)"
+        )
     if doc.kind != "tool":
-        raise CommandRefused(f"validation {name!r} wraps {target!r}, which is a validation: "
-                             "`wraps` must name a tool")
+        raise CommandRefused(
+            f"validation {name!r} wraps {target!r}, which is a validation: `wraps` must name a tool"
+        )
     spec = doc.spec
     if spec.writes:
-        raise CommandRefused(f"validation {name!r} cannot wrap {target!r}: that tool writes "
-                             "(`writes: true`) and a validation is read-only")
+        raise CommandRefused(
+            f"validation {name!r} cannot wrap {target!r}: that tool writes "
+            "(`writes: true`) and a validation is read-only"
+        )
     return {
         "wraps": target,
         "wraps_version": doc.version,
@@ -552,8 +623,9 @@ def list_validations(plane: Plane) -> list[Document]:
 # -- skills ----------------------------------------------------------------------------
 
 
-def define_skill(plane: Plane, spec: SkillSpec | Mapping[str, Any], *,
-                 actor: str = "system") -> Registered:
+def define_skill(
+    plane: Plane, spec: SkillSpec | Mapping[str, Any], *, actor: str = "system"
+) -> Registered:
     """Define a skill, or its next version if it changed; identical appends nothing.
 
     Being in a skill makes a tool or validation callable by the skill's users; it never
@@ -574,22 +646,33 @@ def define_skill(plane: Plane, spec: SkillSpec | Mapping[str, Any], *,
         assert state.log is not None
         unknown = [m for m in parsed.members if state.log.tool(m) is None]
         if unknown:
-            raise CommandRefused(f"skill {name!r}: unknown member(s) {', '.join(unknown)} "
-                                 "(register each tool or validation first)")
+            raise CommandRefused(
+                f"skill {name!r}: unknown member(s) {', '.join(unknown)} "
+                "(register each tool or validation first)"
+            )
         doc = state.of(SkillState)
         if doc is not None and (doc.description, doc.members) == (
-                parsed.description, parsed.members):
+            parsed.description,
+            parsed.members,
+        ):
             return []
-        return [SkillDefined(name=name, version=_next_version(state),
-                             description=parsed.description, members=list(parsed.members))]
+        return [
+            SkillDefined(
+                name=name,
+                version=_next_version(state),
+                description=parsed.description,
+                members=list(parsed.members),
+            )
+        ]
 
     recorded = plane.run(f"skill:{name}", decide, actor=actor)
     # The document this call produced or found identical (a skill keeps no old versions).
     before = seen[-1].of(SkillState)
     doc = fold_skill(before, recorded[-1].payload) if recorded else before
     assert doc is not None
-    return Registered(kind="skill", name=name, version=doc.version, changed=bool(recorded),
-                      document=to_json(doc))
+    return Registered(
+        kind="skill", name=name, version=doc.version, changed=bool(recorded), document=to_json(doc)
+    )
 
 
 def get_skill(plane: Plane, name: str) -> SkillState:

@@ -126,7 +126,7 @@ REQUEST_SCHEMA: dict[str, Any] = {
                 "reason": _text(),
                 "status": {
                     "description": "Google-compatible enum. Use 'provided' only with evidence; "
-                                   "use 'not_run' only with reason and no evidence.",
+                    "use 'not_run' only with reason and no evidence.",
                     "enum": ["provided", "not_run"],
                     "type": "string",
                 },
@@ -135,8 +135,14 @@ REQUEST_SCHEMA: dict[str, Any] = {
             "type": "object",
         },
     },
-    "required": ["acceptanceCriteria", "background", "changeSummary", "objective", "scope",
-                 "verification"],
+    "required": [
+        "acceptanceCriteria",
+        "background",
+        "changeSummary",
+        "objective",
+        "scope",
+        "verification",
+    ],
     "type": "object",
 }
 
@@ -153,10 +159,15 @@ CANDIDATE_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {
         "schema_version": {"const": CANDIDATE_VERSION},
-        "findings": {"items": {"additionalProperties": False,
-                               "properties": _FINDING_PROPERTIES,
-                               "required": _FINDING_FIELDS, "type": "object"},
-                     "type": "array"},
+        "findings": {
+            "items": {
+                "additionalProperties": False,
+                "properties": _FINDING_PROPERTIES,
+                "required": _FINDING_FIELDS,
+                "type": "object",
+            },
+            "type": "array",
+        },
         "verified": _texts(),
         "limitations": _texts(),
     },
@@ -172,27 +183,42 @@ ACCOUNTING_SCHEMA: dict[str, Any] = {
         "validation_accounting": {
             "additionalProperties": False,
             "properties": {
-                "source_findings": {"items": {
-                    "additionalProperties": False,
-                    "properties": {"id": _ID, **_FINDING_PROPERTIES},
-                    "required": ["id", *_FINDING_FIELDS], "type": "object"},
-                    "type": "array"},
-                "decisions": {"items": {
-                    "additionalProperties": False,
-                    "properties": {"finding": _ID,
-                                   "decision": {"enum": ["include", "exclude"],
-                                                "type": "string"},
-                                   "group": _ID,
-                                   "rationale": {"minLength": 1, "type": "string"}},
-                    "required": ["finding", "decision", "rationale"], "type": "object"},
-                    "type": "array"},
-                "groups": {"items": {
-                    "additionalProperties": False,
-                    "properties": {"id": _ID,
-                                   "members": {"items": _ID, "minItems": 1, "type": "array"},
-                                   "rationale": {"minLength": 1, "type": "string"}},
-                    "required": ["id", "members"], "type": "object"},
-                    "type": "array"},
+                "source_findings": {
+                    "items": {
+                        "additionalProperties": False,
+                        "properties": {"id": _ID, **_FINDING_PROPERTIES},
+                        "required": ["id", *_FINDING_FIELDS],
+                        "type": "object",
+                    },
+                    "type": "array",
+                },
+                "decisions": {
+                    "items": {
+                        "additionalProperties": False,
+                        "properties": {
+                            "finding": _ID,
+                            "decision": {"enum": ["include", "exclude"], "type": "string"},
+                            "group": _ID,
+                            "rationale": {"minLength": 1, "type": "string"},
+                        },
+                        "required": ["finding", "decision", "rationale"],
+                        "type": "object",
+                    },
+                    "type": "array",
+                },
+                "groups": {
+                    "items": {
+                        "additionalProperties": False,
+                        "properties": {
+                            "id": _ID,
+                            "members": {"items": _ID, "minItems": 1, "type": "array"},
+                            "rationale": {"minLength": 1, "type": "string"},
+                        },
+                        "required": ["id", "members"],
+                        "type": "object",
+                    },
+                    "type": "array",
+                },
             },
             "required": ["source_findings", "decisions", "groups"],
             "type": "object",
@@ -235,8 +261,7 @@ class ReviewRequestInvalid(CommandRefused):
     def __init__(self, violations: Sequence[Violation]) -> None:
         self.violations = list(violations)
         listed = "; ".join(str(v) for v in self.violations)
-        super().__init__(f"invalid review request ({len(self.violations)} violation(s)): "
-                         f"{listed}")
+        super().__init__(f"invalid review request ({len(self.violations)} violation(s)): {listed}")
 
 
 class ReportVerificationError(LedgerError):
@@ -245,8 +270,9 @@ class ReportVerificationError(LedgerError):
     def __init__(self, task_id: str, expected: str, actual: str | None) -> None:
         self.task_id, self.expected, self.actual = task_id, expected, actual
         found = f"the stored bytes hash to {actual}" if actual else "the report blob is missing"
-        super().__init__(f"review {task_id}: report fails verification: committed sha256 "
-                         f"{expected}, {found}")
+        super().__init__(
+            f"review {task_id}: report fails verification: committed sha256 {expected}, {found}"
+        )
 
 
 def _from_deviation(d: Deviation) -> Violation:
@@ -302,18 +328,25 @@ def normalize_request(data: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
     value, violations = _decode(data)
     if isinstance(value, dict) and "prompt" in value:
         # A legacy call: the new contract is not a superset of it, so say how to move.
-        raise ReviewRequestInvalid([Violation(
-            "/prompt", "legacy {prompt} requests are no longer accepted: split the prompt "
-            f"into the structured request, e.g. {NEW_SHAPE_EXAMPLE}")])
+        raise ReviewRequestInvalid(
+            [
+                Violation(
+                    "/prompt",
+                    "legacy {prompt} requests are no longer accepted: split the prompt "
+                    f"into the structured request, e.g. {NEW_SHAPE_EXAMPLE}",
+                )
+            ]
+        )
     value = _trimmed(value)
     violations += _schema_violations(REQUEST_SCHEMA, value)
     violations += _verification_violations(value)
     if violations:
-        raise ReviewRequestInvalid(sorted(set(violations), key=lambda v: (v.pointer,
-                                                                           v.message)))
+        raise ReviewRequestInvalid(sorted(set(violations), key=lambda v: (v.pointer, v.message)))
     verification = value["verification"]
-    normalised_verification: dict[str, Any] = {"status": verification["status"],
-                                              "evidence": verification.get("evidence", [])}
+    normalised_verification: dict[str, Any] = {
+        "status": verification["status"],
+        "evidence": verification.get("evidence", []),
+    }
     if "reason" in verification:
         normalised_verification["reason"] = verification["reason"]
     return {
@@ -341,21 +374,28 @@ def _verification_violations(request: Any) -> list[Violation]:
     found: list[Violation] = []
     if status == "provided":
         if not has_evidence:
-            found.append(Violation("/verification/evidence",
-                                   "status provided needs non-empty evidence"))
+            found.append(
+                Violation("/verification/evidence", "status provided needs non-empty evidence")
+            )
         if has_reason:
             found.append(Violation("/verification/reason", "status provided forbids reason"))
     elif status == "not_run":
         if not has_reason:
             found.append(Violation("/verification/reason", "status not_run needs a reason"))
         if has_evidence:
-            found.append(Violation("/verification/evidence",
-                                   "status not_run forbids non-empty evidence"))
+            found.append(
+                Violation("/verification/evidence", "status not_run forbids non-empty evidence")
+            )
     return found
 
 
-def start_review(plane: Plane, request: bytes | str | Mapping[str, Any], *,
-                 plan_id: str | None = None, actor: str = "system") -> str:
+def start_review(
+    plane: Plane,
+    request: bytes | str | Mapping[str, Any],
+    *,
+    plan_id: str | None = None,
+    actor: str = "system",
+) -> str:
     """Record a valid request; the returned task id is the receipt (already committed)."""
     normalised = normalize_request(request)
     if plan_id is not None:
@@ -363,9 +403,12 @@ def start_review(plane: Plane, request: bytes | str | Mapping[str, Any], *,
         if plane.projections.document("plans", plan_id) is None:
             raise CommandRefused(f"unknown plan {plan_id!r}")
     task_id = str(ULID())
-    started = ReviewStarted(task_id=task_id, plan_id=plan_id, request=normalised,
-                            request_sha256=hashlib.sha256(canonical_json(normalised))
-                            .hexdigest())
+    started = ReviewStarted(
+        task_id=task_id,
+        plan_id=plan_id,
+        request=normalised,
+        request_sha256=hashlib.sha256(canonical_json(normalised)).hexdigest(),
+    )
 
     def decide(state: StreamState) -> list[EventPayload]:
         if state.exists:  # a fresh ULID: cannot happen, but never overwrite a review
@@ -398,8 +441,13 @@ class Submission:
     errors: list[str]
 
     def to_json(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "label": self.label, "valid": self.valid,
-                "findings": self.finding_ids, "errors": self.errors}
+        return {
+            "task_id": self.task_id,
+            "label": self.label,
+            "valid": self.valid,
+            "findings": self.finding_ids,
+            "errors": self.errors,
+        }
 
 
 def _require_review(state: StreamState, task_id: str) -> ReviewState:
@@ -409,43 +457,66 @@ def _require_review(state: StreamState, task_id: str) -> ReviewState:
     return doc
 
 
-def submit_candidate(plane: Plane, task_id: str, report: bytes | str | Mapping[str, Any], *,
-                     reviewer: str, actor: str | None = None) -> Submission:
+def submit_candidate(
+    plane: Plane,
+    task_id: str,
+    report: bytes | str | Mapping[str, Any],
+    *,
+    reviewer: str,
+    actor: str | None = None,
+) -> Submission:
     """Record a candidate report under the next label; an invalid one as a limitation."""
     reviewer = reviewer.strip()
     if not reviewer:
         raise CommandRefused("--reviewer must not be empty")
     value, problems = _decode(report)
     value = _trimmed(value)
-    violations = problems + ([] if problems and value is None
-                             else _schema_violations(CANDIDATE_SCHEMA, value))
+    violations = problems + (
+        [] if problems and value is None else _schema_violations(CANDIDATE_SCHEMA, value)
+    )
     errors = [str(v) for v in sorted(set(violations), key=lambda v: (v.pointer, v.message))]
     made: dict[str, Submission] = {}
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = _require_review(state, task_id)
         if doc.status != "started":
-            raise CommandRefused(f"review {task_id} is {doc.status}: candidate reports "
-                                 "are accepted only before accounting")
+            raise CommandRefused(
+                f"review {task_id} is {doc.status}: candidate reports "
+                "are accepted only before accounting"
+            )
         if any(c.reviewer == reviewer for c in doc.candidates.values()):
-            raise CommandRefused(f"reviewer {reviewer!r} already submitted to review "
-                                 f"{task_id}")
+            raise CommandRefused(f"reviewer {reviewer!r} already submitted to review {task_id}")
         label = label_for(len(doc.candidates))
         if errors:
             # Not dropped: the reviewer's failure is itself evidence about the review.
             event = ReviewCandidateSubmitted(
-                task_id=task_id, label=label, reviewer=reviewer, valid=False, errors=errors,
-                limitations=[f"a candidate report failed the {CANDIDATE_VERSION} schema "
-                             f"({len(errors)} violation(s)): {'; '.join(errors)}"])
+                task_id=task_id,
+                label=label,
+                reviewer=reviewer,
+                valid=False,
+                errors=errors,
+                limitations=[
+                    f"a candidate report failed the {CANDIDATE_VERSION} schema "
+                    f"({len(errors)} violation(s)): {'; '.join(errors)}"
+                ],
+            )
         else:
-            findings = [Finding(id=f"{label}-F{i:03d}", **{k: f[k] for k in _FINDING_FIELDS})
-                        for i, f in enumerate(value["findings"], start=1)]
+            findings = [
+                Finding(id=f"{label}-F{i:03d}", **{k: f[k] for k in _FINDING_FIELDS})
+                for i, f in enumerate(value["findings"], start=1)
+            ]
             event = ReviewCandidateSubmitted(
-                task_id=task_id, label=label, reviewer=reviewer, valid=True,
-                findings=findings, verified=value["verified"],
-                limitations=value["limitations"])
-        made["submission"] = Submission(task_id, label, not errors,
-                                        [f.id for f in event.findings], errors)
+                task_id=task_id,
+                label=label,
+                reviewer=reviewer,
+                valid=True,
+                findings=findings,
+                verified=value["verified"],
+                limitations=value["limitations"],
+            )
+        made["submission"] = Submission(
+            task_id, label, not errors, [f.id for f in event.findings], errors
+        )
         return [event]
 
     plane.run(f"review:{task_id}", decide, actor=actor or reviewer)
@@ -455,15 +526,17 @@ def submit_candidate(plane: Plane, task_id: str, report: bytes | str | Mapping[s
 def source_findings(doc: ReviewState) -> list[dict[str, Any]]:
     """Every host-numbered finding of every candidate, in label then number order: what
     the evaluator copies into ``validation_accounting.source_findings``."""
-    return [dict(f) for label in sorted(doc.candidates, key=lambda x: (len(x), x))
-            for f in to_json(doc.candidates[label])["findings"]]
+    return [
+        dict(f)
+        for label in sorted(doc.candidates, key=lambda x: (len(x), x))
+        for f in to_json(doc.candidates[label])["findings"]
+    ]
 
 
 # -- accounting ----------------------------------------------------------------------------
 
 
-def accounting_violations(accounting: Any, sources: Sequence[Mapping[str, Any]]
-                          ) -> list[Violation]:
+def accounting_violations(accounting: Any, sources: Sequence[Mapping[str, Any]]) -> list[Violation]:
     """Every rule the accounting breaks (empty when it is valid)."""
     schema = _schema_violations(ACCOUNTING_SCHEMA, accounting)
     if schema:
@@ -482,18 +555,25 @@ def accounting_violations(accounting: Any, sources: Sequence[Mapping[str, Any]]
             found.append(Violation(f"{where}/id", f"{copy['id']} is not a source finding"))
             continue
         if copy["id"] in copied:
-            found.append(Violation(f"{where}/id", f"{copy['id']} is copied twice (also at "
-                                   f"{base}/source_findings/{copied[copy['id']]})"))
+            found.append(
+                Violation(
+                    f"{where}/id",
+                    f"{copy['id']} is copied twice (also at "
+                    f"{base}/source_findings/{copied[copy['id']]})",
+                )
+            )
             continue
         copied[copy["id"]] = i
         for name in _FINDING_FIELDS:
             if copy[name] != source[name]:
-                found.append(Violation(f"{where}/{name}",
-                                       f"differs from source finding {copy['id']}"))
+                found.append(
+                    Violation(f"{where}/{name}", f"differs from source finding {copy['id']}")
+                )
     for source_id in by_id:
         if source_id not in copied:
-            found.append(Violation(f"{base}/source_findings",
-                                   f"source finding {source_id} is missing"))
+            found.append(
+                Violation(f"{base}/source_findings", f"source finding {source_id} is missing")
+            )
 
     # 2. Every source finding decided exactly once; include needs a group, exclude not.
     decided: dict[str, int] = {}
@@ -505,8 +585,12 @@ def accounting_violations(accounting: Any, sources: Sequence[Mapping[str, Any]]
         if finding not in by_id:
             found.append(Violation(f"{where}/finding", f"{finding} is not a source finding"))
         elif finding in decided:
-            found.append(Violation(f"{where}/finding", f"{finding} is decided twice (also at "
-                                   f"{base}/decisions/{decided[finding]})"))
+            found.append(
+                Violation(
+                    f"{where}/finding",
+                    f"{finding} is decided twice (also at {base}/decisions/{decided[finding]})",
+                )
+            )
             continue
         decided.setdefault(finding, i)
         group = decision.get("group")
@@ -521,8 +605,9 @@ def accounting_violations(accounting: Any, sources: Sequence[Mapping[str, Any]]
             found.append(Violation(f"{where}/group", f"exclude of {finding} forbids a group"))
     for source_id in by_id:
         if source_id not in decided:
-            found.append(Violation(f"{base}/decisions",
-                                   f"no decision for source finding {source_id}"))
+            found.append(
+                Violation(f"{base}/decisions", f"no decision for source finding {source_id}")
+            )
 
     # 3. Each group's members are exactly the findings included into it.
     seen_groups: dict[str, int] = {}
@@ -537,16 +622,28 @@ def accounting_violations(accounting: Any, sources: Sequence[Mapping[str, Any]]
         expected = included_in.get(group["id"], set())
         for j, member in enumerate(members):
             if member in member_of:
-                found.append(Violation(f"{where}/members/{j}", f"{member} is already a "
-                                       f"member of group {member_of[member]!r}"))
+                found.append(
+                    Violation(
+                        f"{where}/members/{j}",
+                        f"{member} is already a member of group {member_of[member]!r}",
+                    )
+                )
                 continue
             member_of[member] = group["id"]
             if member not in expected:
-                found.append(Violation(f"{where}/members/{j}", f"{member} is not included "
-                                       f"into group {group['id']!r} by a decision"))
+                found.append(
+                    Violation(
+                        f"{where}/members/{j}",
+                        f"{member} is not included into group {group['id']!r} by a decision",
+                    )
+                )
         for finding in sorted(expected - set(members)):
-            found.append(Violation(f"{where}/members", f"{finding} is included into group "
-                                   f"{group['id']!r} but is not a member"))
+            found.append(
+                Violation(
+                    f"{where}/members",
+                    f"{finding} is included into group {group['id']!r} but is not a member",
+                )
+            )
     return sorted(set(found), key=lambda v: (v.pointer, v.message))
 
 
@@ -560,13 +657,23 @@ class AccountingOutcome:
     report_sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "accepted": self.accepted, "attempt": self.attempt,
-                "status": self.status, "report_sha256": self.report_sha256,
-                "violations": [v.to_json() for v in self.violations]}
+        return {
+            "task_id": self.task_id,
+            "accepted": self.accepted,
+            "attempt": self.attempt,
+            "status": self.status,
+            "report_sha256": self.report_sha256,
+            "violations": [v.to_json() for v in self.violations],
+        }
 
 
-def account_review(plane: Plane, task_id: str, accounting: bytes | str | Mapping[str, Any], *,
-                   actor: str = "evaluator") -> AccountingOutcome:
+def account_review(
+    plane: Plane,
+    task_id: str,
+    accounting: bytes | str | Mapping[str, Any],
+    *,
+    actor: str = "evaluator",
+) -> AccountingOutcome:
     """Check the evaluator's accounting; commit the report or record the failed attempt."""
     value, problems = _decode(accounting)
     stream = f"review:{task_id}"
@@ -576,13 +683,15 @@ def account_review(plane: Plane, task_id: str, accounting: bytes | str | Mapping
         state = plane.state(stream)
         doc = _require_review(state, task_id)
         if doc.status not in ("started", "repair"):
-            raise CommandRefused(f"review {task_id} is {doc.status}: no accounting "
-                                 "is accepted now")
+            raise CommandRefused(f"review {task_id} is {doc.status}: no accounting is accepted now")
         if not doc.candidates:
             raise CommandRefused(f"review {task_id} has no candidate report to account for")
         attempt = doc.accounting_attempts + 1
-        violations = problems if value is None else (
-            problems + accounting_violations(value, source_findings(doc)))
+        violations = (
+            problems
+            if value is None
+            else (problems + accounting_violations(value, source_findings(doc)))
+        )
         try:
             if violations:
                 return _reject(plane, state, attempt, violations, actor)
@@ -595,16 +704,19 @@ def account_review(plane: Plane, task_id: str, accounting: bytes | str | Mapping
     raise conflict
 
 
-def _reject(plane: Plane, state: StreamState, attempt: int, violations: list[Violation],
-            actor: str) -> AccountingOutcome:
+def _reject(
+    plane: Plane, state: StreamState, attempt: int, violations: list[Violation], actor: str
+) -> AccountingOutcome:
     task_id = state.existing(ReviewState).task_id
-    events: list[EventPayload] = [ReviewAccountingRejected(
-        task_id=task_id, attempt=attempt, violations=[str(v) for v in violations])]
+    events: list[EventPayload] = [
+        ReviewAccountingRejected(
+            task_id=task_id, attempt=attempt, violations=[str(v) for v in violations]
+        )
+    ]
     status = "repair"
     plan_event: list[EventPayload] = []
     if attempt >= MAX_ACCOUNTING_ATTEMPTS:
-        reason = (f"the accounting repair attempt failed too ({len(violations)} "
-                  "violation(s))")
+        reason = f"the accounting repair attempt failed too ({len(violations)} violation(s))"
         events.append(ReviewFailed(task_id=task_id, reason=reason))
         status = "failed"
         plan_event = _plan_result(plane, state, error=reason)
@@ -612,21 +724,27 @@ def _reject(plane: Plane, state: StreamState, attempt: int, violations: list[Vio
     return AccountingOutcome(task_id, False, attempt, status, violations)
 
 
-def _commit(plane: Plane, state: StreamState, accounting: dict[str, Any], attempt: int,
-            actor: str) -> AccountingOutcome:
+def _commit(
+    plane: Plane, state: StreamState, accounting: dict[str, Any], attempt: int, actor: str
+) -> AccountingOutcome:
     doc = state.existing(ReviewState)
     task_id = doc.task_id
     report = render_report(doc.request, to_json(doc)["candidates"], accounting)
     digest = hashlib.sha256(report).hexdigest()
     counts = msgspec.json.decode(report)
     committed = ReviewReportCommitted(
-        task_id=task_id, report_sha256=digest, report_size=len(report),
-        findings=len(counts["findings"]), exclusions=len(counts["exclusions"]))
+        task_id=task_id,
+        report_sha256=digest,
+        report_size=len(report),
+        findings=len(counts["findings"]),
+        exclusions=len(counts["exclusions"]),
+    )
     events: list[EventPayload] = [
-        ReviewAccounted(task_id=task_id, attempt=attempt, accounting=accounting), committed]
+        ReviewAccounted(task_id=task_id, attempt=attempt, accounting=accounting),
+        committed,
+    ]
     plan_event = _plan_result(plane, state, committed=committed)
-    _append(plane, [(state, events), *_plan_appends(plane, state, plan_event)], [report],
-            actor)
+    _append(plane, [(state, events), *_plan_appends(plane, state, plan_event)], [report], actor)
     return AccountingOutcome(task_id, True, attempt, "completed", [], digest)
 
 
@@ -644,8 +762,10 @@ def scrub(text: str, labels: Sequence[str]) -> str:
     text = _SOURCE_ID.sub("[finding]", text)
     if labels:
         label = "(?:" + "|".join(sorted(map(re.escape, labels), key=len, reverse=True)) + ")"
-        refs = re.compile(rf"\b{_REVIEWER_WORD}\s+{label}(?P<more>(?:\s*(?:,|and|&|/|or)\s*"
-                          rf"{label})*)\b")
+        refs = re.compile(
+            rf"\b{_REVIEWER_WORD}\s+{label}(?P<more>(?:\s*(?:,|and|&|/|or)\s*"
+            rf"{label})*)\b"
+        )
 
         def replace(match: re.Match[str]) -> str:
             return "reviewers" if match["plural"] or match["more"] else "a reviewer"
@@ -662,8 +782,11 @@ def _content_key(finding: Mapping[str, Any]) -> tuple[int, bytes]:
     return _SEVERITY_RANK[finding["severity"]], canonical_json(_content(finding))
 
 
-def render_report(request: Mapping[str, Any], candidates: Mapping[str, Mapping[str, Any]],
-                  accounting: Mapping[str, Any]) -> bytes:
+def render_report(
+    request: Mapping[str, Any],
+    candidates: Mapping[str, Mapping[str, Any]],
+    accounting: Mapping[str, Any],
+) -> bytes:
     """The report's RFC 8785 bytes, from the request, the candidates and a VALID accounting.
 
     Nothing in it depends on submission order: findings appear without ids or labels,
@@ -680,18 +803,24 @@ def render_report(request: Mapping[str, Any], candidates: Mapping[str, Mapping[s
         reasons = {rationale_of[m] for m in group["members"]}
         if "rationale" in group:
             reasons.add(scrub(group["rationale"], labels))
-        merged.append({
-            "severity": members[0]["severity"],  # the most severe member
-            "summary": members[0]["summary"],
-            "reports": len(members),
-            "findings": [_content(m) for m in members],
-            "rationale": sorted(reasons),
-        })
+        merged.append(
+            {
+                "severity": members[0]["severity"],  # the most severe member
+                "summary": members[0]["summary"],
+                "reports": len(members),
+                "findings": [_content(m) for m in members],
+                "rationale": sorted(reasons),
+            }
+        )
     merged.sort(key=lambda g: (_SEVERITY_RANK[g["severity"]], canonical_json(g)))
     exclusions: list[dict[str, Any]] = sorted(
-        ({"finding": _content(sources[d["finding"]]), "rationale": rationale_of[d["finding"]]}
-         for d in body["decisions"] if d["decision"] == "exclude"),
-        key=lambda e: (_SEVERITY_RANK[e["finding"]["severity"]], canonical_json(e)))
+        (
+            {"finding": _content(sources[d["finding"]]), "rationale": rationale_of[d["finding"]]}
+            for d in body["decisions"]
+            if d["decision"] == "exclude"
+        ),
+        key=lambda e: (_SEVERITY_RANK[e["finding"]["severity"]], canonical_json(e)),
+    )
     valid = [c for c in candidates.values() if c["valid"]]
     report = {
         "format": REPORT_FORMAT,
@@ -709,9 +838,13 @@ def render_report(request: Mapping[str, Any], candidates: Mapping[str, Mapping[s
 # -- the plan link -------------------------------------------------------------------------
 
 
-def _plan_result(plane: Plane, state: StreamState, *,
-                 committed: ReviewReportCommitted | None = None,
-                 error: str | None = None) -> list[EventPayload]:
+def _plan_result(
+    plane: Plane,
+    state: StreamState,
+    *,
+    committed: ReviewReportCommitted | None = None,
+    error: str | None = None,
+) -> list[EventPayload]:
     """The informational result a linked plan gets: no verdict (advisory), its own
     run_id (the task id, never a validation run's), so no outcome counts it."""
     doc = state.existing(ReviewState)
@@ -721,33 +854,56 @@ def _plan_result(plane: Plane, state: StreamState, *,
     started_at = plane.store.read_stream(state.stream)[0].recorded_at
     ended_at = utc_now()
     duration = datetime.fromisoformat(ended_at[:-1]) - datetime.fromisoformat(started_at[:-1])
-    data: dict[str, Any] = {"review_task_id": task_id, "advisory": True,
-                            "status": "completed" if committed else "failed"}
+    data: dict[str, Any] = {
+        "review_task_id": task_id,
+        "advisory": True,
+        "status": "completed" if committed else "failed",
+    }
     if committed is not None:
-        data.update(report_sha256=committed.report_sha256, findings=committed.findings,
-                    exclusions=committed.exclusions)
-        message = (f"advisory review {task_id}: {committed.findings} finding(s), "
-                   f"{committed.exclusions} exclusion(s)")
+        data.update(
+            report_sha256=committed.report_sha256,
+            findings=committed.findings,
+            exclusions=committed.exclusions,
+        )
+        message = (
+            f"advisory review {task_id}: {committed.findings} finding(s), "
+            f"{committed.exclusions} exclusion(s)"
+        )
     else:
         message = f"advisory review {task_id} failed"
-    return [ValidationResultRecorded(
-        plan_id=doc.plan_id, run_id=task_id, attachment_id=task_id,
-        validation=VALIDATION_NAME, mode="informational", verdict=None, message=message,
-        data=data, error=error,
-        raw_output_sha256=committed.report_sha256 if committed else None,
-        started_at=started_at, ended_at=ended_at,
-        duration_ms=max(0, round(duration.total_seconds() * 1000)))]
+    return [
+        ValidationResultRecorded(
+            plan_id=doc.plan_id,
+            run_id=task_id,
+            attachment_id=task_id,
+            validation=VALIDATION_NAME,
+            mode="informational",
+            verdict=None,
+            message=message,
+            data=data,
+            error=error,
+            raw_output_sha256=committed.report_sha256 if committed else None,
+            started_at=started_at,
+            ended_at=ended_at,
+            duration_ms=max(0, round(duration.total_seconds() * 1000)),
+        )
+    ]
 
 
-def _plan_appends(plane: Plane, state: StreamState, events: list[EventPayload]
-                  ) -> list[tuple[StreamState, list[EventPayload]]]:
+def _plan_appends(
+    plane: Plane, state: StreamState, events: list[EventPayload]
+) -> list[tuple[StreamState, list[EventPayload]]]:
     if not events:
         return []
     return [(plane.state(f"plan:{state.existing(ReviewState).plan_id}"), events)]
 
 
-def _append(plane: Plane, appends: Sequence[tuple[StreamState, Sequence[EventPayload]]],
-            blobs: list[bytes], actor: str) -> None:
+def _append(
+    plane: Plane,
+    appends: Sequence[tuple[StreamState, Sequence[EventPayload]]],
+    blobs: list[bytes],
+    actor: str,
+) -> None:
     """``Plane.append`` over several streams in ONE transaction (the review's end and the
     plan's result are committed together or not at all)."""
     batch = []
@@ -773,18 +929,31 @@ def get_review(plane: Plane, task_id: str) -> ReviewState:
     return _require_review(plane.state(f"review:{task_id}"), task_id)
 
 
-def list_reviews(plane: Plane, *, plan_id: str | None = None,
-                 status: str | None = None) -> list[ReviewState]:
+def list_reviews(
+    plane: Plane, *, plan_id: str | None = None, status: str | None = None
+) -> list[ReviewState]:
     """Every review, oldest first (folded from the log: reviews have no read model)."""
-    names = [cls.type_name() for cls in (ReviewStarted, ReviewCandidateSubmitted,
-                                         ReviewAccountingRejected, ReviewAccounted,
-                                         ReviewReportCommitted, ReviewFailed)]
+    names = [
+        cls.type_name()
+        for cls in (
+            ReviewStarted,
+            ReviewCandidateSubmitted,
+            ReviewAccountingRejected,
+            ReviewAccounted,
+            ReviewReportCommitted,
+            ReviewFailed,
+        )
+    ]
     docs: dict[str, State | None] = {}
     for event in plane.store.read_all(types=names):
         docs[event.stream] = fold(event.stream, docs.get(event.stream), event.payload)
-    return [d for d in docs.values() if isinstance(d, ReviewState)
-            and (plan_id is None or d.plan_id == plan_id)
-            and (status is None or d.status == status)]
+    return [
+        d
+        for d in docs.values()
+        if isinstance(d, ReviewState)
+        and (plan_id is None or d.plan_id == plan_id)
+        and (status is None or d.status == status)
+    ]
 
 
 @dataclass
@@ -798,8 +967,12 @@ class ReviewResult:
         return msgspec.json.decode(self.report_bytes)
 
     def to_json(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "report_sha256": self.report_sha256,
-                "verified": True, "report": self.report}
+        return {
+            "task_id": self.task_id,
+            "report_sha256": self.report_sha256,
+            "verified": True,
+            "report": self.report,
+        }
 
 
 def review_result(plane: Plane, task_id: str) -> ReviewResult:
@@ -808,8 +981,7 @@ def review_result(plane: Plane, task_id: str) -> ReviewResult:
     doc = get_review(plane, task_id)
     if doc.status != "completed":
         detail = f": {doc.failure}" if doc.failure else ""
-        raise CommandRefused(f"review {task_id} has no report (status {doc.status}"
-                             f"{detail})")
+        raise CommandRefused(f"review {task_id} has no report (status {doc.status}{detail})")
     assert doc.report is not None  # a completed review has its committed report
     expected = doc.report.sha256
     data = plane.store.get_blob(expected)
@@ -820,4 +992,3 @@ def review_result(plane: Plane, task_id: str) -> ReviewResult:
     if actual != expected:
         raise ReportVerificationError(task_id, expected, actual)
     return ReviewResult(task_id, expected, data)
-

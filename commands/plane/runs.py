@@ -84,8 +84,11 @@ def _sha256(data: bytes) -> str:
 def _truncations(run: Any) -> dict[str, Truncation]:
     """The ``*_truncated`` fields of an event: only the streams that went over their cap
     (the fields are absent otherwise, so an event without truncation keeps its bytes)."""
-    return {name: found for name in ("stdout_truncated", "stderr_truncated")
-            if (found := getattr(run, name)) is not None}
+    return {
+        name: found
+        for name in ("stdout_truncated", "stderr_truncated")
+        if (found := getattr(run, name)) is not None
+    }
 
 
 def _cap_of(spec: Mapping[str, Any] | None) -> int:
@@ -101,9 +104,15 @@ Sandbox = Mapping[str, Path]  # resource -> the directory work on it happens in
 
 # What a validation called as a tool returns: its structured return, closed (seed 000).
 STRUCTURED_RETURN: dict[str, Any] = {
-    "type": "object", "required": ["passed"], "additionalProperties": False,
-    "properties": {"passed": {"type": "boolean"}, "message": {"type": "string"},
-                   "data": {"type": "object"}}}
+    "type": "object",
+    "required": ["passed"],
+    "additionalProperties": False,
+    "properties": {
+        "passed": {"type": "boolean"},
+        "message": {"type": "string"},
+        "data": {"type": "object"},
+    },
+}
 
 
 def sandbox_of(plane: Plane, plan: PlanState, sandbox: Sandbox | None = None) -> Sandbox:
@@ -125,8 +134,10 @@ def _execute_plan(state: StreamState, plan_id: str) -> PlanState:
     doc = require_plan(state, plan_id)
     require_no_pending_decision(doc, plan_id)
     if doc.phase != "execute":
-        raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}: tool calls "
-                             "and validations happen only in Execute")
+        raise CommandRefused(
+            f"plan {plan_id} is in {doc.phase.capitalize()}: tool calls "
+            "and validations happen only in Execute"
+        )
     return doc
 
 
@@ -143,8 +154,7 @@ class CallReport:
 
     @property
     def ok(self) -> bool:
-        return (self.input_gate.passed and self.output_gate is not None
-                and self.output_gate.passed)
+        return self.input_gate.passed and self.output_gate is not None and self.output_gate.passed
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -178,10 +188,16 @@ def call_tool(
         _execute_plan(found, plan_id)
     tool_doc = log.tool(tool)
     is_validation = tool_doc is not None and tool_doc.kind == "validation"
-    if recorded_output is None and tool_doc is not None and not is_validation and \
-            not tool_doc.spec.command:
-        raise CommandRefused(f"tool {tool!r} has no command to run here: record the output "
-                             "of the call you made with --record-output")
+    if (
+        recorded_output is None
+        and tool_doc is not None
+        and not is_validation
+        and not tool_doc.spec.command
+    ):
+        raise CommandRefused(
+            f"tool {tool!r} has no command to run here: record the output "
+            "of the call you made with --record-output"
+        )
     if is_validation and output_schema is None:
         output_schema = STRUCTURED_RETURN
     if recorded_output is None and tool_doc is not None:
@@ -194,8 +210,19 @@ def call_tool(
     # The sandbox as it was before the call: put back unless the call passes both gates.
     guards = [TreeGuard(copy) for copy in copies.values()]
     try:
-        _run_call(plane, plan, tool_doc, raw_params, report, recorded_output, copies,
-                  call_id=call_id, step=step, output_schema=output_schema, actor=actor)
+        _run_call(
+            plane,
+            plan,
+            tool_doc,
+            raw_params,
+            report,
+            recorded_output,
+            copies,
+            call_id=call_id,
+            step=step,
+            output_schema=output_schema,
+            actor=actor,
+        )
     finally:
         for guard in guards:
             if report.ok:
@@ -205,10 +232,20 @@ def call_tool(
     return report
 
 
-def _run_call(plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: bytes,
-              report: CallReport, recorded_output: bytes | str | Any | None,
-              copies: Sandbox, *, call_id: str, step: str, output_schema: Any,
-              actor: str) -> None:
+def _run_call(
+    plane: Plane,
+    plan: PlanState,
+    tool_doc: ToolState,
+    raw_params: bytes,
+    report: CallReport,
+    recorded_output: bytes | str | Any | None,
+    copies: Sandbox,
+    *,
+    call_id: str,
+    step: str,
+    output_schema: Any,
+    actor: str,
+) -> None:
     plan_id, tool, spec = plan.plan_id, tool_doc.name, tool_doc.spec
     started = ended = utc_now()
     exit_code: int | None = None
@@ -217,8 +254,9 @@ def _run_call(plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: by
         output, executor = as_bytes(recorded_output), "recorded"
     elif tool_doc.kind == "validation":
         # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
-        output, started, ended, streams = _call_validation(plane, plan, tool_doc, raw_params,
-                                                           copies)
+        output, started, ended, streams = _call_validation(
+            plane, plan, tool_doc, raw_params, copies
+        )
         executor = "validation"
     else:
         try:
@@ -226,14 +264,22 @@ def _run_call(plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: by
         except ArgvError as exc:
             raise CommandRefused(f"cannot build the command line of {tool!r}: {exc}") from None
         timeout = spec.timeout_ms / 1000 if spec.timeout_ms else DEFAULT_TIMEOUT_S
-        result = run_command(argv, cwd=workdir_of(plan, copies), timeout_s=timeout,
-                             max_output_bytes=_cap_of(to_json(spec)))
+        result = run_command(
+            argv,
+            cwd=workdir_of(plan, copies),
+            timeout_s=timeout,
+            max_output_bytes=_cap_of(to_json(spec)),
+        )
         if result.missing_program is not None:
             report.halt = record_halt(
-                plane, plan_id, "program_missing",
-                f"tool {tool!r} could not be invoked: {result.missing_program!r} was not "
-                "found", hint=f"install `{result.missing_program}` where the plan runs "
-                "(it is not on PATH), then re-run unchanged", actor=actor)
+                plane,
+                plan_id,
+                "program_missing",
+                f"tool {tool!r} could not be invoked: {result.missing_program!r} was not found",
+                hint=f"install `{result.missing_program}` where the plan runs "
+                "(it is not on PATH), then re-run unchanged",
+                actor=actor,
+            )
             return
         # A stdout over the cap is its kept bytes, never parsed: the gate finds no JSON.
         output, _value = tool_output(result)
@@ -241,11 +287,21 @@ def _run_call(plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: by
         started, ended = result.started_at, result.ended_at
         streams = _truncations(result)
     called = ToolCalled(
-        plan_id=plan_id, call_id=call_id, tool=tool, tool_version=tool_doc.version,
-        step=step, attempt=plan.attempt, executor=executor,  # type: ignore[arg-type]
-        params_sha256=_sha256(raw_params), output_sha256=_sha256(output),
-        exit_code=exit_code, started_at=started, ended_at=ended,
-        duration_ms=_duration_ms(started, ended), **streams)
+        plan_id=plan_id,
+        call_id=call_id,
+        tool=tool,
+        tool_version=tool_doc.version,
+        step=step,
+        attempt=plan.attempt,
+        executor=executor,  # type: ignore[arg-type]
+        params_sha256=_sha256(raw_params),
+        output_sha256=_sha256(output),
+        exit_code=exit_code,
+        started_at=started,
+        ended_at=ended,
+        duration_ms=_duration_ms(started, ended),
+        **streams,
+    )
 
     def decide(state: StreamState) -> list[EventPayload]:
         _execute_plan(state, plan_id)
@@ -256,28 +312,35 @@ def _run_call(plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: by
     # Only a command tool's output can be a truncated stdout (a validation called as a
     # tool gives the plane's own encoding of its result).
     truncated = streams.get("stdout_truncated") if executor == "command" else None
-    report.output_gate = gate_output(plane, plan_id, step, output, schema=output_schema,
-                                     actor=actor, truncated=truncated)
+    report.output_gate = gate_output(
+        plane, plan_id, step, output, schema=output_schema, actor=actor, truncated=truncated
+    )
 
 
-def _call_validation(plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: bytes,
-                     copies: Sandbox) -> tuple[bytes, str, str, dict[str, Truncation]]:
+def _call_validation(
+    plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: bytes, copies: Sandbox
+) -> tuple[bytes, str, str, dict[str, Truncation]]:
     """A validation called as a tool: its structured return (what the output gate
     checks), or, with no verdict, what went wrong (which fails that gate)."""
     spec = tool_doc.spec
     wraps = given(spec.wraps)
-    wrapped = (plane.log().tool_version(wraps, given(spec.wraps_version)) if wraps else None)
+    wrapped = plane.log().tool_version(wraps, given(spec.wraps_version)) if wraps else None
     resource = next((r for r in plan.resources if r in copies), plan.resources[0])
     # The runner reads a program's definition as its plain document.
-    run = run_validation(to_json(spec), msgspec.json.decode(raw_params), resource,
-                         workdir=copies.get(resource),
-                         wrapped_tool=to_json(wrapped) if wrapped is not None else None)
+    run = run_validation(
+        to_json(spec),
+        msgspec.json.decode(raw_params),
+        resource,
+        workdir=copies.get(resource),
+        wrapped_tool=to_json(wrapped) if wrapped is not None else None,
+    )
     if run.verdict is None:
         value: dict[str, Any] = {"cause": run.cause, "error": run.error}
     else:
         value = {"passed": run.verdict}
-        value.update({k: v for k, v in (("message", run.message), ("data", run.data))
-                      if v is not None})
+        value.update(
+            {k: v for k, v in (("message", run.message), ("data", run.data)) if v is not None}
+        )
     return msgspec.json.encode(value), run.started_at, run.ended_at, _truncations(run)
 
 
@@ -299,27 +362,49 @@ class ValidationReport:
 
     @property
     def informational_failures(self) -> list[str]:
-        return sorted({r.validation for r in self.results
-                       if r.mode == "informational" and r.verdict is not True})
+        return sorted(
+            {
+                r.validation
+                for r in self.results
+                if r.mode == "informational" and r.verdict is not True
+            }
+        )
 
     def to_json(self) -> dict[str, Any]:
         who, then = NEXT_ACTION[self.outcome]
         scopes = {r.attachment_id: r.scope for r in self.resolved}
         return {
-            "plan_id": self.plan_id, "run_id": self.run_id, "attempt": self.attempt,
-            "outcome": self.outcome, "raw_halt_type": self.raw_halt_type,
-            "reason": self.reason, "who_acts": who, "next_action": then,
+            "plan_id": self.plan_id,
+            "run_id": self.run_id,
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "raw_halt_type": self.raw_halt_type,
+            "reason": self.reason,
+            "who_acts": who,
+            "next_action": then,
             "rules_version": RULES_VERSION,
             "token": self.token,
-            "escalation": next(({"decision_id": e.payload.decision_id,
-                                 "options": e.payload.options} for e in self.events
-                                if isinstance(e.payload, Escalated)), None),
-            "strategy_revision": next((e.payload.revision for e in self.events
-                                       if isinstance(e.payload, StrategyRevisionRequested)),
-                                      None),
+            "escalation": next(
+                (
+                    {"decision_id": e.payload.decision_id, "options": e.payload.options}
+                    for e in self.events
+                    if isinstance(e.payload, Escalated)
+                ),
+                None,
+            ),
+            "strategy_revision": next(
+                (
+                    e.payload.revision
+                    for e in self.events
+                    if isinstance(e.payload, StrategyRevisionRequested)
+                ),
+                None,
+            ),
             "informational_failures": self.informational_failures,
-            "results": [{**msgspec.to_builtins(r), "scope": scopes.get(r.attachment_id)}
-                        for r in self.results],
+            "results": [
+                {**msgspec.to_builtins(r), "scope": scopes.get(r.attachment_id)}
+                for r in self.results
+            ],
         }
 
 
@@ -328,9 +413,14 @@ def binding_of(plan: PlanState) -> list[ResolvedAttachment]:
     return list(plan.binding)
 
 
-def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
-                  max_workers: int = MAX_PARALLEL,
-                  sandbox: Sandbox | None = None) -> ValidationReport:
+def validate_plan(
+    plane: Plane,
+    plan_id: str,
+    *,
+    actor: str = "plane",
+    max_workers: int = MAX_PARALLEL,
+    sandbox: Sandbox | None = None,
+) -> ValidationReport:
     """Run the plan's pinned binding set and classify the outcome."""
     log = plane.log()
     plan = _validatable(log.state(f"plan:{plan_id}"), plan_id)
@@ -347,9 +437,16 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
         doc = _validatable(state, plan_id)
         if doc.binding != plan.binding:
             raise CommandRefused(f"plan {plan_id} moved on meanwhile; validate again")
-        return [ValidationRunStarted(plan_id=plan_id, run_id=run_id, attempt=doc.attempt,
-                                     revision=doc.revision, resolved=binding,
-                                     resource_digests=digests)]
+        return [
+            ValidationRunStarted(
+                plan_id=plan_id,
+                run_id=run_id,
+                attempt=doc.attempt,
+                revision=doc.revision,
+                resolved=binding,
+                resource_digests=digests,
+            )
+        ]
 
     # Durable before anything runs: the pinned set is what the run will be judged on.
     plane.run(f"plan:{plan_id}", start, actor=actor)
@@ -359,8 +456,9 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
     guards = [(r, TreeGuard(d)) for r, d in directories.items()]
     guards += [(r, TreeGuard(Path(r))) for r in directories]
     try:
-        runs = run_parallel([_job(log, r, directories.get(r.resource)) for r in binding],
-                            max_workers=max_workers)
+        runs = run_parallel(
+            [_job(log, r, directories.get(r.resource)) for r in binding], max_workers=max_workers
+        )
     finally:
         reached: dict[str, list[str]] = {}
         for resource, guard in guards:
@@ -368,68 +466,107 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
     for i, attachment in enumerate(binding):
         if reached.get(attachment.resource):  # a write reached the original: restored
             runs[i] = msgspec.structs.replace(
-                runs[i], verdict=None, cause="read_only_violation", message=None,
-                data=None, changed_paths=reached[attachment.resource],
+                runs[i],
+                verdict=None,
+                cause="read_only_violation",
+                message=None,
+                data=None,
+                changed_paths=reached[attachment.resource],
                 error="the original resource changed during the run; it was restored "
-                      "from the snapshot taken before")
+                "from the snapshot taken before",
+            )
     results = [
         ValidationResultRecorded(
-            plan_id=plan_id, run_id=run_id, attachment_id=r.attachment_id,
-            validation=r.validation, mode=r.mode, verdict=run.verdict, message=run.message,
-            data=run.data, cause=run.cause, error=run.error,
+            plan_id=plan_id,
+            run_id=run_id,
+            attachment_id=r.attachment_id,
+            validation=r.validation,
+            mode=r.mode,
+            verdict=run.verdict,
+            message=run.message,
+            data=run.data,
+            cause=run.cause,
+            error=run.error,
             changed_paths=run.changed_paths,
             raw_output_sha256=_sha256(run.raw_output) if run.raw_output is not None else None,
-            started_at=run.started_at, ended_at=run.ended_at, duration_ms=run.duration_ms,
-            **_truncations(run))
+            started_at=run.started_at,
+            ended_at=run.ended_at,
+            duration_ms=run.duration_ms,
+            **_truncations(run),
+        )
         for r, run in zip(binding, runs, strict=True)
     ]
-    outcome, raw, reason = classify((msgspec.to_builtins(r) for r in results),
-                                    require_validation=require)
-    report = ValidationReport(plan_id, run_id, attempt, outcome, raw, reason, binding,
-                              results)
+    outcome, raw, reason = classify(
+        (msgspec.to_builtins(r) for r in results), require_validation=require
+    )
+    report = ValidationReport(plan_id, run_id, attempt, outcome, raw, reason, binding, results)
     completed = ValidationRunCompleted(
-        plan_id=plan_id, run_id=run_id, attempt=attempt, outcome=outcome,
-        rules_version=RULES_VERSION, results_digest=results_digest(results),
+        plan_id=plan_id,
+        run_id=run_id,
+        attempt=attempt,
+        outcome=outcome,
+        rules_version=RULES_VERSION,
+        results_digest=results_digest(results),
         informational_failures=report.informational_failures,
-        vacuous=not any(r.mode == "required" for r in results))
+        vacuous=not any(r.mode == "required" for r in results),
+    )
     minted: dict[str, str] = {}
 
     def finish(state: StreamState) -> list[EventPayload]:
         # Decided on the plan as it is now: counters move with concurrent writers.
         doc = state.existing(PlanState)
         if doc.current_run != run_id:
-            raise CommandRefused(f"validation run {run_id} of plan {plan_id} was superseded "
-                                 "by a newer run; its results are not recorded")
+            raise CommandRefused(
+                f"validation run {run_id} of plan {plan_id} was superseded "
+                "by a newer run; its results are not recorded"
+            )
         if doc.pending_decision is not None:
             return [*results, completed]  # a decision became pending: it decides first
         return [*results, completed, *after_run(doc, outcome, raw, reason, minted)]
 
-    def after_run(doc: PlanState, outcome: Outcome, raw: str, reason: str,
-                  minted: dict[str, str]) -> list[EventPayload]:
+    def after_run(
+        doc: PlanState, outcome: Outcome, raw: str, reason: str, minted: dict[str, str]
+    ) -> list[EventPayload]:
         if outcome == "pass":
             token, event = token_for_pass(plane, doc, run_id, completed.results_digest)
             minted["token"] = token
             return [event]
         who, then = NEXT_ACTION[outcome]
         halt = PlanHalted(
-            plan_id=plan_id, halt_type=outcome, final_decision=outcome,
-            raw_halt_type=raw, reason=reason, hint=f"{who}: {then}", phase="execute",
-            attempt=attempt, result_refs=[run_id])
+            plan_id=plan_id,
+            halt_type=outcome,
+            final_decision=outcome,
+            raw_halt_type=raw,
+            reason=reason,
+            hint=f"{who}: {then}",
+            phase="execute",
+            attempt=attempt,
+            result_refs=[run_id],
+        )
         if outcome != "blocker":
             return [halt]
-        failed = AttemptFailed(plan_id=plan_id, attempt=attempt, iteration=doc.iteration,
-                               failure_class="validation", reason=reason)
+        failed = AttemptFailed(
+            plan_id=plan_id,
+            attempt=attempt,
+            iteration=doc.iteration,
+            failure_class="validation",
+            reason=reason,
+        )
         loop = after_blocker(doc, reason, run_id)
         # An escalation is the run's halt (seed 001: escalate, not blocker + escalation).
-        return [failed, *loop] if any(isinstance(e, Escalated) for e in loop) \
+        return (
+            [failed, *loop]
+            if any(isinstance(e, Escalated) for e in loop)
             else [halt, failed, *loop]
+        )
 
     outputs = [run.raw_output for run in runs if run.raw_output is not None]
     report.events = plane.run(f"plan:{plan_id}", finish, actor=actor, blobs=outputs)
     if any(e.type == "plan.escalated" for e in report.events):
         report.outcome, report.raw_halt_type = "escalate", "escalated"
-        report.reason = next(e.payload.reason for e in report.events
-                             if isinstance(e.payload, Escalated))
+        report.reason = next(
+            e.payload.reason for e in report.events if isinstance(e.payload, Escalated)
+        )
     report.token = minted.get("token")
     return report
 
@@ -437,23 +574,28 @@ def validate_plan(plane: Plane, plan_id: str, *, actor: str = "plane",
 def _validatable(state: StreamState, plan_id: str) -> PlanState:
     doc = _execute_plan(state, plan_id)
     if doc.needs_fix:
-        raise CommandRefused(f"plan {plan_id}'s last validation failed: record the fix "
-                             f"before re-validating (evidence fix {plan_id} --note TEXT)")
+        raise CommandRefused(
+            f"plan {plan_id}'s last validation failed: record the fix "
+            f"before re-validating (evidence fix {plan_id} --note TEXT)"
+        )
     return doc
 
 
-def _job(log: Authority, attachment: ResolvedAttachment,
-         workdir: Path | None) -> Callable[[], ValidationRun]:
+def _job(
+    log: Authority, attachment: ResolvedAttachment, workdir: Path | None
+) -> Callable[[], ValidationRun]:
     """The pinned version of the validation (and of the tool it wraps), from the log."""
     # The runner reads a program's definition as its plain document.
     spec = to_json(log.tool_version(attachment.validation, attachment.validation_version))
-    found = (log.tool_version(attachment.wraps, attachment.wraps_version)
-             if attachment.wraps else None)
+    found = (
+        log.tool_version(attachment.wraps, attachment.wraps_version) if attachment.wraps else None
+    )
     wrapped = to_json(found) if found is not None else None
 
     def job() -> ValidationRun:
-        return run_validation(spec, attachment.args, attachment.resource, workdir=workdir,
-                              wrapped_tool=wrapped)
+        return run_validation(
+            spec, attachment.args, attachment.resource, workdir=workdir, wrapped_tool=wrapped
+        )
 
     return job
 
@@ -461,16 +603,25 @@ def _job(log: Authority, attachment: ResolvedAttachment,
 # -- halts -------------------------------------------------------------------------------
 
 
-def record_halt(plane: Plane, plan_id: str, raw_type: str, reason: str, *,
-                hint: str | None = None, terminal: bool = False,
-                actor: str = "orchestrator") -> PlanHalted:
+def record_halt(
+    plane: Plane,
+    plan_id: str,
+    raw_type: str,
+    reason: str,
+    *,
+    hint: str | None = None,
+    terminal: bool = False,
+    actor: str = "orchestrator",
+) -> PlanHalted:
     """Record a halt; its canonical value comes from the raw type (unknown: non-verdict)."""
     if not raw_type.strip() or not reason.strip():
         raise CommandRefused("a halt needs a --raw-type and a --reason")
     canonical = canonical_halt(raw_type)
     if canonical == "escalate" and terminal:
-        raise CommandRefused(f"raw type {raw_type!r} escalates to a human, who decides: an "
-                             "escalate halt cannot be terminal")
+        raise CommandRefused(
+            f"raw type {raw_type!r} escalates to a human, who decides: an "
+            "escalate halt cannot be terminal"
+        )
     halted: dict[str, PlanHalted] = {}
 
     def decide(state: StreamState) -> list[EventPayload]:
@@ -483,17 +634,22 @@ def record_halt(plane: Plane, plan_id: str, raw_type: str, reason: str, *,
             events.append(escalated)
             decision_hint = authorize_hint(escalated.decision_id)
         halted["event"] = PlanHalted(
-            plan_id=plan_id, halt_type=canonical, final_decision=canonical,
-            raw_halt_type=raw_type, reason=reason,
-            hint=hint or decision_hint
+            plan_id=plan_id,
+            halt_type=canonical,
+            final_decision=canonical,
+            raw_halt_type=raw_type,
+            reason=reason,
+            hint=hint
+            or decision_hint
             or f"{NEXT_ACTION[canonical][0]}: {NEXT_ACTION[canonical][1]}",
-            phase=doc.phase, attempt=doc.attempt, terminal=terminal)
+            phase=doc.phase,
+            attempt=doc.attempt,
+            terminal=terminal,
+        )
         return [*events, halted["event"]]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
     return halted["event"]
-
-
 
 
 def _duration_ms(started: str, ended: str) -> int:

@@ -95,8 +95,7 @@ class TokenRefused(SigningError):
 # ------------------------------------------------------------------------ signed records
 
 
-def sign_record(private_key: Ed25519PrivateKey, record: dict[str, Any], *,
-                domain: Domain) -> str:
+def sign_record(private_key: Ed25519PrivateKey, record: dict[str, Any], *, domain: Domain) -> str:
     """Base64 Ed25519 signature over the domain-separated canonical record."""
     try:
         message = _message(domain, canonical_json(record))
@@ -105,8 +104,9 @@ def sign_record(private_key: Ed25519PrivateKey, record: dict[str, Any], *,
     return base64.b64encode(private_key.sign(message)).decode("ascii")
 
 
-def verify_record(public_key: Ed25519PublicKey, record: dict[str, Any], signature_b64: str,
-                  *, domain: Domain) -> bool:
+def verify_record(
+    public_key: Ed25519PublicKey, record: dict[str, Any], signature_b64: str, *, domain: Domain
+) -> bool:
     """True only if ``signature_b64`` signs ``record`` for ``domain`` with this key.
 
     Never raises for untrusted input (bad base64, wrong length, a record with no
@@ -126,9 +126,15 @@ def verify_record(public_key: Ed25519PublicKey, record: dict[str, Any], signatur
     return _verify_raw(public_key, signature, _message(domain, payload))
 
 
-def decision_record(decision_id: str, plan_id: str, choice: str, guidance: str | None,
-                    escalation_hash: str, signed_at: str,
-                    reason: str | None = None) -> dict[str, Any]:
+def decision_record(
+    decision_id: str,
+    plan_id: str,
+    choice: str,
+    guidance: str | None,
+    escalation_hash: str,
+    signed_at: str,
+    reason: str | None = None,
+) -> dict[str, Any]:
     """The record an approver signs (domain ``decision``) to decide an escalation.
 
     ``escalation_hash`` (the RFC 9162 leaf hash of the Escalated event, which an offline
@@ -140,8 +146,12 @@ def decision_record(decision_id: str, plan_id: str, choice: str, guidance: str |
         raise SigningError(
             f"decision choice must be one of {', '.join(DECISION_CHOICES)}, not {choice!r}"
         )
-    for name, value in (("decision_id", decision_id), ("plan_id", plan_id),
-                        ("escalation_hash", escalation_hash), ("signed_at", signed_at)):
+    for name, value in (
+        ("decision_id", decision_id),
+        ("plan_id", plan_id),
+        ("escalation_hash", escalation_hash),
+        ("signed_at", signed_at),
+    ):
         if not isinstance(value, str) or not value:
             raise SigningError(f"decision {name} must be a non-empty string")
     for name, text in (("guidance", guidance), ("reason", reason)):
@@ -236,9 +246,16 @@ class TokenClaims(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     expires_at: _Time
 
 
-def mint_token(plane_key: Ed25519PrivateKey, *, token_id: str, plan_id: str, attempt: int,
-               results_digest: str, issued_at: str | datetime,
-               expires_at: str | datetime) -> str:
+def mint_token(
+    plane_key: Ed25519PrivateKey,
+    *,
+    token_id: str,
+    plan_id: str,
+    attempt: int,
+    results_digest: str,
+    issued_at: str | datetime,
+    expires_at: str | datetime,
+) -> str:
     """A signed apply token. Mint it only from a pass over real results (INV1), and
     record ``TokenMinted`` with the same claims (``read_token`` gives them back)."""
     raw = {
@@ -265,9 +282,15 @@ def read_token(text: str) -> TokenClaims:
     return _parse_token(text)[0]
 
 
-def verify_token(plane_public_key: Ed25519PublicKey, text: str, *, plan_id: str,
-                 now: datetime, attempt: int | None = None,
-                 results_digest: str | None = None) -> TokenClaims:
+def verify_token(
+    plane_public_key: Ed25519PublicKey,
+    text: str,
+    *,
+    plan_id: str,
+    now: datetime,
+    attempt: int | None = None,
+    results_digest: str | None = None,
+) -> TokenClaims:
     """The claims of a token this plane minted for ``plan_id`` that is valid at ``now``.
 
     Raises ``TokenRefused`` (a ``SigningError``) with a one-line reason. ``attempt`` and
@@ -278,20 +301,23 @@ def verify_token(plane_public_key: Ed25519PublicKey, text: str, *, plan_id: str,
         raise ValueError("now must be a timezone-aware datetime")
     claims, payload, signature = _parse_token(text)
     if not _verify_raw(plane_public_key, signature, _message("token", payload)):
-        _refuse("signature", "bad signature (forged or altered, or minted by another "
-                "ledger's plane key)")
+        _refuse(
+            "signature",
+            "bad signature (forged or altered, or minted by another ledger's plane key)",
+        )
     if claims.plan_id != plan_id:
         _refuse("plan", f"minted for plan {claims.plan_id!r}, not for plan {plan_id!r}")
     if attempt is not None and claims.attempt != attempt:
-        _refuse("attempt", f"minted for attempt {claims.attempt}, but the plan is at "
-                f"attempt {attempt}")
+        _refuse(
+            "attempt", f"minted for attempt {claims.attempt}, but the plan is at attempt {attempt}"
+        )
     if results_digest is not None and claims.results_digest != results_digest:
-        _refuse("results_digest", f"minted for results {claims.results_digest}, not "
-                f"{results_digest}")
+        _refuse(
+            "results_digest", f"minted for results {claims.results_digest}, not {results_digest}"
+        )
     at = now.astimezone(UTC)
     if at < _parse_time(claims.issued_at):
-        _refuse("not_yet_valid", f"not valid before {claims.issued_at} "
-                f"(now {_as_rfc3339(at)})")
+        _refuse("not_yet_valid", f"not valid before {claims.issued_at} (now {_as_rfc3339(at)})")
     if at >= _parse_time(claims.expires_at):
         _refuse("expired", f"expired at {claims.expires_at} (now {_as_rfc3339(at)})")
     return claims
@@ -359,15 +385,13 @@ def _parse_token(text: str) -> tuple[TokenClaims, bytes, bytes]:
     prefix, claims_part, signature_part = parts
     if prefix != TOKEN_PREFIX:
         raise TokenRefused(
-            "format", f"malformed token: unknown prefix {prefix[:16]!r} (expected "
-            f"{TOKEN_PREFIX!r})"
+            "format", f"malformed token: unknown prefix {prefix[:16]!r} (expected {TOKEN_PREFIX!r})"
         )
     payload = _b64url_decode(claims_part, "claims")
     signature = _b64url_decode(signature_part, "signature")
     if len(signature) != _SIGNATURE_LEN:
         raise TokenRefused(
-            "format", f"malformed token: signature is {len(signature)} bytes, not "
-            f"{_SIGNATURE_LEN}"
+            "format", f"malformed token: signature is {len(signature)} bytes, not {_SIGNATURE_LEN}"
         )
     try:
         claims = msgspec.json.decode(payload, type=TokenClaims, strict=True)

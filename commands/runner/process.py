@@ -91,8 +91,9 @@ __all__ = [
     "tree_digest",
 ]
 
-Cause = Literal["timeout", "crash", "malformed", "missing_program", "read_only_violation",
-                "internal"]
+Cause = Literal[
+    "timeout", "crash", "malformed", "missing_program", "read_only_violation", "internal"
+]
 
 # After SIGKILL the pipes close within milliseconds; only a process that left the group
 # (setsid) and kept them open can hold them longer, and we do not wait for it.
@@ -100,8 +101,16 @@ _KILL_GRACE_S = 5.0
 _STDERR_TAIL = 400  # characters of stderr quoted in an error message
 _READ_CHUNK = 64 * 1024  # bytes read from a pipe at a time
 # exec failures that mean "this program cannot be run here" (not "it ran and failed")
-_NOT_RUNNABLE = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOEXEC, errno.ENOTDIR,
-                 errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
+_NOT_RUNNABLE = {
+    errno.ENOENT,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOEXEC,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.ELOOP,
+    errno.ENAMETOOLONG,
+}
 
 
 # -- argv templates ---------------------------------------------------------------------
@@ -128,16 +137,18 @@ def fill_argv(template: list[str], values: Mapping[str, Any]) -> list[str]:
         try:
             parts = list(string.Formatter().parse(item))
         except ValueError as exc:
-            raise ArgvError(f"command[{index}] {item!r}: {exc} (write {{{{ and }}}} for "
-                            "literal braces)") from None
+            raise ArgvError(
+                f"command[{index}] {item!r}: {exc} (write {{{{ and }}}} for literal braces)"
+            ) from None
         pieces: list[str] = []
         for literal, field, spec, conversion in parts:
             pieces.append(literal)
             if field is None:
                 continue
             if not field.isidentifier() or spec or conversion:
-                raise ArgvError(f"command[{index}] {item!r}: placeholder {{{field}}} is not "
-                                "a plain {name}")
+                raise ArgvError(
+                    f"command[{index}] {item!r}: placeholder {{{field}}} is not a plain {{name}}"
+                )
             if field not in values:
                 raise ArgvError(f"no value for placeholder {{{field}}} in command[{index}]")
             pieces.append(_argv_text(field, values[field]))
@@ -181,8 +192,9 @@ class RunResult(msgspec.Struct, kw_only=True):
     stderr_truncated: Truncation | None = None
 
 
-def output_cap(spec: Mapping[str, Any] | None = None,
-               fallback: Mapping[str, Any] | None = None) -> int:
+def output_cap(
+    spec: Mapping[str, Any] | None = None, fallback: Mapping[str, Any] | None = None
+) -> int:
     """The cap on each output stream of a program: the spec's ``max_output_bytes``, else
     the fallback spec's (a wrapped tool's), else the plane's default (``LIMITS["output"]``,
     ``EVIDENCE_MAX_OUTPUT_BYTES``: an invalid value raises ``InputError``)."""
@@ -224,8 +236,7 @@ class _Capture:
     def truncation(self) -> Truncation | None:
         if self.size <= self.cap:
             return None
-        return Truncation(kept=len(self.kept), size=self.size,
-                          sha256=self.digest.hexdigest())
+        return Truncation(kept=len(self.kept), size=self.size, sha256=self.digest.hexdigest())
 
 
 class _Pipes:
@@ -265,8 +276,7 @@ class _Pipes:
     def _write(self, key: selectors.SelectorKey) -> None:
         # At most PIPE_BUF bytes: a write of that size to a writable pipe never blocks.
         try:
-            self.offset += os.write(key.fd, self.stdin[self.offset:self.offset
-                                                       + select.PIPE_BUF])
+            self.offset += os.write(key.fd, self.stdin[self.offset : self.offset + select.PIPE_BUF])
         except BrokenPipeError:  # it stopped reading its input: what it took, it got
             self.offset = len(self.stdin)
         if self.offset >= len(self.stdin):
@@ -298,10 +308,15 @@ def _elapsed_ms(since: float) -> int:
     return max(0, round((time.monotonic() - since) * 1000))
 
 
-def run_command(argv: list[str], *, cwd: Path | None, timeout_s: float | None,
-                stdin: bytes | None = None,
-                env: Mapping[str, str] | None = None,
-                max_output_bytes: int | None = None) -> RunResult:
+def run_command(
+    argv: list[str],
+    *,
+    cwd: Path | None,
+    timeout_s: float | None,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    max_output_bytes: int | None = None,
+) -> RunResult:
     """Run ``argv`` (no shell) in its own process group; never raises for the program's
     sake. On timeout the whole group is killed and ``timed_out`` is set; a program that
     cannot be found or executed gives ``missing_program=argv[0]``. ``env`` (default: this
@@ -324,8 +339,13 @@ def run_command(argv: list[str], *, cwd: Path | None, timeout_s: float | None,
         fields.setdefault("exit_code", None)
         fields.setdefault("stdout", b"")
         fields.setdefault("stderr", b"")
-        return RunResult(argv=argv, started_at=started, ended_at=utc_now(),
-                         duration_ms=_elapsed_ms(clock), **fields)
+        return RunResult(
+            argv=argv,
+            started_at=started,
+            ended_at=utc_now(),
+            duration_ms=_elapsed_ms(clock),
+            **fields,
+        )
 
     if not argv:
         return result(error="empty argv: there is no program to run")
@@ -334,13 +354,19 @@ def run_command(argv: list[str], *, cwd: Path | None, timeout_s: float | None,
         return result(error=f"working directory {os.fspath(cwd)!r} is not a directory")
     try:
         proc = subprocess.Popen(
-            argv, cwd=cwd, env=dict(env) if env is not None else None,
+            argv,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
     except OSError as exc:
         if exc.errno in _NOT_RUNNABLE:
-            return result(missing_program=argv[0],
-                          error=f"cannot execute {argv[0]!r}: {exc.strerror or exc}")
+            return result(
+                missing_program=argv[0], error=f"cannot execute {argv[0]!r}: {exc.strerror or exc}"
+            )
         return result(error=f"cannot start {argv[0]!r}: {exc}")
     except ValueError as exc:  # e.g. an embedded NUL byte
         return result(error=f"cannot start {argv[0]!r}: {exc}")
@@ -380,15 +406,27 @@ def run_command(argv: list[str], *, cwd: Path | None, timeout_s: float | None,
 
     assert pipes is not None
     out, err = pipes.out.value(), pipes.err.value()
-    streams = {"stdout_truncated": pipes.out.truncation(),
-               "stderr_truncated": pipes.err.truncation()}
+    streams = {
+        "stdout_truncated": pipes.out.truncation(),
+        "stderr_truncated": pipes.err.truncation(),
+    }
     code = proc.returncode
     if timed_out:
-        return result(stdout=out, stderr=err, timed_out=True, **streams,
-                      error=f"timed out after {timeout_s:g} s (killed with its process group)")
+        return result(
+            stdout=out,
+            stderr=err,
+            timed_out=True,
+            **streams,
+            error=f"timed out after {timeout_s:g} s (killed with its process group)",
+        )
     if code < 0:
-        return result(stdout=out, stderr=err, signal=-code, **streams,
-                      error=f"killed by signal {-code} ({_signal_name(-code)})")
+        return result(
+            stdout=out,
+            stderr=err,
+            signal=-code,
+            **streams,
+            error=f"killed by signal {-code} ({_signal_name(-code)})",
+        )
     return result(exit_code=code, stdout=out, stderr=err, **streams)
 
 
@@ -478,8 +516,9 @@ class _Outcome(msgspec.Struct, kw_only=True):
 
 def _streams(run: RunResult, outcome: _Outcome) -> _Outcome:
     """The outcome, with what the run records of its streams over the cap."""
-    return msgspec.structs.replace(outcome, stdout_truncated=run.stdout_truncated,
-                                   stderr_truncated=run.stderr_truncated)
+    return msgspec.structs.replace(
+        outcome, stdout_truncated=run.stdout_truncated, stderr_truncated=run.stderr_truncated
+    )
 
 
 def _no_verdict(cause: Cause, error: str, raw_output: bytes | None = None) -> _Outcome:
@@ -495,17 +534,27 @@ def _verdict_from(value: Any, raw_output: bytes | None, source: str) -> _Outcome
         canonical_json(value)  # the caller records message/data in canonical JSON
     except CanonicalizationError as exc:
         return _no_verdict("malformed", f"{source}: cannot be recorded: {exc}", raw_output)
-    return _Outcome(verdict=value["passed"], message=value.get("message"),
-                    data=value.get("data"), raw_output=raw_output)
+    return _Outcome(
+        verdict=value["passed"],
+        message=value.get("message"),
+        data=value.get("data"),
+        raw_output=raw_output,
+    )
 
 
 class _Internal(Exception):
     """A problem of the inputs or the engine, not of the validation program."""
 
 
-def run_validation(spec: Mapping[str, Any], args: Mapping[str, Any], resource: str, *,
-                   workdir: Path | None, wrapped_tool: Mapping[str, Any] | None = None,
-                   default_timeout_s: float = 300.0) -> ValidationRun:
+def run_validation(
+    spec: Mapping[str, Any],
+    args: Mapping[str, Any],
+    resource: str,
+    *,
+    workdir: Path | None,
+    wrapped_tool: Mapping[str, Any] | None = None,
+    default_timeout_s: float = 300.0,
+) -> ValidationRun:
     """Run one validation in its own copy of ``workdir`` (an empty directory if None) and
     return its result. Never raises: an unexpected error is ``cause="internal"``."""
     started, clock = utc_now(), time.monotonic()
@@ -525,15 +574,20 @@ def run_validation(spec: Mapping[str, Any], args: Mapping[str, Any], resource: s
         changed = _changed(before, _entries(copy))
         if changed:
             shown = ", ".join(changed[:10]) + (" ..." if len(changed) > 10 else "")
-            own = (f"passed={outcome.verdict}" if outcome.cause is None
-                   else f"{outcome.cause}: {outcome.error}")
+            own = (
+                f"passed={outcome.verdict}"
+                if outcome.cause is None
+                else f"{outcome.cause}: {outcome.error}"
+            )
             outcome = _Outcome(
-                cause="read_only_violation", raw_output=outcome.raw_output,
+                cause="read_only_violation",
+                raw_output=outcome.raw_output,
                 stdout_truncated=outcome.stdout_truncated,
                 stderr_truncated=outcome.stderr_truncated,
                 error=f"the validation changed {len(changed)} path(s) of its working tree "
-                      f"({shown}); a validation is read-only, so its own result ({own}) "
-                      "is void")
+                f"({shown}); a validation is read-only, so its own result ({own}) "
+                "is void",
+            )
             return _finish(outcome, started, clock, changed)
         return _finish(outcome, started, clock, [])
     except _Internal as exc:
@@ -546,14 +600,21 @@ def run_validation(spec: Mapping[str, Any], args: Mapping[str, Any], resource: s
             _remove_tree(scratch)
 
 
-def _finish(outcome: _Outcome, started: str, clock: float,
-            changed: list[str]) -> ValidationRun:
+def _finish(outcome: _Outcome, started: str, clock: float, changed: list[str]) -> ValidationRun:
     return ValidationRun(
-        verdict=outcome.verdict, message=outcome.message, data=outcome.data,
-        cause=outcome.cause, error=outcome.error, changed_paths=changed,
-        raw_output=outcome.raw_output, started_at=started, ended_at=utc_now(),
-        duration_ms=_elapsed_ms(clock), stdout_truncated=outcome.stdout_truncated,
-        stderr_truncated=outcome.stderr_truncated)
+        verdict=outcome.verdict,
+        message=outcome.message,
+        data=outcome.data,
+        cause=outcome.cause,
+        error=outcome.error,
+        changed_paths=changed,
+        raw_output=outcome.raw_output,
+        started_at=started,
+        ended_at=utc_now(),
+        duration_ms=_elapsed_ms(clock),
+        stdout_truncated=outcome.stdout_truncated,
+        stderr_truncated=outcome.stderr_truncated,
+    )
 
 
 def _timeout_s(spec: Mapping[str, Any] | None, default: float) -> float:
@@ -566,8 +627,14 @@ def _validation_env() -> dict[str, str]:
     return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _execute(spec: Mapping[str, Any], args: Mapping[str, Any], resource: str, cwd: Path,
-             wrapped_tool: Mapping[str, Any] | None, default_timeout_s: float) -> _Outcome:
+def _execute(
+    spec: Mapping[str, Any],
+    args: Mapping[str, Any],
+    resource: str,
+    cwd: Path,
+    wrapped_tool: Mapping[str, Any] | None,
+    default_timeout_s: float,
+) -> _Outcome:
     executor = spec.get("executor")
     if executor == "command":
         return _run_command_validation(spec, args, cwd, default_timeout_s)
@@ -592,18 +659,23 @@ def _not_run(run: RunResult, what: str) -> _Outcome | None:
     if run.timed_out:
         return _no_verdict("timeout", f"{what} {run.error}", run.stdout or None)
     if run.missing_program is not None:
-        return _no_verdict("missing_program",
-                           f"{what} could not be invoked: {run.error}")
+        return _no_verdict("missing_program", f"{what} could not be invoked: {run.error}")
     if run.exit_code is None and run.signal is None:
         raise _Internal(f"{what} could not be started: {run.error}")
     return None
 
 
-def _run_command_validation(spec: Mapping[str, Any], args: Mapping[str, Any], cwd: Path,
-                            default_timeout_s: float) -> _Outcome:
+def _run_command_validation(
+    spec: Mapping[str, Any], args: Mapping[str, Any], cwd: Path, default_timeout_s: float
+) -> _Outcome:
     argv = _argv(spec.get("command"), args, "the validation")
-    run = run_command(argv, cwd=cwd, timeout_s=_timeout_s(spec, default_timeout_s),
-                      env=_validation_env(), max_output_bytes=output_cap(spec))
+    run = run_command(
+        argv,
+        cwd=cwd,
+        timeout_s=_timeout_s(spec, default_timeout_s),
+        env=_validation_env(),
+        max_output_bytes=output_cap(spec),
+    )
     return _streams(run, _judge_command_validation(run))
 
 
@@ -611,11 +683,16 @@ def _judge_command_validation(run: RunResult) -> _Outcome:
     if (stopped := _not_run(run, "the validation")) is not None:
         return stopped
     if run.stdout_truncated is not None:  # a prefix of a verdict is no verdict
-        reason = (f"stdout was {truncated_text(run.stdout_truncated)}, over the cap "
-                  "(`max_output_bytes`); a truncated output is never parsed")
+        reason = (
+            f"stdout was {truncated_text(run.stdout_truncated)}, over the cap "
+            "(`max_output_bytes`); a truncated output is never parsed"
+        )
         if run.signal is not None:
-            return _no_verdict("crash", f"{run.error} without a structured return "
-                                        f"({reason}){_stderr_tail(run.stderr)}", run.stdout)
+            return _no_verdict(
+                "crash",
+                f"{run.error} without a structured return ({reason}){_stderr_tail(run.stderr)}",
+                run.stdout,
+            )
         return _unparseable(run, reason)
     try:
         value = _parse_json(run.stdout)
@@ -629,27 +706,40 @@ def _unparseable(run: RunResult, reason: str) -> _Outcome:
     """No parseable return: a crash if a signal ended it, else a malformed return."""
     tail = _stderr_tail(run.stderr)
     if run.signal is not None:
-        return _no_verdict("crash", f"{run.error} without a structured return{tail}",
-                           run.stdout or None)
+        return _no_verdict(
+            "crash", f"{run.error} without a structured return{tail}", run.stdout or None
+        )
     status = f"exited with code {run.exit_code}"
-    return _no_verdict("malformed", f"no structured return ({reason}; {status}){tail}",
-                       run.stdout or None)
+    return _no_verdict(
+        "malformed", f"no structured return ({reason}; {status}){tail}", run.stdout or None
+    )
 
 
-def _run_wrapped_validation(spec: Mapping[str, Any], args: Mapping[str, Any], cwd: Path,
-                            tool: Mapping[str, Any] | None,
-                            default_timeout_s: float) -> _Outcome:
+def _run_wrapped_validation(
+    spec: Mapping[str, Any],
+    args: Mapping[str, Any],
+    cwd: Path,
+    tool: Mapping[str, Any] | None,
+    default_timeout_s: float,
+) -> _Outcome:
     if tool is None:
-        raise _Internal(f"validation wraps {spec.get('wraps')!r} but the wrapped tool's "
-                        "definition was not given")
+        raise _Internal(
+            f"validation wraps {spec.get('wraps')!r} but the wrapped tool's "
+            "definition was not given"
+        )
     if not spec.get("transform"):
         raise _Internal("a wrapped validation needs a `transform`")
     what = f"wrapped tool {spec.get('wraps')!r}"
     argv = _argv(tool.get("command"), args, what)
     # The wrapper's timeout_ms is its copy of the tool's (inherited at registration).
     timeout = _timeout_s(spec if spec.get("timeout_ms") else tool, default_timeout_s)
-    run = run_command(argv, cwd=cwd, timeout_s=timeout, env=_validation_env(),
-                      max_output_bytes=output_cap(spec, tool))
+    run = run_command(
+        argv,
+        cwd=cwd,
+        timeout_s=timeout,
+        env=_validation_env(),
+        max_output_bytes=output_cap(spec, tool),
+    )
     return _streams(run, _judge_wrapped(spec, run, what))
 
 
@@ -660,10 +750,14 @@ def _judge_wrapped(spec: Mapping[str, Any], run: RunResult, what: str) -> _Outco
     if run.signal is not None:
         return _no_verdict("crash", f"{what} {run.error}{_stderr_tail(run.stderr)}", raw)
     if run.stdout_truncated is not None:  # the transform never sees a prefix
-        return _no_verdict("malformed", f"{what}: stdout was "
-                                        f"{truncated_text(run.stdout_truncated)}, over the "
-                                        "cap (`max_output_bytes`); a truncated output is "
-                                        "never parsed or transformed", raw)
+        return _no_verdict(
+            "malformed",
+            f"{what}: stdout was "
+            f"{truncated_text(run.stdout_truncated)}, over the "
+            "cap (`max_output_bytes`); a truncated output is "
+            "never parsed or transformed",
+            raw,
+        )
     try:
         result = apply_transform(spec["transform"], value)
     except TransformError as exc:
@@ -744,19 +838,30 @@ main()
 """
 
 
-def _run_python_validation(spec: Mapping[str, Any], args: Mapping[str, Any], resource: str,
-                           cwd: Path, default_timeout_s: float) -> _Outcome:
+def _run_python_validation(
+    spec: Mapping[str, Any],
+    args: Mapping[str, Any],
+    resource: str,
+    cwd: Path,
+    default_timeout_s: float,
+) -> _Outcome:
     target = spec.get("python")
     if not isinstance(target, str) or ":" not in target:
-        raise _Internal(f"`python` must be \"module:function\", got {target!r}")
+        raise _Internal(f'`python` must be "module:function", got {target!r}')
     if not sys.executable:
         raise _Internal("no Python interpreter to run the validation with (sys.executable)")
-    request = json.dumps({"target": target, "args": dict(args), "resource": resource},
-                         allow_nan=False).encode("utf-8")
+    request = json.dumps(
+        {"target": target, "args": dict(args), "resource": resource}, allow_nan=False
+    ).encode("utf-8")
     # A child process, so a timeout or a hard crash (segfault, os._exit) is contained.
-    run = run_command([sys.executable, "-B", "-c", _PYTHON_CHILD], cwd=cwd,
-                      timeout_s=_timeout_s(spec, default_timeout_s), stdin=request,
-                      env=_validation_env(), max_output_bytes=output_cap(spec))
+    run = run_command(
+        [sys.executable, "-B", "-c", _PYTHON_CHILD],
+        cwd=cwd,
+        timeout_s=_timeout_s(spec, default_timeout_s),
+        stdin=request,
+        env=_validation_env(),
+        max_output_bytes=output_cap(spec),
+    )
     return _streams(run, _judge_python(run, target))
 
 
@@ -765,23 +870,24 @@ def _judge_python(run: RunResult, target: str) -> _Outcome:
     if (stopped := _not_run(run, what)) is not None:
         return stopped
     if run.stdout_truncated is not None:  # never parsed
-        cut = (f"its reply was {truncated_text(run.stdout_truncated)}, over the cap "
-               "(`max_output_bytes`)")
+        cut = (
+            f"its reply was {truncated_text(run.stdout_truncated)}, over the cap "
+            "(`max_output_bytes`)"
+        )
         if run.signal is not None:
-            return _no_verdict("crash", f"{what} {run.error}; {cut}"
-                                        f"{_stderr_tail(run.stderr)}")
+            return _no_verdict("crash", f"{what} {run.error}; {cut}{_stderr_tail(run.stderr)}")
         # Its stdout carries only the reply (its prints go to stderr): the value it
         # returned is larger than the cap.
-        return _no_verdict("malformed", f"the return value of {target} is too large to "
-                                        f"record: {cut}")
+        return _no_verdict(
+            "malformed", f"the return value of {target} is too large to record: {cut}"
+        )
     try:
         reply = _parse_json(run.stdout)
         status = reply["status"]
     except (ValueError, TypeError, KeyError):
         # It died before replying: os._exit, a signal, an interpreter failure.
         how = run.error if run.signal is not None else f"exited with code {run.exit_code}"
-        return _no_verdict("crash", f"{what} {how} without returning"
-                                    f"{_stderr_tail(run.stderr)}")
+        return _no_verdict("crash", f"{what} {how} without returning{_stderr_tail(run.stderr)}")
     if status == "returned":
         value = reply["value"]
         raw = _json_bytes(value)
@@ -789,8 +895,7 @@ def _judge_python(run: RunResult, target: str) -> _Outcome:
     if status == "missing":
         return _no_verdict("missing_program", f"{what} could not be invoked: {reply['error']}")
     if status == "unserializable":
-        return _no_verdict("malformed", f"return value of {target} is not JSON: "
-                                        f"{reply['error']}")
+        return _no_verdict("malformed", f"return value of {target} is not JSON: {reply['error']}")
     return _no_verdict("crash", f"{what} raised {reply.get('error')}")
 
 
@@ -798,8 +903,7 @@ def _json_bytes(value: Any) -> bytes:
     try:
         return canonical_json(value)
     except CanonicalizationError:  # reported as malformed by _verdict_from
-        return json.dumps(value, ensure_ascii=False, sort_keys=True).encode("utf-8",
-                                                                            "replace")
+        return json.dumps(value, ensure_ascii=False, sort_keys=True).encode("utf-8", "replace")
 
 
 def _stderr_tail(stderr: bytes) -> str:
@@ -851,8 +955,7 @@ def _entries(root: Path) -> dict[str, Entry]:
             try:
                 names = os.listdir(path)
             except OSError as exc:
-                found[key] = ("dir", mode, "unlistable:" + errno.errorcode.get(exc.errno or 0,
-                                                                               "?"))
+                found[key] = ("dir", mode, "unlistable:" + errno.errorcode.get(exc.errno or 0, "?"))
                 continue
             found[key] = ("dir", mode, "")
             pending.extend(os.path.join(rel, name) if rel else name for name in names)
@@ -948,8 +1051,13 @@ class TreeGuard:
                         _remove_tree(path)
                     else:
                         path.unlink()
-                shutil.copytree(self._copy, self.root, symlinks=True, dirs_exist_ok=True,
-                                copy_function=_copy_entry)
+                shutil.copytree(
+                    self._copy,
+                    self.root,
+                    symlinks=True,
+                    dirs_exist_ok=True,
+                    copy_function=_copy_entry,
+                )
                 os.chmod(self.root, self._before["."][1])
             return changed
         finally:
@@ -959,8 +1067,9 @@ class TreeGuard:
 # -- parallel runs ----------------------------------------------------------------------
 
 
-def run_parallel(jobs: Sequence[Callable[[], ValidationRun]], *,
-                 max_workers: int = 4) -> list[ValidationRun]:
+def run_parallel(
+    jobs: Sequence[Callable[[], ValidationRun]], *, max_workers: int = 4
+) -> list[ValidationRun]:
     """Run validation jobs on a thread pool (each job waits on its own subprocess);
     results in input order. A job that raises yields an ``internal`` result instead, so
     there is always one result per job."""
@@ -977,6 +1086,7 @@ def run_parallel(jobs: Sequence[Callable[[], ValidationRun]], *,
             error = f"{type(exc).__name__}: {_one_line(str(exc))}"
             return _finish(_no_verdict("internal", error), started, clock, [])
 
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs)),
-                            thread_name_prefix="validation") as pool:
+    with ThreadPoolExecutor(
+        max_workers=min(max_workers, len(jobs)), thread_name_prefix="validation"
+    ) as pool:
         return list(pool.map(guarded, jobs))

@@ -85,8 +85,9 @@ def compile_transform(expression: str) -> str:
         variadic = bool(signature) and signature[-1].get("variadic", False)
         if argc < len(signature) or (argc > len(signature) and not variadic):
             wanted = f"at least {len(signature)}" if variadic else str(len(signature))
-            raise CommandRefused(f"key `transform`: {function}() takes {wanted} argument(s), "
-                                 f"given {argc}")
+            raise CommandRefused(
+                f"key `transform`: {function}() takes {wanted} argument(s), given {argc}"
+            )
     return expression
 
 

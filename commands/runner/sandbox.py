@@ -26,8 +26,16 @@ from ledger.events import FileChange
 from ledger.store import url_identity
 from projections.states import PlanState
 
-__all__ = ["STATE_DIR_ENV", "PlanSandbox", "change_blob", "change_contents", "change_set",
-           "sandboxes_dir", "state_dir", "write_change"]
+__all__ = [
+    "STATE_DIR_ENV",
+    "PlanSandbox",
+    "change_blob",
+    "change_contents",
+    "change_set",
+    "sandboxes_dir",
+    "state_dir",
+    "write_change",
+]
 
 STATE_DIR_ENV = "EVIDENCE_STATE_DIR"
 
@@ -70,8 +78,7 @@ class PlanSandbox:
     @classmethod
     def of(cls, base: Path, plan: PlanState) -> PlanSandbox:
         root = base / _digest(plan.plan_id, 32)
-        return cls(root, {r: root / _digest(r, 16) for r in plan.resources
-                          if os.path.isdir(r)})
+        return cls(root, {r: root / _digest(r, 16) for r in plan.resources if os.path.isdir(r)})
 
     def ensure(self) -> PlanSandbox:
         """Copy each resource that has no copy yet (a strategy revision keeps the work)."""
@@ -108,8 +115,7 @@ def change_set(copies: dict[str, Path]) -> tuple[list[FileChange], dict[str, byt
             if _matches(Path(resource) / relative, digest, mode):
                 continue
             contents[digest] = data
-            changes.append(FileChange(resource=resource, path=relative, sha256=digest,
-                                      mode=mode))
+            changes.append(FileChange(resource=resource, path=relative, sha256=digest, mode=mode))
     return changes, contents
 
 
@@ -117,9 +123,12 @@ def change_blob(changes: list[FileChange], contents: dict[str, bytes]) -> bytes:
     """The change set as one blob (what ``changes_sha256`` names): each file's record with
     its content (base64), canonical JSON — everything Apply needs to finish after a crash,
     in the evidence."""
-    return canonical_json([{**msgspec.to_builtins(c),
-                            "content": base64.b64encode(contents[c.sha256]).decode()}
-                           for c in changes])
+    return canonical_json(
+        [
+            {**msgspec.to_builtins(c), "content": base64.b64encode(contents[c.sha256]).decode()}
+            for c in changes
+        ]
+    )
 
 
 def change_contents(blob: bytes) -> dict[str, bytes]:
@@ -128,8 +137,9 @@ def change_contents(blob: bytes) -> dict[str, bytes]:
     for entry in msgspec.json.decode(blob):
         data = base64.b64decode(entry["content"], validate=True)
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise ValueError(f"the change set's content of {entry['path']} does not hash "
-                             "to its digest")
+            raise ValueError(
+                f"the change set's content of {entry['path']} does not hash to its digest"
+            )
         contents[entry["sha256"]] = data
     return contents
 

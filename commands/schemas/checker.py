@@ -203,8 +203,9 @@ def check(
 
 
 def _not_json(expected: str, pointer: str = "") -> Deviation:
-    return Deviation(pointer=pointer, kind="wrong_type", expected=expected,
-                     actual_type="invalid_json")
+    return Deviation(
+        pointer=pointer, kind="wrong_type", expected=expected, actual_type="invalid_json"
+    )
 
 
 # Bytes that could break the input rules msgspec does not enforce (nesting deeper than
@@ -226,8 +227,12 @@ def _too_deep(instance: Any) -> bool:
     for _ in range(MAX_DEPTH):
         if not level:
             return False
-        level = [v for node in level for v in (node.values() if type(node) is dict else node)
-                 if type(v) is dict or type(v) is list]
+        level = [
+            v
+            for node in level
+            for v in (node.values() if type(node) is dict else node)
+            if type(v) is dict or type(v) is list
+        ]
     return bool(level)
 
 

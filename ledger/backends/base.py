@@ -72,9 +72,7 @@ class Backend(ABC):
         when the block ends normally. Rolling back is the caller's part."""
 
     @abstractmethod
-    def read_head_locked(
-        self, cursor: Any, aux: Any, streams: Sequence[str]
-    ) -> HeadAndVersions:
+    def read_head_locked(self, cursor: Any, aux: Any, streams: Sequence[str]) -> HeadAndVersions:
         """Lock the ledger head and read it with each stream's current version, such
         that no append committed before the lock is missed."""
 

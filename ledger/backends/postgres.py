@@ -102,9 +102,7 @@ class PostgresBackend(Backend):
             yield driver.cursor(), driver.cursor()
             driver.commit()
 
-    def read_head_locked(
-        self, cursor: Any, aux: Any, streams: Sequence[str]
-    ) -> HeadAndVersions:
+    def read_head_locked(self, cursor: Any, aux: Any, streams: Sequence[str]) -> HeadAndVersions:
         # A separate statement after the lock: in READ COMMITTED its snapshot then
         # includes every append committed before ours. Both are sent before either result
         # is fetched (one round trip in the pipeline).
@@ -126,8 +124,8 @@ class PostgresBackend(Backend):
 
     def upgrade_schema(self, conn: Connection) -> None:
         if not conn.exec_driver_sql(
-            "SELECT 1 FROM pg_trigger WHERE tgname = %s "
-            "AND tgrelid = 'ledger_head'::regclass", (tables.NOTIFY_TRIGGER,)
+            "SELECT 1 FROM pg_trigger WHERE tgname = %s AND tgrelid = 'ledger_head'::regclass",
+            (tables.NOTIFY_TRIGGER,),
         ).first():  # the NOTIFY trigger was added after v1 shipped
             self.lock_schema(conn)
             for ddl in NOTIFY_DDL:

@@ -60,9 +60,7 @@ class SQLiteBackend(Backend):
                 raise LedgerOpenError(f"cannot open {path}: it is a directory")
             parent = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(parent):
-                raise LedgerOpenError(
-                    f"cannot create {path}: directory {parent} does not exist"
-                )
+                raise LedgerOpenError(f"cannot create {path}: directory {parent} does not exist")
         engine = sa.create_engine(
             url.set(drivername="sqlite+pysqlite"),
             poolclass=sa.pool.StaticPool if memory else sa.pool.QueuePool,
@@ -103,13 +101,13 @@ class SQLiteBackend(Backend):
         yield cursor, cursor
         driver.commit()
 
-    def read_head_locked(
-        self, cursor: Any, aux: Any, streams: Sequence[str]
-    ) -> HeadAndVersions:
+    def read_head_locked(self, cursor: Any, aux: Any, streams: Sequence[str]) -> HeadAndVersions:
         # BEGIN IMMEDIATE already holds the write lock: one statement reads it all.
         cursor.execute(
-            "SELECT size, chain_hash, frontier, " + self.stream_versions_sql(len(streams))
-            + " FROM ledger_head WHERE id = 1", streams,
+            "SELECT size, chain_hash, frontier, "
+            + self.stream_versions_sql(len(streams))
+            + " FROM ledger_head WHERE id = 1",
+            streams,
         )
         size, chain, packed, *found = cursor.fetchone()
         return size, chain, packed, found

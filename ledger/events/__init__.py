@@ -124,11 +124,16 @@ class BlobRefs(msgspec.Struct, kw_only=True, gc=False):
 def _blob_refs_struct(cls: type[EventPayload]) -> type[BlobRefs]:
     # defstruct is typed as returning a Struct class; with bases=(BlobRefs,) it makes a
     # BlobRefs subclass, which the stub cannot express.
-    return cast("type[BlobRefs]", msgspec.defstruct(
-        f"{cls.__name__}BlobRefs",
-        [(field, Union[str, None], None) for field in cls.BLOB_FIELDS],  # noqa: UP007
-        bases=(BlobRefs,), namespace={"BLOB_FIELDS": cls.BLOB_FIELDS}, kw_only=True,
-    ))
+    return cast(
+        "type[BlobRefs]",
+        msgspec.defstruct(
+            f"{cls.__name__}BlobRefs",
+            [(field, Union[str, None], None) for field in cls.BLOB_FIELDS],  # noqa: UP007
+            bases=(BlobRefs,),
+            namespace={"BLOB_FIELDS": cls.BLOB_FIELDS},
+            kw_only=True,
+        ),
+    )
 
 
 class Catalog:
@@ -185,8 +190,9 @@ class Catalog:
 
     def current_decoders(self) -> dict[tuple[str, int], msgspec.json.Decoder[Any]]:
         """(type, current schema version) -> decoder: the read path's fast lookup."""
-        return {(name, cls.SCHEMA_VERSION): self._decoders[name]
-                for name, cls in self._types.items()}
+        return {
+            (name, cls.SCHEMA_VERSION): self._decoders[name] for name, cls in self._types.items()
+        }
 
     def blob_readers(self) -> dict[str, BlobReader]:
         """type name -> ``(current schema version, decoder, BLOB_FIELDS)`` for each type
@@ -195,9 +201,10 @@ class Catalog:
         their values in ``BLOB_FIELDS`` order, None for no reference). A raw scan looks
         each row's ``type`` up here and skips every other row; a payload of an older
         version goes through ``blob_refs`` (it may need upcasting)."""
-        return {name: (self._types[name].SCHEMA_VERSION, decoder,
-                       self._types[name].BLOB_FIELDS)
-                for name, decoder in self._blob_decoders.items()}
+        return {
+            name: (self._types[name].SCHEMA_VERSION, decoder, self._types[name].BLOB_FIELDS)
+            for name, decoder in self._blob_decoders.items()
+        }
 
     def blob_refs(
         self, type_name: str, schema_version: int, payload: bytes

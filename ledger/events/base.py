@@ -40,8 +40,11 @@ class EventPayload(
     def blob_refs(self) -> list[tuple[str, str]]:
         """``(field, digest)`` of every blob this event references: its ``BLOB_FIELDS``
         that are not None, in declaration order."""
-        return [(field, digest) for field in self.BLOB_FIELDS
-                if (digest := getattr(self, field)) is not None]
+        return [
+            (field, digest)
+            for field in self.BLOB_FIELDS
+            if (digest := getattr(self, field)) is not None
+        ]
 
     def default_stream(self) -> str:
         """The stream this event belongs to, filled from the payload's own fields."""

@@ -100,11 +100,19 @@ def _type_name(tp: Any) -> str:
         return "null"
     if origin is typing.Annotated:
         base, *metas = args
-        limits = [f"{label} {getattr(m, attr)}" for m in metas
-                  for attr, label in (("ge", ">="), ("le", "<="), ("gt", ">"), ("lt", "<"),
-                                      ("min_length", "min length"),
-                                      ("max_length", "max length"))
-                  if getattr(m, attr, None) is not None]
+        limits = [
+            f"{label} {getattr(m, attr)}"
+            for m in metas
+            for attr, label in (
+                ("ge", ">="),
+                ("le", "<="),
+                ("gt", ">"),
+                ("lt", "<"),
+                ("min_length", "min length"),
+                ("max_length", "max length"),
+            )
+            if getattr(m, attr, None) is not None
+        ]
         return f"{_type_name(base)} ({', '.join(limits)})" if limits else _type_name(base)
     if origin is typing.Literal:
         return " \\| ".join(f'"{a}"' for a in args)

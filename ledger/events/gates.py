@@ -45,8 +45,10 @@ class GateChecked(EventPayload, tag="gate.checked", kw_only=True, frozen=True):
     """An input or output gate check, pass or fail, with every deviation."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = ("increments /gate_checks (and /gate_failures on fail); an input gate pass "
-             "with a step records /steps/<step> = {tool, tool_version}")
+    DELTA = (
+        "increments /gate_checks (and /gate_failures on fail); an input gate pass "
+        "with a step records /steps/<step> = {tool, tool_version}"
+    )
     BLOB_FIELDS = ("schema_sha256", "checked_sha256")
 
     plan_id: str

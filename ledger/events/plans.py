@@ -59,8 +59,10 @@ class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True, fro
     apply now. Detach and re-registration bind later plans only; nothing leaves a set."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = ("replaces /phase with execute, /binding with the pinned set, sets /attempt to "
-             "at least 1, /iteration to 1, /retries_used to 0")
+    DELTA = (
+        "replaces /phase with execute, /binding with the pinned set, sets /attempt to "
+        "at least 1, /iteration to 1, /retries_used to 0"
+    )
 
     plan_id: str
     revision: int
@@ -72,8 +74,10 @@ class AttemptFailed(EventPayload, tag="plan.attempt_failed", kw_only=True, froze
     The envelope's causation_id names the event that failed it."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = ("model_behavior: replaces /iteration with iteration + 1 (the critique loop's "
-             "next iteration); validation: increments /retries_used")
+    DELTA = (
+        "model_behavior: replaces /iteration with iteration + 1 (the critique loop's "
+        "next iteration); validation: increments /retries_used"
+    )
 
     plan_id: str
     attempt: int
@@ -101,8 +105,10 @@ class StrategyRevisionRequested(
     """The retry limit was reached: the plan reverts to Strategize."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = ("replaces /phase with strategize, /revision with the new one, clears /strategy, "
-             "increments /revisions_used")
+    DELTA = (
+        "replaces /phase with strategize, /revision with the new one, clears /strategy, "
+        "increments /revisions_used"
+    )
 
     plan_id: str
     revision: int  # the new revision number
@@ -128,8 +134,10 @@ class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True,
     """A human decision, Ed25519-signed with a registered approver key."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = ("clears /pending_decision, records /decisions/<decision_id>; revise: back to "
-             "strategize with /guidance and fresh budgets; abandon: /terminal failed")
+    DELTA = (
+        "clears /pending_decision, records /decisions/<decision_id>; revise: back to "
+        "strategize with /guidance and fresh budgets; abandon: /terminal failed"
+    )
 
     plan_id: str
     decision_id: str
@@ -204,8 +212,7 @@ class PlanApplied(EventPayload, tag="plan.applied", kw_only=True, frozen=True):
     is in place."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = ("replaces /phase with apply, sets /terminal to applied, moves /applying to "
-             "/applied")
+    DELTA = "replaces /phase with apply, sets /terminal to applied, moves /applying to /applied"
 
     plan_id: str
     token_id: str
@@ -217,8 +224,10 @@ class PlanHalted(EventPayload, tag="plan.halted", kw_only=True, frozen=True):
     cause is ``raw_halt_type`` (seed 001)."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = ("sets /halt to {halt_type, raw_halt_type, reason, hint, terminal}; when "
-             "terminal, sets /terminal to failed")
+    DELTA = (
+        "sets /halt to {halt_type, raw_halt_type, reason, hint, terminal}; when "
+        "terminal, sets /terminal to failed"
+    )
 
     plan_id: str
     halt_type: Outcome

@@ -14,8 +14,10 @@ class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True, frozen=T
     """A tool was registered, or re-registered with a change (a new version)."""
 
     STREAM = "tool:{name}"
-    DELTA = ("creates the document {name, kind, version, spec, versions} (first version); "
-             "then replaces /version, the changed /spec fields and adds /versions/N")
+    DELTA = (
+        "creates the document {name, kind, version, spec, versions} (first version); "
+        "then replaces /version, the changed /spec fields and adds /versions/N"
+    )
 
     name: str
     version: int
@@ -46,9 +48,11 @@ class ValidationRegistered(ToolRegistered, tag="validation.registered", kw_only=
     """A validation was registered. It shares the tool namespace and stream."""
 
     STREAM = "tool:{name}"
-    DELTA = ("as tool.registered (kind validation); the spec adds mode, executor, python, "
-             "wraps, wraps_version and transform, and its output schema is always the "
-             "structured result {passed, message?, data?}")
+    DELTA = (
+        "as tool.registered (kind validation); the spec adds mode, executor, python, "
+        "wraps, wraps_version and transform, and its output schema is always the "
+        "structured result {passed, message?, data?}"
+    )
 
     mode: Literal["required", "informational"]
     executor: Literal["command", "python", "wrapped"]

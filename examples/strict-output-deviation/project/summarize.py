@@ -1,5 +1,6 @@
 """A tool that fabricates a field nobody declared (`confidence`): the kind of output a
 best-effort system would silently drop."""
+
 import json
 import pathlib
 

@@ -1,4 +1,5 @@
 """A tool that writes one file in the working copy (tools may write; validations may not)."""
+
 import json
 import pathlib
 import sys
