@@ -1,5 +1,16 @@
 """The log: event catalog, canonical codec, store (SQLite/PostgreSQL), hash chain and
-Merkle tree, blobs and verification. Imports neither ``projections`` nor ``commands``."""
+Merkle tree, blobs and verification. Imports neither ``projections`` nor ``commands``.
+
+The errors and the version are here at once; the rest (the catalog, and the store with
+SQLAlchemy under it) is imported on first use of its name (PEP 562), so a program that
+only needs ``ledger.LedgerError`` or ``ledger.__version__`` (``evidence --version``)
+does not pay for the database layer.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ConcurrencyError,
@@ -11,21 +22,65 @@ from .errors import (
     LedgerURLError,
     UnknownEventTypeError,
 )
-from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
-from .store import (
-    ANY,
-    NO_STREAM,
-    Expect,
-    LogReader,
-    Store,
-    StreamAppend,
-    TreeHead,
-    WriteTx,
-    default_url,
-)
-from .store import open_store as open
+
+if TYPE_CHECKING:
+    from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
+    from .store import (
+        ANY,
+        NO_STREAM,
+        Expect,
+        LogReader,
+        Store,
+        StreamAppend,
+        TreeHead,
+        WriteTx,
+        default_url,
+    )
+    from .store import open_store as open
 
 __version__ = "0.1.0"
+
+# name -> (submodule, attribute): what ``ledger.<name>`` imports on first use.
+_LAZY: dict[str, tuple[str, str]] = {
+    **{
+        name: ("events", name)
+        for name in ("DEFAULT_CATALOG", "Catalog", "EventPayload", "NewEvent", "RecordedEvent")
+    },
+    **{
+        name: ("store", name)
+        for name in (
+            "ANY",
+            "NO_STREAM",
+            "Expect",
+            "LogReader",
+            "Store",
+            "StreamAppend",
+            "TreeHead",
+            "WriteTx",
+            "default_url",
+        )
+    },
+    "open": ("store", "open_store"),
+}
+
+if not TYPE_CHECKING:  # for mypy every name above is imported; unknown names stay errors
+
+    def __getattr__(name: str) -> Any:
+        if name in _LAZY:
+            module, attribute = _LAZY[name]
+            value = getattr(import_module(f"{__name__}.{module}"), attribute)
+            globals()[name] = value
+            return value
+        if name.isidentifier() and not name.startswith("__"):
+            # ``ledger.store``, ``ledger.events`` ...: the submodules the eager package
+            # used to import as a side effect are still reachable as attributes.
+            try:
+                return import_module(f"{__name__}.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{name}":
+                    raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ANY",

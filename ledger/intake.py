@@ -24,7 +24,6 @@ pointer where the rule broke (empty for the whole input), and the rule.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -50,6 +49,7 @@ __all__ = [
     "parse_toml",
     "parse_yaml",
     "read_bytes",
+    "read_stream",
     "read_text",
 ]
 
@@ -154,7 +154,24 @@ def read_bytes(path: str | os.PathLike[str], kind: str, source: str | None = Non
     return data
 
 
-def _read_upto(f: io.BufferedReader, n: int) -> bytes:
+def read_stream(stream: _Readable, kind: str, source: str) -> bytes:
+    """The bytes of an open stream (stdin), read through the cap of ``kind``: at most
+    ``cap + 1`` bytes are ever read, so a stream that never ends is refused at the cap."""
+    cap = LIMITS[kind].cap
+    try:
+        data = _read_upto(stream, cap + 1)
+    except OSError as exc:
+        raise InputError(source, "", "read", f"cannot read ({exc.strerror or exc})") from None
+    if len(data) > cap:
+        raise InputError(source, "", "size", _too_large(kind, cap, f"read past {cap} bytes"))
+    return data
+
+
+class _Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
+def _read_upto(f: _Readable, n: int) -> bytes:
     chunks: list[bytes] = []
     left = n
     while left > 0:

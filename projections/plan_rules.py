@@ -191,6 +191,17 @@ def _revision(doc: PlanState, p: StrategyRevisionRequested) -> str | None:
     return None
 
 
+@rule_for(ToolCalled)
+def _tool_called(_doc: PlanState, p: ToolCalled) -> str | None:
+    if p.unregistered is False:
+        return "`unregistered` is true or absent"
+    if (p.unregistered is True) != (p.tool_version is None):
+        return "a call names its tool's version, unless it records an unregistered tool"
+    if p.unregistered is True and p.executor != "recorded":
+        return "an unregistered tool's call is recorded, never run by the plane"
+    return None
+
+
 @rule_for(Escalated)
 def _escalated(doc: PlanState, _p: Escalated) -> str | None:
     return None if doc.pending_decision is None else "one pending decision at a time"

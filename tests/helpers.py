@@ -38,20 +38,24 @@ def strategy(plan_id: str = "P-1", text: str = "fix the tests", revision: int = 
 
 
 def run_cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    input: str | bytes | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``evidence ARGS`` through the real entry point, in this process (about 1 s of
     imports saved per call), shaped like a finished process: its exit status, stdout and
     stderr, an uncaught exception's traceback on stderr with status 1 as Python would
-    print it. EVIDENCE_DB is unset unless ``env`` gives it. Tests where the process
-    boundary is the point (signals, crashes, concurrency) use ``run_cli_process``."""
+    print it. EVIDENCE_DB is unset unless ``env`` gives it; ``input`` is its stdin.
+    Tests where the process boundary is the point (signals, crashes, concurrency) use
+    ``run_cli_process``."""
     overrides: dict[str, str | None] = {"EVIDENCE_DB": None, **(env or {})}
     here = os.getcwd()
     with _CWD:
         if cwd is not None:
             os.chdir(cwd)
         try:
-            result = CliRunner(env=overrides).invoke(_entry_point, list(args))
+            result = CliRunner(env=overrides).invoke(_entry_point, list(args), input=input)
         finally:
             os.chdir(here)
     code, stderr = result.exit_code, result.stderr

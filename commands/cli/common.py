@@ -13,16 +13,18 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-import msgspec
-from rich.console import Console
 
 import ledger
-from commands.plane.core import Plane
 
 from .terminal import inert
+
+if TYPE_CHECKING:  # imported where used: `evidence --version` and `--help` need neither
+    from rich.console import Console
+
+    from commands.plane.core import Plane
 
 EXIT_OK, EXIT_VERDICT, EXIT_REFUSED = 0, 1, 2
 
@@ -78,6 +80,8 @@ def open_store(*, create: bool = False) -> ledger.Store:
 
 def open_plane(*, create: bool = True) -> Plane:
     """The store with its read models (opening them may rebuild or catch them up)."""
+    from commands.plane.core import Plane
+
     plane = Plane.open(
         db_url(),
         create=create,
@@ -94,6 +98,8 @@ def json_option(fn: F) -> F:
 
 
 def emit_json(document: Any) -> None:
+    import msgspec
+
     sys.stdout.buffer.write(msgspec.json.encode(document) + b"\n")
     sys.stdout.flush()
 
@@ -101,6 +107,8 @@ def emit_json(document: Any) -> None:
 def console() -> Console:
     """Human output through rich: no markup, no emoji codes (what it prints may be the
     agent's text; pass that through ``inert`` too)."""
+    from rich.console import Console
+
     return Console(soft_wrap=True, highlight=False, markup=False, emoji=False)
 
 

@@ -10,6 +10,13 @@ from .common import EXIT_VERDICT, db_option, emit_json, json_option, open_plane,
 from .inputs import json_or_file, raw_bytes
 from .terminal import inert
 
+# How a failed check was routed, as the human output says it.
+ROUTING = {
+    "retry": "routed: the attempt failed; retry in the next iteration",
+    "halted": "routed: max_iterations reached; the plan halted (blocker)",
+    "compensation": "routed: strict_mode; compensation requested, the plan halted (blocker)",
+}
+
 
 def _report(outcome: GateOutcome, as_json: bool) -> None:
     check = outcome.check
@@ -26,14 +33,7 @@ def _report(outcome: GateOutcome, as_json: bool) -> None:
                 ["pointer", "kind", "expected", "actual_type"],
                 [[d.pointer or "/", d.kind, d.expected, d.actual_type] for d in check.deviations],
             )
-            click.echo(
-                {
-                    "retry": "routed: the attempt failed; retry in the next iteration",
-                    "halted": "routed: max_iterations reached; the plan halted (blocker)",
-                    "compensation": "routed: strict_mode; compensation requested, the plan "
-                    "halted (blocker)",
-                }[outcome.routed or "retry"]
-            )
+            click.echo(ROUTING[outcome.routed or "retry"])
     if not outcome.passed:
         click.get_current_context().exit(EXIT_VERDICT)
 

@@ -3,37 +3,202 @@
 ``main`` owns the error convention: an input mistake (click usage error or any
 ``ledger.LedgerError``) prints one ``error: ...`` line on stderr and exits 2, never a
 traceback.
+
+The verbs load lazily: ``COMMANDS`` names each one's module and attribute and keeps its
+short help, so ``evidence --help`` lists every verb and ``evidence --version`` answers
+without importing any verb's module (nor the database, the schema checker, rich ...);
+``evidence gate input`` imports ``commands.cli.gates`` and what it needs, nothing else.
+tests/test_startup.py keeps the short help here equal to each command's own.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from importlib import import_module
+from typing import Any
 
 import click
 
-import ledger
+import ledger  # light: the errors and the version; the store loads on first use
 
-from . import (
-    analytics,
-    attachments,
-    audit,
-    driver,
-    gates,
-    lifecycle,
-    log,
-    plans,
-    projections,
-    registry,
-    report,
-    reviews,
-    runs,
-)
-from .common import DB_HELP, EXIT_REFUSED
+from .common import DB_HELP, EXIT_REFUSED  # light: no store, no rich until used
 from .terminal import inert
 
+# Every verb: name -> ("module:attribute", short help). The short help is what
+# `evidence --help` shows without importing the module: the first sentence of the
+# command's docstring (tests/test_startup.py checks that they agree).
+# A new verb: add its line here (and to docs/cli.md).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "apply": (
+        "commands.cli.lifecycle:apply_",
+        (
+            "Apply — the point of no return — with the token a passing validation "
+            "minted: the change set is recorded, the sandbox's files are written into"
+            " the resources, then the plan is applied."
+        ),
+    ),
+    "attach": (
+        "commands.cli.attachments:attach",
+        "Attach VALIDATION to a resource; prints the new attachment's ULID.",
+    ),
+    "audit": (
+        "commands.cli.audit:audit",
+        "Check the invariants and re-derive every verdict from recorded inputs.",
+    ),
+    "authorize": (
+        "commands.cli.lifecycle:authorize_",
+        "Without DECISION_ID: list pending decisions.",
+    ),
+    "call": ("commands.cli.runs:call", "Gate, run and record a tool call."),
+    "checkpoint": (
+        "commands.cli.audit:checkpoint",
+        "Print a signed tree head (C2SP tlog-checkpoint) of the current log.",
+    ),
+    "demo": (
+        "commands.cli.driver:demo",
+        ("Run examples/green-after-fix on a fresh SQLite ledger; show history and verify."),
+    ),
+    "detach": ("commands.cli.attachments:detach", "Detach an attachment."),
+    "events": ("commands.cli.log:events", "List events in position order."),
+    "export": (
+        "commands.cli.analytics:export",
+        (
+            "Write events to a file with the flat analytics columns "
+            "(docs/analytics.md), or an offline bundle (--bundle FILE [--plan P])."
+        ),
+    ),
+    "fix": ("commands.cli.lifecycle:fix", "Record the agent's fix before re-validating."),
+    "gate": (
+        "commands.cli.gates:gate",
+        "Structural gates: deviation is failure, recorded with every deviation.",
+    ),
+    "halt": ("commands.cli.runs:halt", "Record an orchestrator's own halt."),
+    "hook": (
+        "commands.cli.hooks:hook",
+        (
+            "Agent tool-use hooks: gate and record an agent CLI's own tool calls "
+            "(stdin: the hook JSON)."
+        ),
+    ),
+    "init": (
+        "commands.cli.log:init",
+        ("Create the ledger (tables, append-only triggers, head) if it does not exist."),
+    ),
+    "keys": (
+        "commands.cli.lifecycle:keys",
+        "Approver keys (Ed25519): the private key never enters the ledger.",
+    ),
+    "plan": ("commands.cli.plans:plan", "Plans: Strategize -> Execute -> Apply."),
+    "projections": ("commands.cli.projections:projections", "Read models folded from the log."),
+    "prove": (
+        "commands.cli.audit:prove",
+        "Print the RFC 9162 inclusion proof of the event at POSITION.",
+    ),
+    "replay": (
+        "commands.cli.audit:replay",
+        "The plan's state after each of its events, folded from the log.",
+    ),
+    "report": (
+        "commands.cli.report:report",
+        (
+            "Write one self-contained HTML report of PLAN: timeline, gates, "
+            "validations, decisions, token, outcome, verification."
+        ),
+    ),
+    "resolve": (
+        "commands.cli.attachments:resolve",
+        ("Which validations apply to work on a resource: union of scopes, most specific wins."),
+    ),
+    "review": (
+        "commands.cli.reviews:review",
+        ("Advisory reviews (fusion_validate): recorded, accounted, verified; never a gate."),
+    ),
+    "run": (
+        "commands.cli.driver:run",
+        ("Drive a whole plan from PLAN_FILE: gates, real tools, validations, Apply."),
+    ),
+    "skill": (
+        "commands.cli.registry:skill",
+        (
+            "Skills: named bundles of tools and validations (membership makes them "
+            "callable; only an attachment makes a validation a gate)."
+        ),
+    ),
+    "stats": (
+        "commands.cli.analytics:stats",
+        (
+            "Validation pass rates and durations, flaky validations, plan outcomes, "
+            "halts and gate deviations (docs/analytics.md)."
+        ),
+    ),
+    "tail": ("commands.cli.analytics:tail", "Print events in position order as they arrive."),
+    "tool": ("commands.cli.registry:tool", "Tools: register, list, show."),
+    "validate": (
+        "commands.cli.runs:validate",
+        ("Run the plan's binding set (pinned at Execute), in parallel; classify the outcome."),
+    ),
+    "validation": (
+        "commands.cli.registry:validation",
+        "Validations: read-only tools that return {passed, message?, data?}.",
+    ),
+    "verify": (
+        "commands.cli.log:verify",
+        (
+            "Recompute every leaf, the hash chain and the Merkle root from the stored"
+            " bytes (with --bundle: check an offline bundle, with no database)."
+        ),
+    ),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use (click's lazy group
+    pattern). Listing them (``--help``) needs only the table."""
+
+    def __init__(
+        self, *args: Any, lazy_commands: Mapping[str, tuple[str, str]], **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            self.add_command(self.load(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def load(self, cmd_name: str) -> click.Command:
+        """Import the command ``cmd_name`` from the module the table names."""
+        target = self.lazy_commands[cmd_name][0]
+        module, _, attribute = target.partition(":")
+        command = getattr(import_module(module), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click lists commands (same columns, same shortening), from the table for
+        those not imported yet."""
+        commands = [
+            self.commands.get(name) or click.Command(name, help=self.lazy_commands[name][1])
+            for name in self.list_commands(ctx)
+        ]
+        shown = [c for c in commands if not c.hidden]
+        if not shown:
+            return
+        limit = formatter.width - 6 - max(len(c.name or "") for c in shown)
+        with formatter.section("Commands"):
+            formatter.write_dl([(c.name or "", c.get_short_help_str(limit)) for c in shown])
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option("--db", "db_url", default=None, metavar="URL", help=DB_HELP)
 @click.version_option(ledger.__version__, prog_name="evidence")
 @click.pass_context
@@ -41,38 +206,6 @@ def cli(ctx: click.Context, db_url: str | None) -> None:
     """Evidence Ledger: an append-only, verifiable log of an agent validation plane."""
     if db_url is not None:
         ctx.meta["evidence.db"] = db_url
-
-
-cli.add_command(log.init)
-cli.add_command(log.events)
-cli.add_command(log.verify)
-cli.add_command(registry.tool)
-cli.add_command(registry.validation)
-cli.add_command(registry.skill)
-cli.add_command(plans.plan)
-cli.add_command(projections.projections)
-cli.add_command(attachments.attach)
-cli.add_command(attachments.detach)
-cli.add_command(attachments.resolve)
-cli.add_command(gates.gate)
-cli.add_command(runs.call)
-cli.add_command(runs.validate)
-cli.add_command(runs.halt)
-cli.add_command(lifecycle.fix)
-cli.add_command(lifecycle.keys)
-cli.add_command(lifecycle.authorize_)
-cli.add_command(lifecycle.apply_)
-cli.add_command(driver.run)
-cli.add_command(driver.demo)
-cli.add_command(reviews.review)
-cli.add_command(audit.replay)
-cli.add_command(audit.audit)
-cli.add_command(audit.checkpoint)
-cli.add_command(audit.prove)
-cli.add_command(report.report)
-cli.add_command(analytics.tail)
-cli.add_command(analytics.export)
-cli.add_command(analytics.stats)
 
 
 def _not_utf8(argv: Sequence[str]) -> str | None:

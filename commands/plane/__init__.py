@@ -6,17 +6,63 @@ the operator's verbs (``authorize``, approver keys) stay in ``commands.plane.lif
 so code that drives an agent does not reach them by accident.
 
     from commands.plane import Plane, create_plan, register_tool, call_tool
+
+Each name is imported from its module on first use (PEP 562): importing one handler's
+module (``commands.plane.gates``) does not load every other one (the plan-file driver
+with YAML and pydantic, the runner ...).
 """
 
-from .attachments import attach, detach, resolve_attachments
-from .core import CommandRefused, Plane
-from .driver import resume, run_plan_file
-from .gates import gate_input, gate_output
-from .lifecycle import apply_plan, record_fix
-from .phases import enter_execute, record_strategy
-from .plans import create_plan, get_plan, list_plans
-from .registry import define_skill, register_tool, register_validation
-from .runs import call_tool, record_halt, validate_plan
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .attachments import attach, detach, resolve_attachments
+    from .core import CommandRefused, Plane
+    from .driver import resume, run_plan_file
+    from .gates import gate_input, gate_output
+    from .lifecycle import apply_plan, record_fix
+    from .phases import enter_execute, record_strategy
+    from .plans import create_plan, get_plan, list_plans
+    from .registry import define_skill, register_tool, register_validation
+    from .runs import call_tool, record_halt, validate_plan
+
+# name -> the module of this package that defines it
+_LAZY: dict[str, str] = {
+    "CommandRefused": "core",
+    "Plane": "core",
+    "apply_plan": "lifecycle",
+    "attach": "attachments",
+    "call_tool": "runs",
+    "create_plan": "plans",
+    "define_skill": "registry",
+    "detach": "attachments",
+    "enter_execute": "phases",
+    "gate_input": "gates",
+    "gate_output": "gates",
+    "get_plan": "plans",
+    "list_plans": "plans",
+    "record_fix": "lifecycle",
+    "record_halt": "runs",
+    "record_strategy": "phases",
+    "register_tool": "registry",
+    "register_validation": "registry",
+    "resolve_attachments": "attachments",
+    "resume": "driver",
+    "run_plan_file": "driver",
+    "validate_plan": "runs",
+}
+
+if not TYPE_CHECKING:  # for mypy every name above is imported; unknown names stay errors
+
+    def __getattr__(name: str) -> Any:
+        if name in _LAZY:
+            value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CommandRefused",

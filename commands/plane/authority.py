@@ -201,6 +201,18 @@ class Authority:
             return doc.spec
         return doc.versions.get(str(version))
 
+    def mcp_tools(self, server: str, tool_name: str) -> list[str]:
+        """The registered tools whose current version is ``tool_name`` on MCP server
+        ``server`` (``mcp_server`` / ``mcp_tool_name``), by name."""
+        events = self.source.read_types([ToolRegistered.type_name()])
+        return sorted(
+            doc.name
+            for doc in _fold_streams(events, None).values()
+            if isinstance(doc, ToolState)
+            and doc.spec.mcp_server == server
+            and doc.spec.mcp_tool_name == tool_name
+        )
+
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         """Which of ``digests`` the blob store holds."""
         return self.source.present_blobs(list(dict.fromkeys(digests))) if digests else set()

@@ -176,8 +176,13 @@ def call_tool(
     recorded_output: bytes | str | Any | None = None,
     sandbox: Sandbox | None = None,
     actor: str = "agent",
+    input_gate: GateOutcome | None = None,
 ) -> CallReport:
-    """Input gate, run (or take the recorded output), output gate; all recorded."""
+    """Input gate, run (or take the recorded output), output gate; all recorded.
+
+    ``input_gate``: the passing input gate check already recorded for exactly these
+    parameters of this tool at this step (an agent hook's pre-tool check); it is not
+    checked again."""
     raw_params = as_bytes(params)
     call_id = str(ULID())
     step = step or f"call-{call_id}"
@@ -202,7 +207,13 @@ def call_tool(
         output_schema = STRUCTURED_RETURN
     if recorded_output is None and tool_doc is not None:
         _cap_of(to_json(tool_doc.spec))  # refused here, before the input gate is recorded
-    report = CallReport(gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor))
+    if input_gate is None:
+        input_gate = gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor)
+    elif not (
+        input_gate.passed and input_gate.check.tool == tool and input_gate.check.step == step
+    ):
+        raise CommandRefused(f"the input gate given is no pass of tool {tool!r} at step {step!r}")
+    report = CallReport(input_gate)
     if not report.input_gate.passed:
         return report  # an invented tool or bad parameters: the call is never made
     assert plan is not None and tool_doc is not None  # the input gate passed
@@ -300,7 +311,8 @@ def _run_call(
         started_at=started,
         ended_at=ended,
         duration_ms=_duration_ms(started, ended),
-        **streams,
+        stdout_truncated=streams.get("stdout_truncated", msgspec.UNSET),
+        stderr_truncated=streams.get("stderr_truncated", msgspec.UNSET),
     )
 
     def decide(state: StreamState) -> list[EventPayload]:
@@ -315,6 +327,50 @@ def _run_call(
     report.output_gate = gate_output(
         plane, plan_id, step, output, schema=output_schema, actor=actor, truncated=truncated
     )
+
+
+def record_unregistered_call(
+    plane: Plane,
+    plan_id: str,
+    tool: str,
+    params: bytes | str | Any,
+    output: bytes | str | Any,
+    *,
+    step: str | None = None,
+    actor: str = "agent",
+) -> ToolCalled:
+    """Record the call of a tool the registry does not know, which an agent made and an
+    agent hook let through (``--unknown-tools record``): ``tool.called`` with
+    ``unregistered``, no tool version and no gate (nothing declares its structure). The
+    parameters and the output are kept as blobs."""
+    raw_params, raw_output = as_bytes(params), as_bytes(output)
+    if plane.log().tool(tool) is not None:
+        raise CommandRefused(f"tool {tool!r} is registered: its calls pass the gates")
+    call_id = str(ULID())
+    now = utc_now()
+    recorded: dict[str, ToolCalled] = {}
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        doc = _execute_plan(state, plan_id)
+        recorded["event"] = ToolCalled(
+            plan_id=plan_id,
+            call_id=call_id,
+            tool=tool,
+            tool_version=None,
+            step=step or f"call-{call_id}",
+            attempt=doc.attempt,
+            executor="recorded",
+            params_sha256=_sha256(raw_params),
+            output_sha256=_sha256(raw_output),
+            started_at=now,
+            ended_at=now,
+            duration_ms=0,
+            unregistered=True,
+        )
+        return [recorded["event"]]
+
+    plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[raw_params, raw_output])
+    return recorded["event"]
 
 
 def _call_validation(

@@ -81,7 +81,10 @@ cap and read to the end; a stream that went over it is recorded as a `Truncation
 bytes kept, the full size and the full output's SHA-256), and kept bytes are never
 parsed: the output gate judges a truncated stdout not JSON (`checked_truncated`), and a
 validation whose result it carried has no verdict (`malformed`, or `crash` when a signal
-ended it).
+ended it). `tool.called`'s `unregistered` (`true` or absent) marks the call of a tool
+the registry does not know, let through by an agent hook with `--unknown-tools record`
+(docs/agents.md): its `tool_version` is `null`, its executor `recorded`, and no gate
+judged it.
 
 ## Types
 """

@@ -69,7 +69,10 @@ class GateChecked(EventPayload, tag="gate.checked", kw_only=True, frozen=True):
 
 
 class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
-    """A tool call that passed the input gate ran (or was recorded by an orchestrator)."""
+    """A tool call that passed the input gate ran (or was recorded by an orchestrator);
+    or, with ``unregistered``, a call of a tool the registry does not know that an agent
+    hook let through (``evidence hook post-tool --unknown-tools record``): no gate judged
+    it, and it has no tool version."""
 
     STREAM = "plan:{plan_id}"
     DELTA = "appends the call to /calls"
@@ -78,7 +81,7 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
     plan_id: str
     call_id: str
     tool: str
-    tool_version: int
+    tool_version: int | None = None  # None only for an unregistered tool's call
     step: str | None = None
     attempt: int
     executor: Literal["command", "recorded", "validation"]  # validation: read-only, in a copy
@@ -91,3 +94,6 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
     # Set only when the program's stdout / stderr went over its cap; absent otherwise.
     stdout_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
     stderr_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
+    # True: the tool was not registered when its call was recorded (executor
+    # ``recorded``, ``tool_version`` null, no gate). Absent otherwise.
+    unregistered: bool | msgspec.UnsetType = msgspec.UNSET

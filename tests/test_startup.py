@@ -1,0 +1,113 @@
+"""A CLI that starts fast: the verbs load lazily from the table in commands/cli/main.py,
+and ``evidence --version``/``--help`` import no database, schema or rendering library
+(bench/startup.py measures the times; docs/performance.md records them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import import_module
+
+import click
+
+from commands.cli.main import COMMANDS, LazyGroup, cli
+from tests.helpers import run_cli
+
+# What the lazy table replaced: every verb `main.py` registered by hand.
+VERBS = {
+    "apply", "attach", "audit", "authorize", "call", "checkpoint", "demo", "detach",
+    "events", "export", "fix", "gate", "halt", "init", "keys", "plan", "projections",
+    "prove", "replay", "report", "resolve", "review", "run", "skill", "stats", "tail",
+    "tool", "validate", "validation", "verify",
+}  # fmt: skip
+
+HEAVY = (
+    "sqlalchemy",
+    "jsonschema_rs",
+    "pydantic",
+    "rich",
+    "cryptography",
+    "yaml",
+    "pyarrow",
+    "ledger.store",
+    "ledger.events",
+    "commands.plane.core",
+    "projections",
+)
+
+
+def test_the_table_lists_every_verb() -> None:
+    names = set(COMMANDS) - {"hook"}  # `evidence hook` comes in its own change
+    assert names == VERBS
+    assert set(cli.list_commands(click.Context(cli))) >= VERBS
+
+
+def test_the_table_points_at_each_command_and_keeps_its_short_help() -> None:
+    for name, (target, short_help) in COMMANDS.items():
+        module, _, attribute = target.partition(":")
+        command = getattr(import_module(module), attribute)
+        assert isinstance(command, click.Command) and command.name == name, target
+        # What click itself would list (the first sentence of the docstring, unless
+        # the command sets short_help), at any width.
+        assert short_help == command.get_short_help_str(limit=10**6), name
+        for limit in (30, 45, 74):
+            stand_in = click.Command(name, help=short_help)
+            assert stand_in.get_short_help_str(limit) == command.get_short_help_str(limit)
+
+
+def test_help_lists_every_verb_as_the_eager_group_did() -> None:
+    lazy = run_cli("--help")
+    assert lazy.returncode == 0
+    for name in VERBS:
+        assert f"\n  {name} " in lazy.stdout, name
+    # The listing from the table alone (a fresh group: nothing imported) is the text
+    # click itself writes once every verb is loaded, at any width.
+    for width in (60, 80, 120):
+        fresh = LazyGroup("evidence", lazy_commands=COMMANDS)
+        ctx = click.Context(fresh, info_name="evidence", terminal_width=width)
+        from_table = ctx.make_formatter()
+        fresh.format_commands(ctx, from_table)
+        assert fresh.commands == {}  # listing imported nothing
+        for name in COMMANDS:
+            fresh.get_command(ctx, name)
+        eager = ctx.make_formatter()
+        click.Group.format_commands(fresh, ctx, eager)
+        assert from_table.getvalue() == eager.getvalue()
+
+
+def test_an_unknown_verb_is_refused() -> None:
+    result = run_cli("no-such-verb")
+    assert result.returncode == 2 and "no-such-verb" in result.stderr
+
+
+PROBE = """
+import json, sys
+from commands.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+def _modules_after(*args: str) -> set[str]:
+    """The modules a real ``evidence ARGS`` process has imported when it ends."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=60
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["code"] in (0, None), done.stderr
+    return set(report["modules"])
+
+
+def test_version_and_help_import_no_heavy_module() -> None:
+    for args in (("--version",), ("--help",)):
+        loaded = _modules_after(*args)
+        heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY)
+        assert heavy == [], (args, heavy)
+        verbs = sorted(
+            m for m in loaded if m.startswith("commands.cli.") and m != "commands.cli.main"
+        )
+        assert set(verbs) <= {"commands.cli.common", "commands.cli.terminal"}, (args, verbs)
