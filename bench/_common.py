@@ -549,3 +549,26 @@ def ledger_revision() -> str:
 
 def print_machine(info: dict[str, str]) -> None:
     console.print(" ".join(f"[bold]{k}[/]={v}" for k, v in info.items()))
+
+
+# A one-tool plan in Execute: what the decide and startup benches gate against.
+GATE_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+GATE_PARAMS = b'{"path": "src/app.py"}'
+
+
+def plan_in_execute(url: str, history: int) -> None:
+    """Plan ``P`` in Execute with the tool ``read`` registered and ``history`` events on
+    its stream (passing input gates after the first four)."""
+    from commands.plane import Plane
+    from commands.plane.gates import gate_input
+    from commands.plane.phases import enter_execute, record_strategy
+    from commands.plane.plans import create_plan
+    from commands.plane.registry import register_tool
+
+    with Plane.open(url) as plane:
+        register_tool(plane, {"name": "read", "command": ["true"], "input_schema": GATE_SCHEMA})
+        create_plan(plane, "P", project="bench", resources=["repo:bench"])
+        record_strategy(plane, "P", "read files")
+        enter_execute(plane, "P")
+        for _ in range(max(0, history - 4)):
+            gate_input(plane, "P", "read", GATE_PARAMS)

@@ -27,28 +27,21 @@ import argparse
 import json
 from typing import Any
 
-from _common import fresh_target, pick, start_run, timed  # bench/ is sys.path[0]
+from _common import (  # bench/ is sys.path[0]
+    GATE_PARAMS as PARAMS,
+)
+from _common import (
+    fresh_target,
+    pick,
+    plan_in_execute,
+    start_run,
+    timed,
+)
 from rich.table import Table
 
 import ledger
 from commands.plane import Plane
 from commands.plane.gates import gate_input
-from commands.plane.phases import enter_execute, record_strategy
-from commands.plane.plans import create_plan
-from commands.plane.registry import register_tool
-
-SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
-PARAMS = b'{"path": "src/app.py"}'
-
-
-def _plan_with_history(url: str, history: int) -> None:
-    with Plane.open(url) as plane:
-        register_tool(plane, {"name": "read", "command": ["true"], "input_schema": SCHEMA})
-        create_plan(plane, "P", project="bench", resources=["repo:bench"])
-        record_strategy(plane, "P", "read files")
-        enter_execute(plane, "P")
-        for _ in range(max(0, history - 4)):
-            gate_input(plane, "P", "read", PARAMS)
 
 
 def measure(url: str, calls: int) -> dict[str, float]:
@@ -91,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
             samples: dict[str, list[float]] = {"cold": [], "warm": [], "floor": []}
             for _ in range(args.repeat):
                 with fresh_target(backend, run.pg_url or "") as target:
-                    _plan_with_history(target.ledger_url, history)
+                    plan_in_execute(target.ledger_url, history)
                     for name, value in measure(target.ledger_url, args.calls).items():
                         samples[name].append(value)
             got = {name: pick(values, args.stat) for name, values in samples.items()}

@@ -37,11 +37,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, console, err_console, machine_info, print_machine  # bench/ is sys.path[0]
+from _common import (  # bench/ is sys.path[0]
+    GATE_PARAMS,
+    REPO,
+    console,
+    err_console,
+    machine_info,
+    plan_in_execute,
+    print_machine,
+)
 from rich.table import Table
 
-SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
-PARAMS = '{"path": "src/app.py"}'
+PARAMS = GATE_PARAMS.decode()
 
 # The targets of the issue "A CLI that starts fast": ratio to `python -c pass`, or ms.
 TARGET_RATIO = {"evidence --version": 4.0}
@@ -55,23 +62,6 @@ def evidence_command() -> list[str]:
         return [str(script)]
     found = shutil.which("evidence")
     return [found] if found else [sys.executable, "-m", "commands.cli"]
-
-
-def prepare_ledger(url: str, history: int) -> None:
-    """A plan in Execute with one registered tool and ``history`` events on its stream."""
-    from commands.plane import Plane
-    from commands.plane.gates import gate_input
-    from commands.plane.phases import enter_execute, record_strategy
-    from commands.plane.plans import create_plan
-    from commands.plane.registry import register_tool
-
-    with Plane.open(url) as plane:
-        register_tool(plane, {"name": "read", "command": ["true"], "input_schema": SCHEMA})
-        create_plan(plane, "P", project="bench", resources=["repo:bench"])
-        record_strategy(plane, "P", "read files")
-        enter_execute(plane, "P")
-        for _ in range(max(0, history - 4)):
-            gate_input(plane, "P", "read", PARAMS.encode())
 
 
 def cases(url: str) -> dict[str, list[str]]:
@@ -126,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     env["PYTHONPATH"] = REPO  # the checkout this script is in, as the other benches
     with tempfile.TemporaryDirectory(prefix="evb-") as tmp:
         url = f"sqlite:///{Path(tmp) / 'ledger.db'}"
-        prepare_ledger(url, args.history)
+        plan_in_execute(url, args.history)
         commands = cases(url)
         samples: dict[str, list[float]] = {name: [] for name in commands}
         for round_ in range(args.warmup + args.runs):
