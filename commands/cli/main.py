@@ -89,6 +89,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "commands.cli.lifecycle:keys",
         "Approver keys (Ed25519): the private key never enters the ledger.",
     ),
+    "mcp": (
+        "commands.cli.mcp:mcp",
+        "MCP gate proxy: gate and record every tool call an agent makes to an MCP server.",
+    ),
     "plan": ("commands.cli.plans:plan", "Plans: Strategize -> Execute -> Apply."),
     "projections": ("commands.cli.projections:projections", "Read models folded from the log."),
     "prove": (

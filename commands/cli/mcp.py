@@ -1,0 +1,61 @@
+"""``evidence mcp proxy``: the MCP gate proxy in front of an MCP server (docs/agents.md).
+The transport is ``commands.cli.mcp_proxy``; the plane side ``commands.plane.proxy``."""
+
+from __future__ import annotations
+
+import click
+
+from ledger.errors import LedgerError
+
+from .common import db_option, open_plane, workdir_option
+
+
+@click.group()
+def mcp() -> None:
+    """MCP gate proxy: gate and record every tool call an agent makes to an MCP server."""
+
+
+@mcp.command("proxy", context_settings={"ignore_unknown_options": True})
+@click.option("--plan", "plan_id", required=True, help="The plan the agent works on (in Execute).")
+@click.option(
+    "--server",
+    default=None,
+    help="The MCP server's name in the registry (mcp_server; default: the name the "
+    "server reports).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds the upstream may take to start or to answer one call.",
+)
+@click.argument("upstream", nargs=-1, required=True, type=click.UNPROCESSED)
+@workdir_option
+@db_option
+def proxy(plan_id: str, server: str | None, timeout: float, upstream: tuple[str, ...]) -> None:
+    """Serve MCP on stdio to the agent, in front of the MCP server UPSTREAM (a command,
+    after --): every tools/call passes the input gate, is forwarded, recorded and its
+    result passes the output gate."""
+    import anyio
+
+    from .mcp_proxy import serve
+
+    plane = open_plane()
+    try:
+        anyio.run(lambda: serve(plane, plan_id, upstream, server=server, timeout_s=timeout))
+    except (LedgerError, click.ClickException):
+        raise
+    except Exception as exc:  # the upstream could not start or answer: one line, exit 2
+        raise click.ClickException(_upstream_failure(upstream[0], exc, timeout)) from None
+
+
+def _upstream_failure(program: str, exc: BaseException, timeout: float) -> str:
+    """What stopped the proxy, in one line (task groups wrap the cause in a group)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        why = f"did not answer within {timeout:g} s"
+    else:
+        why = f"failed: {' '.join(str(exc).split()) or type(exc).__name__}"
+    return f"the MCP server {program!r} {why}"
