@@ -251,42 +251,25 @@ class WriteTx:
             ) in stream_rows:
                 position += 1
                 version += 1
-                leaf = leaf_hash(
-                    leaf_bytes(
-                        position,
-                        event_id,
-                        stream,
-                        version,
-                        type_name,
-                        sv,
-                        recorded_at,
-                        actor,
-                        corr,
-                        caus,
-                        payload,
-                        delta,
-                    )
+                # The envelope's columns, in leaf_bytes' order and the row's.
+                envelope = (
+                    position,
+                    event_id,
+                    stream,
+                    version,
+                    type_name,
+                    sv,
+                    recorded_at,
+                    actor,
+                    corr,
+                    caus,
+                    payload,
+                    delta,
                 )
+                leaf = leaf_hash(leaf_bytes(*envelope))
                 chain = chain_next(chain, leaf)
                 frontier.append(leaf)
-                rows.append(
-                    (
-                        position,
-                        event_id,
-                        stream,
-                        version,
-                        type_name,
-                        sv,
-                        recorded_at,
-                        actor,
-                        corr,
-                        caus,
-                        payload,
-                        delta,
-                        leaf,
-                        chain,
-                    )
-                )
+                rows.append((*envelope, leaf, chain))
             versions[stream] = version
         if blob_list:
             store._insert_blobs(cursor, blob_list)
