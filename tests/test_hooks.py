@@ -363,3 +363,44 @@ def test_audit_is_clean_after_a_hook_session(url: str) -> None:
     assert run_cli("verify", "--db", url).returncode == 0
     history = run_cli("plan", "history", "P-1", "--db", url)
     assert history.returncode == 0 and "Bash" in history.stdout
+
+
+@pytest.mark.parametrize(
+    ("fields", "rule"),
+    [
+        ({"unregistered": True, "tool_version": None, "executor": "command"}, "never run"),
+        ({"unregistered": True, "tool_version": 1, "executor": "recorded"}, "version"),
+        ({"unregistered": False, "tool_version": 1, "executor": "recorded"}, "or absent"),
+    ],
+)
+def test_a_forged_unregistered_call_is_caught(url: str, fields: dict[str, Any], rule: str) -> None:
+    """The attack: an agent holding the database file appends, through the public Store
+    API, a `tool.called` that claims an unregistered tool the plane ran, or an unregistered
+    call with a version. The plane refuses the plan and audit names the position."""
+    from ledger.events import ToolCalled
+    from tests.helpers import forge
+
+    digest = "0" * 64
+    with ledger.open(url, create=False) as store:
+        [at] = forge(
+            store,
+            "plan:P-1",
+            ToolCalled(
+                plan_id="P-1",
+                call_id="forged",
+                tool="Bash",
+                attempt=1,
+                params_sha256=digest,
+                output_sha256=digest,
+                started_at="2026-12-01T00:00:00.000000Z",
+                ended_at="2026-12-01T00:00:00.000000Z",
+                duration_ms=0,
+                **fields,
+            ),
+        )
+    refused = hook(url, "pre-tool", pre("search", {"query": "x"}))
+    assert_refused(refused, f"position {at}")
+    audited = run_cli("audit", "--db", url, "--json")
+    assert audited.returncode == 1
+    found = [v for v in json.loads(audited.stdout)["violations"] if v["position"] == at]
+    assert found and any(rule in json.dumps(v) for v in found), audited.stdout
