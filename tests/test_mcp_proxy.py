@@ -218,3 +218,20 @@ def test_an_upstream_that_cannot_serve_is_one_error_line(
     assert said in lines[0] and "Traceback" not in result.stderr
     with ledger.open(db_url, create=False) as store:
         assert store.head().size == before
+
+
+@pytest.mark.parametrize("server", ["a b", "../x", "x\x1b[31m", "", "-x", "a" * 65])
+def test_a_server_name_that_cannot_name_tools_is_refused(
+    db_url: str, tmp_path: Path, server: str
+) -> None:
+    _setup(db_url)
+    with ledger.open(db_url, create=False) as store:
+        before = store.head().size
+    result = run_cli(
+        "mcp", "proxy", "--plan", "P-1", "--server", server, "--db", db_url,
+        "--workdir", str(tmp_path / "work"), "--", sys.executable, "-c", "pass",
+    )  # fmt: skip
+    assert result.returncode == 2 and "--server" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    with ledger.open(db_url, create=False) as store:
+        assert store.head().size == before

@@ -39,8 +39,16 @@ def proxy(plan_id: str, server: str | None, timeout: float, upstream: tuple[str,
     result passes the output gate."""
     import anyio
 
+    from commands.plane.proxy import server_name
+
     from .mcp_proxy import serve
 
+    if server is not None and server_name(server) != server:
+        raise click.BadParameter(
+            f"{server!r}: letters, digits, '.', '_' and '-' only, at most 64, not at the "
+            "ends (it becomes part of registered tool names)",
+            param_hint="--server",
+        )
     plane = open_plane()
     try:
         anyio.run(lambda: serve(plane, plan_id, upstream, server=server, timeout_s=timeout))
