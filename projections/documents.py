@@ -438,9 +438,75 @@ def apply_deltas(deltas: Iterable[list[Any]]) -> Document:
 
 
 def delta(before: Any, after: Any) -> list[Any]:
-    """The RFC 6902 patch from state ``before`` to state ``after`` (their JSON forms;
-    ``None`` is ``{}``)."""
-    return jsonpatch.make_patch(to_json(before), to_json(after)).patch
+    """The RFC 6902 patch from state ``before`` to state ``after`` (``None`` is ``{}``):
+    ``add``/``remove``/``replace`` operations on what changed in their JSON forms.
+
+    Why not ``jsonpatch.make_patch`` on the two documents: it compares every value of
+    both in Python (and serialises each to look for moves), so one event on a plan with
+    a long history cost milliseconds. Here the states themselves are walked: a fold
+    shares every unchanged part of the state it starts from, so an unchanged member is
+    the same object and is skipped at once; what is not shared is compared by its JSON
+    encoding (C speed, and exact: ``1``, ``1.0`` and ``true`` differ). Any correct
+    patch will do: the auditor applies it and compares the result with the fold."""
+    ops: list[Any] = []
+    _diff({} if before is None else before, {} if after is None else after, "", ops)
+    return ops
+
+
+_encode = msgspec.json.encode
+_plain = msgspec.to_builtins
+_MISSING = object()
+
+
+def _members(value: Any) -> dict[str, Any] | None:
+    """A JSON object's members: a dict's items, or a state Struct's fields as
+    ``to_builtins`` writes them (an UNSET field is absent). None for anything else."""
+    if type(value) is dict:
+        return value
+    if isinstance(value, msgspec.Struct):
+        found = ((f, getattr(value, f)) for f in value.__struct_fields__)
+        return {f: v for f, v in found if v is not msgspec.UNSET}
+    return None
+
+
+def _diff(old: Any, new: Any, path: str, ops: list[Any]) -> None:
+    if old is new:
+        return
+    before, after = _members(old), _members(new)
+    if before is not None and after is not None:
+        for key in before:
+            if key not in after:
+                ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
+        for key, value in after.items():
+            was = before.get(key, _MISSING)
+            if was is value:
+                continue
+            if was is _MISSING:
+                ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": _plain(value)})
+            else:
+                _diff(was, value, f"{path}/{_token(key)}", ops)
+        return
+    if _appended(old, new):
+        tail = new[len(old) :]
+        ops.extend({"op": "add", "path": f"{path}/-", "value": _plain(v)} for v in tail)
+        return
+    if _encode(old) != _encode(new):
+        ops.append({"op": "replace", "path": path, "value": _plain(new)})
+
+
+def _appended(old: Any, new: Any) -> bool:
+    """``new`` is the list ``old`` with items added at its end."""
+    if not (isinstance(old, list | tuple) and isinstance(new, list | tuple)):
+        return False
+    if len(new) <= len(old):
+        return False
+    kept = new[: len(old)]
+    return all(a is b for a, b in zip(old, kept, strict=True)) or _encode(old) == _encode(kept)
+
+
+def _token(key: str) -> str:
+    """A member name as an RFC 6901 reference token."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 __all__ = [
