@@ -503,6 +503,15 @@ class ProjectionEngine:
 
     # -- catch-up ---------------------------------------------------------------------
 
+    def behind(self, tx: WriteTx) -> dict[str, int]:
+        """The projections whose position is behind the head, with their positions."""
+        head = tx.head_size()
+        return {
+            name: position
+            for name, position in tx.query(f"SELECT name, position FROM {POSITIONS}")
+            if name in self.projections and position < head
+        }
+
     def catch_up(self) -> int:
         """Apply whatever the projections' positions are behind the head by; returns events
         applied."""
@@ -510,11 +519,7 @@ class ProjectionEngine:
         while True:
             with self.store.write() as tx:
                 head = tx.head_size()
-                behind = {
-                    name: position
-                    for name, position in tx.query(f"SELECT name, position FROM {POSITIONS}")
-                    if name in self.projections and position < head
-                }
+                behind = self.behind(tx)
                 if not behind:
                     return applied
                 start = min(behind.values()) + 1

@@ -100,28 +100,32 @@ class Plane:
         actor: str = "system",
         blobs: Iterable[bytes] = (),
         correlation_id: str | None = None,
-        caused_by_first: bool = False,
+        caused_by: int | None = None,
     ) -> list[RecordedEvent]:
         """Fold the stream from the log under the ledger lock, decide, append — one
         transaction, so nothing can move the state between the decision and its events.
         ``decide`` must not open transactions of its own: other streams it needs are
         read through ``state.log``, in the same transaction."""
         blob_list = list(blobs)
-        self.projections.catch_up()
-        with self.store.write() as tx:
-            state = Authority(tx, self._checked, self.plane_public_key).state(stream)
-            payloads = decide(state)
-            if not payloads:
-                return []
-            return self._append(
-                tx,
-                state,
-                payloads,
-                actor=actor,
-                blobs=blob_list,
-                correlation_id=correlation_id,
-                caused_by_first=caused_by_first,
-            )
+        while True:
+            with self.store.write() as tx:
+                # The read models are kept current in the appending transaction; events
+                # another writer appended without them are applied first (outside it).
+                if not self.projections.behind(tx):
+                    state = Authority(tx, self._checked, self.plane_public_key).state(stream)
+                    payloads = decide(state)
+                    if not payloads:
+                        return []
+                    return self._append(
+                        tx,
+                        state,
+                        payloads,
+                        actor=actor,
+                        blobs=blob_list,
+                        correlation_id=correlation_id,
+                        caused_by=caused_by,
+                    )
+            self.projections.catch_up()
 
     def append(
         self,
@@ -131,7 +135,7 @@ class Plane:
         actor: str = "system",
         blobs: Iterable[bytes] = (),
         correlation_id: str | None = None,
-        caused_by_first: bool = False,
+        caused_by: int | None = None,
     ) -> list[RecordedEvent]:
         """Append ``payloads`` to ``state.stream`` expecting ``state.version`` (a
         ``ConcurrencyError`` if the stream moved), each checked and with its delta."""
@@ -143,7 +147,7 @@ class Plane:
                 actor=actor,
                 blobs=list(blobs),
                 correlation_id=correlation_id,
-                caused_by_first=caused_by_first,
+                caused_by=caused_by,
             )
 
     def _append(
@@ -155,13 +159,13 @@ class Plane:
         actor: str,
         blobs: list[bytes],
         correlation_id: str | None,
-        caused_by_first: bool,
+        caused_by: int | None,
     ) -> list[RecordedEvent]:
-        """With ``caused_by_first`` the later events name the first as their causation
-        (a gate check and the failure and halt it routes to)."""
+        """With ``caused_by`` the events after the one at that index of ``payloads`` name
+        it as their causation (a gate check and the failure and halt it routes to)."""
         doc = state.doc
         events = []
-        first_id = str(ULID())
+        cause_id = str(ULID())
         for i, payload in enumerate(payloads):
             rule = broken_rule(state.stream, doc, payload)
             if rule is not None:  # a handler's own checks come first, with better words
@@ -172,9 +176,9 @@ class Plane:
                     payload=payload,
                     actor=actor,
                     delta=delta(doc, after),
-                    event_id=first_id if i == 0 else None,
+                    event_id=cause_id if i == caused_by else None,
                     correlation_id=correlation_id,
-                    causation_id=first_id if caused_by_first and i > 0 else None,
+                    causation_id=cause_id if caused_by is not None and i > caused_by else None,
                 )
             )
             doc = after

@@ -20,6 +20,7 @@ appended.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +38,7 @@ from ledger.events import (
     GateChecked,
     GlobalConfig,
     PlanHalted,
+    ToolCalled,
     Truncation,
 )
 from ledger.intake import check_json_value
@@ -44,7 +46,7 @@ from projections.states import PlanState, StepState
 
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
-from .phases import require_plan
+from .phases import require_no_pending_decision, require_plan
 
 Routed = Literal["retry", "halted", "compensation"]
 
@@ -140,9 +142,15 @@ def gate_output(
     schema: Any = None,
     actor: str = "agent",
     truncated: Truncation | None = None,
+    call: ToolCalled | None = None,
+    call_blobs: Sequence[bytes] = (),
 ) -> GateOutcome:
     """The returned structure against the step's output declaration: ``schema`` when the
     step declares one, else the output schema of the tool its input gate passed.
+
+    ``call``: the call that returned ``output``, appended in the same transaction just
+    before the check (with ``call_blobs``): a call is never on the record without the
+    verdict on its output.
 
     ``truncated``: ``output`` is the kept prefix of a tool's stdout that went over its
     cap. It is never parsed — a prefix may happen to be a valid document that is not the
@@ -182,6 +190,8 @@ def gate_output(
         raw,
         declared,
         actor=actor,
+        before=[call] if call is not None else [],
+        blobs=call_blobs,
         fields={
             "gate": "output",
             "tool": tool,
@@ -219,13 +229,25 @@ def _tool_output_schema(log: Authority, step_tool: StepState | None) -> tuple[An
 
 
 def _record(
-    plane: Plane, plan_id: str, raw: bytes, schema: Any, *, actor: str, fields: dict[str, Any]
+    plane: Plane,
+    plan_id: str,
+    raw: bytes,
+    schema: Any,
+    *,
+    actor: str,
+    fields: dict[str, Any],
+    before: Sequence[EventPayload] = (),
+    blobs: Sequence[bytes] = (),
 ) -> GateOutcome:
+    """Append the check (after ``before``, in one transaction) and what it routes to,
+    each routed event caused by the check."""
     verdict: Literal["pass", "fail"] = "fail" if fields["deviations"] else "pass"
     decided: dict[str, Any] = {}
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = require_plan(state, plan_id)
+        if before:
+            require_no_pending_decision(doc, plan_id)
         if doc.phase != "execute":
             raise CommandRefused(
                 f"plan {plan_id} is in {doc.phase.capitalize()}: gate checks happen only in Execute"
@@ -243,11 +265,11 @@ def _record(
         )
         routed, events = _route(checked, config, len(fields["deviations"]))
         decided.update(check=checked, routed=routed)
-        return [checked, *events]
+        return [*before, checked, *events]
 
-    blobs = [raw] if schema is None else [raw, canonical_json(schema)]
-    events = plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=blobs, caused_by_first=True)
-    return GateOutcome(decided["check"], decided["routed"], events)
+    kept = [*blobs, raw] if schema is None else [*blobs, raw, canonical_json(schema)]
+    recorded = plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=kept, caused_by=len(before))
+    return GateOutcome(decided["check"], decided["routed"], recorded[len(before) :])
 
 
 def _route(

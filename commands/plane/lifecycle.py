@@ -54,7 +54,7 @@ from projections.states import ApproverState, PlanState
 
 from .authority import Authority, decision_problem
 from .core import CommandRefused, Plane, StreamState
-from .phases import require_plan
+from .phases import require_no_pending_decision, require_plan
 from .signing import (
     SigningError,
     approver_record,
@@ -132,15 +132,6 @@ def escalation(plan: PlanState, reason: str) -> Escalated:
 
 def authorize_hint(decision_id: str) -> str:
     return f"human: evidence authorize {decision_id} --key FILE (--revise TEXT | --abandon)"
-
-
-def require_no_pending_decision(doc: PlanState, plan_id: str) -> None:
-    pending = doc.pending_decision
-    if pending is not None:
-        raise CommandRefused(
-            f"plan {plan_id} awaits a human decision: evidence authorize "
-            f"{pending.decision_id} --key FILE (--revise TEXT | --abandon)"
-        )
 
 
 def record_fix(
@@ -269,7 +260,7 @@ def apply_plan(
             ),
         ]
 
-    plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by_first=True, blobs=[diff])
+    plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by=0, blobs=[diff])
     progress("changes_recorded")
     return complete_apply(plane, plan_id, actor=actor, progress=progress)
 

@@ -21,6 +21,16 @@ def require_plan(state: StreamState, plan_id: str) -> PlanState:
     return doc
 
 
+def require_no_pending_decision(doc: PlanState, plan_id: str) -> None:
+    """Refused while the plan awaits a human's decision (an escalation)."""
+    pending = doc.pending_decision
+    if pending is not None:
+        raise CommandRefused(
+            f"plan {plan_id} awaits a human decision: evidence authorize "
+            f"{pending.decision_id} --key FILE (--revise TEXT | --abandon)"
+        )
+
+
 def record_strategy(
     plane: Plane, plan_id: str, strategy: str, *, actor: str = "system"
 ) -> PlanState:

@@ -67,11 +67,10 @@ from .lifecycle import (
     after_blocker,
     authorize_hint,
     escalation,
-    require_no_pending_decision,
     results_digest,
     token_for_pass,
 )
-from .phases import require_plan
+from .phases import require_no_pending_decision, require_plan
 
 DEFAULT_TIMEOUT_S = 300.0
 MAX_PARALLEL = 4
@@ -315,18 +314,22 @@ def _run_call(
         stderr_truncated=streams.get("stderr_truncated", msgspec.UNSET),
     )
 
-    def decide(state: StreamState) -> list[EventPayload]:
-        _execute_plan(state, plan_id)
-        return [called]
-
-    plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[raw_params, output])
-    report.call, report.output = called, output
     # Only a command tool's output can be a truncated stdout (a validation called as a
     # tool gives the plane's own encoding of its result).
     truncated = streams.get("stdout_truncated") if executor == "command" else None
+    # The call and the verdict on its output: one transaction.
     report.output_gate = gate_output(
-        plane, plan_id, step, output, schema=output_schema, actor=actor, truncated=truncated
+        plane,
+        plan_id,
+        step,
+        output,
+        schema=output_schema,
+        actor=actor,
+        truncated=truncated,
+        call=called,
+        call_blobs=[raw_params, output],
     )
+    report.call, report.output = called, output
 
 
 def record_unregistered_call(
