@@ -1,12 +1,19 @@
-"""A small MCP server (official SDK, stdio) for tests/test_mcp_proxy.py: ``add`` (input
-and output schemas), ``bad`` (returns off-schema structured output), ``crash`` (the
-process dies). Every call it receives is appended to the file named by argv[1]."""
+"""A small MCP server (official SDK) for tests/test_mcp_proxy.py and bench/proxy.py:
+``add`` (input and output schemas), ``bad`` (returns off-schema structured output),
+``plain`` (no output schema: a text result), ``crash`` (the process dies), ``slow`` (never
+answers in time), ``grow`` (adds a tool
+and says the tool list changed); two tools the proxy must not offer (a name with a
+control character, a schema that reaches outside itself).
+
+Every call it receives is appended to the file named by argv[1]. On stdio by default;
+``--http PORT`` serves streamable HTTP on 127.0.0.1:PORT/mcp instead."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import anyio
@@ -42,6 +49,21 @@ TOOLS = [
         },
     ),
     types.Tool(
+        name="plain",
+        description="Answers text (no output schema).",
+        input_schema={"type": "object", "properties": {"who": {"type": "string"}}},
+    ),
+    types.Tool(name="slow", input_schema={"type": "object", "properties": {}}),
+    types.Tool(name="grow", input_schema={"type": "object", "properties": {}}),
+    types.Tool(name="evil\x1b[2Jname", input_schema={"type": "object", "properties": {}}),
+    types.Tool(
+        name="remote",
+        input_schema={
+            "type": "object",
+            "properties": {"x": {"$ref": "https://example.com/schema.json"}},
+        },
+    ),
+    types.Tool(
         name="crash",
         description="The server process dies.",
         input_schema={"type": "object", "properties": {}},
@@ -67,16 +89,38 @@ async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.C
         return types.CallToolResult(
             content=[types.TextContent(text="yes")], structured_content={"ok": "yes"}
         )
+    if params.name == "plain":
+        return types.CallToolResult(content=[types.TextContent(text=f"hello {args.get('who')}")])
     if params.name == "crash":
         os._exit(3)
+    if params.name == "slow":
+        time.sleep(30)
+    if params.name == "grow":
+        if not any(t.name == "extra" for t in TOOLS):
+            TOOLS.append(
+                types.Tool(name="extra", input_schema={"type": "object", "properties": {}})
+            )
+        await ctx.session.send_tool_list_changed()
+        return types.CallToolResult(content=[types.TextContent(text="grown")])
+    if params.name == "extra":
+        return types.CallToolResult(content=[types.TextContent(text="extra")])
     raise ValueError(f"unknown tool {params.name}")
 
 
+SERVER = Server("test-upstream", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+
+
 async def main() -> None:
-    server = Server("test-upstream", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        await SERVER.run(read, write, SERVER.create_initialization_options())
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    if len(sys.argv) > 3 and sys.argv[2] == "--http":
+        import uvicorn
+
+        uvicorn.run(
+            SERVER.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[3]), log_level="error"
+        )
+    else:
+        anyio.run(main)

@@ -1,14 +1,20 @@
 """`evidence mcp proxy`: the MCP gate proxy as a real process in front of a real MCP
-server (tests/mcp_server.py), driven by the official SDK's stdio client. A valid call
-reaches the server and is recorded; a deviating input or an invented tool never reaches
-it; off-schema output fails the output gate; an upstream crash is an MCP error and an
-environment_error halt; the audit is clean afterwards."""
+server (tests/mcp_server.py, on stdio or streamable HTTP), driven by the official SDK's
+client. A valid call reaches the server and is recorded; a deviating input or an
+invented tool never reaches it; off-schema output fails the output gate; an upstream
+crash, timeout or protocol error is an MCP error and an environment_error halt; the
+plane's own verbs take a plan from a failing validation to Apply; four proxies on one
+PostgreSQL ledger at once leave it verifiable; the audit is clean afterwards."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,23 +28,26 @@ import ledger
 from commands.plane import Plane
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
-from tests.helpers import run_cli
+from tests.helpers import assert_refused, run_cli, status_plan
 
 SERVER = Path(__file__).with_name("mcp_server.py")
 ROOT = Path(__file__).resolve().parent.parent
 
+# Tests marked slow start real MCP processes: the proxy and the server.
+slow = pytest.mark.slow
 
-def _setup(url: str, *, strict: bool = False) -> None:
+
+def _setup(url: str, plan_id: str = "P-1", *, strict: bool = False) -> None:
     with Plane.open(url) as plane:
         create_plan(
             plane,
-            "P-1",
+            plan_id,
             project="api",
             resources=["repo:api"],
             config={"max_iterations": 10, "strict_mode": strict},
         )
-        record_strategy(plane, "P-1", "call the MCP server")
-        enter_execute(plane, "P-1")
+        record_strategy(plane, plan_id, "call the MCP server")
+        enter_execute(plane, plan_id)
 
 
 def _calls(count: Path) -> list[dict[str, Any]]:
@@ -47,7 +56,14 @@ def _calls(count: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in count.read_text().splitlines()]
 
 
-def _proxy(url: str, count: Path, workdir: Path) -> StdioServerParameters:
+def _proxy(
+    url: str,
+    workdir: Path,
+    upstream: list[str],
+    *,
+    plan_id: str = "P-1",
+    timeout: float = 20,
+) -> StdioServerParameters:
     env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
     env["PYTHONPATH"] = str(ROOT)
     return StdioServerParameters(
@@ -58,64 +74,89 @@ def _proxy(url: str, count: Path, workdir: Path) -> StdioServerParameters:
             "mcp",
             "proxy",
             "--plan",
-            "P-1",
+            plan_id,
             "--db",
             url,
             "--workdir",
             str(workdir),
             "--timeout",
-            "20",
-            "--",
-            sys.executable,
-            str(SERVER),
-            str(count),
+            str(timeout),
+            *upstream,
         ],
         env=env,
         cwd=ROOT,
     )
 
 
-async def _drive(url: str, count: Path, workdir: Path) -> dict[str, Any]:
-    params = _proxy(url, count, workdir)
-    seen: dict[str, Any] = {}
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as agent:
-        with anyio.fail_after(60):
-            await agent.initialize()
-            listed = await agent.list_tools()
-            seen["tools"] = {t.name: t for t in listed.tools}
-            seen["ok"] = await agent.call_tool("add", {"a": 1, "b": 2})
-            seen["calls_after_ok"] = len(_calls(count))
-            seen["bad_input"] = await agent.call_tool("add", {"a": "one", "b": 2})
-            seen["invented"] = await agent.call_tool("nope", {})
-            seen["calls_after_bad_input"] = len(_calls(count))
-            seen["bad_output"] = await agent.call_tool("bad", {})
-            seen["calls_after_bad_output"] = len(_calls(count))
-            try:
-                seen["crash_result"] = await agent.call_tool("crash", {})
-            except MCPError as exc:
-                seen["crash"] = exc
-            try:
-                seen["after_crash"] = await agent.call_tool("add", {"a": 1, "b": 2})
-            except MCPError as exc:
-                seen["after_crash"] = exc
-    return seen
+def _stdio(count: Path) -> list[str]:
+    return ["--", sys.executable, str(SERVER), str(count)]
+
+
+Session = Callable[[ClientSession], Awaitable[None]]
+
+
+def _with_agent(params: StdioServerParameters, session: Session, *, limit: float = 60) -> None:
+    async def drive() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as agent:
+            with anyio.fail_after(limit):
+                await agent.initialize()
+                await session(agent)
+
+    anyio.run(drive)
+
+
+async def _error(call: Awaitable[types.CallToolResult]) -> MCPError | types.CallToolResult:
+    try:
+        return await call
+    except MCPError as exc:
+        return exc
 
 
 def _text(result: types.CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
-@pytest.mark.slow  # real MCP processes: the proxy and the server
+def _plan_events(url: str, plan_id: str = "P-1") -> list[ledger.RecordedEvent]:
+    with ledger.open(url, create=False) as store:
+        return list(store.read_stream(f"plan:{plan_id}"))
+
+
+def _audit_clean(url: str) -> None:
+    audit = run_cli("audit", "--db", url)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+@slow
 def test_proxy_gates_records_and_audits(db_url: str, tmp_path: Path) -> None:
     _setup(db_url)
     count = tmp_path / "calls.jsonl"
-    seen = anyio.run(_drive, db_url, count, tmp_path / "work")
+    seen: dict[str, Any] = {}
 
-    # The same tools, with the upstream's schemas, registered with mcp_server/mcp_tool_name.
-    assert set(seen["tools"]) == {"add", "bad", "crash"}
+    async def session(agent: ClientSession) -> None:
+        seen["tools"] = {t.name: t for t in (await agent.list_tools()).tools}
+        seen["ok"] = await agent.call_tool("add", {"a": 1, "b": 2})
+        seen["calls_after_ok"] = len(_calls(count))
+        seen["bad_input"] = await agent.call_tool("add", {"a": "one", "b": 2})
+        seen["invented"] = await agent.call_tool("nope", {})
+        seen["authorize"] = await agent.call_tool("evidence.authorize", {})
+        seen["calls_after_bad_input"] = len(_calls(count))
+        seen["bad_output"] = await agent.call_tool("bad", {})
+        seen["calls_after_bad_output"] = len(_calls(count))
+        seen["plain"] = await agent.call_tool("plain", {"who": "you"})
+        seen["crash"] = await _error(agent.call_tool("crash", {}))
+        seen["after_crash"] = await _error(agent.call_tool("add", {"a": 1, "b": 2}))
+
+    _with_agent(_proxy(db_url, tmp_path / "work", _stdio(count)), session)
+
+    # The same tools with the upstream's schemas (registered with mcp_server and
+    # mcp_tool_name), the plane's agent-side verbs, and nothing the plane cannot gate.
+    upstream = {"add", "bad", "plain", "crash", "slow", "grow"}
+    verbs = {"evidence.plan_status", "evidence.validate", "evidence.record_fix", "evidence.apply"}
+    assert set(seen["tools"]) == upstream | verbs
     assert seen["tools"]["add"].output_schema["required"] == ["sum"]
     with Plane.open(db_url) as plane:
         assert plane.log().mcp_tools("test-upstream", "add") == ["test-upstream.add"]
+        assert plane.log().mcp_tools("test-upstream", "remote") == []
 
     ok = seen["ok"]
     assert not ok.is_error and ok.structured_content == {"sum": 3}
@@ -126,60 +167,267 @@ def test_proxy_gates_records_and_audits(db_url: str, tmp_path: Path) -> None:
     assert bad.structured_content["gate"] == "input"
     assert bad.structured_content["deviations"][0]["pointer"] == "/a"
     assert "blocked" in _text(bad)
-    invented = seen["invented"]
-    assert invented.is_error
-    assert invented.structured_content["deviations"][0]["kind"] == "invented_tool"
-    assert seen["calls_after_bad_input"] == 1  # neither reached the server
+    for invented in (seen["invented"], seen["authorize"]):  # no door to a decision
+        assert invented.is_error
+        assert invented.structured_content["deviations"][0]["kind"] == "invented_tool"
+    assert seen["calls_after_bad_input"] == 1  # none of them reached the server
 
     out = seen["bad_output"]
     assert out.is_error and out.structured_content["gate"] == "output"
     assert "rejected" in _text(out)
     assert seen["calls_after_bad_output"] == 2
 
-    assert "crash" in seen, seen.get("crash_result")
-    assert "environment_error" in seen["crash"].message
-    assert "unavailable" in seen["after_crash"].message  # never forwarded, never a hang
-    assert len(_calls(count)) == 3  # the crash call reached the server; nothing after
+    # No output schema: the output gate checks it is an MCP tool result.
+    assert not seen["plain"].is_error and _text(seen["plain"]) == "hello you"
 
-    store = ledger.open(db_url)
-    try:
-        plan_events = list(store.read_stream("plan:P-1"))
-    finally:
-        store.close()
-    called = [e.payload for e in plan_events if e.type == "tool.called"]
-    assert [c.tool for c in called] == ["test-upstream.add", "test-upstream.bad"]
+    crash = seen["crash"]
+    assert isinstance(crash, MCPError), crash
+    assert "environment_error" in crash.message
+    after = seen["after_crash"]
+    assert isinstance(after, MCPError) and "unavailable" in after.message  # never a hang
+    assert len(_calls(count)) == 4  # the crash call reached the server; nothing after
+
+    events = _plan_events(db_url)
+    called = [e.payload for e in events if e.type == "tool.called"]
+    assert [c.tool for c in called] == [
+        "test-upstream.add",
+        "test-upstream.bad",
+        "test-upstream.plain",
+    ]
     assert all(c.executor == "recorded" for c in called)
-    halts = [e.payload for e in plan_events if e.type == "plan.halted"]
+    halts = [e.payload for e in events if e.type == "plan.halted"]
     assert halts[-1].halt_type == "environment_error"
-
-    audit = run_cli("audit", "--db", db_url)
-    assert audit.returncode == 0, audit.stdout + audit.stderr
+    _audit_clean(db_url)
 
 
-async def _drive_strict(url: str, count: Path, workdir: Path) -> list[types.CallToolResult]:
-    results = []
-    async with (
-        stdio_client(_proxy(url, count, workdir)) as (read, write),
-        ClientSession(read, write) as agent,
-    ):
-        with anyio.fail_after(60):
+@slow
+def test_a_named_step_declares_its_output(sqlite_url: str, tmp_path: Path) -> None:
+    """``_meta`` names the step and declares its output: the output gate checks that
+    declaration; a malformed declaration is refused before the call is forwarded."""
+    _setup(sqlite_url)
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+    text_sum = {"type": "object", "properties": {"sum": {"type": "string"}}}
+
+    async def session(agent: ClientSession) -> None:
+        seen["declared"] = await agent.call_tool(
+            "add",
+            {"a": 1, "b": 2},
+            meta={"evidence/step": "sum-it", "evidence/output_schema": text_sum},
+        )
+        seen["bad_step"] = await agent.call_tool("add", {"a": 1, "b": 2}, meta={"evidence/step": 7})
+        seen["bad_schema"] = await agent.call_tool(
+            "add", {"a": 1, "b": 2}, meta={"evidence/output_schema": {"type": "nope"}}
+        )
+
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+    declared = seen["declared"]
+    assert declared.is_error and declared.structured_content["gate"] == "output"
+    assert declared.structured_content["deviations"][0]["pointer"] == "/sum"
+    for refused in (seen["bad_step"], seen["bad_schema"]):
+        assert refused.is_error and _text(refused).startswith("error: _meta"), _text(refused)
+    assert len(_calls(count)) == 1  # the refused ones were never forwarded
+    checks = [e.payload for e in _plan_events(sqlite_url) if e.type == "gate.checked"]
+    assert [(c.gate, c.step) for c in checks] == [("input", "sum-it"), ("output", "sum-it")]
+
+
+@slow
+def test_the_plane_verbs_take_a_plan_from_failure_to_apply(sqlite_url: str, tmp_path: Path) -> None:
+    with Plane.open(sqlite_url) as plane:
+        project = status_plan(plane, tmp_path, {})
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        seen["first"] = await agent.call_tool("evidence.validate", {})
+        status = await agent.call_tool("evidence.plan_status", {})
+        (sandbox,) = status.structured_content["sandbox"].values()
+        (Path(sandbox) / "status.txt").write_text("good\n")
+        seen["no_note"] = await agent.call_tool("evidence.record_fix", {"note": 3})
+        await agent.call_tool("evidence.record_fix", {"note": "status is good now"})
+        seen["second"] = await agent.call_tool("evidence.validate", {})
+        token = seen["second"].structured_content["validation"]["token"]
+        seen["forged"] = await agent.call_tool("evidence.apply", {"token": token[:-4] + "AAAA"})
+        seen["applied"] = await agent.call_tool("evidence.apply", {"token": token})
+
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+    first = seen["first"].structured_content["validation"]
+    assert first["outcome"] == "blocker" and first["token"] is None
+    no_note = seen["no_note"]
+    assert no_note.is_error and no_note.structured_content["deviations"][0]["pointer"] == "/note"
+    assert seen["second"].structured_content["validation"]["outcome"] == "pass"
+    assert seen["forged"].is_error and "token refused" in _text(seen["forged"])
+    applied = seen["applied"]
+    assert not applied.is_error, _text(applied)
+    assert applied.structured_content["plan"]["phase"] == "apply"
+    assert applied.structured_content["files"][0]["path"] == "status.txt"
+    assert (project / "status.txt").read_text() == "good\n"
+    _audit_clean(sqlite_url)
+
+
+@slow
+def test_a_changed_tool_list_is_registered_again(sqlite_url: str, tmp_path: Path) -> None:
+    """The upstream says its tools changed: the proxy lists and registers them again
+    before the next call, so the new tool is gated, offered and recorded."""
+    _setup(sqlite_url)
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        await agent.call_tool("grow", {})
+        with anyio.fail_after(10):
+            while True:  # the notification travels on its own; the next call sees it
+                extra = await agent.call_tool("extra", {})
+                if not extra.is_error:
+                    break
+                await anyio.sleep(0.1)
+        seen["extra"] = extra
+        seen["tools"] = {t.name for t in (await agent.list_tools()).tools}
+
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+    assert _text(seen["extra"]) == "extra" and "extra" in seen["tools"]
+    with Plane.open(sqlite_url) as plane:
+        assert plane.log().mcp_tools("test-upstream", "extra") == ["test-upstream.extra"]
+
+
+@slow
+@pytest.mark.parametrize(
+    ("server", "tool", "fault"),
+    [
+        ("mcp_server.py", "slow", "no answer within 2 s"),
+        ("mcp_raw_server.py", "garble", "protocol"),
+    ],
+)
+def test_a_timeout_or_protocol_error_is_an_error_not_a_hang(
+    sqlite_url: str, tmp_path: Path, server: str, tool: str, fault: str
+) -> None:
+    _setup(sqlite_url)
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        started = time.monotonic()
+        seen["error"] = await _error(agent.call_tool(tool, {}))
+        seen["seconds"] = time.monotonic() - started
+        seen["after"] = await _error(agent.call_tool("add", {"a": 1, "b": 2}))
+
+    upstream = ["--", sys.executable, str(SERVER.with_name(server)), str(count)]
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", upstream, timeout=2), session)
+    error = seen["error"]
+    assert isinstance(error, MCPError), error
+    assert "environment_error" in error.message and fault in error.message
+    assert seen["seconds"] < 10, error.message
+    assert isinstance(seen["after"], MCPError) and "unavailable" in seen["after"].message
+    halts = [e.payload for e in _plan_events(sqlite_url) if e.type == "plan.halted"]
+    assert [h.halt_type for h in halts] == ["environment_error"]
+    assert halts[0].raw_halt_type == "backend_unavailable"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def http_upstream(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """tests/mcp_server.py serving streamable HTTP; its URL and call log."""
+    count, port = tmp_path / "http-calls.jsonl", _free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(SERVER), str(count), "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "no HTTP server"
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp", count
+    finally:
+        server.kill()
+        server.wait()
+
+
+@slow
+def test_a_streamable_http_upstream(
+    sqlite_url: str, tmp_path: Path, http_upstream: tuple[str, Path]
+) -> None:
+    url, count = http_upstream
+    _setup(sqlite_url)
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        seen["ok"] = await agent.call_tool("add", {"a": 2, "b": 3})
+        seen["bad"] = await agent.call_tool("add", {"a": 2})
+
+    params = _proxy(sqlite_url, tmp_path / "work", ["--url", url, "--server", "web"])
+    _with_agent(params, session)
+    assert seen["ok"].structured_content == {"sum": 5}
+    assert seen["bad"].is_error and seen["bad"].structured_content["gate"] == "input"
+    assert len(_calls(count)) == 1
+    called = [e.payload for e in _plan_events(sqlite_url) if e.type == "tool.called"]
+    assert [c.tool for c in called] == ["web.add"]
+
+
+@slow
+def test_four_proxies_on_one_postgresql_ledger(pg_url: str, tmp_path: Path) -> None:
+    """Four agents, four plans, four proxies and servers writing one PostgreSQL ledger
+    at once: every call recorded in its own plan, and the ledger verifies and audits."""
+    plans = [f"P-{i}" for i in range(4)]
+    for plan_id in plans:
+        _setup(pg_url, plan_id)
+    calls = 6
+
+    async def agent_for(plan_id: str) -> None:
+        count = tmp_path / f"{plan_id}.jsonl"
+        params = _proxy(pg_url, tmp_path / "work", _stdio(count), plan_id=plan_id)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as agent:
             await agent.initialize()
-            results.append(await agent.call_tool("add", {"a": 1}))
-            results.append(await agent.call_tool("add", {"a": 1, "b": 2}))
-    return results
+            for i in range(calls):
+                result = await agent.call_tool("add", {"a": i, "b": 1})
+                assert result.structured_content == {"sum": i + 1}, _text(result)
+            bad = await agent.call_tool("add", {"a": "x", "b": 1})
+            assert bad.is_error
+
+    async def all_agents() -> None:
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as group:
+                for plan_id in plans:
+                    group.start_soon(agent_for, plan_id)
+
+    anyio.run(all_agents)
+    for plan_id in plans:
+        events = _plan_events(pg_url, plan_id)
+        assert sum(e.type == "tool.called" for e in events) == calls
+        checks = [e.payload for e in events if e.type == "gate.checked"]
+        assert [c.verdict for c in checks].count("fail") == 1
+    verify = run_cli("verify", "--db", pg_url)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    _audit_clean(pg_url)
 
 
-@pytest.mark.slow  # real MCP processes: the proxy and the server
+@slow
 def test_strict_mode_ends_the_plan_and_refuses_later_calls(db_url: str, tmp_path: Path) -> None:
     _setup(db_url, strict=True)
     count = tmp_path / "calls.jsonl"
-    deviation, refused = anyio.run(_drive_strict, db_url, count, tmp_path / "work")
+    results: list[types.CallToolResult] = []
+
+    async def session(agent: ClientSession) -> None:
+        results.append(await agent.call_tool("add", {"a": 1}))
+        results.append(await agent.call_tool("add", {"a": 1, "b": 2}))
+
+    _with_agent(_proxy(db_url, tmp_path / "work", _stdio(count)), session)
+    deviation, refused = results
     assert deviation.is_error
     assert deviation.structured_content["routed"] == "compensation"
     assert refused.is_error and _text(refused).startswith("error: plan P-1")
     assert _calls(count) == []  # nothing reached the server
-    audit = run_cli("audit", "--db", db_url)
-    assert audit.returncode == 0, audit.stdout + audit.stderr
+    _audit_clean(db_url)
 
 
 @pytest.mark.parametrize(
@@ -191,47 +439,56 @@ def test_strict_mode_ends_the_plan_and_refuses_later_calls(db_url: str, tmp_path
     ],
 )
 def test_an_upstream_that_cannot_serve_is_one_error_line(
-    db_url: str, tmp_path: Path, upstream: list[str], said: str
+    sqlite_url: str, tmp_path: Path, upstream: list[str], said: str
 ) -> None:
     """No traceback and no hang when the MCP server never starts serving: one `error:`
     line, exit 2, and nothing appended (no tool was registered)."""
-    _setup(db_url)
-    with ledger.open(db_url, create=False) as store:
-        before = store.head().size
+    _setup(sqlite_url)
+    before = len(_plan_events(sqlite_url))
     result = run_cli(
-        "mcp",
-        "proxy",
-        "--plan",
-        "P-1",
-        "--timeout",
-        "0.5",
-        "--db",
-        db_url,
-        "--workdir",
-        str(tmp_path / "work"),
-        "--",
-        *upstream,
-    )
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: the MCP server "), result.stderr
-    assert said in lines[0] and "Traceback" not in result.stderr
-    with ledger.open(db_url, create=False) as store:
-        assert store.head().size == before
-
-
-@pytest.mark.parametrize("server", ["a b", "../x", "x\x1b[31m", "", "-x", "a" * 65])
-def test_a_server_name_that_cannot_name_tools_is_refused(
-    db_url: str, tmp_path: Path, server: str
-) -> None:
-    _setup(db_url)
-    with ledger.open(db_url, create=False) as store:
-        before = store.head().size
-    result = run_cli(
-        "mcp", "proxy", "--plan", "P-1", "--server", server, "--db", db_url,
-        "--workdir", str(tmp_path / "work"), "--", sys.executable, "-c", "pass",
+        "mcp", "proxy", "--plan", "P-1", "--timeout", "0.5", "--db", sqlite_url,
+        "--workdir", str(tmp_path / "work"), "--", *upstream,
     )  # fmt: skip
-    assert result.returncode == 2 and "--server" in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr
-    with ledger.open(db_url, create=False) as store:
-        assert store.head().size == before
+    assert_refused(result, "error: the MCP server ", said)
+    assert len(_plan_events(sqlite_url)) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--server", "a b"], "--server"),
+        (["--server", "../x"], "--server"),
+        (["--server", "x\x1b[31m"], "--server"),
+        (["--server", ""], "--server"),
+        (["--server", "-x"], "--server"),
+        (["--server", "a" * 65], "--server"),
+        (["--url", "file:///etc/passwd"], "--url"),
+        (["--url", "http://127.0.0.1:9/mcp", "--", "echo"], "a command after --, or --url"),
+        ([], "a command after --, or --url"),
+    ],
+)
+def test_a_bad_upstream_option_is_refused(
+    sqlite_url: str, tmp_path: Path, args: list[str], said: str
+) -> None:
+    _setup(sqlite_url)
+    before = len(_plan_events(sqlite_url))
+    if "--url" not in args and "--" not in args and args:
+        args = [*args, "--", sys.executable, "-c", "pass"]
+    result = run_cli(
+        "mcp", "proxy", "--plan", "P-1", "--db", sqlite_url,
+        "--workdir", str(tmp_path / "work"), *args,
+    )  # fmt: skip
+    assert_refused(result, said)
+    assert len(_plan_events(sqlite_url)) == before
+
+
+def test_an_unknown_or_ended_plan_is_refused_before_the_upstream_starts(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    _setup(sqlite_url)
+    count = tmp_path / "calls.jsonl"
+    result = run_cli(
+        "mcp", "proxy", "--plan", "P-9", "--db", sqlite_url,
+        "--workdir", str(tmp_path / "work"), *_stdio(count),
+    )  # fmt: skip
+    assert_refused(result, "unknown plan 'P-9'")

@@ -3,6 +3,8 @@ The transport is ``commands.cli.mcp_proxy``; the plane side ``commands.plane.pro
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import click
 
 from ledger.errors import LedgerError
@@ -18,6 +20,12 @@ def mcp() -> None:
 @mcp.command("proxy", context_settings={"ignore_unknown_options": True})
 @click.option("--plan", "plan_id", required=True, help="The plan the agent works on (in Execute).")
 @click.option(
+    "--url",
+    default=None,
+    metavar="URL",
+    help="The upstream is a streamable-HTTP MCP server at URL (instead of a command).",
+)
+@click.option(
     "--server",
     default=None,
     help="The MCP server's name in the registry (mcp_server; default: the name the "
@@ -30,19 +38,32 @@ def mcp() -> None:
     show_default=True,
     help="Seconds the upstream may take to start or to answer one call.",
 )
-@click.argument("upstream", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("upstream", nargs=-1, type=click.UNPROCESSED)
 @workdir_option
 @db_option
-def proxy(plan_id: str, server: str | None, timeout: float, upstream: tuple[str, ...]) -> None:
+def proxy(
+    plan_id: str, url: str | None, server: str | None, timeout: float, upstream: tuple[str, ...]
+) -> None:
     """Serve MCP on stdio to the agent, in front of the MCP server UPSTREAM (a command,
-    after --): every tools/call passes the input gate, is forwarded, recorded and its
-    result passes the output gate."""
+    after --) or --url URL: every tools/call passes the input gate, is forwarded,
+    recorded, and its result passes the output gate.
+
+    \b
+    evidence mcp proxy --plan P-1 -- npx -y @modelcontextprotocol/server-filesystem .
+    evidence mcp proxy --plan P-1 --url http://127.0.0.1:8000/mcp
+    """
     import anyio
 
     from commands.plane.proxy import server_name
 
     from .mcp_proxy import serve
 
+    if (url is None) == (not upstream):
+        raise click.UsageError("give the upstream MCP server: a command after --, or --url URL")
+    if url is not None and (
+        urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc
+    ):
+        raise click.BadParameter(f"{url!r}: an http:// or https:// URL", param_hint="--url")
     if server is not None and server_name(server) != server:
         raise click.BadParameter(
             f"{server!r}: letters, digits, '.', '_' and '-' only, at most 64, not at the "
@@ -50,18 +71,23 @@ def proxy(plan_id: str, server: str | None, timeout: float, upstream: tuple[str,
             param_hint="--server",
         )
     plane = open_plane()
+    program = url or upstream[0]
     try:
-        anyio.run(lambda: serve(plane, plan_id, upstream, server=server, timeout_s=timeout))
+        anyio.run(
+            lambda: serve(plane, plan_id, upstream, url=url, server=server, timeout_s=timeout)
+        )
     except (LedgerError, click.ClickException):
         raise
     except Exception as exc:  # the upstream could not start or answer: one line, exit 2
-        raise click.ClickException(_upstream_failure(upstream[0], exc, timeout)) from None
+        raise click.ClickException(_upstream_failure(program, exc, timeout)) from None
 
 
 def _upstream_failure(program: str, exc: BaseException, timeout: float) -> str:
     """What stopped the proxy, in one line (task groups wrap the cause in a group)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    if isinstance(exc, LedgerError):
+        return str(exc)
     if isinstance(exc, TimeoutError):
         why = f"did not answer within {timeout:g} s"
     else:

@@ -1,6 +1,7 @@
 """The MCP gate proxy's transport (docs/agents.md): an MCP server on stdio for the
-agent, an MCP client of the upstream server (a subprocess on stdio), the plane between
-them (``commands.plane.proxy``). Built on the official ``mcp`` SDK (2.x).
+agent, an MCP client of the upstream server (a subprocess on stdio, or a streamable-HTTP
+URL), the plane between them (``commands.plane.proxy``). Built on the official ``mcp``
+SDK (2.x).
 
 Each ``tools/call``: the input gate first — a deviation or an invented tool is an MCP
 tool error (``isError``, the deviations as text and ``structuredContent``) and the call
@@ -8,57 +9,77 @@ is never forwarded; else it is forwarded and its result recorded and checked by 
 output gate. A refused call (plan ended, halted, not in Execute) is a tool error too.
 An upstream fault (crash, timeout, protocol error) halts the plan with
 ``environment_error`` and answers an MCP error: the agent never hangs.
+
+Beside the upstream's tools the agent is offered the plane's own agent-side verbs
+(``commands.plane.proxy_verbs``); none of them can record a decision.
+
+An agent may name the step a call belongs to, and declare that step's output, in the
+request's ``_meta``: ``evidence/step`` (an id) and ``evidence/output_schema`` (a JSON
+Schema the output gate then checks instead of the tool's).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import json
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client, stdio_server
+from mcp.client.session import IncomingMessage
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from ulid import ULID
 
-from commands.plane.core import Plane
-from commands.plane.hooks import HookVerdict
+from commands.plane.core import CommandRefused, Plane
+from commands.plane.gates import GateOutcome
+from commands.plane.hooks import STEP_ID
+from commands.plane.plans import get_plan, terminal_state
 from commands.plane.proxy import (
+    Registered,
     UpstreamTool,
     gate_proxy_call,
+    proxy_output,
     record_proxy_result,
     record_upstream_fault,
     register_upstream_tools,
     server_name,
 )
+from commands.plane.proxy_verbs import PLANE_TOOLS, check_plane_arguments
+from commands.schemas.prepare import InvalidSchemaError, prepare_schema
 from ledger import LedgerError
+from ledger.events import Deviation
 
 DEFAULT_TIMEOUT_S = 60.0
+STEP_META = "evidence/step"
+OUTPUT_SCHEMA_META = "evidence/output_schema"
 
 
-def _deviation_result(verdict: HookVerdict, word: str, consequence: str) -> types.CallToolResult:
-    gate = verdict.gate
-    assert gate is not None
-    check = gate.check
-    deviations = [
-        {
-            "pointer": d.pointer,
-            "kind": d.kind,
-            "expected": d.expected,
-            "actual_type": d.actual_type,
-        }
-        for d in check.deviations
+def _deviations(deviations: Sequence[Deviation]) -> list[dict[str, str]]:
+    return [
+        {"pointer": d.pointer, "kind": d.kind, "expected": d.expected, "actual_type": d.actual_type}
+        for d in deviations
     ]
+
+
+def _deviation_lines(deviations: list[dict[str, str]]) -> list[str]:
+    return [
+        f"  {d['pointer'] or '/'}: {d['kind']} (expected {d['expected']}; got {d['actual_type']})"
+        for d in deviations
+    ]
+
+
+def _gate_failed(gate: GateOutcome, word: str, consequence: str) -> types.CallToolResult:
+    check = gate.check
+    deviations = _deviations(check.deviations)
     lines = [
         f"{word}: the {check.gate} gate failed for tool {check.tool!r}: "
         f"{len(deviations)} deviation(s); {consequence}",
-        *(
-            f"  {d['pointer'] or '/'}: {d['kind']} (expected {d['expected']}; "
-            f"got {d['actual_type']})"
-            for d in deviations
-        ),
+        *_deviation_lines(deviations),
     ]
     if gate.routed:
         lines.append(f"routed: {gate.routed}")
@@ -75,12 +96,33 @@ def _deviation_result(verdict: HookVerdict, word: str, consequence: str) -> type
     )
 
 
+def _arguments_refused(tool: str, deviations: Sequence[Deviation]) -> types.CallToolResult:
+    found = _deviations(deviations)
+    lines = [f"refused: the arguments of {tool!r} deviate:", *_deviation_lines(found)]
+    return types.CallToolResult(
+        content=[types.TextContent(text="\n".join(lines))],
+        structured_content={"tool": tool, "deviations": found},
+        is_error=True,
+    )
+
+
 def _refused(message: str) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(text=f"error: {message}")],
         structured_content={"error": message},
         is_error=True,
     )
+
+
+def _answer(data: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(data, indent=2))], structured_content=data
+    )
+
+
+def _warn(message: str) -> None:
+    """A line on stderr, which MCP clients keep as the server's log."""
+    print(f"evidence mcp proxy: {' '.join(message.split())}", file=sys.stderr, flush=True)
 
 
 async def _list_all(upstream: ClientSession) -> list[types.Tool]:
@@ -96,92 +138,217 @@ async def _list_all(upstream: ClientSession) -> list[types.Tool]:
             return tools
 
 
-async def serve(
-    plane: Plane,
-    plan_id: str,
-    command: Sequence[str],
-    *,
-    server: str | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> None:
-    """Run the proxy until the agent closes its stdin (or the upstream cannot start)."""
-    params = StdioServerParameters(command=command[0], args=list(command[1:]))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as upstream:
-        with anyio.fail_after(timeout_s):
-            init = await upstream.initialize()
-            listed = await _list_all(upstream)
-        name = server or server_name(init.server_info.name)
-        register_upstream_tools(
+class GateProxy:
+    """The proxy's state: the upstream's tools as registered, and its fault, if any."""
+
+    def __init__(self, plane: Plane, plan_id: str, upstream: ClientSession, timeout_s: float):
+        self.plane, self.plan_id, self.upstream, self.timeout_s = (
             plane,
-            name,
+            plan_id,
+            upstream,
+            timeout_s,
+        )
+        self.server = ""
+        self.offered: list[types.Tool] = []
+        self.registered = Registered()
+        self.stale = False  # the upstream said its tool list changed: list it again
+        self.fault: str | None = None  # every call after an upstream fault is an MCP error
+        self._in_flight: set[anyio.CancelScope] = set()
+
+    async def on_upstream_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.stale = True
+        elif isinstance(message, Exception):  # the upstream broke the protocol
+            said = " ".join(str(message).split())[:300]
+            self.fault = self.fault or f"protocol error: {type(message).__name__}: {said}"
+            for scope in self._in_flight:
+                scope.cancel()
+
+    async def refresh(self) -> None:
+        """List the upstream's tools and register them (a new version where changed)."""
+        self.stale = False
+        listed = await _list_all(self.upstream)
+        mine = [t for t in listed if t.name in PLANE_TOOLS]
+        for tool in mine:
+            _warn(f"tool {tool.name!r} of {self.server!r} is not offered: the proxy's own verb")
+        listed = [t for t in listed if t.name not in PLANE_TOOLS]
+        self.registered = register_upstream_tools(
+            self.plane,
+            self.server,
             [
                 UpstreamTool(t.name, t.input_schema, t.output_schema, t.description or "")
                 for t in listed
             ],
         )
+        for name, why in self.registered.refused.items():
+            _warn(f"tool {name[:80]!r} of {self.server!r} is not offered: {why}")
+        self.offered = [t for t in listed if t.name in self.registered.names]
 
-        async def on_list_tools(
-            ctx: Any, params: types.PaginatedRequestParams | None
-        ) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=listed)
+    async def list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        if self.stale and self.fault is None:
+            await self.refresh()
+        plane_tools = [
+            types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
+            for t in PLANE_TOOLS.values()
+        ]
+        return types.ListToolsResult(tools=[*self.offered, *plane_tools])
 
-        fault: list[str] = []  # the upstream's fault: every later call is an MCP error
+    async def call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments: Any = params.arguments if params.arguments is not None else {}
+        verb = PLANE_TOOLS.get(params.name)
+        try:
+            if verb is not None:
+                deviations = check_plane_arguments(verb, arguments)
+                if deviations:
+                    return _arguments_refused(verb.name, deviations)
+                return _answer(verb.run(self.plane, self.plan_id, arguments))
+            return await self._forward(params, arguments)
+        except LedgerError as exc:
+            return _refused(str(exc))
 
-        async def on_call_tool(
-            ctx: Any, params: types.CallToolRequestParams
-        ) -> types.CallToolResult:
-            if fault:
-                raise MCPError(
-                    code=types.INTERNAL_ERROR,
-                    message=f"the MCP server {name!r} is unavailable ({fault[0]}); restart "
-                    "the proxy",
-                )
-            arguments: Any = params.arguments if params.arguments is not None else {}
-            step = f"mcp-{ULID()}"
+    async def _forward(
+        self, params: types.CallToolRequestParams, arguments: Any
+    ) -> types.CallToolResult:
+        if self.fault is not None:
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message=f"the MCP server {self.server!r} is unavailable ({self.fault}); "
+                "restart the proxy",
+            )
+        if self.stale:
+            await self.refresh()
+        step, output_schema = _step_of(params.meta)
+        gate = gate_proxy_call(
+            self.plane,
+            self.plan_id,
+            self.server,
+            self.registered.names,
+            params.name,
+            arguments,
+            step=step,
+        )
+        if gate.blocked:
+            return _gate_failed(gate.outcome, "blocked", "the call was not forwarded")
+        result = await self._send(params.name, arguments)
+        raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        raw.pop("resultType", None)
+        output = proxy_output(raw, params.name in self.registered.structured)
+        report = record_proxy_result(
+            self.plane,
+            self.plan_id,
+            gate,
+            arguments,
+            output,
+            step=step,
+            output_schema=output_schema,
+        )
+        if not report.ok:
+            failed = report.output_gate or report.input_gate
+            return _gate_failed(failed, "rejected", "the output does not become state")
+        return result
+
+    async def _send(self, tool: str, arguments: Any) -> types.CallToolResult:
+        """Forward one call; a crash, a timeout or a protocol error halts the plan with
+        environment_error and is an MCP error for the agent (never a hang)."""
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(name=tool, arguments=arguments)
+        )
+        what: str | None = None
+        with anyio.CancelScope() as scope:
+            self._in_flight.add(scope)
             try:
-                verdict = gate_proxy_call(plane, plan_id, name, params.name, arguments, step=step)
-            except LedgerError as exc:
-                return _refused(str(exc))
-            if verdict.blocked:
-                return _deviation_result(verdict, "blocked", "the call was not forwarded")
-            try:
-                with anyio.fail_after(timeout_s):
-                    result = await upstream.send_request(
-                        types.CallToolRequest(
-                            params=types.CallToolRequestParams(
-                                name=params.name, arguments=arguments
-                            )
-                        ),
-                        types.CallToolResult,
-                        request_read_timeout_seconds=timeout_s,
+                with anyio.fail_after(self.timeout_s):
+                    return await self.upstream.send_request(
+                        request, types.CallToolResult, request_read_timeout_seconds=self.timeout_s
                     )
-            except Exception as exc:  # crash, timeout, protocol error: never a hang
+            except TimeoutError:
+                what = f"no answer within {self.timeout_s:g} s"
+            except Exception as exc:  # the upstream died or answered something else
                 what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                fault.append(what)
-                with contextlib.suppress(LedgerError):  # the plan may have ended already
-                    record_upstream_fault(plane, plan_id, name, params.name, what)
-                raise MCPError(
-                    code=types.INTERNAL_ERROR,
-                    message=f"the MCP server {name!r} failed ({what}); the plan is halted "
-                    "with environment_error",
-                ) from None
-            raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            raw.pop("resultType", None)
-            try:
-                recorded = record_proxy_result(
-                    plane, plan_id, name, params.name, arguments, raw, step=step
-                )
-            except LedgerError as exc:
-                return _refused(str(exc))
-            if recorded.blocked:
-                return _deviation_result(recorded, "rejected", "the output does not become state")
-            return result
+            finally:
+                self._in_flight.discard(scope)
+        self.fault = self.fault or what or "the connection was lost"
+        with contextlib.suppress(LedgerError):  # the plan may have ended meanwhile
+            record_upstream_fault(self.plane, self.plan_id, self.server, tool, self.fault)
+        raise MCPError(
+            code=types.INTERNAL_ERROR,
+            message=f"the MCP server {self.server!r} failed ({self.fault}); the plan is "
+            "halted with environment_error",
+        )
 
-        proxy = Server(
+
+def _step_of(meta: Mapping[str, Any] | None) -> tuple[str, Any]:
+    """The step the agent names in ``_meta`` (else a fresh one) and its declared output."""
+    meta = meta or {}
+    step = meta.get(STEP_META)
+    if step is None:
+        step = f"mcp-{ULID()}"
+    elif not isinstance(step, str) or not STEP_ID.fullmatch(step):
+        raise CommandRefused(
+            f"_meta {STEP_META!r} must be letters, digits and . _ : - (starting with a "
+            "letter or digit, at most 128 characters)"
+        )
+    schema = meta.get(OUTPUT_SCHEMA_META)
+    if schema is not None:
+        try:
+            prepare_schema(schema)
+        except InvalidSchemaError as exc:
+            raise CommandRefused(f"_meta {OUTPUT_SCHEMA_META!r}: {exc}") from None
+    return step, schema
+
+
+@contextlib.asynccontextmanager
+async def _connect(command: Sequence[str], url: str | None) -> AsyncIterator[Any]:
+    if url is not None:
+        async with streamable_http_client(url) as streams:
+            yield streams
+    else:
+        params = StdioServerParameters(command=command[0], args=list(command[1:]))
+        async with stdio_client(params) as streams:
+            yield streams
+
+
+async def serve(
+    plane: Plane,
+    plan_id: str,
+    command: Sequence[str] = (),
+    *,
+    url: str | None = None,
+    server: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Run the proxy until the agent closes its stdin (or the upstream cannot start)."""
+    doc = get_plan(plane, plan_id)
+    ended = terminal_state(doc)
+    if ended is not None:
+        raise CommandRefused(f"plan {plan_id} has ended ({ended}): no call can be made in it")
+    async with contextlib.AsyncExitStack() as stack:
+        read, write = await stack.enter_async_context(_connect(command, url))
+        proxy: GateProxy | None = None
+
+        async def on_message(message: IncomingMessage) -> None:
+            if proxy is not None:
+                await proxy.on_upstream_message(message)
+
+        upstream = await stack.enter_async_context(
+            ClientSession(read, write, message_handler=on_message)
+        )
+        proxy = GateProxy(plane, plan_id, upstream, timeout_s)
+        with anyio.fail_after(timeout_s):
+            init = await upstream.initialize()
+            proxy.server = server or server_name(init.server_info.name)
+            await proxy.refresh()
+        agent_side = Server(
             "evidence-mcp-proxy",
             version="0.1.0",
-            on_list_tools=on_list_tools,
-            on_call_tool=on_call_tool,
+            on_list_tools=proxy.list_tools,
+            on_call_tool=proxy.call_tool,
         )
         async with stdio_server() as (agent_read, agent_write):
-            await proxy.run(agent_read, agent_write, proxy.create_initialization_options())
+            await agent_side.run(
+                agent_read, agent_write, agent_side.create_initialization_options()
+            )

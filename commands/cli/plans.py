@@ -6,9 +6,15 @@ import click
 
 from commands.auditor.audit import retries_left
 from commands.auditor.history import plan_history, summaries
-from commands.plane.core import Plane
 from commands.plane.phases import enter_execute, record_strategy
-from commands.plane.plans import OUTCOMES, create_plan, get_plan, list_plans, terminal_state
+from commands.plane.plans import (
+    OUTCOMES,
+    create_plan,
+    get_plan,
+    list_plans,
+    sandbox_paths,
+    terminal_state,
+)
 from projections.documents import to_json
 from projections.states import PlanState
 
@@ -109,7 +115,7 @@ def show(plan_id: str, as_json: bool) -> None:
     """Show one plan's current state (and where its sandbox is)."""
     plane = open_plane()
     state = get_plan(plane, plan_id)
-    sandbox = _sandbox(plane, state)
+    sandbox = sandbox_paths(plane, state)
     if as_json:
         emit_json({"plan": to_json(state), "sandbox": sandbox})  # None: {}
         return
@@ -240,7 +246,7 @@ def execute(plan_id: str, as_json: bool) -> None:
     plan's sandbox, where its tool calls, fixes and validations work until Apply."""
     plane = open_plane()
     doc = enter_execute(plane, plan_id)
-    sandbox = _sandbox(plane, doc)
+    sandbox = sandbox_paths(plane, doc)
     if as_json:
         emit_json({"plan": to_json(doc), "sandbox": sandbox})
     else:
@@ -250,13 +256,6 @@ def execute(plan_id: str, as_json: bool) -> None:
         )
         for resource, copy in sandbox.items():
             click.echo(f"sandbox of {inert(resource)}: {inert(copy)}")
-
-
-def _sandbox(plane: Plane, doc: PlanState | None) -> dict[str, str]:
-    """Where the plan's work happens until Apply, by resource (none before Execute)."""
-    if doc is None or not doc.plan_id or doc.attempt == 0:
-        return {}
-    return {r: str(p) for r, p in plane.sandbox(doc).existing().items()}
 
 
 @plan.command("history")

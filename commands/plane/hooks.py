@@ -32,8 +32,7 @@ from projections.states import PlanState
 
 from .core import CommandRefused, Plane
 from .gates import GateOutcome, as_bytes, gate_input
-from .lifecycle import require_no_pending_decision
-from .phases import require_plan
+from .phases import require_no_pending_decision, require_plan
 from .runs import CallReport, call_tool, record_unregistered_call
 
 UnknownTools = Literal["record", "deny"]
@@ -42,7 +41,7 @@ HookKind = Literal["pre", "post"]
 # hook_event_name, when the caller sends one (Claude Code does).
 EVENT_NAMES: dict[HookKind, str] = {"pre": "PreToolUse", "post": "PostToolUse"}
 MAX_TOOL_NAME = 256
-_TOOL_USE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+STEP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 MCP_PREFIX = "mcp__"
 
 
@@ -86,7 +85,7 @@ def parse_hook_input(value: Any, kind: HookKind, source: str = "the hook input")
     if kind == "post" and "tool_response" not in value:
         raise CommandRefused(f"{source}: tool_response is missing (a PostToolUse input has it)")
     use_id = value.get("tool_use_id")
-    if use_id is not None and (not isinstance(use_id, str) or not _TOOL_USE_ID.fullmatch(use_id)):
+    if use_id is not None and (not isinstance(use_id, str) or not STEP_ID.fullmatch(use_id)):
         raise CommandRefused(
             f"{source}: tool_use_id must be letters, digits and . _ : - "
             "(starting with a letter or digit, at most 128 characters)"
@@ -151,7 +150,7 @@ def pre_tool(
     """The input gate on a proposed call. An unregistered tool is an invented tool
     (``deny``), or let through with nothing appended yet (``record``: the post-tool hook
     records the call when it returns)."""
-    _open_plan(plane, plan_id)
+    open_for_calls(plane, plan_id, "agent hooks gate")
     tool = resolve_tool(plane, call.tool_name)
     if tool is None and unknown == "record":
         return HookVerdict(blocked=False, tool=None)
@@ -159,7 +158,7 @@ def pre_tool(
         plane,
         plan_id,
         tool or call.tool_name,
-        _json_bytes(call.tool_input),
+        json_bytes(call.tool_input),
         step=call.tool_use_id,
         actor=actor,
     )
@@ -176,9 +175,9 @@ def post_tool(
 ) -> HookVerdict:
     """Record a call the agent made and gate its output (``strict_mode`` routes a
     deviation to compensation, as ``call`` does)."""
-    _open_plan(plane, plan_id)
-    raw_params = _json_bytes(call.tool_input)
-    output = _json_bytes(hook_output(call.tool_response))
+    open_for_calls(plane, plan_id, "agent hooks gate")
+    raw_params = json_bytes(call.tool_input)
+    output = json_bytes(hook_output(call.tool_response))
     tool = resolve_tool(plane, call.tool_name)
     if call.tool_use_id is not None:
         _refuse_recorded_twice(plane, plan_id, call.tool_use_id)
@@ -214,21 +213,22 @@ def post_tool(
     return HookVerdict(blocked=not report.ok, tool=tool, gate=failed, report=report)
 
 
-def _json_bytes(value: Any) -> bytes:
+def json_bytes(value: Any) -> bytes:
     """The bytes a gate checks and the log keeps of a value of the hook input: its JSON
     (a string is a JSON string here, never raw JSON text)."""
     return as_bytes(msgspec.json.encode(value))
 
 
-def _open_plan(plane: Plane, plan_id: str) -> PlanState:
-    """The plan the hook works for: known, not ended, in Execute, no decision pending.
-    Refused before anything is appended otherwise (the hook then blocks)."""
+def open_for_calls(plane: Plane, plan_id: str, who: str) -> PlanState:
+    """The plan an agent's door (a hook, the MCP proxy) works for: known, not ended, in
+    Execute, no decision pending. Refused before anything is appended otherwise (the
+    door then blocks the call); ``who`` names the door in the refusal."""
     doc = require_plan(plane.log().state(f"plan:{plan_id}"), plan_id)
     require_no_pending_decision(doc, plan_id)
     if doc.phase != "execute":
         raise CommandRefused(
-            f"plan {plan_id} is in {doc.phase.capitalize()}: agent hooks gate tool calls "
-            "only in Execute (evidence plan execute)"
+            f"plan {plan_id} is in {doc.phase.capitalize()}: {who} tool calls only in "
+            "Execute (evidence plan execute)"
         )
     return doc
 

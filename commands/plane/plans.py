@@ -72,6 +72,13 @@ def get_plan(plane: Plane, plan_id: str) -> PlanState | None:
     return found[0]
 
 
+def sandbox_paths(plane: Plane, doc: PlanState | None) -> dict[str, str]:
+    """Where the plan's work happens until Apply, by resource (none before Execute)."""
+    if doc is None or not doc.plan_id or doc.attempt == 0:
+        return {}
+    return {r: str(p) for r, p in plane.sandbox(doc).existing().items()}
+
+
 def list_plans(plane: Plane, *, project: str | None = None) -> dict[str, PlanState | None]:
     """Every plan's state, by plan id (in id order); None for one whose stream has no
     ``plan.created``."""

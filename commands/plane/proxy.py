@@ -1,36 +1,66 @@
-"""The MCP gate proxy's plane side (no MCP transport here: ``commands.cli.mcp``).
+"""The MCP gate proxy's plane side (no MCP transport here: ``commands.cli.mcp_proxy``).
 
 - ``register_upstream_tools``: each tool an upstream MCP server lists is registered as a
   tool with ``mcp_server`` / ``mcp_tool_name`` (its schemas normalised closed, as every
-  tool's are; a new version when the upstream's schema changed, nothing when not).
-- ``gate_proxy_call``: the input gate on a ``tools/call`` before it is forwarded,
-  exactly as the pre-tool hook checks it (an unknown tool is an invented tool).
-- ``record_proxy_result``: the forwarded call and the upstream's result recorded as the
-  post-tool hook records it (``tool.called``, executor ``recorded``, output as a blob;
-  the output gate on the result's ``structuredContent``).
+  tool's are; a new version when the upstream's schema changed, nothing when not). A
+  tool the registry refuses (a schema it cannot check) is left out: the agent is never
+  offered a tool the plane cannot gate.
+- ``gate_proxy_call``: the input gate on a ``tools/call`` before it is forwarded; a tool
+  the proxy did not register is an invented tool.
+- ``record_proxy_result``: the forwarded call and the upstream's result recorded as
+  ``call --record-output`` records it (``tool.called``, executor ``recorded``, the
+  output as a blob), then the output gate (``proxy_output`` says what it checks).
 - ``record_upstream_fault``: the upstream crashed, timed out or broke the protocol: the
   plan halts with ``environment_error`` (raw ``backend_unavailable``), never a verdict.
 
-Every function answers a refusal (unknown or ended plan, plan not in Execute) with
-``CommandRefused`` before anything is appended.
+Every function answers a refusal (unknown or ended plan, plan not in Execute, a decision
+pending) with ``CommandRefused`` before anything is appended.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.errors import LedgerError
 from ledger.events import PlanHalted
 
 from .core import Plane
-from .hooks import MCP_PREFIX, HookCall, HookVerdict, post_tool, pre_tool, resolve_tool
+from .gates import GateOutcome, gate_input
+from .hooks import MCP_PREFIX, json_bytes, open_for_calls
 from .registry import register_tool
-from .runs import record_halt
+from .runs import CallReport, call_tool, record_halt
 
 FAULT_RAW_TYPE = "backend_unavailable"  # -> environment_error (projections.outcomes)
 _NOT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+# An upstream tool name the proxy offers: printable ASCII without spaces (MCP advises
+# letters, digits and ``_-.``); anything else could pass for another name on a terminal.
+_TOOL_NAME = re.compile(r"[!-~]{1,128}")
+
+# The output declaration of an upstream tool that lists no ``outputSchema``: an MCP tool
+# result (``content`` blocks, ``isError``, ``_meta``). Its blocks stay open (text, images,
+# resources carry fields of their own), the result itself is closed.
+MCP_TOOL_RESULT: dict[str, Any] = {
+    "type": "object",
+    "required": ["content"],
+    "properties": {
+        "content": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["type"],
+                "properties": {
+                    "type": {"enum": ["text", "image", "audio", "resource_link", "resource"]}
+                },
+                "additionalProperties": True,
+            },
+        },
+        "isError": {"type": "boolean"},
+        "_meta": {"type": "object", "additionalProperties": True},
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +73,16 @@ class UpstreamTool:
     description: str = ""
 
 
+@dataclass
+class Registered:
+    """What ``register_upstream_tools`` did: the MCP tool name -> the registered name,
+    whether the upstream declares its structured output, and the tools left out."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    structured: set[str] = field(default_factory=set)
+    refused: dict[str, str] = field(default_factory=dict)  # MCP tool name -> why
+
+
 def server_name(value: str) -> str:
     """An upstream's name usable in a registered tool's name: letters, digits, ``._-``."""
     name = _NOT_NAME.sub("-", value).strip("-._")[:64]
@@ -50,58 +90,117 @@ def server_name(value: str) -> str:
 
 
 def agent_name(server: str, tool: str) -> str:
-    """How the hooks' resolver names an MCP server's tool: ``mcp__SERVER__TOOL``."""
+    """How an agent CLI names an MCP server's tool: ``mcp__SERVER__TOOL`` (the name an
+    invented tool is recorded under)."""
     return f"{MCP_PREFIX}{server}__{tool}"
 
 
 def register_upstream_tools(
     plane: Plane, server: str, tools: Sequence[UpstreamTool], *, actor: str = "system"
-) -> dict[str, str]:
-    """Register every upstream tool; returns the MCP tool name -> the registered name.
-    A tool already registered for this server and MCP tool name keeps its name (a new
-    version when its schemas changed); a new one is registered as ``SERVER.TOOL``."""
-    names: dict[str, str] = {}
+) -> Registered:
+    """Register every upstream tool. One already registered for this server and MCP
+    tool name keeps its name (a new version when its schemas changed); a new one is
+    registered as ``SERVER.TOOL``. A tool without ``outputSchema`` is declared to return
+    an MCP tool result (``MCP_TOOL_RESULT``)."""
+    done = Registered()
+    log = plane.log()
     for tool in tools:
-        existing = resolve_tool(plane, agent_name(server, tool.name))
-        name = existing or f"{server}.{server_name(tool.name)}"[:128]
-        register_tool(
-            plane,
-            {
-                "name": name,
-                "description": tool.description,
-                "mcp_server": server,
-                "mcp_tool_name": tool.name,
-                "input_schema": tool.input_schema,
-                "output_schema": tool.output_schema,
-            },
-            actor=actor,
-        )
-        names[tool.name] = name
-    return names
+        if not _TOOL_NAME.fullmatch(tool.name):
+            done.refused[tool.name] = "its name is not 1-128 printable ASCII characters"
+            continue
+        existing = log.mcp_tools(server, tool.name)
+        name = existing[0] if len(existing) == 1 else f"{server}.{server_name(tool.name)}"[:128]
+        if name in done.names.values():  # two MCP names, one registry name: neither guesses
+            done.refused[tool.name] = f"its registry name {name!r} is taken by another tool"
+            continue
+        structured = tool.output_schema is not None
+        try:
+            register_tool(
+                plane,
+                {
+                    "name": name,
+                    "description": tool.description,
+                    "mcp_server": server,
+                    "mcp_tool_name": tool.name,
+                    "input_schema": tool.input_schema,
+                    "output_schema": tool.output_schema if structured else MCP_TOOL_RESULT,
+                },
+                actor=actor,
+            )
+        except LedgerError as exc:
+            done.refused[tool.name] = str(exc)
+            continue
+        done.names[tool.name] = name
+        if structured:
+            done.structured.add(tool.name)
+    return done
+
+
+@dataclass(frozen=True)
+class ProxyGate:
+    """The input gate's outcome on one forwarded call; ``tool`` is None for an invented
+    tool."""
+
+    tool: str | None
+    outcome: GateOutcome
+
+    @property
+    def blocked(self) -> bool:
+        return not self.outcome.passed
 
 
 def gate_proxy_call(
-    plane: Plane, plan_id: str, server: str, tool: str, arguments: Any, *, step: str
-) -> HookVerdict:
-    """The input gate on a ``tools/call`` of ``tool`` on ``server``; ``blocked``: never
-    forward it."""
-    return pre_tool(plane, plan_id, HookCall(agent_name(server, tool), arguments, step))
+    plane: Plane,
+    plan_id: str,
+    server: str,
+    registered: Mapping[str, str],
+    tool: str,
+    arguments: Any,
+    *,
+    step: str,
+) -> ProxyGate:
+    """The input gate on a ``tools/call`` of ``tool``; ``blocked``: never forward it."""
+    open_for_calls(plane, plan_id, "the MCP proxy forwards")
+    name = registered.get(tool)
+    outcome = gate_input(
+        plane, plan_id, name or agent_name(server, tool), json_bytes(arguments), step=step
+    )
+    return ProxyGate(name, outcome)
+
+
+def proxy_output(result: Mapping[str, Any], structured: bool) -> Any:
+    """What the output gate checks of an MCP tool result (and the log keeps as the
+    call's output): its ``structuredContent`` when the tool declares an output schema
+    (missing: null, which no object schema admits), else the whole result."""
+    if structured:
+        return result.get("structuredContent")
+    return dict(result)
 
 
 def record_proxy_result(
     plane: Plane,
     plan_id: str,
-    server: str,
-    tool: str,
+    gate: ProxyGate,
     arguments: Any,
-    result: Mapping[str, Any],
+    output: Any,
     *,
     step: str,
-) -> HookVerdict:
-    """Record the forwarded call with the upstream's result (its MCP JSON: ``content``,
-    ``structuredContent``, ``isError``) and gate its output."""
-    call = HookCall(agent_name(server, tool), arguments, step, dict(result))
-    return post_tool(plane, plan_id, call)
+    output_schema: Any = None,
+) -> CallReport:
+    """Record the forwarded call with what ``proxy_output`` took of the upstream's
+    result, and gate it (against ``output_schema`` when the agent declared the step's
+    output, else the tool's)."""
+    assert gate.tool is not None and not gate.blocked
+    return call_tool(
+        plane,
+        plan_id,
+        gate.tool,
+        json_bytes(arguments),
+        step=step,
+        recorded_output=json_bytes(output),
+        output_schema=output_schema,
+        input_gate=gate.outcome,
+    )
 
 
 def record_upstream_fault(
