@@ -159,6 +159,7 @@ def new_plan(payload: PlanCreated) -> PlanState:
         project=payload.project,
         resources=list(payload.resources),
         global_config=payload.global_config,
+        skills=payload.skills if payload.skills is msgspec.UNSET else list(payload.skills),
     )
 
 
@@ -184,6 +185,7 @@ def _execute(doc: PlanState, p: ExecuteEntered) -> PlanState:
         needs_fix=False,
         token=_superseded(doc.token),
         binding=list(p.binding),
+        skill_pins=p.skills if p.skills is msgspec.UNSET else dict(p.skills),
     )
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
@@ -157,6 +159,26 @@ def _execute(doc: PlanState, p: ExecuteEntered) -> str | None:
         return "Execute is entered from Strategize with a recorded strategy"
     if not pins_kept(doc.binding, list(p.binding)):
         return "a binding set keeps every member it pinned, unchanged"
+    return _skill_pins(doc, p)
+
+
+def _skill_pins(doc: PlanState, p: ExecuteEntered) -> str | None:
+    """A plan's skills are pinned at its first Execute, each one of them, and carried
+    unchanged by every later Execute; a plan without skills pins none. (That the first
+    pins are the registry's skills then is the authority's check: it needs the log.)"""
+    if doc.skills is msgspec.UNSET:
+        return None if p.skills is msgspec.UNSET else "a plan without skills pins none"
+    if p.skills is msgspec.UNSET or sorted(p.skills) != sorted(doc.skills):
+        return "Execute pins each of the plan's skills"
+    if doc.skill_pins is not msgspec.UNSET and p.skills != doc.skill_pins:
+        return "a plan's skills are pinned once, at its first Execute"
+    return None
+
+
+@rule_for(GateChecked)
+def _gate(doc: PlanState, p: GateChecked) -> str | None:
+    if p.gate == "input" and p.verdict == "pass" and not doc.may_call(p.tool):
+        return f"an input gate passes only a tool in the plan's skills ({p.tool!r} is in none)"
     return None
 
 
@@ -192,7 +214,9 @@ def _revision(doc: PlanState, p: StrategyRevisionRequested) -> str | None:
 
 
 @rule_for(ToolCalled)
-def _tool_called(_doc: PlanState, p: ToolCalled) -> str | None:
+def _tool_called(doc: PlanState, p: ToolCalled) -> str | None:
+    if not doc.may_call(p.tool):
+        return f"a plan with skills calls only their members ({p.tool!r} is in none)"
     if p.unregistered is False:
         return "`unregistered` is true or absent"
     if (p.unregistered is True) != (p.tool_version is None):

@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from ledger.events import Finding, GlobalConfig, ResolvedAttachment
+from ledger.events import Finding, GlobalConfig, ResolvedAttachment, SkillPin
 
 __all__ = [
     "ApplyingState",
@@ -200,6 +200,9 @@ class PlanState(_Doc, frozen=True, kw_only=True):
     project: str
     resources: list[str]
     global_config: GlobalConfig
+    # Absent (UNSET) for a plan without skills, so such a plan's document is as before.
+    skills: list[str] | UnsetType = UNSET
+    skill_pins: dict[str, SkillPin] | UnsetType = UNSET
     phase: Literal["strategize", "execute", "apply"] = "strategize"
     revision: int = 0
     attempt: int = 0
@@ -229,6 +232,14 @@ class PlanState(_Doc, frozen=True, kw_only=True):
     token: TokenState | None = None
     applying: ApplyingState | None = None
     applied: ApplyingState | None = None
+
+    def may_call(self, tool: str) -> bool:
+        """Whether the plan's skills let it call ``tool``: any tool for a plan without
+        skills; else only a member of a skill pinned at Execute (none before)."""
+        if self.skills is UNSET:
+            return True
+        pins = self.skill_pins if self.skill_pins is not UNSET else {}
+        return any(tool in pin.members for pin in pins.values())
 
 
 # -- review: --------------------------------------------------------------------------

@@ -28,6 +28,7 @@ import ledger
 from commands.plane import Plane
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
+from commands.plane.registry import define_skill, register_tool
 from tests.helpers import assert_refused, run_cli, status_plan
 
 SERVER = Path(__file__).with_name("mcp_server.py")
@@ -37,7 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 slow = pytest.mark.slow
 
 
-def _setup(url: str, plan_id: str = "P-1", *, strict: bool = False) -> None:
+def _setup(
+    url: str, plan_id: str = "P-1", *, strict: bool = False, skills: tuple[str, ...] = ()
+) -> None:
     with Plane.open(url) as plane:
         create_plan(
             plane,
@@ -45,6 +48,7 @@ def _setup(url: str, plan_id: str = "P-1", *, strict: bool = False) -> None:
             project="api",
             resources=["repo:api"],
             config={"max_iterations": 10, "strict_mode": strict},
+            skills=list(skills),
         )
         record_strategy(plane, plan_id, "call the MCP server")
         enter_execute(plane, plan_id)
@@ -409,6 +413,39 @@ def test_four_proxies_on_one_postgresql_ledger(pg_url: str, tmp_path: Path) -> N
     verify = run_cli("verify", "--db", pg_url)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     _audit_clean(pg_url)
+
+
+@slow
+def test_a_tool_outside_the_plans_skills_is_never_forwarded(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The plan's skills hold the server's `add` only: `plain` fails the input gate with
+    not_in_skill and never reaches the server."""
+    with Plane.open(sqlite_url) as plane:
+        register_tool(
+            plane,
+            {
+                "name": "test-upstream.add",
+                "mcp_server": "test-upstream",
+                "mcp_tool_name": "add",
+                "input_schema": {"type": "object"},
+            },
+        )
+        define_skill(plane, {"name": "adder", "members": ["test-upstream.add"]})
+    _setup(sqlite_url, skills=("adder",))
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        seen["add"] = await agent.call_tool("add", {"a": 1, "b": 2})
+        seen["plain"] = await agent.call_tool("plain", {"who": "you"})
+
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+    assert seen["add"].structured_content == {"sum": 3}
+    plain = seen["plain"]
+    assert plain.is_error and plain.structured_content["deviations"][0]["kind"] == "not_in_skill"
+    assert [c["tool"] for c in _calls(count)] == ["add"]
+    _audit_clean(sqlite_url)
 
 
 @slow

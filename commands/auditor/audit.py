@@ -35,6 +35,7 @@ from ledger.events import (
     GateChecked,
     PlanApplied,
     PlanHalted,
+    SkillPin,
     TokenConsumed,
     TokenMinted,
     ToolCalled,
@@ -51,7 +52,7 @@ from projections.engine import ReadModelCheck
 from projections.outcomes import RULES_VERSION, canonical_halt, classify
 from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
-from projections.states import ApproverState, AttachmentState, PlanState, ToolState
+from projections.states import ApproverState, AttachmentState, PlanState, SkillState, ToolState
 
 from .history import summarize
 
@@ -79,6 +80,7 @@ INVARIANTS = (
     "read_model",  # a stored read model differs from a fresh fold up to its position
     "illegal_transition",  # an event its stream's state could not take (plan_rules)
     "binding",  # a binding set is not what applied when it was pinned, or a run's set
+    "skills",  # skills not pinned as defined, or an input gate that ignored them
     "no_vacuous_pass",  # a pass / token with no required validation run, not opted out
     "decision_signature",  # a decision not signed by its approver's key in force
     "token_signature",  # a token not signed by the plane key
@@ -494,9 +496,11 @@ class _Auditor:
                 walk.truncated[(p.step, p.output_sha256)] = p.stdout_truncated
         elif isinstance(p, GateChecked):
             self.check_gate(plan_id, pos, p, walk)
+            self.check_skill_gate(plan_id, pos, p, walk)
             self.open_routing(plan_id, walk, event, p)
         elif isinstance(p, ExecuteEntered):
             self.check_binding(plan_id, pos, walk, p)
+            self.check_skill_pins(plan_id, pos, walk, p)
         elif isinstance(p, Escalated):
             walk.escalations[p.decision_id] = pos
             walk.escalation_leaf[p.decision_id] = event.leaf_hash
@@ -629,6 +633,49 @@ class _Auditor:
                 "binding",
                 f"the binding set pinned at Execute: {_members(expected)}",
                 _members(p.binding),
+            )
+
+    # -- skills -----------------------------------------------------------------------
+
+    def check_skill_pins(self, plan_id: str, pos: int, walk: _PlanWalk, p: ExecuteEntered) -> None:
+        """A plan's first Execute pins its skills as the registry defined them then."""
+        doc = walk.doc
+        if doc is None or doc.skills is msgspec.UNSET or doc.skill_pins is not msgspec.UNSET:
+            return  # no skills, or pinned already (later pins repeat them: a plan rule)
+        self.count("skills")
+        expected = {
+            name: SkillPin(version=skill.version, members=list(skill.members))
+            for name in doc.skills
+            if isinstance(skill := self.docs.get(f"skill:{name}"), SkillState)
+        }
+        pinned = {} if p.skills is msgspec.UNSET else dict(p.skills)
+        if pinned != expected:
+            self.violation(
+                pos,
+                plan_id,
+                "skills",
+                f"the skills pinned at the first Execute: {_pins(expected)}",
+                _pins(pinned),
+            )
+
+    def check_skill_gate(self, plan_id: str, pos: int, p: GateChecked, walk: _PlanWalk) -> None:
+        """An input gate refuses a registered tool outside the plan's skills (and only
+        such a tool) with ``not_in_skill``."""
+        if p.gate != "input" or walk.doc is None or walk.doc.skills is msgspec.UNSET:
+            return
+        self.count("skills")
+        outside = isinstance(self.docs.get(f"tool:{p.tool}"), ToolState) and not walk.doc.may_call(
+            p.tool
+        )
+        refused = any(d.kind == "not_in_skill" for d in p.deviations)
+        if outside != refused or (outside and p.verdict != "fail"):
+            self.violation(
+                pos,
+                plan_id,
+                "skills",
+                f"tool {p.tool!r} is {'outside' if outside else 'in'} the plan's skills: "
+                + ("fail, not_in_skill" if outside else "no not_in_skill deviation"),
+                f"{p.verdict}, {', '.join(d.kind for d in p.deviations) or 'no deviation'}",
             )
 
     # -- INV1 -------------------------------------------------------------------------
@@ -997,6 +1044,10 @@ def _members(binding: Iterable[ResolvedAttachment]) -> str:
 def _plan_of(stream: str) -> str | None:
     kind, _, key = stream.partition(":")
     return key if kind == "plan" else None
+
+
+def _pins(pins: dict[str, SkillPin]) -> str:
+    return ", ".join(f"{name} v{pin.version}" for name, pin in sorted(pins.items())) or "none"
 
 
 def _pointers(deviations: Iterable[Any]) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import click
+import msgspec
 
 from commands.auditor.audit import retries_left
 from commands.auditor.history import plan_history, summaries
-from commands.plane.phases import enter_execute, record_strategy
+from commands.plane.core import Plane
+from commands.plane.phases import enter_execute, record_strategy, would_bind
 from commands.plane.plans import (
     OUTCOMES,
     create_plan,
@@ -15,6 +17,8 @@ from commands.plane.plans import (
     sandbox_paths,
     terminal_state,
 )
+from ledger.errors import LedgerError
+from ledger.events import ResolvedAttachment
 from projections.documents import to_json
 from projections.states import PlanState
 
@@ -43,16 +47,40 @@ def plan() -> None:
     metavar="JSON|@file",
     help="global_config: strict_mode, retry_limit, max_strategy_revisions, max_iterations.",
 )
+@click.option(
+    "--skill",
+    "skills",
+    multiple=True,
+    metavar="NAME",
+    help="The plan may call only the tools and validations of its skills (repeatable; "
+    "none: any registered one).",
+)
 @db_option
 @json_option
 def create(
-    plan_id: str, project: str, resources: tuple[str, ...], config: str | None, as_json: bool
+    plan_id: str,
+    project: str,
+    resources: tuple[str, ...],
+    config: str | None,
+    skills: tuple[str, ...],
+    as_json: bool,
 ) -> None:
-    """Create PLAN_ID in phase Strategize."""
+    """Create PLAN_ID in phase Strategize.
+
+    \b
+    evidence plan create P-1 --project api --resource ./src --skill python-dev
+    """
     raw = json_or_file(config, "--config") if config else None
     if raw is not None and not isinstance(raw, dict):
         raise click.UsageError("--config must be a JSON object")
-    doc = create_plan(open_plane(), plan_id, project=project, resources=list(resources), config=raw)
+    doc = create_plan(
+        open_plane(),
+        plan_id,
+        project=project,
+        resources=list(resources),
+        config=raw,
+        skills=list(skills),
+    )
     if as_json:
         emit_json({"plan": to_json(doc)})
     else:
@@ -116,8 +144,15 @@ def show(plan_id: str, as_json: bool) -> None:
     plane = open_plane()
     state = get_plan(plane, plan_id)
     sandbox = sandbox_paths(plane, state)
+    would = _would_bind(plane, state)
     if as_json:
-        emit_json({"plan": to_json(state), "sandbox": sandbox})  # None: {}
+        emit_json(
+            {
+                "plan": to_json(state),  # None: {}
+                "sandbox": sandbox,
+                "would_bind": None if would is None else [to_json(b) for b in would],
+            }
+        )
         return
     for key, value in plan_rows(plan_id, state):
         click.echo(f"{key.ljust(_WIDTH)}  {inert(value)}")
@@ -140,21 +175,43 @@ def show(plan_id: str, as_json: bool) -> None:
     binding = state.binding if state is not None else []
     if binding:
         click.echo()
-        click.echo(f"binding set ({len(binding)} pinned at Execute):")
-        print_table(
-            ["validation", "version", "mode", "scope", "resource", "attachment"],
+        _print_binding(f"binding set ({len(binding)} pinned at Execute):", binding)
+    if would is not None:
+        click.echo()
+        _print_binding(f"validations that would bind it at Execute ({len(would)}):", would)
+
+
+def _would_bind(plane: Plane, doc: PlanState | None) -> list[ResolvedAttachment] | None:
+    """In Strategize: the validations the plan would pin at Execute now (None else, or
+    when its log cannot be folded: `plan show` still shows it)."""
+    if doc is None or doc.phase != "strategize" or doc.terminal is not None:
+        return None
+    try:
+        return would_bind(plane, doc.plan_id)
+    except LedgerError:
+        return None
+
+
+def _print_binding(title: str, rows: list[ResolvedAttachment]) -> None:
+    click.echo(title)
+    if not rows:
+        click.echo("  (none: a validation run would have no required validation)")
+        return
+    print_table(
+        ["validation", "version", "mode", "scope", "resource", "args", "attachment"],
+        [
             [
-                [
-                    _text(b.validation),
-                    _text(b.validation_version),
-                    _text(b.mode),
-                    _text(b.scope),
-                    _text(b.resource),
-                    _text(b.attachment_id),
-                ]
-                for b in binding
-            ],
-        )
+                _text(b.validation),
+                _text(b.validation_version),
+                _text(b.mode),
+                _text(b.scope),
+                _text(b.resource),
+                msgspec.json.encode(b.args).decode(),
+                _text(b.attachment_id),
+            ]
+            for b in rows
+        ],
+    )
 
 
 _WIDTH = len("strategy revisions used")  # the longest field name
@@ -163,6 +220,17 @@ _WIDTH = len("strategy revisions used")  # the longest field name
 def _text(value: object) -> str:
     """A document value as a cell: ``-`` for none."""
     return "-" if value is None or value == "" else str(value)
+
+
+def _skills(doc: PlanState) -> str:
+    """What the plan may call: its skills (pinned at Execute), or anything registered."""
+    if doc.skills is msgspec.UNSET:
+        return "none: any registered tool or validation may be called"
+    if doc.skill_pins is msgspec.UNSET:
+        return f"{', '.join(doc.skills)} (their members may be called; pinned at Execute)"
+    return "; ".join(
+        f"{name} v{pin.version}: {', '.join(pin.members)}" for name, pin in doc.skill_pins.items()
+    )
 
 
 def _of(value: object, limit: object) -> str:
@@ -190,6 +258,7 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
         ("plan", _text(doc.plan_id)),
         ("project", _text(doc.project)),
         ("resources", " ".join(doc.resources) or "-"),
+        ("skills", _skills(doc)),
         ("phase", _text(doc.phase)),
         ("strategy revision", _text(doc.revision)),
         ("attempt", _text(doc.attempt)),
@@ -229,11 +298,14 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
 @json_option
 def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
     """Record the strategy of the current revision (phase Strategize)."""
-    doc = record_strategy(open_plane(), plan_id, text_or_file(strategy, "--strategy"))
+    plane = open_plane()
+    doc = record_strategy(plane, plan_id, text_or_file(strategy, "--strategy"))
+    would = would_bind(plane, plan_id)
     if as_json:
-        emit_json({"plan": to_json(doc)})
+        emit_json({"plan": to_json(doc), "would_bind": [to_json(b) for b in would]})
     else:
         click.echo(f"plan {inert(plan_id)}: strategy recorded (revision {doc.revision})")
+        _print_binding(f"validations that would bind it at Execute ({len(would)}):", would)
 
 
 @plan.command("execute")

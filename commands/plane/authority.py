@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from commands.errors import CommandRefused
@@ -34,6 +35,8 @@ from ledger.events import (
     Escalated,
     ExecuteEntered,
     ResolvedAttachment,
+    SkillDefined,
+    SkillPin,
     TokenMinted,
     ToolRegistered,
     ValidationRegistered,
@@ -46,6 +49,7 @@ from projections.states import (
     ApproverState,
     AttachmentState,
     PlanState,
+    SkillState,
     ToolSpec,
     ToolState,
 )
@@ -175,6 +179,7 @@ class Authority:
         self._checked: Checked = {} if checked is None else checked
         self._registry: list[RecordedEvent] | None = None
         self._approvers: list[RecordedEvent] | None = None
+        self._skills: list[RecordedEvent] | None = None
 
     # -- streams ----------------------------------------------------------------------
 
@@ -273,6 +278,7 @@ class Authority:
             rule = broken_rule(stream, doc, p)
             if rule is None and isinstance(p, ExecuteEntered) and doc is not None:
                 rule = self._binding_problem(doc, p, event.position)
+                rule = rule or self._skills_problem(doc, p, event.position)
             if rule is None and isinstance(p, TokenMinted):
                 rule = self._token_problem(p, minted)
                 minted.add(p.token_id)
@@ -303,6 +309,28 @@ class Authority:
         if list(p.binding) != expected:
             return "the binding set pinned at Execute is every attachment that applied then"
         return None
+
+    def _skills_problem(self, doc: PlanState, p: ExecuteEntered, position: int) -> str | None:
+        """The first pins of a plan's skills are the registry's skills then (later ones
+        repeat them: a plan rule)."""
+        if doc.skill_pins is not msgspec.UNSET or p.skills is msgspec.UNSET:
+            return None
+        if p.skills != self.skill_pins(list(p.skills), before=position):
+            return "a plan's skills are pinned as the registry defined them at its first Execute"
+        return None
+
+    def skill_pins(self, names: Sequence[str], *, before: int | None = None) -> dict[str, SkillPin]:
+        """Each named skill's version and members as the registry defines them (as of
+        before position ``before``); a skill not defined is left out."""
+        if self._skills is None:
+            self._skills = self.source.read_types([SkillDefined.type_name()])
+        docs = _fold_streams(self._skills, before)
+        found = {name: docs.get(f"skill:{name}") for name in names}
+        return {
+            name: SkillPin(version=doc.version, members=list(doc.members))
+            for name, doc in found.items()
+            if isinstance(doc, SkillState)
+        }
 
     def _escalation_leaf(self, stream: str, decision_id: str) -> bytes | None:
         for event in self.source.read_stream(stream):

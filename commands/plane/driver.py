@@ -27,7 +27,12 @@ import msgspec
 from commands.names import check_relative_path, inside
 from commands.runner.process import output_cap, run_command
 from ledger.canonical import canonical_json
-from ledger.events import CompensationCompleted, ToolRegistered, ValidationRegistered
+from ledger.events import (
+    CompensationCompleted,
+    SkillDefined,
+    ToolRegistered,
+    ValidationRegistered,
+)
 from ledger.intake import InputError, parse_json, read_bytes
 from ledger.verify import verify_store
 from projections.states import PlanState
@@ -135,7 +140,12 @@ def _declare(
     """Registrations, the plan and its attachments, as the file declares them."""
     _register(plane, pf, say)
     create_plan(
-        plane, plan_id, project=pf.plan.project, resources=resources, config=pf.plan.global_config
+        plane,
+        plan_id,
+        project=pf.plan.project,
+        resources=resources,
+        config=pf.plan.global_config,
+        skills=pf.plan.skills,
     )
     say("plan", f"{plan_id} created (project {pf.plan.project})")
     for entry in pf.attachments:
@@ -172,6 +182,9 @@ def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], b
                 {**msgspec.to_builtins(doc.spec), "name": doc.name, "version": doc.version}, kind
             )
             scratch.append(scratch.state(f"tool:{doc.name}"), [payload])
+        for skill in plane.projections.documents("skills"):
+            defined = SkillDefined(**msgspec.to_builtins(skill))
+            scratch.append(scratch.state(f"skill:{skill.name}"), [defined])
         _declare(scratch, pf, plan_id, resources, base, _quiet)
 
 

@@ -98,7 +98,9 @@ def gate_input(
 ) -> GateOutcome:
     """Tool identity and parameters against the tool's registered (closed) schema."""
     raw = as_bytes(params)
-    found = plane.log().tool(tool)  # the registered schema, from the log
+    log = plane.log()
+    found = log.tool(tool)  # the registered schema, from the log
+    plan = log.state(f"plan:{plan_id}").of(PlanState)
     if found is None:
         deviations = [
             Deviation(
@@ -109,6 +111,10 @@ def gate_input(
             )
         ]
         schema, digest, version = None, None, None
+    elif plan is not None and not plan.may_call(tool):
+        # Outside the plan's skills: refused whatever its parameters (not checked).
+        deviations = [not_in_skill(plan)]
+        schema, digest, version = None, None, found.version
     else:
         spec = found.spec
         schema = spec.input_schema or NO_PARAMETERS
@@ -130,6 +136,17 @@ def gate_input(
             "schema_sha256": digest,
             "deviations": deviations,
         },
+    )
+
+
+def not_in_skill(plan: PlanState) -> Deviation:
+    """The input gate's deviation for a registered tool outside the plan's skills."""
+    skills = sorted(plan.skill_pins) if plan.skill_pins is not msgspec.UNSET else []
+    return Deviation(
+        pointer="",
+        kind="not_in_skill",
+        expected=f"a tool or validation of the plan's skills ({', '.join(skills) or 'none'})",
+        actual_type="absent",
     )
 
 

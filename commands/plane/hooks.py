@@ -150,9 +150,9 @@ def pre_tool(
     """The input gate on a proposed call. An unregistered tool is an invented tool
     (``deny``), or let through with nothing appended yet (``record``: the post-tool hook
     records the call when it returns)."""
-    open_for_calls(plane, plan_id, "agent hooks gate")
+    doc = open_for_calls(plane, plan_id, "agent hooks gate")
     tool = resolve_tool(plane, call.tool_name)
-    if tool is None and unknown == "record":
+    if tool is None and _records_unknown(doc, unknown):
         return HookVerdict(blocked=False, tool=None)
     outcome = gate_input(
         plane,
@@ -175,14 +175,14 @@ def post_tool(
 ) -> HookVerdict:
     """Record a call the agent made and gate its output (``strict_mode`` routes a
     deviation to compensation, as ``call`` does)."""
-    open_for_calls(plane, plan_id, "agent hooks gate")
+    doc = open_for_calls(plane, plan_id, "agent hooks gate")
     raw_params = json_bytes(call.tool_input)
     output = json_bytes(hook_output(call.tool_response))
     tool = resolve_tool(plane, call.tool_name)
     if call.tool_use_id is not None:
         _refuse_recorded_twice(plane, plan_id, call.tool_use_id)
     if tool is None:
-        if unknown == "record":
+        if _records_unknown(doc, unknown):
             called = record_unregistered_call(
                 plane,
                 plan_id,
@@ -211,6 +211,12 @@ def post_tool(
     )
     failed = report.input_gate if not report.input_gate.passed else report.output_gate
     return HookVerdict(blocked=not report.ok, tool=tool, gate=failed, report=report)
+
+
+def _records_unknown(doc: PlanState, unknown: UnknownTools) -> bool:
+    """``--unknown-tools record`` lets an unregistered tool through, except in a plan
+    with skills: a tool the registry does not know is in none of them."""
+    return unknown == "record" and doc.skills is msgspec.UNSET
 
 
 def json_bytes(value: Any) -> bytes:

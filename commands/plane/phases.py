@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ledger.events import ExecuteEntered, StrategyRecorded
+from msgspec import UNSET, UnsetType
+
+from ledger.events import ExecuteEntered, ResolvedAttachment, SkillPin, StrategyRecorded
 from projections.resolution import pin_binding
 from projections.states import PlanState
 
@@ -51,6 +53,28 @@ def record_strategy(
     return plane.state(f"plan:{plan_id}").existing(PlanState)
 
 
+def _skill_pins(state: StreamState, doc: PlanState) -> dict[str, SkillPin] | UnsetType:
+    """The plan's skills as pinned at its first Execute (kept by every later one)."""
+    if doc.skills is UNSET:
+        return UNSET
+    if doc.skill_pins is not UNSET:
+        return doc.skill_pins
+    assert state.log is not None
+    pins = state.log.skill_pins(doc.skills)
+    missing = sorted(set(doc.skills) - set(pins))
+    if missing:  # only a writer past the plane can make one: skills are never deleted
+        raise CommandRefused(f"plan {doc.plan_id}'s skill(s) {', '.join(missing)} are not defined")
+    return pins
+
+
+def would_bind(plane: Plane, plan_id: str) -> list[ResolvedAttachment]:
+    """The binding set the plan would pin if it entered Execute now: what it holds,
+    plus every attachment that applies to it (what the strategy must plan for)."""
+    log = plane.log()
+    doc = require_plan(log.state(f"plan:{plan_id}"), plan_id)
+    return pin_binding(doc.binding, log.applicable(doc))
+
+
 def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanState:
     """Strategize -> Execute; needs a recorded strategy. Pins the plan's binding set: the
     members it already holds, unchanged, plus every attachment that applies now (read
@@ -67,7 +91,14 @@ def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanS
             )
         assert state.log is not None
         binding = pin_binding(doc.binding, state.log.applicable(doc))
-        return [ExecuteEntered(plan_id=plan_id, revision=doc.revision, binding=binding)]
+        return [
+            ExecuteEntered(
+                plan_id=plan_id,
+                revision=doc.revision,
+                binding=binding,
+                skills=_skill_pins(state, doc),
+            )
+        ]
 
     plane.run(f"plan:{plan_id}", decide, actor=actor)
     doc = plane.state(f"plan:{plan_id}").existing(PlanState)

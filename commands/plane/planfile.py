@@ -30,6 +30,7 @@ class PlanSection(_Strict):
     project: str
     resources: list[str] = Field(min_length=1)  # relative paths: to the plan file
     global_config: dict[str, JSON] = {}
+    skills: list[str] = []  # the plan may call only these skills' members (none: any)
 
 
 class AttachmentEntry(_Strict):

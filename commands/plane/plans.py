@@ -33,9 +33,12 @@ def create_plan(
     project: str,
     resources: Sequence[str],
     config: Mapping[str, Any] | None = None,
+    skills: Sequence[str] = (),
     actor: str = "system",
 ) -> PlanState:
-    """Create a plan in phase Strategize; refused if the plan id is taken."""
+    """Create a plan in phase Strategize; refused if the plan id is taken. With
+    ``skills``, the plan may call only their tools and validations (each skill must be
+    defined; its version is pinned when the plan enters Execute)."""
     check_identifier(plan_id, "plan id")
     check_identifier(project, "project")
     if not resources:
@@ -45,16 +48,28 @@ def create_plan(
     if len(set(resources)) != len(resources):
         raise CommandRefused("a resource is listed twice")
     global_config = parse_global_config(config)
+    for skill in skills:
+        check_identifier(skill, "skill name")
+    if len(set(skills)) != len(skills):
+        raise CommandRefused("a skill is listed twice")
 
     def decide(state: StreamState) -> list[PlanCreated]:
         if state.exists:
             raise CommandRefused(f"plan {plan_id!r} already exists")
+        assert state.log is not None
+        unknown = sorted(set(skills) - set(state.log.skill_pins(skills)))
+        if unknown:
+            raise CommandRefused(
+                f"unknown skill(s) {', '.join(map(repr, unknown))}: define them first "
+                "(evidence skill define FILE)"
+            )
         return [
             PlanCreated(
                 plan_id=plan_id,
                 project=project,
                 resources=list(resources),
                 global_config=global_config,
+                skills=list(skills) if skills else msgspec.UNSET,
             )
         ]
 

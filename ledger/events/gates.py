@@ -17,6 +17,7 @@ DeviationKind = Literal[
     "const_mismatch",
     "constraint",
     "no_output_declaration",
+    "not_in_skill",
 ]
 
 

@@ -31,12 +31,18 @@ class PlanCreated(EventPayload, tag="plan.created", kw_only=True, frozen=True):
     """A plan was created in phase Strategize."""
 
     STREAM = "plan:{plan_id}"
-    DELTA = "creates the plan document: phase strategize, revision 0, attempt 0"
+    DELTA = (
+        "creates the plan document: phase strategize, revision 0, attempt 0 (and /skills "
+        "when the plan has skills)"
+    )
 
     plan_id: str
     project: str
     resources: list[str]
     global_config: GlobalConfig = GlobalConfig()
+    # The skills whose tools and validations are all the plan may call (absent: any
+    # registered tool or validation, as before skills decided anything).
+    skills: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True, frozen=True):
@@ -51,6 +57,13 @@ class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True,
     guidance: str | None = None
 
 
+class SkillPin(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """One of a plan's skills as it was pinned: its version and its members then."""
+
+    version: int
+    members: list[str]
+
+
 class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True, frozen=True):
     """The plan moved from Strategize to Execute: a new attempt, iteration 1, a fresh
     retry budget, and its **binding set** pinned: every attachment that applied when it
@@ -61,12 +74,16 @@ class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True, fro
     STREAM = "plan:{plan_id}"
     DELTA = (
         "replaces /phase with execute, /binding with the pinned set, sets /attempt to "
-        "at least 1, /iteration to 1, /retries_used to 0"
+        "at least 1, /iteration to 1, /retries_used to 0 (and /skill_pins when the plan "
+        "has skills)"
     )
 
     plan_id: str
     revision: int
     binding: list[ResolvedAttachment] = []
+    # A plan with skills: each skill's version and members, pinned at the first Execute
+    # and carried unchanged by every later one (absent for a plan without skills).
+    skills: dict[str, SkillPin] | msgspec.UnsetType = msgspec.UNSET
 
 
 class AttemptFailed(EventPayload, tag="plan.attempt_failed", kw_only=True, frozen=True):
