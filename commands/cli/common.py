@@ -78,8 +78,13 @@ def open_store(*, create: bool = False) -> ledger.Store:
     return store
 
 
-def open_plane(*, create: bool = True) -> Plane:
-    """The store with its read models (opening them may rebuild or catch them up)."""
+def open_plane(*, create: bool = False) -> Plane:
+    """The store with its read models (opening them may rebuild or catch them up).
+
+    One rule for a missing ledger: only a command that starts something (``init``,
+    ``run``, ``demo``, registering, defining, creating a plan, adding a key, starting a
+    review) passes ``create=True``; every other refuses with the store's one line
+    (``no ledger at …: run `evidence init` first``) and creates nothing."""
     from commands.plane.core import Plane
 
     plane = Plane.open(

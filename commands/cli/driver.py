@@ -76,7 +76,7 @@ def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None, as_j
     if (plan_file is None) == (resume_id is None):
         fail("give PLAN_FILE or --resume PLAN_ID")
     say = _say_factory(as_json)
-    plane = open_plane()
+    plane = open_plane(create=resume_id is None)
     if resume_id is not None:
         summary = resume(plane, resume_id, say=say)
     else:
@@ -116,7 +116,7 @@ def demo(keep: Path | None, db_option_: str | None) -> None:
     url = db_option_ or f"sqlite:///{root / 'demo.db'}"
     meta = click.get_current_context().find_root().meta
     meta["evidence.db"], meta["evidence.workdir"] = url, root / "work"
-    plane = open_plane()
+    plane = open_plane(create=True)
     summary = run_plan_file(plane, target / "plan.yaml", say=_say_factory(False))
     click.echo("\nplan history:")
     for event in plan_history(plane, summary.plan_id):

@@ -92,7 +92,7 @@ def generate(out: Path, as_json: bool) -> None:
 @json_option
 def add(name: str, pubkey_file: Path, as_json: bool) -> None:
     """Register NAME's public key as an approver key."""
-    doc = add_approver_key(open_plane(), name, pubkey_file)
+    doc = add_approver_key(open_plane(create=True), name, pubkey_file)
     if as_json:
         emit_json({"approver": to_json(doc)})
     else:

@@ -74,7 +74,7 @@ def create(
     if raw is not None and not isinstance(raw, dict):
         raise click.UsageError("--config must be a JSON object")
     doc = create_plan(
-        open_plane(),
+        open_plane(create=True),
         plan_id,
         project=project,
         resources=list(resources),

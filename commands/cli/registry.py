@@ -146,7 +146,7 @@ def tool_register(file: str, as_json: bool) -> None:
     raw = _load(file, "tool")
     with _about(file):
         spec = parse_tool_spec(raw)
-    plane = open_plane()
+    plane = open_plane(create=True)
     with _about(file):
         result = register_tool(plane, spec)
     _report(result, as_json)
@@ -212,7 +212,7 @@ def validation_register(file: str, as_json: bool) -> None:
     raw = _load(file, "validation")
     with _about(file):
         spec = parse_validation_spec(raw)
-    plane = open_plane()
+    plane = open_plane(create=True)
     with _about(file):
         result = register_validation(plane, spec)
     _report(result, as_json)
@@ -274,7 +274,7 @@ def skill_define(file: str, as_json: bool) -> None:
     raw = _load(file, "skill")
     with _about(file):
         spec = parse_skill_spec(raw)
-    plane = open_plane()
+    plane = open_plane(create=True)
     with _about(file):
         result = define_skill(plane, spec)
     _report(result, as_json)

@@ -52,7 +52,7 @@ def start(file: str, plan_id: str | None, as_json: bool) -> None:
     """Check and record a review request; print its receipt (the task id)."""
     data = _read(file, "FILE")
     try:
-        task_id = start_review(open_plane(), data, plan_id=plan_id)
+        task_id = start_review(open_plane(create=True), data, plan_id=plan_id)
     except ReviewRequestInvalid as exc:
         if as_json:  # the violations as data too; the error line still goes to stderr
             emit_json({"violations": [v.to_json() for v in exc.violations]})
