@@ -168,3 +168,18 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None)
 settings.register_profile("deep", max_examples=3_000, deadline=None)
 if IN_CI:
     settings.load_profile("ci")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The markers a newcomer selects by (`pytest -m "not postgres"`, `-m postgres`,
+    `-m browser`): `postgres` on every test that needs the server — through the
+    `pg_url` fixture, the PostgreSQL half of `db_url` / `module_db_url`, or by name."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        needs_pg = (
+            "pg_url" in getattr(item, "fixturenames", ())
+            or "postgresql" in params.values()
+            or "postgres" in item.name
+        )
+        if needs_pg:
+            item.add_marker(pytest.mark.postgres)

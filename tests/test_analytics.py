@@ -135,7 +135,12 @@ def test_tail_follow_sigint_leaves_checkpoint_at_last_printed(db_url: str) -> No
             store.append("plan:A", [strategy("A", "second", revision=1)])
             got.append(json.loads(proc.stdout.readline())["position"])
             assert got == [1, 2, 3]
-            time.sleep(0.2)  # let it poll the head again, printing nothing
+            # Wait on the condition, not a fixed time (under load a poll can take long):
+            # the third line's checkpoint is committed, then it polls on, printing nothing.
+            deadline = time.monotonic() + 30
+            while consumer_position(store, "live") != 3:
+                assert time.monotonic() < deadline, "the tail never checkpointed line 3"
+                time.sleep(0.02)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=30)
         finally:

@@ -99,6 +99,7 @@ def test_plan_show_outcome_binding_and_unvalidated_apply(plans: dict[str, str]) 
         "mode",
         "scope",
         "resource",
+        "args",
         "attachment",
     ]
     assert binding[2].split() == [
@@ -107,6 +108,7 @@ def test_plan_show_outcome_binding_and_unvalidated_apply(plans: dict[str, str]) 
         "required",
         "direct",
         plans["resource"],
+        "{}",
         plans["attachment_id"],
     ]
     as_json = json.loads(cli(plans, "plan", "show", "P-1", "--json").stdout)["plan"]

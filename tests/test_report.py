@@ -420,6 +420,7 @@ def browse(binary: str, profile: Path, *args: str) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.browser
 def test_the_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     binary = chromium()
     from PIL import Image
