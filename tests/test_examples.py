@@ -160,9 +160,39 @@ def test_plan_file_mistakes_append_nothing(sqlite_url: str, copy, edit, fragment
 
 
 def test_demo(tmp_path: Path) -> None:
-    """The README's first command: the demo reaches a verified pass on SQLite."""
-    result = run_cli("demo", "--keep", str(tmp_path / "demo"), cwd=tmp_path)
+    """The README's first command: the demo reaches a verified pass on SQLite; kept, it
+    says where its ledger is, and a rerun in the same directory starts it over."""
+    for _ in range(2):
+        result = run_cli("demo", "--keep", str(tmp_path / "demo"), cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "plan green-after-fix: applied (outcome pass)" in result.stdout
+        assert "verify: ok" in result.stdout and "plan history:" in result.stdout
+        assert f"the ledger is sqlite:///{tmp_path / 'demo' / 'demo.db'}" in result.stdout
+        assert (tmp_path / "demo" / "demo.db").exists()
+
+
+def test_a_temporary_demo_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "cwd").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    result = run_cli("demo", cwd=tmp_path / "cwd")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "plan green-after-fix: applied (outcome pass)" in result.stdout
-    assert "verify: ok" in result.stdout and "plan history:" in result.stdout
-    assert (tmp_path / "demo" / "demo.db").exists()
+    assert "were temporary: removed" in result.stdout
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+
+def test_running_a_shipped_example_never_touches_it(tmp_path: Path) -> None:
+    """`evidence run examples/green-after-fix/plan.yaml` from a checkout works on a copy:
+    the example's files are unchanged after its Apply."""
+    example = EXAMPLES / "green-after-fix"
+    before = {p: p.read_bytes() for p in sorted(example.rglob("*")) if p.is_file()}
+    url = f"sqlite:///{tmp_path / 'evidence.db'}"
+    result = run_cli("run", str(example / "plan.yaml"), "--db", url, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "running a copy of green-after-fix in " in result.stdout
+    after = {p: p.read_bytes() for p in sorted(example.rglob("*")) if p.is_file()}
+    assert after == before

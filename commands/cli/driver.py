@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import sys
 import tempfile
@@ -17,7 +18,35 @@ from commands.plane.driver import RunSummary, resume, run_plan_file
 from .common import db_option, emit_json, fail, json_option, open_plane, workdir_option
 from .terminal import inert
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"  # the checkout's examples/
+CHECKOUT_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def examples_dir() -> Path:
+    """The shipped examples: the package data ``commands.examples`` of an installed
+    wheel (a directory of data, no ``__init__``: found through its import spec), else
+    a source checkout's ``examples/`` (an editable install maps nothing)."""
+    spec = importlib.util.find_spec("commands.examples")
+    if spec is None or not spec.submodule_search_locations:
+        return CHECKOUT_EXAMPLES
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _shipped_example(plan_file: Path) -> Path | None:
+    """The shipped example directory PLAN_FILE belongs to, if it is one."""
+    shipped = examples_dir().resolve()
+    resolved = plan_file.resolve()
+    if resolved.parent.parent == shipped and resolved.parent != shipped:
+        return resolved.parent
+    return None
+
+
+def _copy_example(example: Path, into: Path) -> Path:
+    """A fresh copy of an example directory under ``into`` (no caches, no old runs)."""
+    target = into / example.name
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(example, target, ignore=shutil.ignore_patterns("__pycache__", ".evidence*"))
+    return target
 
 
 def _say_factory(as_json: bool):
@@ -68,11 +97,30 @@ def _print_summary(summary: RunSummary) -> None:
     "--resume", "resume_id", metavar="PLAN_ID", help="Continue a plan after a human decision."
 )
 @click.option("--plan-id", help="Run the file under another plan id.")
+@click.option(
+    "--in-place",
+    is_flag=True,
+    help="Run a shipped example on its own files (default: on a copy).",
+)
 @workdir_option
 @db_option
 @json_option
-def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None, as_json: bool) -> None:
-    """Drive a whole plan from PLAN_FILE: gates, real tools, validations, Apply."""
+def run(
+    plan_file: Path | None,
+    resume_id: str | None,
+    plan_id: str | None,
+    in_place: bool,
+    as_json: bool,
+) -> None:
+    """Drive a whole plan from PLAN_FILE: gates, real tools, validations, Apply.
+
+    A shipped example (examples/NAME/plan.yaml) runs on a copy of its directory, so its
+    Apply never rewrites the example; --in-place runs it on its own files.
+
+    \b
+    evidence run examples/green-after-fix/plan.yaml
+    evidence run --resume green-after-fix
+    """
     if (plan_file is None) == (resume_id is None):
         fail("give PLAN_FILE or --resume PLAN_ID")
     say = _say_factory(as_json)
@@ -81,6 +129,11 @@ def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None, as_j
         summary = resume(plane, resume_id, say=say)
     else:
         assert plan_file is not None  # exactly one of the two was given (checked above)
+        example = None if in_place else _shipped_example(plan_file)
+        if example is not None:
+            copies = Path(tempfile.mkdtemp(prefix="evidence-example-"))
+            plan_file = _copy_example(example, copies) / plan_file.name
+            say("example", f"running a copy of {example.name} in {plan_file.parent}")
         summary = run_plan_file(plane, plan_file, plan_id=plan_id, say=say)
     if as_json:
         emit_json({"run": summary.to_json()})
@@ -104,24 +157,57 @@ def run(plan_file: Path | None, resume_id: str | None, plan_id: str | None, as_j
     help="Ledger URL (default: a fresh SQLite file in the demo directory).",
 )
 def demo(keep: Path | None, db_option_: str | None) -> None:
-    """Run examples/green-after-fix on a fresh SQLite ledger; show history and verify."""
-    source = EXAMPLES / "green-after-fix"
-    if not source.is_dir():
-        fail(f"the example {source} is missing (install from a source checkout)")
-    root = keep.resolve() if keep else Path(tempfile.mkdtemp(prefix="evidence-demo-"))
-    target = root / "green-after-fix"
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", ".evidence*"))
-    url = db_option_ or f"sqlite:///{root / 'demo.db'}"
-    meta = click.get_current_context().find_root().meta
-    meta["evidence.db"], meta["evidence.workdir"] = url, root / "work"
-    plane = open_plane(create=True)
-    summary = run_plan_file(plane, target / "plan.yaml", say=_say_factory(False))
-    click.echo("\nplan history:")
-    for event in plan_history(plane, summary.plan_id):
-        click.echo(f"  {event.position:>4}  {event.type:<30} {inert(summarize(event.payload))}")
-    _print_summary(summary)
-    click.echo(f"demo files in {inert(root)}" + ("" if keep else " (temporary)"))
+    """Run the green-after-fix example on a fresh SQLite ledger; show history and verify.
+
+    Without --keep everything lives in a temporary directory, removed at the end. With
+    --keep DIR the demo's files stay in DIR; running it again there starts it over.
+
+    \b
+    evidence demo
+    evidence demo --keep ./demo
+    """
+    source = examples_dir() / "green-after-fix"
+    if not (source / "plan.yaml").is_file():
+        fail(f"the example {source} is missing: this installation is incomplete")
+    with tempfile.TemporaryDirectory(prefix="evidence-demo-") as scratch:
+        root = keep.resolve() if keep else Path(scratch)
+        if keep is not None:
+            _reset_kept_demo(root)
+        target = _copy_example(source, root)
+        url = db_option_ or f"sqlite:///{root / DEMO_DB}"
+        meta = click.get_current_context().find_root().meta
+        meta["evidence.db"], meta["evidence.workdir"] = url, root / "work"
+        plane = open_plane(create=True)
+        try:
+            summary = run_plan_file(plane, target / "plan.yaml", say=_say_factory(False))
+            click.echo("\nplan history:")
+            for event in plan_history(plane, summary.plan_id):
+                click.echo(
+                    f"  {event.position:>4}  {event.type:<30} {inert(summarize(event.payload))}"
+                )
+            _print_summary(summary)
+        finally:
+            plane.close()
+        if keep is not None:
+            click.echo(f"demo kept in {inert(root)}: the ledger is {inert(url)}")
+        else:
+            click.echo(
+                "the demo's files and ledger were temporary: removed (keep them with --keep DIR)"
+            )
     if summary.state != "applied":
         click.get_current_context().exit(1)
+
+
+DEMO_DB = "demo.db"
+
+
+def _reset_kept_demo(root: Path) -> None:
+    """A rerun of ``demo --keep DIR`` starts over: the previous demo's ledger, key, state
+    and copy in DIR go (nothing else in DIR is touched)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in ("green-after-fix", "work", f"{DEMO_DB}.state"):
+        if (root / name).is_dir():
+            shutil.rmtree(root / name)
+    for stale in root.glob(f"{DEMO_DB}*"):
+        if stale.is_file():
+            stale.unlink()
