@@ -221,6 +221,7 @@ def test_outputs_flow_downstream_and_validations_are_nodes(db_url: str, tmp_path
     assert run_cli("audit", "--db", db_url).returncode == 0
 
 
+@pytest.mark.slow  # tools that sleep to make overlaps measurable
 def test_independent_nodes_run_in_parallel(db_url: str, tmp_path: Path) -> None:
     """Two independent nodes of 1 s each take well under 2 s together; their consumer
     starts after both."""
@@ -252,6 +253,7 @@ def test_independent_nodes_run_in_parallel(db_url: str, tmp_path: Path) -> None:
     assert blob_json(db_url, join.output_sha256) == {"got": ["a", "b"]}
 
 
+@pytest.mark.slow  # tools that sleep to make overlaps measurable
 def test_a_writer_runs_alone_and_a_reader_cannot_write(db_url: str, tmp_path: Path) -> None:
     """A tool declaring `writes: true` never overlaps another node, and its write
     reaches the sandbox (and Apply); a tool that does not declare it runs in a copy of
@@ -340,6 +342,7 @@ def test_a_failing_expression_passes_null_to_the_gate(sqlite_url: str, tmp_path:
     assert check.verdict == "fail" and check.deviations[0].actual_type == "null"
 
 
+@pytest.mark.slow  # tools that sleep to make overlaps measurable
 def test_a_failed_producer_stops_the_graph(db_url: str, tmp_path: Path) -> None:
     """Under strict_mode a producer's output deviation ends the plan: its consumer never
     runs; a node already running when it ended is refused its record (nothing follows
