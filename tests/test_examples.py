@@ -113,6 +113,35 @@ def test_escalation_then_resume(db_url: str, copy) -> None:
     assert escalated < decision < minted  # a token only after the human decided
 
 
+def test_actor_graph(db_url: str, copy) -> None:
+    """The graph example: outputs flow downstream, validations are nodes (one attached,
+    one not), the writer's REPORT.md and the fix reach the project through Apply."""
+    root = copy("actor-graph")
+    run = _run(db_url, str(root / "plan.yaml"), cwd=root)
+    assert (run["state"], run["outcome"], run["verify_ok"]) == ("applied", "pass", True)
+    assert run["changed_paths"] == ["project/REPORT.md", "project/calc.py"]
+    report = (root / "project" / "REPORT.md").read_text()
+    assert "- Python files: 3 (20 lines)" in report
+    assert "- lines over 60 characters: 1" in report
+    assert "- tests passed: true (unittest exit code 0)" in report
+    with ledger.open(db_url) as store:
+        stream = list(store.read_stream("plan:actor-graph"))
+        called = [e.payload for e in stream if e.type == "tool.called"]
+        look = next(c for c in called if c.step == "look")
+        measure = next(c for c in called if c.step == "measure")
+        files = json.loads(store.get_blob(look.output_sha256) or b"")["python_files"]
+        assert json.loads(store.get_blob(measure.params_sha256) or b"") == {"files": files}
+    # Each attempt ran every node once, step id = the node's name.
+    assert sorted(c.step for c in called) == sorted(
+        ["look", "lint", "tests", "measure", "report"] * 2
+    )
+    assert {c.executor for c in called if c.step in ("lint", "tests")} == {"validation"}
+    # Only the attached validation gates the plan; the other is data for `report`.
+    results = {e.payload.validation for e in stream if e.type == "validation.result_recorded"}
+    assert results == {"tests-pass"}
+    assert run_cli("audit", "--db", db_url).returncode == 0
+
+
 def test_registrations_are_idempotent(sqlite_url: str, copy) -> None:
     root = copy("green-after-fix")
     _run(sqlite_url, str(root / "plan.yaml"), cwd=root)

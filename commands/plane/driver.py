@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
+import jmespath.exceptions
 import msgspec
 
 from commands.names import check_relative_path, inside
-from commands.runner.process import output_cap, run_command
+from commands.runner.process import output_cap, run_command, tree_digest
+from commands.runner.results import RESULT_SCHEMA
 from ledger.canonical import canonical_json
 from ledger.events import (
     CompensationCompleted,
@@ -35,16 +40,17 @@ from ledger.events import (
 )
 from ledger.intake import InputError, parse_json, read_bytes
 from ledger.verify import verify_store
-from projections.states import PlanState
+from projections.states import PlanState, ToolState
 
 from .attachments import attach
 from .core import CommandRefused, Plane, StreamState
+from .graph import Node, compile_expression, run_graph
 from .lifecycle import apply_plan, complete_apply, record_fix
 from .phases import enter_execute, record_strategy
-from .planfile import PlanFile, load_plan_file
+from .planfile import Attempt, OutputSchemaOf, PlanFile, Step, load_plan_file
 from .plans import create_plan
 from .registry import define_skill, register_tool, register_validation
-from .runs import call_tool, validate_plan
+from .runs import MAX_PARALLEL, call_tool, validate_plan
 
 Say = Callable[[str, str], None]  # (stage, message)
 
@@ -75,7 +81,7 @@ def run_plan_file(
     plane: Plane, path: Path, *, plan_id: str | None = None, say: Say = _quiet
 ) -> RunSummary:
     path = path.resolve()
-    pf = load_plan_file(path)
+    pf = load_plan_file(path, _registered_output(plane))
     plan_id = plan_id or pf.plan.id
     base = path.parent
     resources = [_resource(r, base) for r in pf.plan.resources]
@@ -106,7 +112,7 @@ def resume(plane: Plane, plan_id: str, *, say: Say = _quiet) -> RunSummary:
             f"no run of plan {plan_id!r} under {run_dir.parent} "
             "(give the same --workdir as the run)"
         )
-    pf = load_plan_file(Path(plan_file))
+    pf = load_plan_file(Path(plan_file), _registered_output(plane))
     start = plane.store.head().size
     plan = plane.state(f"plan:{plan_id}").of(PlanState)
     if plan is not None and plan.applying is not None:  # killed during Apply
@@ -261,9 +267,14 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
         strategy = strategies[min(doc.revision, len(strategies) - 1)]
         attempt = strategy.attempts[min(doc.retries_used, len(strategy.attempts) - 1)]
         say("execute", f"attempt {doc.attempt}")
-        for step in attempt.steps:
-            if not _run_step(plane, pf, plan_id, step, sandbox, say):
-                return _summary(plane, plan_id, _plan(plane, plan_id), start)
+        if attempt.is_graph:
+            went_on = _run_graph(plane, pf, plan_id, attempt, sandbox, say)
+        else:
+            went_on = all(
+                _run_step(plane, pf, plan_id, step, sandbox, say) for step in attempt.steps
+            )
+        if not went_on:
+            return _summary(plane, plan_id, _plan(plane, plan_id), start)
         if _plan(plane, plan_id).needs_fix:
             # The file scripts no fix for the failed attempt: this attempt's steps are the
             # agent's fix, and the failure loop records one before it re-validates.
@@ -293,37 +304,239 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
 
 
 def _run_step(
-    plane: Plane, pf: PlanFile, plan_id: str, step: Any, sandbox: dict[str, Path], say: Say
+    plane: Plane, pf: PlanFile, plan_id: str, step: Step, sandbox: dict[str, Path], say: Say
 ) -> bool:
+    """One step of a linear attempt. False when the plan cannot go on."""
+    status, _output = _call_step(plane, plan_id, step, step.params, sandbox, say)
+    if status == "compensation":
+        _compensate(plane, plan_id, pf.agent.compensation, sandbox, say)
+    return status == "ok"
+
+
+def _call_step(
+    plane: Plane,
+    plan_id: str,
+    step: Step,
+    params: dict[str, Any],
+    sandbox: dict[str, Path],
+    say: Say,
+    stop: threading.Event | None = None,
+) -> tuple[str, bytes | None]:
     """One step through both gates; the critique loop re-proposes it until it passes or
-    the plane halts the plan. False when the plan cannot go on."""
+    the plane halts the plan (or, in a graph, another node stopped it: ``stop``).
+    (``ok``, the output that passed) or (``stopped`` | ``compensation``, None)."""
+    output_schema = _output_declaration(plane, step)
     while True:
+        if stop is not None and stop.is_set():
+            return "stopped", None
         report = call_tool(
             plane,
             plan_id,
             step.tool,
-            step.params,
+            params,
             step=step.step,
-            output_schema=step.output,
+            output_schema=output_schema,
             sandbox=sandbox,
         )
         if report.ok:
             say("step", f"{step.step}: {step.tool} passed both gates")
-            return True
+            return "ok", report.output
         gate = report.input_gate if not report.input_gate.passed else report.output_gate
         if report.halt is not None or gate is None:
             say("halt", report.halt.reason if report.halt else "the call could not run")
-            return False
+            return "stopped", None
         say(
             "step",
             f"{step.step}: {gate.check.gate} gate failed "
             f"({len(gate.check.deviations)} deviation(s)), routed {gate.routed}",
         )
         if gate.routed == "compensation":
-            _compensate(plane, plan_id, pf.agent.compensation, sandbox, say)
-            return False
+            return "compensation", None
         if gate.routed == "halted":
-            return False
+            return "stopped", None
+
+
+def _output_declaration(plane: Plane, step: Step) -> Any:
+    """What the step's output gate checks: its ``output``; for a validation, its
+    structured return ``{passed, message?, data?}`` with ``data`` any object (the nodes
+    downstream read it); else None, the tool's registered output schema."""
+    if step.output is not None:
+        return step.output
+    found = plane.log().tool(step.tool)
+    return RESULT_SCHEMA if found is not None and found.kind == "validation" else None
+
+
+def _registered_output(plane: Plane) -> OutputSchemaOf:
+    """A registered tool's output schema as the output gate of a step calling it checks
+    it, for the plan file's check of what ``from`` expressions read."""
+
+    def output_schema_of(tool: str) -> Any:
+        found = plane.log().tool(tool)
+        if found is None:
+            return None
+        return RESULT_SCHEMA if found.kind == "validation" else found.spec.output_schema
+
+    return output_schema_of
+
+
+# -- actor graphs ------------------------------------------------------------------------
+
+
+def _run_graph(
+    plane: Plane,
+    pf: PlanFile,
+    plan_id: str,
+    attempt: Attempt,
+    sandbox: dict[str, Path],
+    say: Say,
+) -> bool:
+    """The attempt's steps as an actor graph: a step runs once every step it needs has
+    passed both gates, with its ``from`` parameters taken from their outputs;
+    independent steps run concurrently. Each call is gated and recorded as a linear
+    step's is. False when the plan cannot go on (no further step starts then; the ones
+    running finish first).
+
+    Concurrency, and why it is safe:
+    - each worker thread appends through its own ``Plane`` on the same ledger (the
+      ledger's lock orders the appends; every decision folds the plan inside it);
+    - a validation is read-only (it runs in its own copy, writes void its result);
+    - a tool that declares ``writes: true`` runs alone, in the sandbox;
+    - any other tool runs in a private copy of the sandbox, thrown away afterwards: a
+      tool that says it does not write must not change what the others see (nor can a
+      failed call's restore of the sandbox undo another call's work)."""
+    steps = {step.step: step for step in attempt.steps}
+    log = plane.log()
+    kinds = {name: _node_kind(log.tool(step.tool)) for name, step in steps.items()}
+    nodes = [
+        Node(name, frozenset(step.depends_on()), exclusive=kinds[name] == "writer")
+        for name, step in steps.items()
+    ]
+    outputs: dict[str, Any] = {}
+    stop, compensate = threading.Event(), threading.Event()
+    lock = threading.Lock()
+    workers = _WorkerPlanes(plane)
+
+    def say_one(stage: str, message: str) -> None:
+        with lock:  # lines from concurrent steps are never interleaved
+            say(stage, message)
+
+    def run(name: str) -> bool:
+        step = steps[name]
+        params = {**step.params, **_from_values(step, outputs, say_one)}
+        worker = workers.get()
+        try:
+            with _node_sandbox(step, kinds[name], sandbox, say_one) as copies:
+                status, output = _call_step(worker, plan_id, step, params, copies, say_one, stop)
+        except CommandRefused:
+            # Another step ended the plan while this one ran: the plan takes no event
+            # after its end, so this call's record was refused. Anything else is an error.
+            doc = worker.state(f"plan:{plan_id}").of(PlanState)
+            if doc is None or (doc.terminal is None and doc.pending_decision is None):
+                raise
+            status, output = "stopped", None
+        if status == "ok" and output is not None:
+            outputs[name] = msgspec.json.decode(output)  # it passed the gate: JSON
+            return True
+        stop.set()
+        if status == "compensation":
+            compensate.set()
+        return False
+
+    try:
+        went_on = run_graph(nodes, run, max_workers=MAX_PARALLEL if workers.parallel else 1)
+    finally:
+        workers.close()
+    if compensate.is_set():  # once, after every running step finished
+        _compensate(plane, plan_id, pf.agent.compensation, sandbox, say)
+    return went_on
+
+
+def _node_kind(tool: ToolState | None) -> str:
+    """``validation`` (read-only), ``writer`` (declares ``writes: true``: runs alone) or
+    ``reader`` (runs in a private copy of the sandbox); an unknown tool is a reader
+    (its input gate refuses the call before anything runs)."""
+    if tool is None:
+        return "reader"
+    if tool.kind == "validation":
+        return "validation"
+    return "writer" if tool.spec.writes else "reader"
+
+
+class _WorkerPlanes:
+    """One ``Plane`` per worker thread (a Plane is not shared across threads), opened on
+    the same ledger as the run's and closed when the graph is done. An in-memory
+    SQLite ledger cannot be opened twice: its graph runs on the run's own plane, one
+    step at a time."""
+
+    def __init__(self, plane: Plane) -> None:
+        self.plane = plane
+        self.url = plane.store.engine.url.render_as_string(hide_password=False)
+        self.parallel = plane.store.url != "sqlite:///:memory:"
+        self._local = threading.local()
+        self._opened: list[Plane] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> Plane:
+        if not self.parallel:
+            return self.plane
+        worker: Plane | None = getattr(self._local, "plane", None)
+        if worker is None:
+            worker = Plane.open(self.url, create=False)
+            worker.sandboxes = self.plane.sandboxes
+            self._local.plane = worker
+            with self._lock:
+                self._opened.append(worker)
+        return worker
+
+    def close(self) -> None:
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for worker in opened:
+            worker.close()
+
+
+def _from_values(step: Step, outputs: dict[str, Any], say: Say) -> dict[str, Any]:
+    """The step's ``from`` parameters, each its expression over the outputs of the steps
+    it needs. A null result is passed as null, and an expression that fails on these
+    outputs (a function given the wrong type) gives null too, said here: the step's
+    input gate judges the value, and a deviation is recorded, never hidden."""
+    data = {"steps": {name: {"output": outputs[name]} for name in step.depends_on()}}
+    values: dict[str, Any] = {}
+    for param, expression in step.from_.items():
+        try:
+            values[param] = compile_expression(expression).search(data)
+        except (jmespath.exceptions.JMESPathError, TypeError, ValueError) as exc:
+            why = " ".join(str(exc).split())
+            say("step", f"{step.step}: `from.{param}` failed ({why}); passed as null")
+            values[param] = None
+    return values
+
+
+@contextmanager
+def _node_sandbox(
+    step: Step, kind: str, sandbox: dict[str, Path], say: Say
+) -> Iterator[dict[str, Path]]:
+    """Where a graph step works: the sandbox itself for a validation or a declared
+    writer; a private copy of it for any other tool, removed afterwards (a change made
+    there is said, and dropped: a tool declares ``writes: true`` to change the sandbox)."""
+    if kind != "reader":
+        yield sandbox
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="evidence-node-"))
+    try:
+        copies = {resource: scratch / path.name for resource, path in sandbox.items()}
+        for resource, copy in copies.items():
+            shutil.copytree(sandbox[resource], copy, symlinks=True)
+        before = {resource: tree_digest(copy) for resource, copy in copies.items()}
+        yield copies
+        if any(tree_digest(copy) != before[resource] for resource, copy in copies.items()):
+            say(
+                "step",
+                f"{step.step}: {step.tool} changed its copy of the sandbox but does not "
+                "declare `writes: true`: the change is dropped",
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _apply_fix(
