@@ -389,3 +389,12 @@ def test_cli(plane: Plane, project: Path, db_url: str) -> None:
         assert_refused(run_cli(*bad, "--db", db_url), fragment)
     with ledger.open(db_url) as store:
         assert store.head().size == before
+
+
+def test_a_validation_called_as_a_tool_may_return_data(plane: Plane, project: Path) -> None:
+    """Its structured return passes the output gate with its `data` (any object): what a
+    step downstream of it reads."""
+    _execute(plane)
+    report = call_tool(plane, "P-1", "check", {"mode": "fail"})
+    assert report.ok, report.to_json()
+    assert json.loads(report.output)["data"] == {"failed": 2}

@@ -325,7 +325,7 @@ def _call_step(
     """One step through both gates; the critique loop re-proposes it until it passes or
     the plane halts the plan (or, in a graph, another node stopped it: ``stop``).
     (``ok``, the output that passed) or (``stopped`` | ``compensation``, None)."""
-    output_schema = _output_declaration(plane, step)
+    output_schema = step.output  # else the tool's (a validation's structured return)
     while True:
         if stop is not None and stop.is_set():
             return "stopped", None
@@ -354,16 +354,6 @@ def _call_step(
             return "compensation", None
         if gate.routed == "halted":
             return "stopped", None
-
-
-def _output_declaration(plane: Plane, step: Step) -> Any:
-    """What the step's output gate checks: its ``output``; for a validation, its
-    structured return ``{passed, message?, data?}`` with ``data`` any object (the nodes
-    downstream read it); else None, the tool's registered output schema."""
-    if step.output is not None:
-        return step.output
-    found = plane.log().tool(step.tool)
-    return RESULT_SCHEMA if found is not None and found.kind == "validation" else None
 
 
 def _registered_output(plane: Plane) -> OutputSchemaOf:

@@ -40,6 +40,7 @@ from commands.runner.process import (
     tool_output,
     tree_digest,
 )
+from commands.runner.results import RESULT_SCHEMA
 from ledger import RecordedEvent
 from ledger.events import (
     AttemptFailed,
@@ -100,18 +101,6 @@ def _cap_of(spec: Mapping[str, Any] | None) -> int:
 
 
 Sandbox = Mapping[str, Path]  # resource -> the directory work on it happens in
-
-# What a validation called as a tool returns: its structured return, closed (seed 000).
-STRUCTURED_RETURN: dict[str, Any] = {
-    "type": "object",
-    "required": ["passed"],
-    "additionalProperties": False,
-    "properties": {
-        "passed": {"type": "boolean"},
-        "message": {"type": "string"},
-        "data": {"type": "object"},
-    },
-}
 
 
 def sandbox_of(plane: Plane, plan: PlanState, sandbox: Sandbox | None = None) -> Sandbox:
@@ -203,7 +192,9 @@ def call_tool(
             "of the call you made with --record-output"
         )
     if is_validation and output_schema is None:
-        output_schema = STRUCTURED_RETURN
+        # A validation called as a tool returns its structured return: closed, with
+        # `data` any object (what the nodes downstream of it read).
+        output_schema = RESULT_SCHEMA
     if recorded_output is None and tool_doc is not None:
         _cap_of(to_json(tool_doc.spec))  # refused here, before the input gate is recorded
     if input_gate is None:
