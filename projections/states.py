@@ -74,13 +74,15 @@ class ToolSpec(_Doc, frozen=True, kw_only=True):
     command: list[str] | None = None
     mcp_server: str | None = None
     mcp_tool_name: str | None = None
+    mcp_command: list[str] | UnsetType = UNSET
+    mcp_url: str | UnsetType = UNSET
     timeout_ms: int | None = None
     max_output_bytes: int | UnsetType = UNSET
     idempotent: bool = False
     writes: bool = False
     # a validation's (absent from a tool's spec)
     mode: Literal["required", "informational"] | UnsetType = UNSET
-    executor: Literal["command", "python", "wrapped"] | UnsetType = UNSET
+    executor: Literal["command", "python", "wrapped", "mcp"] | UnsetType = UNSET
     python: str | UnsetType | None = UNSET
     wraps: str | UnsetType | None = UNSET
     wraps_version: int | UnsetType | None = UNSET

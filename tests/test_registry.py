@@ -435,7 +435,7 @@ def test_bad_transforms_are_refused(plane: Plane, transform: str, fragment: str)
         ({"name": "v", "mode": "required", "wraps": "pytest"}, "needs a `transform`"),
         (command_validation(transform="@"), "`transform` needs `wraps`"),
         (command_validation(output_schema={"type": "object"}), "`output_schema` cannot be set"),
-        (command_validation(mcp_server="s", mcp_tool_name="t"), "not by an MCP server"),
+        (command_validation(mcp_server="s", mcp_tool_name="t"), "found `command` and `mcp_server`"),
         (command_validation(frequency=3), "unknown key `frequency`"),
         (command_validation(mode=True), "key `mode`"),
     ],

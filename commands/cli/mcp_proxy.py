@@ -43,13 +43,13 @@ from commands.plane.proxy import (
     Registered,
     UpstreamTool,
     gate_proxy_call,
-    proxy_output,
     record_proxy_result,
     record_upstream_fault,
     register_upstream_tools,
     server_name,
 )
 from commands.plane.proxy_verbs import PLANE_TOOLS, check_plane_arguments
+from commands.runner.mcp_client import tool_output
 from commands.schemas.prepare import InvalidSchemaError, prepare_schema
 from ledger import LedgerError
 from ledger.events import Deviation
@@ -236,7 +236,7 @@ class GateProxy:
         result = await self._send(params.name, arguments)
         raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         raw.pop("resultType", None)
-        output = proxy_output(raw, params.name in self.registered.structured)
+        output = tool_output(raw, params.name in self.registered.structured)
         report = record_proxy_result(
             self.plane,
             self.plan_id,

@@ -76,7 +76,10 @@ def _executor(spec: Mapping[str, Any]) -> str:
     if spec.get("command"):
         return f"command {shlex.join(spec['command'])}"
     if spec.get("mcp_server"):
-        return f"mcp {spec['mcp_server']}/{spec.get('mcp_tool_name')}"
+        how = f"mcp {spec['mcp_server']}/{spec.get('mcp_tool_name')}"
+        if spec.get("mcp_command"):
+            return f"{how} via {shlex.join(spec['mcp_command'])}"
+        return f"{how} at {spec['mcp_url']}" if spec.get("mcp_url") else how
     return "-"
 
 

@@ -9,7 +9,8 @@
   the proxy did not register is an invented tool.
 - ``record_proxy_result``: the forwarded call and the upstream's result recorded as
   ``call --record-output`` records it (``tool.called``, executor ``recorded``, the
-  output as a blob), then the output gate (``proxy_output`` says what it checks).
+  output as a blob), then the output gate. What it checks is
+  ``commands.runner.mcp_client.tool_output``: as for an MCP tool the plane calls.
 - ``record_upstream_fault``: the upstream crashed, timed out or broke the protocol: the
   plan halts with ``environment_error`` (raw ``backend_unavailable``), never a verdict.
 
@@ -24,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from commands.runner.mcp_client import MCP_TOOL_RESULT
 from ledger.errors import LedgerError
 from ledger.events import PlanHalted
 
@@ -38,29 +40,6 @@ _NOT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 # An upstream tool name the proxy offers: printable ASCII without spaces (MCP advises
 # letters, digits and ``_-.``); anything else could pass for another name on a terminal.
 _TOOL_NAME = re.compile(r"[!-~]{1,128}")
-
-# The output declaration of an upstream tool that lists no ``outputSchema``: an MCP tool
-# result (``content`` blocks, ``isError``, ``_meta``). Its blocks stay open (text, images,
-# resources carry fields of their own), the result itself is closed.
-MCP_TOOL_RESULT: dict[str, Any] = {
-    "type": "object",
-    "required": ["content"],
-    "properties": {
-        "content": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["type"],
-                "properties": {
-                    "type": {"enum": ["text", "image", "audio", "resource_link", "resource"]}
-                },
-                "additionalProperties": True,
-            },
-        },
-        "isError": {"type": "boolean"},
-        "_meta": {"type": "object", "additionalProperties": True},
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -168,15 +147,6 @@ def gate_proxy_call(
     return ProxyGate(name, outcome)
 
 
-def proxy_output(result: Mapping[str, Any], structured: bool) -> Any:
-    """What the output gate checks of an MCP tool result (and the log keeps as the
-    call's output): its ``structuredContent`` when the tool declares an output schema
-    (missing: null, which no object schema admits), else the whole result."""
-    if structured:
-        return result.get("structuredContent")
-    return dict(result)
-
-
 def record_proxy_result(
     plane: Plane,
     plan_id: str,
@@ -187,7 +157,7 @@ def record_proxy_result(
     step: str,
     output_schema: Any = None,
 ) -> CallReport:
-    """Record the forwarded call with what ``proxy_output`` took of the upstream's
+    """Record the forwarded call with what ``tool_output`` took of the upstream's
     result, and gate it (against ``output_schema`` when the agent declared the step's
     output, else the tool's)."""
     assert gate.tool is not None and not gate.blocked

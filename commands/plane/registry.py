@@ -19,8 +19,14 @@ Decisions the issue left open (docs/cli.md repeats them for users):
   runs the tool, and a validation is read-only.
 - A validation's ``output_schema`` is fixed to the structured result ``{passed, message?,
   data?}`` (``RESULT_SCHEMA``); a file that sets ``output_schema`` is refused.
-- A validation runs by exactly one of ``command``, ``python`` or ``wraps``; MCP fields
-  are refused on validations. A tool runs by at most one of ``command`` or MCP.
+- A validation runs by exactly one of ``command``, ``python``, ``wraps`` or an MCP
+  server the plane can launch. A tool runs by at most one of ``command`` or MCP.
+- ``mcp_server`` is the server's name (as the MCP proxy registers it); how the plane
+  launches it is ``mcp_command`` (a stdio server's argv, used as it is: no placeholders)
+  or ``mcp_url`` (a streamable-HTTP server), at most one, and either needs
+  ``mcp_server`` and ``mcp_tool_name``. A tool with ``mcp_server`` and neither can only
+  be recorded (``call --record-output``); a validation needs one. A changed launch key
+  is a new version.
 - ``wraps`` requires ``transform`` and vice versa (no implicit identity transform).
 - The wrapper records the wrapped tool's version (``wraps_version``) and copies of its
   inherited fields; re-registering the same file after the tool changed is a change.
@@ -37,6 +43,7 @@ import functools
 import math
 import re
 import string
+import urllib.parse
 import uuid
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
@@ -94,6 +101,9 @@ _NON_JSON_TYPES = (
 )
 _PYTHON_TARGET = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _PLACEHOLDER = re.compile(r"[A-Za-z_]\w*")
+# An MCP tool name the plane calls: printable ASCII without spaces (as the proxy offers).
+_MCP_TOOL_NAME = re.compile(r"[!-~]{1,128}")
+_URL_TEXT = re.compile(r"[!-~]{1,2048}")  # printable ASCII, no spaces
 
 
 # -- registration files ----------------------------------------------------------------
@@ -109,8 +119,10 @@ class _Definition(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     lifecycle: dict[str, JSON] = {}
     code: str | None = None
     command: list[str] | None = None  # argv template, e.g. ["pytest", "-q", "{path}"]
-    mcp_server: str | None = None
+    mcp_server: str | None = None  # the server's name
     mcp_tool_name: str | None = None
+    mcp_command: list[str] | None = None  # argv of a stdio server the plane launches
+    mcp_url: str | None = None  # a streamable-HTTP server the plane connects to
     idempotent: bool = False
     writes: bool = False
     # A cap in bytes on each of stdout and stderr of its program (default: the plane's,
@@ -293,11 +305,67 @@ def _check_command(argv: list[str] | None) -> list[str] | None:
     return list(argv)
 
 
+def _mcp_launch(spec: _Definition) -> dict[str, JSON]:
+    """``mcp_command`` or ``mcp_url`` as the event carries it (absent when not set)."""
+    if spec.mcp_command is not None and spec.mcp_url is not None:
+        raise CommandRefused(
+            "keys `mcp_command` and `mcp_url`: the server is launched one way, give one"
+        )
+    if spec.mcp_command is None and spec.mcp_url is None:
+        return {}
+    key = "mcp_command" if spec.mcp_command is not None else "mcp_url"
+    if spec.mcp_server is None:
+        raise CommandRefused(
+            f"key `{key}` needs `mcp_server` and `mcp_tool_name` (the server's name "
+            "and the name of its tool to call)"
+        )
+    if spec.command is not None:
+        raise CommandRefused(f"keys `command` and `{key}`: it runs one way, give one")
+    if not spec.mcp_tool_name or not _MCP_TOOL_NAME.fullmatch(spec.mcp_tool_name):
+        raise CommandRefused("key `mcp_tool_name`: 1-128 printable ASCII characters without spaces")
+    if spec.mcp_command is not None:
+        argv = spec.mcp_command
+        if not argv or not argv[0].strip():
+            raise CommandRefused("key `mcp_command`: needs at least a program name as first item")
+        for index, arg in enumerate(argv):
+            if "\0" in arg:
+                raise CommandRefused(f"key `mcp_command[{index}]`: contains a NUL character")
+        return {"mcp_command": list(argv)}
+    url = spec.mcp_url or ""
+    try:
+        parts = urllib.parse.urlsplit(url) if _URL_TEXT.fullmatch(url) else None
+        _port = parts.port if parts is not None else None  # raises on a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CommandRefused(
+            "key `mcp_url`: must be an http:// or https:// URL with a host, e.g. "
+            "http://127.0.0.1:8000/mcp (at most 2048 characters, no spaces)"
+        )
+    return {"mcp_url": url}
+
+
+def _check_mcp_input(fields: Mapping[str, JSON]) -> None:
+    """An MCP tool the plane calls takes its arguments as an object (MCP's
+    ``tools/call``): an input schema it declares must say so."""
+    declared = fields.get("declared_input_schema")
+    launched = "mcp_command" in fields or "mcp_url" in fields
+    if (
+        launched
+        and declared is not None
+        and (not isinstance(declared, dict) or declared.get("type") != "object")
+    ):
+        raise CommandRefused(
+            'key `input_schema`: an MCP tool takes an object of arguments: declare "type": "object"'
+        )
+
+
 def _common_fields(spec: _Definition) -> dict[str, JSON]:
     """The ToolRegistered fields every definition sets itself."""
     if (spec.mcp_server is None) != (spec.mcp_tool_name is None):
         raise CommandRefused("keys `mcp_server` and `mcp_tool_name` go together")
     return {
+        **_mcp_launch(spec),
         "description": spec.description,
         "source": spec.source,
         "capability": spec.capability,
@@ -404,6 +472,7 @@ def register_tool(
         timeout_ms=_timeout_ms(parsed.timeout),
         writes=parsed.writes,
     )
+    _check_mcp_input(fields)
 
     seen: list[StreamState] = []  # the state of the last decision
 
@@ -475,11 +544,6 @@ def register_validation(
             f"validation {name!r}: key `output_schema` cannot be set: a validation always "
             "returns {passed, message?, data?}"
         )
-    if parsed.mcp_server is not None or parsed.mcp_tool_name is not None:
-        raise CommandRefused(
-            f"validation {name!r}: a validation runs by `command`, `python` "
-            "or `wraps`, not by an MCP server"
-        )
     executor = _executor(name, parsed)
     fields = _common_fields(parsed)
     fields.update(_prepared_fields("output", _result_schema()))
@@ -505,6 +569,7 @@ def register_validation(
             resource_slots=_check_slots(_or(parsed.resource_slots, [])),
             timeout_ms=_timeout_ms(_or(parsed.timeout, None)),
         )
+        _check_mcp_input(fields)
 
     seen: list[StreamState] = []  # the state of the last decision
 
@@ -540,19 +605,34 @@ def _check_read_only(name: str, spec: ValidationSpec) -> None:
         )
 
 
-def _executor(name: str, spec: ValidationSpec) -> Literal["command", "python", "wrapped"]:
-    given = [key for key in ("command", "python", "wraps") if getattr(spec, key) is not None]
+Executor = Literal["command", "python", "wrapped", "mcp"]
+
+
+def _executor(name: str, spec: ValidationSpec) -> Executor:
+    keys = ("command", "python", "wraps", "mcp_server")
+    given = [key for key in keys if getattr(spec, key) is not None]
     if len(given) != 1:
         found = " and ".join(f"`{k}`" for k in given) if given else "none"
         raise CommandRefused(
-            f"validation {name!r} needs exactly one executor: `command`, "
-            f"`python` or `wraps` (found {found})"
+            f"validation {name!r} needs exactly one executor: `command`, `python`, "
+            f"`wraps` or an MCP server (`mcp_server`) (found {found})"
+        )
+    if spec.mcp_server is not None and spec.mcp_command is None and spec.mcp_url is None:
+        raise CommandRefused(
+            f"validation {name!r}: the plane runs its MCP tool itself, so say how to "
+            "reach the server: `mcp_command` (a stdio server) or `mcp_url` (streamable HTTP)"
         )
     if spec.python is not None and not _PYTHON_TARGET.fullmatch(spec.python):
         raise CommandRefused(f'key `python`: {spec.python!r} is not "module:function"')
     if spec.wraps is not None:
         check_identifier(spec.wraps, "wrapped tool name")
-    return {"command": "command", "python": "python", "wraps": "wrapped"}[given[0]]  # type: ignore[return-value]
+    executors: dict[str, Executor] = {
+        "command": "command",
+        "python": "python",
+        "wraps": "wrapped",
+        "mcp_server": "mcp",
+    }
+    return executors[given[0]]
 
 
 def _refuse_redefinition(name: str, spec: ValidationSpec) -> None:

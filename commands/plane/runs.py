@@ -1,9 +1,10 @@
 """Tool calls, validation runs and halts: the plane runs real programs and records
 what they did — it never fabricates a result (seed 001).
 
-- ``call_tool``: input gate -> the tool's program as a real subprocess (or an output an
-  orchestrator ran itself) -> output gate; the call and its output bytes are recorded. A
-  program that cannot be invoked halts the plan with ``environment_error``.
+- ``call_tool``: input gate -> the tool's program as a real subprocess, or its MCP
+  server's tool called through the SDK client (or an output an orchestrator ran itself)
+  -> output gate; the call and its output bytes are recorded. A program or an MCP
+  server that cannot be invoked halts the plan with ``environment_error``.
 - ``validate_plan``: run exactly the plan's binding set, pinned when it entered
   Execute (recorded again *before* running), each validation at its pinned version and
   in its own copy of the resource (writes are detected and never survive); record every
@@ -18,6 +19,7 @@ what they did — it never fabricates a result (seed 001).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +30,13 @@ from typing import Any
 import msgspec
 from ulid import ULID
 
+from commands.runner.mcp_client import (
+    MCP_TOOL_RESULT,
+    call_mcp_tool,
+    capped,
+    json_bytes,
+)
+from commands.runner.mcp_client import tool_output as mcp_tool_output
 from commands.runner.process import (
     ArgvError,
     TreeGuard,
@@ -41,6 +50,7 @@ from commands.runner.process import (
     tree_digest,
 )
 from commands.runner.results import RESULT_SCHEMA
+from commands.schemas.prepare import prepare_schema
 from ledger import RecordedEvent
 from ledger.events import (
     AttemptFailed,
@@ -59,7 +69,7 @@ from ledger.events.validation import Outcome
 from ledger.intake import InputError
 from ledger.timestamps import utc_now
 from projections.outcomes import NEXT_ACTION, RULES_VERSION, canonical_halt, classify
-from projections.states import PlanState, ToolState, given, to_json
+from projections.states import PlanState, ToolSpec, ToolState, given, to_json
 
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
@@ -74,6 +84,9 @@ from .lifecycle import (
 from .phases import require_no_pending_decision, require_plan
 
 DEFAULT_TIMEOUT_S = 300.0
+# The raw halt type of an MCP server that fails a call (environment_error), the same as
+# the MCP proxy records for its upstream's faults.
+MCP_FAULT = "backend_unavailable"
 MAX_PARALLEL = 4
 
 
@@ -186,10 +199,12 @@ def call_tool(
         and tool_doc is not None
         and not is_validation
         and not tool_doc.spec.command
+        and not launches_mcp(tool_doc.spec)
     ):
         raise CommandRefused(
-            f"tool {tool!r} has no command to run here: record the output "
-            "of the call you made with --record-output"
+            f"tool {tool!r} has no command to run here, nor an MCP server the plane can "
+            "launch (`mcp_command` or `mcp_url`): record the output of the call you made "
+            "with --record-output"
         )
     if is_validation and output_schema is None:
         # A validation called as a tool returns its structured return: closed, with
@@ -259,6 +274,16 @@ def _run_call(
             plane, plan, tool_doc, raw_params, copies
         )
         executor = "validation"
+    elif launches_mcp(spec):
+        called_mcp = _call_mcp(plane, plan, tool_doc, raw_params, copies, actor=actor)
+        if isinstance(called_mcp, PlanHalted):
+            report.halt = called_mcp
+            return
+        output, started, ended, streams = called_mcp
+        executor = "mcp"
+        if output_schema is None and spec.output_schema is None:
+            # No declaration of its own: an MCP tool returns an MCP tool result.
+            output_schema = MCP_TOOL_RESULT
     else:
         try:
             argv = fill_argv(spec.command or [], msgspec.json.decode(raw_params))
@@ -305,9 +330,9 @@ def _run_call(
         stderr_truncated=streams.get("stderr_truncated", msgspec.UNSET),
     )
 
-    # Only a command tool's output can be a truncated stdout (a validation called as a
-    # tool gives the plane's own encoding of its result).
-    truncated = streams.get("stdout_truncated") if executor == "command" else None
+    # Only a command tool's stdout or an MCP tool's output can be truncated (a
+    # validation called as a tool gives the plane's own encoding of its result).
+    truncated = streams.get("stdout_truncated") if executor in ("command", "mcp") else None
     # The call and the verdict on its output: one transaction.
     report.output_gate = gate_output(
         plane,
@@ -321,6 +346,82 @@ def _run_call(
         call_blobs=[raw_params, output],
     )
     report.call, report.output = called, output
+
+
+def launches_mcp(spec: ToolSpec) -> bool:
+    """The plane can call this tool's MCP server itself (it says how to launch it)."""
+    return bool(given(spec.mcp_command) or given(spec.mcp_url))
+
+
+@functools.cache
+def _mcp_tool_result_sha256() -> str:
+    return prepare_schema(MCP_TOOL_RESULT).sha256
+
+
+def _declares_output(spec: ToolSpec) -> bool:
+    """The tool declares its own output, which an MCP server returns as
+    ``structuredContent``; a tool declared to return the MCP tool result itself (as the
+    MCP proxy registers one whose server lists no output schema) does not."""
+    if spec.output_schema_sha256 is None:
+        return False
+    return spec.output_schema_sha256 != _mcp_tool_result_sha256()
+
+
+def _call_mcp(
+    plane: Plane,
+    plan: PlanState,
+    tool_doc: ToolState,
+    raw_params: bytes,
+    copies: Sandbox,
+    *,
+    actor: str,
+) -> PlanHalted | tuple[bytes, str, str, dict[str, Truncation]]:
+    """Call the tool on its MCP server (a stdio server runs in the sandbox, as a
+    command tool does). Its output, within the tool's output cap, is what the MCP
+    proxy's output gate takes of a result: ``structuredContent`` when the tool declares
+    its output, else the whole result. A server that cannot be started, dies, fails or
+    hangs halts the plan with ``environment_error``."""
+    spec, tool = tool_doc.spec, tool_doc.name
+    arguments = msgspec.json.decode(raw_params)
+    if not isinstance(arguments, dict):  # the registry keeps MCP tools' inputs objects
+        raise CommandRefused(f"the arguments of MCP tool {tool!r} must be an object")
+    command, url = given(spec.mcp_command), given(spec.mcp_url)
+    timeout = spec.timeout_ms / 1000 if spec.timeout_ms else DEFAULT_TIMEOUT_S
+    cap = _cap_of(to_json(spec))
+    call = call_mcp_tool(
+        spec.mcp_tool_name or "",
+        arguments,
+        command=command,
+        url=url,
+        cwd=workdir_of(plan, copies),
+        timeout_s=timeout,
+    )
+    if call.result is None:
+        server = spec.mcp_server
+        if call.fault == "missing_program" and command:
+            return record_halt(
+                plane,
+                plan.plan_id,
+                "program_missing",
+                f"tool {tool!r} could not be invoked: MCP server {server!r} could not be "
+                f"started: {call.error}"[:2000],
+                hint=f"install `{command[0]}` where the plan runs (it is not on PATH), "
+                "then re-run unchanged",
+                actor=actor,
+            )
+        return record_halt(
+            plane,
+            plan.plan_id,
+            MCP_FAULT,
+            f"MCP server {server!r} failed on a call of {tool!r}: {call.error}"[:2000],
+            hint="check the MCP server (it could not be started or reached, crashed, "
+            "failed, timed out or broke the protocol), then re-run unchanged",
+            actor=actor,
+        )
+    value = mcp_tool_output(call.result, _declares_output(spec))
+    output, truncation = capped(json_bytes(value), cap)
+    streams = {"stdout_truncated": truncation} if truncation is not None else {}
+    return output, call.started_at, call.ended_at, streams
 
 
 def record_unregistered_call(

@@ -8,9 +8,11 @@ Each program gets its own process group (``start_new_session``) so a timeout kil
 program *and* anything it spawned; leftovers in the group are also killed after a normal
 exit, so nothing a validation started can keep running (or writing) behind our back.
 
-Validations (seed 000) come back as a ``ValidationRun``: a verdict (``passed``) only when
-the program returned a well-formed structured result ``{passed: bool, message?: str,
-data?: object}``; a timeout, a crash, a malformed return or a missing program is a result
+Validations (seed 000) run by ``command``, ``python``, ``wrapped`` or ``mcp`` (a tool of
+an MCP server, called through ``mcp_client``, its ``structuredContent`` the return) and
+come back as a ``ValidationRun``: a verdict (``passed``) only when the program returned
+a well-formed structured result ``{passed: bool, message?: str, data?: object}``; a
+timeout, a crash, a malformed return or a missing program is a result
 with *no verdict* (``verdict=None``) and a ``cause`` — never a fabricated ``false``. The
 caller maps causes to outcomes (seed 001: a non-verdict is never a blocker).
 
@@ -30,7 +32,11 @@ Read-only enforcement at run time — the decision:
   original (e.g. an argument naming the resource's absolute path) bypasses the copy; the
   caller can compare ``tree_digest`` of the resource before and after a batch. Sockets
   and device files are not copied (FIFOs are recreated). Writes outside the tree (HOME,
-  /tmp) are not watched. Modification times are not part of the digest.
+  /tmp) are not watched. Modification times are not part of the digest. An ``mcp``
+  validation's stdio server runs in the copy in a process group of its own, which the
+  SDK kills only when the server outlives the close of its stdin: a child it left
+  running after exiting cleanly is not killed; a server at ``mcp_url`` runs elsewhere,
+  unwatched.
 - ``PYTHONDONTWRITEBYTECODE=1`` is set for every validation program: a ``__pycache__``
   written by merely importing code would otherwise be reported as a violation.
 
@@ -72,7 +78,7 @@ import msgspec
 
 from ledger.canonical import CanonicalizationError, canonical_json
 from ledger.events import Truncation
-from ledger.intake import LIMITS, InputError, parse_json
+from ledger.intake import LIMITS, InputError, check_json_value, parse_json
 from ledger.timestamps import utc_now
 
 from .results import TransformError, apply_transform, check_validation_result
@@ -642,7 +648,9 @@ def _execute(
         return _run_python_validation(spec, args, resource, cwd, default_timeout_s)
     if executor == "wrapped":
         return _run_wrapped_validation(spec, args, cwd, wrapped_tool, default_timeout_s)
-    raise _Internal(f"unknown executor {executor!r} (expected command, python or wrapped)")
+    if executor == "mcp":
+        return _run_mcp_validation(spec, args, cwd, default_timeout_s)
+    raise _Internal(f"unknown executor {executor!r} (expected command, python, wrapped or mcp)")
 
 
 def _argv(template: Any, args: Mapping[str, Any], what: str) -> list[str]:
@@ -897,6 +905,76 @@ def _judge_python(run: RunResult, target: str) -> _Outcome:
     if status == "unserializable":
         return _no_verdict("malformed", f"return value of {target} is not JSON: {reply['error']}")
     return _no_verdict("crash", f"{what} raised {reply.get('error')}")
+
+
+# What a fault of an MCP validation's server is: no verdict, with this cause.
+_MCP_CAUSES: dict[str, Cause] = {
+    "missing_program": "missing_program",
+    "timeout": "timeout",
+    "protocol": "malformed",
+}
+
+
+def _run_mcp_validation(
+    spec: Mapping[str, Any], args: Mapping[str, Any], cwd: Path, default_timeout_s: float
+) -> _Outcome:
+    """Call the validation's MCP tool (a stdio server runs in ``cwd``, the throwaway
+    copy, so its writes are seen as any validation's). Its structured return is the
+    result's ``structuredContent``; anything else is no verdict."""
+    from .mcp_client import call_mcp_tool, capped, json_bytes  # the SDK: only when used
+
+    tool = spec.get("mcp_tool_name")
+    if not isinstance(tool, str) or not (spec.get("mcp_command") or spec.get("mcp_url")):
+        raise _Internal("an MCP validation needs `mcp_tool_name` and `mcp_command` or `mcp_url`")
+    what = f"MCP validation {spec.get('mcp_server')}/{tool}"
+    call = call_mcp_tool(
+        tool,
+        args,
+        command=spec.get("mcp_command"),
+        url=spec.get("mcp_url"),
+        cwd=cwd,
+        env=_validation_env(),
+        timeout_s=_timeout_s(spec, default_timeout_s),
+    )
+    if call.result is None:  # the server could not be started, died, failed or hung
+        return _no_verdict(_MCP_CAUSES.get(call.fault or "", "crash"), f"{what}: {call.error}")
+    result = call.result
+    structured = result.get("structuredContent")
+    failed = result.get("isError") is True
+    # The evidence kept: the structured return, or the whole result when there is none.
+    kept = structured if structured is not None and not failed else result
+    raw, truncation = capped(json_bytes(kept), output_cap(spec))
+    if truncation is not None:  # never judged
+        return _Outcome(
+            cause="malformed",
+            error=f"{what}: its result was {truncated_text(truncation)}, over the cap "
+            "(`max_output_bytes`); a truncated output is never judged",
+            raw_output=raw,
+            stdout_truncated=truncation,
+        )
+    if failed:
+        said = _one_line(
+            " ".join(
+                str(block.get("text", ""))
+                for block in result.get("content") or []
+                if isinstance(block, dict) and block.get("type") == "text"
+            )
+        )[:_STDERR_TAIL]
+        return _no_verdict(
+            "malformed", f"{what}: the tool reported an error (isError): {said or '-'}", raw
+        )
+    if structured is None:
+        return _no_verdict(
+            "malformed",
+            f"{what}: no structured return (the result has no structuredContent; a "
+            "validation returns {passed, message?, data?} there)",
+            raw,
+        )
+    try:
+        check_json_value(structured, "structuredContent")
+    except InputError as exc:
+        return _no_verdict("malformed", f"{what}: {exc}", raw)
+    return _verdict_from(structured, raw, f"{what}: malformed structured return")
 
 
 def _json_bytes(value: Any) -> bytes:

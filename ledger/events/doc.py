@@ -84,7 +84,9 @@ validation whose result it carried has no verdict (`malformed`, or `crash` when 
 ended it). `tool.called`'s `unregistered` (`true` or absent) marks the call of a tool
 the registry does not know, let through by an agent hook with `--unknown-tools record`
 (docs/agents.md): its `tool_version` is `null`, its executor `recorded`, and no gate
-judged it.
+judged it. A registration's `mcp_command` / `mcp_url` say how the plane launches or
+reaches a tool's MCP server to call it itself (executor `mcp`); without either, an MCP
+tool's calls can only be recorded.
 
 ## Types
 """

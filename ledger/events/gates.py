@@ -85,14 +85,16 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
     tool_version: int | None = None  # None only for an unregistered tool's call
     step: str | None = None
     attempt: int
-    executor: Literal["command", "recorded", "validation"]  # validation: read-only, in a copy
+    # validation: read-only, in a copy; mcp: the plane called the tool's MCP server
+    executor: Literal["command", "recorded", "validation", "mcp"]
     params_sha256: str
     output_sha256: str  # blob digest of the raw output bytes
     exit_code: int | None = None
     started_at: str
     ended_at: str
     duration_ms: int
-    # Set only when the program's stdout / stderr went over its cap; absent otherwise.
+    # Set only when the program's stdout / stderr went over its cap (for an MCP call:
+    # the JSON of its output); absent otherwise.
     stdout_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
     stderr_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
     # True: the tool was not registered when its call was recorded (executor

@@ -34,8 +34,13 @@ class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True, frozen=T
     lifecycle: dict[str, JSON] = {}
     code: str | None = None
     command: list[str] | None = None  # argv template of a `command` tool
-    mcp_server: str | None = None
+    mcp_server: str | None = None  # the MCP server's name
     mcp_tool_name: str | None = None
+    # How the plane launches the MCP server to call the tool itself: the argv of a stdio
+    # server, or the URL of a streamable-HTTP one (at most one). Absent: an MCP tool's
+    # calls can only be recorded. Absent (not null) so older payloads keep their bytes.
+    mcp_command: list[str] | msgspec.UnsetType = msgspec.UNSET
+    mcp_url: str | msgspec.UnsetType = msgspec.UNSET
     timeout_ms: int | None = None
     # A cap on each of stdout and stderr in bytes; absent: the plane's default
     # (EVIDENCE_MAX_OUTPUT_BYTES, 4 MiB). Absent (not null) so older payloads keep their bytes.
@@ -55,7 +60,9 @@ class ValidationRegistered(ToolRegistered, tag="validation.registered", kw_only=
     )
 
     mode: Literal["required", "informational"]
-    executor: Literal["command", "python", "wrapped"]
+    # mcp: a call of the tool `mcp_tool_name` of the server launched by `mcp_command` or
+    # reached at `mcp_url`; its structuredContent is the structured result.
+    executor: Literal["command", "python", "wrapped", "mcp"]
     python: str | None = None  # "module:function" for the python executor
     wraps: str | None = None
     wraps_version: int | None = None

@@ -1,0 +1,394 @@
+"""One call of a tool on an MCP server, made by the plane itself with the official SDK's
+client: launch the server (``mcp_command``, on stdio) or connect to it (``mcp_url``,
+streamable HTTP), initialize, ``tools/call``, close. One short-lived client per call,
+the whole of it within one timeout.
+
+Pure execution, like ``process``: no database, no events. The result is returned as
+the server sent it (``McpCall.result``: the ``CallToolResult`` as JSON); a server that
+cannot be launched or reached, dies, breaks the protocol, answers the call with an error
+or runs out of time is a ``fault`` with a readable ``error``, never an exception. What a
+fault means (a halt for a tool call, a validation without a verdict) is the caller's.
+
+The plane is synchronous: the SDK's async client runs under ``anyio.run`` inside the
+call (in a thread of its own when the caller is already inside an event loop, as the
+MCP proxy's verbs are). A stdio server runs in ``cwd`` with the plane's environment (as
+command tools do) and in its own process group, which the SDK kills at the end; its
+stderr is captured and quoted in a fault's error, never passed to the user's terminal.
+The SDK's own log lines during a call are collected the same way (a traceback it would
+log never reaches a user).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import errno
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any, Literal, TypeVar
+
+import msgspec
+
+from ledger.canonical import CanonicalizationError, canonical_json
+from ledger.events import Truncation
+from ledger.timestamps import utc_now
+
+__all__ = [
+    "MCP_TOOL_RESULT",
+    "Fault",
+    "McpCall",
+    "call_mcp_tool",
+    "capped",
+    "json_bytes",
+    "tool_output",
+]
+
+# The output declaration of an MCP tool that declares no output schema of its own: an
+# MCP tool result (``content`` blocks, ``isError``, ``_meta``). Its blocks stay open
+# (text, images, resources carry fields of their own), the result itself is closed.
+MCP_TOOL_RESULT: dict[str, Any] = {
+    "type": "object",
+    "required": ["content"],
+    "properties": {
+        "content": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["type"],
+                "properties": {
+                    "type": {"enum": ["text", "image", "audio", "resource_link", "resource"]}
+                },
+                "additionalProperties": True,
+            },
+        },
+        "isError": {"type": "boolean"},
+        "_meta": {"type": "object", "additionalProperties": True},
+    },
+}
+
+
+def tool_output(result: Mapping[str, Any], structured: bool) -> Any:
+    """What the output gate checks of an MCP tool result (and the log keeps as the
+    call's output): its ``structuredContent`` when the tool declares an output schema
+    (missing: null, which no object schema admits), else the whole result."""
+    if structured:
+        return result.get("structuredContent")
+    return dict(result)
+
+
+# missing_program: the stdio server's program cannot be executed. unavailable: the
+# server could not be started or reached, or did not complete the initialization.
+# crash: the connection ended during the call. error: the server answered the call with
+# a JSON-RPC error. protocol: it sent something that is not an MCP message. timeout: no
+# result within the timeout.
+Fault = Literal["missing_program", "unavailable", "crash", "error", "protocol", "timeout"]
+
+# spawn failures that mean "this program cannot be run here", as ``process`` judges a
+# command's (kept apart: ``process`` calls this module, never the reverse)
+_NOT_RUNNABLE = {
+    errno.ENOENT,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOEXEC,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.ELOOP,
+    errno.ENAMETOOLONG,
+}
+_STDERR_TAIL = 400  # characters of the server's stderr quoted in an error
+_LOG_LINES = 3  # of the SDK's log lines quoted in an error
+
+
+class McpCall(msgspec.Struct, kw_only=True):
+    """One call: ``result`` when the server answered it, else ``fault`` and ``error``."""
+
+    result: dict[str, Any] | None = None
+    fault: Fault | None = None
+    error: str | None = None
+    started_at: str
+    ended_at: str
+    duration_ms: int
+
+
+def call_mcp_tool(
+    tool: str,
+    arguments: Mapping[str, Any],
+    *,
+    command: Sequence[str] | None = None,
+    url: str | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float,
+) -> McpCall:
+    """Call ``tool`` with ``arguments`` on the server launched by ``command`` (stdio) or
+    reached at ``url`` (streamable HTTP). ``env`` (default: this process's environment)
+    is the stdio server's whole environment. Never raises for the server's sake."""
+    if (command is None) == (url is None):
+        raise ValueError("give exactly one of command and url")
+    argv = list(command or [])
+    if argv[:1] in (["python"], ["python3"]):
+        argv[0] = sys.executable  # as run_command does: the interpreter running the plane
+    started, clock = utc_now(), time.monotonic()
+    log: list[str] = []
+
+    def finish(**fields: Any) -> McpCall:
+        return McpCall(
+            started_at=started,
+            ended_at=utc_now(),
+            duration_ms=max(0, round((time.monotonic() - clock) * 1000)),
+            **fields,
+        )
+
+    if command is not None and not argv:
+        return finish(fault="unavailable", error="empty `mcp_command`: there is no server to run")
+    if cwd is not None and not os.path.isdir(cwd):
+        return finish(fault="unavailable", error=f"working directory {os.fspath(cwd)!r} is gone")
+    with tempfile.TemporaryFile() as stderr:
+        call = _Call(tool, dict(arguments), argv, url, cwd, env, timeout_s, stderr)
+        fields = _run_blocking(call.run, log)
+        if fields.get("fault") is not None:
+            fields["error"] += _tail(stderr) + _log_text(log)
+    return finish(**fields)
+
+
+def json_bytes(value: Any) -> bytes:
+    """The bytes the log keeps of a JSON value from a server: RFC 8785 canonical JSON;
+    a value with no canonical form (a non-finite number, an integer beyond 2^53 - 1)
+    is written as it is, which the gates then judge not JSON rather than coerce."""
+    try:
+        return canonical_json(value)
+    except (CanonicalizationError, TypeError, ValueError):
+        return json.dumps(value, sort_keys=True, allow_nan=True, default=repr).encode()
+
+
+def capped(data: bytes, cap: int) -> tuple[bytes, Truncation | None]:
+    """``data`` within ``cap`` bytes: the first ``cap`` bytes and the ``Truncation``
+    (full size and SHA-256) when it is longer, else itself and None."""
+    if len(data) <= cap:
+        return data, None
+    return data[:cap], Truncation(kept=cap, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+
+
+# -- the async call ---------------------------------------------------------------------
+
+
+class _Call:
+    """The call's state: how far it got (``stage``) decides what a failure means."""
+
+    def __init__(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        argv: list[str],
+        url: str | None,
+        cwd: Path | None,
+        env: Mapping[str, str] | None,
+        timeout_s: float,
+        stderr: IO[bytes],
+    ) -> None:
+        self.tool, self.arguments, self.argv, self.url = tool, arguments, argv, url
+        self.cwd, self.env, self.timeout_s, self.stderr = cwd, env, timeout_s, stderr
+        self.stage: Literal["start", "initialize", "call"] = "start"
+        self.protocol_error: str | None = None
+        self.scope: Any = None
+
+    async def run(self) -> dict[str, Any]:
+        import anyio
+
+        found: dict[str, Any] = {}
+        try:
+            with anyio.fail_after(self.timeout_s):
+                async with self._session() as session:
+                    found = await self._converse(session)
+        except TimeoutError:
+            return {
+                "fault": "timeout",
+                "error": f"no answer within {self.timeout_s:g} s ({self._doing()})",
+            }
+        except OSError as exc:
+            if self.stage == "start" and self.url is None:
+                fault: Fault = "missing_program" if exc.errno in _NOT_RUNNABLE else "unavailable"
+                return {
+                    "fault": fault,
+                    "error": f"cannot start MCP server {self.argv[0]!r}: {exc.strerror or exc}",
+                }
+            return self._failed(exc)
+        except Exception as exc:  # the transport's own failure, in the SDK's task groups
+            return self._failed(exc)
+        if "result" in found or "fault" in found:
+            return found
+        # Cancelled before an answer: only a protocol error cancels the call.
+        said = self.protocol_error or f"the call ended without an answer ({self._doing()})"
+        return {"fault": "protocol", "error": said}
+
+    async def _converse(self, session: Any) -> dict[str, Any]:
+        """Initialize, then call; a failure of either is a fault (kept out of the SDK's
+        task groups, which would wrap it)."""
+        import anyio
+        import mcp_types as types
+        from mcp.shared.exceptions import MCPError
+
+        with anyio.CancelScope() as self.scope:
+            self.stage = "initialize"
+            try:
+                await session.initialize()
+                self.stage = "call"
+                request = types.CallToolRequest(
+                    params=types.CallToolRequestParams(name=self.tool, arguments=self.arguments)
+                )
+                result = await session.send_request(
+                    request, types.CallToolResult, request_read_timeout_seconds=self.timeout_s
+                )
+            except MCPError as exc:
+                if self.stage == "call" and exc.error.code != types.CONNECTION_CLOSED:
+                    return {
+                        "fault": "error",
+                        "error": f"MCP server answered the call of {self.tool!r} with "
+                        f"error {exc.error.code}: {_one_line(exc.error.message)}",
+                    }
+                return self._failed(exc)
+            except Exception as exc:
+                return self._failed(exc)
+            raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            raw.pop("resultType", None)
+            if result.structured_content is not None:  # exactly as sent
+                raw["structuredContent"] = result.structured_content
+            return {"result": raw}
+        return {}  # cancelled by a protocol error (see on_message)
+
+    async def on_message(self, message: Any) -> None:
+        """A transport-level exception (a line that is no MCP message) ends the call."""
+        if isinstance(message, Exception) and self.protocol_error is None:
+            self.protocol_error = (
+                f"MCP server broke the protocol ({self._doing()}): "
+                f"{type(message).__name__}: {_one_line(str(message))[:300]}"
+            )
+            if self.scope is not None:
+                self.scope.cancel()
+
+    @contextlib.asynccontextmanager
+    async def _session(self) -> AsyncIterator[Any]:
+        from mcp import ClientSession, StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+
+        if self.url is not None:
+            transport: Any = streamable_http_client(self.url)
+        else:
+            params = StdioServerParameters(
+                command=self.argv[0],
+                args=self.argv[1:],
+                env=dict(os.environ if self.env is None else self.env),
+                cwd=self.cwd,
+            )
+            transport = stdio_client(params, errlog=self.stderr)  # type: ignore[arg-type]
+        async with (
+            transport as (read, write),
+            ClientSession(read, write, message_handler=self.on_message) as session,
+        ):
+            yield session
+
+    def _failed(self, exc: BaseException) -> dict[str, Any]:
+        leaf = _leaf(exc)
+        said = _one_line(str(leaf)) or type(leaf).__name__
+        if self.stage == "call":
+            what = f"MCP server failed during the call of {self.tool!r}"
+            fault: Fault = "crash"
+        else:
+            where = self.url if self.url is not None else repr(self.argv[0])
+            what = f"MCP server {where} could not be {'reached' if self.url else 'started'}"
+            fault = "unavailable"
+        return {"fault": fault, "error": f"{what}: {type(leaf).__name__}: {said}"}
+
+    def _doing(self) -> str:
+        return {
+            "start": "starting the server",
+            "initialize": "initializing",
+            "call": f"calling {self.tool!r}",
+        }[self.stage]
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception inside the SDK's (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _tail(stderr: IO[bytes]) -> str:
+    stderr.seek(0, os.SEEK_END)
+    size = stderr.tell()
+    stderr.seek(max(0, size - 4 * _STDERR_TAIL))
+    text = _one_line(stderr.read().decode("utf-8", errors="replace"))
+    if not text:
+        return ""
+    if size > 4 * _STDERR_TAIL or len(text) > _STDERR_TAIL:
+        text = "..." + text[-_STDERR_TAIL:]
+    return f"; stderr: {text}"
+
+
+# -- running the async client from synchronous code ---------------------------------------
+
+T = TypeVar("T")
+
+# The SDK's log lines of the call running in this context (None: no call).
+_SDK_LOG: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "evidence_mcp_log", default=None
+)
+_INSTALL = threading.Lock()
+_installed = False
+
+
+class _SdkLogHandler(logging.Handler):
+    """Keeps the SDK's log lines of a running call (for its error, without tracebacks);
+    outside a call it behaves as Python does when logging was never set up."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = _SDK_LOG.get()
+        if found is not None:
+            found.append(_one_line(record.getMessage())[:300])
+        elif (
+            logging.lastResort is not None
+            and not logging.getLogger().handlers
+            and record.levelno >= logging.lastResort.level
+        ):
+            logging.lastResort.handle(record)
+
+
+def _log_text(log: list[str]) -> str:
+    return f"; MCP client: {' | '.join(log[-_LOG_LINES:])}" if log else ""
+
+
+def _run_blocking(run: Callable[[], Any], log: list[str]) -> Any:
+    """``anyio.run(run)``, in a thread of its own when this thread runs an event loop."""
+    import anyio
+
+    global _installed
+    with _INSTALL:
+        if not _installed:
+            logging.getLogger("mcp").addHandler(_SdkLogHandler())
+            _installed = True
+
+    def blocking() -> Any:
+        _SDK_LOG.set(log)
+        return anyio.run(run)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return contextvars.copy_context().run(blocking)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-call") as pool:
+        return pool.submit(blocking).result()
