@@ -490,7 +490,7 @@ class _Auditor:
                 walk.last_run.invalidated_at = pos
             if (
                 isinstance(p, ToolCalled)
-                and p.executor == "command"
+                and p.executor in ("command", "mcp")
                 and p.stdout_truncated is not msgspec.UNSET
             ):
                 walk.truncated[(p.step, p.output_sha256)] = p.stdout_truncated

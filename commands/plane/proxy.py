@@ -33,9 +33,8 @@ from .core import Plane
 from .gates import GateOutcome, gate_input
 from .hooks import MCP_PREFIX, json_bytes, open_for_calls
 from .registry import register_tool
-from .runs import CallReport, call_tool, record_halt
+from .runs import MCP_FAULT, CallReport, call_tool, record_halt
 
-FAULT_RAW_TYPE = "backend_unavailable"  # -> environment_error (projections.outcomes)
 _NOT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 # An upstream tool name the proxy offers: printable ASCII without spaces (MCP advises
 # letters, digits and ``_-.``); anything else could pass for another name on a terminal.
@@ -180,7 +179,7 @@ def record_upstream_fault(
     return record_halt(
         plane,
         plan_id,
-        FAULT_RAW_TYPE,
+        MCP_FAULT,
         f"MCP server {server!r} failed on a call of {tool!r}: {what}"[:2000],
         hint="check the MCP server (it crashed, timed out or broke the protocol), restart "
         "the proxy, then re-run unchanged",
