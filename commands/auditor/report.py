@@ -871,7 +871,7 @@ def render_html(report: PlanReport) -> str:
         else f"{_badge('FAILED')} {_e(len(v.problems))} problem(s)"
     )
     audit_line = (
-        f"{_badge('ok')} {_e(a.size)} events audited, no violation"
+        f"{_badge('ok')} audited as of position {_e(a.size)}, no violation"
         if a.ok
         else f"{_badge('FAILED')} {_e(len(a.violations))} violation(s)"
     )

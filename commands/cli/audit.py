@@ -108,7 +108,12 @@ def replay(
                 _str(s.retries_left),
                 s.outcome or "-",
                 f"{s.token['token_id'][-6:]} {s.token['status']}" if s.token else "-",
-                terminal_label(s.terminal, bool(s.document.get("unvalidated"))) or "-",
+                terminal_label(
+                    s.terminal,
+                    bool(s.document.get("unvalidated")),
+                    bool(s.document.get("compensation")),
+                )
+                or "-",
                 s.summary,
             ]
             for s in steps

@@ -12,8 +12,10 @@ from commands.plane.phases import enter_execute, record_strategy, would_bind
 from commands.plane.plans import (
     OUTCOMES,
     create_plan,
+    current_halt,
     get_plan,
     list_plans,
+    plan_state,
     sandbox_paths,
     terminal_state,
 )
@@ -250,7 +252,7 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
             ),
         ]
     config = doc.global_config
-    halt, token = doc.halt, doc.token
+    halt, token = current_halt(doc), doc.token
     last_outcome = _text(doc.last_outcome)
     if doc.unvalidated:
         last_outcome += " (no required validation ran)"
@@ -281,7 +283,7 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
             f"{halt.halt_type} (raw {halt.raw_halt_type}): {halt.reason}"
             if halt is not None
             else "-",
-        ),
+        ),  # only while it stands: an applied plan's old halts are in `plan history`
         ("compensation", _text(doc.compensation.status if doc.compensation is not None else None)),
         ("terminal", _text(terminal_state(doc))),
         (
@@ -335,13 +337,19 @@ def execute(plan_id: str, as_json: bool) -> None:
 @db_option
 @json_option
 def history(plan_id: str, as_json: bool) -> None:
-    """The plan's timeline: every event with a one-line summary."""
-    events = plan_history(open_plane(), plan_id)
+    """The plan's timeline: every event with a one-line summary, then where it stands."""
+    plane = open_plane()
+    events = plan_history(plane, plan_id)
     lines = summaries(events)
+    doc = get_plan(plane, plan_id)
+    state = plan_state(doc) if doc is not None else None
+    outcome = doc.outcome if doc is not None else None
     if as_json:
         emit_json(
             {
                 "plan_id": plan_id,
+                "state": state,
+                "outcome": outcome,
                 "events": [
                     {
                         "position": e.position,
@@ -363,3 +371,4 @@ def history(plan_id: str, as_json: bool) -> None:
             for e, line in zip(events, lines, strict=True)
         ],
     )
+    click.echo(f"state: {_text(state)} (outcome {_text(outcome)})")

@@ -55,7 +55,12 @@ def report(plan_id: str, out: Path, bundle_file: Path | None, public_key_file: P
         if data.verification.ok and data.audit.ok
         else ("verification FAILED, see the report")
     )
-    click.echo(f"wrote {inert(out)} (plan {inert(plan_id)}, {data.size} events, {verdict})")
+    # The events read (a bundle holds a plan's, not the whole log) and the log position.
+    events = data.verification.checked_events
+    click.echo(
+        f"wrote {inert(out)} (plan {inert(plan_id)}, {events} events as of position "
+        f"{data.size}, {verdict})"
+    )
 
 
 def _check_writable(out: Path) -> None:

@@ -48,7 +48,7 @@ from .graph import Node, compile_expression, run_graph
 from .lifecycle import apply_plan, complete_apply, record_fix
 from .phases import enter_execute, record_strategy
 from .planfile import Attempt, OutputSchemaOf, PlanFile, Step, load_plan_file
-from .plans import create_plan
+from .plans import create_plan, plan_state
 from .registry import define_skill, register_tool, register_validation
 from .runs import MAX_PARALLEL, call_tool, validate_plan
 
@@ -59,7 +59,7 @@ Say = Callable[[str, str], None]  # (stage, message)
 class RunSummary:
     plan_id: str
     outcome: str | None
-    state: str  # applied | escalated | halted | compensated | failed
+    state: str  # plans.plan_state: applied | compensated | failed | escalated | halted | open
     token: str | None = None
     decision_id: str | None = None
     halt: dict[str, Any] | None = None
@@ -608,21 +608,11 @@ def _applied(
 
 
 def _summary(plane: Plane, plan_id: str, doc: PlanState, start: int) -> RunSummary:
-    state = (
-        "applied"
-        if doc.terminal == "applied"
-        else "escalated"
-        if doc.pending_decision
-        else "compensated"
-        if doc.compensation
-        else "failed"
-        if doc.terminal == "failed"
-        else "halted"
-    )
+    state = plan_state(doc)  # the words `plan list/show`, the report and stats use
     report = verify_store(plane.store)
     return RunSummary(
         plan_id=plan_id,
-        outcome=doc.last_outcome,
+        outcome=doc.outcome,  # the canonical outcome, as `plan list/show` give it
         state=state,
         decision_id=doc.pending_decision.decision_id if doc.pending_decision else None,
         halt=msgspec.to_builtins(doc.halt),

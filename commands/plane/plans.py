@@ -10,7 +10,7 @@ import msgspec
 from commands.names import check_identifier, check_resource
 from ledger.events import GlobalConfig, PlanCreated
 from ledger.events.validation import Outcome
-from projections.states import PlanState
+from projections.states import HaltState, PlanState
 
 from .core import CommandRefused, Plane, StreamState
 
@@ -103,15 +103,41 @@ def list_plans(plane: Plane, *, project: str | None = None) -> dict[str, PlanSta
 
 
 def terminal_state(doc: PlanState | None) -> str | None:
-    """The plan's terminal state as shown everywhere: ``applied``, ``applied
-    (unvalidated)`` when the run its token came from had no required validation (a plan
-    created with ``require_validation: false``), ``failed``, or None."""
-    return None if doc is None else terminal_label(doc.terminal, doc.unvalidated)
+    """How a plan ended, in the one vocabulary every reader uses (run summaries, `plan
+    list/show/history`, the report, `stats`): ``applied``; ``applied (unvalidated)`` when
+    the run its token came from had no required validation (a plan created with
+    ``require_validation: false``); ``compensated`` when a strict-mode deviation ended it
+    and requested compensation; ``failed`` when it ended any other way; None while it has
+    not ended."""
+    if doc is None:
+        return None
+    return terminal_label(doc.terminal, doc.unvalidated, doc.compensation is not None)
 
 
-def terminal_label(terminal: str | None, unvalidated: bool) -> str | None:
-    """``terminal_state`` from a plan's ``terminal`` and ``unvalidated`` fields (as a
-    replay step or a plain plan document has them)."""
+def terminal_label(
+    terminal: str | None, unvalidated: bool, compensated: bool = False
+) -> str | None:
+    """``terminal_state`` from a plan's ``terminal``, ``unvalidated`` and whether it has a
+    ``compensation`` (as a replay step or a plain plan document has them)."""
     if terminal == "applied" and unvalidated:
         return "applied (unvalidated)"
+    if terminal == "failed" and compensated:
+        return "compensated"
     return terminal
+
+
+def plan_state(doc: PlanState) -> str:
+    """Where a plan stands, one word: its ``terminal_state`` once it ended, else
+    ``escalated`` (a human decision is pending), ``halted`` (a halt stands) or ``open``."""
+    ended = terminal_state(doc)
+    if ended is not None:
+        return ended
+    if doc.pending_decision is not None:
+        return "escalated"
+    return "halted" if current_halt(doc) is not None else "open"
+
+
+def current_halt(doc: PlanState) -> HaltState | None:
+    """The plan's halt while it stands: an applied plan's earlier halts are history
+    (``plan history`` shows them), not its state."""
+    return None if doc.terminal == "applied" else doc.halt
