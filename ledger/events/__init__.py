@@ -55,7 +55,11 @@ from .reviews import (
     ReviewAccountingRejected,
     ReviewCandidateSubmitted,
     ReviewFailed,
+    ReviewHandedOut,
+    ReviewHostScheduled,
+    ReviewHostStarted,
     ReviewReportCommitted,
+    ReviewRoleRan,
     ReviewStarted,
 )
 from .validation import (
@@ -99,6 +103,10 @@ ALL_EVENT_TYPES: tuple[type[EventPayload], ...] = (
     ReviewAccounted,
     ReviewReportCommitted,
     ReviewFailed,
+    ReviewHostScheduled,
+    ReviewHostStarted,
+    ReviewRoleRan,
+    ReviewHandedOut,
 )
 
 # The tagged union: ``msgspec.json.decode(payload_bytes, type=AnyEvent)`` picks the Struct
@@ -278,7 +286,11 @@ __all__ = [
     "ReviewAccountingRejected",
     "ReviewCandidateSubmitted",
     "ReviewFailed",
+    "ReviewHandedOut",
+    "ReviewHostScheduled",
+    "ReviewHostStarted",
     "ReviewReportCommitted",
+    "ReviewRoleRan",
     "ReviewStarted",
     "SkillDefined",
     "StrategyRecorded",
