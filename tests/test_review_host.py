@@ -515,12 +515,12 @@ def _host_pid(plane: Plane, task: str) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
 def test_a_host_that_dies_never_leaves_the_task_hanging(
-    sqlite_url: str, tmp_path: Path, repo: Path, signum: int
+    db_url: str, tmp_path: Path, repo: Path, signum: int
 ) -> None:
     gate = tmp_path / "go"
     config = reviewers(("alice", program("candidate", "--until", str(gate))))
     req, cfg = _write(tmp_path, config)
-    with Plane.open(sqlite_url) as plane:
+    with Plane.open(db_url) as plane:
         create_plan(plane, "P-1", project="proj", resources=["repo:api"])
     ran = run_cli(
         "review",
@@ -533,16 +533,16 @@ def test_a_host_that_dies_never_leaves_the_task_hanging(
         "--plan",
         "P-1",
         "--db",
-        sqlite_url,
+        db_url,
     )
     assert ran.returncode == 0, ran.stderr
     task = ran.stdout.strip()
     try:
-        with Plane.open(sqlite_url) as plane:
+        with Plane.open(db_url) as plane:
             os.kill(_host_pid(plane, task), signum)
-        waited = run_cli("review", "wait", task, "--timeout", "60", "--db", sqlite_url)
+        waited = run_cli("review", "wait", task, "--timeout", "60", "--db", db_url)
         assert waited.returncode == 1, (waited.stdout, waited.stderr)
-        with Plane.open(sqlite_url) as plane:
+        with Plane.open(db_url) as plane:
             doc = get_review(plane, task)
             assert doc.status == "failed"
             expected = "stopped by signal" if signum == signal.SIGTERM else "host stopped before"
