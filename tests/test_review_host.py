@@ -534,6 +534,7 @@ def test_a_host_that_dies_never_leaves_the_task_hanging(
         "P-1",
         "--db",
         db_url,
+        env={"TMPDIR": str(tmp_path)},  # a killed host leaves its scratch copy behind
     )
     assert ran.returncode == 0, ran.stderr
     task = ran.stdout.strip()
