@@ -6,7 +6,10 @@ candidate schema, the errors that made it a limitation), the accounting attempts
 their rejections, the accepted accounting, the committed report digest, and a status:
 
 ``started`` (collecting candidates) -> ``repair`` (one rejected accounting) ->
-``accounted`` -> ``completed``; or ``failed`` (a second rejected accounting).
+``accounted`` -> ``completed``; or ``failed`` (a second rejected accounting, or the
+review host could not finish). A hosted review (``review.host_scheduled``) also has
+``host``: the reviewer programs, the host process and a summary of each program's run;
+a completed review's report, once handed out, ``handed_out`` (when, to whom).
 
 It imports only ``ledger.events``: ``projections.documents`` registers it in ``FOLDS``.
 Total: an event before ``review.started`` (only a raw append makes one) leaves ``None``.
@@ -21,12 +24,23 @@ from ledger.events import (
     ReviewAccountingRejected,
     ReviewCandidateSubmitted,
     ReviewFailed,
+    ReviewHandedOut,
+    ReviewHostScheduled,
+    ReviewHostStarted,
     ReviewReportCommitted,
+    ReviewRoleRan,
     ReviewStarted,
 )
 
 from .folding import StreamFold
-from .states import CandidateState, ReportState, ReviewState
+from .states import (
+    CandidateState,
+    HandOutState,
+    HostState,
+    ReportState,
+    ReviewState,
+    RoleRunState,
+)
 
 fold_review: StreamFold[ReviewState] = StreamFold("review", ReviewState)
 
@@ -84,3 +98,43 @@ def _committed(doc: ReviewState, p: ReviewReportCommitted) -> ReviewState:
 @fold_review.on(ReviewFailed)
 def _failed(doc: ReviewState, p: ReviewFailed) -> ReviewState:
     return replace(doc, status="failed", failure=p.reason)
+
+
+@fold_review.on(ReviewHostScheduled)
+def _scheduled(doc: ReviewState, p: ReviewHostScheduled) -> ReviewState:
+    if isinstance(doc.host, HostState):
+        return doc  # the preflight's own programs stay: a later one changes nothing
+    host = HostState(
+        reviewers=p.reviewers, reviewers_sha256=p.reviewers_sha256, repository=p.repository
+    )
+    return replace(doc, host=host)
+
+
+@fold_review.on(ReviewHostStarted)
+def _host_started(doc: ReviewState, p: ReviewHostStarted) -> ReviewState:
+    if not isinstance(doc.host, HostState):
+        return doc  # only a raw append puts it on a review nobody scheduled
+    host = replace(doc.host, pid=p.pid, hostname=p.hostname, scope_sha256=p.scope_sha256)
+    return replace(doc, host=host)
+
+
+@fold_review.on(ReviewRoleRan)
+def _role_ran(doc: ReviewState, p: ReviewRoleRan) -> ReviewState:
+    if not isinstance(doc.host, HostState):
+        return doc
+    run = RoleRunState(
+        role=p.role,
+        name=p.name,
+        exit_code=p.exit_code,
+        error=p.error,
+        duration_ms=p.duration_ms,
+        stdout_sha256=p.stdout_sha256,
+    )
+    return replace(doc, host=replace(doc.host, runs=[*doc.host.runs, run]))
+
+
+@fold_review.on(ReviewHandedOut)
+def _handed_out(doc: ReviewState, p: ReviewHandedOut) -> ReviewState:
+    if isinstance(doc.handed_out, HandOutState):
+        return doc  # handed out once: the first hand-out is the one on record
+    return replace(doc, handed_out=HandOutState(at=p.at, to=p.recipient))

@@ -27,6 +27,8 @@ __all__ = [
     "ChangedFile",
     "CompensationState",
     "HaltState",
+    "HandOutState",
+    "HostState",
     "OutcomeHalt",
     "OutcomeResult",
     "OutcomeState",
@@ -35,6 +37,7 @@ __all__ = [
     "RecordedOutcome",
     "ReportState",
     "ReviewState",
+    "RoleRunState",
     "SkillState",
     "StepState",
     "TokenState",
@@ -263,6 +266,35 @@ class ReportState(_Doc, frozen=True, kw_only=True):
     exclusions: int
 
 
+class RoleRunState(_Doc, frozen=True, kw_only=True):
+    """One reviewer program's run, in brief (``review.role_ran`` has it whole)."""
+
+    role: str
+    name: str
+    exit_code: int | None
+    error: str | None
+    duration_ms: int
+    stdout_sha256: str
+
+
+class HostState(_Doc, frozen=True, kw_only=True):
+    """A hosted review (``evidence review run``): what the host runs, where, and each run.
+    ``pid``/``hostname``/``scope_sha256`` are absent until the host process takes it."""
+
+    reviewers: dict[str, JSON]
+    reviewers_sha256: str
+    repository: str
+    pid: int | UnsetType = UNSET
+    hostname: str | UnsetType = UNSET
+    scope_sha256: str | UnsetType = UNSET
+    runs: list[RoleRunState] = []
+
+
+class HandOutState(_Doc, frozen=True, kw_only=True):
+    at: str
+    to: str
+
+
 class ReviewState(_Doc, frozen=True, kw_only=True):
     """``review:{task_id}``: see ``projections.reviews``."""
 
@@ -277,6 +309,10 @@ class ReviewState(_Doc, frozen=True, kw_only=True):
     accounting: dict[str, JSON] | None = None
     report: ReportState | None = None
     failure: str | None = None
+    # Absent (not null) until set, so the documents of reviews recorded before these
+    # existed keep their exact shape (their deltas still replay to the fold).
+    host: HostState | UnsetType = UNSET
+    handed_out: HandOutState | UnsetType = UNSET
 
 
 # -- the outcomes read model (a second view of plan: streams) -------------------------

@@ -110,6 +110,7 @@ BLOB_REFERENCES = {
     "plan.changes_recorded": ("changes_sha256",),  # lifecycle.apply_plan: the change set
     "plan.compensation_completed": ("output_sha256",),  # driver._compensate: the output
     "review.report_committed": ("report_sha256",),  # reviews._commit: the report
+    "review.role_ran": ("stdout_sha256",),  # review_host: a reviewer program's stdout
 }
 
 

@@ -788,22 +788,29 @@ def test_report_is_deterministic_in_any_submission_order(plane: Plane) -> None:
 
 def test_result_verifies_and_returns_the_whole_report(db_url: str) -> None:
     long_evidence = "line of evidence " * 2000
+    tasks = []
     with Plane.open(db_url) as plane:
-        task = start_review(plane, request())
-        submit_candidate(
-            plane, task, candidate({**finding("x"), "evidence": long_evidence}), reviewer="a"
-        )
-        outcome = account_review(
-            plane, task, accounting(get_review(plane, task), {"G1": ["x"]}, [])
-        )
-        assert plane.store.get_blob(outcome.report_sha256) is not None
-    as_json = run_cli("review", "result", task, "--db", db_url, "--json")
+        for _ in range(2):  # a report is handed out once: one for each form
+            task = start_review(plane, request())
+            submit_candidate(
+                plane, task, candidate({**finding("x"), "evidence": long_evidence}), reviewer="a"
+            )
+            outcome = account_review(
+                plane, task, accounting(get_review(plane, task), {"G1": ["x"]}, [])
+            )
+            assert plane.store.get_blob(outcome.report_sha256) is not None
+            tasks.append(task)
+    as_json = run_cli("review", "result", tasks[0], "--db", db_url, "--json")
     assert as_json.returncode == 0, as_json.stderr
     body = json.loads(as_json.stdout)
     assert body["verified"] is True and body["report_sha256"] == outcome.report_sha256
     assert body["report"]["findings"][0]["findings"][0]["evidence"] == long_evidence.strip()
-    text = run_cli("review", "result", task, "--db", db_url)
+    text = run_cli("review", "result", tasks[1], "--db", db_url)
     assert text.returncode == 0 and long_evidence.strip() in text.stdout
+    # Handed out once: a second call refuses, saying when and to whom, and shows nothing.
+    again = run_cli("review", "result", tasks[0], "--db", db_url)
+    assert_refused(again, "already handed out", body["handed_out"]["at"], body["handed_out"]["to"])
+    assert long_evidence.strip() not in again.stdout
 
 
 def test_tampered_report_fails_retrieval(db_url: str) -> None:
@@ -909,9 +916,11 @@ def test_list_and_show(db_url: str) -> None:
         "status": "started",
         "plan_id": "P-1",
         "objective": "Check the retry fix",
+        "hosted": False,
         "candidates": 2,
         "accounting_attempts": 0,
         "report_sha256": None,
+        "handed_out": None,
     }
     table = run_cli("review", "list", "--db", db_url)
     assert linked in table.stdout and other in table.stdout

@@ -33,6 +33,7 @@ from commands.plane.driver import run_plan_file
 from commands.plane.gates import gate_input
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
+from commands.plane.review_host import host_review, parse_reviewers, run_review
 from commands.plane.reviews import account_review, get_review, start_review, submit_candidate
 from commands.plane.runs import call_tool
 from ledger.bundle import verify_bundle, write_bundle
@@ -43,6 +44,7 @@ from ledger.keys import generate_key_pair
 from ledger.merkle import EMPTY_ROOT, Frontier, leaf_hash
 from ledger.verify import TreeHeadRef, VerifyReport, verify_store
 from tests.helpers import applied_plan, strategy
+from tests.test_review_host import reviewers
 from tests.test_reviews import accounting, candidate, finding, request
 
 EVENTS = 30
@@ -530,8 +532,8 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
     """No false positives: a ledger holding every blob-referencing event the plane writes
     (gates with and without a schema, executed and recorded tool calls, raw outputs of
     command, wrapped and review results, a fix with a diff, compensation output, a review
-    report) verifies, in the database and as a bundle; and the blobs the events reference
-    are exactly the blobs stored."""
+    report, a hosted review's program outputs) verifies, in the database and as a bundle;
+    and the blobs the events reference are exactly the blobs stored."""
     with Plane.open(db_url) as plane:
         for name in ("green-after-fix", "strict-output-deviation"):  # fix diff, compensation
             shutil.copytree(EXAMPLES / name, tmp_path / name)
@@ -548,6 +550,17 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
         assert account_review(
             plane, task, accounting(get_review(plane, task), {"G1": ["x"]}, [])
         ).accepted
+        reviewed = tmp_path / "reviewed"  # a hosted review: each program's stdout
+        reviewed.mkdir()
+        (reviewed / "a.py").write_text("x = 1  # TODO\n")
+        receipt = run_review(
+            plane,
+            request(scope=["a.py"]),
+            parse_reviewers(reviewers(), "test"),
+            repository=reviewed,
+            start=False,
+        )
+        assert host_review(plane, receipt.task_id).status == "completed"
 
         referenced: Counter[tuple[str, str]] = Counter()
         digests = set()

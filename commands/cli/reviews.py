@@ -1,12 +1,14 @@
-"""``evidence review start|submit|account|result|list|show`` (docs/reviews.md)."""
+"""``evidence review run|wait|result|start|submit|account|list|show`` (docs/reviews.md)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
 from commands.plane.reviews import (
+    AlreadyHandedOut,
     ReportVerificationError,
     ReviewRequestInvalid,
     account_review,
@@ -18,7 +20,7 @@ from commands.plane.reviews import (
     submit_candidate,
 )
 from ledger.intake import read_bytes
-from projections.states import ReviewState, to_json
+from projections.states import HandOutState, HostState, ReviewState, to_json
 
 from .common import (
     EXIT_VERDICT,
@@ -28,6 +30,7 @@ from .common import (
     open_plane,
     print_table,
 )
+from .inputs import Seconds
 from .terminal import inert
 
 
@@ -39,6 +42,102 @@ def _read(path: str, what: str) -> bytes:
 @click.group()
 def review() -> None:
     """Advisory reviews (fusion_validate): recorded, accounted, verified; never a gate."""
+
+
+@review.command("run")
+@click.argument("file", metavar="REQUEST_FILE")
+@click.option(
+    "--reviewers",
+    "config",
+    required=True,
+    metavar="CONFIG",
+    help="The reviewer programs: YAML, TOML or JSON (docs/reviews.md).",
+)
+@click.option(
+    "--repo",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="The repository the request's scope is relative to.",
+)
+@click.option(
+    "--plan", "plan_id", help="Record the finished review on this plan (an informational result)."
+)
+@db_option
+@json_option
+def run(file: str, config: str, repo: Path, plan_id: str | None, as_json: bool) -> None:
+    """Start a review by reviewer programs as a background task; print its receipt."""
+    from commands.plane.review_host import HostNotStarted, load_reviewers, run_review
+
+    data = _read(file, "REQUEST_FILE")
+    reviewers = load_reviewers(config)
+    try:
+        receipt = run_review(open_plane(), data, reviewers, repository=repo, plan_id=plan_id)
+    except ReviewRequestInvalid as exc:
+        if as_json:  # the violations as data too; the error line still goes to stderr
+            emit_json({"violations": [v.to_json() for v in exc.violations]})
+        raise
+    except HostNotStarted as exc:  # recorded as failed: a verdict, not a refusal
+        if as_json:
+            emit_json({"task_id": exc.task_id, "log": None})
+        click.echo(f"error: {inert(str(exc))}", err=True)
+        click.get_current_context().exit(EXIT_VERDICT)
+        return
+    # Printed only now: the request and the reviewers are committed (durable preflight).
+    if as_json:
+        emit_json(receipt.to_json())
+    else:
+        click.echo(receipt.task_id)
+
+
+@review.command("wait")
+@click.argument("task_id", metavar="TASK")
+@click.option(
+    "--timeout",
+    type=Seconds(0, 86_400),
+    default=None,
+    help="Give up after this many seconds (default: wait for the end).",
+)
+@db_option
+@json_option
+def wait(task_id: str, timeout: float | None, as_json: bool) -> None:
+    """Block until the review ends. Exit 0 completed, 1 failed (or still running at
+    --timeout)."""
+    from commands.plane.review_host import wait_review
+
+    outcome = wait_review(open_plane(), task_id, timeout_s=timeout)
+    doc = outcome.review
+    if as_json:
+        emit_json(outcome.to_json())
+    elif doc.status == "completed":
+        assert doc.report is not None
+        click.echo(
+            f"review {inert(task_id)}: completed; report sha256 {doc.report.sha256} "
+            f"({doc.report.findings} finding(s), {doc.report.exclusions} exclusion(s))"
+        )
+    elif doc.status == "failed":
+        click.echo(f"review {inert(task_id)}: failed: {inert(doc.failure or '')}")
+    else:  # the timeout passed first
+        click.echo(f"review {inert(task_id)}: still {doc.status} after {timeout or 0:g} s")
+    if doc.status != "completed":
+        click.get_current_context().exit(EXIT_VERDICT)
+
+
+@review.command("host", hidden=True)
+@click.argument("task_id", metavar="TASK")
+@click.option("--lock-fd", type=click.IntRange(0, 1 << 20), default=None)
+@click.option("--preflight", default=None, metavar="SHA256")
+@db_option
+def host(task_id: str, lock_fd: int | None, preflight: str | None) -> None:
+    """Run a scheduled review in this process (what review run starts in the background)."""
+    from commands.plane.review_host import host_review
+
+    doc = host_review(
+        open_plane(), task_id, lock_fd=lock_fd, expect_preflight=preflight, handle_sigterm=True
+    )
+    click.echo(f"review {inert(task_id)}: {doc.status}")
+    if doc.status != "completed":
+        click.get_current_context().exit(EXIT_VERDICT)
 
 
 @review.command("start")
@@ -120,12 +219,23 @@ def account(task_id: str, file: str, as_json: bool) -> None:
 
 @review.command("result")
 @click.argument("task_id", metavar="TASK")
+@click.option(
+    "--as",
+    "recipient",
+    metavar="NAME",
+    help="Who receives the report (default: your login name).",
+)
 @db_option
 @json_option
-def result(task_id: str, as_json: bool) -> None:
-    """The full committed report, after verifying its SHA-256. Exit 1 if it fails."""
+def result(task_id: str, recipient: str | None, as_json: bool) -> None:
+    """The full committed report, verified, handed out once. Exit 1 if it fails
+    verification; 2 if it was handed out before (when, to whom)."""
     try:
-        found = review_result(open_plane(), task_id)
+        found = review_result(open_plane(), task_id, recipient=recipient)
+    except AlreadyHandedOut as exc:
+        if as_json:
+            emit_json({"task_id": task_id, "handed_out": {"at": exc.at, "to": exc.to}})
+        raise
     except ReportVerificationError as exc:
         if as_json:
             emit_json(
@@ -142,19 +252,25 @@ def result(task_id: str, as_json: bool) -> None:
     if as_json:
         emit_json(found.to_json())
         return
-    _print_report(found.report, found.report_sha256)
+    click.echo(
+        f"advisory review report (sha256 {found.report_sha256}, verified; handed out "
+        f"to {inert(found.recipient)} at {found.handed_out_at})"
+    )
+    _print_report(found.report)
 
 
-def _print_report(report: dict[str, Any], sha256: str) -> None:
+def _print_report(report: dict[str, Any]) -> None:
     """Every part of the report, whole: never cut to the terminal's width. The reviewers'
     text is shown ``inert``; evidence, impact and rationale keep their line breaks."""
     request = report["request"]
-    click.echo(f"advisory review report (sha256 {sha256}, verified)")
     click.echo(f"objective: {inert(request['objective'])}")
     click.echo(
         f"candidates: {report['candidates']['submitted']} submitted, "
         f"{report['candidates']['valid']} valid"
     )
+    if "summary" in report:  # a hosted review with a merger
+        summary = report["summary"]
+        click.echo(f"summary: {'-' if summary is None else inert(summary, multiline=True)}")
     click.echo(f"\nfindings ({len(report['findings'])}):")
     for n, group in enumerate(report["findings"], start=1):
         merged = f" (merged from {group['reports']} reports)" if group["reports"] > 1 else ""
@@ -208,14 +324,17 @@ def list_(plan_id: str | None, status: str | None, as_json: bool) -> None:
 
 
 def _summary(doc: ReviewState) -> dict[str, Any]:
+    handed = doc.handed_out
     return {
         "task_id": doc.task_id,
         "status": doc.status,
         "plan_id": doc.plan_id,
         "objective": doc.request["objective"],
+        "hosted": isinstance(doc.host, HostState),
         "candidates": len(doc.candidates),
         "accounting_attempts": doc.accounting_attempts,
         "report_sha256": doc.report.sha256 if doc.report else None,
+        "handed_out": to_json(handed) if isinstance(handed, HandOutState) else None,
     }
 
 
@@ -240,6 +359,14 @@ def show(task_id: str, as_json: bool) -> None:
         ("report sha256", summary["report_sha256"] or "-"),
         ("failure", doc.failure or "-"),
     ]
+    if isinstance(doc.handed_out, HandOutState):
+        rows.append(("handed out", f"at {doc.handed_out.at} to {doc.handed_out.to}"))
+    host = doc.host
+    if isinstance(host, HostState):
+        rows.append(("repository", host.repository))
+        rows.append(("reviewers sha256", host.reviewers_sha256))
+        taken = f"pid {host.pid} on {host.hostname}" if isinstance(host.pid, int) else "-"
+        rows.append(("host", taken))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key.ljust(width)}  {inert(value)}")
@@ -263,6 +390,21 @@ def show(task_id: str, as_json: bool) -> None:
         print_table(
             ["id", "severity", "location", "summary"],
             [[f["id"], f["severity"], f["location"], f["summary"]] for f in sources],
+        )
+    if isinstance(host, HostState) and host.runs:
+        click.echo("")
+        print_table(
+            ["role", "name", "exit", "ms", "error"],
+            [
+                [
+                    r.role,
+                    r.name,
+                    "-" if r.exit_code is None else str(r.exit_code),
+                    str(r.duration_ms),
+                    r.error or "-",
+                ]
+                for r in host.runs
+            ],
         )
     for n, violations in enumerate(doc.rejections, start=1):
         click.echo(f"\nrejected accounting attempt {n}:")

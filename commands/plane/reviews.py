@@ -13,7 +13,12 @@
   second failure fails the review. An accepted accounting is rendered into the report
   (``render_report``: deterministic, label- and id-free) and committed with its SHA-256,
   the report bytes in the blob store, in the same transaction.
-- ``review_result``: the committed report, its hash verified on every retrieval.
+- ``review_result``: the committed report, its hash verified, handed out once (the
+  hand-out is recorded: when, to whom; every later call is refused saying so).
+
+A hosted review (``commands.plane.review_host``: ``evidence review run``) goes through
+the same steps, taken by the review host with the programs' answers
+(``record_candidate``, ``record_accounting``); hand submissions to it are refused.
 
 A review linked to a plan adds one informational ``validation.result_recorded`` to the
 plan when it ends: evidence on the plan, never a gate (see docs/reviews.md).
@@ -21,8 +26,10 @@ plan when it ends: evidence on the plan, never a gate (see docs/reviews.md).
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +39,7 @@ from typing import Any
 import msgspec
 from ulid import ULID
 
+from commands.names import check_identifier
 from commands.schemas.checker import check
 from ledger import ConcurrencyError, EventPayload, LedgerError, NewEvent, StreamAppend
 from ledger.canonical import canonical_json
@@ -41,7 +49,11 @@ from ledger.events import (
     ReviewAccountingRejected,
     ReviewCandidateSubmitted,
     ReviewFailed,
+    ReviewHandedOut,
+    ReviewHostScheduled,
+    ReviewHostStarted,
     ReviewReportCommitted,
+    ReviewRoleRan,
     ReviewStarted,
     ValidationResultRecorded,
 )
@@ -50,7 +62,7 @@ from ledger.timestamps import utc_now
 from projections import delta, fold
 from projections.documents import State, to_json
 from projections.plan_rules import broken_rule
-from projections.states import ReviewState
+from projections.states import HandOutState, HostState, ReviewState
 
 from .core import RETRIES, CommandRefused, Plane, StreamState
 
@@ -59,17 +71,27 @@ __all__ = [
     "ACCOUNTING_VERSION",
     "CANDIDATE_SCHEMA",
     "CANDIDATE_VERSION",
+    "MERGER_SCHEMA",
+    "MERGER_VERSION",
     "REPORT_FORMAT",
     "REQUEST_SCHEMA",
     "AccountingOutcome",
+    "AlreadyHandedOut",
+    "MergerAnswer",
     "ReportVerificationError",
     "ReviewRequestInvalid",
+    "RoleFailure",
     "Submission",
     "Violation",
     "account_review",
+    "accounting_answer",
+    "fail_review",
     "get_review",
     "list_reviews",
     "normalize_request",
+    "parse_answer",
+    "record_accounting",
+    "record_candidate",
     "render_report",
     "review_result",
     "source_findings",
@@ -79,6 +101,7 @@ __all__ = [
 
 CANDIDATE_VERSION = "fusion-validation-candidate.v1"
 ACCOUNTING_VERSION = "fusion-validation-accounting.v1"
+MERGER_VERSION = "fusion-validation-merger.v1"
 REPORT_FORMAT = "fusion-validation-report.v1"
 VALIDATION_NAME = "fusion_validate"  # the name a plan's informational result carries
 MAX_ACCOUNTING_ATTEMPTS = 2  # the first attempt and one repair
@@ -228,6 +251,14 @@ ACCOUNTING_SCHEMA: dict[str, Any] = {
     "type": "object",
 }
 
+# A hosted review's merger (no tools) answers with a summary of the accounted findings.
+MERGER_SCHEMA: dict[str, Any] = {
+    "additionalProperties": False,
+    "properties": {"schema_version": {"const": MERGER_VERSION}, "summary": _text()},
+    "required": ["schema_version", "summary"],
+    "type": "object",
+}
+
 # What a legacy ``{prompt}`` caller should send instead (shown in the migration error).
 NEW_SHAPE_EXAMPLE = (
     '{"objective": "...", "background": ["..."], "changeSummary": "...", '
@@ -253,6 +284,15 @@ class Violation:
 
     def to_json(self) -> dict[str, str]:
         return {"pointer": self.pointer, "message": self.message}
+
+
+@dataclass(frozen=True)
+class RoleFailure:
+    """Why a reviewer program's answer cannot be used: ``summary`` may reach the report
+    (it names no program and quotes nothing it printed), ``detail`` stays in the log."""
+
+    summary: str
+    detail: str
 
 
 class ReviewRequestInvalid(CommandRefused):
@@ -457,6 +497,15 @@ def _require_review(state: StreamState, task_id: str) -> ReviewState:
     return doc
 
 
+def _not_hosted(doc: ReviewState, what: str) -> None:
+    """A hosted review takes its reports only from the reviewer programs it runs."""
+    if isinstance(doc.host, HostState):
+        raise CommandRefused(
+            f"review {doc.task_id} is run by the review host (evidence review run): "
+            f"its {what} come from the configured reviewers, never by hand"
+        )
+
+
 def submit_candidate(
     plane: Plane,
     task_id: str,
@@ -466,19 +515,48 @@ def submit_candidate(
     actor: str | None = None,
 ) -> Submission:
     """Record a candidate report under the next label; an invalid one as a limitation."""
+    return record_candidate(plane, task_id, report, reviewer=reviewer, actor=actor, hosted=False)
+
+
+def record_candidate(
+    plane: Plane,
+    task_id: str,
+    report: bytes | str | Mapping[str, Any] | None,
+    *,
+    reviewer: str,
+    actor: str | None,
+    hosted: bool,
+    failure: RoleFailure | None = None,
+) -> Submission:
+    """``submit_candidate``, and the review host's way in (``hosted``: only for a hosted
+    review). ``failure``: the reviewer gave no usable report (it timed out, crashed,
+    wrote to its read-only view …); recorded as that reviewer's limitation, its detail
+    in ``errors`` only (the report's limitation names no program and quotes none)."""
     reviewer = reviewer.strip()
     if not reviewer:
         raise CommandRefused("--reviewer must not be empty")
-    value, problems = _decode(report)
-    value = _trimmed(value)
-    violations = problems + (
-        [] if problems and value is None else _schema_violations(CANDIDATE_SCHEMA, value)
-    )
-    errors = [str(v) for v in sorted(set(violations), key=lambda v: (v.pointer, v.message))]
+    value: Any = None
+    if failure is None:
+        value, problems = _decode(report)
+        value = _trimmed(value)
+        violations = problems + (
+            [] if problems and value is None else _schema_violations(CANDIDATE_SCHEMA, value)
+        )
+        errors = [str(v) for v in sorted(set(violations), key=lambda v: (v.pointer, v.message))]
+        limitation = (
+            f"a candidate report failed the {CANDIDATE_VERSION} schema "
+            f"({len(errors)} violation(s)): {'; '.join(errors)}"
+        )
+    else:
+        errors = [failure.detail]
+        limitation = f"a candidate reviewer returned no usable report: {failure.summary}"
     made: dict[str, Submission] = {}
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = _require_review(state, task_id)
+        if hosted != isinstance(doc.host, HostState):
+            _not_hosted(doc, "candidate reports")
+            raise CommandRefused(f"review {task_id} is not run by the review host")
         if doc.status != "started":
             raise CommandRefused(
                 f"review {task_id} is {doc.status}: candidate reports "
@@ -495,10 +573,7 @@ def submit_candidate(
                 reviewer=reviewer,
                 valid=False,
                 errors=errors,
-                limitations=[
-                    f"a candidate report failed the {CANDIDATE_VERSION} schema "
-                    f"({len(errors)} violation(s)): {'; '.join(errors)}"
-                ],
+                limitations=[limitation],
             )
         else:
             findings = [
@@ -534,6 +609,29 @@ def source_findings(doc: ReviewState) -> list[dict[str, Any]]:
 
 
 # -- accounting ----------------------------------------------------------------------------
+
+
+def accounting_answer(
+    data: bytes | str | Mapping[str, Any], doc: ReviewState
+) -> tuple[Any, list[Violation]]:
+    """An evaluator's answer decoded, and every rule it breaks for the review ``doc``
+    (what ``account_review`` would record as a rejected attempt; empty: it would commit)."""
+    value, problems = _decode(data)
+    return value, problems if value is None else problems + _accounting_rules(value, doc)
+
+
+def _accounting_rules(value: Any, doc: ReviewState) -> list[Violation]:
+    return accounting_violations(value, source_findings(doc))
+
+
+def parse_answer(data: bytes | str, schema: dict[str, Any]) -> tuple[Any, list[Violation]]:
+    """A reviewer program's JSON answer, strings trimmed, against a closed ``schema``:
+    the value and every violation (the value is None when it is no JSON document)."""
+    value, problems = _decode(data)
+    if value is None:
+        return None, problems
+    value = _trimmed(value)
+    return value, problems + _schema_violations(schema, value)
 
 
 def accounting_violations(accounting: Any, sources: Sequence[Mapping[str, Any]]) -> list[Violation]:
@@ -675,27 +773,45 @@ def account_review(
     actor: str = "evaluator",
 ) -> AccountingOutcome:
     """Check the evaluator's accounting; commit the report or record the failed attempt."""
-    value, problems = _decode(accounting)
+    return record_accounting(plane, task_id, accounting, actor=actor, hosted=False)
+
+
+def record_accounting(
+    plane: Plane,
+    task_id: str,
+    accounting: bytes | str | Mapping[str, Any] | None,
+    *,
+    actor: str,
+    hosted: bool,
+    failure: RoleFailure | None = None,
+    merger: MergerAnswer | None = None,
+) -> AccountingOutcome:
+    """``account_review``, and the review host's way in (``hosted``): ``failure`` is an
+    evaluator that gave no answer (a failed attempt), ``merger`` what the merger said
+    (its summary goes into the report)."""
+    if failure is None:
+        value, problems = _decode(accounting)
+    else:
+        value, problems = None, [Violation("", failure.detail)]
     stream = f"review:{task_id}"
     conflict: ConcurrencyError | None = None
     for _ in range(RETRIES):
         plane.projections.catch_up()
         state = plane.state(stream)
         doc = _require_review(state, task_id)
+        if hosted != isinstance(doc.host, HostState):
+            _not_hosted(doc, "accountings")
+            raise CommandRefused(f"review {task_id} is not run by the review host")
         if doc.status not in ("started", "repair"):
             raise CommandRefused(f"review {task_id} is {doc.status}: no accounting is accepted now")
         if not doc.candidates:
             raise CommandRefused(f"review {task_id} has no candidate report to account for")
         attempt = doc.accounting_attempts + 1
-        violations = (
-            problems
-            if value is None
-            else (problems + accounting_violations(value, source_findings(doc)))
-        )
+        violations = problems if value is None else problems + _accounting_rules(value, doc)
         try:
             if violations:
                 return _reject(plane, state, attempt, violations, actor)
-            return _commit(plane, state, value, attempt, actor)
+            return _commit(plane, state, value, attempt, actor, merger)
         except ConcurrencyError as exc:
             conflict = exc  # another writer moved a stream: decide again on the fresh state
     # The stream kept moving: the last conflict reaches the caller (one error line, try
@@ -725,11 +841,16 @@ def _reject(
 
 
 def _commit(
-    plane: Plane, state: StreamState, accounting: dict[str, Any], attempt: int, actor: str
+    plane: Plane,
+    state: StreamState,
+    accounting: dict[str, Any],
+    attempt: int,
+    actor: str,
+    merger: MergerAnswer | None,
 ) -> AccountingOutcome:
     doc = state.existing(ReviewState)
     task_id = doc.task_id
-    report = render_report(doc.request, to_json(doc)["candidates"], accounting)
+    report = render_report(doc.request, to_json(doc)["candidates"], accounting, merger=merger)
     digest = hashlib.sha256(report).hexdigest()
     counts = msgspec.json.decode(report)
     committed = ReviewReportCommitted(
@@ -782,16 +903,30 @@ def _content_key(finding: Mapping[str, Any]) -> tuple[int, bytes]:
     return _SEVERITY_RANK[finding["severity"]], canonical_json(_content(finding))
 
 
+@dataclass(frozen=True)
+class MergerAnswer:
+    """What a hosted review's merger said: its ``summary``, or why there is none."""
+
+    summary: str | None
+    problem: str | None = None
+
+
 def render_report(
     request: Mapping[str, Any],
     candidates: Mapping[str, Mapping[str, Any]],
     accounting: Mapping[str, Any],
+    *,
+    merger: MergerAnswer | None = None,
 ) -> bytes:
     """The report's RFC 8785 bytes, from the request, the candidates and a VALID accounting.
 
     Nothing in it depends on submission order: findings appear without ids or labels,
     ordered by content (severity, then canonical JSON), groups merged in that order,
     rationale text scrubbed, verified statements and limitations sorted and deduplicated.
+
+    With ``merger`` (a hosted review with a merger configured) the report also has
+    ``summary``: the merger's text, scrubbed like a rationale, or null when it gave none
+    (why is then one of the limitations). The findings never depend on it.
     """
     labels = list(candidates)
     sources = {f["id"]: f for c in candidates.values() for f in c["findings"]}
@@ -822,7 +957,10 @@ def render_report(
         key=lambda e: (_SEVERITY_RANK[e["finding"]["severity"]], canonical_json(e)),
     )
     valid = [c for c in candidates.values() if c["valid"]]
-    report = {
+    limitations = {s for c in candidates.values() for s in c["limitations"]}
+    if merger is not None and merger.problem is not None:
+        limitations.add(f"the merger gave no summary: {merger.problem}")
+    report: dict[str, Any] = {
         "format": REPORT_FORMAT,
         "advisory": True,  # never a gate: a review informs, it does not decide
         "request": dict(request),
@@ -830,8 +968,10 @@ def render_report(
         "findings": merged,
         "exclusions": exclusions,
         "verified": sorted({s for c in valid for s in c["verified"]}),
-        "limitations": sorted({s for c in candidates.values() for s in c["limitations"]}),
+        "limitations": sorted(limitations),
     }
+    if merger is not None:
+        report["summary"] = None if merger.summary is None else scrub(merger.summary, labels)
     return canonical_json(report)
 
 
@@ -922,7 +1062,49 @@ def _append(
         plane.projections.apply_inline(tx, recorded)
 
 
+# -- the end of a review --------------------------------------------------------------------
+
+TERMINAL_STATUSES = ("completed", "failed")
+
+
+def fail_review(plane: Plane, task_id: str, reason: str, *, actor: str) -> ReviewState:
+    """End a review that cannot finish (a hosted review's host gave up or died), with
+    its linked plan's informational result in the same transaction. A review that has
+    already ended is left as it is. Returns the review as it now stands."""
+    stream = f"review:{task_id}"
+    conflict: ConcurrencyError | None = None
+    for _ in range(RETRIES):
+        plane.projections.catch_up()
+        state = plane.state(stream)
+        doc = _require_review(state, task_id)
+        if doc.status in TERMINAL_STATUSES:
+            return doc
+        plan_event = _plan_result(plane, state, error=reason)
+        events: list[EventPayload] = [ReviewFailed(task_id=task_id, reason=reason)]
+        try:
+            _append(plane, [(state, events), *_plan_appends(plane, state, plan_event)], [], actor)
+        except ConcurrencyError as exc:
+            conflict = exc
+            continue
+        return get_review(plane, task_id)
+    assert conflict is not None  # RETRIES > 0
+    raise conflict
+
+
 # -- reading -------------------------------------------------------------------------------
+
+REVIEW_EVENTS = (
+    ReviewStarted,
+    ReviewCandidateSubmitted,
+    ReviewAccountingRejected,
+    ReviewAccounted,
+    ReviewReportCommitted,
+    ReviewFailed,
+    ReviewHostScheduled,
+    ReviewHostStarted,
+    ReviewRoleRan,
+    ReviewHandedOut,
+)
 
 
 def get_review(plane: Plane, task_id: str) -> ReviewState:
@@ -933,17 +1115,7 @@ def list_reviews(
     plane: Plane, *, plan_id: str | None = None, status: str | None = None
 ) -> list[ReviewState]:
     """Every review, oldest first (folded from the log: reviews have no read model)."""
-    names = [
-        cls.type_name()
-        for cls in (
-            ReviewStarted,
-            ReviewCandidateSubmitted,
-            ReviewAccountingRejected,
-            ReviewAccounted,
-            ReviewReportCommitted,
-            ReviewFailed,
-        )
-    ]
+    names = [cls.type_name() for cls in REVIEW_EVENTS]
     docs: dict[str, State | None] = {}
     for event in plane.store.read_all(types=names):
         docs[event.stream] = fold(event.stream, docs.get(event.stream), event.payload)
@@ -956,11 +1128,24 @@ def list_reviews(
     ]
 
 
+class AlreadyHandedOut(CommandRefused):
+    """The report was handed out before: it is handed out once (exit 2)."""
+
+    def __init__(self, task_id: str, handed_out: HandOutState) -> None:
+        self.task_id, self.at, self.to = task_id, handed_out.at, handed_out.to
+        super().__init__(
+            f"review {task_id}: the report was already handed out, at {handed_out.at} to "
+            f"{handed_out.to}; a report is handed out once"
+        )
+
+
 @dataclass
 class ReviewResult:
     task_id: str
     report_sha256: str
     report_bytes: bytes
+    handed_out_at: str
+    recipient: str
 
     @property
     def report(self) -> dict[str, Any]:
@@ -971,14 +1156,30 @@ class ReviewResult:
             "task_id": self.task_id,
             "report_sha256": self.report_sha256,
             "verified": True,
+            "handed_out": {"at": self.handed_out_at, "to": self.recipient},
             "report": self.report,
         }
 
 
-def review_result(plane: Plane, task_id: str) -> ReviewResult:
-    """The committed report, whole, after checking its bytes against the committed hash.
-    Raises ``ReportVerificationError`` (a verdict) when they differ or are gone."""
+def default_recipient() -> str:
+    """Who receives a report when the caller does not say: the login name of this
+    process (``uid:N`` where the system has no name for it)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return f"uid:{os.getuid()}"
+
+
+def review_result(plane: Plane, task_id: str, *, recipient: str | None = None) -> ReviewResult:
+    """The committed report, whole, after checking its bytes against the committed hash,
+    handed out once: ``review.handed_out`` (to ``recipient``, now) is committed before the
+    report is returned. Raises ``ReportVerificationError`` (a verdict; nothing recorded,
+    nothing handed out) when the bytes differ or are gone, and ``AlreadyHandedOut`` (a
+    refusal naming when and to whom) on every call after the first."""
+    recipient = check_identifier(recipient or default_recipient(), "recipient")
     doc = get_review(plane, task_id)
+    if isinstance(doc.handed_out, HandOutState):
+        raise AlreadyHandedOut(task_id, doc.handed_out)
     if doc.status != "completed":
         detail = f": {doc.failure}" if doc.failure else ""
         raise CommandRefused(f"review {task_id} has no report (status {doc.status}{detail})")
@@ -991,4 +1192,16 @@ def review_result(plane: Plane, task_id: str) -> ReviewResult:
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise ReportVerificationError(task_id, expected, actual)
-    return ReviewResult(task_id, expected, data)
+    at = utc_now()
+
+    def decide(state: StreamState) -> list[EventPayload]:
+        # Decided under the ledger lock: of two concurrent callers, one gets the report.
+        now = _require_review(state, task_id)
+        if isinstance(now.handed_out, HandOutState):
+            raise AlreadyHandedOut(task_id, now.handed_out)
+        return [
+            ReviewHandedOut(task_id=task_id, report_sha256=expected, recipient=recipient, at=at)
+        ]
+
+    plane.run(f"review:{task_id}", decide, actor=recipient)
+    return ReviewResult(task_id, expected, data, at, recipient)

@@ -56,7 +56,11 @@ from .reviews import (
     ReviewAccountingRejected,
     ReviewCandidateSubmitted,
     ReviewFailed,
+    ReviewHandedOut,
+    ReviewHostScheduled,
+    ReviewHostStarted,
     ReviewReportCommitted,
+    ReviewRoleRan,
     ReviewStarted,
 )
 from .validation import (
@@ -100,6 +104,10 @@ ALL_EVENT_TYPES: tuple[type[EventPayload], ...] = (
     ReviewAccounted,
     ReviewReportCommitted,
     ReviewFailed,
+    ReviewHostScheduled,
+    ReviewHostStarted,
+    ReviewRoleRan,
+    ReviewHandedOut,
 )
 
 # The tagged union: ``msgspec.json.decode(payload_bytes, type=AnyEvent)`` picks the Struct
@@ -279,7 +287,11 @@ __all__ = [
     "ReviewAccountingRejected",
     "ReviewCandidateSubmitted",
     "ReviewFailed",
+    "ReviewHandedOut",
+    "ReviewHostScheduled",
+    "ReviewHostStarted",
     "ReviewReportCommitted",
+    "ReviewRoleRan",
     "ReviewStarted",
     "SkillDefined",
     "SkillPin",

@@ -7,6 +7,7 @@ from typing import Literal
 import msgspec
 
 from .base import JSON, EventPayload
+from .gates import Truncation
 
 
 class Finding(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -95,3 +96,68 @@ class ReviewFailed(EventPayload, tag="review.failed", kw_only=True, frozen=True)
 
     task_id: str
     reason: str
+
+
+# -- the review host (``evidence review run``): the reviewers run as programs -------------
+
+
+class ReviewHostScheduled(EventPayload, tag="review.host_scheduled", kw_only=True, frozen=True):
+    """The durable preflight of a hosted review, committed with its ``review.started``
+    before anything runs: the reviewer programs, exactly as the host will run them, and
+    the repository the candidates read."""
+
+    STREAM = "review:{task_id}"
+    DELTA = "sets /host (the reviewers, their digest, the repository)"
+
+    task_id: str
+    reviewers: dict[str, JSON]  # the normalised reviewers configuration
+    reviewers_sha256: str  # SHA-256 of its RFC 8785 bytes
+    repository: str  # absolute path; the request's scope is relative to it
+
+
+class ReviewHostStarted(EventPayload, tag="review.host_started", kw_only=True, frozen=True):
+    """The host process took the review: where it runs, and the digest of the scope the
+    candidates were given a copy of."""
+
+    STREAM = "review:{task_id}"
+    DELTA = "sets /host/pid, /host/hostname and /host/scope_sha256"
+
+    task_id: str
+    pid: int
+    hostname: str
+    scope_sha256: str  # the scope's paths, kinds, modes and contents when copied
+
+
+class ReviewRoleRan(EventPayload, tag="review.role_ran", kw_only=True, frozen=True):
+    """One reviewer program ran (candidate, evaluator, repair or merger): how it ended
+    and what it printed (stdout kept as a blob). What its answer counted for follows in
+    the review's own events."""
+
+    STREAM = "review:{task_id}"
+    DELTA = "appends a summary to /host/runs"
+    BLOB_FIELDS = ("stdout_sha256",)
+
+    task_id: str
+    role: Literal["candidate", "evaluator", "repair", "merger"]
+    name: str  # the candidate's configured name; the role's name for the others
+    argv: list[str]
+    exit_code: int | None  # None: it timed out, was killed or never started
+    error: str | None = None  # why its answer cannot be used, when it cannot
+    changed_paths: list[str] = []  # a candidate's writes to its read-only view
+    stdout_sha256: str  # blob: the bytes kept of its stdout
+    stdout_truncated: Truncation | None = None
+    started_at: str
+    ended_at: str
+    duration_ms: int
+
+
+class ReviewHandedOut(EventPayload, tag="review.handed_out", kw_only=True, frozen=True):
+    """The verified report was handed out: once, to ``recipient``, at ``at``."""
+
+    STREAM = "review:{task_id}"
+    DELTA = "sets /handed_out (at, to)"
+
+    task_id: str
+    report_sha256: str  # the report handed out (verified against the committed digest)
+    recipient: str
+    at: str  # RFC 3339 UTC
