@@ -72,7 +72,9 @@ def run(file: str, config: str, repo: Path, plan_id: str | None, as_json: bool) 
     data = _read(file, "REQUEST_FILE")
     reviewers = load_reviewers(config)
     try:
-        receipt = run_review(open_plane(), data, reviewers, repository=repo, plan_id=plan_id)
+        receipt = run_review(
+            open_plane(create=True), data, reviewers, repository=repo, plan_id=plan_id
+        )
     except ReviewRequestInvalid as exc:
         if as_json:  # the violations as data too; the error line still goes to stderr
             emit_json({"violations": [v.to_json() for v in exc.violations]})
