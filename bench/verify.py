@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 import ledger
-from ledger.verify import verify_store
+from ledger.verify import available_cores, verify_store
 
 TARGET_EVENTS_PER_S = 500_000
 BUILD_BATCH = 1000
@@ -69,8 +69,8 @@ def build(store: ledger.Store, n_events: int) -> float:
     return spent
 
 
-def ours_verify(store: ledger.Store, n_events: int) -> None:
-    report = verify_store(store)
+def ours_verify(store: ledger.Store, n_events: int, jobs: int = 1) -> None:
+    report = verify_store(store, jobs=jobs)
     if not report.ok or report.checked_events != n_events:
         raise RuntimeError(
             f"verify failed or short: ok={report.ok} "
@@ -123,17 +123,20 @@ def run_backend(
         baseline_scan(target, n)
         sides = {
             "ours": lambda: ours_verify(store, n),
+            "jobs": lambda: ours_verify(store, n, args.jobs),
             "baseline": lambda: baseline_scan(target, n),
         }
-        samples: dict[str, list[float]] = {"ours": [], "baseline": []}
+        samples: dict[str, list[float]] = {side: [] for side in sides}
+        order = list(sides)
         for rep in range(args.repeat):
-            for side in ("ours", "baseline") if rep % 2 == 0 else ("baseline", "ours"):
+            for side in order if rep % 2 == 0 else reversed(order):
                 samples[side].append(timed(sides[side]))
         if args.profile:
             top = profile_top(sides["ours"], args.profile_top)
     finally:
         store.close()
     ours_s = pick(samples["ours"], args.stat)
+    jobs_s = pick(samples["jobs"], args.stat)
     base_s = pick(samples["baseline"], args.stat)
     row = {
         "backend": target.backend,
@@ -144,6 +147,9 @@ def run_backend(
         "baseline_s": round(base_s, 3),
         "baseline_events_per_s": round(n / base_s),
         "ours_over_baseline": round(ours_s / base_s, 2),
+        "jobs": args.jobs,
+        "jobs_s": round(jobs_s, 3),
+        "jobs_speedup": round(ours_s / jobs_s, 2),
         "target_events_per_s": TARGET_EVENTS_PER_S,
         "met": n / ours_s >= TARGET_EVENTS_PER_S,
         "ours_samples_s": [round(s, 4) for s in samples["ours"]],
@@ -156,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=200_000, help="ledger size")
     ap.add_argument("--repeat", type=int, default=3, help="verifies (and baselines) per backend")
+    ap.add_argument(
+        "--jobs", type=int, default=available_cores(), help="processes for `verify --jobs`"
+    )
     run = start_run(ap, argv, "one verify per backend")
     args, out, backends, pg_url, info = run.args, run.out, run.backends, run.pg_url, run.info
     n = args.events
@@ -179,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         "baseline s",
         "baseline ev/s",
         "verify/baseline",
+        "--jobs s",
+        "1 job / --jobs",
         "target",
         "met",
     ):
@@ -192,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['baseline_s']:.2f}",
             f"{r['baseline_events_per_s']:,}",
             f"{r['ours_over_baseline']:.1f}x",
+            f"{r['jobs_s']:.2f} ({r['jobs']})",
+            f"{r['jobs_speedup']:.2f}x",
             f">= {TARGET_EVENTS_PER_S:,}",
             "[green]yes[/]" if r["met"] else "[red]no[/]",
         )

@@ -73,6 +73,29 @@ class Frontier:
             carry >>= 1
         self.size += 1
 
+    def extend(self, other: Frontier) -> None:
+        """Append the ``other.size`` leaves ``other`` was built from, from its perfect
+        subtrees alone (how parts of a log hashed apart are joined). Each subtree must
+        start at a multiple of its size: ``self.size`` a multiple of the largest."""
+        if not other.size:
+            return
+        largest = 1 << (other.size.bit_length() - 1)
+        if self.size % largest:
+            raise ValueError(
+                f"a frontier of {other.size} leaves cannot follow {self.size}: its subtree "
+                f"of {largest} would not be aligned"
+            )
+        hashes = self.hashes
+        levels = [k for k in range(other.size.bit_length() - 1, -1, -1) if other.size >> k & 1]
+        for level, subtree in zip(levels, other.hashes, strict=True):
+            hashes.append(subtree)
+            carry = self.size >> level  # as ``append``, from the subtree's height up
+            while carry & 1:
+                right = hashes.pop()
+                hashes[-1] = node_hash(hashes[-1], right)
+                carry >>= 1
+            self.size += 1 << level
+
     def root(self) -> bytes:
         if not self.hashes:
             return EMPTY_ROOT

@@ -103,9 +103,18 @@ class Snapshot:
         ).one()
         return size, bytes(chain), bytes(frontier)
 
-    def rows(self, batch_size: int = 10_000) -> Iterator[list[tuple[Any, ...]]]:
-        """Every stored row in position order, in batches, with constant memory."""
-        sql = f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY position"
+    def rows(
+        self, batch_size: int = 10_000, *, first: int | None = None, last: int | None = None
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Every stored row in position order (or those from ``first`` to ``last``), in
+        batches, with constant memory."""
+        where = []
+        if first is not None:
+            where.append(f"position >= {int(first)}")
+        if last is not None:
+            where.append(f"position <= {int(last)}")
+        condition = f" WHERE {' AND '.join(where)}" if where else ""
+        sql = f"SELECT {_EVENT_COLUMNS} FROM events{condition} ORDER BY position"
         cursor = self._backend.scan_cursor(driver_connection(self._conn.connection), batch_size)
         try:
             cursor.execute(sql)
@@ -123,6 +132,39 @@ class Snapshot:
             sa.select(tables.blobs.c.data).where(tables.blobs.c.digest == digest)
         ).scalar_one_or_none()
         return None if data is None else bytes(data)
+
+    def chunks(self, rows_per_chunk: int) -> list[tuple[int, int, bytes]]:
+        """Where the log splits into parts of ``rows_per_chunk`` stored rows: for each
+        part, its first position, and the position and chain hash of the row before it
+        (0 and empty for the first part): what a part checked apart needs."""
+        ((count, low, high),) = self.query(
+            "SELECT count(*), min(position), max(position) FROM events"
+        )
+        if count and low == 1 and high == count:  # dense, as the store writes it: arithmetic
+            starts = list(range(1, count + 1, rows_per_chunk))
+            chains = dict(
+                self.query(
+                    "SELECT position, chain_hash FROM events WHERE position IN ("
+                    + ", ".join(str(first - 1) for first in starts[1:] or [0])
+                    + ")"
+                )
+            )
+            return [(first, first - 1, bytes(chains.get(first - 1) or b"")) for first in starts]
+        # A log with holes (only a writer past the store makes one): number the rows.
+        found = self.query(
+            "SELECT position, previous, previous_chain FROM ("
+            "SELECT position, row_number() OVER (ORDER BY position) AS number, "
+            "lag(position, 1, 0) OVER (ORDER BY position) AS previous, "
+            "lag(chain_hash) OVER (ORDER BY position) AS previous_chain FROM events"
+            # (n - 1) mod size, spelled so that neither driver reads a placeholder in it
+            f") AS numbered WHERE (number - 1) - ((number - 1) / {int(rows_per_chunk)}) * "
+            f"{int(rows_per_chunk)} = 0 ORDER BY position"
+        )
+        return [(first, previous, bytes(chain or b"")) for first, previous, chain in found]
+
+    def blob_digests(self) -> set[str]:
+        """The digests the blob store holds (their contents are not read)."""
+        return {digest for (digest,) in self.query("SELECT digest FROM blobs")}
 
     def blobs(self) -> Iterator[tuple[str, int, bytes]]:
         b = tables.blobs.c

@@ -20,18 +20,36 @@ hide another: the chain check at row i uses the stored chain hash of row i-1.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
 from hashlib import sha256
+from typing import Any
 
 import msgspec
 
 from .envelope import GENESIS_CHAIN, LEAF_TEMPLATE, json_string
 from .errors import LedgerError
 from .events import Catalog
-from .merkle import EMPTY_ROOT, Frontier
-from .store import Snapshot, Store
+from .merkle import Frontier
+from .store import Store, open_store
 
-__all__ = ["Problem", "TreeHeadRef", "VerifyReport", "parse_tree_head", "verify_store"]
+__all__ = [
+    "ROWS_PER_JOB",
+    "Problem",
+    "TreeHeadRef",
+    "VerifyReport",
+    "available_cores",
+    "parse_tree_head",
+    "verify_store",
+]
+
+# A part checked by one process: a power of two, so each part's tree is one perfect
+# subtree of the log's (aligned where it starts) and the parts' trees join exactly.
+ROWS_PER_JOB = 1 << 15
+Progress = Callable[[int, int], None]  # (rows checked, rows in all)
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -75,7 +93,14 @@ def verify_store(
     against: TreeHeadRef | None = None,
     check_blobs: bool = True,
     max_problems: int = 100,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    rows_per_job: int = ROWS_PER_JOB,
 ) -> VerifyReport:
+    """Check the whole log (see the module's docstring). ``jobs`` > 1 checks parts of
+    ``ROWS_PER_JOB`` rows in that many processes and joins their Merkle trees (a log of
+    one part is checked here); ``progress`` is told the rows checked so far and the
+    total as parts finish."""
     if against is not None:
         against = parse_tree_head(f"{against.size}:{against.root}")  # validates, lowercases
     problems: list[Problem] = []
@@ -98,13 +123,29 @@ def verify_store(
                 stored.add(digest)
                 if sha256(data).hexdigest() != digest or len(data) != length:
                     mismatched.append(digest)
-        scan = _scan(
-            snap, against.size if against is not None else None, report, store.catalog, stored
-        )
+        against_size = against.size if against is not None else None
+        if rows_per_job < 1 or rows_per_job & (rows_per_job - 1):
+            raise ValueError(f"rows_per_job {rows_per_job} is not a power of two")
+        chunks = snap.chunks(rows_per_job) if jobs > 1 else []
+        if len(chunks) > 1:
+            frontier, last_chain, at_against = _scan_in_parts(
+                store,
+                chunks,
+                rows_per_job,
+                against_size,
+                report,
+                jobs,
+                progress,
+                check_references=stored is not None,
+                max_problems=max_problems,
+            )
+        else:
+            frontier, last_chain, at_against, _ = _scan(
+                snap.rows(), against_size, report, store.catalog, stored
+            )
         for digest in mismatched:
             report(None, "blob_mismatch", f"blob {digest} does not hash to its digest")
-
-    frontier, last_chain, against_root = scan
+    against_root = at_against.root() if at_against is not None else None
     size = frontier.size
     root = frontier.root()
     if head_size != size:
@@ -150,15 +191,25 @@ def verify_store(
 
 
 def _scan(
-    snap: Snapshot,
+    rows: Iterable[list[tuple[Any, ...]]],
     against_size: int | None,
     report: Callable[[int | None, str, str], None],
     catalog: Catalog,
     stored: set[str] | None,
-) -> tuple[Frontier, bytes, bytes | None]:
-    """Check every row; return the recomputed tree, the last stored chain hash and the
-    root at ``against_size`` (if given and reached). With ``stored`` (the digests in the
-    blob store), also check that every blob a row references is among them.
+    *,
+    expected: int = 1,
+    previous_chain: bytes = GENESIS_CHAIN,
+    first_seen: dict[str, tuple[int, int]] | None = None,
+) -> tuple[Frontier, bytes, Frontier | None, dict[str, int]]:
+    """Check every row; return the recomputed tree, the last stored chain hash, the tree
+    at ``against_size`` leaves (if given and reached) and each stream's last version.
+    With ``stored`` (the digests in the blob store), also check that every blob a row
+    references is among them.
+
+    A part of the log checked apart (``verify --jobs``) starts at ``expected``, after the
+    row whose chain hash is ``previous_chain``; its tree is over its own rows, and a
+    stream's first version in it is recorded in ``first_seen`` for the caller to check
+    against the parts before, instead of being checked here.
 
     This loop is the whole cost of ``verify``, so it is written flat: the JSON forms of
     the few distinct streams, types and actors are cached, and the Merkle frontier is
@@ -170,18 +221,17 @@ def _scan(
     frontier = Frontier()
     hashes = frontier.hashes
     size = 0
-    previous_chain = GENESIS_CHAIN
     versions: dict[str, int] = {}
     encoded: dict[str | None, bytes] = {None: b"null"}
-    against_root = EMPTY_ROOT if against_size == 0 else None
+    at_against = Frontier() if against_size == 0 else None
     template = LEAF_TEMPLATE
     # Blobs are checked only with ``stored``: without it there are no readers, so
     # ``present`` is never consulted.
     readers = catalog.blob_readers() if stored is not None else {}
     present: set[str] = stored if stored is not None else set()
     astuple = msgspec.structs.astuple
-    expected = 1  # the next position; after a hole, resynchronised to what is stored
-    for rows in snap.rows():
+    # ``expected``: the next position; after a hole, resynchronised to what is stored
+    for batch in rows:
         for (
             position,
             event_id,
@@ -197,7 +247,7 @@ def _scan(
             delta,
             stored_leaf,
             stored_chain,
-        ) in rows:
+        ) in batch:
             if position != expected:
                 report(
                     position,
@@ -248,12 +298,14 @@ def _scan(
                     "chain hash does not follow from the previous row (a row before it "
                     "was rewritten, removed or reordered)",
                 )
-            last = versions.get(stream, 0)
-            if stream_version != last + 1:
+            last = versions.get(stream)
+            if last is None and first_seen is not None:
+                first_seen[stream] = (position, stream_version)  # the caller checks it
+            elif stream_version != (last or 0) + 1:
                 report(
                     position,
                     "stream_version",
-                    f"stream {stream!r} jumps from version {last} to {stream_version}",
+                    f"stream {stream!r} jumps from version {last or 0} to {stream_version}",
                 )
             versions[stream] = stream_version
             previous_chain = stored_chain
@@ -280,10 +332,9 @@ def _scan(
                 carry >>= 1
             size += 1
             if size == against_size:
-                frontier.size = size
-                against_root = frontier.root()
+                at_against = Frontier(size, hashes)
     frontier.size = size
-    return frontier, bytes(previous_chain), against_root
+    return frontier, bytes(previous_chain), at_against, versions
 
 
 def _missing(
@@ -302,3 +353,152 @@ def _missing(
                 "blob_missing",
                 f"{type_name} {field} names blob {digest}, which the blob store does not hold",
             )
+
+
+# -- verify --jobs ---------------------------------------------------------------------
+
+
+class _Part(msgspec.Struct, kw_only=True):
+    """What one process found in its part of the log."""
+
+    rows: int
+    frontier: list[bytes]
+    last_chain: bytes
+    at_against: list[bytes] | None
+    first_seen: dict[str, tuple[int, int]]
+    versions: dict[str, int]
+    problems: list[Problem]
+
+
+def _scan_in_parts(
+    store: Store,
+    chunks: list[tuple[int, int, bytes]],
+    rows_per_job: int,
+    against_size: int | None,
+    report: Callable[[int | None, str, str], None],
+    jobs: int,
+    progress: Progress | None,
+    *,
+    check_references: bool,
+    max_problems: int,
+) -> tuple[Frontier, bytes, Frontier | None]:
+    """``_scan`` over ``chunks`` in ``jobs`` processes, found exactly as one scan finds
+    it: each part's rows are checked apart (leaves, the chain from the row before it,
+    versions within it); here its tree is joined to the parts' before it, each stream's
+    first version in a part is checked against the parts before, and the problems are
+    reported in the order one scan reports them."""
+    url = store.engine.url.render_as_string(hide_password=False)
+    ends = [first - 1 for first, _, _ in chunks[1:]] + [None]
+    relative = [
+        against_size - i * rows_per_job
+        if against_size is not None and i * rows_per_job < against_size <= (i + 1) * rows_per_job
+        else None
+        for i in range(len(chunks))
+    ]
+    tasks = [
+        (
+            url,
+            first,
+            last,
+            previous + 1,
+            chain or GENESIS_CHAIN,
+            rel,
+            check_references,
+            max_problems,
+        )
+        for (first, previous, chain), last, rel in zip(chunks, ends, relative, strict=True)
+    ]
+    frontier, at_against = Frontier(), Frontier() if against_size == 0 else None
+    versions: dict[str, int] = {}
+    last_chain = GENESIS_CHAIN
+    done, total = 0, len(chunks) * rows_per_job
+    context = _context()
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        for part, rel in zip(pool.map(_check_part, tasks), relative, strict=True):
+            found = list(part.problems)
+            for stream, (position, version) in part.first_seen.items():
+                last = versions.get(stream, 0)
+                if version != last + 1:
+                    detail = f"stream {stream!r} jumps from version {last} to {version}"
+                    found.append(Problem(position, "stream_version", detail))
+            for problem in sorted(found, key=_scan_order):
+                report(problem.position, problem.kind, problem.detail)
+            versions.update(part.versions)
+            if part.at_against is not None and rel is not None:
+                at_against = frontier.copy()
+                at_against.extend(Frontier(rel, part.at_against))
+            frontier.extend(Frontier(part.rows, part.frontier))
+            last_chain = part.last_chain
+            done += part.rows
+            if progress is not None:
+                progress(done, max(done, total))
+    return frontier, last_chain, at_against
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on every system
+        return os.cpu_count() or 1
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """How the parts' processes start. A fork is quickest and is safe while this process
+    runs one thread (the CLI): the children never touch the parent's connections, they
+    open their own. With other threads running (a library caller, a test runner) one
+    may hold a lock a fork would copy held: then from a fork server (started clean, this
+    module imported once), else spawned."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+# The order in which one scan reports a row's problems.
+_KINDS = ("hole", "leaf_mismatch", "chain_mismatch", "stream_version", "blob_missing")
+
+
+def _scan_order(problem: Problem) -> tuple[int, int]:
+    return problem.position or 0, _KINDS.index(problem.kind)
+
+
+def _check_part(task: tuple[Any, ...]) -> _Part:
+    """One process's part: rows ``first`` to ``last`` (None: to the end)."""
+    url, first, last, expected, previous_chain, against_rel, check_references, limit = task
+    problems: list[Problem] = []
+
+    def report(position: int | None, kind: str, detail: str) -> None:
+        if len(problems) < limit:
+            problems.append(Problem(position, kind, detail))
+
+    first_seen: dict[str, tuple[int, int]] = {}
+    store = open_store(url, create=False)
+    try:
+        with store.snapshot() as snap:
+            stored = snap.blob_digests() if check_references else None
+            frontier, last_chain, at_against, versions = _scan(
+                snap.rows(first=first, last=last),
+                against_rel,
+                report,
+                store.catalog,
+                stored,
+                expected=expected,
+                previous_chain=previous_chain,
+                first_seen=first_seen,
+            )
+    finally:
+        store.close()
+    return _Part(
+        rows=frontier.size,
+        frontier=frontier.hashes,
+        last_chain=last_chain,
+        at_against=at_against.hashes if at_against is not None else None,
+        first_seen=first_seen,
+        versions=versions,
+        problems=problems,
+    )

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ledger.merkle import (
     EMPTY_ROOT,
@@ -77,3 +79,21 @@ def test_every_proof_of_small_trees_verifies() -> None:
         for m in range(1, n + 1):
             proof = consistency_proof(leaves[:n], m)
             assert verify_consistency(m, n, root_of(leaves[:m]), root, proof), (m, n)
+
+
+@given(st.integers(0, 70), st.integers(0, 70))
+def test_a_frontier_extended_by_an_aligned_part_is_the_whole_tree(a: int, b: int) -> None:
+    """``Frontier.extend``: the tree of a + b leaves from the trees of the two parts,
+    whenever the second part's subtrees are aligned (verify --jobs joins parts so)."""
+    leaves = [leaf_hash(bytes([i])) for i in range(a + b)]
+    head, tail = Frontier(), Frontier()
+    for leaf in leaves[:a]:
+        head.append(leaf)
+    for leaf in leaves[a:]:
+        tail.append(leaf)
+    if b and a % (1 << (b.bit_length() - 1)):
+        with pytest.raises(ValueError, match="not be aligned"):
+            head.extend(tail)
+        return
+    head.extend(tail)
+    assert (head.size, head.root()) == (a + b, root_of(leaves))

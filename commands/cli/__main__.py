@@ -2,4 +2,5 @@
 
 from .main import main
 
-main()
+if __name__ == "__main__":  # not when a child process (verify --jobs) imports it again
+    main()

@@ -8,7 +8,7 @@ import click
 import msgspec
 
 from commands.plane.signing import load_or_create_plane_key, plane_key_path
-from ledger.verify import parse_tree_head, verify_store
+from ledger.verify import available_cores, parse_tree_head, verify_store
 
 from .audit import verify_checkpoint_command
 from .bundle import bundle_option, verify_bundle_command
@@ -23,6 +23,7 @@ from .common import (
     print_table,
 )
 from .inputs import whole
+from .progress import progress_bar
 from .terminal import inert
 
 
@@ -133,6 +134,12 @@ def events(
     help="The checkpoint signer's public key (default: the plane key; with "
     "--bundle, the key the bundle carries).",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1, max=64),
+    default=None,
+    help="Processes checking parts of the log at once (default: the cores available).",
+)
 @bundle_option
 @db_option
 @json_option
@@ -140,6 +147,7 @@ def verify(
     against: str | None,
     checkpoint_file: Path | None,
     public_key_file: Path | None,
+    jobs: int | None,
     bundle_file: Path | None,
     as_json: bool,
 ) -> None:
@@ -162,7 +170,10 @@ def verify(
     except ValueError as exc:
         fail(f"--against: {exc}")
     store = open_store()
-    report = verify_store(store, against=kept)
+    with progress_bar("verify") as progress:
+        report = verify_store(
+            store, against=kept, jobs=jobs or available_cores(), progress=progress
+        )
     if as_json:
         emit_json(report)
     else:

@@ -57,7 +57,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "demo": (
         "commands.cli.driver:demo",
-        ("Run examples/green-after-fix on a fresh SQLite ledger; show history and verify."),
+        "Run the green-after-fix example on a fresh SQLite ledger; show history and verify.",
     ),
     "detach": ("commands.cli.attachments:detach", "Detach an attachment."),
     "events": ("commands.cli.log:events", "List events in position order."),

@@ -1,0 +1,63 @@
+"""A progress bar for long work (verify, catch-up, rebuild): on stderr, only on a
+terminal, and only once the work has run for a moment — a quick command prints nothing,
+and piped or ``--json`` output is never touched."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+SHOW_AFTER_S = 1.0
+
+
+@contextmanager
+def progress_bar(what: str) -> Iterator[Progress]:
+    """A callback ``(done, total)`` that draws ``what``'s bar (done / total, rate,
+    ETA) once the work has taken more than a second, on a terminal's stderr."""
+    if not sys.stderr.isatty():
+        yield _silent
+        return
+    started = time.monotonic()
+    bar: dict[str, Any] = {}
+
+    def update(done: int, total: int) -> None:
+        if not bar:
+            if time.monotonic() - started < SHOW_AFTER_S:
+                return
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
+            progress = Progress(
+                TextColumn(what),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            progress.start()
+            bar["progress"], bar["task"] = progress, progress.add_task(what, total=total)
+        bar["progress"].update(bar["task"], completed=done, total=total)
+
+    try:
+        yield update
+    finally:
+        if bar:
+            bar["progress"].stop()
+
+
+def _silent(_done: int, _total: int) -> None:
+    pass
