@@ -7,7 +7,7 @@ keeps rows, not one document per stream. Each table is ``rm_analytics_<part>``:
   position of its events, and its totals: ``attempts`` (highest run attempt),
   ``failed_attempts``, ``strategy_revisions``, ``outcome`` (the plan's canonical outcome,
   as its document has it: the last run's, overridden by a halt's type, cleared by a
-  ``revise`` decision; only the six values of seed 001, or null), ``halt_type``
+  ``revise`` decision; only the six canonical outcomes, or null), ``halt_type``
   (canonical) and ``raw_halt_type`` of its last halt, ``unvalidated`` (1 when its last
   completed run had no required validation) and ``applied`` (``validated`` or
   ``unvalidated`` once applied, else null).

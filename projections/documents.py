@@ -369,8 +369,8 @@ def _halted(doc: PlanState, p: PlanHalted) -> PlanState:
 def _superseded(token: TokenState | None) -> TokenState | None:
     """A minted, unused token stops being valid when the work, its evidence or the plan's
     course moves on: a new run, a fix, a tool call, a halt, an escalation or a decision, a
-    strategy revision, a new Execute (INV1: nothing may invalidate what it was minted
-    on; seed 001: a token is never handed on across an escalation)."""
+    strategy revision, a new Execute (a token stands only for the results it was minted
+    on, and is never handed on across an escalation)."""
     if token is not None and token.status == "minted":
         return replace(token, status="superseded")
     return token

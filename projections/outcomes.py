@@ -1,4 +1,9 @@
-"""The outcome contract (seed 001): classifying a validation run and mapping halts.
+"""The outcome contract: classifying a validation run and mapping halts.
+
+Six canonical outcomes, each saying who acts next (``NEXT_ACTION``; docs/concepts.md,
+"Outcomes: who acts next"): ``pass``; two verdicts about the work, ``blocker`` and
+``escalate``; three non-verdicts, ``validator_error``, ``internal_error`` and
+``environment_error``.
 
 Pure and versioned. ``classify`` turns one run's results into a canonical outcome;
 ``canonical_halt`` maps a raw halt type to its canonical value. The ``outcomes``
@@ -17,15 +22,16 @@ Precedence when several apply, and why:
    malformed return, missing program, read-only violation). Operator: retry / inspect;
    it never advises ``authorize``.
 4. ``validator_error`` (raw ``no_required_validation``) — no required validation ran
-   at all: there is no verdict to pass on, and a token minted from nothing would be the
-   fail-open token seed 001 was written against. The operator attaches a required
+   at all: there is no verdict to pass on, and a token minted from nothing would let
+   unjudged work through (fail open). The operator attaches a required
    validation; only a plan created with ``require_validation: false`` passes such a run,
    and its Apply is marked unvalidated.
 5. ``pass`` — every required validation passed. Informational results never block;
    their failures are listed.
 
-``environment_error`` is reached only when a tool call cannot invoke its program
-(``validate`` never invokes a coder); ``escalate`` only through the failure loop.
+``environment_error`` is reached only when a tool call cannot invoke its program (a
+validation that cannot run is a validator without a verdict: ``validator_error``);
+``escalate`` only through the failure loop.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ RULES_VERSION = 2  # 2: a run with no required validation is no pass
 VERDICTS = frozenset({"escalate", "blocker"})  # verdicts about the work
 NON_VERDICTS = frozenset({"validator_error", "internal_error", "environment_error"})
 
-# Who acts and what happens next, per canonical outcome (seed 001's tables).
+# Who acts and what happens next, per canonical outcome (shown with every run and halt).
 NEXT_ACTION: dict[str, tuple[str, str]] = {
     "pass": ("agent", "a token is minted from these results; proceed to Apply"),
     "escalate": ("human", "`evidence authorize DECISION_ID`, then re-validate"),

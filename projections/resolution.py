@@ -1,4 +1,4 @@
-"""Attachment resolution (seed 000): which validations gate work on a resource.
+"""Attachment resolution: which validations gate work on a resource.
 
 The union of the direct attachments on the resource, the project-scoped ones whose
 project matches and the plan-scoped ones whose plan matches. Attachments of the same

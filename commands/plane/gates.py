@@ -1,4 +1,4 @@
-"""The structural gates (seed 003): input gate before a call, output gate before commit.
+"""The structural gates: input gate before a call, output gate before its result counts.
 
 Deviation is failure: nothing is coerced, dropped or filled, and every check — pass or
 fail — is a ``gate.checked`` event with every deviation, the schema's SHA-256 and the

@@ -1,6 +1,6 @@
 """Actor graphs in plan files: steps that need other steps and take parameters from
-their outputs (seed 000: a validation is a tool node whose return value is available
-to the nodes downstream).
+their outputs (a validation can be a node too: its structured return is available to
+the nodes downstream, and it gates nothing unless it is attached).
 
 Two halves, both free of the plane's state:
 

@@ -1,4 +1,4 @@
-"""The failure loop, signed human decisions, tokens and Apply (seeds 000 and 001).
+"""The failure loop, signed human decisions, tokens and Apply (docs/concepts.md).
 
 State always comes from the plan's stream folded from the log (``commands.plane.authority``),
 never from a read model or from memory:
@@ -12,8 +12,10 @@ never from a read model or from memory:
 - ``authorize`` records a human decision signed (Ed25519) with a registered, unrevoked
   approver key the agent process does not hold: ``revise`` sends the plan back to
   Strategize with guidance and fresh budgets, ``abandon`` ends it. Only a pending
-  escalation can be decided: there is no decision that passes a blocker (INV3);
-- a ``pass`` mints a token signed with the plane's own key (INV1), bound to plan,
+  escalation can be decided: there is no decision that passes a blocker (audit's
+  ``INV3``: a blocker is never overridable);
+- a ``pass`` mints a token signed with the plane's own key (audit's ``INV1``: a token
+  only from real, passing results), bound to plan,
   attempt and results digest; ``apply`` verifies it and consumes it with the Apply in
   one append at the expected stream version, so two applies cannot both succeed.
 """
@@ -79,7 +81,7 @@ def _now() -> datetime:
 
 
 def after_blocker(plan: PlanState, reason: str, run_id: str | None = None) -> list[EventPayload]:
-    """What a failed validation leads to, once it is counted (seed 000, steps 2-6):
+    """What a failed validation leads to, once it is counted (the failure loop):
     within ``retry_limit`` fix-then-revalidate cycles after a strategy's first failure,
     nothing more (the agent fixes, then re-validates); past them a strategy revision
     while ``max_strategy_revisions`` allow; then an escalation to a human (appended with

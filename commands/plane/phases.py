@@ -1,4 +1,5 @@
-"""Phase handlers: record a strategy, enter Execute (seed 000's plan lifecycle)."""
+"""Phase handlers: record a strategy (Strategize), enter Execute (the binding set and the
+skills pinned)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from projections.states import HaltState, PlanState
 
 from .core import CommandRefused, Plane, StreamState
 
-# The canonical outcome vocabulary (seed 001): a run's outcome, a halt's type.
+# The six canonical outcomes: a run's outcome, a halt's type (docs/concepts.md).
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 

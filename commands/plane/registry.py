@@ -1,4 +1,4 @@
-"""Registry handlers: tools, validations (a Validation IS-A Tool, seed 000) and skills.
+"""Registry handlers: tools, validations (a validation IS-A tool) and skills.
 
 Registration files are parsed strictly (``parse_tool_spec`` and friends): an unknown key
 or a wrong type is refused with the key named, nothing is coerced. A handler then checks
@@ -110,7 +110,7 @@ _URL_TEXT = re.compile(r"[!-~]{1,2048}")  # printable ASCII, no spaces
 
 
 class _Definition(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Fields shared by tools and validations (seed 000, "Relationship to Tool")."""
+    """Fields shared by tools and validations (a validation has every field a tool has)."""
 
     name: str
     description: str = ""
@@ -587,8 +587,9 @@ def register_validation(
 
 
 def _check_read_only(name: str, spec: ValidationSpec) -> None:
-    """Seed 000: validations are always writes false, checkpointable false, read_only
-    true. A file may restate those values; any other is refused, never overridden."""
+    """Validations are always writes false, checkpointable false, read_only true (so they
+    can run in parallel and be retried). A file may restate those values; any other is
+    refused, never overridden."""
     if spec.writes:
         raise CommandRefused(
             f"validation {name!r}: `writes: true` is not allowed: a validation is always read-only"

@@ -1,5 +1,6 @@
 """Tool calls, validation runs and halts: the plane runs real programs and records
-what they did — it never fabricates a result (seed 001).
+what they did — it never fabricates a result (a validation that gave no verdict is
+recorded as such, never as a failure or a pass).
 
 - ``call_tool``: input gate -> the tool's program as a real subprocess, or its MCP
   server's tool called through the SDK client (or an output an orchestrator ran itself)
@@ -704,7 +705,8 @@ def validate_plan(
             reason=reason,
         )
         loop = after_blocker(doc, reason, run_id)
-        # An escalation is the run's halt (seed 001: escalate, not blocker + escalation).
+        # An escalation is the run's one halt (escalate, not blocker + escalation): the
+        # outcome tells the reader a human acts next.
         return (
             [failed, *loop]
             if any(isinstance(e, Escalated) for e in loop)

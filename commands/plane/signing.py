@@ -14,13 +14,14 @@ plane key — the operator — can make a key an approver). The domain prefix me
 signature made for one use can never verify for another, even if the same key were
 (wrongly) used for both.
 
-Tokens (INV1) are compact strings ``evt1.<base64url(claims)>.<base64url(signature)>``:
-the claims bind the token to a plan, an attempt and the digest of the real results the
-pass was computed from, and carry an expiry. ``verify_token`` checks the signature, the
-plan and the validity window. **Single use is not checked here**: the caller must refuse
-a token whose ``token_id`` already has a ``TokenConsumed`` event in the plan's stream,
-and must compare ``attempt`` / ``results_digest`` with the ``TokenMinted`` event (or
-pass them to ``verify_token``). Events record ``token_digest(token)``, never the token.
+Tokens (minted only from real, passing results: audit's ``INV1``) are compact strings
+``evt1.<base64url(claims)>.<base64url(signature)>``: the claims bind the token to a
+plan, an attempt and the digest of the real results the pass was computed from, and
+carry an expiry. ``verify_token`` checks the signature, the plan and the validity
+window. **Single use is not checked here**: the caller must refuse a token whose
+``token_id`` already has a ``TokenConsumed`` event in the plan's stream, and must
+compare ``attempt`` / ``results_digest`` with the ``TokenMinted`` event (or pass them to
+``verify_token``). Events record ``token_digest(token)``, never the token.
 """
 
 from __future__ import annotations
@@ -256,7 +257,7 @@ def mint_token(
     issued_at: str | datetime,
     expires_at: str | datetime,
 ) -> str:
-    """A signed apply token. Mint it only from a pass over real results (INV1), and
+    """A signed apply token. Mint it only from a pass over real results (``INV1``), and
     record ``TokenMinted`` with the same claims (``read_token`` gives them back)."""
     raw = {
         "token_id": token_id,

@@ -20,6 +20,10 @@ _HEADER = """\
 Generated from `ledger/events/` by `python -m ledger.events.doc > docs/events.md`;
 a test fails if this file drifts from the code.
 
+Every registration, gate check, tool call, validation result, decision, token and halt
+is one of the events below. What they mean together — a plan's lifecycle, the six
+outcomes, gates, the binding set — is explained in [concepts.md](concepts.md).
+
 ## The envelope
 
 Every event is one row of the `events` table. The store assigns everything but the

@@ -1,4 +1,5 @@
-"""Structural gate checks and tool calls (seed 003)."""
+"""Structural gate checks and tool calls: deviation is failure, and every deviation is
+recorded (docs/concepts.md, "Gates")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The plan lifecycle (seed 000): Strategize -> Execute -> Apply, the failure loop,
-signed human decisions, tokens, halts (seed 001) and compensation (seed 003)."""
+"""The plan lifecycle: Strategize -> Execute -> Apply, the failure loop, signed human
+decisions, tokens, halts with their canonical outcome, and compensation after a
+strict-mode deviation (docs/concepts.md)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ Phase = Literal["strategize", "execute", "apply"]
 
 
 class GlobalConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    """A plan's validation posture, fixed at creation (seed 003: one flag, whole run)."""
+    """A plan's validation posture, fixed at creation for the whole plan: ``strict_mode``
+    (a gate deviation ends the plan), the failure loop's budgets, and whether a run with
+    no required validation may pass."""
 
     strict_mode: bool = False
     # fix-then-revalidate cycles after a strategy's first failed validation: the default
-    # 3 allows four failed validations before the strategy revision (seed 000, steps 2-4)
+    # 3 allows four failed validations before the strategy revision
     retry_limit: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 3
     max_strategy_revisions: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 1
     max_iterations: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
@@ -169,7 +172,8 @@ class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True,
 
 
 class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True, frozen=True):
-    """A pass over real results minted an apply token (INV1). Its secret is not here."""
+    """A pass over real results minted an apply token (audit's ``INV1``: a token only from
+    real, passing results). The token string itself is not here, only its SHA-256."""
 
     STREAM = "plan:{plan_id}"
     DELTA = "sets /token to {token_id, token_sha256, attempt, run_id, expires_at, status minted}"
@@ -237,8 +241,9 @@ class PlanApplied(EventPayload, tag="plan.applied", kw_only=True, frozen=True):
 
 
 class PlanHalted(EventPayload, tag="plan.halted", kw_only=True, frozen=True):
-    """A halt. ``halt_type`` == ``final_decision`` is the canonical outcome; the precise
-    cause is ``raw_halt_type`` (seed 001)."""
+    """A halt. ``halt_type`` == ``final_decision`` is the canonical outcome (one of the six:
+    who acts next); the precise cause is ``raw_halt_type``. A raw type the plane does not
+    know is classified ``internal_error`` (no verdict), never ``blocker``."""
 
     STREAM = "plan:{plan_id}"
     DELTA = (

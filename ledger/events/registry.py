@@ -1,5 +1,6 @@
-"""Registrations: tools, validations (a Validation IS-A Tool), skills, attachments and
-approver keys. Seed 000 is the specification of their fields."""
+"""Registrations: tools, validations (a validation IS-A tool: one namespace, every tool
+field, plus a fixed mode, a structured return and read-only), skills, attachments and
+approver keys."""
 
 from __future__ import annotations
 

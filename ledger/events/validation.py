@@ -1,4 +1,5 @@
-"""Validation runs at the end of Execute and their results (seeds 000 and 001)."""
+"""Validation runs at the end of Execute, their results and the run's canonical outcome
+(docs/concepts.md, "Outcomes: who acts next")."""
 
 from __future__ import annotations
 
