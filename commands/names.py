@@ -7,7 +7,7 @@ from pathlib import Path, PurePosixPath
 
 from .errors import CommandRefused
 
-# A resource is named by a string without whitespace (seed 000): "repo:api", "./src".
+# A resource is named by a string without whitespace: "repo:api", "./src".
 _NO_SPACE = re.compile(r"\S{1,512}")
 # Identifiers (plans, projects, tools, skills): letters, digits and . _ - : /
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")

@@ -1,4 +1,4 @@
-"""The pure fold of ``review:{task_id}`` streams (advisory reviews, seed 002).
+"""The pure fold of ``review:{task_id}`` streams (advisory reviews, docs/reviews.md).
 
 The review state (``states.ReviewState``): the normalised request, each anonymised
 candidate by label (its host-numbered findings, or, for a report that failed the

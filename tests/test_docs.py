@@ -46,11 +46,6 @@ PENDING: dict[str, tuple[str, ...]] = {
         "Advisory reviews under the `fusion_validate` contract (seed 002)",
         "(the six values of seed 001 only)",
     ),
-    "docs/reviews.md": (
-        "# Advisory reviews (`fusion_validate`)",
-        "pass/fail programs. `evidence review` enforces the `fusion_validate` contract (seed 002)",
-        "The schema is seed 002's, exactly",
-    ),
 }
 
 

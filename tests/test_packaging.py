@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -27,8 +28,18 @@ def test_the_package_list_is_every_package_in_the_tree() -> None:
 def test_a_wheel_installed_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -> None:
     dist, venv, empty = tmp_path / "dist", tmp_path / "venv", tmp_path / "empty"
     empty.mkdir()
+    # Built from a copy of the tracked files: a build writes build/ and *.egg-info into
+    # the tree it builds, and the checkout stays as it was.
+    source = tmp_path / "source"
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, tracked):
+        target = source / name.decode()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name.decode(), target)
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -198,7 +198,7 @@ class PlanReport(msgspec.Struct, kw_only=True):
     phase: str | None
     revision: int | None
     attempt: int | None
-    outcome: str | None  # the plan's canonical outcome (seed 001), as its document has it
+    outcome: str | None  # the plan's canonical outcome, as its document has it
     last_outcome: str | None  # the last validation run's
     terminal: str | None  # applied, applied (unvalidated), failed
     unvalidated: bool  # the last run had no required validation (require_validation false)

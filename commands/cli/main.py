@@ -116,7 +116,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "review": (
         "commands.cli.reviews:review",
-        ("Advisory reviews (fusion_validate): recorded, accounted, verified; never a gate."),
+        "Advisory reviews: recorded, accounted, verified; never a gate.",
     ),
     "run": (
         "commands.cli.driver:run",

@@ -41,7 +41,7 @@ def _read(path: str, what: str) -> bytes:
 
 @click.group()
 def review() -> None:
-    """Advisory reviews (fusion_validate): recorded, accounted, verified; never a gate."""
+    """Advisory reviews: recorded, accounted, verified; never a gate."""
 
 
 @review.command("run")

@@ -1,4 +1,4 @@
-"""The review host: advisory reviews (seed 002, ``fusion_validate``) that run themselves.
+"""The review host: advisory reviews (docs/reviews.md) that run themselves.
 
 ``evidence review start|submit|account`` record the steps of a review a person drives by
 hand. ``run_review`` hands the same steps to reviewer programs, named in a strict

@@ -1,7 +1,7 @@
-"""Advisory reviews under the ``fusion_validate`` contract (seed 002), kept in the ledger.
+"""Advisory reviews under the advisory review contract (docs/reviews.md), kept in the ledger.
 
 - ``start_review``: the request is normalised (every string trimmed, optional lists
-  ``[]``) and checked against the closed request schema of seed 002 and the cross-field
+  ``[]``) and checked against the contract's closed request schema and the cross-field
   verification rule. Every violation is reported with its pointer and nothing is
   appended; a valid request is recorded (``review.started``) and its task id returned
   only after the commit (durable preflight).
@@ -123,7 +123,7 @@ def _texts(description: str | None = None, *, min_items: int | None = None) -> d
     return schema
 
 
-# The request contract of seed 002, exactly (its "Normalized TypeBox contract").
+# The contract's request schema, exactly (docs/reviews.md, "The request").
 REQUEST_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
     "properties": {

@@ -8,13 +8,13 @@ Each program gets its own process group (``start_new_session``) so a timeout kil
 program *and* anything it spawned; leftovers in the group are also killed after a normal
 exit, so nothing a validation started can keep running (or writing) behind our back.
 
-Validations (seed 000) run by ``command``, ``python``, ``wrapped`` or ``mcp`` (a tool of
+Validations run by ``command``, ``python``, ``wrapped`` or ``mcp`` (a tool of
 an MCP server, called through ``mcp_client``, its ``structuredContent`` the return) and
 come back as a ``ValidationRun``: a verdict (``passed``) only when the program returned
 a well-formed structured result ``{passed: bool, message?: str, data?: object}``; a
 timeout, a crash, a malformed return or a missing program is a result
 with *no verdict* (``verdict=None``) and a ``cause`` — never a fabricated ``false``. The
-caller maps causes to outcomes (seed 001: a non-verdict is never a blocker).
+caller maps causes to outcomes (a non-verdict is never a blocker: docs/concepts.md).
 
 Read-only enforcement at run time — the decision:
 
@@ -25,7 +25,7 @@ Read-only enforcement at run time — the decision:
   removed or modified path makes the run a ``read_only_violation`` with those paths,
   whatever the validation returned. The copy is then deleted, so no write survives.
 - Why a copy per validation rather than one shared tree checked before and after:
-  validations run in parallel (seed 000), and with a shared tree a write by one would be
+  validations run in parallel, and with a shared tree a write by one would be
   seen by all of them — a copy each gives exact attribution, and the original cannot be
   changed through the working directory at all, so there is nothing to roll back.
 - Limits (the caller's to close): a program that writes through an absolute path to the

@@ -31,7 +31,7 @@ __all__ = [
 
 JSON = Any
 
-# The structured return of every validation (seed 000). `data` opens itself explicitly:
+# The structured return of every validation. `data` opens itself explicitly:
 # schemas are normalised closed, and a closed empty object would only admit `{}`.
 RESULT_SCHEMA: dict[str, JSON] = {
     "type": "object",

@@ -1,6 +1,6 @@
 """A plan's sandbox: the copy of its directory resources that every tool call, fix and
-validation of the plan works in, from Execute until Apply (seed 000: "Apply is the
-point of no return"; seed 003: a failed output gate commits nothing).
+validation of the plan works in, from Execute until Apply (Apply is the
+point of no return; a failed output gate commits nothing).
 
 One sandbox per plan, whatever the entry point (``evidence call``, ``validate``,
 ``fix``, ``run``, the Python API): it lives under the ledger's state directory (or

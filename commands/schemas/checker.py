@@ -1,4 +1,4 @@
-"""The strict structural checker (seed 003): an instance against a JSON Schema 2020-12,
+"""The strict structural checker (the gates' engine): an instance against a JSON Schema 2020-12,
 every deviation reported, nothing coerced, dropped or filled.
 
 Shared by attachment arguments and the input/output gates. ``check`` returns ALL

@@ -18,7 +18,7 @@ What a registrable schema is (:func:`check_schema`):
   than ignored, so a declared format is never silently left unchecked.
 
 Closing (:func:`normalise_closed`): objects are closed unless the schema opens them
-explicitly (seed 003: an extra field is a failure, never silently dropped). See its
+explicitly (an extra field is a failure, never silently dropped). See its
 docstring for how compositions (``allOf``/``anyOf``/``oneOf``, ``$ref``, ``if``/``then``/
 ``else``, ``dependentSchemas``) and ``not`` are handled.
 """

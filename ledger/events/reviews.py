@@ -1,4 +1,5 @@
-"""Advisory reviews under the fusion_validate contract (seed 002). Advisory: never a gate."""
+"""Advisory reviews under the advisory review contract (docs/reviews.md). Advisory: never a
+gate."""
 
 from __future__ import annotations
 
