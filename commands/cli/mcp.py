@@ -47,7 +47,7 @@ def mcp() -> None:
 def proxy(
     plan_id: str, url: str | None, server: str | None, timeout: float, upstream: tuple[str, ...]
 ) -> None:
-    """Serve MCP to the agent in front of an MCP server, gating every call.
+    """Serve MCP to the agent in front of a server, gating every call.
 
     The proxy speaks MCP on stdio to the agent, in front of the MCP server UPSTREAM (a
     command, after --) or --url URL: every tools/call passes the input gate, is

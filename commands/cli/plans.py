@@ -326,7 +326,7 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
 @db_option
 @json_option
 def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
-    """Record the strategy of the current revision (phase Strategize).
+    """Record the strategy of the current revision (in Strategize).
 
     Then prints the validations that would bind the plan at Execute, so the strategy is
     made knowing them.
