@@ -853,21 +853,30 @@ class Store:
             chain,
         ) = row
         decoder = self._decoders.get((type_name, sv))
-        return RecordedEvent(
-            position,
-            event_id,
-            stream,
-            stream_version,
-            type_name,
-            sv,
-            recorded_at,
-            actor,
-            corr,
-            caus,
-            decoder.decode(payload)
-            if decoder is not None
-            else self.catalog.decode(type_name, sv, payload),  # upcast, or an unknown type
-            [] if delta == _EMPTY_DELTA else _decode_json(delta),
-            bytes(leaf),
-            bytes(chain),
-        )
+        try:
+            return RecordedEvent(
+                position,
+                event_id,
+                stream,
+                stream_version,
+                type_name,
+                sv,
+                recorded_at,
+                actor,
+                corr,
+                caus,
+                decoder.decode(payload)
+                if decoder is not None
+                else self.catalog.decode(type_name, sv, payload),  # upcast, or an unknown type
+                [] if delta == _EMPTY_DELTA else _decode_json(delta),
+                bytes(leaf),
+                bytes(chain),
+            )
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # Only an edit of the database makes stored bytes that do not decode: say so
+            # in one line (a refusal), never a traceback.
+            raise InvalidEventError(
+                f"the stored event at position {position} does not decode as {type_name} "
+                f"version {sv} ({exc}): `evidence event {position}` shows it as stored, "
+                "`evidence verify` whether it was changed"
+            ) from None

@@ -147,6 +147,9 @@ def test_event_shows_a_rewritten_row_and_exits_1(tmp_path: Path) -> None:
     text = run_cli("event", "3", "--db", url)
     assert text.returncode == 1 and "MISMATCH: the stored bytes hash to" in text.stdout
     assert "does not decode as plan.strategy_recorded" in text.stdout
+    # Reading it decoded is refused in one line that points here (never a traceback).
+    for args in (("events",), ("events", "--reverse"), ("tail",)):
+        assert_refused(run_cli(*args, "--db", url), "position 3", "evidence event 3")
 
 
 # -- prove: printed, and checked in one step --------------------------------------------------
