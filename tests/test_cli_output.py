@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import ledger
+from commands.cli.terminal import json_inert
 from commands.plane import Plane
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
@@ -27,6 +28,7 @@ from tests.helpers import (
     run_cli,
     strategy,
 )
+from tests.test_terminal_text import HOSTILE, _on_pty, assert_inert_bytes, pty_only
 
 
 def _size(url: str) -> int:
@@ -303,3 +305,59 @@ def test_a_file_named_dash_is_still_reachable(listed: tuple[str, Path], tmp_path
     url, _ = listed
     _ok(run_cli("export", "--format", "jsonl", "--out", "./-", "--db", url, cwd=tmp_path))
     assert (tmp_path / "-").is_file() and (tmp_path / "-.meta.json").is_file()
+
+
+# -- on a terminal: machine formats keep their meaning and act on nothing ------------------
+
+
+def _hostile_ledger(path: Path) -> str:
+    url = f"sqlite:///{path}"
+    with ledger.open(url) as store:
+        store.append("plan:A", [plan_created("A"), strategy("A", text=HOSTILE)])
+    return url
+
+
+def test_json_inert_keeps_every_value() -> None:
+    value = {"s": HOSTILE + "\x7f\x9b\U000e0001\u200d\u00e9\u2028", "n": [1, None, True]}
+    raw = json.dumps(value, ensure_ascii=False).encode() + b"\n"
+    shown = json_inert(raw)
+    assert json.loads(shown) == value and shown.isascii() is False  # é and ZWJ stay
+    for char in ("\x7f", "\x9b", "\u202e", "\u2028", "\U000e0001"):
+        assert char.encode() not in shown
+    assert json_inert(b'{"a":"plain"}\n') == b'{"a":"plain"}\n'
+
+
+@pytest.mark.slow
+@pty_only
+def test_machine_formats_on_a_terminal(tmp_path: Path) -> None:
+    url = _hostile_ledger(tmp_path / "e.db")
+    for args in (
+        ("events", "--format", "csv"),
+        ("events", "--format", "jsonl"),
+        ("events", "--json"),
+        ("tail", "--format", "csv"),
+        ("tail", "--json"),
+    ):
+        code, out = _on_pty(*args, "--db", url, cwd=tmp_path)
+        assert code == 0, (args, out)
+        assert_inert_bytes(out)
+        assert b"\\u202e" in out, (args, out)  # shown, as JSON escapes it or as inert does
+    code, out = _on_pty("events", "--format", "jsonl", "--db", url, cwd=tmp_path)
+    strategy_line = next(line for line in out.splitlines() if b"strategy_recorded" in line)
+    assert json.loads(strategy_line)["payload"]["strategy"] == HOSTILE  # the same value
+
+
+@pytest.mark.slow
+@pty_only
+def test_dash_refuses_a_terminal(tmp_path: Path) -> None:
+    url = _hostile_ledger(tmp_path / "e.db")
+    for args in (
+        ("export", "--format", "jsonl", "--out", "-"),
+        ("export", "--bundle", "-", "--key", str(tmp_path / "k")),
+        ("report", "A", "--html", "-"),
+    ):
+        code, out = _on_pty(*args, "--db", url, cwd=tmp_path)
+        assert code == 2, (args, out)
+        assert b"standard output is a terminal" in out and b"Traceback" not in out
+        assert_inert_bytes(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.db"]

@@ -26,6 +26,7 @@ from .common import (
     STDOUT,
     console,
     csv_cell,
+    data_to_stdout,
     db_option,
     emit_json,
     emit_listing,
@@ -35,6 +36,7 @@ from .common import (
     open_store,
     print_table,
     refuse_stdout,
+    terminal_safe_json,
 )
 from .inputs import Seconds, whole
 from .log import payload_summary
@@ -98,9 +100,13 @@ EVENT_FIELDS = (
 
 
 def _csv_line(cells: Sequence[str]) -> bytes:
-    """One CSV record (RFC 4180: quoted where needed, CRLF)."""
+    """One CSV record (RFC 4180: quoted where needed, CRLF); on a terminal its cells
+    inert, as ``emit_csv`` shows them."""
+    tty = sys.stdout.isatty()
+    if tty:
+        cells = [inert(c) for c in cells]
     text = io.StringIO()
-    csv.writer(text).writerow(cells)
+    csv.writer(text, lineterminator="\n" if tty else "\r\n").writerow(cells)
     return text.getvalue().encode("utf-8", "surrogateescape")
 
 
@@ -170,7 +176,7 @@ def tail(
             out.write(_csv_line(EVENT_FIELDS))
         for batch in sub.batches(follow=follow):
             if fmt == "jsonl":
-                lines = [encode(e.to_json()) + b"\n" for e in batch]
+                lines = [terminal_safe_json(encode(e.to_json()) + b"\n") for e in batch]
             elif fmt == "csv":
                 lines = _csv_lines(batch)
             else:
@@ -270,6 +276,8 @@ def export(
     to_stdout = STDOUT in (out, str(bundle_out) if bundle_out is not None else None)
     if to_stdout and as_json:
         fail("--json prints a summary on standard output, which `-` fills with the export")
+    if to_stdout:
+        data_to_stdout("--bundle" if bundle_out is not None else "--out")
     if bundle_out is not None:
         extra = [
             name

@@ -19,7 +19,7 @@ import click
 
 import ledger
 
-from .terminal import inert
+from .terminal import inert, json_inert
 
 if TYPE_CHECKING:  # imported where used: `evidence --version` and `--help` need neither
     from rich.console import Console
@@ -139,7 +139,7 @@ def format_option(
 def emit_json(document: Any) -> None:
     import msgspec
 
-    sys.stdout.buffer.write(msgspec.json.encode(document) + b"\n")
+    sys.stdout.buffer.write(terminal_safe_json(msgspec.json.encode(document) + b"\n"))
     sys.stdout.flush()
 
 
@@ -148,8 +148,15 @@ def emit_jsonl(rows: Iterable[Any]) -> None:
     import msgspec
 
     encode = msgspec.json.encode
-    sys.stdout.buffer.write(b"".join(encode(row) + b"\n" for row in rows))
+    sys.stdout.buffer.write(terminal_safe_json(b"".join(encode(row) + b"\n" for row in rows)))
     sys.stdout.flush()
+
+
+def terminal_safe_json(data: bytes) -> bytes:
+    """JSON for standard output: on a terminal the characters a terminal would act on
+    (a bidi override, DEL, a C1 control) as JSON ``\\u`` escapes — the same values;
+    piped, the bytes as encoded."""
+    return json_inert(data) if sys.stdout.isatty() else data
 
 
 def csv_cell(value: Any) -> str:
@@ -167,7 +174,7 @@ def csv_cell(value: Any) -> str:
 def emit_csv(rows: Sequence[Mapping[str, Any]]) -> None:
     """RFC 4180 CSV: a header of every key the rows have (in the order they first
     appear), then one line per row; a key a row lacks is an empty cell. No rows, no
-    output (there is no header to give). Values are exact (not made inert): CSV is for
+    output (there is no header to give). Values are exact when piped: CSV is for
     programs, as JSON is."""
     import csv
     import io
@@ -177,10 +184,14 @@ def emit_csv(rows: Sequence[Mapping[str, Any]]) -> None:
     columns: dict[str, None] = {}
     for row in rows:
         columns.update(dict.fromkeys(row))
+    # CSV has no escapes: on a terminal, cells are shown inert (as `ls` quotes names only
+    # for a terminal) and lines end as a terminal's do; piped, all is exact RFC 4180.
+    tty = sys.stdout.isatty()
+    shown = inert if tty else str
     text = io.StringIO()
-    writer = csv.writer(text)
-    writer.writerow(columns)
-    writer.writerows([[csv_cell(row.get(c)) for c in columns] for row in rows])
+    writer = csv.writer(text, lineterminator="\n" if tty else "\r\n")
+    writer.writerow([shown(c) for c in columns])
+    writer.writerows([[shown(csv_cell(row.get(c))) for c in columns] for row in rows])
     sys.stdout.buffer.write(text.getvalue().encode("utf-8", "surrogateescape"))
     sys.stdout.flush()
 
@@ -208,6 +219,16 @@ def refuse_stdout(value: object, option: str, why: str) -> None:
     """``-`` (standard output) where a file is required: refused, saying why."""
     if str(value) == STDOUT:
         fail(f"{option} -: {why}; give a file name")
+
+
+def data_to_stdout(option: str) -> None:
+    """``OPTION -`` writes a file's exact bytes to standard output: not to a terminal,
+    which would act on whatever the agent's text holds (redirect or pipe it)."""
+    if sys.stdout.isatty():
+        fail(
+            f"{option} -: standard output is a terminal; redirect it to a file or a pipe "
+            "(the file is written byte for byte)"
+        )
 
 
 def console() -> Console:

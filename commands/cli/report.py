@@ -14,7 +14,7 @@ from commands.auditor.report import gather_report, render_html
 from ledger.verify import verify_store
 
 from .bundle import bundle_option, load_bundle_or_refuse, public_key_option
-from .common import STDOUT, db_option, fail, open_store
+from .common import STDOUT, data_to_stdout, db_option, fail, open_store
 from .terminal import inert
 
 __all__ = ["report", "write_atomically"]
@@ -47,7 +47,9 @@ def report(plan_id: str, out: Path, bundle_file: Path | None, public_key_file: P
       evidence report P-1 --bundle p1.bundle --html - > p1.html
     """
     to_stdout = str(out) == STDOUT
-    if not to_stdout:
+    if to_stdout:
+        data_to_stdout("--html")
+    else:
         _check_writable(out)  # before the (long) verification: a typo costs nothing
     if bundle_file is not None:
         # A bundle that fails verification still gets its report, marked FAILED, as a
