@@ -32,21 +32,9 @@ INTERNAL_NAMES = ("seed 00", "fusion_validate")
 # `validation` name a linked review's result carries in a plan (it is stored in ledgers).
 ORIGIN_NOTES: dict[tuple[str, str], int] = {("docs/reviews.md", "fusion_validate"): 2}
 
-# Lines in files other helpers are rewriting now (the command table of README.md,
-# docs/cli.md, docs/reviews.md): each entry excuses the lines that contain it. Whoever
-# rewrites such a line in our own words removes its entry (a test fails when an entry
-# matches nothing any more).
-PENDING: dict[str, tuple[str, ...]] = {
-    "README.md": ("advisory reviews (the fusion_validate contract)",),
-    "docs/cli.md": (
-        "A **validation IS-A tool** (seed 000)",
-        "below) is OUTCOME, one of the six values of seed 001",
-        "Seed 003: deviation is failure.",
-        "(never a read model, never memory), as seed 000 counts it:",
-        "Advisory reviews under the `fusion_validate` contract (seed 002)",
-        "(the six values of seed 001 only)",
-    ),
-}
+# Lines excused while someone rewrites them in our own words: each entry excuses the lines
+# that contain it, and a test fails when an entry matches nothing any more (none now).
+PENDING: dict[str, tuple[str, ...]] = {}
 
 
 def _name(doc: Path) -> str:

@@ -666,7 +666,7 @@ def test_cli_register_list_show(db_url: str, files: Path) -> None:
 
     table = ok(run("validation", "list", *db))
     assert "required" in table and "wraps pytest v1" in table
-    assert "command pytest -q '{path}'" in ok(run("tool", "list", *db))
+    assert "command pytest -q {path}" in ok(run("tool", "list", *db))  # no shell quoting
     assert "60s" in ok(run("tool", "show", "pytest", *db))
     assert "tests-pass  validation" in ok(run("skill", "show", "qa", *db))
 

@@ -496,6 +496,7 @@ def test_the_host_runs_only_the_preflight_it_was_started_for(
 
 
 def test_wait_for_an_unknown_review_is_refused(sqlite_url: str) -> None:
+    assert run_cli("init", "--db", sqlite_url).returncode == 0
     assert_refused(
         run_cli("review", "wait", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "--db", sqlite_url),
         "unknown review",

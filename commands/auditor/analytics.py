@@ -16,12 +16,13 @@ entry per plan).
 from __future__ import annotations
 
 import csv
+import io
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import sqlalchemy as sa
@@ -161,8 +162,8 @@ class _Writer:
 
 
 class _JsonlWriter(_Writer):
-    def __init__(self, path: str) -> None:
-        self._f = open(path, "wb")  # noqa: SIM115 - closed in close()
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         raw = msgspec.Raw
@@ -171,20 +172,21 @@ class _JsonlWriter(_Writer):
         )
 
     def close(self, metadata: dict[str, str]) -> None:
-        self._f.close()
+        self._f.flush()
 
 
 class _CsvWriter(_Writer):
-    def __init__(self, path: str) -> None:
-        self._f = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115
-        self._w = csv.writer(self._f)
+    def __init__(self, f: BinaryIO) -> None:
+        self._text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=True)
+        self._w = csv.writer(self._text)
         self._w.writerow(COLUMN_NAMES)
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         self._w.writerows([["" if v is None else v for v in row.values()] for row in rows])
 
     def close(self, metadata: dict[str, str]) -> None:
-        self._f.close()
+        self._text.flush()
+        self._text.detach()  # the file is the caller's to close
 
 
 def _pyarrow() -> Any:
@@ -206,11 +208,11 @@ def arrow_schema() -> Any:
 
 
 class _ParquetWriter(_Writer):
-    def __init__(self, path: str) -> None:
+    def __init__(self, f: BinaryIO) -> None:
         pa = _pyarrow()
         self._pa = pa
         self._schema = arrow_schema()
-        self._w = pa.parquet.ParquetWriter(path, self._schema, compression="zstd")
+        self._w = pa.parquet.ParquetWriter(f, self._schema, compression="zstd")
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         self._w.write_batch(self._pa.RecordBatch.from_pylist(rows, schema=self._schema))
@@ -220,7 +222,7 @@ class _ParquetWriter(_Writer):
         self._w.close()
 
 
-_WRITERS: dict[str, Callable[[str], _Writer]] = {
+_WRITERS: dict[str, Callable[[BinaryIO], _Writer]] = {
     "jsonl": _JsonlWriter,
     "csv": _CsvWriter,
     "parquet": _ParquetWriter,
@@ -263,7 +265,7 @@ def _events(
 
 def export(
     store: ledger.Store,
-    out: str,
+    out: str | BinaryIO,
     *,
     format: str,
     since: int = 1,
@@ -300,32 +302,49 @@ def export(
         "evidence.plan": plan or "",
         "evidence.exported_at": _now(),
     }
-    tmp = f"{out}.partial"
-    try:
-        writer = _WRITERS[format](tmp)
-    except OSError as exc:
-        raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from None
+    # A file name: written to FILE.partial, renamed over FILE once whole, with the
+    # metadata beside it. An open binary stream (standard output): written as it goes,
+    # the metadata only in the result (a stream has no "beside").
+    if isinstance(out, str):
+        tmp = f"{out}.partial"
+        try:
+            target: BinaryIO = open(tmp, "wb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from None
+    else:
+        if format == "parquet":
+            raise ExportError(
+                "Parquet is a binary format whose footer is written last: give a file"
+            )
+        target = out
     rows = 0
     total = max(0, until - since + 1)
     try:
-        for batch in _events(store, since, until, types, plan, batch_size):
-            flat = []
-            for event in batch:
-                if isinstance(event.payload, PlanCreated):
-                    projects.setdefault(event.payload.plan_id, event.payload.project)
-                flat.append(flat_row(event, projects))
-            writer.write(flat)
-            rows += len(flat)
-            if progress is not None:
-                progress(batch[-1].position - since + 1, total)
-        metadata["evidence.rows"] = str(rows)
-        writer.close(metadata)
-    except BaseException:
+        writer = _WRITERS[format](target)
         try:
-            writer.close(metadata)
+            for batch in _events(store, since, until, types, plan, batch_size):
+                flat = []
+                for event in batch:
+                    if isinstance(event.payload, PlanCreated):
+                        projects.setdefault(event.payload.plan_id, event.payload.project)
+                    flat.append(flat_row(event, projects))
+                writer.write(flat)
+                rows += len(flat)
+                if progress is not None:
+                    progress(batch[-1].position - since + 1, total)
+            metadata["evidence.rows"] = str(rows)
         finally:
+            writer.close(metadata)
+    except BaseException:
+        if isinstance(out, str):
+            target.close()
             os.unlink(tmp)
         raise
+    if not isinstance(out, str):
+        if progress is not None:
+            progress(total, total)
+        return ExportResult("-", format, rows, metadata)
+    target.close()
     os.replace(tmp, out)
     if format != "parquet":
         with open(f"{out}.meta.json", "wb") as f:

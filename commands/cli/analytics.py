@@ -3,10 +3,16 @@ stopped), ``export`` and ``stats``."""
 
 from __future__ import annotations
 
+import csv
+import functools
+import io
 import os
+import shutil
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 import msgspec
@@ -17,27 +23,99 @@ from ledger.subscriptions import subscribe
 
 from .bundle import export_bundle_command
 from .common import (
+    STDOUT,
     console,
+    csv_cell,
+    data_to_stdout,
     db_option,
     emit_json,
+    emit_listing,
     fail,
+    format_option,
     json_option,
     open_store,
     print_table,
+    refuse_stdout,
+    terminal_safe_json,
 )
 from .inputs import Seconds, whole
 from .log import payload_summary
 from .terminal import inert
 
 
-def _text_line(e: RecordedEvent) -> bytes:
-    return (
-        inert(
-            f"{e.position}  {e.recorded_at}  {e.stream}  {e.type}  {e.actor}  "
-            f"{payload_summary(e.payload)}"
-        )
-        + "\n"
-    ).encode()
+class _AlignedLines:
+    """``tail``'s table: the columns of ``evidence events`` without a header (every line
+    is an event), aligned. A stream's widths cannot be known before its end: each column
+    is as wide as the widest value printed so far (the type column starts as wide as the
+    longest event type), so a longer value widens its column from its batch on. On a
+    terminal a line is cut to the screen with an ellipsis; piped output is whole."""
+
+    def __init__(self, type_width: int) -> None:
+        self.widths = [0, 0, 0, 0, type_width, 0]  # pos recorded_at stream ver type actor
+        self.limit = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+    def render(self, batch: list[RecordedEvent]) -> list[bytes]:
+        rows = [
+            [
+                str(e.position),
+                e.recorded_at,
+                inert(e.stream),
+                str(e.stream_version),
+                inert(e.type),
+                inert(e.actor),
+                inert(payload_summary(e.payload)),
+            ]
+            for e in batch
+        ]
+        self.widths = [
+            max(width, *(len(row[i]) for row in rows)) for i, width in enumerate(self.widths)
+        ]
+        lines = []
+        for row in rows:
+            text = "  ".join(
+                [*(cell.ljust(w) for cell, w in zip(row, self.widths, strict=False)), row[-1]]
+            ).rstrip()
+            if self.limit is not None and len(text) > self.limit:
+                text = text[: self.limit - 1] + "…"
+            lines.append((text + "\n").encode("utf-8", "surrogateescape"))
+        return lines
+
+
+EVENT_FIELDS = (
+    "position",
+    "event_id",
+    "stream",
+    "stream_version",
+    "type",
+    "schema_version",
+    "recorded_at",
+    "actor",
+    "correlation_id",
+    "causation_id",
+    "payload",
+    "delta",
+    "leaf_hash",
+    "chain_hash",
+)
+
+
+def _csv_line(cells: Sequence[str]) -> bytes:
+    """One CSV record (RFC 4180: quoted where needed, CRLF); on a terminal its cells
+    inert, as ``emit_csv`` shows them."""
+    tty = sys.stdout.isatty()
+    if tty:
+        cells = [inert(c) for c in cells]
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n" if tty else "\r\n").writerow(cells)
+    return text.getvalue().encode("utf-8", "surrogateescape")
+
+
+def _csv_lines(batch: list[RecordedEvent]) -> list[bytes]:
+    """Events as CSV records: the fields of ``events --format csv``."""
+    return [
+        _csv_line([csv_cell(document[f]) for f in EVENT_FIELDS])
+        for document in (e.to_json() for e in batch)
+    ]
 
 
 @click.command()
@@ -58,7 +136,7 @@ def _text_line(e: RecordedEvent) -> bytes:
     show_default=True,
     help="Seconds between polls of the head while following.",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line (JSON Lines).")
+@format_option(("table", "jsonl", "csv"), json_means="jsonl")
 @db_option
 def tail(
     from_position: int | None,
@@ -66,12 +144,18 @@ def tail(
     follow: bool,
     types: tuple[str, ...],
     interval: float,
-    as_json: bool,
+    fmt: str,
 ) -> None:
     """Print events in position order as they arrive.
 
-    With --consumer the position stored for NAME moves to the last event printed, also
-    when Ctrl-C ends the command; the next `tail --consumer NAME` starts after it.
+    One line an event, in aligned columns (or JSON Lines, or CSV). With --consumer the
+    position stored for NAME moves to the last event printed, also when Ctrl-C ends the
+    command; the next `tail --consumer NAME` starts after it.
+
+    \b
+    Examples:
+      evidence tail --follow --type plan.halted
+      evidence tail --consumer warehouse --format jsonl
     """
     if from_position is not None and consumer is not None:
         fail("give --from or --consumer, not both")
@@ -85,12 +169,21 @@ def tail(
     )
     out = sys.stdout.buffer
     encode = msgspec.json.encode
+    aligned = _AlignedLines(max(len(t.type_name()) for t in store.catalog))
     printed = sub.acked
     try:
+        if fmt == "csv":
+            out.write(_csv_line(EVENT_FIELDS))
         for batch in sub.batches(follow=follow):
-            for event in batch:
-                out.write(encode(event.to_json()) + b"\n" if as_json else _text_line(event))
-                out.flush()
+            if fmt == "jsonl":
+                lines = [terminal_safe_json(encode(e.to_json()) + b"\n") for e in batch]
+            elif fmt == "csv":
+                lines = _csv_lines(batch)
+            else:
+                lines = aligned.render(batch)
+            for event, line in zip(batch, lines, strict=True):
+                out.write(line)
+                out.flush()  # one line delivered: what a consumer's position may cover
                 printed = event.position
             sub.ack(printed)
         sub.ack()  # a filtered read acknowledges the positions it skipped, too
@@ -131,13 +224,13 @@ def tail(
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, writable=True),
-    help="The file to write (replaced atomically).",
+    help="The file to write (replaced atomically); - for standard output.",
 )
 @click.option(
     "--bundle",
     "bundle_out",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Instead: write an offline bundle for auditors (docs/auditing.md).",
+    help="Instead: write an offline bundle for auditors (docs/auditing.md); - for standard output.",
 )
 @click.option(
     "--key",
@@ -167,8 +260,24 @@ def export(
     batch_size: int,
     as_json: bool,
 ) -> None:
-    """Write events to a file with the flat analytics columns (docs/analytics.md), or an
-    offline bundle (--bundle FILE [--plan P])."""
+    """Export events (JSONL, CSV, Parquet) or an offline bundle.
+
+    With --format and --out: the events of a range, with the flat analytics columns
+    (docs/analytics.md) and the tree head that covers them; `--out -` writes JSONL or
+    CSV to standard output (the summary goes to standard error). With --bundle FILE:
+    one signed file an auditor checks with no database (`--bundle -`: to standard
+    output).
+
+    \b
+    Examples:
+      evidence export --format csv --type gate.checked --out - > gates.csv
+      evidence export --bundle p1.bundle --plan P-1
+    """
+    to_stdout = STDOUT in (out, str(bundle_out) if bundle_out is not None else None)
+    if to_stdout and as_json:
+        fail("--json prints a summary on standard output, which `-` fills with the export")
+    if to_stdout:
+        data_to_stdout("--bundle" if bundle_out is not None else "--out")
     if bundle_out is not None:
         extra = [
             name
@@ -189,7 +298,10 @@ def export(
         fail("export needs --format and --out (or --bundle FILE)")
     if key_file is not None or origin is not None:
         fail("--key and --origin apply only to --bundle")
+    if fmt == "parquet":
+        refuse_stdout(out, "--out", "Parquet is binary, with its index written last")
     store = open_store()
+    target = sys.stdout.buffer if out == STDOUT else out
     if sys.stderr.isatty() and not as_json:
         from rich.progress import Progress
 
@@ -197,7 +309,7 @@ def export(
             task = bar.add_task("export", total=None)
             result = analytics.export(
                 store,
-                out,
+                target,
                 format=fmt,
                 since=since,
                 until=until,
@@ -209,7 +321,7 @@ def export(
     else:
         result = analytics.export(
             store,
-            out,
+            target,
             format=fmt,
             since=since,
             until=until,
@@ -230,8 +342,10 @@ def export(
             }
         )
         return
-    click.echo(f"{result.rows} event(s) to {inert(result.out)} ({fmt})")
-    click.echo(f"covered by tree head {meta['evidence.tree_size']}:{meta['evidence.root_hash']}")
+    where = "standard output" if out == STDOUT else inert(result.out)
+    say = functools.partial(click.echo, err=out == STDOUT)  # stdout holds the export
+    say(f"{result.rows} event(s) to {where} ({fmt})")
+    say(f"covered by tree head {meta['evidence.tree_size']}:{meta['evidence.root_hash']}")
 
 
 def _bars(title: str, counts: dict[str, int]) -> None:
@@ -253,15 +367,62 @@ def _bars(title: str, counts: dict[str, int]) -> None:
     "--since", type=whole(1), default=1, show_default=True, help="Only events from this position."
 )
 @db_option
-@json_option
-def stats(project: str | None, since: int, as_json: bool) -> None:
-    """Validation pass rates and durations, flaky validations, plan outcomes, halts and
-    gate deviations (docs/analytics.md)."""
+@format_option()
+def stats(project: str | None, since: int, fmt: str) -> None:
+    """Validation pass rates, flaky validations, outcomes, halts.
+
+    Per validation runs, pass rate and durations; flaky validations; plans by outcome;
+    halts and gate deviations by kind and tool (docs/analytics.md). --format jsonl and
+    csv print every row of every table, each naming its table.
+
+    \b
+    Examples:
+      evidence stats --project api
+      evidence stats --format csv > stats.csv
+    """
     store = open_store()
     report = analytics.stats(store, project=project, since=since)
-    if as_json:
-        emit_json(report)
-        return
+    emit_listing(fmt, report, _stats_rows(report), lambda: _print_stats(report, project))
+
+
+# The tables of a stats report: lists of rows, and distributions (label -> count).
+_STATS_LISTS = ("validations", "flaky", "plans")
+_STATS_COUNTS = (
+    "plans_by_outcome",
+    "halts_by_type",
+    "informational_failures",
+    "deviations_by_kind",
+    "deviations_by_tool",
+)
+
+
+def _stats_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every row of the report's tables, each with the name of its table first; the
+    totals are one row of table ``summary``."""
+    rows: list[dict[str, Any]] = [
+        {
+            "table": "summary",
+            **{
+                key: report[key]
+                for key in (
+                    "since",
+                    "tree_size",
+                    "project",
+                    "plans_applied",
+                    "plans_applied_unvalidated",
+                    "plans_without_outcome",
+                )
+            },
+        }
+    ]
+    for table in _STATS_LISTS:
+        rows += [{"table": table, **row} for row in report[table]]
+    for table in _STATS_COUNTS:
+        rows += [{"table": table, "key": key, "count": n} for key, n in report[table].items()]
+    return rows
+
+
+def _print_stats(report: dict[str, Any], project: str | None) -> None:
     click.echo(
         f"events {report['since']}..{report['tree_size']}"
         + (f", project {inert(project)}" if project else "")

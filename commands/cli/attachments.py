@@ -11,7 +11,16 @@ from commands.plane.attachments import pinned_binding, resolve_attachments
 from ledger.events import ResolvedAttachment
 from projections.states import to_json
 
-from .common import db_option, emit_json, fail, json_option, open_plane, print_table
+from .common import (
+    db_option,
+    emit_json,
+    emit_listing,
+    fail,
+    format_option,
+    json_option,
+    open_plane,
+    print_table,
+)
 from .inputs import json_or_file, whole
 from .terminal import inert
 
@@ -37,7 +46,17 @@ def attach(
     args: str | None,
     as_json: bool,
 ) -> None:
-    """Attach VALIDATION to a resource; prints the new attachment's ULID."""
+    """Attach VALIDATION to a resource; print the attachment's ULID.
+
+    Without a scope option the attachment always applies; --project only when the
+    resource is used through that project, --plan only for that plan. --args are checked
+    against the validation's input schema.
+
+    \b
+    Examples:
+      evidence attach tests-pass --resource ./src
+      evidence attach lint --resource ./src --plan P-1 --args '{"path": "src"}'
+    """
     if project and plan:
         fail("give --project or --plan, not both (an attachment has one scope)")
     raw = json_or_file(args, "--args") if args is not None else {}
@@ -58,7 +77,15 @@ def attach(
 @db_option
 @json_option
 def detach(attachment_id: str, reason: str, as_json: bool) -> None:
-    """Detach an attachment. Resolution as of earlier positions still sees it."""
+    """Detach an attachment.
+
+    Resolution as of earlier positions still sees it; plans that pinned it keep it.
+
+    \b
+    Examples:
+      evidence detach 01M8N0Q6Z4RVC5J9W3X2B7TQ1D
+      evidence detach 01M8N0Q6Z4RVC5J9W3X2B7TQ1D --reason "replaced by lint-v2"
+    """
     doc = detach_attachment(open_plane(), attachment_id, reason=reason)
     if as_json:
         emit_json({"attachment": to_json(doc)})
@@ -67,30 +94,43 @@ def detach(attachment_id: str, reason: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--resource", required=True)
+@click.option("--resource", required=True, help="The resource the work is on.")
 @click.option("--project", help="The project the resource is used through.")
 @click.option("--plan", help="The plan (its project is used when --project is absent).")
 @click.option("--as-of", "as_of", type=whole(0), help="As of this position.")
 @db_option
-@json_option
+@format_option()
 def resolve(
-    resource: str, project: str | None, plan: str | None, as_of: int | None, as_json: bool
+    resource: str, project: str | None, plan: str | None, as_of: int | None, fmt: str
 ) -> None:
-    """Which validations apply to work on a resource: union of scopes, most specific wins.
+    """Which validations apply to work on a resource.
 
-    With --plan, also the plan's binding set, pinned when it entered Execute: that set,
-    not today's resolution, is what its validations run (detach and re-registration
-    bind later plans only)."""
+    The union of the direct, project and plan attachments; of the same validation with
+    the same args, the most specific scope wins. With --plan, also the plan's binding
+    set, pinned when it entered Execute: that set, not today's resolution, is what its
+    validations run. --format jsonl and csv print both sets, each row naming its set.
+
+    \b
+    Examples:
+      evidence resolve --resource ./src --project api
+      evidence resolve --resource ./src --plan P-1 --format csv
+    """
     plane = open_plane()
     rows = resolve_attachments(plane, resource=resource, project=project, plan=plan, as_of=as_of)
     pinned = pinned_binding(plane, plan, as_of=as_of) if plan is not None else None
-    if as_json:
-        emit_json({"attachments": rows, "pinned": pinned})
-        return
-    print_table(["attachment", "scope", "validation", "version", "mode", "args"], _rows(rows))
-    if pinned is not None:
-        click.echo(f"\nplan {inert(plan)}'s binding set, pinned at Execute ({len(pinned)}):")
-        print_table(["attachment", "scope", "validation", "version", "mode", "args"], _rows(pinned))
+
+    def table() -> None:
+        print_table(["attachment", "scope", "validation", "version", "mode", "args"], _rows(rows))
+        if pinned is not None:
+            click.echo(f"\nplan {inert(plan)}'s binding set, pinned at Execute ({len(pinned)}):")
+            print_table(
+                ["attachment", "scope", "validation", "version", "mode", "args"], _rows(pinned)
+            )
+
+    listed = [{"set": "resolved", **to_json(r)} for r in rows] + [
+        {"set": "pinned", **to_json(r)} for r in pinned or []
+    ]
+    emit_listing(fmt, {"attachments": rows, "pinned": pinned}, listed, table)
 
 
 def _rows(rows: list[ResolvedAttachment]) -> list[list[str]]:

@@ -10,21 +10,37 @@ from typing import Any
 import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+import ledger
 from commands.auditor.audit import audit as run_audit
 from commands.auditor.audit import check_files, replay_plan
 from commands.plane.plans import terminal_label
 from commands.plane.signing import plane_key_path
 from ledger.bundle import Bundle
+from ledger.canonical import MAX_SAFE_INTEGER
 from ledger.checkpoints import (
     Checkpoint,
     CheckpointError,
     CheckpointReport,
+    InclusionProof,
     prove_inclusion,
     sign_checkpoint,
+    stored_leaves,
     verify_against_checkpoint,
 )
 from ledger.intake import read_text
 from ledger.keys import fingerprint, load_private_key, load_public_key, public_key_b64
+from ledger.merkle import root_of
+from ledger.proofs import (
+    ConsistencyCheck,
+    ConsistencyProof,
+    InclusionCheck,
+    TrustedHead,
+    check_consistency,
+    check_inclusion,
+    prove_consistency,
+    trusted_head,
+)
+from ledger.verify import Problem, TreeHeadRef, parse_tree_head
 
 from .bundle import (
     bundle_option,
@@ -38,7 +54,9 @@ from .common import (
     console,
     db_option,
     emit_json,
+    emit_listing,
     fail,
+    format_option,
     json_option,
     open_store,
     print_table,
@@ -69,56 +87,68 @@ __all__ = [
 @bundle_option
 @public_key_option
 @db_option
-@json_option
+@format_option()
 def replay(
     plan_id: str,
     as_of: int | None,
     bundle_file: Path | None,
     public_key_file: Path | None,
-    as_json: bool,
+    fmt: str,
 ) -> None:
-    """The plan's state after each of its events, folded from the log."""
+    """Show a plan's state after each of its events.
+
+    Folded from the log alone (or an offline bundle's events): phase, revision,
+    attempt, retries left, outcome, token and terminal state after each event.
+
+    \b
+    Examples:
+      evidence replay P-1
+      evidence replay P-1 --as-of 120 --bundle p1.bundle --format csv
+    """
     log = (
-        open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file else open_store()
+        open_verified_bundle(bundle_file, public_key_file, fmt in ("json", "jsonl"))
+        if bundle_file
+        else open_store()
     )
     steps = replay_plan(log, plan_id, as_of)
-    if as_json:
-        emit_json({"plan_id": plan_id, "as_of": as_of, "steps": steps})
-        return
-    print_table(
-        [
-            "pos",
-            "event",
-            "phase",
-            "rev",
-            "attempt",
-            "retries_left",
-            "outcome",
-            "token",
-            "terminal",
-            "summary",
-        ],
-        [
+
+    def table() -> None:
+        print_table(
             [
-                str(s.position),
-                s.type,
-                s.phase or "-",
-                _str(s.revision),
-                _str(s.attempt),
-                _str(s.retries_left),
-                s.outcome or "-",
-                f"{s.token['token_id'][-6:]} {s.token['status']}" if s.token else "-",
-                terminal_label(
-                    s.terminal,
-                    bool(s.document.get("unvalidated")),
-                    bool(s.document.get("compensation")),
-                )
-                or "-",
-                s.summary,
-            ]
-            for s in steps
-        ],
-    )
+                "pos",
+                "event",
+                "phase",
+                "rev",
+                "attempt",
+                "retries_left",
+                "outcome",
+                "token",
+                "terminal",
+                "summary",
+            ],
+            [
+                [
+                    str(s.position),
+                    s.type,
+                    s.phase or "-",
+                    _str(s.revision),
+                    _str(s.attempt),
+                    _str(s.retries_left),
+                    s.outcome or "-",
+                    f"{s.token['token_id'][-6:]} {s.token['status']}" if s.token else "-",
+                    terminal_label(
+                        s.terminal,
+                        bool(s.document.get("unvalidated")),
+                        bool(s.document.get("compensation")),
+                    )
+                    or "-",
+                    s.summary,
+                ]
+                for s in steps
+            ],
+        )
+
+    emit_listing(fmt, {"plan_id": plan_id, "as_of": as_of, "steps": steps}, steps, table)
 
 
 def _str(value: int | None) -> str:
@@ -154,7 +184,17 @@ def audit(
     files_dir: Path | None,
     as_json: bool,
 ) -> None:
-    """Check the invariants and re-derive every verdict from recorded inputs."""
+    """Check the invariants; re-derive every verdict from the log.
+
+    Every event a legal transition, the decision, endorsement and token signatures,
+    the evidence present, and every gate verdict and outcome re-derived from the
+    recorded inputs. Exit 1 on any violation.
+
+    \b
+    Examples:
+      evidence audit
+      evidence audit --plan P-1 --files ./src --json
+    """
     if files_dir is not None and plan_id is None:
         fail("--files needs --plan P")
     log = (
@@ -213,7 +253,16 @@ def audit(
 @db_option
 @json_option
 def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None:
-    """Print a signed tree head (C2SP tlog-checkpoint) of the current log."""
+    """Print a signed tree head (a C2SP checkpoint) of the log.
+
+    A C2SP tlog-checkpoint signed note of the current size and root, signed by the plane
+    key (or --key): keep it outside the database and check the log against it later.
+
+    \b
+    Examples:
+      evidence checkpoint > kept.checkpoint
+      evidence checkpoint --key auditor.key --origin example.org/ledger --json
+    """
     store = open_store()
     key = signing_key(store, key_file)
     origin = default_origin(store) if origin is None else origin
@@ -239,7 +288,7 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
 
 
 @click.command()
-@click.argument("position", type=whole(1))
+@click.argument("position", type=whole(1), required=False)
 @click.option(
     "--size",
     type=whole(1),
@@ -247,23 +296,245 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
     metavar="N",
     help="In the tree of the first N events (default: the whole log).",
 )
+@click.option(
+    "--consistency",
+    "old_head",
+    metavar="OLD_SIZE[:ROOT_HEX]",
+    help="Instead of POSITION: the proof that the tree of the first OLD_SIZE events is a "
+    "prefix of the larger tree (with --verify, give the ROOT_HEX you kept).",
+)
+@click.option(
+    "--verify",
+    "check",
+    is_flag=True,
+    help="Check the proof in the same step against a tree head you trust; exit 1 if it fails.",
+)
+@click.option(
+    "--against",
+    metavar="SIZE:ROOT_HEX",
+    help="With --verify: the tree head you trust, as `evidence verify` prints it.",
+)
+@click.option(
+    "--checkpoint",
+    "checkpoint_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --verify: a signed checkpoint you kept; its tree head, once its signature "
+    "verifies, is the one you trust.",
+)
+@click.option(
+    "--public-key",
+    "public_key_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The checkpoint signer's public key (default: the plane key).",
+)
 @db_option
 @json_option
-def prove(position: int, size: int | None, as_json: bool) -> None:
-    """Print the RFC 9162 inclusion proof of the event at POSITION."""
+def prove(
+    position: int | None,
+    size: int | None,
+    old_head: str | None,
+    check: bool,
+    against: str | None,
+    checkpoint_file: Path | None,
+    public_key_file: Path | None,
+    as_json: bool,
+) -> None:
+    """Print or check an RFC 9162 inclusion or consistency proof.
+
+    POSITION: the proof that the event is in the tree. --consistency OLD_SIZE: the proof
+    that the tree of the first OLD_SIZE events is a prefix of the larger one. Proofs are
+    built from the stored leaf hashes. --verify checks one in the same step against a
+    tree head you trust: for POSITION, the head --against or --checkpoint gives (the
+    event's leaf recomputed from its stored bytes); for --consistency OLD_SIZE:ROOT_HEX,
+    from that kept head to the log's current head, or to the head --against or
+    --checkpoint gives. Exit 1 when the check fails.
+
+    \b
+    Examples:
+      evidence prove 42 --verify --checkpoint kept.checkpoint
+      evidence prove --consistency "$(cat kept-head.txt)" --verify
+    """
+    if (position is None) == (old_head is None):
+        fail("give POSITION (an inclusion proof) or --consistency OLD_SIZE, one of them")
+    if (against is not None or checkpoint_file is not None) and not check:
+        fail("--against and --checkpoint name a tree head to check the proof against: add --verify")
+    if against is not None and checkpoint_file is not None:
+        fail("give --against or --checkpoint, not both")
+    if public_key_file is not None and checkpoint_file is None:
+        fail("--public-key checks a --checkpoint: give one")
+    given = against is not None or checkpoint_file is not None
+    if check and position is not None and not given:
+        fail(
+            "--verify of an inclusion needs a tree head you trust: --against SIZE:ROOT_HEX "
+            "or --checkpoint FILE (the log's own head proves nothing: whoever rewrites the "
+            "log rewrites its head too)"
+        )
+    if given and size is not None:
+        fail(
+            "--size is the trusted tree head's: with --against or --checkpoint the tree is "
+            "the one they name"
+        )
+    old = _old_head(old_head, check) if old_head is not None else None
+    store = open_store()
+    if not check:
+        _print_proof(store, position, old, size, as_json)
+        return
+    trusted, problems = _trusted(store, against, checkpoint_file, public_key_file)
+    result: InclusionCheck | ConsistencyCheck | None = None  # None: a checkpoint unread
     try:
-        proof = prove_inclusion(open_store(), position, size)
+        if position is not None and trusted is not None:
+            result = check_inclusion(store, position, trusted, problems)
+        elif old is not None and (trusted is not None or not problems):
+            newer = trusted if trusted is not None else _log_head(store, size)
+            if newer.source == "log" and old.size > newer.size:
+                problems.append(_log_truncated(old.size, newer.size))
+            else:
+                result = check_consistency(store, old.size, old.root, newer, problems)
+    except CheckpointError as exc:
+        fail(str(exc))
+    _report_check(result, problems, "inclusion" if position is not None else "consistency", as_json)
+
+
+def _old_head(text: str, check: bool) -> TreeHeadRef:
+    """``--consistency OLD_SIZE[:ROOT_HEX]``: a root only with --verify, and needed then."""
+    if ":" not in text:
+        if check:
+            fail("--consistency: give the tree head you kept, OLD_SIZE:ROOT_HEX, to --verify it")
+        if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= MAX_SAFE_INTEGER:
+            fail(f"--consistency: {text!r} is not a tree size (a whole number from 1)")
+        return TreeHeadRef(size=int(text), root="")
+    if not check:
+        fail("--consistency: a ROOT_HEX is checked with --verify: add it, or give OLD_SIZE alone")
+    try:
+        head = parse_tree_head(text)
+    except ValueError as exc:
+        fail(f"--consistency: {exc}")
+    if head.size == 0:
+        fail("--consistency: the kept tree head's size must be at least 1")
+    return head
+
+
+def _trusted(
+    store: ledger.Store,
+    against: str | None,
+    checkpoint_file: Path | None,
+    public_key_file: Path | None,
+) -> tuple[TrustedHead | None, list[Problem]]:
+    """The tree head given to check against (with what was wrong with it), or none."""
+    if against is not None:
+        try:
+            head = parse_tree_head(against)
+        except ValueError as exc:
+            fail(f"--against: {exc}")
+        return TrustedHead(source="against", size=head.size, root=head.root), []
+    if checkpoint_file is None:
+        return None, []
+    text = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
+    return trusted_head(text, _checkpoint_key(store, public_key_file))
+
+
+def _checkpoint_key(store: ledger.Store, public_key_file: Path | None) -> Ed25519PublicKey:
+    """The key a kept checkpoint is checked with: the one given, else the plane key's."""
+    if public_key_file is not None:
+        return load_public_key(public_key_file)
+    plane = plane_key_path(store.url)
+    if not os.path.lexists(plane):
+        fail("--checkpoint needs --public-key FILE (no plane key here to check it with)")
+    return load_private_key(plane).public_key()
+
+
+def _log_head(store: ledger.Store, size: int | None) -> TrustedHead:
+    """The log's own tree head (of its first ``size`` events): the newer end of a
+    consistency check when no trusted one is given."""
+    head = store.head()
+    if size is None:
+        return TrustedHead(source="log", size=head.size, root=head.root.hex())
+    if not 0 < size <= head.size:
+        fail(f"--size {size} is not within 1..{head.size}")
+    return TrustedHead(source="log", size=size, root=root_of(stored_leaves(store, size)).hex())
+
+
+def _log_truncated(kept: int, held: int) -> Problem:
+    return Problem(
+        None,
+        "log_truncated",
+        f"the kept tree head covers {kept} events but the log holds {held}: the log was truncated",
+    )
+
+
+def _print_proof(
+    store: ledger.Store,
+    position: int | None,
+    old: TreeHeadRef | None,
+    size: int | None,
+    as_json: bool,
+) -> None:
+    try:
+        proof: InclusionProof | ConsistencyProof = (
+            prove_inclusion(store, position, size)
+            if position is not None
+            else prove_consistency(store, old.size if old is not None else 0, size)
+        )
     except CheckpointError as exc:
         fail(str(exc))
     if as_json:
         emit_json(proof)
         return
-    click.echo(f"leaf_index {proof.leaf_index}")
-    click.echo(f"tree_size {proof.tree_size}")
-    click.echo(f"leaf_hash {proof.leaf_hash}")
-    click.echo(f"root {proof.root}")
+    if isinstance(proof, InclusionProof):
+        click.echo(f"leaf_index {proof.leaf_index}")
+        click.echo(f"tree_size {proof.tree_size}")
+        click.echo(f"leaf_hash {proof.leaf_hash}")
+        click.echo(f"root {proof.root}")
+    else:
+        click.echo(f"old_size {proof.old_size}")
+        click.echo(f"old_root {proof.old_root}")
+        click.echo(f"tree_size {proof.tree_size}")
+        click.echo(f"root {proof.root}")
     for node in proof.proof:
         click.echo(node)
+
+
+def _report_check(
+    result: InclusionCheck | ConsistencyCheck | None,
+    problems: list[Problem],
+    kind: str,
+    as_json: bool,
+) -> None:
+    """Print a proof check (or, with no check made, the problems that prevented it);
+    exit 1 unless it holds."""
+    ok = result.ok if result is not None else False
+    if as_json:
+        emit_json(
+            result if result is not None else {"ok": False, "kind": kind, "problems": problems}
+        )
+    elif ok and result is not None:
+        head = result.trusted
+        source = {
+            "against": "the tree head given (--against)",
+            "checkpoint": f"signed checkpoint {inert(head.origin)}, signature ok",
+            "log": "the log's current head",
+        }[head.source]
+        if isinstance(result, InclusionCheck):
+            click.echo(
+                f"ok: event {result.position} is in the tree of {result.tree_size} events "
+                f"with root {result.root} ({len(result.proof)}-hash proof)"
+            )
+            click.echo(f"leaf {result.leaf_hash}, recomputed from the event's stored bytes")
+        else:
+            click.echo(
+                f"ok: the tree of {result.tree_size} events with root {result.root} extends "
+                f"the kept tree head {result.old_size}:{result.old_root} "
+                f"({len(result.proof)}-hash proof)"
+            )
+        click.echo(f"checked against {source}")
+    else:
+        found = result.problems if result is not None else problems
+        click.echo(f"FAILED: {len(found)} problem(s)")
+        for p in found:
+            at = f"position {p.position}" if p.position is not None else "head"
+            click.echo(inert(f"  {at}: {p.kind}: {p.detail}"))
+    if not ok:
+        click.get_current_context().exit(EXIT_VERDICT)
 
 
 def _plane_public_key(log: Any, plane_key_file: Path | None) -> Ed25519PublicKey | None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,7 +20,7 @@ from ledger.bundle import Bundle, BundleError, BundleReport, load_bundle, write_
 from ledger.intake import read_text
 from ledger.keys import load_private_key, load_public_key
 
-from .common import EXIT_VERDICT, console, emit_json, fail, open_store
+from .common import EXIT_VERDICT, STDOUT, console, emit_json, fail, open_store
 from .terminal import inert
 
 __all__ = [
@@ -80,11 +83,24 @@ def default_origin(store: ledger.Store) -> str:
 def export_bundle_command(
     out: Path, plan: str | None, key_file: Path | None, origin: str | None, as_json: bool
 ) -> None:
+    """``export --bundle FILE``; ``-`` writes the bundle to standard output (made in a
+    temporary directory first, as a file is: the bundle is assembled at one snapshot
+    and written whole) and the summary to standard error."""
     store = open_store()
     key = signing_key(store, key_file)
+    to_stdout = str(out) == STDOUT
     try:
         origin = default_origin(store) if origin is None else origin
-        summary = write_bundle(store, out, key=key, origin=origin, plan=plan)
+        if to_stdout:
+            with tempfile.TemporaryDirectory(prefix="evidence-bundle-") as scratch:
+                summary = write_bundle(
+                    store, Path(scratch) / "bundle", key=key, origin=origin, plan=plan
+                )
+                with open(summary.out, "rb") as made:
+                    shutil.copyfileobj(made, sys.stdout.buffer)
+                sys.stdout.buffer.flush()
+        else:
+            summary = write_bundle(store, out, key=key, origin=origin, plan=plan)
     except BundleError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -93,10 +109,13 @@ def export_bundle_command(
         emit_json(summary)
         return
     scope = f" (plan {inert(plan)} and the streams it uses)" if plan else ""
+    where = "standard output" if to_stdout else inert(summary.out)
     click.echo(
-        f"{summary.events} event(s){scope} and {summary.blobs} blob(s) to {inert(summary.out)}"
+        f"{summary.events} event(s){scope} and {summary.blobs} blob(s) to {where}", err=to_stdout
     )
-    click.echo(f"signed checkpoint {inert(summary.origin)} {summary.size}:{summary.root}")
+    click.echo(
+        f"signed checkpoint {inert(summary.origin)} {summary.size}:{summary.root}", err=to_stdout
+    )
 
 
 def load_bundle_or_refuse(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -19,7 +19,7 @@ import click
 
 import ledger
 
-from .terminal import inert
+from .terminal import inert, json_inert
 
 if TYPE_CHECKING:  # imported where used: `evidence --version` and `--help` need neither
     from rich.console import Console
@@ -102,11 +102,133 @@ def json_option(fn: F) -> F:
     )(fn)
 
 
+FORMATS = ("table", "json", "jsonl", "csv")
+
+
+def format_option(
+    formats: Sequence[str] = FORMATS, *, json_means: str = "json"
+) -> Callable[[F], F]:
+    """``--format table|json|jsonl|csv`` of a listing command, and ``--json`` as the
+    alias it always was (``--format json``; for ``tail``, whose output is a stream,
+    ``--format jsonl``). The command receives ``fmt``."""
+
+    def decorate(fn: F) -> F:
+        @click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(formats),
+            default=None,
+            help="table (default), "
+            + ", ".join(f for f in formats if f != "table")
+            + " (docs/cli.md, Output formats).",
+        )
+        @click.option("--json", "as_json", is_flag=True, help=f"The same as --format {json_means}.")
+        @functools.wraps(fn)
+        def wrapper(*args: Any, fmt: str | None, as_json: bool, **kwargs: Any) -> Any:
+            if as_json:
+                if fmt not in (None, json_means):
+                    fail(f"--json means --format {json_means}: give one of them, not both")
+                fmt = json_means
+            return fn(*args, fmt=fmt or "table", **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
 def emit_json(document: Any) -> None:
     import msgspec
 
-    sys.stdout.buffer.write(msgspec.json.encode(document) + b"\n")
+    sys.stdout.buffer.write(terminal_safe_json(msgspec.json.encode(document) + b"\n"))
     sys.stdout.flush()
+
+
+def emit_jsonl(rows: Iterable[Any]) -> None:
+    """One JSON document a line (JSON Lines)."""
+    import msgspec
+
+    encode = msgspec.json.encode
+    sys.stdout.buffer.write(terminal_safe_json(b"".join(encode(row) + b"\n" for row in rows)))
+    sys.stdout.flush()
+
+
+def terminal_safe_json(data: bytes) -> bytes:
+    """JSON for standard output: on a terminal the characters a terminal would act on
+    (a bidi override, DEL, a C1 control) as JSON ``\\u`` escapes — the same values;
+    piped, the bytes as encoded."""
+    return json_inert(data) if sys.stdout.isatty() else data
+
+
+def csv_cell(value: Any) -> str:
+    """A value as a CSV cell: text as it is, numbers as JSON writes them, true/false,
+    null as an empty cell, lists and objects as compact JSON."""
+    import msgspec
+
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return msgspec.json.encode(value).decode()
+
+
+def emit_csv(rows: Sequence[Mapping[str, Any]]) -> None:
+    """RFC 4180 CSV: a header of every key the rows have (in the order they first
+    appear), then one line per row; a key a row lacks is an empty cell. No rows, no
+    output (there is no header to give). Values are exact when piped: CSV is for
+    programs, as JSON is."""
+    import csv
+    import io
+
+    if not rows:
+        return
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    # CSV has no escapes: on a terminal, cells are shown inert (as `ls` quotes names only
+    # for a terminal) and lines end as a terminal's do; piped, all is exact RFC 4180.
+    tty = sys.stdout.isatty()
+    shown = inert if tty else str
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n" if tty else "\r\n")
+    writer.writerow([shown(c) for c in columns])
+    writer.writerows([[shown(csv_cell(row.get(c))) for c in columns] for row in rows])
+    sys.stdout.buffer.write(text.getvalue().encode("utf-8", "surrogateescape"))
+    sys.stdout.flush()
+
+
+def emit_listing(fmt: str, document: Any, rows: Sequence[Any], table: Callable[[], None]) -> None:
+    """A listing in the format asked for: ``json`` the command's one document, ``jsonl``
+    its rows one a line, ``csv`` the same rows as CSV, ``table`` what ``table`` prints.
+    ``rows`` are the objects of the document's list (converted to JSON values here)."""
+    if fmt == "json":
+        emit_json(document)
+        return
+    if fmt in ("jsonl", "csv"):
+        import msgspec
+
+        plain = [msgspec.to_builtins(row) for row in rows]
+        (emit_jsonl if fmt == "jsonl" else emit_csv)(plain)
+        return
+    table()
+
+
+STDOUT = "-"
+
+
+def refuse_stdout(value: object, option: str, why: str) -> None:
+    """``-`` (standard output) where a file is required: refused, saying why."""
+    if str(value) == STDOUT:
+        fail(f"{option} -: {why}; give a file name")
+
+
+def data_to_stdout(option: str) -> None:
+    """``OPTION -`` writes a file's exact bytes to standard output: not to a terminal,
+    which would act on whatever the agent's text holds (redirect or pipe it)."""
+    if sys.stdout.isatty():
+        fail(
+            f"{option} -: standard output is a terminal; redirect it to a file or a pipe "
+            "(the file is written byte for byte)"
+        )
 
 
 def console() -> Console:

@@ -112,14 +112,17 @@ def run(
     in_place: bool,
     as_json: bool,
 ) -> None:
-    """Drive a whole plan from PLAN_FILE: gates, real tools, validations, Apply.
+    """Drive a whole plan from PLAN_FILE: gates, tools, Apply.
 
-    A shipped example (examples/NAME/plan.yaml) runs on a copy of its directory, so its
-    Apply never rewrites the example; --in-place runs it on its own files.
+    Registers what the file declares, then runs the plan: gates, real tools in a
+    sandbox, validations, the failure loop and Apply (docs/plan-files.md). A shipped
+    example (examples/NAME/plan.yaml) runs on a copy of its directory, so its Apply
+    never rewrites the example; --in-place runs it on its own files.
 
     \b
-    evidence run examples/green-after-fix/plan.yaml
-    evidence run --resume green-after-fix
+    Examples:
+      evidence run examples/green-after-fix/plan.yaml
+      evidence run --resume green-after-fix
     """
     if (plan_file is None) == (resume_id is None):
         fail("give PLAN_FILE or --resume PLAN_ID")
@@ -157,14 +160,16 @@ def run(
     help="Ledger URL (default: a fresh SQLite file in the demo directory).",
 )
 def demo(keep: Path | None, db_option_: str | None) -> None:
-    """Run the green-after-fix example on a fresh SQLite ledger; show history and verify.
+    """Run the green-after-fix example on a fresh SQLite ledger.
 
-    Without --keep everything lives in a temporary directory, removed at the end. With
-    --keep DIR the demo's files stay in DIR; running it again there starts it over.
+    Then shows the plan's history and the verify result. Without --keep everything
+    lives in a temporary directory, removed at the end. With --keep DIR the demo's
+    files stay in DIR; running it again there starts it over.
 
     \b
-    evidence demo
-    evidence demo --keep ./demo
+    Examples:
+      evidence demo
+      evidence demo --keep ./demo
     """
     source = examples_dir() / "green-after-fix"
     if not (source / "plan.yaml").is_file():

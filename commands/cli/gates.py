@@ -40,32 +40,47 @@ def _report(outcome: GateOutcome, as_json: bool) -> None:
 
 @click.group()
 def gate() -> None:
-    """Structural gates: deviation is failure, recorded with every deviation."""
+    """Structural gates: any deviation fails, and is recorded.
+
+    A gate never coerces, drops or fills in a value: every deviation from the declared
+    schema is recorded with the check and routed by the plan's strict_mode."""
 
 
 @gate.command("input")
-@click.option("--plan", "plan_id", required=True)
+@click.option("--plan", "plan_id", required=True, help="The plan (in Execute).")
 @click.option("--tool", required=True, help="The tool the agent proposes to call.")
 @click.option("--params", required=True, metavar="JSON|@file", help="The proposed parameters.")
 @click.option("--step", help="The step this call serves (its output gate finds the tool).")
 @db_option
 @json_option
 def input_(plan_id: str, tool: str, params: str, step: str | None, as_json: bool) -> None:
-    """Check a proposed call: tool identity and parameters. Exit 1 on any deviation."""
+    """Check a proposed call: tool identity and parameters. Exit 1 on any deviation.
+
+    \b
+    Examples:
+      evidence gate input --plan P-1 --tool search --params '{"q": "x"}'
+      evidence gate input --plan P-1 --tool search --params @params.json --step s1
+    """
     _report(
         gate_input(open_plane(), plan_id, tool, raw_bytes(params, "--params"), step=step), as_json
     )
 
 
 @gate.command("output")
-@click.option("--plan", "plan_id", required=True)
-@click.option("--step", required=True)
+@click.option("--plan", "plan_id", required=True, help="The plan (in Execute).")
+@click.option("--step", required=True, help="The step whose output this is.")
 @click.option("--output", required=True, metavar="JSON|@file", help="The returned structure.")
 @click.option("--schema", metavar="JSON|@file", help="The step's output declaration.")
 @db_option
 @json_option
 def output(plan_id: str, step: str, output: str, schema: str | None, as_json: bool) -> None:
-    """Check a returned structure against the step's declaration. Exit 1 on any deviation."""
+    """Check a returned structure against the step's declaration. Exit 1 on any deviation.
+
+    \b
+    Examples:
+      evidence gate output --plan P-1 --step s1 --output @result.json
+      evidence gate output --plan P-1 --step s2 --output @r.json --schema @s.json
+    """
     declared = json_or_file(schema, "--schema") if schema is not None else None
     _report(
         gate_output(open_plane(), plan_id, step, raw_bytes(output, "--output"), schema=declared),

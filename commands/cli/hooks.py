@@ -61,14 +61,22 @@ def _read_call(kind: HookKind) -> HookCall:
 
 @click.group()
 def hook() -> None:
-    """Agent tool-use hooks: gate and record an agent CLI's own tool calls (stdin: the
-    hook JSON). Exit 2 blocks, with the deviations on stderr."""
+    """Agent CLI tool-use hooks: gate and record its tool calls.
+
+    An agent CLI's PreToolUse / PostToolUse hooks (stdin: the hook JSON). Exit 2
+    blocks, with the deviations on stderr (docs/agents.md)."""
 
 
 @hook.command("pre-tool")
 @_hook_options
 def pre_tool_(plan_id: str, unknown_tools: UnknownTools) -> None:
-    """PreToolUse: the input gate. Exit 0 lets the call go on; exit 2 blocks it."""
+    """PreToolUse: the input gate. Exit 0 lets the call go on; exit 2 blocks it.
+
+    \b
+    Examples:
+      evidence hook pre-tool --plan P-1 < hook-input.json
+      evidence hook pre-tool --plan P-1 --unknown-tools record
+    """
     verdict = pre_tool(open_plane(), plan_id, _read_call("pre"), unknown=unknown_tools)
     if verdict.blocked:
         _block(verdict, plan_id, "blocked", "the call is not made")
@@ -77,8 +85,15 @@ def pre_tool_(plan_id: str, unknown_tools: UnknownTools) -> None:
 @hook.command("post-tool")
 @_hook_options
 def post_tool_(plan_id: str, unknown_tools: UnknownTools) -> None:
-    """PostToolUse: record the call and its output; the output gate. Exit 2 on a
-    deviation (the reasons go to the agent)."""
+    """PostToolUse: record the call and its output; the output gate.
+
+    Exit 2 on a deviation (the reasons go to the agent).
+
+    \b
+    Examples:
+      evidence hook post-tool --plan P-1 < hook-input.json
+      evidence hook post-tool --plan P-1 --unknown-tools record
+    """
     verdict = post_tool(open_plane(), plan_id, _read_call("post"), unknown=unknown_tools)
     if verdict.blocked:
         _block(verdict, plan_id, "rejected", "the output does not become state")

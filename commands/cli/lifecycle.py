@@ -23,10 +23,13 @@ from projections.states import ApproverState, to_json
 from .common import (
     db_option,
     emit_json,
+    emit_listing,
     fail,
+    format_option,
     json_option,
     open_plane,
     print_table,
+    refuse_stdout,
     workdir_option,
 )
 from .inputs import raw_bytes, text_or_file
@@ -41,7 +44,15 @@ from .terminal import inert
 @db_option
 @json_option
 def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
-    """Record the agent's fix before re-validating."""
+    """Record the agent's fix before re-validating.
+
+    After a blocker, `validate` is refused until the fix is recorded.
+
+    \b
+    Examples:
+      evidence fix P-1 --note "handle empty input in the parser"
+      evidence fix P-1 --note @note.txt --diff @fix.diff
+    """
     if diff is not None and not diff.startswith("@"):
         fail("--diff takes @file")
     doc = record_fix(
@@ -58,7 +69,10 @@ def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
 
 @click.group()
 def keys() -> None:
-    """Approver keys (Ed25519): the private key never enters the ledger."""
+    """Approver keys (Ed25519); private keys never enter the ledger.
+
+    An approver signs a decision on an escalated plan with a private key kept outside
+    the ledger; the ledger records the public key, endorsed by the plane key."""
 
 
 @keys.command("generate")
@@ -70,7 +84,14 @@ def keys() -> None:
 )
 @json_option
 def generate(out: Path, as_json: bool) -> None:
-    """Write a new key pair to local files. Nothing is recorded."""
+    """Write a new key pair to local files. Nothing is recorded.
+
+    \b
+    Examples:
+      evidence keys generate --out alice.key
+      evidence keys generate --out ~/.keys/bob.key --json
+    """
+    refuse_stdout(out, "--out", "a private key goes to a file only its owner can read")
     try:
         pair = generate_key_pair(out)
     except SigningError as exc:
@@ -91,7 +112,13 @@ def generate(out: Path, as_json: bool) -> None:
 @db_option
 @json_option
 def add(name: str, pubkey_file: Path, as_json: bool) -> None:
-    """Register NAME's public key as an approver key."""
+    """Register NAME's public key as an approver key.
+
+    \b
+    Examples:
+      evidence keys add alice alice.key.pub
+      evidence keys add bob bob.key.pub --json
+    """
     doc = add_approver_key(open_plane(create=True), name, pubkey_file)
     if as_json:
         emit_json({"approver": to_json(doc)})
@@ -105,7 +132,15 @@ def add(name: str, pubkey_file: Path, as_json: bool) -> None:
 @db_option
 @json_option
 def revoke(name: str, reason: str, as_json: bool) -> None:
-    """Revoke NAME's active keys: their signatures are refused from now on."""
+    """Revoke NAME's active keys.
+
+    Decisions signed with them are refused from now on.
+
+    \b
+    Examples:
+      evidence keys revoke alice --reason "laptop lost"
+      evidence keys revoke bob --json
+    """
     doc = revoke_approver(open_plane(), name, reason=reason)
     if as_json:
         emit_json({"approver": to_json(doc)})
@@ -115,18 +150,27 @@ def revoke(name: str, reason: str, as_json: bool) -> None:
 
 @keys.command("list")
 @db_option
-@json_option
-def list_keys(as_json: bool) -> None:
-    """Registered approver keys."""
+@format_option()
+def list_keys(fmt: str) -> None:
+    """Registered approver keys.
+
+    \b
+    Examples:
+      evidence keys list
+      evidence keys list --format jsonl
+    """
     approvers: list[ApproverState] = [
         d for d in open_plane().projections.documents("approvers") if d is not None
     ]
-    if as_json:
-        emit_json({"approvers": [to_json(a) for a in approvers]})
-        return
-    print_table(
-        ["approver", "fingerprint", "status"],
-        [[a.name, fp, key.status] for a in approvers for fp, key in a.keys.items()],
+    documents = [to_json(a) for a in approvers]
+    emit_listing(
+        fmt,
+        {"approvers": documents},
+        documents,
+        lambda: print_table(
+            ["approver", "fingerprint", "status"],
+            [[a.name, fp, key.status] for a in approvers for fp, key in a.keys.items()],
+        ),
     )
 
 
@@ -142,30 +186,47 @@ def list_keys(as_json: bool) -> None:
 @click.option("--abandon", is_flag=True, help="End the plan (terminal failure).")
 @click.option("--reason", help="Why (recorded).")
 @db_option
-@json_option
+@format_option()
 def authorize_(
     decision_id: str | None,
     key_file: Path | None,
     revise: str | None,
     abandon: bool,
     reason: str | None,
-    as_json: bool,
+    fmt: str,
 ) -> None:
-    """Without DECISION_ID: list pending decisions. With it: sign and record a decision."""
+    """List pending decisions, or sign and record one.
+
+    Without DECISION_ID: the pending decisions (a listing). With it: sign the decision
+    with the approver's key and record it; --revise sends the plan back to Strategize,
+    --abandon ends it. No decision passes a blocker: only an escalation is decided.
+
+    \b
+    Examples:
+      evidence authorize
+      evidence authorize 01M8N0Q6Z4 --key alice.key --revise "split the change"
+    """
+    if decision_id is not None and fmt in ("jsonl", "csv"):
+        fail(f"--format {fmt} lists the pending decisions: give no DECISION_ID")
     plane = open_plane()
     if decision_id is None:
         if key_file is not None or revise is not None or abandon or reason is not None:
             fail(
                 "give the DECISION_ID to decide (without it, authorize lists the pending decisions)"
             )
-        pending = pending_decisions(plane)
-        if as_json:
-            emit_json({"decisions": [msgspec.to_builtins(p) for p in pending]})
-        else:
-            print_table(
+        pending = [msgspec.to_builtins(p) for p in pending_decisions(plane)]
+        emit_listing(
+            fmt,
+            {"decisions": pending},
+            pending,
+            lambda: print_table(
                 ["decision", "plan", "options", "reason"],
-                [[p.decision_id, p.plan_id, ",".join(p.options), p.reason] for p in pending],
-            )
+                [
+                    [p["decision_id"], p["plan_id"], ",".join(p["options"]), p["reason"]]
+                    for p in pending
+                ],
+            ),
+        )
         return
     if key_file is None:
         fail("--key FILE is required to decide")
@@ -179,7 +240,7 @@ def authorize_(
         guidance=text_or_file(revise, "--revise") if revise else None,
         reason=reason,
     )
-    if as_json:
+    if fmt == "json":
         emit_json({"decision": msgspec.to_builtins(decided)})
     else:
         then = (
@@ -202,9 +263,17 @@ def authorize_(
 @db_option
 @json_option
 def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None:
-    """Apply — the point of no return — with the token a passing validation minted: the
-    change set is recorded, the sandbox's files are written into the resources, then
-    the plan is applied. --resume finishes one a crash interrupted."""
+    """Apply a plan with the token its passing validation minted.
+
+    The point of no return: the change set is recorded, the sandbox's files are written
+    into the resources, then the plan is applied. --resume finishes an Apply a crash
+    interrupted.
+
+    \b
+    Examples:
+      evidence apply P-1 --token @token.txt
+      evidence apply P-1 --resume
+    """
     if (token is None) == (not resume):
         fail("give --token TOKEN, or --resume")
     plane = open_plane()

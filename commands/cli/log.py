@@ -1,13 +1,17 @@
-"""The log itself: ``init``, ``events`` and ``verify``."""
+"""The log itself: ``init``, ``events``, ``event`` and ``verify``."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import click
 import msgspec
 
 from commands.plane.signing import load_or_create_plane_key, plane_key_path
+from ledger.canonical import MAX_SAFE_INTEGER
+from ledger.checkpoints import CheckpointError, InclusionProof, prove_inclusion
+from ledger.proofs import StoredEvent, read_stored_event
 from ledger.verify import available_cores, parse_tree_head, verify_store
 
 from .audit import verify_checkpoint_command
@@ -17,7 +21,9 @@ from .common import (
     console,
     db_option,
     emit_json,
+    emit_listing,
     fail,
+    format_option,
     json_option,
     open_store,
     print_table,
@@ -31,7 +37,16 @@ from .terminal import inert
 @db_option
 @json_option
 def init(as_json: bool) -> None:
-    """Create the ledger (tables, append-only triggers, head) if it does not exist."""
+    """Create the ledger if it does not exist.
+
+    Makes the tables, the append-only triggers, the one-row head and the plane key;
+    on an existing ledger it changes nothing.
+
+    \b
+    Examples:
+      evidence init
+      evidence init --db postgresql+psycopg://postgres@127.0.0.1/evidence
+    """
     store = open_store(create=True)
     head = store.head()
     meta = store.meta()
@@ -56,7 +71,8 @@ def init(as_json: bool) -> None:
 
 
 def payload_summary(payload: msgspec.Struct) -> str:
-    """A short one-line view of a payload for the table."""
+    """A one-line view of a payload for a table: ``key=value`` for each field that is set.
+    Never cut here: a table cuts its lines to a terminal's width, piped output is whole."""
     fields = msgspec.structs.asdict(payload)
     parts = []
     for key, value in fields.items():
@@ -64,8 +80,7 @@ def payload_summary(payload: msgspec.Struct) -> str:
             continue
         text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
         parts.append(f"{key}={text}")
-    line = " ".join(parts)
-    return line if len(line) <= 100 else line[:99] + "…"
+    return " ".join(parts)
 
 
 @click.command()
@@ -74,45 +89,191 @@ def payload_summary(payload: msgspec.Struct) -> str:
 @click.option(
     "--from", "from_position", type=whole(1), default=1, show_default=True, help="First position."
 )
-@click.option("--limit", type=whole(1), default=None, help="At most N events.")
+@click.option(
+    "--limit",
+    type=whole(1),
+    default=None,
+    help="At most N events (the first N; newest N with --reverse).",
+)
+@click.option(
+    "--last",
+    type=whole(1),
+    default=None,
+    metavar="N",
+    help="The newest N of the events selected, in position order.",
+)
+@click.option("--reverse", is_flag=True, help="Newest first.")
 @db_option
-@json_option
+@format_option()
 def events(
     stream: str | None,
     types: tuple[str, ...],
     from_position: int,
     limit: int | None,
-    as_json: bool,
+    last: int | None,
+    reverse: bool,
+    fmt: str,
 ) -> None:
-    """List events in position order."""
+    """List events in position order, or newest first.
+
+    --stream, --type and --from select events; --limit keeps the first N of them,
+    --last N the newest N; --reverse prints newest first.
+
+    \b
+    Examples:
+      evidence events --last 20
+      evidence events --stream plan:P-1 --reverse --format csv
+    """
+    if limit is not None and last is not None:
+        fail("give --limit or --last, not both")
     store = open_store()
     unknown = [t for t in types if t not in store.catalog]
     if unknown:
         fail(f"unknown event type {unknown[0]!r} (see docs/events.md)")
-    rows = []
-    for event in store.read_all(from_position, types=types or None, stream=stream):
-        rows.append(event)
-        if limit is not None and len(rows) >= limit:
-            break
-    if as_json:
-        emit_json({"events": [e.to_json() for e in rows]})
-        return
-    print_table(
-        ["pos", "recorded_at", "stream", "ver", "type", "actor", "payload"],
-        [
+    count = limit if limit is not None else last
+    if reverse or last is not None:
+        found = store.read_backwards(
+            from_position=from_position, types=types or None, stream=stream
+        )
+    else:
+        found = store.read_all(from_position, types=types or None, stream=stream)
+    rows = list(itertools.islice(found, count))
+    if last is not None and not reverse:
+        rows.reverse()  # the newest N, in position order
+    documents = [e.to_json() for e in rows]
+
+    def table() -> None:
+        print_table(
+            ["pos", "recorded_at", "stream", "ver", "type", "actor", "payload"],
             [
-                str(e.position),
-                e.recorded_at,
-                e.stream,
-                str(e.stream_version),
-                e.type,
-                e.actor,
-                payload_summary(e.payload),
-            ]
-            for e in rows
-        ],
+                [
+                    str(e.position),
+                    e.recorded_at,
+                    e.stream,
+                    str(e.stream_version),
+                    e.type,
+                    e.actor,
+                    payload_summary(e.payload),
+                ]
+                for e in rows
+            ],
+        )
+        click.echo(f"{len(rows)} event(s)")
+
+    emit_listing(fmt, {"events": documents}, documents, table)
+
+
+def _event_key(text: str) -> int | str:
+    """A position (a whole number from 1) or an event id (a ULID)."""
+    if text.isascii() and text.isdigit():
+        position = int(text)
+        if not 0 < position <= MAX_SAFE_INTEGER:
+            fail(f"POSITION_OR_ID: position {text} is not within 1..2^53 - 1")
+        return position
+    if len(text) == 26 and set(text.upper()) <= _ULID_CHARS:
+        return text.upper()
+    fail(
+        f"POSITION_OR_ID: {text!r} is neither a position (a whole number from 1) nor an "
+        "event id (a ULID, 26 characters)"
     )
-    click.echo(f"{len(rows)} event(s)")
+
+
+_ULID_CHARS = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+
+@click.command()
+@click.argument("key", metavar="POSITION_OR_ID")
+@db_option
+@json_option
+def event(key: str, as_json: bool) -> None:
+    """Show one event with its hashes and its inclusion proof.
+
+    POSITION_OR_ID is a log position or an event id. The leaf hash is recomputed from
+    the event's stored bytes and compared with the stored one (exit 1 if they differ);
+    the inclusion proof is in the tree of the whole log (check it against a root you
+    trust with `evidence prove POSITION --verify`).
+
+    \b
+    Examples:
+      evidence event 42
+      evidence event 01M8MF3X4R6C1S268ZFR55Z0KN --json
+    """
+    wanted = _event_key(key)
+    store = open_store()
+    stored = read_stored_event(store, wanted)
+    if stored is None:
+        where = f"at position {wanted}" if isinstance(wanted, int) else f"with id {wanted}"
+        fail(f"no event {where} (the log holds {store.head().size})")
+    position = stored.event["position"]
+    try:
+        proof = prove_inclusion(store, position)
+    except CheckpointError as exc:  # a log whose head and rows disagree (verify says why)
+        fail(f"no inclusion proof for position {position}: {exc}")
+    if as_json:
+        emit_json(
+            {
+                "event": stored.event,
+                "payload_error": stored.payload_error,
+                "recomputed_leaf_hash": stored.recomputed_leaf_hash,
+                "leaf_ok": stored.leaf_ok,
+                "proof": proof,
+            }
+        )
+    else:
+        _print_event(stored, proof)
+    if not stored.leaf_ok:
+        click.get_current_context().exit(EXIT_VERDICT)
+
+
+def _print_event(stored: StoredEvent, proof: InclusionProof) -> None:
+    e = stored.event
+    leaf = (
+        "matches the stored bytes"
+        if stored.leaf_ok
+        else f"MISMATCH: the stored bytes hash to {stored.recomputed_leaf_hash}"
+    )
+    fields = [
+        *(
+            (name, "-" if e[name] is None else str(e[name]))
+            for name in (
+                "position",
+                "event_id",
+                "stream",
+                "stream_version",
+                "type",
+                "schema_version",
+                "recorded_at",
+                "actor",
+                "correlation_id",
+                "causation_id",
+            )
+        ),
+        ("leaf_hash", f"{e['leaf_hash']} ({leaf})"),
+        ("chain_hash", e["chain_hash"]),
+    ]
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        click.echo(f"{name.ljust(width)}  {inert(value)}")
+    if stored.payload_error is not None:
+        click.echo(inert(f"payload (does not decode as {e['type']}: {stored.payload_error}):"))
+    else:
+        click.echo("payload:")
+    click.echo(_indented_json(e["payload"]))
+    click.echo("delta:")
+    click.echo(_indented_json(e["delta"]))
+    click.echo(
+        f"inclusion proof in the tree of {proof.tree_size} events (root {proof.root}), "
+        f"leaf index {proof.leaf_index}:"
+    )
+    for node in proof.proof:
+        click.echo(f"  {node}")
+    if not proof.proof:
+        click.echo("  (none: the event is the tree's only leaf)")
+
+
+def _indented_json(value: object) -> str:
+    text = msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+    return inert("\n".join(f"  {line}" for line in text.splitlines()), multiline=True)
 
 
 @click.command()
@@ -151,8 +312,16 @@ def verify(
     bundle_file: Path | None,
     as_json: bool,
 ) -> None:
-    """Recompute every leaf, the hash chain and the Merkle root from the stored bytes
-    (with --bundle: check an offline bundle, with no database)."""
+    """Recompute every leaf, the hash chain and the Merkle root.
+
+    From the stored bytes alone; with --against or --checkpoint also that the log
+    extends a tree head you kept; with --bundle an offline bundle, with no database.
+
+    \b
+    Examples:
+      evidence verify
+      evidence verify --checkpoint kept.checkpoint --json
+    """
     if bundle_file is not None:
         if against:
             fail("--against does not apply to --bundle: give a kept --checkpoint FILE")

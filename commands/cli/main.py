@@ -27,133 +27,127 @@ from .terminal import inert
 
 # Every verb: name -> ("module:attribute", short help). The short help is what
 # `evidence --help` shows without importing the module: the first sentence of the
-# command's docstring (tests/test_startup.py checks that they agree).
-# A new verb: add its line here (and to docs/cli.md).
+# command's docstring (tests/test_startup.py checks that they agree), short enough to
+# fit on one line at 80 columns (tests/test_cli_surface.py).
+# A new verb: add its line here, to a section of SECTIONS, and to docs/cli.md.
 COMMANDS: dict[str, tuple[str, str]] = {
     "apply": (
         "commands.cli.lifecycle:apply_",
-        (
-            "Apply — the point of no return — with the token a passing validation "
-            "minted: the change set is recorded, the sandbox's files are written into"
-            " the resources, then the plan is applied."
-        ),
+        "Apply a plan with the token its passing validation minted.",
     ),
     "attach": (
         "commands.cli.attachments:attach",
-        "Attach VALIDATION to a resource; prints the new attachment's ULID.",
+        "Attach VALIDATION to a resource; print the attachment's ULID.",
     ),
     "audit": (
         "commands.cli.audit:audit",
-        "Check the invariants and re-derive every verdict from recorded inputs.",
+        "Check the invariants; re-derive every verdict from the log.",
     ),
     "authorize": (
         "commands.cli.lifecycle:authorize_",
-        "Without DECISION_ID: list pending decisions.",
+        "List pending decisions, or sign and record one.",
     ),
     "call": ("commands.cli.runs:call", "Gate, run and record a tool call."),
     "checkpoint": (
         "commands.cli.audit:checkpoint",
-        "Print a signed tree head (C2SP tlog-checkpoint) of the current log.",
+        "Print a signed tree head (a C2SP checkpoint) of the log.",
     ),
     "demo": (
         "commands.cli.driver:demo",
-        "Run the green-after-fix example on a fresh SQLite ledger; show history and verify.",
+        "Run the green-after-fix example on a fresh SQLite ledger.",
     ),
     "detach": ("commands.cli.attachments:detach", "Detach an attachment."),
-    "events": ("commands.cli.log:events", "List events in position order."),
+    "event": (
+        "commands.cli.log:event",
+        "Show one event with its hashes and its inclusion proof.",
+    ),
+    "events": ("commands.cli.log:events", "List events in position order, or newest first."),
     "export": (
         "commands.cli.analytics:export",
-        (
-            "Write events to a file with the flat analytics columns "
-            "(docs/analytics.md), or an offline bundle (--bundle FILE [--plan P])."
-        ),
+        "Export events (JSONL, CSV, Parquet) or an offline bundle.",
     ),
     "fix": ("commands.cli.lifecycle:fix", "Record the agent's fix before re-validating."),
     "gate": (
         "commands.cli.gates:gate",
-        "Structural gates: deviation is failure, recorded with every deviation.",
+        "Structural gates: any deviation fails, and is recorded.",
     ),
     "halt": ("commands.cli.runs:halt", "Record an orchestrator's own halt."),
     "hook": (
         "commands.cli.hooks:hook",
-        (
-            "Agent tool-use hooks: gate and record an agent CLI's own tool calls "
-            "(stdin: the hook JSON)."
-        ),
+        "Agent CLI tool-use hooks: gate and record its tool calls.",
     ),
-    "init": (
-        "commands.cli.log:init",
-        ("Create the ledger (tables, append-only triggers, head) if it does not exist."),
-    ),
+    "init": ("commands.cli.log:init", "Create the ledger if it does not exist."),
     "keys": (
         "commands.cli.lifecycle:keys",
-        "Approver keys (Ed25519): the private key never enters the ledger.",
+        "Approver keys (Ed25519); private keys never enter the ledger.",
     ),
     "mcp": (
         "commands.cli.mcp:mcp",
-        "MCP gate proxy: gate and record every tool call an agent makes to an MCP server.",
+        "MCP gate proxy: gate and record an agent's MCP tool calls.",
     ),
     "plan": ("commands.cli.plans:plan", "Plans: Strategize -> Execute -> Apply."),
     "projections": ("commands.cli.projections:projections", "Read models folded from the log."),
     "prove": (
         "commands.cli.audit:prove",
-        "Print the RFC 9162 inclusion proof of the event at POSITION.",
+        "Print or check an RFC 9162 inclusion or consistency proof.",
     ),
     "replay": (
         "commands.cli.audit:replay",
-        "The plan's state after each of its events, folded from the log.",
+        "Show a plan's state after each of its events.",
     ),
     "report": (
         "commands.cli.report:report",
-        (
-            "Write one self-contained HTML report of PLAN: timeline, gates, "
-            "validations, decisions, token, outcome, verification."
-        ),
+        "Write a self-contained HTML report of a plan.",
     ),
     "resolve": (
         "commands.cli.attachments:resolve",
-        ("Which validations apply to work on a resource: union of scopes, most specific wins."),
+        "Which validations apply to work on a resource.",
     ),
     "review": (
         "commands.cli.reviews:review",
-        "Advisory reviews: recorded, accounted, verified; never a gate.",
+        "Advisory reviews, recorded and verified; never a gate.",
     ),
     "run": (
         "commands.cli.driver:run",
-        ("Drive a whole plan from PLAN_FILE: gates, real tools, validations, Apply."),
+        "Drive a whole plan from PLAN_FILE: gates, tools, Apply.",
     ),
     "skill": (
         "commands.cli.registry:skill",
-        (
-            "Skills: named bundles of tools and validations (membership makes them "
-            "callable; only an attachment makes a validation a gate)."
-        ),
+        "Skills: named bundles of tools and validations.",
     ),
     "stats": (
         "commands.cli.analytics:stats",
-        (
-            "Validation pass rates and durations, flaky validations, plan outcomes, "
-            "halts and gate deviations (docs/analytics.md)."
-        ),
+        "Validation pass rates, flaky validations, outcomes, halts.",
     ),
     "tail": ("commands.cli.analytics:tail", "Print events in position order as they arrive."),
     "tool": ("commands.cli.registry:tool", "Tools: register, list, show."),
     "validate": (
         "commands.cli.runs:validate",
-        ("Run the plan's binding set (pinned at Execute), in parallel; classify the outcome."),
+        "Run the plan's pinned validations; classify the outcome.",
     ),
     "validation": (
         "commands.cli.registry:validation",
-        "Validations: read-only tools that return {passed, message?, data?}.",
+        "Validations: read-only tools that return a verdict.",
     ),
     "verify": (
         "commands.cli.log:verify",
-        (
-            "Recompute every leaf, the hash chain and the Merkle root from the stored"
-            " bytes (with --bundle: check an offline bundle, with no database)."
-        ),
+        "Recompute every leaf, the hash chain and the Merkle root.",
     ),
 }
+
+# `evidence --help` lists the verbs by what a user is doing, in this order (and within a
+# section in the order of the work). Every verb of COMMANDS is in exactly one section.
+SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("The log", ("init", "events", "event", "verify", "projections")),
+    ("Registry", ("tool", "validation", "skill", "attach", "detach", "resolve")),
+    ("Plans and runs", ("plan", "call", "validate", "fix", "halt", "run", "demo")),
+    ("Gates", ("gate",)),
+    ("Decisions and Apply", ("authorize", "keys", "apply")),
+    ("Auditing", ("audit", "replay", "checkpoint", "prove", "report")),
+    ("Analytics", ("tail", "export", "stats")),
+    ("Reviews", ("review",)),
+    ("The agent's door", ("hook", "mcp")),
+)
 
 
 class LazyGroup(click.Group):
@@ -184,18 +178,32 @@ class LazyGroup(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """As click lists commands (same columns, same shortening), from the table for
-        those not imported yet."""
-        commands = [
-            self.commands.get(name) or click.Command(name, help=self.lazy_commands[name][1])
+        """The verbs in the sections of ``SECTIONS`` (any other under "Other"), as click
+        lists commands (same columns, same shortening), one name column for all; the
+        short help from the table for those not imported yet."""
+        commands = {
+            name: self.commands.get(name) or click.Command(name, help=self.lazy_commands[name][1])
             for name in self.list_commands(ctx)
-        ]
-        shown = [c for c in commands if not c.hidden]
+        }
+        shown = {name: c for name, c in commands.items() if not c.hidden}
         if not shown:
             return
-        limit = formatter.width - 6 - max(len(c.name or "") for c in shown)
-        with formatter.section("Commands"):
-            formatter.write_dl([(c.name or "", c.get_short_help_str(limit)) for c in shown])
+        width = max(len(name) for name in shown)
+        limit = formatter.width - 6 - width
+        placed = {name for _, names in SECTIONS for name in names}
+        sections = [
+            *SECTIONS,
+            ("Other", tuple(name for name in shown if name not in placed)),
+        ]
+        for title, names in sections:
+            rows = [
+                (name.ljust(width), shown[name].get_short_help_str(limit))
+                for name in names
+                if name in shown
+            ]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
 
 
 @click.group(
@@ -207,7 +215,17 @@ class LazyGroup(click.Group):
 @click.version_option(ledger.__version__, prog_name="evidence")
 @click.pass_context
 def cli(ctx: click.Context, db_url: str | None) -> None:
-    """Evidence Ledger: an append-only, verifiable log of an agent validation plane."""
+    """Evidence Ledger: an append-only, verifiable log of an agent validation plane.
+
+    `evidence COMMAND --help` shows a command's options and examples; docs/cli.md
+    documents every command, its output formats and exit codes. Tab completion for
+    bash, zsh or fish: docs/cli.md, "Shell completion".
+
+    \b
+    Examples:
+      evidence demo
+      evidence events --last 20
+    """
     if db_url is not None:
         ctx.meta["evidence.db"] = db_url
 

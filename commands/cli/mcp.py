@@ -14,7 +14,10 @@ from .common import db_option, open_plane, workdir_option
 
 @click.group()
 def mcp() -> None:
-    """MCP gate proxy: gate and record every tool call an agent makes to an MCP server."""
+    """MCP gate proxy: gate and record an agent's MCP tool calls.
+
+    Stands between the agent and an MCP server: every tool call passes the input gate,
+    is forwarded, recorded, and its result passes the output gate."""
 
 
 @mcp.command("proxy", context_settings={"ignore_unknown_options": True})
@@ -44,13 +47,16 @@ def mcp() -> None:
 def proxy(
     plan_id: str, url: str | None, server: str | None, timeout: float, upstream: tuple[str, ...]
 ) -> None:
-    """Serve MCP on stdio to the agent, in front of the MCP server UPSTREAM (a command,
-    after --) or --url URL: every tools/call passes the input gate, is forwarded,
-    recorded, and its result passes the output gate.
+    """Serve MCP to the agent in front of a server, gating every call.
+
+    The proxy speaks MCP on stdio to the agent, in front of the MCP server UPSTREAM (a
+    command, after --) or --url URL: every tools/call passes the input gate, is
+    forwarded, recorded, and its result passes the output gate.
 
     \b
-    evidence mcp proxy --plan P-1 -- npx -y @modelcontextprotocol/server-filesystem .
-    evidence mcp proxy --plan P-1 --url http://127.0.0.1:8000/mcp
+    Examples:
+      evidence mcp proxy --plan P-1 -- python my_mcp_server.py
+      evidence mcp proxy --plan P-1 --url http://127.0.0.1:8000/mcp
     """
     import anyio
 

@@ -24,14 +24,26 @@ from ledger.events import ResolvedAttachment
 from projections.documents import to_json
 from projections.states import PlanState
 
-from .common import db_option, emit_json, json_option, open_plane, print_table, workdir_option
+from .common import (
+    db_option,
+    emit_json,
+    emit_listing,
+    format_option,
+    json_option,
+    open_plane,
+    print_table,
+    workdir_option,
+)
 from .inputs import json_or_file, text_or_file
 from .terminal import inert
 
 
 @click.group()
 def plan() -> None:
-    """Plans: Strategize -> Execute -> Apply."""
+    """Plans: Strategize -> Execute -> Apply.
+
+    A plan records its strategy in Strategize, works in a sandbox in Execute (its tool
+    calls, fixes and validations), and reaches Apply with a passing run's token."""
 
 
 @plan.command("create")
@@ -70,7 +82,9 @@ def create(
     """Create PLAN_ID in phase Strategize.
 
     \b
-    evidence plan create P-1 --project api --resource ./src --skill python-dev
+    Examples:
+      evidence plan create P-1 --project api --resource ./src
+      evidence plan create P-2 --project api --resource ./src --skill python-dev
     """
     raw = json_or_file(config, "--config") if config else None
     if raw is not None and not isinstance(raw, dict):
@@ -102,9 +116,15 @@ def create(
     help="Only plans whose canonical outcome is this (escalate: awaiting a human decision).",
 )
 @db_option
-@json_option
-def list_(project: str | None, phase: str | None, outcome: str | None, as_json: bool) -> None:
-    """List plans."""
+@format_option()
+def list_(project: str | None, phase: str | None, outcome: str | None, fmt: str) -> None:
+    """List plans.
+
+    \b
+    Examples:
+      evidence plan list --outcome escalate
+      evidence plan list --project api --format csv
+    """
     found = list_plans(open_plane(), project=project)
     plans = [
         (key, doc)
@@ -112,13 +132,16 @@ def list_(project: str | None, phase: str | None, outcome: str | None, as_json: 
         if (phase is None or (doc is not None and doc.phase == phase))
         and (outcome is None or (doc is not None and doc.outcome == outcome))
     ]
-    if as_json:
-        # A stream with no plan.created is listed as {"plan_id": ID}.
-        emit_json({"plans": [to_json(doc) or {"plan_id": key} for key, doc in plans]})
-        return
-    print_table(
-        ["plan", "project", "phase", "revision", "outcome", "terminal", "resources"],
-        [_list_row(key, doc) for key, doc in plans],
+    # A stream with no plan.created is listed as {"plan_id": ID}.
+    documents = [to_json(doc) or {"plan_id": key} for key, doc in plans]
+    emit_listing(
+        fmt,
+        {"plans": documents},
+        documents,
+        lambda: print_table(
+            ["plan", "project", "phase", "revision", "outcome", "terminal", "resources"],
+            [_list_row(key, doc) for key, doc in plans],
+        ),
     )
 
 
@@ -142,7 +165,13 @@ def _list_row(plan_id: str, doc: PlanState | None) -> list[str]:
 @db_option
 @json_option
 def show(plan_id: str, as_json: bool) -> None:
-    """Show one plan's current state (and where its sandbox is)."""
+    """Show one plan's current state (and where its sandbox is).
+
+    \b
+    Examples:
+      evidence plan show P-1
+      evidence plan show P-1 --json
+    """
     plane = open_plane()
     state = get_plan(plane, plan_id)
     sandbox = sandbox_paths(plane, state)
@@ -299,7 +328,16 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
 @db_option
 @json_option
 def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
-    """Record the strategy of the current revision (phase Strategize)."""
+    """Record the strategy of the current revision (in Strategize).
+
+    Then prints the validations that would bind the plan at Execute, so the strategy is
+    made knowing them.
+
+    \b
+    Examples:
+      evidence plan strategize P-1 --strategy "fix the failing parser test"
+      evidence plan strategize P-1 --strategy @strategy.md
+    """
     plane = open_plane()
     doc = record_strategy(plane, plan_id, text_or_file(strategy, "--strategy"))
     would = would_bind(plane, plan_id)
@@ -316,8 +354,16 @@ def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
 @db_option
 @json_option
 def execute(plan_id: str, as_json: bool) -> None:
-    """Enter Execute (needs a recorded strategy): pins the binding set and makes the
-    plan's sandbox, where its tool calls, fixes and validations work until Apply."""
+    """Enter Execute (needs a recorded strategy).
+
+    Pins the binding set (the validations the plan's runs will run) and makes the
+    plan's sandbox, where its tool calls, fixes and validations work until Apply.
+
+    \b
+    Examples:
+      evidence plan execute P-1
+      evidence plan execute P-1 --workdir /srv/sandboxes --json
+    """
     plane = open_plane()
     doc = enter_execute(plane, plan_id)
     sandbox = sandbox_paths(plane, doc)
@@ -335,40 +381,46 @@ def execute(plan_id: str, as_json: bool) -> None:
 @plan.command("history")
 @click.argument("plan_id")
 @db_option
-@json_option
-def history(plan_id: str, as_json: bool) -> None:
-    """The plan's timeline: every event with a one-line summary, then where it stands."""
+@format_option()
+def history(plan_id: str, fmt: str) -> None:
+    """The plan's timeline, one line per event, then where it stands.
+
+    \b
+    Examples:
+      evidence plan history P-1
+      evidence plan history P-1 --format jsonl
+    """
     plane = open_plane()
     events = plan_history(plane, plan_id)
     lines = summaries(events)
     doc = get_plan(plane, plan_id)
     state = plan_state(doc) if doc is not None else None
     outcome = doc.outcome if doc is not None else None
-    if as_json:
-        emit_json(
-            {
-                "plan_id": plan_id,
-                "state": state,
-                "outcome": outcome,
-                "events": [
-                    {
-                        "position": e.position,
-                        "recorded_at": e.recorded_at,
-                        "actor": e.actor,
-                        "type": e.type,
-                        "event_id": e.event_id,
-                        "summary": line,
-                    }
-                    for e, line in zip(events, lines, strict=True)
-                ],
-            }
+    documents = [
+        {
+            "position": e.position,
+            "recorded_at": e.recorded_at,
+            "actor": e.actor,
+            "type": e.type,
+            "event_id": e.event_id,
+            "summary": line,
+        }
+        for e, line in zip(events, lines, strict=True)
+    ]
+
+    def table() -> None:
+        print_table(
+            ["pos", "recorded_at", "actor", "event", "summary"],
+            [
+                [str(e.position), e.recorded_at, e.actor, e.type, line]
+                for e, line in zip(events, lines, strict=True)
+            ],
         )
-        return
-    print_table(
-        ["pos", "recorded_at", "actor", "event", "summary"],
-        [
-            [str(e.position), e.recorded_at, e.actor, e.type, line]
-            for e, line in zip(events, lines, strict=True)
-        ],
+        click.echo(f"state: {_text(state)} (outcome {_text(outcome)})")
+
+    emit_listing(
+        fmt,
+        {"plan_id": plan_id, "state": state, "outcome": outcome, "events": documents},
+        documents,
+        table,
     )
-    click.echo(f"state: {_text(state)} (outcome {_text(outcome)})")

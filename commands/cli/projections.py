@@ -7,7 +7,16 @@ import sys
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
-from .common import db_option, emit_json, fail, json_option, open_plane, print_table
+from .common import (
+    db_option,
+    emit_json,
+    emit_listing,
+    fail,
+    format_option,
+    json_option,
+    open_plane,
+    print_table,
+)
 
 
 @click.group()
@@ -17,29 +26,30 @@ def projections() -> None:
 
 @projections.command("status")
 @db_option
-@json_option
-def status(as_json: bool) -> None:
-    """Each projection's version, position (the last event applied), the head and the lag."""
+@format_option()
+def status(fmt: str) -> None:
+    """Each projection's version, position, the head and the lag.
+
+    The position is the last event the read model has applied.
+
+    \b
+    Examples:
+      evidence projections status
+      evidence projections status --format json
+    """
     rows = open_plane().projections.status()
-    if as_json:
-        emit_json(
-            {
-                "projections": [
-                    {
-                        "name": r.name,
-                        "version": r.version,
-                        "position": r.position,
-                        "head": r.head,
-                        "lag": r.lag,
-                    }
-                    for r in rows
-                ]
-            }
-        )
-        return
-    print_table(
-        ["name", "version", "position", "head", "lag"],
-        [[r.name, str(r.version), str(r.position), str(r.head), str(r.lag)] for r in rows],
+    documents = [
+        {"name": r.name, "version": r.version, "position": r.position, "head": r.head, "lag": r.lag}
+        for r in rows
+    ]
+    emit_listing(
+        fmt,
+        {"projections": documents},
+        documents,
+        lambda: print_table(
+            ["name", "version", "position", "head", "lag"],
+            [[r.name, str(r.version), str(r.position), str(r.head), str(r.lag)] for r in rows],
+        ),
     )
 
 
@@ -48,7 +58,15 @@ def status(as_json: bool) -> None:
 @db_option
 @json_option
 def rebuild(name: str | None, as_json: bool) -> None:
-    """Rebuild NAME (or every projection) into fresh tables and swap them in."""
+    """Rebuild NAME (or every projection) and swap it in.
+
+    The whole log is folded into fresh tables, then swapped in atomically.
+
+    \b
+    Examples:
+      evidence projections rebuild
+      evidence projections rebuild plans --json
+    """
     plane = open_plane()
     engine = plane.projections
     if name is not None and name not in engine.projections:

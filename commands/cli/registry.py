@@ -7,8 +7,8 @@ refusal is one ``error: FILE: ...`` line, exit 2, nothing appended.
 from __future__ import annotations
 
 import json
-import shlex
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,7 +33,15 @@ from commands.plane.registry import (
 from ledger import LedgerError
 from projections.documents import Document, to_json
 
-from .common import db_option, emit_json, json_option, open_plane, print_table
+from .common import (
+    db_option,
+    emit_json,
+    emit_listing,
+    format_option,
+    json_option,
+    open_plane,
+    print_table,
+)
 from .inputs import load_file, whole
 from .terminal import inert
 
@@ -74,13 +82,27 @@ def _executor(spec: Mapping[str, Any]) -> str:
     if spec.get("python"):
         return f"python {spec['python']}"
     if spec.get("command"):
-        return f"command {shlex.join(spec['command'])}"
+        return f"command {argv_text(spec['command'])}"
     if spec.get("mcp_server"):
         how = f"mcp {spec['mcp_server']}/{spec.get('mcp_tool_name')}"
         if spec.get("mcp_command"):
-            return f"{how} via {shlex.join(spec['mcp_command'])}"
+            return f"{how} via {argv_text(spec['mcp_command'])}"
         return f"{how} at {spec['mcp_url']}" if spec.get("mcp_url") else how
     return "-"
+
+
+def argv_text(argv: Sequence[str]) -> str:
+    """An argv list as readable text: the items, space-separated; an item that is empty
+    or holds a space, a quote or a backslash in double quotes, written as a JSON string
+    (``python -c "print('hi')"``). The plane never runs it through a shell, so no shell's
+    quoting is the truth; this form reads the same and is unambiguous."""
+    return " ".join(
+        item if item and not _NEEDS_QUOTES.search(item) else json.dumps(item, ensure_ascii=False)
+        for item in argv
+    )
+
+
+_NEEDS_QUOTES = re.compile(r"[\s\"'\\]")
 
 
 def _compact(value: Any) -> str:
@@ -137,7 +159,9 @@ def _show_rows(view: Document) -> list[list[str]]:
 
 @click.group()
 def tool() -> None:
-    """Tools: register, list, show. Validations are tools too (one namespace)."""
+    """Tools: register, list, show.
+
+    Validations are tools too: one namespace, so a name is a tool or a validation."""
 
 
 @tool.command("register")
@@ -145,7 +169,15 @@ def tool() -> None:
 @db_option
 @json_option
 def tool_register(file: str, as_json: bool) -> None:
-    """Register the tool in FILE (JSON, YAML or TOML); a change is a new version."""
+    """Register the tool in FILE (JSON, YAML or TOML).
+
+    Registering it again with a change appends its next version.
+
+    \b
+    Examples:
+      evidence tool register tools/pytest.yaml
+      evidence tool register tools/calc.json --json
+    """
     raw = _load(file, "tool")
     with _about(file):
         spec = parse_tool_spec(raw)
@@ -162,13 +194,20 @@ def tool_register(file: str, as_json: bool) -> None:
     help="Only tools or only validations (default: both).",
 )
 @db_option
-@json_option
-def tool_list(kind: str | None, as_json: bool) -> None:
-    """List every tool and validation, latest versions."""
+@format_option()
+def tool_list(kind: str | None, fmt: str) -> None:
+    """List every tool and validation, latest versions.
+
+    \b
+    Examples:
+      evidence tool list
+      evidence tool list --kind tool --format csv
+    """
     views = list_tools(open_plane(), kind=kind)  # type: ignore[arg-type]
-    if as_json:
-        emit_json({"tools": views})
-        return
+    emit_listing(fmt, {"tools": views}, views, lambda: _print_tools(views))
+
+
+def _print_tools(views: list[Document]) -> None:
     print_table(
         ["name", "kind", "version", "executor", "description"],
         [
@@ -190,7 +229,13 @@ def tool_list(kind: str | None, as_json: bool) -> None:
 @db_option
 @json_option
 def tool_show(name: str, version: int | None, as_json: bool) -> None:
-    """Show a tool (or validation): its definition and schema digests."""
+    """Show a tool (or validation): its definition and schema digests.
+
+    \b
+    Examples:
+      evidence tool show pytest
+      evidence tool show pytest --version 1 --json
+    """
     view = get_tool(open_plane(), name, version=version)
     if as_json:
         emit_json({"tool": view})
@@ -203,7 +248,9 @@ def tool_show(name: str, version: int | None, as_json: bool) -> None:
 
 @click.group()
 def validation() -> None:
-    """Validations: read-only tools that return {passed, message?, data?}."""
+    """Validations: read-only tools that return a verdict.
+
+    Their structured return is exactly {passed, message?, data?}."""
 
 
 @validation.command("register")
@@ -211,7 +258,15 @@ def validation() -> None:
 @db_option
 @json_option
 def validation_register(file: str, as_json: bool) -> None:
-    """Register the validation in FILE (JSON, YAML or TOML); a change is a new version."""
+    """Register the validation in FILE (JSON, YAML or TOML).
+
+    Registering it again with a change appends its next version.
+
+    \b
+    Examples:
+      evidence validation register validations/tests-pass.toml
+      evidence validation register validations/lint.yaml --json
+    """
     raw = _load(file, "validation")
     with _about(file):
         spec = parse_validation_spec(raw)
@@ -223,13 +278,20 @@ def validation_register(file: str, as_json: bool) -> None:
 
 @validation.command("list")
 @db_option
-@json_option
-def validation_list(as_json: bool) -> None:
-    """List validations with their mode and executor."""
+@format_option()
+def validation_list(fmt: str) -> None:
+    """List validations with their mode and executor.
+
+    \b
+    Examples:
+      evidence validation list
+      evidence validation list --format jsonl
+    """
     views = list_validations(open_plane())
-    if as_json:
-        emit_json({"validations": views})
-        return
+    emit_listing(fmt, {"validations": views}, views, lambda: _print_validations(views))
+
+
+def _print_validations(views: list[Document]) -> None:
     print_table(
         ["name", "version", "mode", "executor", "description"],
         [
@@ -251,7 +313,13 @@ def validation_list(as_json: bool) -> None:
 @db_option
 @json_option
 def validation_show(name: str, version: int | None, as_json: bool) -> None:
-    """Show a validation: mode, executor, transform, inherited fields."""
+    """Show a validation: mode, executor, transform, inherited fields.
+
+    \b
+    Examples:
+      evidence validation show tests-pass
+      evidence validation show tests-pass --version 2 --json
+    """
     view = get_validation(open_plane(), name, version=version)
     if as_json:
         emit_json({"validation": view})
@@ -264,8 +332,10 @@ def validation_show(name: str, version: int | None, as_json: bool) -> None:
 
 @click.group()
 def skill() -> None:
-    """Skills: named bundles of tools and validations (membership makes them callable;
-    only an attachment makes a validation a gate)."""
+    """Skills: named bundles of tools and validations.
+
+    Membership makes a tool or validation callable in a plan that names the skill; only
+    an attachment makes a validation a gate."""
 
 
 @skill.command("define")
@@ -273,7 +343,15 @@ def skill() -> None:
 @db_option
 @json_option
 def skill_define(file: str, as_json: bool) -> None:
-    """Define the skill in FILE (JSON, YAML or TOML); a change is a new version."""
+    """Define the skill in FILE (JSON, YAML or TOML).
+
+    Defining it again with a change appends its next version.
+
+    \b
+    Examples:
+      evidence skill define skills/qa.json
+      evidence skill define skills/python-dev.yaml --json
+    """
     raw = _load(file, "skill")
     with _about(file):
         spec = parse_skill_spec(raw)
@@ -285,16 +363,25 @@ def skill_define(file: str, as_json: bool) -> None:
 
 @skill.command("list")
 @db_option
-@json_option
-def skill_list(as_json: bool) -> None:
-    """List skills."""
+@format_option()
+def skill_list(fmt: str) -> None:
+    """List skills.
+
+    \b
+    Examples:
+      evidence skill list
+      evidence skill list --format csv
+    """
     skills = list_skills(open_plane())
-    if as_json:
-        emit_json({"skills": [to_json(s) for s in skills]})
-        return
-    print_table(
-        ["name", "version", "members", "description"],
-        [[s.name, str(s.version), " ".join(s.members), s.description or "-"] for s in skills],
+    documents = [to_json(s) for s in skills]
+    emit_listing(
+        fmt,
+        {"skills": documents},
+        documents,
+        lambda: print_table(
+            ["name", "version", "members", "description"],
+            [[s.name, str(s.version), " ".join(s.members), s.description or "-"] for s in skills],
+        ),
     )
 
 
@@ -303,7 +390,13 @@ def skill_list(as_json: bool) -> None:
 @db_option
 @json_option
 def skill_show(name: str, as_json: bool) -> None:
-    """Show a skill and its members (kind, latest version, mode)."""
+    """Show a skill and its members (kind, latest version, mode).
+
+    \b
+    Examples:
+      evidence skill show qa
+      evidence skill show qa --json
+    """
     plane = open_plane()
     doc = get_skill(plane, name)
     if as_json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from commands.auditor.report import gather_report, render_html
 from ledger.verify import verify_store
 
 from .bundle import bundle_option, load_bundle_or_refuse, public_key_option
-from .common import db_option, fail, open_store
+from .common import STDOUT, data_to_stdout, db_option, fail, open_store
 from .terminal import inert
 
 __all__ = ["report", "write_atomically"]
@@ -27,16 +28,29 @@ __all__ = ["report", "write_atomically"]
     required=True,
     metavar="OUT.html",
     type=click.Path(path_type=Path),
-    help="Write the self-contained HTML report to this file.",
+    help="Write the self-contained HTML report to this file (- for standard output).",
 )
 @bundle_option
 @public_key_option
 @db_option
 def report(plan_id: str, out: Path, bundle_file: Path | None, public_key_file: Path | None) -> None:
-    """Write one self-contained HTML report of PLAN: timeline, gates, validations,
-    decisions, token, outcome, verification. Exit 0 once written, even when verification
-    found problems (the report shows them). With --bundle, from an offline bundle."""
-    _check_writable(out)  # before the (long) verification: a typo costs nothing
+    """Write a self-contained HTML report of a plan.
+
+    Timeline, gates, validations, decisions, token, outcome and verification, in one
+    file with no network access. Exit 0 once written, even when verification found
+    problems (the report shows them). With --bundle, from an offline bundle;
+    `--html -` writes it to standard output (the summary line goes to standard error).
+
+    \b
+    Examples:
+      evidence report P-1 --html p1.html
+      evidence report P-1 --bundle p1.bundle --html - > p1.html
+    """
+    to_stdout = str(out) == STDOUT
+    if to_stdout:
+        data_to_stdout("--html")
+    else:
+        _check_writable(out)  # before the (long) verification: a typo costs nothing
     if bundle_file is not None:
         # A bundle that fails verification still gets its report, marked FAILED, as a
         # tampered database does: the page lists what broke.
@@ -49,7 +63,12 @@ def report(plan_id: str, out: Path, bundle_file: Path | None, public_key_file: P
         data = gather_report(
             store, plan_id, verification=lambda: verify_store(store), source_label=store.url
         )
-    write_atomically(out, render_html(data).encode("utf-8"))
+    html = render_html(data).encode("utf-8")
+    if to_stdout:
+        sys.stdout.buffer.write(html)
+        sys.stdout.buffer.flush()
+    else:
+        write_atomically(out, html)
     verdict = (
         "verified"
         if data.verification.ok and data.audit.ok
@@ -57,9 +76,11 @@ def report(plan_id: str, out: Path, bundle_file: Path | None, public_key_file: P
     )
     # The events read (a bundle holds a plan's, not the whole log) and the log position.
     events = data.verification.checked_events
+    where = "the report to standard output" if to_stdout else inert(out)
     click.echo(
-        f"wrote {inert(out)} (plan {inert(plan_id)}, {events} events as of position "
-        f"{data.size}, {verdict})"
+        f"wrote {where} (plan {inert(plan_id)}, {events} events as of position "
+        f"{data.size}, {verdict})",
+        err=to_stdout,
     )
 
 

@@ -26,6 +26,8 @@ from .common import (
     EXIT_VERDICT,
     db_option,
     emit_json,
+    emit_listing,
+    format_option,
     json_option,
     open_plane,
     print_table,
@@ -41,7 +43,7 @@ def _read(path: str, what: str) -> bytes:
 
 @click.group()
 def review() -> None:
-    """Advisory reviews: recorded, accounted, verified; never a gate."""
+    """Advisory reviews, recorded and verified; never a gate."""
 
 
 @review.command("run")
@@ -66,7 +68,14 @@ def review() -> None:
 @db_option
 @json_option
 def run(file: str, config: str, repo: Path, plan_id: str | None, as_json: bool) -> None:
-    """Start a review by reviewer programs as a background task; print its receipt."""
+    """Start a review run by reviewer programs in the background.
+
+    Prints its receipt (the task id) once the request and the reviewers are recorded.
+
+    \b
+    Examples:
+      evidence review run request.json --reviewers reviewers.yaml --repo .
+    """
     from commands.plane.review_host import HostNotStarted, load_reviewers, run_review
 
     data = _read(file, "REQUEST_FILE")
@@ -104,7 +113,12 @@ def run(file: str, config: str, repo: Path, plan_id: str | None, as_json: bool) 
 @json_option
 def wait(task_id: str, timeout: float | None, as_json: bool) -> None:
     """Block until the review ends. Exit 0 completed, 1 failed (or still running at
-    --timeout)."""
+    --timeout).
+
+    \b
+    Examples:
+      evidence review wait 01M8R3RYSDY9ZYQRMAV133SYN9 --timeout 600
+    """
     from commands.plane.review_host import wait_review
 
     outcome = wait_review(open_plane(), task_id, timeout_s=timeout)
@@ -150,7 +164,14 @@ def host(task_id: str, lock_fd: int | None, preflight: str | None) -> None:
 @db_option
 @json_option
 def start(file: str, plan_id: str | None, as_json: bool) -> None:
-    """Check and record a review request; print its receipt (the task id)."""
+    """Check and record a review request; print its receipt.
+
+    The receipt is the review's task id.
+
+    \b
+    Examples:
+      evidence review start request.json --plan P-1
+    """
     data = _read(file, "FILE")
     try:
         task_id = start_review(open_plane(create=True), data, plan_id=plan_id)
@@ -172,7 +193,12 @@ def start(file: str, plan_id: str | None, as_json: bool) -> None:
 @db_option
 @json_option
 def submit(task_id: str, file: str, reviewer: str, as_json: bool) -> None:
-    """Record a candidate report. Exit 1 when it failed the schema (kept as a limitation)."""
+    """Record a candidate report. Exit 1 when it failed the schema (kept as a limitation).
+
+    \b
+    Examples:
+      evidence review submit TASK candidate.json --reviewer alice
+    """
     result = submit_candidate(open_plane(), task_id, _read(file, "FILE"), reviewer=reviewer)
     if as_json:
         emit_json({"submission": result.to_json()})
@@ -197,8 +223,15 @@ def submit(task_id: str, file: str, reviewer: str, as_json: bool) -> None:
 @db_option
 @json_option
 def account(task_id: str, file: str, as_json: bool) -> None:
-    """Check the evaluator's accounting; commit the report, or record the failed attempt
-    (exit 1; one repair is allowed, a second failure fails the review)."""
+    """Check the evaluator's accounting; commit the report.
+
+    A rejected accounting is recorded as a failed attempt (exit 1); one repair is
+    allowed, a second failure fails the review.
+
+    \b
+    Examples:
+      evidence review account TASK accounting.json
+    """
     outcome = account_review(open_plane(), task_id, _read(file, "FILE"))
     if as_json:
         emit_json({"accounting": outcome.to_json()})
@@ -230,8 +263,14 @@ def account(task_id: str, file: str, as_json: bool) -> None:
 @db_option
 @json_option
 def result(task_id: str, recipient: str | None, as_json: bool) -> None:
-    """The full committed report, verified, handed out once. Exit 1 if it fails
-    verification; 2 if it was handed out before (when, to whom)."""
+    """The committed report, verified and handed out once.
+
+    Exit 1 if it fails verification; 2 if it was handed out before (when, to whom).
+
+    \b
+    Examples:
+      evidence review result TASK --as auditor --json
+    """
     try:
         found = review_result(open_plane(), task_id, recipient=recipient)
     except AlreadyHandedOut as exc:
@@ -302,13 +341,20 @@ def _print_report(report: dict[str, Any]) -> None:
     help="Only reviews in this status.",
 )
 @db_option
-@json_option
-def list_(plan_id: str | None, status: str | None, as_json: bool) -> None:
-    """List reviews, oldest first."""
+@format_option()
+def list_(plan_id: str | None, status: str | None, fmt: str) -> None:
+    """List reviews, oldest first.
+
+    \b
+    Examples:
+      evidence review list --status completed
+      evidence review list --plan P-1 --format csv
+    """
     reviews = [_summary(doc) for doc in list_reviews(open_plane(), plan_id=plan_id, status=status)]
-    if as_json:
-        emit_json({"reviews": reviews})
-        return
+    emit_listing(fmt, {"reviews": reviews}, reviews, lambda: _review_table(reviews))
+
+
+def _review_table(reviews: list[dict[str, Any]]) -> None:
     print_table(
         ["task", "status", "plan", "candidates", "attempts", "report"],
         [
@@ -345,7 +391,12 @@ def _summary(doc: ReviewState) -> dict[str, Any]:
 @db_option
 @json_option
 def show(task_id: str, as_json: bool) -> None:
-    """One review: request, candidates, the source findings to account for, attempts."""
+    """One review: its request, candidates, findings and attempts.
+
+    \b
+    Examples:
+      evidence review show TASK
+    """
     doc = get_review(open_plane(), task_id)
     if as_json:
         emit_json({"review": to_json(doc), "source_findings": source_findings(doc)})

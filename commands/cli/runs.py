@@ -22,8 +22,8 @@ from .terminal import inert
 
 @click.command()
 @click.argument("plan_id")
-@click.option("--tool", required=True)
-@click.option("--params", required=True, metavar="JSON|@file")
+@click.option("--tool", required=True, help="The registered tool to call.")
+@click.option("--params", required=True, metavar="JSON|@file", help="The call's parameters.")
 @click.option("--step", help="The step this call serves.")
 @click.option("--output-schema", metavar="JSON|@file", help="The step's output declaration.")
 @click.option(
@@ -43,7 +43,16 @@ def call(
     record_output: str | None,
     as_json: bool,
 ) -> None:
-    """Gate, run and record a tool call. Exit 1 on a deviation or a halt."""
+    """Gate, run and record a tool call. Exit 1 on a deviation or a halt.
+
+    The input gate, the tool run in the plan's sandbox (or, with --record-output, a
+    call the orchestrator made itself), then the output gate.
+
+    \b
+    Examples:
+      evidence call P-1 --tool pytest --params '{"path": "tests"}'
+      evidence call P-1 --tool search --params @p.json --record-output @out.json
+    """
     schema = json_or_file(output_schema, "--output-schema") if output_schema else None
     recorded = raw_bytes(record_output, "--record-output") if record_output is not None else None
     report = call_tool(
@@ -101,9 +110,17 @@ def call(
 @db_option
 @json_option
 def validate(plan_id: str, as_json: bool) -> None:
-    """Run the plan's binding set (pinned at Execute), in parallel; classify the outcome.
+    """Run the plan's pinned validations; classify the outcome.
 
-    A run with no required validation is no pass; after a blocker, record a fix first."""
+    The binding set pinned at Execute runs in parallel, each validation read-only; a
+    pass mints the Apply token. A run with no required validation is no pass; after a
+    blocker, record a fix first. Exit 1 on any outcome but a pass.
+
+    \b
+    Examples:
+      evidence validate P-1
+      evidence validate P-1 --json
+    """
     report = validate_plan(open_plane(), plan_id)
     doc = report.to_json()
     if as_json:
@@ -154,7 +171,7 @@ def validate(plan_id: str, as_json: bool) -> None:
 @click.command()
 @click.argument("plan_id")
 @click.option("--raw-type", required=True, help="The precise cause (see docs/cli.md).")
-@click.option("--reason", required=True, metavar="TEXT|@file")
+@click.option("--reason", required=True, metavar="TEXT|@file", help="Why the plan halts.")
 @click.option("--hint", help="What the one who acts should do.")
 @click.option("--terminal", is_flag=True, help="The plan ends here.")
 @db_option
@@ -164,7 +181,13 @@ def halt(
 ) -> None:
     """Record an orchestrator's own halt. Exit 1 (a halt is a verdict on the run).
 
-    A raw type that classifies as escalate opens a pending human decision."""
+    A raw type that classifies as escalate opens a pending human decision.
+
+    \b
+    Examples:
+      evidence halt P-1 --raw-type timeout --reason "the build hung"
+      evidence halt P-1 --raw-type needs_decision --reason @why.txt
+    """
     event = record_halt(
         open_plane(),
         plan_id,

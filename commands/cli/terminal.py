@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["inert"]
+__all__ = ["inert", "json_inert"]
 
 # Anything but printable ASCII is looked at (and, in multi-line text, but a newline).
 _SUSPECT = re.compile(r"[^\x20-\x7e]")
@@ -56,3 +56,25 @@ def inert(text: object, *, multiline: bool = False) -> str:
     if text.isprintable():  # no control, format or separator character: the usual case
         return text
     return (_SUSPECT_MULTILINE if multiline else _SUSPECT).sub(_escape, text)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == "\n" or char in _JOINERS or unicodedata.category(char) not in _HIDDEN:
+        return char
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a UTF-16 surrogate pair, as JSON writes a character beyond the BMP
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def json_inert(data: bytes) -> bytes:
+    """JSON text (UTF-8, one document a line) with every invisible or control character
+    that ``inert`` would escape written as a JSON ``\\u`` escape instead: the same JSON
+    values, exactly, and nothing a terminal acts on (a JSON writer leaves a bidi override
+    or a C1 control raw). Newlines between documents stay."""
+    if data.isascii():
+        return data  # ASCII JSON holds no raw control character but newlines
+    text = data.decode("utf-8", "surrogatepass")
+    return _SUSPECT_MULTILINE.sub(_json_escape, text).encode("utf-8", "surrogatepass")
