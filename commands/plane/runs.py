@@ -213,6 +213,9 @@ def call_tool(
         output_schema = RESULT_SCHEMA
     if recorded_output is None and tool_doc is not None:
         _cap_of(to_json(tool_doc.spec))  # refused here, before the input gate is recorded
+    # Where the call would run, made before anything is recorded: a workdir that cannot
+    # hold the sandbox refuses the command with the ledger unchanged.
+    copies = sandbox_of(plane, plan, sandbox) if plan is not None else None
     if input_gate is None:
         input_gate = gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor)
     elif not (
@@ -222,8 +225,7 @@ def call_tool(
     report = CallReport(input_gate)
     if not report.input_gate.passed:
         return report  # an invented tool or bad parameters: the call is never made
-    assert plan is not None and tool_doc is not None  # the input gate passed
-    copies = sandbox_of(plane, plan, sandbox)
+    assert plan is not None and tool_doc is not None and copies is not None  # it passed
     # The sandbox as it was before the call: put back unless the call passes both gates.
     guards = [TreeGuard(copy) for copy in copies.values()]
     try:
