@@ -50,6 +50,7 @@ from ledger.keys import (
     public_key_b64,
     public_key_from_b64,
 )
+from tests.helpers import run_cli
 
 POSIX = os.name == "posix"
 posix_only = pytest.mark.skipif(not POSIX, reason="file modes are POSIX")
@@ -761,3 +762,10 @@ def test_token_digest(plane: Ed25519PrivateKey) -> None:
     token = _mint(plane)
     assert token_digest(token) == hashlib.sha256(token.encode()).hexdigest()
     assert token_digest(token) != token_digest(_mint(plane, token_id="T-2"))
+
+
+def test_keys_generate_says_the_next_step(tmp_path: Path) -> None:
+    """A newcomer learns `keys add` from `keys generate`, not from its error."""
+    made = run_cli("keys", "generate", "--out", str(tmp_path / "alice.key"))
+    assert made.returncode == 0, made.stderr
+    assert f"next: evidence keys add NAME {tmp_path / 'alice.key'}.pub" in made.stdout

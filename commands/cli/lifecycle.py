@@ -104,6 +104,7 @@ def generate(out: Path, as_json: bool) -> None:
             f"private key {inert(out)} (keep it away from the agent), public key {inert(out)}.pub"
         )
         click.echo(f"fingerprint {print_}")
+        click.echo(f"next: evidence keys add NAME {inert(out)}.pub  (register it as an approver)")
 
 
 @keys.command("add")
