@@ -19,8 +19,10 @@ Decisions:
   ``anyOf``/``oneOf``. ``const``/``enum`` compare numbers by value as the spec says.
 - Formats are asserted (``format: date-time`` fails for ``"yesterday"``); schemas with a
   format the checker does not know are refused at registration.
-- Instance bytes that are not JSON give one ``wrong_type`` deviation at the root with
-  ``actual_type`` ``invalid_json``. A duplicate member name (``{"a":1,"a":2}``) is an
+- Instance bytes that are not JSON, or break the input rules (nesting deeper than 64
+  levels, an integer beyond ±(2^53 - 1), written as digits or as an integral float such
+  as ``1e17``), give one ``wrong_type`` deviation with ``actual_type`` ``invalid_json``.
+  A duplicate member name (``{"a":1,"a":2}``) is an
   ``extra_field`` at the member's pointer: most parsers keep the last one silently, and
   two parsers disagreeing on which one counts is how a checked call differs from the
   executed one.
@@ -35,6 +37,12 @@ Decisions:
   ``enum``/``const``/constraints failing on it are not repeated.
 
 Compiled validators are cached by the schema's SHA-256 (an LRU of a few thousand).
+
+Two ways to the same deviations: the slow path translates every error jsonschema-rs
+reports for the whole schema; the fast path (see its section below) walks the closed
+objects registration generates in Python and asks jsonschema-rs only yes/no questions,
+so an invalid instance costs about what a valid one does. A property test holds the two
+to identical deviation lists.
 """
 
 from __future__ import annotations
@@ -370,7 +378,7 @@ def _parent(pointer: str) -> str:
 # Why it exists: for every error, jsonschema-rs builds a Python ValidationError (messages,
 # three paths, a kind object, and the failing value converted back to Python: for an
 # error at the root, the whole document), about 2 µs each, and translating it into a
-# deviation cost as much again. Most deviations a gate reports come from the closed
+# deviation costs as much again. Most deviations a gate reports come from the closed
 # objects registration generates (a missing or extra field, a wrong type, a value out of
 # its enum or range), and none of those needs an error object to be found.
 #
@@ -460,31 +468,43 @@ class _Unavailable(Exception):
 class _Part:
     """A subschema with a validator of its own, compiled on first use."""
 
-    __slots__ = ("_validator", "fragment", "path")
+    __slots__ = ("fragment", "path", "validator")
 
     def __init__(self, path: Path, fragment: Any, validator: Any = None) -> None:
         self.path = path
         self.fragment = fragment
-        self._validator = validator
-
-    @property
-    def validator(self) -> Any:
-        if self._validator is None:
-            try:
-                self._validator = _compile_part(self.fragment)
-            except jsonschema_rs.ValidationError:
-                raise _Unavailable from None
-        return self._validator
+        # A plain attribute (the walk reads it for every member it asks about); until
+        # first used it holds a stand-in that compiles the real one.
+        self.validator: Any = validator if validator is not None else _Uncompiled(self)
 
     def translate(self, value: Any, pointer: str, compiled: _Compiled, found: list[_Found]) -> None:
         for error in self.validator.iter_errors(value):
             found.extend(_translate(error, compiled, value, pointer, self.path))
 
 
-def _compile_part(fragment: Any) -> Any:
-    # Through the module, not this module's name for it: a part is not the schema, and
-    # the cache of compiled schemas is keyed by the schema's digest alone.
-    return _prepare.compile_schema(fragment, integer_tokens=False)
+class _Uncompiled:
+    """A part's validator before its first use: compiles it and takes its place."""
+
+    __slots__ = ("part",)
+
+    def __init__(self, part: _Part) -> None:
+        self.part = part
+
+    def _compile(self) -> Any:
+        try:
+            # Through the module, not this module's name for it: a part is not the
+            # schema, and the cache of compiled schemas is keyed by the schema alone.
+            validator = _prepare.compile_schema(self.part.fragment, integer_tokens=False)
+        except (jsonschema_rs.ValidationError, ValueError):
+            raise _Unavailable from None
+        self.part.validator = validator
+        return validator
+
+    def is_valid(self, value: Any) -> bool:
+        return bool(self._compile().is_valid(value))
+
+    def iter_errors(self, value: Any) -> Any:
+        return self._compile().iter_errors(value)
 
 
 class _Keyword(_Part):
@@ -680,7 +700,7 @@ class _Planner:
             target = self.node(("$defs", name), self.defs[name])
             self.nodes[path] = target
             return target
-        node = _Node(path, self.fragment(path, schema))
+        node = _Node(path, self.fragment(path, schema), self.compiled.plain if not path else None)
         self.nodes[path] = node
         if name is None or rest != {"unevaluatedProperties"}:
             return node
