@@ -369,6 +369,24 @@ def test_a_part_is_compiled_once_per_schema(monkeypatch: pytest.MonkeyPatch) -> 
     checker.clear_cache()
 
 
+def test_only_the_most_recent_plans_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    checker.clear_cache()
+    monkeypatch.setattr(checker, "PLAN_CACHE_SIZE", 1)
+    small, (_, small_invalid) = _bench_case("small")
+    typical, (_, typical_invalid) = _bench_case("typical")
+    expected = {id(small): slow(small, small_invalid), id(typical): slow(typical, typical_invalid)}
+    for _ in range(2):
+        for schema, instance in ((small, small_invalid), (typical, typical_invalid)):
+            assert check(schema, instance) == expected[id(schema)]
+            assert checker._compiled(schema, None)._plan is not None
+    # The other schema's plan was let go, and is built again when next needed.
+    assert checker._compiled(small, None)._plan is None
+    assert check(small, small_invalid) == expected[id(small)]
+    assert checker._compiled(typical, None)._plan is None
+    checker.clear_cache()
+    assert checker._planned == {}
+
+
 def test_a_float_with_a_zero_fraction_takes_the_slow_path() -> None:
     # The integer-token rule lives in the strict validator only: 3.0 is not an integer.
     schema, (valid, _) = _bench_case("small")

@@ -36,7 +36,8 @@ Decisions:
 - A value of the wrong type is reported once, as ``wrong_type``: the same schema's
   ``enum``/``const``/constraints failing on it are not repeated.
 
-Compiled validators are cached by the schema's SHA-256 (an LRU of a few thousand).
+Compiled validators are cached by the schema's SHA-256 (an LRU of a few thousand), the
+fast path's plans of the schemas that most recently saw invalid input too (a few hundred).
 
 Two ways to the same deviations: the slow path translates every error jsonschema-rs
 reports for the whole schema; the fast path (see its section below) walks the closed
@@ -47,12 +48,15 @@ to identical deviation lists.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import operator
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import jsonschema_rs
@@ -77,7 +81,7 @@ from .prepare import (
 )
 from .prepare import schema_sha256 as _schema_sha256
 
-__all__ = ["CACHE_SIZE", "check", "clear_cache", "json_type"]
+__all__ = ["CACHE_SIZE", "PLAN_CACHE_SIZE", "check", "clear_cache", "json_type"]
 
 CACHE_SIZE = 4096
 
@@ -139,14 +143,41 @@ class _Compiled:
         if not self._planned:
             self._plan = _Planner(self).node((), self.schema) if _walkable(self.schema) else None
             self._planned = True
+        if self._plan is not None:
+            _keep_plan(self)
         return self._plan
 
+    def forget_plan(self) -> None:
+        """Let the plan and its compiled parts go (built again when next needed)."""
+        self._plan, self._planned = None, False
+
     def drop_plan(self) -> None:
-        self._plan = None
+        """Never use the fast path for this schema (a part would not compile alone)."""
+        self._plan, self._planned = None, True
+        with _cache_lock:
+            _planned.pop(id(self), None)
 
 
 _cache: OrderedDict[str, _Compiled] = OrderedDict()
 _cache_lock = threading.Lock()
+
+# The fast path's plan of a schema, with the validators of its parts, can take more
+# memory than the schema's own validators (a large schema: about twice as much, see
+# docs/performance.md), and only schemas that see invalid instances need one: only the
+# plans of the PLAN_CACHE_SIZE schemas that most recently did are kept.
+PLAN_CACHE_SIZE = 256
+_planned: OrderedDict[int, _Compiled] = OrderedDict()  # by id(): each is held here
+
+
+def _keep_plan(compiled: _Compiled) -> None:
+    key = id(compiled)
+    with _cache_lock:
+        if key in _planned:
+            _planned.move_to_end(key)
+            return
+        _planned[key] = compiled
+        while len(_planned) > PLAN_CACHE_SIZE:
+            _planned.popitem(last=False)[1].forget_plan()
 
 
 def _compiled(schema: Any, sha256: str | None) -> _Compiled:
@@ -172,6 +203,9 @@ def _compiled(schema: Any, sha256: str | None) -> _Compiled:
 def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
+        for compiled in _planned.values():
+            compiled.forget_plan()
+        _planned.clear()
 
 
 # --- the check ---------------------------------------------------------------------------
@@ -466,16 +500,27 @@ class _Unavailable(Exception):
 
 
 class _Part:
-    """A subschema with a validator of its own, compiled on first use."""
+    """A subschema with a validator of its own, compiled on first use. ``defs``: the
+    root's ``$defs``, compiled beside the subschema when it holds a ``$ref``."""
 
-    __slots__ = ("fragment", "path", "validator")
+    __slots__ = ("defs", "path", "schema", "shared", "validator")
 
-    def __init__(self, path: Path, fragment: Any, validator: Any = None) -> None:
+    def __init__(
+        self, path: Path, schema: Any, defs: dict[str, Any] | None = None, validator: Any = None
+    ) -> None:
         self.path = path
-        self.fragment = fragment
+        self.schema = schema
+        self.defs = defs
+        self.shared: _Shared | None = None
         # A plain attribute (the walk reads it for every member it asks about); until
         # first used it holds a stand-in that compiles the real one.
         self.validator: Any = validator if validator is not None else _Uncompiled(self)
+
+    def fragment(self) -> Any:
+        """What is compiled: the subschema, with the root's ``$defs`` if it refers."""
+        if not self.defs or not _has_ref(self.schema):
+            return self.schema
+        return {**self.schema, "$defs": self.defs}
 
     def translate(self, value: Any, pointer: str, compiled: _Compiled, found: list[_Found]) -> None:
         for error in self.validator.iter_errors(value):
@@ -491,14 +536,10 @@ class _Uncompiled:
         self.part = part
 
     def _compile(self) -> Any:
-        try:
-            # Through the module, not this module's name for it: a part is not the
-            # schema, and the cache of compiled schemas is keyed by the schema alone.
-            validator = _prepare.compile_schema(self.part.fragment, integer_tokens=False)
-        except (jsonschema_rs.ValidationError, ValueError):
-            raise _Unavailable from None
-        self.part.validator = validator
-        return validator
+        shared = _shared_validator(self.part.fragment())
+        self.part.shared = shared  # keeps it alive, and in the table, as long as the part
+        self.part.validator = shared.validator
+        return shared.validator
 
     def is_valid(self, value: Any) -> bool:
         return bool(self._compile().is_valid(value))
@@ -507,13 +548,44 @@ class _Uncompiled:
         return self._compile().iter_errors(value)
 
 
+class _Shared:
+    """A compiled part, shared by every part with the same content (the same pattern in
+    many places, a definition closed the same way twice, the same part in another
+    version of a schema): a compiled regular expression alone can take 10 KB."""
+
+    __slots__ = ("__weakref__", "validator")
+
+    def __init__(self, validator: Any) -> None:
+        self.validator = validator
+
+
+_shared: weakref.WeakValueDictionary[bytes, _Shared] = weakref.WeakValueDictionary()
+_shared_lock = threading.Lock()
+
+
+def _shared_validator(fragment: Any) -> _Shared:
+    key = msgspec.json.encode(fragment)  # the same content as stored, the same bytes
+    with _shared_lock:
+        hit = _shared.get(key)
+    if hit is not None:
+        return hit
+    try:
+        # Through the module, not this module's name for it: a part is not the schema,
+        # and the cache of compiled schemas is keyed by the schema alone.
+        compiled = _Shared(_prepare.compile_schema(fragment, integer_tokens=False))
+    except (jsonschema_rs.ValidationError, ValueError):
+        raise _Unavailable from None
+    with _shared_lock:
+        return _shared.setdefault(key, compiled)
+
+
 class _Keyword(_Part):
     """One value keyword of a node (or its ``type``), compiled alone."""
 
     __slots__ = ("_known",)
 
-    def __init__(self, path: Path, fragment: Any) -> None:
-        super().__init__(path, fragment)
+    def __init__(self, path: Path, schema: Any) -> None:
+        super().__init__(path, schema)
         self._known: tuple[DeviationKind, str, str] | None = None
 
     def report(self, value: Any, pointer: str, compiled: _Compiled, found: list[_Found]) -> None:
@@ -548,6 +620,7 @@ class _Node(_Part):
         "admits",
         "closed",
         "declared",
+        "direct",
         "holder",
         "items",
         "keywords",
@@ -560,15 +633,19 @@ class _Node(_Part):
         "types",
     )
 
-    def __init__(self, path: Path, fragment: Any, validator: Any = None) -> None:
-        super().__init__(path, fragment, validator)
+    def __init__(
+        self, path: Path, schema: Any, defs: dict[str, Any] | None, validator: Any = None
+    ) -> None:
+        super().__init__(path, schema, defs, validator)
         self.opaque = True
         self.types: frozenset[str] | None = None
         self.admits: frozenset[type] | None = None  # the Python types of those JSON types
-        self.type_keyword: _Keyword | None = None
         self.type_only = False
-        self.keywords: list[_Keyword] = []
-        self.properties: dict[str, tuple[str, _Node]] = {}
+        self.direct = False
+        # Built on first use: most nodes of a large schema are never walked into.
+        self.type_keyword: _Keyword | None = None
+        self.keywords: list[_Keyword] | None = None
+        self.properties: dict[str, tuple[str, _Node]] = _NO_PROPERTIES
         self.required: list[tuple[str, str, str, str]] = []  # name, pointer token, text, sp
         self.closed: str | None = None  # additionalProperties: false, its schema pointer
         self.items: _Node | None = None
@@ -576,7 +653,30 @@ class _Node(_Part):
         # keyword's schema pointer, the node's own, and the names it counts as declared.
         self.target: _Node | None = None
         self.holder: tuple[str, str] = ("", "")
-        self.declared: set[str] = set()
+        self.declared: AbstractSet[str] = frozenset()
+
+    def type_check(self) -> _Keyword:
+        if self.type_keyword is None:
+            self.type_keyword = _Keyword(self.path, {"type": self.schema["type"]})
+        return self.type_keyword
+
+    def value_keywords(self) -> list[_Keyword]:
+        if self.keywords is None:
+            self.keywords = [
+                _Keyword(self.path, {key: value})
+                for key, value in self.schema.items()
+                if key in _VALUE_KEYWORDS
+            ]
+        return self.keywords
+
+
+_NO_PROPERTIES: dict[str, tuple[str, _Node]] = {}  # shared, never written to
+
+
+@functools.cache
+def _type_sets(names: tuple[str, ...]) -> tuple[frozenset[str], frozenset[type]]:
+    """A declared type list and the Python types it admits (shared by every node)."""
+    return frozenset(names), frozenset(t for name in names for t in _PYTHON_TYPES[name])
 
 
 def _def_name(ref: Any, defs: dict[str, Any]) -> str | None:
@@ -621,10 +721,11 @@ class _Planner:
         self.defs: dict[str, Any] = self.root.get("$defs", {})
         self.nodes: dict[Path, _Node] = {}
 
-    def fragment(self, path: Path, schema: Any) -> Any:
-        if not path or not self.defs or not _has_ref(schema):
-            return schema
-        return {**schema, "$defs": self.defs}
+    def _new(self, path: Path, schema: Any) -> _Node:
+        # The root is compiled already; other positions get the root's $defs if any.
+        if not path:
+            return _Node(path, schema, None, self.compiled.plain)
+        return _Node(path, schema, self.defs or None)
 
     def node(self, path: Path, schema: Any) -> _Node:
         hit = self.nodes.get(path)
@@ -632,11 +733,7 @@ class _Planner:
             return hit
         if isinstance(schema, dict) and "$ref" in schema:
             return self._reference(path, schema)
-        node = _Node(
-            path,
-            self.fragment(path, schema),
-            self.compiled.plain if not path else None,
-        )
+        node = self._new(path, schema)
         self.nodes[path] = node
         if isinstance(schema, dict):
             self._fill(node, path, schema)
@@ -657,9 +754,7 @@ class _Planner:
                 and all(isinstance(t, str) and t in _JSON_TYPES for t in names)
             ):
                 return
-            node.types = frozenset(names)
-            node.admits = frozenset(t for name in names for t in _PYTHON_TYPES[name])
-            node.type_keyword = _Keyword(path, {"type": declared})
+            node.types, node.admits = _type_sets(tuple(names))
         properties = schema.get("properties", {})
         required = schema.get("required", [])
         closing = schema.get("additionalProperties", True)
@@ -670,9 +765,6 @@ class _Planner:
             and isinstance(closing, bool)
         ):
             return
-        node.keywords = [
-            _Keyword(path, {key: value}) for key, value in schema.items() if key in _VALUE_KEYWORDS
-        ]
         node.required = [
             (
                 name,
@@ -684,13 +776,17 @@ class _Planner:
         ]
         if closing is False:
             node.closed = json_pointer((*path, "additionalProperties"))
-        node.properties = {
-            name: ("/" + escape_token(name), self.node((*path, "properties", name), sub))
-            for name, sub in properties.items()
-        }
+        if properties:
+            node.properties = {
+                name: ("/" + escape_token(name), self.node((*path, "properties", name), sub))
+                for name, sub in properties.items()
+            }
         if "items" in schema:
             node.items = self.node((*path, "items"), schema["items"])
         node.type_only = node.types is not None and set(schema) - _ANNOTATIONS == {"type"}
+        # An array is walked without asking about it first: a validator of the array
+        # would be one more compiled copy of its items' (memory), for one question.
+        node.direct = node.admits is not None and node.admits <= {list, tuple}
         node.opaque = False
 
     def _reference(self, path: Path, schema: dict[str, Any]) -> _Node:
@@ -700,7 +796,7 @@ class _Planner:
             target = self.node(("$defs", name), self.defs[name])
             self.nodes[path] = target
             return target
-        node = _Node(path, self.fragment(path, schema), self.compiled.plain if not path else None)
+        node = self._new(path, schema)
         self.nodes[path] = node
         if name is None or rest != {"unevaluatedProperties"}:
             return node
@@ -763,11 +859,10 @@ def _walk_node(
 ) -> None:
     admits = node.admits
     if admits is not None and type(value) not in admits:
-        assert node.type_keyword is not None
-        node.type_keyword.report(value, pointer, compiled, found)
+        node.type_check().report(value, pointer, compiled, found)
         # The same schema's value keywords are not reported on a wrong-typed value.
     else:
-        for keyword in node.keywords:
+        for keyword in node.value_keywords():
             if not keyword.validator.is_valid(value):
                 keyword.report(value, pointer, compiled, found)
     kind = type(value)
@@ -806,6 +901,9 @@ def _walk_node(
                     )
                 continue
             token, sub = child
+            if sub.direct:
+                _walk_node(sub, item, pointer + token, compiled, found)
+                continue
             if sub.type_only:
                 assert sub.admits is not None
                 if type(item) in sub.admits:
@@ -816,6 +914,9 @@ def _walk_node(
     elif (kind is list or kind is tuple) and node.items is not None:
         sub = node.items
         for index, item in enumerate(value):
+            if sub.direct:
+                _walk_node(sub, item, f"{pointer}/{index}", compiled, found)
+                continue
             if sub.type_only:
                 assert sub.admits is not None
                 if type(item) in sub.admits:
