@@ -141,7 +141,11 @@ class _Compiled:
         """The root node of the fast path (built on the first invalid instance), or None
         when the schema is not one it judges."""
         if not self._planned:
-            self._plan = _Planner(self).node((), self.schema) if _walkable(self.schema) else None
+            try:
+                walkable = _walkable(self.schema)
+                self._plan = _Planner(self).node((), self.schema) if walkable else None
+            except RecursionError:  # nested beyond Python's stack: the slow path judges
+                self._plan = None
             self._planned = True
         if self._plan is not None:
             _keep_plan(self)
@@ -691,7 +695,10 @@ def _def_name(ref: Any, defs: dict[str, Any]) -> str | None:
 def _walkable(schema: Any) -> bool:
     """Whether the fast path may judge ``schema``: an object whose references are all
     ``#/$defs/<name>`` into its own top-level ``$defs`` (so a subschema compiled with
-    that ``$defs`` beside it resolves them as the whole document does)."""
+    that ``$defs`` beside it resolves them as the whole document does), none of which
+    comes back to itself without going down into the instance (``"a": {"not": {"$ref":
+    "#/$defs/a"}}`` means nothing, and jsonschema-rs's answer depends on where it starts
+    from)."""
     if not isinstance(schema, dict):
         return False
     defs = schema.get("$defs", {})
@@ -704,7 +711,49 @@ def _walkable(schema: Any) -> bool:
             return False
         if "$ref" in node and _def_name(node["$ref"], defs) is None:
             return False
-    return True
+    return not _loops_in_place(defs)
+
+
+def _loops_in_place(defs: dict[str, Any]) -> bool:
+    """Whether a definition reaches itself through references applied in place."""
+    reaches = {name: _in_place_references(definition, defs) for name, definition in defs.items()}
+    done: set[str] = set()
+    for start in defs:
+        path, stack = {start}, [(start, iter(reaches[start]))]
+        while stack:
+            name, following = stack[-1]
+            step = next(following, None)
+            if step is None:
+                stack.pop()
+                path.discard(name)
+                done.add(name)
+            elif step in path:
+                return True
+            elif step not in done:
+                path.add(step)
+                stack.append((step, iter(reaches[step])))
+    return False
+
+
+def _in_place_references(schema: Any, defs: dict[str, Any]) -> set[str]:
+    """The definitions ``schema`` refers to in place: from itself or its compositions,
+    conditions and negation (not from members or items, which go down a level)."""
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        name = _def_name(node.get("$ref"), defs)
+        if name is not None:
+            found.add(name)
+        for keyword in ("allOf", "anyOf", "oneOf"):
+            if isinstance(node.get(keyword), list):
+                stack.extend(node[keyword])
+        stack.extend(node[k] for k in ("not", "if", "then", "else") if k in node)
+        if isinstance(node.get("dependentSchemas"), dict):
+            stack.extend(node["dependentSchemas"].values())
+    return found
 
 
 def _has_ref(schema: Any) -> bool:
@@ -775,6 +824,12 @@ class _Planner:
             for name in dict.fromkeys(required)
         ]
         if closing is False:
+            if "properties" not in schema or not set(required) <= set(properties):
+                # Left to jsonschema-rs, which reports these its own way: the members of
+                # a closed object without properties as one false schema at the object;
+                # a required name a closed object does not declare (registration refuses
+                # both) as missing even when present.
+                return
             node.closed = json_pointer((*path, "additionalProperties"))
         if properties:
             node.properties = {
@@ -792,7 +847,9 @@ class _Planner:
     def _reference(self, path: Path, schema: dict[str, Any]) -> _Node:
         name = _def_name(schema["$ref"], self.defs)
         rest = set(schema) - _ANNOTATIONS - {"$ref"}
-        if name is not None and not rest:  # a bare reference: the definition itself
+        if name is not None and not rest:
+            # A bare reference: the definition itself (no chain of them loops, as
+            # _walkable made sure).
             target = self.node(("$defs", name), self.defs[name])
             self.nodes[path] = target
             return target
