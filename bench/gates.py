@@ -65,7 +65,11 @@ from commands.schemas.prepare import iter_subschemas, prepare_schema
 
 TARGET_SPEEDUP = {"valid": 50.0, "invalid": 10.0}  # python-jsonschema µs / ours µs
 TARGET_OF_FLOOR = 1.3  # ours µs / jsonschema-rs µs, at most
-MEASURE_SECONDS = 0.2  # --number auto-scales so each timing loop takes about this long
+# --number auto-scales so each timing loop takes about this long. Short loops and many
+# repeats: each repeat times the three sides one after the other, so the ratio of two of
+# them is taken within a fraction of a second, under about the same load (the machine is
+# shared).
+MEASURE_SECONDS = 0.05
 
 # --- schemas ----------------------------------------------------------------------------------
 # No "format" keywords: python-jsonschema does not assert formats unless given a format
@@ -604,7 +608,7 @@ def breakdown(
     except ImportError as exc:
         err_console.print(f"[yellow]no breakdown: the checker's internals changed ({exc})[/]")
         return None
-    seconds = MEASURE_SECONDS / 4  # many small steps: shorter loops
+    seconds = MEASURE_SECONDS
     _seen.integral_float = _seen.unsafe_float = False
     instance = _decoder.decode(raw)
     compiled = _compiled(schema, sha)
@@ -869,7 +873,7 @@ def load_average() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=5, help="timing loops per side and case")
+    ap.add_argument("--repeat", type=int, default=15, help="timing loops per side and case")
     ap.add_argument(
         "--number",
         type=int,
