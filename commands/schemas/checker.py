@@ -430,13 +430,15 @@ def _parent(pointer: str) -> str:
 # once from jsonschema-rs's error and kept. Any other subschema is handed to jsonschema-rs
 # whole, and its errors are translated as in the slow path.
 #
-# The deviations are identical to the slow path's (a property test holds them to it),
-# and it is used only where that was shown to hold: schemas whose references are all
+# The deviations are identical to the slow path's (property tests hold them to it), and
+# it is used only where that was shown to hold: schemas whose references are all
 # ``#/$defs/<name>`` (so a subschema compiled with the root's ``$defs`` resolves them as
-# the whole schema does), and instances without a float with a zero fraction (the
-# integer-token rule stays with the slow path). A node jsonschema-rs rejects but the walk
-# finds nothing wrong with is translated from jsonschema-rs's own errors: a verdict is
-# never lost.
+# the whole schema does) and loop only through members or items, and instances without
+# a float with a zero fraction (the integer-token rule stays with the slow path). A node
+# jsonschema-rs rejects but the walk finds nothing wrong with is translated from
+# jsonschema-rs's own errors: a verdict is never lost. One difference is deliberate:
+# jsonschema-rs 0.61 leaves an empty member name ("") out of the paths it reports, so
+# the slow path points at the parent object; the walk points at the member.
 
 _ANNOTATIONS = frozenset(
     {
@@ -814,6 +816,14 @@ class _Planner:
             and isinstance(closing, bool)
         ):
             return
+        if closing is False:
+            if "properties" not in schema or not set(required) <= set(properties):
+                # Left to jsonschema-rs, which reports these its own way: the members of
+                # a closed object without properties as one false schema at the object;
+                # a required name a closed object does not declare (registration refuses
+                # both) as missing even when present.
+                return
+            node.closed = json_pointer((*path, "additionalProperties"))
         node.required = [
             (
                 name,
@@ -823,14 +833,6 @@ class _Planner:
             )
             for name in dict.fromkeys(required)
         ]
-        if closing is False:
-            if "properties" not in schema or not set(required) <= set(properties):
-                # Left to jsonschema-rs, which reports these its own way: the members of
-                # a closed object without properties as one false schema at the object;
-                # a required name a closed object does not declare (registration refuses
-                # both) as missing even when present.
-                return
-            node.closed = json_pointer((*path, "additionalProperties"))
         if properties:
             node.properties = {
                 name: ("/" + escape_token(name), self.node((*path, "properties", name), sub))
