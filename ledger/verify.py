@@ -30,11 +30,12 @@ from typing import Any
 
 import msgspec
 
+from .backends import make_engine
 from .envelope import GENESIS_CHAIN, LEAF_TEMPLATE, json_string
 from .errors import LedgerError
 from .events import Catalog
 from .merkle import Frontier
-from .store import Store, open_store
+from .store import Store
 
 __all__ = [
     "ROWS_PER_JOB",
@@ -477,7 +478,9 @@ def _check_part(task: tuple[Any, ...]) -> _Part:
             problems.append(Problem(position, kind, detail))
 
     first_seen: dict[str, tuple[int, int]] = {}
-    store = open_store(url, create=False)
+    # Only reading, so no preparation: opening normally may upgrade the schema (DDL on
+    # ledger_head), which would wait forever on the caller's snapshot that waits on us.
+    store = Store(make_engine(url, must_exist=True))
     try:
         with store.snapshot() as snap:
             stored = snap.blob_digests() if check_references else None
