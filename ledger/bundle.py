@@ -55,6 +55,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from hashlib import sha256
 from typing import Any
 
@@ -84,7 +85,7 @@ from .intake import MAX_DEPTH, MAX_SAFE_INTEGER, InputError, check_json_value, r
 from .keys import SigningError, public_key_b64, public_key_from_b64
 from .merkle import Frontier, leaf_hash, root_of
 from .store import Store, TreeHead
-from .verify import Problem
+from .verify import Problem, Progress, process_context
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -100,6 +101,8 @@ __all__ = [
 
 BUNDLE_FORMAT = "evidence-bundle/1"
 _HEAD_RECORDS = 4  # header, checkpoint, leaves, keys
+# Event lines one process checks at a time (``verify --bundle --jobs``).
+_LINES_PER_PART = 1 << 13
 _HASH = 32
 _EMPTY_DELTA = b"[]"
 
@@ -584,7 +587,15 @@ class _Reader:
     needs, and records each problem with the record it is in."""
 
     def __init__(
-        self, data: bytes, public_key: Ed25519PublicKey | None, catalog: Catalog, max_problems: int
+        self,
+        data: bytes | None,
+        public_key: Ed25519PublicKey | None,
+        catalog: Catalog,
+        max_problems: int,
+        *,
+        keep_events: bool = True,
+        jobs: int = 1,
+        progress: Progress | None = None,
     ) -> None:
         self.problems: list[Problem] = []
         self.max_problems = max(1, max_problems)
@@ -595,11 +606,23 @@ class _Reader:
         self.signer: Ed25519PublicKey | None = None
         self.signature_ok = False
         self.leaves: list[bytes] = []
-        self.events: list[RecordedEvent] = []
+        self.events: list[RecordedEvent] = []  # only with keep_events
+        self.event_count = 0  # event lines that passed every check
+        self.approver_keys: list[_Approver] = []  # from the approver_key.added events
         self.blobs: dict[str, bytes] = {}
         self.wanted: list[tuple[int, str, str, str]] = []  # position, type, field, digest
         self.refs: set[str] = set()  # every digest a payload names (see _BLOB_REF)
-        self._read(data)
+        self.keep_events, self.jobs, self.progress = keep_events, jobs, progress
+        # A part of the event lines checked in its own process (``_check_event_part``):
+        # each stream's first event there (position, version), and the leaf hashes in
+        # line order, which the caller checks against the leaves record.
+        self.first_seen: dict[str, tuple[int, int]] | None = None
+        self.digests: list[bytes] | None = None
+        self.positions: list[int] = []
+        self.owners: dict[str, str | None] = {}
+        self.last_versions: dict[str, int] = {}
+        if data is not None:
+            self._read(data)
 
     def problem(self, position: int | None, kind: str, detail: str) -> None:
         if len(self.problems) < self.max_problems:
@@ -692,7 +715,15 @@ class _Reader:
         self._leaves(head[2])
         approvers = self._keys(head[3])
         self._checkpoint(head[1])
-        read = self._events(itertools.islice(lines, events))
+        event_lines = itertools.islice(lines, events)
+        if self.jobs > 1 and events > _LINES_PER_PART and self.catalog is DEFAULT_CATALOG:
+            listed = list(event_lines)
+            read = len(listed)
+            if not self._events_in_parts(listed):
+                # Something is wrong somewhere: one pass names every problem exactly.
+                self._events(listed)
+        else:
+            read = self._events(event_lines)
         if self.full:
             return
         self._blobs(lines, _HEAD_RECORDS + read + 1)
@@ -820,20 +851,21 @@ class _Reader:
             )
         return record.keys.approvers
 
-    def _events(self, lines: Iterable[bytes]) -> int:
+    def _events(self, lines: Iterable[bytes], first_number: int = _HEAD_RECORDS + 1) -> int:
         """Check and keep the event lines; how many lines were read."""
         header = self.header
         assert header is not None
         plan = header["plan"]
         size = header["size"]
-        versions: dict[str, int] = {}
-        owners: dict[str, str | None] = {}
+        versions = self.last_versions
+        owners = self.owners
+        first_seen, digests, positions = self.first_seen, self.digests, self.positions
         refs = self.refs
         wanted = self.wanted
         previous = 0
         decoders = self.catalog
         read = 0
-        for number, line in enumerate(lines, start=_HEAD_RECORDS + 1):
+        for number, line in enumerate(lines, start=first_number):
             if self.full:
                 break
             read += 1
@@ -875,7 +907,10 @@ class _Reader:
                 continue
             previous = position
             digest = leaf_hash(line)
-            if self.leaves and digest != self.leaves[position - 1]:
+            if digests is not None:  # a part: the caller compares them with the leaves
+                digests.append(digest)
+                positions.append(position)
+            elif self.leaves and digest != self.leaves[position - 1]:
                 self.problem(
                     position,
                     "event_changed",
@@ -883,7 +918,9 @@ class _Reader:
                     "hash to its leaf (its content changed)",
                 )
             last = versions.get(e.stream, 0)
-            if e.stream_version != last + 1:
+            if first_seen is not None and e.stream not in versions:
+                first_seen[e.stream] = (position, e.stream_version)  # the caller checks it
+            elif e.stream_version != last + 1:
                 self.problem(
                     position,
                     "stream_version",
@@ -963,6 +1000,18 @@ class _Reader:
                 blob = getattr(decoded, field)
                 if blob is not None:
                     wanted.append((position, e.type, field, blob))
+            if isinstance(decoded, ApproverKeyAdded):
+                self.approver_keys.append(
+                    _Approver(
+                        fingerprint=decoded.fingerprint,
+                        name=decoded.name,
+                        position=position,
+                        public_key=decoded.public_key,
+                    )
+                )
+            self.event_count += 1
+            if not self.keep_events:
+                continue
             self.events.append(
                 RecordedEvent(
                     position,
@@ -982,6 +1031,51 @@ class _Reader:
                 )
             )
         return read
+
+    def _events_in_parts(self, lines: list[bytes]) -> bool:
+        """Check the event lines in parts, ``jobs`` processes at once; True when every
+        part is clean and the parts join (ordered positions, whole streams, every leaf
+        hash the leaves record's), and then only this reader's totals are set. False as soon as anything is off: the caller reads the lines
+        again in one pass, which finds and words the problems exactly as always."""
+        assert self.header is not None
+        step = _LINES_PER_PART
+        tasks = [
+            (self.header, _HEAD_RECORDS + 1 + i, b"\n".join(lines[i : i + step]))
+            for i in range(0, len(lines), step)
+        ]
+        parts: list[_EventPart] = []
+        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=process_context()) as pool:
+            for part in pool.map(_check_event_part, tasks):
+                if not part.clean:
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    return False
+                parts.append(part)
+                if self.progress is not None:
+                    self.progress(sum(p.count for p in parts), len(lines))
+        previous = 0
+        versions: dict[str, int] = {}
+        # No owner is joined: a part judges a plan's bundle by the owner of its own
+        # first event of a stream. Were the stream's first event another plan's, the
+        # part holding it reported that; so with every part clean, no event is any
+        # other plan's, by either reading.
+        for part in parts:
+            if part.positions and part.positions[0] <= previous:
+                return False
+            previous = part.positions[-1] if part.positions else previous
+            for stream, (_, version) in part.first_seen.items():
+                if version != versions.get(stream, 0) + 1:
+                    return False
+            versions.update(part.versions)
+            if self.leaves and b"".join(part.digests) != b"".join(
+                self.leaves[p - 1] for p in part.positions
+            ):
+                return False
+        for part in parts:
+            self.event_count += part.count
+            self.wanted.extend(part.wanted)
+            self.refs.update(part.refs)
+            self.approver_keys.extend(part.approver_keys)
+        return True
 
     def _blobs(self, lines: Iterable[bytes], first_line: int) -> None:
         previous = ""
@@ -1027,20 +1121,47 @@ class _Reader:
     def _approvers(self, listed: list[_Approver] | None) -> None:
         if listed is None:
             return
-        from_events = [
-            _Approver(
-                fingerprint=p.fingerprint, name=p.name, position=e.position, public_key=p.public_key
-            )
-            for e in self.events
-            if isinstance(p := e.payload, ApproverKeyAdded)
-        ]
-        if listed != from_events:
+        if listed != self.approver_keys:
             self.problem(
                 None,
                 "keys",
                 "the approver keys listed differ from the "
                 "approver_key.added events the bundle holds",
             )
+
+
+class _EventPart(msgspec.Struct, kw_only=True):
+    """What one process found in its part of a bundle's event lines (all of it only
+    when ``clean``: a part stops at its first problem)."""
+
+    clean: bool
+    count: int
+    positions: list[int]
+    digests: list[bytes]
+    first_seen: dict[str, tuple[int, int]]
+    versions: dict[str, int]
+    wanted: list[tuple[int, str, str, str]]
+    refs: set[str]
+    approver_keys: list[_Approver]
+
+
+def _check_event_part(task: tuple[dict[str, Any], int, bytes]) -> _EventPart:
+    """One process's part of the event lines (starting at line ``first_number``)."""
+    header, first_number, data = task
+    reader = _Reader(None, None, DEFAULT_CATALOG, 1, keep_events=False)
+    reader.header, reader.first_seen, reader.digests = header, {}, []
+    reader._events(_lines(data), first_number)
+    return _EventPart(
+        clean=not reader.problems,
+        count=reader.event_count,
+        positions=reader.positions,
+        digests=reader.digests,
+        first_seen=reader.first_seen,
+        versions=reader.last_versions,
+        wanted=reader.wanted,
+        refs=reader.refs,
+        approver_keys=reader.approver_keys,
+    )
 
 
 def _kept(reader: _Reader, note: str) -> KeptCheckpoint:
@@ -1110,7 +1231,7 @@ def _report(reader: _Reader, kept: KeptCheckpoint | None) -> BundleReport:
         plan=header.get("plan"),
         size=header.get("size"),
         root=header.get("root"),
-        events=len(reader.events),
+        events=reader.event_count,
         blobs=len(reader.blobs),
         signature_ok=reader.signature_ok,
         key_source="given" if reader.given_key is not None else "bundle",
@@ -1126,19 +1247,31 @@ def verify_bundle(
     kept_checkpoint: str | None = None,
     catalog: Catalog = DEFAULT_CATALOG,
     max_problems: int = 100,
+    jobs: int = 1,
+    progress: Progress | None = None,
 ) -> BundleReport:
     """Check a bundle from its bytes alone: every record's form, every event against its
     leaf hash, the leaves against the signed checkpoint (by ``public_key``, else by the
     signer key the bundle carries: ``key_source`` says which), blobs against their
     digests, that every blob an event references is carried, and with
-    ``kept_checkpoint`` that the bundle's tree extends it."""
-    return load_bundle(
-        path,
-        public_key=public_key,
-        kept_checkpoint=kept_checkpoint,
-        catalog=catalog,
-        max_problems=max_problems,
-    ).report
+    ``kept_checkpoint`` that the bundle's tree extends it.
+
+    ``jobs`` > 1 checks the event lines of a large bundle in parts, in that many
+    processes (``progress`` is told the lines checked and the total as parts finish);
+    a bundle with any problem is read again in one pass, so the report is always the
+    one pass's. Unlike ``load_bundle`` it keeps no events."""
+    data = read_bytes(path, "bundle", f"bundle {os.fspath(path)}")
+    reader = _Reader(
+        data,
+        public_key,
+        catalog,
+        max_problems,
+        keep_events=False,
+        jobs=jobs,
+        progress=progress,
+    )
+    kept = _kept(reader, kept_checkpoint) if kept_checkpoint is not None else None
+    return _report(reader, kept)
 
 
 def load_bundle(

@@ -44,6 +44,7 @@ __all__ = [
     "VerifyReport",
     "available_cores",
     "parse_tree_head",
+    "process_context",
     "verify_store",
 ]
 
@@ -413,7 +414,7 @@ def _scan_in_parts(
     versions: dict[str, int] = {}
     last_chain = GENESIS_CHAIN
     done, total = 0, len(chunks) * rows_per_job
-    context = _context()
+    context = process_context()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         for part, rel in zip(pool.map(_check_part, tasks), relative, strict=True):
             found = list(part.problems)
@@ -444,12 +445,13 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    """How the parts' processes start. A fork is quickest and is safe while this process
-    runs one thread (the CLI): the children never touch the parent's connections, they
-    open their own. With other threads running (a library caller, a test runner) one
-    may hold a lock a fork would copy held: then from a fork server (started clean, this
-    module imported once), else spawned."""
+def process_context() -> multiprocessing.context.BaseContext:
+    """How the parts' processes start (``verify --jobs``, ``verify --bundle --jobs``).
+    A fork is quickest and is safe while this process runs one thread (the CLI): the
+    children never touch the parent's connections, they open their own. With other
+    threads running (a library caller, a test runner) one may hold a lock a fork would
+    copy held: then from a fork server (started clean, this module imported once),
+    else spawned."""
     methods = multiprocessing.get_all_start_methods()
     if "fork" in methods and threading.active_count() == 1:
         return multiprocessing.get_context("fork")

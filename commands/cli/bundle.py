@@ -16,11 +16,19 @@ import click
 
 import ledger
 from commands.plane.signing import plane_key_path
-from ledger.bundle import Bundle, BundleError, BundleReport, load_bundle, write_bundle
+from ledger.bundle import (
+    Bundle,
+    BundleError,
+    BundleReport,
+    load_bundle,
+    verify_bundle,
+    write_bundle,
+)
 from ledger.intake import read_text
 from ledger.keys import load_private_key, load_public_key
 
 from .common import EXIT_VERDICT, STDOUT, console, emit_json, fail, open_store
+from .progress import progress_bar
 from .terminal import inert
 
 __all__ = [
@@ -118,17 +126,12 @@ def export_bundle_command(
     )
 
 
-def load_bundle_or_refuse(
-    bundle_file: Path, public_key_file: Path | None, checkpoint_file: Path | None = None
-) -> Bundle:
+def load_bundle_or_refuse(bundle_file: Path, public_key_file: Path | None) -> Bundle:
     """The bundle read and checked (``Bundle.report`` says how it fared); an unreadable
     file or key is a refused command."""
     public_key = load_public_key(public_key_file) if public_key_file is not None else None
-    kept = None
-    if checkpoint_file is not None:
-        kept = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
     try:
-        return load_bundle(bundle_file, public_key=public_key, kept_checkpoint=kept)
+        return load_bundle(bundle_file, public_key=public_key)
     except BundleError as exc:
         fail(str(exc))
 
@@ -165,9 +168,27 @@ def print_bundle_report(report: BundleReport) -> None:
 
 
 def verify_bundle_command(
-    bundle_file: Path, checkpoint_file: Path | None, public_key_file: Path | None, as_json: bool
+    bundle_file: Path,
+    checkpoint_file: Path | None,
+    public_key_file: Path | None,
+    as_json: bool,
+    jobs: int,
 ) -> None:
-    report = load_bundle_or_refuse(bundle_file, public_key_file, checkpoint_file).report
+    public_key = load_public_key(public_key_file) if public_key_file is not None else None
+    kept = None
+    if checkpoint_file is not None:
+        kept = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
+    with progress_bar("verify") as progress:
+        try:
+            report = verify_bundle(
+                bundle_file,
+                public_key=public_key,
+                kept_checkpoint=kept,
+                jobs=jobs,
+                progress=progress,
+            )
+        except BundleError as exc:
+            fail(str(exc))
     if as_json:
         emit_json(report)
     else:
@@ -180,7 +201,7 @@ def open_verified_bundle(bundle_file: Path, public_key_file: Path | None, as_jso
     """The bundle, for ``audit``/``replay``; one that does not verify is a verdict
     (exit 1, its problems printed): nothing is derived from bytes that are not
     authentic."""
-    bundle = load_bundle_or_refuse(bundle_file, public_key_file, None)
+    bundle = load_bundle_or_refuse(bundle_file, public_key_file)
     if not bundle.report.ok:
         if as_json:
             emit_json({"ok": False, "bundle": bundle.report})

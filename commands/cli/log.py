@@ -325,7 +325,9 @@ def verify(
     if bundle_file is not None:
         if against:
             fail("--against does not apply to --bundle: give a kept --checkpoint FILE")
-        verify_bundle_command(bundle_file, checkpoint_file, public_key_file, as_json)
+        verify_bundle_command(
+            bundle_file, checkpoint_file, public_key_file, as_json, jobs or available_cores()
+        )
         return
     if checkpoint_file is not None:
         if against:
