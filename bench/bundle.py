@@ -13,7 +13,8 @@ run in the same process on the same data:
 - **verify**: ``verify_bundle`` of that file (every record parsed, every event's leaf
   hash recomputed and decoded, the Merkle root, the signature, the blobs), against
   reading the same file and one SHA-256 per line: the floor of any check that hashes
-  every event once.
+  every event once; and ``verify_bundle(jobs=N)`` (``--jobs``, default 2: the event
+  lines checked in parts in N processes), reported as its speed-up over one job.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def baseline_export(target: Target, out: Path, n_events: int) -> None:
         raise RuntimeError(f"baseline exported {n} rows, expected {n_events}")
 
 
-def ours_verify(path: Path, key: Ed25519PrivateKey, n_events: int) -> None:
-    report = verify_bundle(path, public_key=key.public_key())
+def ours_verify(path: Path, key: Ed25519PrivateKey, n_events: int, jobs: int = 1) -> None:
+    report = verify_bundle(path, public_key=key.public_key(), jobs=jobs)
     if not report.ok or report.events != n_events:
         raise RuntimeError(f"bundle verify failed: {report.problems[:3]}")
 
@@ -99,6 +100,7 @@ def run_backend(target: Target, n: int, args: argparse.Namespace) -> dict[str, A
                 "export_baseline": lambda: baseline_export(target, raw_out, n),
                 "verify": lambda: ours_verify(ours_out, key, n),
                 "verify_baseline": lambda: baseline_verify(ours_out),
+                "verify_jobs": lambda: ours_verify(ours_out, key, n, args.jobs),
             }
             for fn in sides.values():  # warm-up, discarded
                 fn()
@@ -121,6 +123,9 @@ def run_backend(target: Target, n: int, args: argparse.Namespace) -> dict[str, A
         "verify_s": round(t["verify"], 3),
         "verify_baseline_s": round(t["verify_baseline"], 3),
         "verify_ratio": round(t["verify"] / t["verify_baseline"], 2),
+        "jobs": args.jobs,
+        "verify_jobs_s": round(t["verify_jobs"], 3),
+        "jobs_speedup": round(t["verify"] / t["verify_jobs"], 2),
         "samples_s": {name: [round(x, 4) for x in s] for name, s in samples.items()},
     }
 
@@ -129,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=100_000, help="ledger size")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each side")
+    ap.add_argument("--jobs", type=int, default=2, help="processes for verify --jobs")
     run = start_run(ap, argv, None)
     args, out, backends, pg_url, info = run.args, run.out, run.backends, run.pg_url, run.info
     rows = []
@@ -151,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         "hash-lines s",
         "verify/hash",
         "verify ev/s",
+        "jobs",
+        "verify --jobs s",
+        "one job/jobs",
     ):
         table.add_column(col, justify="left" if col == "backend" else "right")
     for r in rows:
@@ -165,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['verify_baseline_s']:.2f}",
             f"{r['verify_ratio']:.1f}x",
             f"{r['events'] / r['verify_s']:,.0f}",
+            str(r["jobs"]),
+            f"{r['verify_jobs_s']:.2f}",
+            f"{r['jobs_speedup']:.2f}x",
         )
     out.print(table)
     if args.json:
@@ -172,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(
                 {
                     "machine": info,
-                    "config": {"events": args.events, "repeat": args.repeat, "stat": args.stat},
+                    "config": {
+                        "events": args.events,
+                        "repeat": args.repeat,
+                        "stat": args.stat,
+                        "jobs": args.jobs,
+                    },
                     "results": rows,
                 },
                 indent=2,

@@ -111,13 +111,22 @@ def _split(n: int) -> int:
 
 
 def root_of(leaves: Sequence[bytes]) -> bytes:
-    """MTH(D[n]) over leaf hashes."""
+    """MTH(D[n]) over leaf hashes.
+
+    Level by level rather than by RFC 9162's recursive split (which copies the list at
+    every level): pairing neighbours and carrying an odd last node up unchanged builds
+    the same tree, since the split's left part is always the largest perfect subtree."""
     if not leaves:
         return EMPTY_ROOT
-    if len(leaves) == 1:
-        return leaves[0]
-    k = _split(len(leaves))
-    return node_hash(root_of(leaves[:k]), root_of(leaves[k:]))
+    level = list(leaves)
+    while len(level) > 1:
+        pairs = [
+            sha256(b"\x01" + level[i] + level[i + 1]).digest() for i in range(0, len(level) - 1, 2)
+        ]
+        if len(level) & 1:
+            pairs.append(level[-1])
+        level = pairs
+    return level[0]
 
 
 def inclusion_proof(leaves: Sequence[bytes], index: int) -> list[bytes]:
