@@ -712,18 +712,33 @@ class _Reader:
                 f"{header['size']} and no plan: a bundle of the whole log holds "
                 "every event",
             )
-        self._leaves(head[2])
-        approvers = self._keys(head[3])
-        self._checkpoint(head[1])
-        event_lines = itertools.islice(lines, events)
         if self.jobs > 1 and events > _LINES_PER_PART and self.catalog is DEFAULT_CATALOG:
-            listed = list(event_lines)
+            listed = list(itertools.islice(lines, events))
             read = len(listed)
-            if not self._events_in_parts(listed):
+            with ProcessPoolExecutor(self.jobs, mp_context=process_context()) as pool:
+                step = _LINES_PER_PART
+                parts = pool.map(
+                    _check_event_part,
+                    [
+                        (header, _HEAD_RECORDS + 1 + i, b"\n".join(listed[i : i + step]))
+                        for i in range(0, read, step)
+                    ],
+                )
+                # While the parts run: the leaves, their root, the keys, the signature.
+                self._leaves(head[2])
+                approvers = self._keys(head[3])
+                self._checkpoint(head[1])
+                joined = self._join(parts, read)
+                if not joined:
+                    pool.shutdown(wait=False, cancel_futures=True)
+            if not joined:
                 # Something is wrong somewhere: one pass names every problem exactly.
                 self._events(listed)
         else:
-            read = self._events(event_lines)
+            self._leaves(head[2])
+            approvers = self._keys(head[3])
+            self._checkpoint(head[1])
+            read = self._events(itertools.islice(lines, events))
         if self.full:
             return
         self._blobs(lines, _HEAD_RECORDS + read + 1)
@@ -1032,26 +1047,19 @@ class _Reader:
             )
         return read
 
-    def _events_in_parts(self, lines: list[bytes]) -> bool:
-        """Check the event lines in parts, ``jobs`` processes at once; True when every
-        part is clean and the parts join (ordered positions, whole streams, every leaf
-        hash the leaves record's), and then only this reader's totals are set. False as soon as anything is off: the caller reads the lines
-        again in one pass, which finds and words the problems exactly as always."""
-        assert self.header is not None
-        step = _LINES_PER_PART
-        tasks = [
-            (self.header, _HEAD_RECORDS + 1 + i, b"\n".join(lines[i : i + step]))
-            for i in range(0, len(lines), step)
-        ]
+    def _join(self, results: Iterable[_EventPart], lines: int) -> bool:
+        """Join the parts of the event lines checked apart (``_check_event_part``), in
+        order; True when every part is clean and they join — positions in order, whole
+        streams, every leaf hash the leaves record's — and only then are this reader's
+        totals set. False as soon as anything is off: the caller reads the lines again
+        in one pass, which finds and words the problems exactly as always."""
         parts: list[_EventPart] = []
-        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=process_context()) as pool:
-            for part in pool.map(_check_event_part, tasks):
-                if not part.clean:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    return False
-                parts.append(part)
-                if self.progress is not None:
-                    self.progress(sum(p.count for p in parts), len(lines))
+        for part in results:
+            if not part.clean:
+                return False
+            parts.append(part)
+            if self.progress is not None:
+                self.progress(sum(p.count for p in parts), lines)
         previous = 0
         versions: dict[str, int] = {}
         # No owner is joined: a part judges a plan's bundle by the owner of its own
