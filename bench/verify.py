@@ -111,7 +111,7 @@ def _rows(target: Target) -> Iterator[list[tuple[Any, ...]]]:
 
 def hashes_floor(target: Target, n_events: int) -> None:
     """Every hash verify computes, nothing compared (see the module docstring)."""
-    template = LEAF_TEMPLATE
+    template = b"\x00" + LEAF_TEMPLATE  # the leaf prefix in the buffer, as verify has it
     encoded: dict[str | None, bytes] = {None: b"null"}
     hashes: list[bytes] = []
     size = 0
@@ -123,8 +123,7 @@ def hashes_floor(target: Target, n_events: int) -> None:
                 if value not in encoded:
                     encoded[value] = json_string(value)
             leaf = sha256(
-                b"\x00"
-                + template
+                template
                 % (
                     encoded[actor],
                     encoded[caus] if caus is None else json_string(caus),

@@ -226,7 +226,9 @@ def _scan(
     versions: dict[str, int] = {}
     encoded: dict[str | None, bytes] = {None: b"null"}
     at_against = Frontier() if against_size == 0 else None
-    template = LEAF_TEMPLATE
+    # The leaf's 0x00 prefix in the template: the hashed bytes are formatted in one
+    # buffer, not formatted and then copied behind the prefix.
+    template = b"\x00" + LEAF_TEMPLATE
     # Blobs are checked only with ``stored``: without it there are no readers, so
     # ``present`` is never consulted.
     readers = catalog.blob_readers() if stored is not None else {}
@@ -270,8 +272,7 @@ def _scan(
             except KeyError:
                 actor_json = encoded[actor] = json_string(actor)
             leaf = sha256(
-                b"\x00"
-                + template
+                template
                 % (
                     actor_json,
                     encoded[caus] if caus is None else json_string(caus),
