@@ -27,7 +27,6 @@ import msgspec
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
-from ulid import ULID
 
 from . import tables
 from .backends import Backend, backend_for, driver_connection, make_engine, url_identity
@@ -42,6 +41,7 @@ from .errors import (
     LedgerSchemaError,
 )
 from .events import DEFAULT_CATALOG, Catalog, NewEvent, RecordedEvent
+from .ids import is_ulid, new_ulid
 from .merkle import Frontier, leaf_hash
 from .timestamps import utc_now
 
@@ -67,7 +67,6 @@ _EVENT_COLUMNS = (
 )
 _EMPTY_DELTA = b"[]"
 _decode_json = msgspec.json.decode
-_ULID_ALPHABET = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 
 
 class Expect(enum.Enum):
@@ -380,7 +379,7 @@ def open_store(
 
 
 def _check_ulid(value: str, what: str) -> None:
-    if len(value) != 26 or not _ULID_ALPHABET.issuperset(value) or value[0] > "7":
+    if not is_ulid(value):
         raise InvalidEventError(f"{what} {value!r} is not a ULID (26 Crockford base32 chars)")
 
 
@@ -478,7 +477,7 @@ class Store:
             tables.ledger_meta.insert(),
             [
                 {"key": "schema_version", "value": str(tables.SCHEMA_VERSION)},
-                {"key": "ledger_id", "value": str(ULID())},
+                {"key": "ledger_id", "value": new_ulid()},
                 {"key": "created_at", "value": utc_now()},
             ],
         )
@@ -605,8 +604,11 @@ class Store:
                 type_name = payload.type_name()
                 if type_name not in catalog:
                     raise InvalidEventError(f"event type {type_name!r} is not in the catalog")
-                event_id = new.event_id or str(ULID())
-                _check_ulid(event_id, "event id")
+                event_id = new.event_id
+                if not event_id:  # None (or empty): the store makes one, a ULID by construction
+                    event_id = new_ulid()
+                else:
+                    _check_ulid(event_id, "event id")
                 if event_id in seen:
                     raise DuplicateEventError([event_id])
                 seen.add(event_id)
