@@ -318,3 +318,26 @@ def test_a_filtered_read_with_a_prefix_pages_past_pages_the_prefix_thins(store) 
         )
     ]
     assert found == [f"plan:mine-{i}" for i in range(6)]
+
+
+def test_a_write_transaction_returns_the_events_as_they_read_back(store: ledger.Store) -> None:
+    with store.write() as tx:
+        made = tx.append_batch(
+            [
+                ledger.StreamAppend(
+                    "plan:P-1",
+                    [
+                        plan_created(),
+                        NewEvent(
+                            payload=strategy().payload,
+                            delta=[{"op": "add", "path": "/x", "value": 1.0}, (1, -0.0)],
+                        ),
+                    ],
+                )
+            ]
+        )
+    read = store.read_stream("plan:P-1")
+    assert made == read
+    # JSON's types, as read: 1.0 is stored as 1, a tuple as a list, -0.0 as 0.
+    assert [type(v) for v in (read[1].delta[0]["value"], read[1].delta[1])] == [int, list]
+    assert made[0].delta == [] and made[0].delta is not made[1].delta
