@@ -70,6 +70,18 @@ _EMPTY_DELTA = b"[]"
 _decode_json = msgspec.json.decode
 
 
+# Forks of this process so far (in the child): a thread's writer connection belongs to
+# the process that opened it.
+_forks = [0]
+
+
+def _count_fork() -> None:
+    _forks[0] += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
 class Expect(enum.Enum):
     """Expected-version sentinels. An ``int`` N expects the stream to be at version N."""
 
@@ -543,8 +555,17 @@ class Store:
     ) -> list[int]:
         """Append to several streams in one transaction: all of it, or none of it."""
         prepared = self._prepare_rows(appends)
-        with self.write() as tx:
-            rows = tx._append_prepared(appends, prepared, list(blobs))
+        blob_list = list(blobs)
+        # ``write()`` without its own context-manager layer: each layer costs a few
+        # microseconds, several times that right after the previous commit's fsync.
+        tx: WriteTx | None = None
+        try:
+            with self._write_cursor() as (cursor, aux):
+                tx = WriteTx(self, cursor, aux)
+                rows = tx._append_prepared(appends, prepared, blob_list)
+        except self._integrity_error as exc:
+            self._raise_duplicate(exc, tx)
+            raise
         return [row[0] for row in rows]
 
     @contextmanager
@@ -560,9 +581,13 @@ class Store:
                 tx = WriteTx(self, cursor, aux)
                 yield tx
         except self._integrity_error as exc:
-            if "event_id" in str(exc) and tx is not None and tx._event_ids:
-                raise DuplicateEventError(self._existing_ids(tx._event_ids)) from None
+            self._raise_duplicate(exc, tx)
             raise
+
+    def _raise_duplicate(self, exc: Exception, tx: WriteTx | None) -> None:
+        """A unique violation on ``event_id``: which of the ids are already stored."""
+        if "event_id" in str(exc) and tx is not None and tx._event_ids:
+            raise DuplicateEventError(self._existing_ids(tx._event_ids)) from None
 
     @contextmanager
     def _write_cursor(self) -> Iterator[tuple[Any, Any]]:
@@ -589,9 +614,10 @@ class Store:
 
     def _writer(self) -> Any:
         raw = getattr(self._local, "writer", None)
-        if raw is None or self._local.pid != os.getpid():  # never share across a fork
+        # Never share across a fork (a counter the fork hook moves: no getpid call).
+        if raw is None or self._local.forks != _forks[0]:
             raw = self.engine.raw_connection()
-            self._local.writer, self._local.pid = raw, os.getpid()
+            self._local.writer, self._local.forks = raw, _forks[0]
             with self._writers_lock:
                 self._writers.append(raw)
         return raw
