@@ -1,4 +1,5 @@
-"""Append and read throughput: the ledger against the raw driver on a plain table.
+"""Append and read throughput: the ledger against the raw driver on a plain table, and
+against the eventsourcing library's recorder (the peer).
 
     python bench/append.py [--events N] [--single N] [--repeat K] [--slices S]
                            [--postgres URL] [--skip-postgres] [--stat median|best]
@@ -19,16 +20,28 @@ indexes of ``events`` but no triggers and no head row: it is the floor the drive
 database impose. Each repeat uses fresh databases; within it ours and raw take turns
 every tenth of a scenario (``--slices``), and the reported figure is the median (or
 best) over the repeats, with the range of the per-repeat ratios next to it.
+
+"peer" (appends only) is eventsourcing's application recorder on its own SQLite file or
+its own tables in the PostgreSQL schema: for each of our transactions, the same events
+as eventsourcing domain events (built before the clock starts, as ours are built as
+``NewEvent``s), and timed: its ``Mapper.to_stored_event`` for each (its JSON
+transcoding, as our canonical encoding is timed) and one ``insert_events`` call with
+them (one transaction). It takes part in the same slice-by-slice alternation. Without
+eventsourcing installed (``pip install -e '.[bench]'``), the column says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import version
 from typing import Any
 
 import msgspec
+import sqlalchemy as sa
 from _common import (  # bench/ is sys.path[0] when run as `python bench/append.py`
     COLUMNS,
     Batch,
@@ -46,6 +59,22 @@ from _common import (  # bench/ is sys.path[0] when run as `python bench/append.
 from rich.table import Table
 
 import ledger
+
+try:  # the peer is optional: the run goes on without it
+    from eventsourcing.domain import DomainEvent
+    from eventsourcing.persistence import (
+        DatetimeAsISO,
+        DecimalAsStr,
+        JSONTranscoder,
+        Mapper,
+        UUIDAsHex,
+    )
+
+    PEER_MISSING: str | None = None
+    PEER_VERSION = version("eventsourcing")
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    PEER_MISSING = f"eventsourcing not importable ({exc}): pip install -e '.[bench]'"
+    PEER_VERSION = "-"
 
 SCENARIOS = {
     "a": "100 events / txn",
@@ -121,6 +150,111 @@ def raw_read(conn: Any, backend: str) -> int:
     return n
 
 
+# -- the peer: eventsourcing's recorder -------------------------------------------------
+
+if PEER_MISSING is None:
+
+    class GateCheckedPeer(DomainEvent):
+        """``GateChecked`` as an eventsourcing domain event (a frozen dataclass with its
+        originator id, version and timestamp); deviations as plain JSON objects."""
+
+        plan_id: str
+        gate: str
+        tool: str
+        tool_version: int | None
+        step: str | None
+        schema_sha256: str | None
+        verdict: str
+        deviations: list[dict[str, str]]
+        attempt: int
+        iteration: int
+        strict_mode: bool
+        checked_sha256: str
+
+
+@dataclass
+class Peer:
+    """eventsourcing's application recorder on one database, with the mapper an
+    eventsourcing ``Application`` builds (JSON transcoder, its three transcodings)."""
+
+    recorder: Any
+    mapper: Any
+    datastore: Any
+    versions: dict[str, int]
+
+    def close(self) -> None:
+        self.datastore.close()
+
+
+def open_peer(target: Target) -> Peer | None:
+    if PEER_MISSING is not None:
+        return None
+    if target.backend == "sqlite":
+        from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
+        assert target.sqlite_path is not None
+        # Its own file beside ours; eventsourcing sets WAL itself and leaves SQLite's
+        # default synchronous (FULL here, as the store sets it: checked below).
+        datastore: Any = SQLiteDatastore(str(target.sqlite_path.with_name("peer.db")))
+        recorder: Any = SQLiteApplicationRecorder(datastore)
+    else:
+        from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+
+        assert target.conninfo is not None and target.schema is not None
+        url = sa.engine.make_url(target.conninfo)
+        # Its tables (stored_events) in the run's throw-away schema, dropped with it.
+        datastore = PostgresDatastore(
+            dbname=url.database or "",
+            host=url.host or "127.0.0.1",
+            port=url.port or 5432,
+            user=url.username or "",
+            password=url.password or "",
+            schema=target.schema,
+        )
+        recorder = PostgresApplicationRecorder(datastore)
+    recorder.create_table()
+    if target.backend == "sqlite":
+        with datastore.transaction(commit=False) as cursor:
+            cursor.execute("PRAGMA synchronous")
+            if cursor.fetchone()[0] != 2:  # FULL, as ours (ledger/backends/sqlite.py)
+                raise RuntimeError("the peer's SQLite does not run with synchronous=FULL")
+    transcoder = JSONTranscoder()
+    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        transcoder.register(transcoding)
+    return Peer(recorder, Mapper(transcoder=transcoder), datastore, {})
+
+
+def peer_events(peer: Peer, txns: list[Batch]) -> list[list[Any]]:
+    """Our transactions' events as domain events, one list per transaction (untimed)."""
+    out = []
+    for b in txns:
+        originator = uuid.uuid5(uuid.NAMESPACE_URL, b.stream)
+        events = []
+        for new in b.events:
+            version = peer.versions.get(b.stream, 0) + 1
+            peer.versions[b.stream] = version
+            state = msgspec.to_builtins(new.payload)
+            del state["type"]
+            events.append(
+                GateCheckedPeer(
+                    originator_id=originator,
+                    originator_version=version,
+                    timestamp=GateCheckedPeer.create_timestamp(),
+                    **state,
+                )
+            )
+        out.append(events)
+    return out
+
+
+def peer_append(peer: Peer, txns: list[list[Any]]) -> None:
+    """What is timed for the peer: transcode each event, insert each transaction."""
+    to_stored = peer.mapper.to_stored_event
+    insert = peer.recorder.insert_events
+    for events in txns:
+        insert([to_stored(e) for e in events])
+
+
 # -- one repeat -------------------------------------------------------------------------
 
 
@@ -145,18 +279,24 @@ def run_once(
     create_raw_table(target)
     store = ledger.open(target.ledger_url)
     raw = target.raw_connect()
+    peer = open_peer(target)
 
     def append(side: str, txns: list[Batch]) -> float:
         if side == "ours":
             return timed(lambda: ours_append(store, txns))
+        if side == "peer":
+            assert peer is not None
+            events = peer_events(peer, txns)
+            return timed(lambda: peer_append(peer, events))
         return timed(lambda: raw_append(raw, target.backend, txns, head=side == "floor"))
 
     out: dict[str, dict[str, float]] = {}
     try:
         for scenario, txns in (("a", batch_txns), ("b", single_txns)):
-            spent = {"ours": 0.0, "raw": 0.0, "floor": 0.0}
+            names = ["ours", "raw", "floor"] + (["peer"] if peer is not None else [])
+            spent = dict.fromkeys(names, 0.0)
             for k, chunk in enumerate(slices_of(txns, slices)):
-                sides = ["ours", "raw", "floor"]
+                sides = list(names)
                 if ours_first != (k % 2 == 0):
                     sides.reverse()
                 for side in sides:
@@ -178,6 +318,8 @@ def run_once(
         if store.head().size != total:
             raise RuntimeError(f"ledger head size {store.head().size}, expected {total}")
     finally:
+        if peer is not None:
+            peer.close()
         raw.close()
         store.close()
     return out
@@ -197,6 +339,32 @@ def profile_ours(target: Target, n_batch: int, n_single: int, top: int) -> dict[
         }
     finally:
         store.close()
+
+
+def print_peer_table(out: Any, rows: list[dict[str, Any]], stat: str, repeat: int) -> None:
+    """ours against eventsourcing, appends only (the peer column of the results)."""
+    table = Table(
+        title=f"ours vs peer: eventsourcing {PEER_VERSION} application recorder "
+        f"({stat} of {repeat}; µs per event; < 1x: ours is faster)",
+        title_justify="left",
+    )
+    for col in ("backend", "scenario", "ours µs/ev", "peer µs/ev", "ours/peer", "per-run range"):
+        table.add_column(col, justify="left" if col in ("backend", "scenario") else "right")
+    for r in rows:
+        if r["scenario"] == "c":
+            continue  # reads: not compared with the peer here (bench/rebuild.py does)
+        peer = r["peer_us_per_event"]
+        table.add_row(
+            r["backend"],
+            f"({r['scenario']}) {r['description']}",
+            f"{r['ours_us_per_event']:.1f}",
+            f"{peer:.1f}" if peer else PEER_MISSING or "-",
+            f"{r['ratio_to_peer']:.2f}x" if peer else "-",
+            f"{r['ratio_to_peer_range'][0]:.2f}-{r['ratio_to_peer_range'][1]:.2f}x"
+            if peer
+            else "-",
+        )
+    out.print(table)
 
 
 # -- main -------------------------------------------------------------------------------
@@ -222,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     run = start_run(ap, argv, "ours per scenario")
     args, out, backends, pg_url, info = run.args, run.out, run.backends, run.pg_url, run.info
+    info["eventsourcing"] = PEER_VERSION
     size = mean_payload_size(Workload().batches(1000, BATCH))
     samples: dict[tuple[str, str], dict[str, list[float]]] = {}
     profiles: dict[str, Any] = {}
@@ -233,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
             with fresh_target(backend, pg_url or "") as target:
                 result = run_once(target, args.events, args.single, rep % 2 == 0, args.slices)
             for scenario, sides in result.items():
-                slot = samples.setdefault((backend, scenario), {"ours": [], "raw": [], "floor": []})
+                slot = samples.setdefault(
+                    (backend, scenario), {"ours": [], "raw": [], "floor": [], "peer": []}
+                )
                 for side, seconds in sides.items():
                     slot[side].append(seconds)
             out.print(f"{backend}: repeat {rep + 1}/{args.repeat} done")
@@ -249,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
         raw = pick(sides["raw"], args.stat) / n * 1e6
         ratio = ours / raw
         floor = pick(sides["floor"], args.stat) / n * 1e6 if sides["floor"] else None
+        peer = pick(sides["peer"], args.stat) / n * 1e6 if sides["peer"] else None
+        # ours/peer per repeat, as ours/raw (they alternated slice by slice).
+        peer_paired = [o / p for o, p in zip(sides["ours"], sides["peer"], strict=False)]
         # Per-repeat ratios: ours and raw of one repeat ran back to back, so machine
         # noise moves both; their spread says how far to trust the ratio.
         paired = [o / r for o, r in zip(sides["ours"], sides["raw"], strict=True)]
@@ -264,11 +438,17 @@ def main(argv: list[str] | None = None) -> int:
                 "ratio": round(ratio, 2),
                 "floor_us_per_event": round(floor, 2) if floor else None,
                 "ratio_to_floor": round(ours / floor, 2) if floor else None,
+                "peer_us_per_event": round(peer, 2) if peer else None,
+                "ratio_to_peer": round(ours / peer, 2) if peer else None,
+                "ratio_to_peer_range": [round(min(peer_paired), 2), round(max(peer_paired), 2)]
+                if peer_paired
+                else None,
                 "ratio_range": [round(min(paired), 2), round(max(paired), 2)],
                 "target_ratio": target_ratio,
                 "met": ratio <= target_ratio,
                 "ours_samples_s": [round(s, 4) for s in sides["ours"]],
                 "raw_samples_s": [round(s, 4) for s in sides["raw"]],
+                "peer_samples_s": [round(s, 4) for s in sides["peer"]],
             }
         )
 
@@ -306,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['ratio_to_floor']:.2f}x" if r["ratio_to_floor"] else "-",
         )
     out.print(table)
+    print_peer_table(out, rows, args.stat, args.repeat)
     for backend, per in profiles.items():
         for scenario, top in per.items():
             print_profile(out, f"cProfile ours, {backend} ({scenario}) {SCENARIOS[scenario]}", top)
@@ -321,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
                         "stat": args.stat,
                         "batch": BATCH,
                         "mean_payload_bytes": round(size),
+                        "peer": PEER_MISSING or "eventsourcing application recorder",
                     },
                     "results": rows,
                     "profiles": profiles,

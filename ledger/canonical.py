@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import operator
 import typing
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -61,7 +63,7 @@ def canonical_struct(struct: msgspec.Struct) -> bytes:
     in Python; the rest is encoded by msgspec in one C call. msgspec does not check
     types on construction, so the caller validates the result by decoding it.
     """
-    if _is_plain(struct):
+    if _plain_struct_check(type(struct))(struct):
         return _encode(struct)
     return _exact(msgspec.to_builtins(struct))
 
@@ -94,6 +96,43 @@ def _needs_check(tp: Any) -> bool:
     return any(_needs_check(arg) for arg in typing.get_args(tp) if not isinstance(arg, str))
 
 
+_STRUCT_CHECKS: dict[type, Callable[[Any], bool]] = {}
+
+
+def _plain_struct_check(cls: type[msgspec.Struct]) -> Callable[[Any], bool]:
+    """``_is_plain`` for instances of ``cls``, made once per class: one C call fetches
+    the checked fields, an int (the usual number) is range-checked inline, and only
+    other values go through ``_is_plain``. Every payload pays this, so it is lean."""
+    check = _STRUCT_CHECKS.get(cls)
+    if check is not None:
+        return check
+    fields = _checked_fields(cls)
+    if not fields:
+        check = _no_checked_fields
+    else:
+        # attrgetter of several names gives a tuple (of one, the bare value): a lone
+        # field is named twice.
+        values = operator.attrgetter(*(fields if len(fields) > 1 else fields * 2))
+        unset = msgspec.UNSET
+
+        def check(struct: Any) -> bool:
+            for value in values(struct):
+                if type(value) is int:
+                    if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+                        return False
+                # An UNSET field is left out of the encoding (msgspec and to_builtins).
+                elif value is not None and value is not unset and not _is_plain(value):
+                    return False
+            return True
+
+    _STRUCT_CHECKS[cls] = check
+    return check
+
+
+def _no_checked_fields(struct: Any) -> bool:
+    return True
+
+
 def _is_plain(value: Any) -> bool:
     kind = type(value)
     if kind is str or kind is bool or value is None:
@@ -111,11 +150,7 @@ def _is_plain(value: Any) -> bool:
     if kind is list or kind is tuple:
         return all(_is_plain(item) for item in value)
     if isinstance(value, msgspec.Struct):
-        # An UNSET field is left out of the encoding (msgspec and to_builtins alike).
-        return all(
-            v is msgspec.UNSET or _is_plain(v)
-            for v in (getattr(value, f) for f in _checked_fields(kind))
-        )
+        return _plain_struct_check(kind)(value)
     return False
 
 

@@ -58,5 +58,68 @@ def leaf_bytes(
     )
 
 
+# ``LEAF_TEMPLATE`` cut around the two members only known under the ledger lock,
+# ``position`` and ``stream_version``: the rest of an event's leaf bytes is made before
+# the lock is taken (``leaf_parts``), and under it three parts and two integers are
+# joined (``LEAF_JOIN``). tests/test_envelope.py checks the join equals ``leaf_bytes``.
+_LEAF_HEAD = (
+    b'{"actor":%b,"causation_id":%b,"correlation_id":%b,"delta":%b,"event_id":%b,'
+    b'"payload":%b,"position":'
+)
+_LEAF_MIDDLE = b',"recorded_at":%b,"schema_version":%d,"stream":%b,"stream_version":'
+_LEAF_TAIL = b',"type":%b}'
+LEAF_JOIN = b"%b%d%b%d%b"  # head, position, middle, stream_version, tail
+
+
+def leaf_parts(
+    event_id: str,
+    stream: str,
+    type_name: str,
+    schema_version: int,
+    recorded_at: str,
+    actor: str,
+    correlation_id: str | None,
+    causation_id: str | None,
+    payload: bytes,
+    delta: bytes,
+) -> tuple[bytes, bytes, bytes]:
+    """``leaf_bytes`` but for position and stream version: ``(head, middle, tail)``, so
+    that ``LEAF_JOIN % (head, position, middle, stream_version, tail)`` is it."""
+    return (
+        leaf_head(actor, causation_id, correlation_id, delta, event_id, payload),
+        leaf_middle(recorded_at, schema_version, stream),
+        leaf_tail(type_name),
+    )
+
+
+def leaf_head(
+    actor: str,
+    causation_id: str | None,
+    correlation_id: str | None,
+    delta: bytes,
+    event_id: str,
+    payload: bytes,
+) -> bytes:
+    """The part before position (its members in canonical order, as the arguments)."""
+    return _LEAF_HEAD % (
+        json_string(actor),
+        json_string(causation_id),
+        json_string(correlation_id),
+        delta,
+        json_string(event_id),
+        payload,
+    )
+
+
+def leaf_middle(recorded_at: str, schema_version: int, stream: str) -> bytes:
+    """The part between position and stream version (shared by the events of one
+    append to one stream with one schema version)."""
+    return _LEAF_MIDDLE % (json_string(recorded_at), schema_version, json_string(stream))
+
+
+def leaf_tail(type_name: str) -> bytes:
+    return _LEAF_TAIL % json_string(type_name)
+
+
 def chain_next(previous: bytes, leaf: bytes) -> bytes:
     return sha256(previous + leaf).digest()

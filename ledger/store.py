@@ -18,8 +18,9 @@ from __future__ import annotations
 import enum
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from hashlib import sha256
 from typing import Any, NamedTuple, Protocol
 
@@ -27,12 +28,11 @@ import msgspec
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
-from ulid import ULID
 
 from . import tables
 from .backends import Backend, backend_for, driver_connection, make_engine, url_identity
 from .canonical import CanonicalizationError, canonical_json, canonical_struct
-from .envelope import GENESIS_CHAIN, chain_next, leaf_bytes
+from .envelope import GENESIS_CHAIN, LEAF_JOIN, leaf_head, leaf_middle, leaf_tail
 from .errors import (
     ConcurrencyError,
     DuplicateEventError,
@@ -42,7 +42,8 @@ from .errors import (
     LedgerSchemaError,
 )
 from .events import DEFAULT_CATALOG, Catalog, NewEvent, RecordedEvent
-from .merkle import Frontier, leaf_hash
+from .ids import is_ulid, new_ulid
+from .merkle import Frontier
 from .timestamps import utc_now
 
 __all__ = [
@@ -67,7 +68,18 @@ _EVENT_COLUMNS = (
 )
 _EMPTY_DELTA = b"[]"
 _decode_json = msgspec.json.decode
-_ULID_ALPHABET = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+
+# Forks of this process so far (in the child): a thread's writer connection belongs to
+# the process that opened it.
+_forks = [0]
+
+
+def _count_fork() -> None:
+    _forks[0] += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
 
 
 class Expect(enum.Enum):
@@ -212,7 +224,8 @@ class WriteTx:
                 correlation_id=row[8],
                 causation_id=row[9],
                 payload=payload,
-                delta=msgspec.json.decode(row[11]),
+                # As the read path decodes it (a fresh list, JSON's own types).
+                delta=[] if row[11] == _EMPTY_DELTA else _decode_json(row[11]),
                 leaf_hash=row[12],
                 chain_hash=row[13],
             )
@@ -265,11 +278,13 @@ class WriteTx:
     ) -> list[tuple[Any, ...]]:
         """Lock, check versions, hash, insert; returns the stored rows."""
         store, cursor = self._store, self._cursor
-        self._event_ids.extend(row[0] for rows in prepared for row in rows)
+        for stream_rows in prepared:
+            self._event_ids.extend(row[0] for row in stream_rows)
         streams = list(dict.fromkeys(a.stream for a in appends))
         size, chain, packed, found = store._backend.read_head_locked(cursor, self._aux, streams)
         versions = {stream: v or 0 for stream, v in zip(streams, found, strict=True)}
         frontier = Frontier.from_bytes(size, bytes(packed))
+        add_leaf = frontier.append
         chain = bytes(chain)
         position = size
         rows: list[tuple[Any, ...]] = []
@@ -290,28 +305,36 @@ class WriteTx:
                 caus,
                 payload,
                 delta,
+                head,
+                middle,
+                tail,
             ) in stream_rows:
                 position += 1
                 version += 1
-                # The envelope's columns, in leaf_bytes' order and the row's.
-                envelope = (
-                    position,
-                    event_id,
-                    stream,
-                    version,
-                    type_name,
-                    sv,
-                    recorded_at,
-                    actor,
-                    corr,
-                    caus,
-                    payload,
-                    delta,
+                # RFC 9162 leaf hash of the envelope's bytes (LEAF_JOIN is leaf_bytes).
+                leaf = sha256(
+                    b"\x00" + LEAF_JOIN % (head, position, middle, version, tail)
+                ).digest()
+                chain = sha256(chain + leaf).digest()  # chain_next
+                add_leaf(leaf)
+                rows.append(
+                    (
+                        position,
+                        event_id,
+                        stream,
+                        version,
+                        type_name,
+                        sv,
+                        recorded_at,
+                        actor,
+                        corr,
+                        caus,
+                        payload,
+                        delta,
+                        leaf,
+                        chain,
+                    )
                 )
-                leaf = leaf_hash(leaf_bytes(*envelope))
-                chain = chain_next(chain, leaf)
-                frontier.append(leaf)
-                rows.append((*envelope, leaf, chain))
             versions[stream] = version
         if blob_list:
             store._insert_blobs(cursor, blob_list)
@@ -380,7 +403,7 @@ def open_store(
 
 
 def _check_ulid(value: str, what: str) -> None:
-    if len(value) != 26 or not _ULID_ALPHABET.issuperset(value) or value[0] > "7":
+    if not is_ulid(value):
         raise InvalidEventError(f"{what} {value!r} is not a ULID (26 Crockford base32 chars)")
 
 
@@ -399,6 +422,8 @@ class Store:
             f"UPDATE ledger_head SET size = {ph}, chain_hash = {ph}, frontier = {ph} WHERE id = 1"
         )
         self._decoders = catalog.current_decoders()
+        # payload class -> (type name, schema version, checking decode, leaf tail)
+        self._payload_types: dict[type, tuple[str, int, Callable[[bytes], Any], bytes]] = {}
         self._integrity_error = engine.dialect.loaded_dbapi.IntegrityError
         # Each thread keeps one writer connection for the store's life: checking one out
         # of the pool per append costs more than the append's own statements.
@@ -478,7 +503,7 @@ class Store:
             tables.ledger_meta.insert(),
             [
                 {"key": "schema_version", "value": str(tables.SCHEMA_VERSION)},
-                {"key": "ledger_id", "value": str(ULID())},
+                {"key": "ledger_id", "value": new_ulid()},
                 {"key": "created_at", "value": utc_now()},
             ],
         )
@@ -530,8 +555,17 @@ class Store:
     ) -> list[int]:
         """Append to several streams in one transaction: all of it, or none of it."""
         prepared = self._prepare_rows(appends)
-        with self.write() as tx:
-            rows = tx._append_prepared(appends, prepared, list(blobs))
+        blob_list = list(blobs)
+        # ``write()`` without its own context-manager layer: each layer costs a few
+        # microseconds, several times that right after the previous commit's fsync.
+        tx: WriteTx | None = None
+        try:
+            with self._write_cursor() as (cursor, aux):
+                tx = WriteTx(self, cursor, aux)
+                rows = tx._append_prepared(appends, prepared, blob_list)
+        except self._integrity_error as exc:
+            self._raise_duplicate(exc, tx)
+            raise
         return [row[0] for row in rows]
 
     @contextmanager
@@ -547,9 +581,13 @@ class Store:
                 tx = WriteTx(self, cursor, aux)
                 yield tx
         except self._integrity_error as exc:
-            if "event_id" in str(exc) and tx is not None and tx._event_ids:
-                raise DuplicateEventError(self._existing_ids(tx._event_ids)) from None
+            self._raise_duplicate(exc, tx)
             raise
+
+    def _raise_duplicate(self, exc: Exception, tx: WriteTx | None) -> None:
+        """A unique violation on ``event_id``: which of the ids are already stored."""
+        if "event_id" in str(exc) and tx is not None and tx._event_ids:
+            raise DuplicateEventError(self._existing_ids(tx._event_ids)) from None
 
     @contextmanager
     def _write_cursor(self) -> Iterator[tuple[Any, Any]]:
@@ -576,9 +614,10 @@ class Store:
 
     def _writer(self) -> Any:
         raw = getattr(self._local, "writer", None)
-        if raw is None or self._local.pid != os.getpid():  # never share across a fork
+        # Never share across a fork (a counter the fork hook moves: no getpid call).
+        if raw is None or self._local.forks != _forks[0]:
             raw = self.engine.raw_connection()
-            self._local.writer, self._local.pid = raw, os.getpid()
+            self._local.writer, self._local.forks = raw, _forks[0]
             with self._writers_lock:
                 self._writers.append(raw)
         return raw
@@ -591,56 +630,88 @@ class Store:
         raw.invalidate()
 
     def _prepare_rows(self, appends: Sequence[StreamAppend]) -> list[list[tuple[Any, ...]]]:
-        """Validate and encode outside the lock: event id, payload and delta bytes."""
+        """Validate and encode outside the lock: event id, payload and delta bytes, and
+        the event's leaf bytes but for position and stream version (``leaf_parts``)."""
         recorded_at = utc_now()
-        catalog = self.catalog
+        payload_type = self._payload_types.get
         seen: set[str] = set()
+        refs: set[str] = set()  # correlation/causation ids already checked in this call
         prepared = []
         for stream, events, _expected in appends:
             if not stream or len(stream) > 512 or not stream.isprintable():
                 raise InvalidEventError(f"invalid stream name {stream!r}")
+            middles: dict[int, bytes] = {}  # schema version -> leaf middle, for this stream
             rows = []
             for new in events:
                 payload = new.payload
-                type_name = payload.type_name()
-                if type_name not in catalog:
-                    raise InvalidEventError(f"event type {type_name!r} is not in the catalog")
-                event_id = new.event_id or str(ULID())
-                _check_ulid(event_id, "event id")
+                known = payload_type(type(payload)) or self._payload_type(type(payload))
+                type_name, sv, decode, tail = known
+                event_id = new.event_id
+                if not event_id:  # None (or empty): the store makes one, a ULID by construction
+                    event_id = new_ulid()
+                else:
+                    _check_ulid(event_id, "event id")
                 if event_id in seen:
                     raise DuplicateEventError([event_id])
                 seen.add(event_id)
-                for ref, what in (
-                    (new.correlation_id, "correlation id"),
-                    (new.causation_id, "causation id"),
-                ):
-                    if ref is not None:
-                        _check_ulid(ref, what)
-                if not new.actor:
+                corr, caus = new.correlation_id, new.causation_id
+                if corr is not None and corr not in refs:
+                    _check_ulid(corr, "correlation id")
+                    refs.add(corr)
+                if caus is not None and caus not in refs:
+                    _check_ulid(caus, "causation id")
+                    refs.add(caus)
+                actor = new.actor
+                if not actor:
                     raise InvalidEventError("an event needs an actor")
                 try:
                     payload_bytes = canonical_struct(payload)
                     # What is stored must read back: this also type-checks the payload,
                     # which msgspec does not do when a Struct is constructed.
-                    catalog.decode(type_name, payload.SCHEMA_VERSION, payload_bytes)
+                    decode(payload_bytes)
                     delta_bytes = canonical_json(new.delta) if new.delta else _EMPTY_DELTA
                 except (CanonicalizationError, msgspec.ValidationError) as exc:
                     raise InvalidEventError(f"{type_name}: {exc}") from None
+                middle = middles.get(sv)
+                if middle is None:
+                    middle = middles[sv] = leaf_middle(recorded_at, sv, stream)
                 rows.append(
                     (
                         event_id,
                         type_name,
-                        type(payload).SCHEMA_VERSION,
+                        sv,
                         recorded_at,
-                        new.actor,
-                        new.correlation_id,
-                        new.causation_id,
+                        actor,
+                        corr,
+                        caus,
                         payload_bytes,
                         delta_bytes,
+                        leaf_head(actor, caus, corr, delta_bytes, event_id, payload_bytes),
+                        middle,
+                        tail,
                     )
                 )
             prepared.append(rows)
         return prepared
+
+    def _payload_type(self, cls: type) -> tuple[str, int, Callable[[bytes], Any], bytes]:
+        """What appending a payload of class ``cls`` needs of it: its type name (in the
+        catalog, or refused), schema version, the decode that checks its bytes read back
+        (as ``Catalog.decode`` would), and its leaf tail. Cached per class: a type name
+        names one class in a catalog for good (``Catalog.add``)."""
+        type_name = cls.type_name()  # type: ignore[attr-defined]
+        if type_name not in self.catalog:
+            raise InvalidEventError(f"event type {type_name!r} is not in the catalog")
+        sv = cls.SCHEMA_VERSION  # type: ignore[attr-defined]
+        decoder = self._decoders.get((type_name, sv))
+        decode: Callable[[bytes], Any] = (
+            decoder.decode
+            if decoder is not None
+            else partial(self.catalog.decode, type_name, sv)  # a type added since, say
+        )
+        known = (type_name, sv, decode, leaf_tail(type_name))
+        self._payload_types[cls] = known
+        return known
 
     def _existing_ids(self, ids: list[str]) -> list[str]:
         with self._transaction() as conn:

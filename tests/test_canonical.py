@@ -146,3 +146,82 @@ def test_struct_fields_outside_the_json_domain_are_refused() -> None:
         canonical_struct(_Sample(count=2**60, label="x"))
     with pytest.raises(CanonicalizationError):
         canonical_struct(_Sample(count=1, label="x", data={"v": float("nan")}))
+
+
+class _Inner(msgspec.Struct, kw_only=True):
+    size: int
+    name: str = ""
+
+
+class _OneNumber(msgspec.Struct, kw_only=True):
+    """One checked field (the check names a lone field twice), a nested Struct with a
+    number, an optional nested Struct and a field left out when UNSET."""
+
+    count: int
+    label: str = ""
+    inner: _Inner | None = None
+    maybe: _Inner | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Strings(msgspec.Struct, kw_only=True):
+    """No field admits a number: nothing is checked in Python."""
+
+    a: str
+    b: list[str] = []
+
+
+numbers = safe_ints | st.integers() | finite_floats | st.booleans()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    count=numbers,
+    inner=st.none() | st.builds(_Inner, size=numbers, name=texts),
+    maybe=st.just(msgspec.UNSET) | st.builds(_Inner, size=numbers, name=texts),
+)
+def test_struct_fields_of_every_shape_match_the_oracle(
+    count: object, inner: object, maybe: object
+) -> None:
+    # msgspec does not check types on construction: a declared int may hold a float,
+    # a bool or an unsafe integer, and the encoding must then be exact or refuse.
+    sample = _OneNumber(count=count, inner=inner, maybe=maybe)  # type: ignore[arg-type]
+    builtins = msgspec.to_builtins(sample)
+    try:
+        expected = rfc8785.dumps(builtins)
+    except rfc8785.CanonicalizationError:
+        expected = None
+    if any(type(v) is int and abs(v) > 2**53 - 1 for v in _leaves(builtins)):
+        expected = None  # outside I-JSON's range: refused here (RFC 8785 allows it)
+    if expected is None:
+        with pytest.raises(CanonicalizationError):
+            canonical_struct(sample)
+    else:
+        assert canonical_struct(sample) == expected
+
+
+def _leaves(value: object) -> list[object]:
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    return [value]
+
+
+@pytest.mark.parametrize("value", [2**53 - 1, -(2**53 - 1)])
+def test_the_edges_of_the_safe_range_are_plain(value: int) -> None:
+    assert canonical_struct(_OneNumber(count=value)) == rfc8785.dumps(
+        {"count": value, "inner": None, "label": ""}
+    )
+
+
+@pytest.mark.parametrize("value", [2**53, -(2**53)])
+def test_just_past_the_safe_range_is_refused_at_any_depth(value: int) -> None:
+    with pytest.raises(CanonicalizationError):
+        canonical_struct(_OneNumber(count=value))
+    with pytest.raises(CanonicalizationError):
+        canonical_struct(_OneNumber(count=1, inner=_Inner(size=value)))
+    with pytest.raises(CanonicalizationError):
+        canonical_struct(_OneNumber(count=1, maybe=_Inner(size=value)))
+
+
+def test_a_struct_without_numbers_matches_the_oracle() -> None:
+    sample = _Strings(a="\ue000x", b=["\U0001f600", "z"])
+    assert canonical_struct(sample) == rfc8785.dumps(msgspec.to_builtins(sample))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.canonical import canonical_json
-from ledger.envelope import GENESIS_CHAIN, chain_next, leaf_bytes
+from ledger.envelope import GENESIS_CHAIN, LEAF_JOIN, chain_next, leaf_bytes, leaf_parts
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20)
 ulids = st.text("0123456789ABCDEFGHJKMNPQRSTVWXYZ", min_size=25, max_size=25).map(lambda s: "0" + s)
@@ -84,6 +84,20 @@ def test_leaf_bytes_are_the_rfc8785_envelope(
     }
     assert built == rfc8785.dumps(envelope)
     assert json.loads(built) == json.loads(rfc8785.dumps(envelope))
+    # The store makes the same bytes from parts made before the lock (see leaf_parts).
+    head, middle, tail = leaf_parts(
+        event_id,
+        stream,
+        type_name,
+        schema_version,
+        recorded_at,
+        actor,
+        correlation_id,
+        causation_id,
+        canonical_json(payload),
+        canonical_json(delta),
+    )
+    assert LEAF_JOIN % (head, position, middle, stream_version, tail) == built
 
 
 def test_chain_is_sha256_of_previous_and_leaf() -> None:

@@ -318,3 +318,53 @@ def test_a_filtered_read_with_a_prefix_pages_past_pages_the_prefix_thins(store) 
         )
     ]
     assert found == [f"plan:mine-{i}" for i in range(6)]
+
+
+def test_a_write_transaction_returns_the_events_as_they_read_back(store: ledger.Store) -> None:
+    with store.write() as tx:
+        made = tx.append_batch(
+            [
+                ledger.StreamAppend(
+                    "plan:P-1",
+                    [
+                        plan_created(),
+                        NewEvent(
+                            payload=strategy().payload,
+                            delta=[{"op": "add", "path": "/x", "value": 1.0}, (1, -0.0)],
+                        ),
+                    ],
+                )
+            ]
+        )
+    read = store.read_stream("plan:P-1")
+    assert made == read
+    # JSON's types, as read: 1.0 is stored as 1, a tuple as a list, -0.0 as 0.
+    assert [type(v) for v in (read[1].delta[0]["value"], read[1].delta[1])] == [int, list]
+    assert made[0].delta == [] and made[0].delta is not made[1].delta
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_opens_its_own_writer_connection(tmp_path) -> None:
+    import os
+
+    store = ledger.open(f"sqlite:///{tmp_path / 'fork.db'}")
+    try:
+        store.append("plan:P-1", [plan_created()])
+        parent_writer = store._writer()
+        pid = os.fork()
+        if pid == 0:  # the child appends on a connection of its own
+            code = 1
+            try:
+                if store._writer() is not parent_writer:
+                    store.append("plan:P-2", [plan_created("P-2")])
+                    code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert store._writer() is parent_writer
+        store.append("plan:P-3", [plan_created("P-3")])
+        assert store.head().size == 3
+        assert verify_store(store).ok
+    finally:
+        store.close()
