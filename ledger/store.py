@@ -184,6 +184,34 @@ class WriteTx:
         self.ph = store.placeholder  # the driver's placeholder: "?" or "%s"
         self._size: int | None = None
         self._event_ids: list[str] = []
+        self._reader: Any = None
+        self._writer: Any = None
+
+    @property
+    def _reads(self) -> Any:
+        """The cursor of this transaction's reads (``query``, ``read_stream``, ...): its
+        own, never the one the caller's writes go to. On PostgreSQL the transaction runs
+        in pipeline mode, where a statement's results arrive whenever the server flushes
+        them and are handed to the cursor that sent it: a read on the cursor of a long
+        ``executemany`` could take one of the insert's late results for its own
+        (tests/test_write_tx.py). A cursor that only ever reads, each read fetched at
+        once, has no result pending but its own. (SQLite has no pipeline: its one cursor
+        serves.)"""
+        if self._reader is None:
+            self._reader = self._own_cursor()
+        return self._reader
+
+    @property
+    def _writes(self) -> Any:
+        """The cursor of the caller's ``execute``/``executemany``: its own too, so that
+        no result of theirs is pending on the cursor the append path reads the head
+        with, nor on the reads' (see ``_reads``)."""
+        if self._writer is None:
+            self._writer = self._own_cursor()
+        return self._writer
+
+    def _own_cursor(self) -> Any:
+        return self._aux if self._aux is self._cursor else self._aux.connection.cursor()
 
     def head_size(self) -> int:
         """The log's size, locking the head first if this transaction has not yet."""
@@ -223,39 +251,43 @@ class WriteTx:
         """One stream's events, read under this transaction's lock: a decision made on
         them cannot be overtaken by another writer before it commits."""
         self.head_size()
-        self._aux.execute(
+        reads = self._reads
+        reads.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {self.ph} "
             f"AND stream_version >= {self.ph} ORDER BY stream_version",
             (stream, from_version),
         )
-        return [self._store._decode(row) for row in self._aux.fetchall()]
+        return [self._store._decode(row) for row in reads.fetchall()]
 
     def read_types(self, types: Sequence[str]) -> list[RecordedEvent]:
         """Every event of the given types in position order (the type index), read under
         this transaction's lock."""
         self.head_size()
-        self._aux.execute(
+        reads = self._reads
+        reads.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN "
             f"({', '.join([self.ph] * len(types))}) ORDER BY position",
             tuple(types),
         )
-        return [self._store._decode(row) for row in self._aux.fetchall()]
+        return [self._store._decode(row) for row in reads.fetchall()]
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         """Which of ``digests`` the blob store holds (read under this transaction)."""
         self.head_size()
-        return {d for d in digests if self._store._has_blob(self._aux, d)}
+        reads = self._reads
+        return {d for d in digests if self._store._has_blob(reads, d)}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._aux.execute(sql, params)
+        self._writes.execute(sql, params)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
-            self._aux.executemany(sql, rows)
+            self._writes.executemany(sql, rows)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        self._aux.execute(sql, params)
-        return list(self._aux.fetchall())
+        reads = self._reads
+        reads.execute(sql, params)
+        return list(reads.fetchall())
 
     def _append_prepared(
         self,
