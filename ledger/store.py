@@ -41,7 +41,7 @@ from .errors import (
     LedgerOpenError,
     LedgerSchemaError,
 )
-from .events import DEFAULT_CATALOG, Catalog, NewEvent, RecordedEvent
+from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
 from .merkle import Frontier, leaf_hash
 from .timestamps import utc_now
 
@@ -49,6 +49,7 @@ __all__ = [
     "ANY",
     "DEFAULT_URL",
     "NO_STREAM",
+    "BareEvent",
     "Expect",
     "LogReader",
     "Store",
@@ -65,9 +66,23 @@ _EVENT_COLUMNS = (
     "position, event_id, stream, stream_version, type, schema_version, recorded_at, "
     "actor, correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
 )
+# What a fold reads (``read_bare``): the stream at index 1.
+_BARE_COLUMNS = "position, stream, stream_version, type, schema_version, payload"
 _EMPTY_DELTA = b"[]"
 _decode_json = msgspec.json.decode
 _ULID_ALPHABET = frozenset("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+
+class BareEvent(msgspec.Struct, frozen=True, gc=False):
+    """An event as a fold reads it (``Store.read_bare``): a ``RecordedEvent`` without
+    the ids, actor, time, delta and hashes. Not tracked by the garbage collector (it
+    holds no cycles): a rebuild makes one per event."""
+
+    position: int
+    stream: str
+    stream_version: int
+    type: str
+    payload: EventPayload
 
 
 class Expect(enum.Enum):
@@ -806,13 +821,62 @@ class Store:
         head as it was when reading started. With a filter, keyset pages by position let
         the database use the filter's index. ``stream_prefix`` (e.g. ``"tool:"``) is
         applied to the raw rows before decoding."""
+        decode = self._decode
+        for rows in self._row_batches(
+            _EVENT_COLUMNS, 2, from_position, to_position, batch_size, types, stream, stream_prefix
+        ):
+            yield [decode(row) for row in rows]
+
+    def read_bare(
+        self,
+        from_position: int = 1,
+        *,
+        to_position: int | None = None,
+        batch_size: int = 1000,
+        stream_prefix: str | None = None,
+    ) -> Iterator[list[BareEvent]]:
+        """``read_batches`` with only what a fold needs (``BareEvent``: position, stream,
+        stream version, type, payload), for rebuilding and catching up read models.
+
+        The same windows over the same rows, and each payload decoded (and upcast) by the
+        same typed decoders as ``read_all``'s; what is left out is what a fold never
+        reads: ids, actor, time, the delta (its JSON decode) and the hashes."""
+        decoders = self._decoders
+        for rows in self._row_batches(
+            _BARE_COLUMNS, 1, from_position, to_position, batch_size, None, None, stream_prefix
+        ):
+            try:
+                # The common case in one comprehension: every (type, version) current.
+                events = [
+                    BareEvent(p, s, v, t, decoders[t, sv].decode(payload))
+                    for p, s, v, t, sv, payload in rows
+                ]
+            except (KeyError, msgspec.DecodeError, msgspec.ValidationError):
+                # An old version to upcast, an unknown type, or bytes that do not decode:
+                # row by row, with the one refusal ``_decode`` gives.
+                events = [self._decode_bare(row) for row in rows]
+            yield events
+
+    def _row_batches(
+        self,
+        columns: str,
+        stream_at: int,
+        from_position: int,
+        to_position: int | None,
+        batch_size: int,
+        types: Sequence[str] | None,
+        stream: str | None,
+        stream_prefix: str | None,
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """The raw rows of ``read_batches`` (``columns``, the stream at ``stream_at``):
+        the one paging logic of ``read_batches`` and ``read_bare``."""
         ph = self.placeholder
         position = max(from_position, 1)
         windowed = not types and stream is None
         if windowed:
             end = to_position if to_position is not None else self.head().size
             sql = (
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE position >= {ph} "
+                f"SELECT {columns} FROM events WHERE position >= {ph} "
                 f"AND position <= {ph} ORDER BY position"
             )
         else:
@@ -828,10 +892,9 @@ class Store:
                 where.append(f"stream = {ph}")
                 extra.append(stream)
             sql = (
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} "
+                f"SELECT {columns} FROM events WHERE {' AND '.join(where)} "
                 f"ORDER BY position LIMIT {int(batch_size)}"
             )
-        decode = self._decode
         while True:
             if windowed:
                 if position > end:
@@ -856,9 +919,9 @@ class Store:
             # A short page is the last one; judged before the prefix filter drops rows.
             last_page = not windowed and len(rows) < batch_size
             if stream_prefix is not None:
-                rows = [row for row in rows if row[2].startswith(stream_prefix)]
+                rows = [row for row in rows if row[stream_at].startswith(stream_prefix)]
             if rows:
-                yield [decode(row) for row in rows]
+                yield rows
             if last_page:
                 return
 
@@ -947,10 +1010,32 @@ class Store:
                 bytes(chain),
             )
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # Only an edit of the database makes stored bytes that do not decode: say so
-            # in one line (a refusal), never a traceback.
-            raise InvalidEventError(
-                f"the stored event at position {position} does not decode as {type_name} "
-                f"version {sv} ({exc}): `evidence event {position}` shows it as stored, "
-                "`evidence verify` whether it was changed"
-            ) from None
+            raise _undecodable(position, type_name, sv, exc) from None
+
+    def _decode_bare(self, row: Sequence[Any]) -> BareEvent:
+        """One row of ``read_bare`` (its columns), decoded as ``_decode`` decodes the
+        payload."""
+        position, stream, stream_version, type_name, sv, payload = row
+        decoder = self._decoders.get((type_name, sv))
+        try:
+            return BareEvent(
+                position,
+                stream,
+                stream_version,
+                type_name,
+                decoder.decode(payload)
+                if decoder is not None
+                else self.catalog.decode(type_name, sv, payload),
+            )
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise _undecodable(position, type_name, sv, exc) from None
+
+
+def _undecodable(position: int, type_name: str, sv: int, exc: Exception) -> InvalidEventError:
+    # Only an edit of the database makes stored bytes that do not decode: say so in one
+    # line (a refusal), never a traceback.
+    return InvalidEventError(
+        f"the stored event at position {position} does not decode as {type_name} "
+        f"version {sv} ({exc}): `evidence event {position}` shows it as stored, "
+        "`evidence verify` whether it was changed"
+    )

@@ -38,7 +38,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ledger import RecordedEvent, WriteTx
+from ledger import WriteTx
 from ledger.canonical import canonical_json
 from ledger.events import (
     AttemptFailed,
@@ -53,7 +53,7 @@ from ledger.events import (
     ValidationRunStarted,
 )
 
-from .engine import AggregateProjection, Part
+from .engine import AggregateProjection, Folded, Part
 from .folding import Steps
 
 VERSION = 2  # 2: outcome as the plan document's (halts, revise), revised facts, applies
@@ -327,7 +327,7 @@ def _gate_checked(
     )
 
 
-def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) -> None:
+def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[Folded]) -> None:
     """Add the facts of ``events`` to the tables ``t`` (part -> physical name)."""
     relevant = [
         e
