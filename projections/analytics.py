@@ -53,7 +53,7 @@ from ledger.events import (
     ValidationRunStarted,
 )
 
-from .engine import AggregateProjection, Folded, Part
+from .engine import AggregateProjection, Folded, Part, insert_rows
 from .folding import Steps
 
 VERSION = 2  # 2: outcome as the plan document's (halts, revise), revised facts, applies
@@ -181,21 +181,23 @@ def verdict_label(verdict: bool | None) -> str:
 
 
 def _insert(tx: WriteTx, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-    tx.executemany(
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([tx.ph] * len(columns))})",
-        rows,
-    )
+    insert_rows(tx, f"INSERT INTO {table} ({', '.join(columns)})", len(columns), rows)
 
 
 def _upsert(
     tx: WriteTx, table: str, columns: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
 ) -> None:
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
-    tx.executemany(
-        f"INSERT INTO {table} ({', '.join(columns)}) "
-        f"VALUES ({', '.join([tx.ph] * len(columns))}) "
-        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}",
-        rows,
+    at = [columns.index(c) for c in key]
+    # The last row of each key, as upserting them one by one would leave it (one
+    # multi-row statement may not update a row twice).
+    last = {tuple(row[i] for i in at): row for row in rows}
+    insert_rows(
+        tx,
+        f"INSERT INTO {table} ({', '.join(columns)})",
+        len(columns),
+        list(last.values()),
+        f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}",
     )
 
 

@@ -168,6 +168,33 @@ class ReadModel(Protocol):
     def document(self, conn: sa.Connection, key: str) -> tuple[Any, int] | None: ...
 
 
+ROWS_PER_STATEMENT = 500  # PostgreSQL: rows in one multi-row INSERT (params stay < 65535)
+
+
+def insert_rows(
+    tx: WriteTx, head: str, width: int, rows: Sequence[Sequence[Any]], tail: str = ""
+) -> None:
+    """``{head} VALUES (row), ... {tail}`` for every row of ``width`` values.
+
+    On PostgreSQL, many rows per statement: psycopg's ``executemany`` in the write
+    transaction's pipeline sends one statement per row (a few Python-side steps each,
+    most of a rebuild's time there). On SQLite ``executemany`` (its loop is in C). With
+    ``ON CONFLICT ... DO UPDATE`` in ``tail`` the rows must have distinct keys (one
+    statement may not update a row twice)."""
+    if not rows:
+        return
+    one = f"({', '.join([tx.ph] * width)})"
+    if tx.backend != "postgresql":
+        tx.executemany(f"{head} VALUES {one}{tail}", rows)
+        return
+    for i in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[i : i + ROWS_PER_STATEMENT]
+        tx.execute(
+            f"{head} VALUES {', '.join([one] * len(chunk))}{tail}",
+            [value for row in chunk for value in row],
+        )
+
+
 def _create(tx: WriteTx, table: sa.Table, dialect: sa.Dialect) -> None:
     tx.execute(str(sa.schema.CreateTable(table).compile(dialect=dialect)))
 
@@ -247,13 +274,16 @@ class Projection:
             *(c.value(doc) for c in self.columns),
         )
 
-    def upsert_sql(self, table: str, ph: str) -> str:
+    def upsert(self, tx: WriteTx, table: str, docs: Mapping[str, tuple[int, int, Any]]) -> None:
+        """Write the rows of ``docs`` (key -> stream version, position, state)."""
         names = ["key", "stream_version", "position", "doc", *(c.name for c in self.columns)]
         updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
-        return (
-            f"INSERT INTO {table} ({', '.join(names)}) "
-            f"VALUES ({', '.join([ph] * len(names))}) "
-            f"ON CONFLICT (key) DO UPDATE SET {updates}"
+        insert_rows(
+            tx,
+            f"INSERT INTO {table} ({', '.join(names)})",
+            len(names),
+            [self.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()],
+            f" ON CONFLICT (key) DO UPDATE SET {updates}",
         )
 
     def create_tables(self, tx: WriteTx, names: Mapping[str, str], dialect: sa.Dialect) -> None:
@@ -277,10 +307,7 @@ class Projection:
             ):
                 docs[key] = (0, 0, self.decode(raw))
         self._fold(events, docs)
-        tx.executemany(
-            self.upsert_sql(table, ph),
-            [self.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()],
-        )
+        self.upsert(tx, table, docs)
 
     def _fold(self, events: Iterable[Folded], docs: dict[str, tuple[int, int, Any]]) -> None:
         """Fold ``events`` (all of streams of this kind) into ``docs``: key -> (stream
@@ -359,10 +386,7 @@ class _FoldInMemory:
         self.p._fold(batch.of_kind(self.p.kind), self.docs)
 
     def finish(self, tx: WriteTx) -> None:
-        tx.executemany(
-            self.p.upsert_sql(self.table, tx.ph),
-            [self.p.row(key, v, pos, doc) for key, (v, pos, doc) in self.docs.items()],
-        )
+        self.p.upsert(tx, self.table, self.docs)
 
 
 @dataclass(frozen=True)
