@@ -180,12 +180,33 @@ def verdict_label(verdict: bool | None) -> str:
     return "no_verdict" if verdict is None else "pass" if verdict else "fail"
 
 
-def _insert(tx: WriteTx, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-    insert_rows(tx, f"INSERT INTO {table} ({', '.join(columns)})", len(columns), rows)
+# part -> column -> its type (what ``insert_rows`` sends each column's values as)
+_TYPES: dict[str, dict[str, sa.types.TypeEngine[Any]]] = {
+    part.name: dict(part.columns) for part in PARTS
+}
+
+
+def _typed(part: str, columns: Sequence[str]) -> list[tuple[str, sa.types.TypeEngine[Any]]]:
+    return [(c, _TYPES[part][c]) for c in columns]
+
+
+def _insert(
+    tx: WriteTx,
+    t: Mapping[str, str],
+    part: str,
+    columns: Sequence[str],
+    rows: list[tuple[Any, ...]],
+) -> None:
+    insert_rows(tx, t[part], _typed(part, columns), rows)
 
 
 def _upsert(
-    tx: WriteTx, table: str, columns: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
+    tx: WriteTx,
+    t: Mapping[str, str],
+    part: str,
+    columns: Sequence[str],
+    key: Sequence[str],
+    rows: list[tuple[Any, ...]],
 ) -> None:
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
     at = [columns.index(c) for c in key]
@@ -194,8 +215,8 @@ def _upsert(
     last = {tuple(row[i] for i in at): row for row in rows}
     insert_rows(
         tx,
-        f"INSERT INTO {table} ({', '.join(columns)})",
-        len(columns),
+        t[part],
+        _typed(part, columns),
         list(last.values()),
         f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}",
     )
@@ -375,20 +396,23 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[Folded]) -> None:
             step(b, plan, plan["project"], position, p)
     _upsert(
         tx,
-        t["runs"],
+        t,
+        "runs",
         ("run_id", "attachment_id", "plan", "validation", "args", "args_digest", "input_digest"),
         ("run_id", "attachment_id"),
         b.new_runs,
     )
     _insert(
         tx,
-        t["plan_facts"],
+        t,
+        "plan_facts",
         ("position", "plan", "project", "fact", "attempt", "value", "raw_value"),
         b.facts,
     )
     _insert(
         tx,
-        t["results"],
+        t,
+        "results",
         (
             "position",
             "plan",
@@ -407,19 +431,22 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[Folded]) -> None:
     )
     _insert(
         tx,
-        t["deviations"],
+        t,
+        "deviations",
         ("position", "seq", "plan", "project", "gate", "tool", "kind", "pointer"),
         b.deviations,
     )
     _insert(
         tx,
-        t["informational_failures"],
+        t,
+        "informational_failures",
         ("position", "seq", "plan", "project", "run_id", "validation"),
         b.informational,
     )
     _upsert(
         tx,
-        t["plans"],
+        t,
+        "plans",
         PLAN_COLUMNS,
         ("plan",),
         [tuple(plan[c] for c in PLAN_COLUMNS) for plan in plans.values()],

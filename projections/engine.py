@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 import msgspec
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from ledger import EventPayload, Store, WriteTx
 from ledger.timestamps import utc_now
@@ -168,31 +169,39 @@ class ReadModel(Protocol):
     def document(self, conn: sa.Connection, key: str) -> tuple[Any, int] | None: ...
 
 
-ROWS_PER_STATEMENT = 500  # PostgreSQL: rows in one multi-row INSERT (params stay < 65535)
+ROWS_PER_STATEMENT = 5_000  # PostgreSQL: rows sent in one statement (as arrays)
+_PG = postgresql.dialect()
 
 
 def insert_rows(
-    tx: WriteTx, head: str, width: int, rows: Sequence[Sequence[Any]], tail: str = ""
+    tx: WriteTx,
+    table: str,
+    columns: Sequence[tuple[str, sa.types.TypeEngine[Any]]],
+    rows: Sequence[Sequence[Any]],
+    tail: str = "",
 ) -> None:
-    """``{head} VALUES (row), ... {tail}`` for every row of ``width`` values.
+    """``INSERT INTO {table} ({columns}) VALUES (row), ... {tail}``.
 
-    On PostgreSQL, many rows per statement: psycopg's ``executemany`` in the write
-    transaction's pipeline sends one statement per row (a few Python-side steps each,
-    most of a rebuild's time there). On SQLite ``executemany`` (its loop is in C). With
+    On PostgreSQL each column's values go as one array parameter (``INSERT ... SELECT
+    * FROM unnest(%s::type[], ...)``): psycopg's ``executemany`` in the write
+    transaction's pipeline sends one statement per row, a few Python-side steps each,
+    and a multi-row ``VALUES`` text with thousands of placeholders is parsed anew each
+    time (psycopg caches only short statements); this text is short, one per table,
+    and its arrays are dumped in C. On SQLite ``executemany`` (its loop is in C). With
     ``ON CONFLICT ... DO UPDATE`` in ``tail`` the rows must have distinct keys (one
     statement may not update a row twice)."""
     if not rows:
         return
-    one = f"({', '.join([tx.ph] * width)})"
+    names = ", ".join(name for name, _ in columns)
     if tx.backend != "postgresql":
-        tx.executemany(f"{head} VALUES {one}{tail}", rows)
+        values = ", ".join([tx.ph] * len(columns))
+        tx.executemany(f"INSERT INTO {table} ({names}) VALUES ({values}){tail}", rows)
         return
+    arrays = ", ".join(f"%s::{type_.compile(dialect=_PG)}[]" for _, type_ in columns)
+    sql = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}){tail}"
     for i in range(0, len(rows), ROWS_PER_STATEMENT):
         chunk = rows[i : i + ROWS_PER_STATEMENT]
-        tx.execute(
-            f"{head} VALUES {', '.join([one] * len(chunk))}{tail}",
-            [value for row in chunk for value in row],
-        )
+        tx.execute(sql, [list(column) for column in zip(*chunk, strict=True)])
 
 
 def _create(tx: WriteTx, table: sa.Table, dialect: sa.Dialect) -> None:
@@ -274,14 +283,19 @@ class Projection:
             *(c.value(doc) for c in self.columns),
         )
 
+    @cached_property
+    def _row_columns(self) -> list[tuple[str, sa.types.TypeEngine[Any]]]:
+        """The columns of ``row``'s values, in its order, with their types."""
+        return [(c.name, c.type) for c in self.table().columns]
+
     def upsert(self, tx: WriteTx, table: str, docs: Mapping[str, tuple[int, int, Any]]) -> None:
         """Write the rows of ``docs`` (key -> stream version, position, state)."""
-        names = ["key", "stream_version", "position", "doc", *(c.name for c in self.columns)]
-        updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
+        columns = self._row_columns
+        updates = ", ".join(f"{n} = excluded.{n}" for n, _ in columns[1:])
         insert_rows(
             tx,
-            f"INSERT INTO {table} ({', '.join(names)})",
-            len(names),
+            table,
+            columns,
             [self.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()],
             f" ON CONFLICT (key) DO UPDATE SET {updates}",
         )

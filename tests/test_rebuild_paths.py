@@ -79,10 +79,25 @@ def test_catch_up_in_small_batches_leaves_what_a_rebuild_builds(db_url: str, mon
 def test_an_aggregate_upsert_of_one_key_twice_keeps_the_last(store: ledger.Store) -> None:
     """As upserting the rows one by one would (PostgreSQL writes them in one statement,
     which may not update a row twice)."""
-    from projections.analytics import _upsert
+    from projections.analytics import ANALYTICS, _upsert
 
+    columns = ("run_id", "attachment_id", "plan", "validation", "args", "args_digest")
+    key = ("run_id", "attachment_id")
+    names = ANALYTICS.table_names("__t")
     with store.write() as tx:
-        tx.execute("CREATE TABLE t_up (a TEXT, b TEXT, v INTEGER, PRIMARY KEY (a, b))")
-        _upsert(tx, "t_up", ("a", "b", "v"), ("a", "b"), [("x", "y", 1), ("x", "z", 2)])
-        _upsert(tx, "t_up", ("a", "b", "v"), ("a", "b"), [("x", "y", 3), ("x", "y", 4)])
-        assert sorted(tx.query("SELECT a, b, v FROM t_up")) == [("x", "y", 4), ("x", "z", 2)]
+        ANALYTICS.create_tables(tx, names, store.engine.dialect)
+        _upsert(tx, names, "runs", columns, key, [("r", "a", "P", "v", "1", "d1")])
+        _upsert(
+            tx,
+            names,
+            "runs",
+            columns,
+            key,
+            [
+                ("r", "a", "P", "v", "2", "d2"),
+                ("r", "b", "P", "v", "3", "d3"),
+                ("r", "a", "P", "v", "4", "d4"),
+            ],
+        )
+        found = tx.query(f"SELECT attachment_id, args FROM {names['runs']} ORDER BY 1")
+        assert found == [("a", "4"), ("b", "3")]
