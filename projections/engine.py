@@ -265,10 +265,6 @@ class Projection:
             sa.PrimaryKeyConstraint("key", name=f"pk_{name}"),
         )
 
-    def key_of(self, stream: str) -> str | None:
-        kind, sep, key = stream.partition(":")
-        return key if sep and kind == self.kind else None
-
     def decode(self, raw: bytes) -> Any:
         """A stored document as its state (None for the empty document)."""
         raw = bytes(raw)
@@ -337,15 +333,6 @@ class Projection:
                 event.position,
                 step(None if previous is None else previous[2], event.payload),
             )
-
-    def fold_events(
-        self, events: Iterable[Folded], into: dict[str, tuple[int, int, Any]] | None = None
-    ) -> dict[str, tuple[int, int, Any]]:
-        """key -> (stream version, position, state), folded in memory from ``events``
-        (of any streams: the others are left out)."""
-        docs: dict[str, tuple[int, int, Any]] = {} if into is None else into
-        self._fold((e for e in events if self.key_of(e.stream) is not None), docs)
-        return docs
 
     def rebuilder(self, names: Mapping[str, str]) -> Rebuilder:
         return _FoldInMemory(self, names[""])
