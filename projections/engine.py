@@ -307,7 +307,7 @@ class Projection:
             return
         table, ph = names[""], tx.ph
         cut = len(self.kind) + 1
-        touched = list(dict.fromkeys(e.stream[cut:] for e in events))
+        touched = list(dict.fromkeys([e.stream[cut:] for e in events]))
         docs: dict[str, tuple[int, int, Any]] = {}
         for i in range(0, len(touched), 500):
             chunk = touched[i : i + 500]
