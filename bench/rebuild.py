@@ -1,25 +1,36 @@
-"""Projection rebuild throughput, next to a plain read-all decode of the same log.
+"""Projection rebuild and catch-up throughput, next to a plain read-all decode of the
+same log and the eventsourcing peer replaying it.
 
     python bench/rebuild.py [--events N] [--repeat K] [--postgres URL] [--skip-postgres]
                             [--stat median|best] [--json] [--profile]
 
 Builds a ledger of N events shaped like a plane's log (per plan: plan.created, then
 strategy, execute and gate checks; one in ten plans adds an attachment; a few tool and
-validation registrations), then times, in the same run:
+validation registrations), then times, in the same run, each repeat interleaved:
 
-- baseline: ``sum(1 for _ in store.read_all())`` — every event read and decoded;
-- ours: ``ProjectionEngine.rebuild()`` of every read model — one pass over the log
-  folding all projections, fresh tables filled, swapped in atomically.
+- floor: ``sum(1 for _ in store.read_all())`` — every event read and decoded;
+- rebuild: ``ProjectionEngine.rebuild()`` of every read model — one pass over the log
+  folding all projections, fresh tables filled, swapped in atomically;
+- catch-up: ``ProjectionEngine.catch_up()`` of read models N events behind (every read
+  model emptied and its position set to 0 before each timed run, untimed): what the first
+  open of a ledger whose read models are behind does;
+- peer: eventsourcing (optional, the ``bench`` extra) replaying the same events from its
+  application recorder (see ``replay_peer`` for exactly what is timed).
 
-Reports events/s for both (log size / seconds); the target is >= 150k events/s.
+Reports events/s (log size / seconds) and the ratios to the read-all floor; the targets
+are rebuild within 1.3x of the floor and catch-up no slower per event than rebuild.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import uuid
+from datetime import UTC, datetime
+from importlib.metadata import version
 from typing import Any
 
+import msgspec
 from _common import (  # bench/ is sys.path[0] when run as `python bench/rebuild.py`
     fresh_target,
     pick,
@@ -42,9 +53,27 @@ from ledger.events import (
     ValidationRegistered,
 )
 from projections import ALL_PROJECTIONS, ProjectionEngine
+from projections.engine import POSITIONS
 
-TARGET_EVENTS_PER_S = 150_000
+try:  # the peer is optional: the run goes on without it
+    from eventsourcing.domain import DomainEvent
+    from eventsourcing.persistence import (
+        DatetimeAsISO,
+        DecimalAsStr,
+        JSONTranscoder,
+        Mapper,
+        UUIDAsHex,
+    )
+
+    PEER_MISSING: str | None = None
+    PEER_VERSION = version("eventsourcing")
+except ImportError as exc:  # depends on the environment
+    PEER_MISSING = f"eventsourcing not importable ({exc}): pip install -e '.[bench]'"
+    PEER_VERSION = "-"
+
+TARGET_RATIO = 1.3  # rebuild time / read-all time
 EVENTS_PER_PLAN = 20
+PAGE = 5_000  # events per read: the engine's CATCH_UP_BATCH, and the peer's page
 
 
 def plan_events(i: int) -> list[tuple[str, EventPayload]]:
@@ -124,6 +153,119 @@ def build(store: ledger.Store, n_events: int) -> None:
         written += len(batch)
 
 
+# -- catch-up ---------------------------------------------------------------------------
+
+
+def behind_by_everything(store: ledger.Store, engine: ProjectionEngine) -> None:
+    """Every read model emptied and at position 0 (untimed): ``catch_up`` then applies
+    the whole log, as the first open of a ledger whose read models are behind does."""
+    with store.write() as tx:
+        for p in engine.projections.values():
+            for table in p.table_names().values():
+                tx.execute(f"DELETE FROM {table}")
+        tx.execute(f"UPDATE {POSITIONS} SET position = 0")
+
+
+def timed_catch_up(store: ledger.Store, engine: ProjectionEngine) -> float:
+    behind_by_everything(store, engine)
+    return timed(engine.catch_up)
+
+
+# -- the peer: eventsourcing -------------------------------------------------------------
+
+if PEER_MISSING is None:
+
+    class LedgerEventPeer(DomainEvent):
+        """One of our events as an eventsourcing domain event: its stream as the
+        originator (a UUID), its stream version as the originator version, its type
+        and payload fields as attributes."""
+
+        type: str
+        data: dict[str, Any]
+
+
+def peer_mapper() -> Any:
+    """The mapper an eventsourcing ``Application`` builds (JSON, its transcodings)."""
+    transcoder = JSONTranscoder()
+    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        transcoder.register(transcoding)
+    return Mapper(transcoder=transcoder)
+
+
+def open_peer(target: Any) -> tuple[Any, Any]:
+    """eventsourcing's application recorder (and its datastore) beside our ledger."""
+    if target.backend == "sqlite":
+        from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
+        datastore: Any = SQLiteDatastore(str(target.sqlite_path.with_name("peer.db")))
+        recorder: Any = SQLiteApplicationRecorder(datastore)
+    else:
+        import sqlalchemy as sa
+        from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+
+        url = sa.engine.make_url(target.conninfo)
+        datastore = PostgresDatastore(  # its table in the run's throw-away schema
+            dbname=url.database or "",
+            host=url.host or "127.0.0.1",
+            port=url.port or 5432,
+            user=url.username or "",
+            password=url.password or "",
+            schema=target.schema,
+        )
+        recorder = PostgresApplicationRecorder(datastore)
+    recorder.create_table()
+    return recorder, datastore
+
+
+def fill_peer(recorder: Any, mapper: Any, store: ledger.Store) -> int:
+    """Our log, event for event, into the peer's recorder (untimed)."""
+    now = datetime.now(UTC)
+    n = 0
+    for batch in store.read_batches(batch_size=1000):
+        stored = []
+        for e in batch:
+            data = msgspec.to_builtins(e.payload)
+            data.pop("type", None)
+            stored.append(
+                mapper.to_stored_event(
+                    LedgerEventPeer(
+                        originator_id=uuid.uuid5(uuid.NAMESPACE_URL, e.stream),
+                        originator_version=e.stream_version,
+                        timestamp=now,
+                        type=e.type,
+                        data=data,
+                    )
+                )
+            )
+        recorder.insert_events(stored)
+        n += len(stored)
+    return n
+
+
+def replay_peer(recorder: Any, mapper: Any) -> int:
+    """What is timed for the peer: read the whole log through the application
+    recorder's ``select_notifications`` in pages of ``PAGE``, decode each notification
+    into its domain event with the mapper (JSON transcoder), and fold it into an
+    in-memory dict (originator id -> version, count, last type). It writes no read
+    model: the peer's read-and-decode floor with the lightest fold, so it flatters the
+    peer against our rebuild (which also writes every read model's tables)."""
+    state: dict[Any, tuple[int, int, str]] = {}
+    start = 1
+    n = 0
+    while page := recorder.select_notifications(start, PAGE):
+        for notification in page:
+            event = mapper.to_domain_event(notification)
+            previous = state.get(event.originator_id)
+            state[event.originator_id] = (
+                event.originator_version,
+                1 if previous is None else previous[1] + 1,
+                event.type,
+            )
+        n += len(page)
+        start = page[-1].id + 1
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=100_000, help="ledger size")
@@ -136,37 +278,63 @@ def main(argv: list[str] | None = None) -> int:
     for backend in backends:
         with fresh_target(backend, pg_url or "") as target:
             store = ledger.open(target.ledger_url)
+            peer: tuple[Any, Any] | None = None
             try:
                 build(store, args.events)
                 engine = ProjectionEngine(store, ALL_PROJECTIONS).open()
                 n = store.head().size
-                read, rebuild = [], []
-                for _ in range(args.repeat):
+                mapper = None
+                if PEER_MISSING is None:
+                    peer = open_peer(target)
+                    mapper = peer_mapper()
+                    fill_peer(peer[0], mapper, store)
+                read: list[float] = []
+                rebuild: list[float] = []
+                catch_up: list[float] = []
+                replay: list[float] = []
+                for _ in range(args.repeat):  # interleaved: each repeat under one load
                     read.append(timed(lambda s=store: sum(1 for _ in s.read_all())))
                     rebuild.append(timed(engine.rebuild))
+                    catch_up.append(timed_catch_up(store, engine))
+                    if peer is not None:
+                        replay.append(timed(lambda r=peer[0], m=mapper: replay_peer(r, m)))
                 if args.profile:
-                    profiles[backend] = profile_top(engine.rebuild, args.profile_top)
+                    profiles[f"rebuild, {backend}"] = profile_top(engine.rebuild, args.profile_top)
+                    behind_by_everything(store, engine)
+                    profiles[f"catch-up, {backend}"] = profile_top(
+                        engine.catch_up, args.profile_top
+                    )
             finally:
+                if peer is not None:
+                    peer[1].close()
                 store.close()
-        read_rate = n / pick(read, args.stat)
-        rebuild_rate = n / pick(rebuild, args.stat)
+        read_s, rebuild_s, catch_up_s = (pick(x, args.stat) for x in (read, rebuild, catch_up))
+        replay_s = pick(replay, args.stat) if replay else None
         rows.append(
             {
                 "backend": backend,
                 "events": n,
-                "read_all_events_per_s": round(read_rate),
-                "rebuild_events_per_s": round(rebuild_rate),
-                "rebuild_vs_read_all": round(read_rate / rebuild_rate, 2),
-                "target_events_per_s": TARGET_EVENTS_PER_S,
-                "met": rebuild_rate >= TARGET_EVENTS_PER_S,
-                "read_all_samples_s": [round(s, 3) for s in read],
-                "rebuild_samples_s": [round(s, 3) for s in rebuild],
+                "read_all_events_per_s": round(n / read_s),
+                "rebuild_events_per_s": round(n / rebuild_s),
+                "catch_up_events_per_s": round(n / catch_up_s),
+                "peer_replay_events_per_s": round(n / replay_s) if replay_s else None,
+                "rebuild_vs_read_all": round(rebuild_s / read_s, 2),
+                "catch_up_vs_read_all": round(catch_up_s / read_s, 2),
+                "catch_up_vs_rebuild": round(catch_up_s / rebuild_s, 2),
+                "peer_vs_read_all": round(replay_s / read_s, 2) if replay_s else None,
+                "target_rebuild_vs_read_all": TARGET_RATIO,
+                "met": rebuild_s / read_s <= TARGET_RATIO and catch_up_s <= rebuild_s,
+                "read_all_samples_s": [round(x, 3) for x in read],
+                "rebuild_samples_s": [round(x, 3) for x in rebuild],
+                "catch_up_samples_s": [round(x, 3) for x in catch_up],
+                "peer_replay_samples_s": [round(x, 3) for x in replay],
             }
         )
         out.print(f"{backend}: done")
 
     table = Table(
-        title=f"projection rebuild vs read-all decode ({args.stat} of {args.repeat})",
+        title=f"projection rebuild and catch-up vs read-all decode ({args.stat} of "
+        f"{args.repeat}, interleaved)",
         title_justify="left",
     )
     for col in (
@@ -174,25 +342,41 @@ def main(argv: list[str] | None = None) -> int:
         "events",
         "read-all ev/s",
         "rebuild ev/s",
+        "catch-up ev/s",
+        "peer ev/s",
         "rebuild time / read",
-        "target",
+        "catch-up time / read",
+        "catch-up / rebuild",
+        "peer time / read",
         "met",
     ):
         table.add_column(col, justify="left" if col == "backend" else "right")
     for r in rows:
+        peer_rate = r["peer_replay_events_per_s"]
         table.add_row(
             r["backend"],
             f"{r['events']:,}",
             f"{r['read_all_events_per_s']:,}",
             f"{r['rebuild_events_per_s']:,}",
+            f"{r['catch_up_events_per_s']:,}",
+            f"{peer_rate:,}" if peer_rate else "not run",
             f"{r['rebuild_vs_read_all']:.2f}x",
-            f">= {TARGET_EVENTS_PER_S:,}",
+            f"{r['catch_up_vs_read_all']:.2f}x",
+            f"{r['catch_up_vs_rebuild']:.2f}x",
+            f"{r['peer_vs_read_all']:.2f}x" if peer_rate else "-",
             "[green]yes[/]" if r["met"] else "[red]no[/]",
         )
     out.print(table)
-    for backend, top in profiles.items():
-        print_profile(out, f"cProfile rebuild, {backend}", top)
+    out.print(
+        f"targets: rebuild time / read <= {TARGET_RATIO}x, catch-up / rebuild <= 1x; peer: "
+        f"eventsourcing {PEER_VERSION} replay (bench/rebuild.py replay_peer says what is timed)"
+    )
+    if PEER_MISSING is not None:
+        out.print(f"[yellow]peer not run: {PEER_MISSING}[/]")
+    for what, top in profiles.items():
+        print_profile(out, f"cProfile {what}", top)
     if args.json:
+        info["eventsourcing"] = PEER_VERSION
         print(json.dumps({"machine": info, "results": rows, "profiles": profiles}, indent=2))
     return 0
 

@@ -41,7 +41,7 @@ from .errors import (
     LedgerOpenError,
     LedgerSchemaError,
 )
-from .events import DEFAULT_CATALOG, Catalog, NewEvent, RecordedEvent
+from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
 from .ids import is_ulid, new_ulid
 from .merkle import Frontier
 from .timestamps import utc_now
@@ -50,6 +50,7 @@ __all__ = [
     "ANY",
     "DEFAULT_URL",
     "NO_STREAM",
+    "BareEvent",
     "Expect",
     "LogReader",
     "Store",
@@ -66,6 +67,8 @@ _EVENT_COLUMNS = (
     "position, event_id, stream, stream_version, type, schema_version, recorded_at, "
     "actor, correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
 )
+# What a fold reads (``read_bare``): the stream at index 1.
+_BARE_COLUMNS = "position, stream, stream_version, type, schema_version, payload"
 _EMPTY_DELTA = b"[]"
 _decode_json = msgspec.json.decode
 
@@ -80,6 +83,18 @@ def _count_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_count_fork)
+
+
+class BareEvent(msgspec.Struct, frozen=True, gc=False):
+    """An event as a fold reads it (``Store.read_bare``): a ``RecordedEvent`` without
+    the ids, actor, time, delta and hashes. Not tracked by the garbage collector (it
+    holds no cycles): a rebuild makes one per event."""
+
+    position: int
+    stream: str
+    stream_version: int
+    type: str
+    payload: EventPayload
 
 
 class Expect(enum.Enum):
@@ -196,6 +211,34 @@ class WriteTx:
         self.ph = store.placeholder  # the driver's placeholder: "?" or "%s"
         self._size: int | None = None
         self._event_ids: list[str] = []
+        self._reader: Any = None
+        self._writer: Any = None
+
+    @property
+    def _reads(self) -> Any:
+        """The cursor of this transaction's reads (``query``, ``read_stream``, ...): its
+        own, never the one the caller's writes go to. On PostgreSQL the transaction runs
+        in pipeline mode, where a statement's results arrive whenever the server flushes
+        them and are handed to the cursor that sent it: a read on the cursor of a long
+        ``executemany`` could take one of the insert's late results for its own
+        (tests/test_write_tx.py). A cursor that only ever reads, each read fetched at
+        once, has no result pending but its own. (SQLite has no pipeline: its one cursor
+        serves.)"""
+        if self._reader is None:
+            self._reader = self._own_cursor()
+        return self._reader
+
+    @property
+    def _writes(self) -> Any:
+        """The cursor of the caller's ``execute``/``executemany``: its own too, so that
+        no result of theirs is pending on the cursor the append path reads the head
+        with, nor on the reads' (see ``_reads``)."""
+        if self._writer is None:
+            self._writer = self._own_cursor()
+        return self._writer
+
+    def _own_cursor(self) -> Any:
+        return self._aux if self._aux is self._cursor else self._aux.connection.cursor()
 
     def head_size(self) -> int:
         """The log's size, locking the head first if this transaction has not yet."""
@@ -236,39 +279,43 @@ class WriteTx:
         """One stream's events, read under this transaction's lock: a decision made on
         them cannot be overtaken by another writer before it commits."""
         self.head_size()
-        self._aux.execute(
+        reads = self._reads
+        reads.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {self.ph} "
             f"AND stream_version >= {self.ph} ORDER BY stream_version",
             (stream, from_version),
         )
-        return [self._store._decode(row) for row in self._aux.fetchall()]
+        return [self._store._decode(row) for row in reads.fetchall()]
 
     def read_types(self, types: Sequence[str]) -> list[RecordedEvent]:
         """Every event of the given types in position order (the type index), read under
         this transaction's lock."""
         self.head_size()
-        self._aux.execute(
+        reads = self._reads
+        reads.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN "
             f"({', '.join([self.ph] * len(types))}) ORDER BY position",
             tuple(types),
         )
-        return [self._store._decode(row) for row in self._aux.fetchall()]
+        return [self._store._decode(row) for row in reads.fetchall()]
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         """Which of ``digests`` the blob store holds (read under this transaction)."""
         self.head_size()
-        return {d for d in digests if self._store._has_blob(self._aux, d)}
+        reads = self._reads
+        return {d for d in digests if self._store._has_blob(reads, d)}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._aux.execute(sql, params)
+        self._writes.execute(sql, params)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
-            self._aux.executemany(sql, rows)
+            self._writes.executemany(sql, rows)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        self._aux.execute(sql, params)
-        return list(self._aux.fetchall())
+        reads = self._reads
+        reads.execute(sql, params)
+        return list(reads.fetchall())
 
     def _append_prepared(
         self,
@@ -845,13 +892,62 @@ class Store:
         head as it was when reading started. With a filter, keyset pages by position let
         the database use the filter's index. ``stream_prefix`` (e.g. ``"tool:"``) is
         applied to the raw rows before decoding."""
+        decode = self._decode
+        for rows in self._row_batches(
+            _EVENT_COLUMNS, 2, from_position, to_position, batch_size, types, stream, stream_prefix
+        ):
+            yield [decode(row) for row in rows]
+
+    def read_bare(
+        self,
+        from_position: int = 1,
+        *,
+        to_position: int | None = None,
+        batch_size: int = 1000,
+        stream_prefix: str | None = None,
+    ) -> Iterator[list[BareEvent]]:
+        """``read_batches`` with only what a fold needs (``BareEvent``: position, stream,
+        stream version, type, payload), for rebuilding and catching up read models.
+
+        The same windows over the same rows, and each payload decoded (and upcast) by the
+        same typed decoders as ``read_all``'s; what is left out is what a fold never
+        reads: ids, actor, time, the delta (its JSON decode) and the hashes."""
+        decoders = self._decoders
+        for rows in self._row_batches(
+            _BARE_COLUMNS, 1, from_position, to_position, batch_size, None, None, stream_prefix
+        ):
+            try:
+                # The common case in one comprehension: every (type, version) current.
+                events = [
+                    BareEvent(p, s, v, t, decoders[t, sv].decode(payload))
+                    for p, s, v, t, sv, payload in rows
+                ]
+            except (KeyError, msgspec.DecodeError, msgspec.ValidationError):
+                # An old version to upcast, an unknown type, or bytes that do not decode:
+                # row by row, with the one refusal ``_decode`` gives.
+                events = [self._decode_bare(row) for row in rows]
+            yield events
+
+    def _row_batches(
+        self,
+        columns: str,
+        stream_at: int,
+        from_position: int,
+        to_position: int | None,
+        batch_size: int,
+        types: Sequence[str] | None,
+        stream: str | None,
+        stream_prefix: str | None,
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """The raw rows of ``read_batches`` (``columns``, the stream at ``stream_at``):
+        the one paging logic of ``read_batches`` and ``read_bare``."""
         ph = self.placeholder
         position = max(from_position, 1)
         windowed = not types and stream is None
         if windowed:
             end = to_position if to_position is not None else self.head().size
             sql = (
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE position >= {ph} "
+                f"SELECT {columns} FROM events WHERE position >= {ph} "
                 f"AND position <= {ph} ORDER BY position"
             )
         else:
@@ -867,10 +963,9 @@ class Store:
                 where.append(f"stream = {ph}")
                 extra.append(stream)
             sql = (
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} "
+                f"SELECT {columns} FROM events WHERE {' AND '.join(where)} "
                 f"ORDER BY position LIMIT {int(batch_size)}"
             )
-        decode = self._decode
         while True:
             if windowed:
                 if position > end:
@@ -895,9 +990,9 @@ class Store:
             # A short page is the last one; judged before the prefix filter drops rows.
             last_page = not windowed and len(rows) < batch_size
             if stream_prefix is not None:
-                rows = [row for row in rows if row[2].startswith(stream_prefix)]
+                rows = [row for row in rows if row[stream_at].startswith(stream_prefix)]
             if rows:
-                yield [decode(row) for row in rows]
+                yield rows
             if last_page:
                 return
 
@@ -986,10 +1081,32 @@ class Store:
                 bytes(chain),
             )
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            # Only an edit of the database makes stored bytes that do not decode: say so
-            # in one line (a refusal), never a traceback.
-            raise InvalidEventError(
-                f"the stored event at position {position} does not decode as {type_name} "
-                f"version {sv} ({exc}): `evidence event {position}` shows it as stored, "
-                "`evidence verify` whether it was changed"
-            ) from None
+            raise _undecodable(position, type_name, sv, exc) from None
+
+    def _decode_bare(self, row: Sequence[Any]) -> BareEvent:
+        """One row of ``read_bare`` (its columns), decoded as ``_decode`` decodes the
+        payload."""
+        position, stream, stream_version, type_name, sv, payload = row
+        decoder = self._decoders.get((type_name, sv))
+        try:
+            return BareEvent(
+                position,
+                stream,
+                stream_version,
+                type_name,
+                decoder.decode(payload)
+                if decoder is not None
+                else self.catalog.decode(type_name, sv, payload),
+            )
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise _undecodable(position, type_name, sv, exc) from None
+
+
+def _undecodable(position: int, type_name: str, sv: int, exc: Exception) -> InvalidEventError:
+    # Only an edit of the database makes stored bytes that do not decode: say so in one
+    # line (a refusal), never a traceback.
+    return InvalidEventError(
+        f"the stored event at position {position} does not decode as {type_name} "
+        f"version {sv} ({exc}): `evidence event {position}` shows it as stored, "
+        "`evidence verify` whether it was changed"
+    )

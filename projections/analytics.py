@@ -38,7 +38,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ledger import RecordedEvent, WriteTx
+from ledger import WriteTx
 from ledger.canonical import canonical_json
 from ledger.events import (
     AttemptFailed,
@@ -53,7 +53,7 @@ from ledger.events import (
     ValidationRunStarted,
 )
 
-from .engine import AggregateProjection, Part
+from .engine import AggregateProjection, Folded, Part, insert_rows
 from .folding import Steps
 
 VERSION = 2  # 2: outcome as the plan document's (halts, revise), revised facts, applies
@@ -180,22 +180,45 @@ def verdict_label(verdict: bool | None) -> str:
     return "no_verdict" if verdict is None else "pass" if verdict else "fail"
 
 
-def _insert(tx: WriteTx, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-    tx.executemany(
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([tx.ph] * len(columns))})",
-        rows,
-    )
+# part -> column -> its type (what ``insert_rows`` sends each column's values as)
+_TYPES: dict[str, dict[str, sa.types.TypeEngine[Any]]] = {
+    part.name: dict(part.columns) for part in PARTS
+}
+
+
+def _typed(part: str, columns: Sequence[str]) -> list[tuple[str, sa.types.TypeEngine[Any]]]:
+    return [(c, _TYPES[part][c]) for c in columns]
+
+
+def _insert(
+    tx: WriteTx,
+    t: Mapping[str, str],
+    part: str,
+    columns: Sequence[str],
+    rows: list[tuple[Any, ...]],
+) -> None:
+    insert_rows(tx, t[part], _typed(part, columns), rows)
 
 
 def _upsert(
-    tx: WriteTx, table: str, columns: Sequence[str], key: Sequence[str], rows: list[tuple[Any, ...]]
+    tx: WriteTx,
+    t: Mapping[str, str],
+    part: str,
+    columns: Sequence[str],
+    key: Sequence[str],
+    rows: list[tuple[Any, ...]],
 ) -> None:
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
-    tx.executemany(
-        f"INSERT INTO {table} ({', '.join(columns)}) "
-        f"VALUES ({', '.join([tx.ph] * len(columns))}) "
-        f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}",
-        rows,
+    at = [columns.index(c) for c in key]
+    # The last row of each key, as upserting them one by one would leave it (one
+    # multi-row statement may not update a row twice).
+    last = {tuple(row[i] for i in at): row for row in rows}
+    insert_rows(
+        tx,
+        t[part],
+        _typed(part, columns),
+        list(last.values()),
+        f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}",
     )
 
 
@@ -327,7 +350,7 @@ def _gate_checked(
     )
 
 
-def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) -> None:
+def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[Folded]) -> None:
     """Add the facts of ``events`` to the tables ``t`` (part -> physical name)."""
     relevant = [
         e
@@ -373,20 +396,23 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
             step(b, plan, plan["project"], position, p)
     _upsert(
         tx,
-        t["runs"],
+        t,
+        "runs",
         ("run_id", "attachment_id", "plan", "validation", "args", "args_digest", "input_digest"),
         ("run_id", "attachment_id"),
         b.new_runs,
     )
     _insert(
         tx,
-        t["plan_facts"],
+        t,
+        "plan_facts",
         ("position", "plan", "project", "fact", "attempt", "value", "raw_value"),
         b.facts,
     )
     _insert(
         tx,
-        t["results"],
+        t,
+        "results",
         (
             "position",
             "plan",
@@ -405,19 +431,22 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[RecordedEvent]) ->
     )
     _insert(
         tx,
-        t["deviations"],
+        t,
+        "deviations",
         ("position", "seq", "plan", "project", "gate", "tool", "kind", "pointer"),
         b.deviations,
     )
     _insert(
         tx,
-        t["informational_failures"],
+        t,
+        "informational_failures",
         ("position", "seq", "plan", "project", "run_id", "validation"),
         b.informational,
     )
     _upsert(
         tx,
-        t["plans"],
+        t,
+        "plans",
         PLAN_COLUMNS,
         ("plan",),
         [tuple(plan[c] for c in PLAN_COLUMNS) for plan in plans.values()],

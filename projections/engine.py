@@ -35,16 +35,19 @@ same folded or built in scratch as of any position).
 
 from __future__ import annotations
 
+import gc
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
 import msgspec
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
-from ledger import EventPayload, RecordedEvent, Store, WriteTx
+from ledger import EventPayload, Store, WriteTx
 from ledger.timestamps import utc_now
 
 from .documents import FOLDS, to_json
@@ -71,11 +74,63 @@ _decode = msgspec.json.decode
 _EMPTY = b"{}"  # a stream with no document yet: its row holds the empty document
 
 
-class Rebuilder(Protocol):
-    """Consumes the log once, batch by batch, into a read model's fresh tables."""
+class Folded(Protocol):
+    """What a read model reads of an event: a ``RecordedEvent`` (inline, as appended)
+    or a ``ledger.store.BareEvent`` (catch-up and rebuild, read lean)."""
 
-    def feed(self, batch: Sequence[RecordedEvent]) -> None: ...
-    def finish(self) -> None: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def stream(self) -> str: ...
+    @property
+    def stream_version(self) -> int: ...
+    @property
+    def payload(self) -> EventPayload: ...
+
+
+class Batch:
+    """Events in position order, handed to every read model at once: each document
+    projection folds only the streams of its kind, grouped here once for all of them
+    (not filtered by every projection over every event)."""
+
+    __slots__ = ("_kinds", "events")
+
+    def __init__(self, events: Sequence[Folded]) -> None:
+        self.events = events
+        self._kinds: dict[str, list[Folded]] | None = None
+
+    def of_kind(self, kind: str) -> Sequence[Folded]:
+        """The events of the streams ``"{kind}:..."``, in position order."""
+        if self._kinds is None:
+            kinds: dict[str, list[Folded]] = {}
+            for event in self.events:
+                stream = event.stream
+                cut = stream.find(":")
+                if cut >= 0:
+                    found = kinds.get(stream[:cut])
+                    if found is None:
+                        kinds[stream[:cut]] = [event]
+                    else:
+                        found.append(event)
+            self._kinds = kinds
+        return self._kinds.get(kind, ())
+
+    def after(self, position: int) -> Batch:
+        """The events after ``position`` (a read model that is ahead of the others)."""
+        if not self.events or self.events[0].position > position:
+            return self
+        return Batch([e for e in self.events if e.position > position])
+
+
+class Rebuilder(Protocol):
+    """Consumes the log once, batch by batch, into a read model's fresh tables. The
+    engine gives each batch one write transaction shared by every rebuilder that
+    ``writes`` per batch (None when none does), and the finish one shared by all."""
+
+    @property
+    def writes(self) -> bool: ...
+    def feed(self, tx: WriteTx | None, batch: Batch) -> None: ...
+    def finish(self, tx: WriteTx) -> None: ...
 
 
 class ReadModel(Protocol):
@@ -93,10 +148,8 @@ class ReadModel(Protocol):
     def table_names(self, suffix: str = "") -> dict[str, str]: ...
     def indexes(self, part: str) -> Sequence[Sequence[str]]: ...
     def create_tables(self, tx: WriteTx, names: Mapping[str, str], dialect: sa.Dialect) -> None: ...
-    def apply(
-        self, tx: WriteTx, names: Mapping[str, str], events: Sequence[RecordedEvent]
-    ) -> None: ...
-    def rebuilder(self, store: Store, names: Mapping[str, str]) -> Rebuilder: ...
+    def apply(self, tx: WriteTx, names: Mapping[str, str], batch: Batch) -> None: ...
+    def rebuilder(self, names: Mapping[str, str]) -> Rebuilder: ...
     def rows(self, query: Query, names: Mapping[str, str]) -> dict[str, Any]:
         """Every stored row, keyed, as ``check`` compares them."""
         ...
@@ -114,6 +167,41 @@ class ReadModel(Protocol):
         ...
 
     def document(self, conn: sa.Connection, key: str) -> tuple[Any, int] | None: ...
+
+
+ROWS_PER_STATEMENT = 5_000  # PostgreSQL: rows sent in one statement (as arrays)
+_PG = postgresql.dialect()
+
+
+def insert_rows(
+    tx: WriteTx,
+    table: str,
+    columns: Sequence[tuple[str, sa.types.TypeEngine[Any]]],
+    rows: Sequence[Sequence[Any]],
+    tail: str = "",
+) -> None:
+    """``INSERT INTO {table} ({columns}) VALUES (row), ... {tail}``.
+
+    On PostgreSQL each column's values go as one array parameter (``INSERT ... SELECT
+    * FROM unnest(%s::type[], ...)``): psycopg's ``executemany`` in the write
+    transaction's pipeline sends one statement per row, a few Python-side steps each,
+    and a multi-row ``VALUES`` text with thousands of placeholders is parsed anew each
+    time (psycopg caches only short statements); this text is short, one per table,
+    and its arrays are dumped in C. On SQLite ``executemany`` (its loop is in C). With
+    ``ON CONFLICT ... DO UPDATE`` in ``tail`` the rows must have distinct keys (one
+    statement may not update a row twice)."""
+    if not rows:
+        return
+    names = ", ".join(name for name, _ in columns)
+    if tx.backend != "postgresql":
+        values = ", ".join([tx.ph] * len(columns))
+        tx.executemany(f"INSERT INTO {table} ({names}) VALUES ({values}){tail}", rows)
+        return
+    arrays = ", ".join(f"%s::{type_.compile(dialect=_PG)}[]" for _, type_ in columns)
+    sql = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}){tail}"
+    for i in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[i : i + ROWS_PER_STATEMENT]
+        tx.execute(sql, [list(column) for column in zip(*chunk, strict=True)])
 
 
 def _create(tx: WriteTx, table: sa.Table, dialect: sa.Dialect) -> None:
@@ -177,10 +265,6 @@ class Projection:
             sa.PrimaryKeyConstraint("key", name=f"pk_{name}"),
         )
 
-    def key_of(self, stream: str) -> str | None:
-        kind, sep, key = stream.partition(":")
-        return key if sep and kind == self.kind else None
-
     def decode(self, raw: bytes) -> Any:
         """A stored document as its state (None for the empty document)."""
         raw = bytes(raw)
@@ -195,61 +279,71 @@ class Projection:
             *(c.value(doc) for c in self.columns),
         )
 
-    def upsert_sql(self, table: str, ph: str) -> str:
-        names = ["key", "stream_version", "position", "doc", *(c.name for c in self.columns)]
-        updates = ", ".join(f"{n} = excluded.{n}" for n in names[1:])
-        return (
-            f"INSERT INTO {table} ({', '.join(names)}) "
-            f"VALUES ({', '.join([ph] * len(names))}) "
-            f"ON CONFLICT (key) DO UPDATE SET {updates}"
+    @cached_property
+    def _row_columns(self) -> list[tuple[str, sa.types.TypeEngine[Any]]]:
+        """The columns of ``row``'s values, in its order, with their types."""
+        return [(c.name, c.type) for c in self.table().columns]
+
+    def upsert(self, tx: WriteTx, table: str, docs: Mapping[str, tuple[int, int, Any]]) -> None:
+        """Write the rows of ``docs`` (key -> stream version, position, state)."""
+        columns = self._row_columns
+        updates = ", ".join(f"{n} = excluded.{n}" for n, _ in columns[1:])
+        insert_rows(
+            tx,
+            table,
+            columns,
+            [self.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()],
+            f" ON CONFLICT (key) DO UPDATE SET {updates}",
         )
 
     def create_tables(self, tx: WriteTx, names: Mapping[str, str], dialect: sa.Dialect) -> None:
         _create(tx, self.table(names[""]), dialect)
 
-    def apply(self, tx: WriteTx, names: Mapping[str, str], events: Iterable[RecordedEvent]) -> None:
-        """Fold events into the rows of the table: load each touched document once."""
+    def apply(self, tx: WriteTx, names: Mapping[str, str], batch: Batch) -> None:
+        """Fold events into the rows of the table: each touched document loaded once
+        (a few statements per batch, not one per stream), each written once."""
+        events = batch.of_kind(self.kind)
+        if not events:
+            return
         table, ph = names[""], tx.ph
+        cut = len(self.kind) + 1
+        touched = list(dict.fromkeys([e.stream[cut:] for e in events]))
         docs: dict[str, tuple[int, int, Any]] = {}
-        for event in events:
-            key = self.key_of(event.stream)
-            if key is None:
-                continue
-            if key in docs:
-                doc = docs[key][2]
-            else:
-                found = tx.query(f"SELECT doc FROM {table} WHERE key = {ph}", (key,))
-                doc = self.decode(found[0][0]) if found else None
-            docs[key] = (event.stream_version, event.position, self.step(doc, event.payload))
-        tx.executemany(
-            self.upsert_sql(table, ph),
-            [self.row(key, v, pos, doc) for key, (v, pos, doc) in docs.items()],
-        )
+        for i in range(0, len(touched), 500):
+            chunk = touched[i : i + 500]
+            for key, raw in tx.query(
+                f"SELECT key, doc FROM {table} WHERE key IN ({', '.join([ph] * len(chunk))})",
+                chunk,
+            ):
+                docs[key] = (0, 0, self.decode(raw))
+        self._fold(events, docs)
+        self.upsert(tx, table, docs)
 
-    def fold_events(
-        self, events: Iterable[RecordedEvent], into: dict[str, tuple[int, int, Any]] | None = None
-    ) -> dict[str, tuple[int, int, Any]]:
-        """key -> (stream version, position, state), folded in memory from ``events``."""
-        docs: dict[str, tuple[int, int, Any]] = {} if into is None else into
+    def _fold(self, events: Iterable[Folded], docs: dict[str, tuple[int, int, Any]]) -> None:
+        """Fold ``events`` (all of streams of this kind) into ``docs``: key -> (stream
+        version, position, state)."""
+        cut = len(self.kind) + 1
+        step = self.folder
+        get = docs.get
         for event in events:
-            key = self.key_of(event.stream)
-            if key is None:
-                continue
-            previous = docs.get(key)
+            key = event.stream[cut:]
+            previous = get(key)
             docs[key] = (
                 event.stream_version,
                 event.position,
-                self.step(previous[2] if previous else None, event.payload),
+                step(None if previous is None else previous[2], event.payload),
             )
-        return docs
 
-    def rebuilder(self, store: Store, names: Mapping[str, str]) -> Rebuilder:
-        return _FoldInMemory(self, store, names[""])
+    def rebuilder(self, names: Mapping[str, str]) -> Rebuilder:
+        return _FoldInMemory(self, names[""])
 
     def _folded(self, store: Store, position: int) -> dict[str, tuple[int, int, Any]]:
-        return self.fold_events(
-            store.read_all(to_position=position, stream_prefix=self.stream_prefix)
-        )
+        docs: dict[str, tuple[int, int, Any]] = {}
+        for batch in store.read_bare(
+            1, to_position=position, batch_size=CATCH_UP_BATCH, stream_prefix=self.stream_prefix
+        ):
+            self._fold(batch, docs)
+        return docs
 
     def rows(self, query: Query, names: Mapping[str, str]) -> dict[str, Any]:
         columns = ", ".join(c.name for c in self.table().columns)
@@ -285,19 +379,15 @@ class _FoldInMemory:
     """A document projection's rebuild: fold in memory, write the rows at the end."""
 
     p: Projection
-    store: Store
     table: str
     docs: dict[str, tuple[int, int, Any]] = field(default_factory=dict)
+    writes = False  # the rows are written once, at the finish
 
-    def feed(self, batch: Sequence[RecordedEvent]) -> None:
-        self.p.fold_events(batch, self.docs)
+    def feed(self, tx: WriteTx | None, batch: Batch) -> None:
+        self.p._fold(batch.of_kind(self.p.kind), self.docs)
 
-    def finish(self) -> None:
-        with self.store.write() as tx:
-            tx.executemany(
-                self.p.upsert_sql(self.table, tx.ph),
-                [self.p.row(key, v, pos, doc) for key, (v, pos, doc) in self.docs.items()],
-            )
+    def finish(self, tx: WriteTx) -> None:
+        self.p.upsert(tx, self.table, self.docs)
 
 
 @dataclass(frozen=True)
@@ -322,7 +412,7 @@ class Part:
 
 
 # (write transaction, part name -> physical table name, events in position order)
-AggregateApply = Callable[[WriteTx, Mapping[str, str], Sequence[RecordedEvent]], None]
+AggregateApply = Callable[[WriteTx, Mapping[str, str], Sequence[Folded]], None]
 
 
 class _Discard(Exception):
@@ -356,16 +446,16 @@ class AggregateProjection:
         for part in self.parts:
             _create(tx, part.table(names[part.name]), dialect)
 
-    def apply(self, tx: WriteTx, names: Mapping[str, str], events: Sequence[RecordedEvent]) -> None:
-        self.step(tx, names, events)
+    def apply(self, tx: WriteTx, names: Mapping[str, str], batch: Batch) -> None:
+        self.step(tx, names, batch.events)
 
-    def rebuilder(self, store: Store, names: Mapping[str, str]) -> Rebuilder:
-        return _ApplyInBatches(self, store, names)
+    def rebuilder(self, names: Mapping[str, str]) -> Rebuilder:
+        return _ApplyInBatches(self, names)
 
     def _fill(
         self, store: Store, tx: WriteTx, names: Mapping[str, str], start: int, end: int
     ) -> None:
-        for batch in store.read_batches(start, to_position=end, batch_size=CATCH_UP_BATCH):
+        for batch in store.read_bare(start, to_position=end, batch_size=CATCH_UP_BATCH):
             self.step(tx, names, batch)
 
     def rows(self, query: Query, names: Mapping[str, str]) -> dict[str, Any]:
@@ -405,17 +495,17 @@ class AggregateProjection:
 
 @dataclass
 class _ApplyInBatches:
-    """An aggregate's rebuild: each batch applied in its own bounded transaction."""
+    """An aggregate's rebuild: each batch applied in the engine's transaction of it."""
 
     p: AggregateProjection
-    store: Store
     names: Mapping[str, str]
+    writes = True
 
-    def feed(self, batch: Sequence[RecordedEvent]) -> None:
-        with self.store.write() as tx:
-            self.p.apply(tx, self.names, batch)
+    def feed(self, tx: WriteTx | None, batch: Batch) -> None:
+        assert tx is not None
+        self.p.apply(tx, self.names, batch)
 
-    def finish(self) -> None:
+    def finish(self, tx: WriteTx) -> None:
         pass
 
 
@@ -468,7 +558,7 @@ class ProjectionEngine:
             tables = p.table_names().values()
             if stored.get(p.name) != p.version or not all(map(self._table_exists, tables)):
                 self.rebuild([p.name], progress)
-        self.catch_up()
+        self.catch_up(progress)
         return self
 
     def _stored_versions(self) -> dict[str, int]:
@@ -481,7 +571,7 @@ class ProjectionEngine:
 
     # -- inline -----------------------------------------------------------------------
 
-    def apply_inline(self, tx: WriteTx, events: Sequence[RecordedEvent]) -> None:
+    def apply_inline(self, tx: WriteTx, events: Sequence[Folded]) -> None:
         """Advance every current projection by ``events`` inside the append's transaction."""
         if not events:
             return
@@ -492,9 +582,10 @@ class ProjectionEngine:
             for name, position in tx.query(f"SELECT name, position FROM {POSITIONS}")
             if position == before and name in self.projections
         }
+        batch = Batch(events)
         for name in current:
             p = self.projections[name]
-            p.apply(tx, p.table_names(), events)
+            p.apply(tx, p.table_names(), batch)
         # One statement advances all of them; a lagging projection keeps its position.
         tx.execute(
             f"UPDATE {POSITIONS} SET position = {ph}, updated_at = {ph} WHERE position = {ph}",
@@ -512,24 +603,40 @@ class ProjectionEngine:
             if name in self.projections and position < head
         }
 
-    def catch_up(self) -> int:
+    def catch_up(self, progress: Progress | None = None) -> int:
         """Apply whatever the projections' positions are behind the head by; returns events
-        applied."""
+        applied. ``progress(done, total)`` after each transaction (events of the range
+        being caught up)."""
         applied = 0
-        while True:
-            with self.store.write() as tx:
-                head = tx.head_size()
-                behind = self.behind(tx)
-                if not behind:
-                    return applied
-                start = min(behind.values()) + 1
-                end = min(head, start + CATCH_UP_BATCH - 1)
-                events = list(self.store.read_all(start, to_position=end))
-                for name, position in behind.items():
-                    p = self.projections[name]
-                    p.apply(tx, p.table_names(), [e for e in events if e.position > position])
-                    self._set_position(tx, name, p.version, end)
-                applied += len(events)
+        first: int | None = None
+        with _no_gc():
+            while True:
+                with self.store.write() as tx:
+                    head = tx.head_size()
+                    behind = self.behind(tx)
+                    if not behind:
+                        return applied
+                    start = min(behind.values()) + 1
+                    if first is None:
+                        first = start
+                    end = min(head, start + CATCH_UP_BATCH - 1)
+                    # Read lean (what the folds need) on the store's read connection: the
+                    # rows up to the head this transaction locked are all committed.
+                    events = [
+                        event
+                        for part in self.store.read_bare(
+                            start, to_position=end, batch_size=CATCH_UP_BATCH
+                        )
+                        for event in part
+                    ]
+                    batch = Batch(events)
+                    for name, position in behind.items():
+                        p = self.projections[name]
+                        p.apply(tx, p.table_names(), batch.after(position))
+                        self._set_position(tx, name, p.version, end)
+                    applied += len(events)
+                if progress is not None:
+                    progress(end - first + 1, head - first + 1)
 
     def _set_position(self, tx: WriteTx, name: str, version: int, position: int) -> None:
         ph = tx.ph
@@ -542,9 +649,9 @@ class ProjectionEngine:
     # -- rebuild ----------------------------------------------------------------------
 
     def rebuild(self, names: Iterable[str] | None = None, progress: Progress | None = None) -> None:
-        """Fold the log into fresh tables (one pass for all of them) and swap each in
-        atomically; appends made meanwhile are applied to the fresh tables before the
-        swap, under the lock."""
+        """Fold the log into fresh tables (one pass for all of them) and swap them in
+        atomically, all in one transaction; appends made meanwhile are applied to the
+        fresh tables before the swap, under the lock."""
         chosen = [
             self.projections[n] for n in (names if names is not None else list(self.projections))
         ]
@@ -558,21 +665,30 @@ class ProjectionEngine:
             with store.write() as tx:
                 for p in chosen:
                     p.create_tables(tx, fresh[p.name], store.engine.dialect)
-            builders = [p.rebuilder(store, fresh[p.name]) for p in chosen]
-            # One pass over the log for all of them, batch by batch.
-            for batch in store.read_batches(
-                1, to_position=target, batch_size=CATCH_UP_BATCH, stream_prefix=prefix
-            ):
-                for builder in builders:
-                    builder.feed(batch)
+            builders = [p.rebuilder(fresh[p.name]) for p in chosen]
+            writing = any(builder.writes for builder in builders)
+            with _no_gc():
+                # One pass over the log for all of them; each batch's writes (an
+                # aggregate's rows) in one bounded transaction.
+                for events in store.read_bare(
+                    1, to_position=target, batch_size=CATCH_UP_BATCH, stream_prefix=prefix
+                ):
+                    batch = Batch(events)
+                    if writing:
+                        with store.write() as tx:
+                            for builder in builders:
+                                builder.feed(tx, batch)
+                    else:
+                        for builder in builders:
+                            builder.feed(None, batch)
+                    if progress is not None:
+                        progress(events[-1].position, target)
                 if progress is not None:
-                    progress(batch[-1].position, target)
-            if progress is not None:
-                progress(target, target)
-            for builder in builders:
-                builder.finish()
-            for p in chosen:
-                self._swap(p, fresh[p.name], target)
+                    progress(target, target)
+                with store.write() as tx:
+                    for builder in builders:
+                        builder.finish(tx)
+                    self._swap(tx, chosen, fresh, target)
         except BaseException:
             with store.write() as tx:  # a swapped set was renamed: IF EXISTS skips it
                 for table_names in fresh.values():
@@ -580,18 +696,26 @@ class ProjectionEngine:
                         tx.execute(f"DROP TABLE IF EXISTS {table}")
             raise
 
-    def _swap(self, p: ReadModel, fresh: Mapping[str, str], built_to: int) -> None:
-        """Bring the fresh tables to the head and put them in place, in one transaction."""
-        live = p.table_names()
-        with self.store.write() as tx:
-            head = tx.head_size()
-            if head > built_to:
-                for batch in self.store.read_batches(
-                    built_to + 1, to_position=head, batch_size=CATCH_UP_BATCH
-                ):
-                    p.apply(tx, fresh, batch)
-            for part, table in live.items():
-                _put_in_place(tx, fresh[part], table, p.indexes(part))
+    def _swap(
+        self,
+        tx: WriteTx,
+        chosen: Sequence[ReadModel],
+        fresh: Mapping[str, Mapping[str, str]],
+        built_to: int,
+    ) -> None:
+        """Bring the fresh tables to the head and put them in place (in the caller's
+        transaction, which holds the lock)."""
+        head = tx.head_size()
+        if head > built_to:
+            for events in self.store.read_bare(
+                built_to + 1, to_position=head, batch_size=CATCH_UP_BATCH
+            ):
+                batch = Batch(events)
+                for p in chosen:
+                    p.apply(tx, fresh[p.name], batch)
+        for p in chosen:
+            for part, table in p.table_names().items():
+                _put_in_place(tx, fresh[p.name][part], table, p.indexes(part))
             _reset_position(tx, p, head)
 
     # -- checking ---------------------------------------------------------------------
@@ -675,6 +799,20 @@ class ProjectionEngine:
         """The projection's documents as of ``position``, folded in memory (pure); an
         aggregate's rows as of ``position``, built in a rolled-back transaction."""
         return self.projections[name].as_of(self.store, position)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off while a rebuild or a catch-up folds: it makes
+    many small objects (states, rows) and no cycles, and each young-generation pass
+    would walk them all again. Reference counting still frees what is dropped."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _put_in_place(tx: WriteTx, fresh: str, live: str, indexes: Iterable[Sequence[str]]) -> None:

@@ -74,7 +74,11 @@ class Source:
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
-    tmp = tmp_path_factory.mktemp("hostile-source")
+    return make_source(tmp_path_factory.mktemp("hostile-source"))
+
+
+def make_source(tmp: Path) -> Source:
+    """A ledger with a plan taken to Apply and a second plan, and its bundles."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EVIDENCE_PLANE_KEY", str(tmp / "plane-state.key"))
         mp.setenv("EVIDENCE_STATE_DIR", str(tmp / "state"))

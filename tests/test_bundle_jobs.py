@@ -18,17 +18,22 @@ from hypothesis import strategies as st
 import ledger.bundle
 from ledger.bundle import BundleReport, verify_bundle
 from tests.helpers import invoke
-from tests.test_bundle_hostile import (  # noqa: F401 (``source`` is a fixture)
+from tests.test_bundle_hostile import (
     Source,
     hostile,
     joined,
     lines_of,
+    make_source,
     mutations,
     resigned,
-    source,
 )
 
 PART = 2
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
+    return make_source(tmp_path_factory.mktemp("jobs-source"))
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +63,7 @@ def test_a_good_bundle_is_checked_in_parts(source: Source, tmp_path: Path) -> No
         events = one.events
         assert events > 2 * PART
         # Told as parts finished: each part's lines, up to all of them.
-        assert seen == list(range(PART, events, PART)) + [events], seen
+        assert seen == [*range(PART, events, PART), events], seen
 
 
 def across_edges(src: Source) -> Iterator[tuple[str, bytes]]:

@@ -87,11 +87,17 @@ def open_plane(*, create: bool = False) -> Plane:
     (``no ledger at …: run `evidence init` first``) and creates nothing."""
     from commands.plane.core import Plane
 
-    plane = Plane.open(
-        db_url(),
-        create=create,
-        workdir=click.get_current_context().find_root().meta.get("evidence.workdir"),
-    )
+    from .progress import progress_bar
+
+    # Opening catches the read models up (or rebuilds a changed one): a bar on a
+    # terminal when that takes more than a second (the first open of a large ledger).
+    with progress_bar("read models") as progress:
+        plane = Plane.open(
+            db_url(),
+            create=create,
+            workdir=click.get_current_context().find_root().meta.get("evidence.workdir"),
+            progress=progress,
+        )
     click.get_current_context().call_on_close(plane.close)
     return plane
 

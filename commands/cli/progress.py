@@ -16,10 +16,11 @@ SHOW_AFTER_S = 1.0
 
 
 @contextmanager
-def progress_bar(what: str) -> Iterator[Progress]:
-    """A callback ``(done, total)`` that draws ``what``'s bar (done / total, rate,
-    ETA) once the work has taken more than a second, on a terminal's stderr."""
-    if not sys.stderr.isatty():
+def progress_bar(what: str, unit: str = "events") -> Iterator[Progress]:
+    """A callback ``(done, total)`` that draws ``what``'s bar (done / total, rate in
+    ``unit``/s, ETA) once the work has taken more than a second, on a terminal's
+    stderr."""
+    if not _on_terminal():
         yield _silent
         return
     started = time.monotonic()
@@ -36,16 +37,15 @@ def progress_bar(what: str) -> Iterator[Progress]:
                 Progress,
                 TextColumn,
                 TimeRemainingColumn,
-                TransferSpeedColumn,
             )
 
             progress = Progress(
                 TextColumn(what),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TransferSpeedColumn(),
+                _rate_column(unit),
                 TimeRemainingColumn(),
-                console=Console(stderr=True),
+                console=Console(stderr=True, force_terminal=True),  # it is one
                 transient=True,
             )
             progress.start()
@@ -59,5 +59,24 @@ def progress_bar(what: str) -> Iterator[Progress]:
             bar["progress"].stop()
 
 
+def _on_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
 def _silent(_done: int, _total: int) -> None:
     pass
+
+
+def _rate_column(unit: str) -> Any:
+    """The rate as ``unit``/s (rich's TransferSpeedColumn reads it as bytes/s)."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text(
+                "?" if speed is None else f"{speed:,.0f} {unit}/s", style="progress.data.speed"
+            )
+
+    return RateColumn()

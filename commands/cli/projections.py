@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from .common import (
     db_option,
@@ -17,6 +14,7 @@ from .common import (
     open_plane,
     print_table,
 )
+from .progress import progress_bar
 
 
 @click.group()
@@ -72,19 +70,10 @@ def rebuild(name: str | None, as_json: bool) -> None:
     if name is not None and name not in engine.projections:
         fail(f"unknown projection {name!r} (known: {', '.join(engine.projections)})")
     names = [name] if name else list(engine.projections)
-    if sys.stderr.isatty() and not as_json:
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), transient=True
-        ) as bar:
-            for n in names:
-                task = bar.add_task(f"rebuilding {n}", total=None)
-
-                def advance(done: int, total: int, t: TaskID = task) -> None:
-                    bar.update(t, completed=done, total=total)
-
-                engine.rebuild([n], advance)
-    else:
-        engine.rebuild(names)
+    # One pass over the log for all of them (as the engine rebuilds), with the bar of
+    # every long command (done / total, events/s, ETA) on a terminal.
+    with progress_bar(f"rebuilding {name or 'every read model'}") as progress:
+        engine.rebuild(names, None if as_json else progress)
     rows = [r for r in engine.status() if r.name in names]
     if as_json:
         emit_json(

@@ -22,6 +22,7 @@ from commands.runner.sandbox import PlanSandbox, sandboxes_dir
 from ledger import EventPayload, NewEvent, RecordedEvent, Store, StreamAppend, WriteTx
 from ledger import open as open_store
 from projections import ProjectionEngine, delta, fold, open_projections
+from projections.engine import Progress
 from projections.plan_rules import broken_rule
 from projections.states import PlanState
 
@@ -43,20 +44,28 @@ class Plane:
         projections: ProjectionEngine | None = None,
         *,
         workdir: Path | None = None,
+        progress: Progress | None = None,
     ) -> None:
+        """``progress(done, total)`` is told how opening the read models goes (a
+        changed one rebuilt, the others caught up): the CLI draws a bar with it."""
         self.store = store
         self.sandboxes = sandboxes_dir(store.url, workdir)  # where plans' sandboxes live
-        self.projections = projections or open_projections(store)
+        self.projections = projections or open_projections(store, progress)
         self._checked: Checked = {}  # plan prefixes already checked (events never change)
         self._plane_public: Ed25519PublicKey | None = None
 
     @classmethod
     def open(
-        cls, url: str | None = None, *, create: bool = True, workdir: Path | None = None
+        cls,
+        url: str | None = None,
+        *,
+        create: bool = True,
+        workdir: Path | None = None,
+        progress: Progress | None = None,
     ) -> Plane:
         store = open_store(url, create=create)
         try:
-            return cls(store, workdir=workdir)
+            return cls(store, workdir=workdir, progress=progress)
         except BaseException:
             store.close()
             raise
