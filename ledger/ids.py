@@ -17,7 +17,7 @@ import os
 import threading
 import time
 
-__all__ = ["ULID_ALPHABET", "is_ulid", "new_ulid"]
+__all__ = ["ULID_ALPHABET", "is_ulid", "new_ulid", "new_ulids"]
 
 ULID_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
 _ALPHABET_SET = frozenset(ULID_ALPHABET)
@@ -58,32 +58,42 @@ def _encode_time(ms: int) -> str:
 def new_ulid() -> str:
     """A new ULID string, greater than the previous one made in this process within the
     same millisecond."""
+    return new_ulids(1)[0]
+
+
+def new_ulids(count: int) -> list[str]:
+    """``count`` new ULID strings in increasing order (as ``new_ulid`` ``count`` times,
+    but one clock read and one lock for all: an append makes its events' ids at once)."""
     global _last_ms, _last_random, _last_prefix
     ms = time.time_ns() // 1_000_000
     with _lock:
         if ms == _last_ms:
-            random = _last_random + 1
-            if random >> _RANDOM_BITS:  # 2**80 ids in one millisecond: never, in practice
-                raise OverflowError("ULID randomness exhausted within one millisecond")
+            first = _last_random + 1
         else:
-            random = int.from_bytes(os.urandom(10), "big")
+            first = int.from_bytes(os.urandom(10), "big")
             _last_prefix = _encode_time(ms)
             _last_ms = ms
-        _last_random = random
+        last = first + count - 1
+        if last >> _RANDOM_BITS:  # 2**80 ids in one millisecond: never, in practice
+            raise OverflowError("ULID randomness exhausted within one millisecond")
+        _last_random = last
         prefix = _last_prefix
     pairs = _PAIRS
-    high, low = random >> 40, random & _LOW40  # two small ints: cheaper shifts
-    return (
-        prefix
-        + pairs[high >> 30]
-        + pairs[high >> 20 & 1023]
-        + pairs[high >> 10 & 1023]
-        + pairs[high & 1023]
-        + pairs[low >> 30]
-        + pairs[low >> 20 & 1023]
-        + pairs[low >> 10 & 1023]
-        + pairs[low & 1023]
-    )
+    ids = []
+    for random in range(first, last + 1):
+        high, low = random >> 40, random & _LOW40  # two small ints: cheaper shifts
+        ids.append(
+            prefix
+            + pairs[high >> 30]
+            + pairs[high >> 20 & 1023]
+            + pairs[high >> 10 & 1023]
+            + pairs[high & 1023]
+            + pairs[low >> 30]
+            + pairs[low >> 20 & 1023]
+            + pairs[low >> 10 & 1023]
+            + pairs[low & 1023]
+        )
+    return ids
 
 
 def is_ulid(value: str) -> bool:

@@ -42,7 +42,7 @@ from .errors import (
     LedgerSchemaError,
 )
 from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
-from .ids import is_ulid, new_ulid
+from .ids import is_ulid, new_ulid, new_ulids
 from .merkle import Frontier
 from .timestamps import utc_now
 
@@ -70,6 +70,7 @@ _EVENT_COLUMNS = (
 # What a fold reads (``read_bare``): the stream at index 1.
 _BARE_COLUMNS = "position, stream, stream_version, type, schema_version, payload"
 _EMPTY_DELTA = b"[]"
+_LEAF_INPUT = b"\x00" + LEAF_JOIN  # what the leaf hash is over: 0x00 || leaf bytes
 _decode_json = msgspec.json.decode
 
 
@@ -331,7 +332,7 @@ class WriteTx:
         size, chain, packed, found = store._backend.read_head_locked(cursor, self._aux, streams)
         versions = {stream: v or 0 for stream, v in zip(streams, found, strict=True)}
         frontier = Frontier.from_bytes(size, bytes(packed))
-        add_leaf = frontier.append
+        hashes = frontier.hashes
         chain = bytes(chain)
         position = size
         rows: list[tuple[Any, ...]] = []
@@ -358,12 +359,18 @@ class WriteTx:
             ) in stream_rows:
                 position += 1
                 version += 1
-                # RFC 9162 leaf hash of the envelope's bytes (LEAF_JOIN is leaf_bytes).
-                leaf = sha256(
-                    b"\x00" + LEAF_JOIN % (head, position, middle, version, tail)
-                ).digest()
+                # RFC 9162 leaf hash of the envelope's bytes (LEAF_JOIN is leaf_bytes),
+                # the 0x00 prefix formatted in: one buffer, no copy behind the prefix.
+                leaf = sha256(_LEAF_INPUT % (head, position, middle, version, tail)).digest()
                 chain = sha256(chain + leaf).digest()  # chain_next
-                add_leaf(leaf)
+                # Frontier.append, inline: one perfect subtree merged per trailing 1 bit
+                # of the size before this leaf (position - 1).
+                hashes.append(leaf)
+                carry = position - 1
+                while carry & 1:
+                    right = hashes.pop()
+                    hashes[-1] = sha256(b"\x01" + hashes[-1] + right).digest()
+                    carry >>= 1
                 rows.append(
                     (
                         position,
@@ -383,6 +390,7 @@ class WriteTx:
                     )
                 )
             versions[stream] = version
+        frontier.size = position
         if blob_list:
             store._insert_blobs(cursor, blob_list)
         if rows:
@@ -683,6 +691,9 @@ class Store:
         payload_type = self._payload_types.get
         seen: set[str] = set()
         refs: set[str] = set()  # correlation/causation ids already checked in this call
+        # The ids the store makes, all at once (ULIDs by construction: not checked).
+        missing = sum(not new.event_id for _s, events, _e in appends for new in events)
+        fresh = iter(new_ulids(missing))
         prepared = []
         for stream, events, _expected in appends:
             if not stream or len(stream) > 512 or not stream.isprintable():
@@ -694,8 +705,8 @@ class Store:
                 known = payload_type(type(payload)) or self._payload_type(type(payload))
                 type_name, sv, decode, tail = known
                 event_id = new.event_id
-                if not event_id:  # None (or empty): the store makes one, a ULID by construction
-                    event_id = new_ulid()
+                if not event_id:  # None (or empty): the store makes one
+                    event_id = next(fresh)
                 else:
                     _check_ulid(event_id, "event id")
                 if event_id in seen:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ulid import ULID
 
 from ledger import ids
-from ledger.ids import is_ulid, new_ulid
+from ledger.ids import is_ulid, new_ulid, new_ulids
 
 
 @pytest.fixture
@@ -53,6 +53,26 @@ def test_ids_of_one_millisecond_increase_by_one(frozen: list[int]) -> None:
     values = [int(ULID.from_str(m)) for m in made]
     assert all(b - a == 1 for a, b in itertools.pairwise(values))
     assert {ULID.from_str(m).milliseconds for m in made} == {frozen[0] // 1_000_000}
+
+
+def test_ids_made_at_once_continue_the_sequence(frozen: list[int]) -> None:
+    """An append makes its ids in one call: the same ids, one by one, as single calls."""
+    before = new_ulid()
+    batch = new_ulids(500)
+    after = new_ulid()
+    values = [int(ULID.from_str(m)) for m in [before, *batch, after]]
+    assert len(batch) == 500 and all(b - a == 1 for a, b in itertools.pairwise(values))
+    assert new_ulids(0) == []
+
+
+def test_exhausted_randomness_in_a_batch_is_an_error_not_a_repeat(
+    frozen: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    new_ulid()
+    monkeypatch.setattr(ids, "_last_random", 2**80 - 3)
+    with pytest.raises(OverflowError):
+        new_ulids(3)
+    assert len(new_ulids(2)) == 2  # nothing was taken by the refused call
 
 
 def test_a_new_millisecond_draws_fresh_randomness(frozen: list[int]) -> None:
