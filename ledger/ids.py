@@ -23,8 +23,8 @@ ULID_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
 _ALPHABET_SET = frozenset(ULID_ALPHABET)
 # Every pair of characters, indexed by the 10 bits they encode: half the lookups.
 _PAIRS = [a + b for a in ULID_ALPHABET for b in ULID_ALPHABET]
-_RANDOM_BITS = 80
 _LOW40 = (1 << 40) - 1
+_RANDOM_BITS = 80
 
 _lock = threading.Lock()
 # The last id made, as (milliseconds, randomness), and the timestamp's 10 characters.
@@ -78,11 +78,13 @@ def new_ulids(count: int) -> list[str]:
             raise OverflowError("ULID randomness exhausted within one millisecond")
         _last_random = last
         prefix = _last_prefix
+    # (base64.b32encode and a translation would be shorter, but before Python 3.13 it
+    # is a loop in Python: slower than these lookups.)
     pairs = _PAIRS
-    ids = []
+    made = []
     for random in range(first, last + 1):
         high, low = random >> 40, random & _LOW40  # two small ints: cheaper shifts
-        ids.append(
+        made.append(
             prefix
             + pairs[high >> 30]
             + pairs[high >> 20 & 1023]
@@ -93,7 +95,7 @@ def new_ulids(count: int) -> list[str]:
             + pairs[low >> 10 & 1023]
             + pairs[low & 1023]
         )
-    return ids
+    return made
 
 
 def is_ulid(value: str) -> bool:

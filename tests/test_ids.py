@@ -47,6 +47,28 @@ def test_the_encoding_is_python_ulid_s(ms: int, random: bytes) -> None:
     assert made == str(ULID.from_bytes(ms.to_bytes(6, "big") + random))
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    ms=st.integers(0, 2**48 - 1),
+    random=st.integers(0, 2**80 - 1).map(lambda r: min(r, 2**80 - 40)),
+    count=st.integers(1, 40),
+)
+def test_ids_made_at_once_are_python_ulid_s(ms: int, random: int, count: int) -> None:
+    saved = (ids.time.time_ns, ids.os.urandom, ids._last_ms)
+    try:
+        ids.time.time_ns = lambda: ms * 1_000_000  # type: ignore[assignment]
+        ids.os.urandom = lambda n: random.to_bytes(10, "big")  # type: ignore[assignment]
+        ids._last_ms = -1
+        made = new_ulids(count)
+    finally:
+        ids.time.time_ns, ids.os.urandom, ids._last_ms = saved  # type: ignore[assignment]
+    expected = [
+        str(ULID.from_bytes(ms.to_bytes(6, "big") + (random + k).to_bytes(10, "big")))
+        for k in range(count)
+    ]
+    assert made == expected
+
+
 def test_ids_of_one_millisecond_increase_by_one(frozen: list[int]) -> None:
     made = [new_ulid() for _ in range(1000)]
     assert made == sorted(made) and len(set(made)) == 1000
