@@ -63,9 +63,30 @@ def canonical_struct(struct: msgspec.Struct) -> bytes:
     in Python; the rest is encoded by msgspec in one C call. msgspec does not check
     types on construction, so the caller validates the result by decoding it.
     """
-    if _plain_struct_check(type(struct))(struct):
-        return _encode(struct)
-    return _exact(msgspec.to_builtins(struct))
+    return struct_encoder(type(struct))(struct)
+
+
+_STRUCT_ENCODERS: dict[type, Callable[[Any], bytes]] = {}
+
+
+def struct_encoder(cls: type[msgspec.Struct]) -> Callable[[Any], bytes]:
+    """``canonical_struct`` for instances of ``cls``, its per-class lookups done once
+    (the store keeps it for every payload class it appends)."""
+    known = _STRUCT_ENCODERS.get(cls)
+    if known is not None:
+        return known
+    check = _plain_struct_check(cls)
+
+    def encode(struct: Any) -> bytes:
+        if check(struct):
+            try:
+                return _encode_sorted(struct)
+            except UnicodeEncodeError as exc:  # a lone surrogate has no UTF-8 form
+                raise CanonicalizationError(str(exc)) from None
+        return _exact(msgspec.to_builtins(struct))
+
+    _STRUCT_ENCODERS[cls] = encode
+    return encode
 
 
 def _encode(value: Any) -> bytes:

@@ -62,7 +62,7 @@ def leaf_bytes(
 # ``position`` and ``stream_version``: the rest of an event's leaf bytes is made before
 # the lock is taken (``leaf_parts``), and under it three parts and two integers are
 # joined (``LEAF_JOIN``). tests/test_envelope.py checks the join equals ``leaf_bytes``.
-_LEAF_HEAD = (
+LEAF_HEAD = (
     b'{"actor":%b,"causation_id":%b,"correlation_id":%b,"delta":%b,"event_id":%b,'
     b'"payload":%b,"position":'
 )
@@ -101,7 +101,7 @@ def leaf_head(
     payload: bytes,
 ) -> bytes:
     """The part before position (its members in canonical order, as the arguments)."""
-    return _LEAF_HEAD % (
+    return LEAF_HEAD % (
         json_string(actor),
         json_string(causation_id),
         json_string(correlation_id),

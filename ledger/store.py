@@ -31,8 +31,8 @@ from sqlalchemy.exc import DBAPIError
 
 from . import tables
 from .backends import Backend, backend_for, driver_connection, make_engine, url_identity
-from .canonical import CanonicalizationError, canonical_json, canonical_struct
-from .envelope import GENESIS_CHAIN, LEAF_JOIN, leaf_head, leaf_middle, leaf_tail
+from .canonical import CanonicalizationError, canonical_json, struct_encoder
+from .envelope import GENESIS_CHAIN, LEAF_HEAD, LEAF_JOIN, json_string, leaf_middle, leaf_tail
 from .errors import (
     ConcurrencyError,
     DuplicateEventError,
@@ -71,6 +71,8 @@ _EVENT_COLUMNS = (
 _BARE_COLUMNS = "position, stream, stream_version, type, schema_version, payload"
 _EMPTY_DELTA = b"[]"
 _LEAF_INPUT = b"\x00" + LEAF_JOIN  # what the leaf hash is over: 0x00 || leaf bytes
+# A payload class's type name, schema version, encoder, checking decoder and leaf tail.
+_PayloadType = tuple[str, int, Callable[[Any], bytes], Callable[[bytes], Any], bytes]
 _decode_json = msgspec.json.decode
 
 
@@ -478,7 +480,7 @@ class Store:
         )
         self._decoders = catalog.current_decoders()
         # payload class -> (type name, schema version, checking decode, leaf tail)
-        self._payload_types: dict[type, tuple[str, int, Callable[[bytes], Any], bytes]] = {}
+        self._payload_types: dict[type, _PayloadType] = {}
         self._integrity_error = engine.dialect.loaded_dbapi.IntegrityError
         # Each thread keeps one writer connection for the store's life: checking one out
         # of the pool per append costs more than the append's own statements.
@@ -694,6 +696,9 @@ class Store:
         # The ids the store makes, all at once (ULIDs by construction: not checked).
         missing = sum(not new.event_id for _s, events, _e in appends for new in events)
         fresh = iter(new_ulids(missing))
+        # The JSON forms of the actors and reference ids of this call (the same for most
+        # of its events), for the leaf head.
+        json_of: dict[str | None, bytes] = {None: b"null"}
         prepared = []
         for stream, events, _expected in appends:
             if not stream or len(stream) > 512 or not stream.isprintable():
@@ -703,7 +708,7 @@ class Store:
             for new in events:
                 payload = new.payload
                 known = payload_type(type(payload)) or self._payload_type(type(payload))
-                type_name, sv, decode, tail = known
+                type_name, sv, encode, decode, tail = known
                 event_id = new.event_id
                 if not event_id:  # None (or empty): the store makes one
                     event_id = next(fresh)
@@ -723,7 +728,7 @@ class Store:
                 if not actor:
                     raise InvalidEventError("an event needs an actor")
                 try:
-                    payload_bytes = canonical_struct(payload)
+                    payload_bytes = encode(payload)  # canonical_struct
                     # What is stored must read back: this also type-checks the payload,
                     # which msgspec does not do when a Struct is constructed.
                     decode(payload_bytes)
@@ -744,7 +749,15 @@ class Store:
                         caus,
                         payload_bytes,
                         delta_bytes,
-                        leaf_head(actor, caus, corr, delta_bytes, event_id, payload_bytes),
+                        LEAF_HEAD  # leaf_head, with the JSON forms at hand
+                        % (
+                            json_of.get(actor) or json_of.setdefault(actor, json_string(actor)),
+                            json_of.get(caus) or json_of.setdefault(caus, json_string(caus)),
+                            json_of.get(corr) or json_of.setdefault(corr, json_string(corr)),
+                            delta_bytes,
+                            json_string(event_id),
+                            payload_bytes,
+                        ),
                         middle,
                         tail,
                     )
@@ -752,11 +765,12 @@ class Store:
             prepared.append(rows)
         return prepared
 
-    def _payload_type(self, cls: type) -> tuple[str, int, Callable[[bytes], Any], bytes]:
+    def _payload_type(self, cls: type) -> _PayloadType:
         """What appending a payload of class ``cls`` needs of it: its type name (in the
-        catalog, or refused), schema version, the decode that checks its bytes read back
-        (as ``Catalog.decode`` would), and its leaf tail. Cached per class: a type name
-        names one class in a catalog for good (``Catalog.add``)."""
+        catalog, or refused), schema version, its canonical encoder, the decode that
+        checks its bytes read back (as ``Catalog.decode`` would), and its leaf tail.
+        Cached per class: a type name names one class in a catalog for good
+        (``Catalog.add``)."""
         type_name = cls.type_name()  # type: ignore[attr-defined]
         if type_name not in self.catalog:
             raise InvalidEventError(f"event type {type_name!r} is not in the catalog")
@@ -767,7 +781,7 @@ class Store:
             if decoder is not None
             else partial(self.catalog.decode, type_name, sv)  # a type added since, say
         )
-        known = (type_name, sv, decode, leaf_tail(type_name))
+        known = (type_name, sv, struct_encoder(cls), decode, leaf_tail(type_name))
         self._payload_types[cls] = known
         return known
 
