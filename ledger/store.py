@@ -500,6 +500,12 @@ class Store:
         or through ``WriteTx`` and ``Snapshot.query``."""
         return self._backend.placeholder
 
+    @property
+    def one_connection(self) -> bool:
+        """Whether reads and writes share the store's one connection (an in-memory
+        SQLite database): then nothing may read in another thread while this one writes."""
+        return isinstance(self.engine.pool, sa.pool.StaticPool)
+
     def close(self) -> None:
         with self._writers_lock:
             writers, self._writers = self._writers, []

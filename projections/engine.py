@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import sqlalchemy as sa
@@ -52,6 +52,7 @@ from ledger.timestamps import utc_now
 
 from .documents import FOLDS, to_json
 from .folding import StreamFold
+from .read_ahead import read_ahead
 
 Progress = Callable[[int, int], None]  # (done, total)
 Query = Callable[[str], Sequence[Sequence[Any]]]
@@ -66,6 +67,8 @@ positions = sa.Table(
     sa.Column("position", sa.BigInteger, nullable=False),
     sa.Column("updated_at", sa.String(32), nullable=False),
 )
+
+T = TypeVar("T")
 
 CATCH_UP_BATCH = 5_000  # events per catch-up transaction: bounds how long the lock is held
 
@@ -606,37 +609,44 @@ class ProjectionEngine:
     def catch_up(self, progress: Progress | None = None) -> int:
         """Apply whatever the projections' positions are behind the head by; returns events
         applied. ``progress(done, total)`` after each transaction (events of the range
-        being caught up)."""
+        being caught up).
+
+        The log up to the head is read one window ahead of the fold (``read_ahead``: rows
+        at or below the head never change, so they are read outside the lock); each
+        window is applied in a write transaction of its own, to each projection from its
+        own position as that transaction finds it (another process may have moved it),
+        until none is behind."""
         applied = 0
-        first: int | None = None
         with _no_gc():
             while True:
                 with self.store.write() as tx:
                     head = tx.head_size()
                     behind = self.behind(tx)
-                    if not behind:
-                        return applied
-                    start = min(behind.values()) + 1
-                    if first is None:
-                        first = start
-                    end = min(head, start + CATCH_UP_BATCH - 1)
-                    # Read lean (what the folds need) on the store's read connection: the
-                    # rows up to the head this transaction locked are all committed.
-                    events = [
-                        event
-                        for part in self.store.read_bare(
-                            start, to_position=end, batch_size=CATCH_UP_BATCH
-                        )
-                        for event in part
-                    ]
+                if not behind:
+                    return applied
+                first = min(behind.values()) + 1
+                windows = self.store.read_bare(first, to_position=head, batch_size=CATCH_UP_BATCH)
+                for events in self._ahead(windows):
+                    if not events:
+                        continue
+                    start, end = events[0].position, events[-1].position
                     batch = Batch(events)
-                    for name, position in behind.items():
-                        p = self.projections[name]
-                        p.apply(tx, p.table_names(), batch.after(position))
-                        self._set_position(tx, name, p.version, end)
+                    with self.store.write() as tx:
+                        for name, position in self.behind(tx).items():
+                            # One behind the window's start (or inside it) continues
+                            # here; one further behind, the next pass.
+                            if start - 1 <= position < end:
+                                p = self.projections[name]
+                                p.apply(tx, p.table_names(), batch.after(position))
+                                self._set_position(tx, name, p.version, end)
                     applied += len(events)
-                if progress is not None:
-                    progress(end - first + 1, head - first + 1)
+                    if progress is not None:
+                        progress(end - first + 1, head - first + 1)
+
+    def _ahead(self, windows: Iterator[list[T]]) -> Iterator[list[T]]:
+        """``windows`` read one ahead of the fold, unless the store has one connection
+        for reads and writes (in memory): then in turn."""
+        return windows if self.store.one_connection else read_ahead(windows)
 
     def _set_position(self, tx: WriteTx, name: str, version: int, position: int) -> None:
         ph = tx.ph
@@ -670,8 +680,10 @@ class ProjectionEngine:
             with _no_gc():
                 # One pass over the log for all of them; each batch's writes (an
                 # aggregate's rows) in one bounded transaction.
-                for events in store.read_bare(
-                    1, to_position=target, batch_size=CATCH_UP_BATCH, stream_prefix=prefix
+                for events in self._ahead(
+                    store.read_bare(
+                        1, to_position=target, batch_size=CATCH_UP_BATCH, stream_prefix=prefix
+                    )
                 ):
                     batch = Batch(events)
                     if writing:

@@ -76,6 +76,33 @@ def test_catch_up_in_small_batches_leaves_what_a_rebuild_builds(db_url: str, mon
         )
 
 
+def test_catch_up_takes_in_what_is_appended_while_it_reads_ahead(db_url: str, monkeypatch) -> None:
+    """The log is read ahead of the fold, outside the lock, up to the head as the pass
+    began; events another writer appends meanwhile are taken in by the next pass."""
+    Plane.open(db_url).close()
+    monkeypatch.setattr(engine_module, "CATCH_UP_BATCH", 4)
+    with ledger.open(db_url) as store, ledger.open(db_url) as other:
+        n = _fill(store, 5)
+        engine = ProjectionEngine(store, ALL_PROJECTIONS)
+        read_bare = store.read_bare
+        appended: list[int] = []
+
+        def read_while_another_appends(*args: Any, **kwargs: Any) -> Any:
+            for i, window in enumerate(read_bare(*args, **kwargs)):
+                if i == 1 and not appended:  # in the reader's thread, between windows
+                    appended.append(other.append("plan:P-late", [plan_created("P-late")])[0])
+                yield window
+
+        monkeypatch.setattr(store, "read_bare", read_while_another_appends)
+        assert engine.catch_up() == n + 1
+        assert appended == [n + 1]
+        assert all(engine.check(p.name).status == "ok" for p in ALL_PROJECTIONS)
+        assert {s.name: s.position for s in engine.status()} == dict.fromkeys(
+            (p.name for p in ALL_PROJECTIONS), n + 1
+        )
+        assert "P-late" in _rows(engine)["plans"]
+
+
 def test_an_aggregate_upsert_of_one_key_twice_keeps_the_last(store: ledger.Store) -> None:
     """As upserting the rows one by one would (PostgreSQL writes them in one statement,
     which may not update a row twice)."""
