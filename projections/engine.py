@@ -615,33 +615,46 @@ class ProjectionEngine:
         at or below the head never change, so they are read outside the lock); each
         window is applied in a write transaction of its own, to each projection from its
         own position as that transaction finds it (another process may have moved it),
-        until none is behind."""
+        until none is behind. A read model at position 0 holds nothing: it is built as a
+        rebuild builds it (folded in memory into fresh tables, each row written once,
+        indexed after), which costs less per event than updating live tables."""
+        applied = 0
+        while True:
+            with self.store.write() as tx:
+                head = tx.head_size()
+                behind = self.behind(tx)
+            if not behind:
+                return applied
+            empty = [name for name, position in behind.items() if position == 0]
+            if empty:
+                self.rebuild(empty, progress)
+                applied += head
+            else:
+                applied += self.apply_in_place(min(behind.values()) + 1, head, progress)
+
+    def apply_in_place(self, first: int, head: int, progress: Progress | None = None) -> int:
+        """One pass of ``catch_up`` over the live tables: events ``first`` to ``head``
+        applied window by window to each read model from its own position (those
+        further behind than ``first`` are left for the next pass); returns events read."""
         applied = 0
         with _no_gc():
-            while True:
+            windows = self.store.read_bare(first, to_position=head, batch_size=CATCH_UP_BATCH)
+            for events in self._ahead(windows):
+                if not events:
+                    continue
+                start, end = events[0].position, events[-1].position
+                batch = Batch(events)
                 with self.store.write() as tx:
-                    head = tx.head_size()
-                    behind = self.behind(tx)
-                if not behind:
-                    return applied
-                first = min(behind.values()) + 1
-                windows = self.store.read_bare(first, to_position=head, batch_size=CATCH_UP_BATCH)
-                for events in self._ahead(windows):
-                    if not events:
-                        continue
-                    start, end = events[0].position, events[-1].position
-                    batch = Batch(events)
-                    with self.store.write() as tx:
-                        for name, position in self.behind(tx).items():
-                            # One behind the window's start (or inside it) continues
-                            # here; one further behind, the next pass.
-                            if start - 1 <= position < end:
-                                p = self.projections[name]
-                                p.apply(tx, p.table_names(), batch.after(position))
-                                self._set_position(tx, name, p.version, end)
-                    applied += len(events)
-                    if progress is not None:
-                        progress(end - first + 1, head - first + 1)
+                    for name, position in self.behind(tx).items():
+                        # One behind the window's start (or inside it) continues here.
+                        if start - 1 <= position < end:
+                            p = self.projections[name]
+                            p.apply(tx, p.table_names(), batch.after(position))
+                            self._set_position(tx, name, p.version, end)
+                applied += len(events)
+                if progress is not None:
+                    progress(end - first + 1, head - first + 1)
+        return applied
 
     def _ahead(self, windows: Iterator[list[T]]) -> Iterator[list[T]]:
         """``windows`` read one ahead of the fold, unless the store has one connection

@@ -58,16 +58,28 @@ def _rows(engine: ProjectionEngine) -> dict[str, Any]:
         return {p.name: p.rows(snap.query, p.table_names()) for p in ALL_PROJECTIONS}
 
 
-def test_catch_up_in_small_batches_leaves_what_a_rebuild_builds(db_url: str, monkeypatch) -> None:
+def _started(db_url: str) -> None:
+    """Read models that hold the log's first event (position 1), not nothing."""
     Plane.open(db_url).close()  # read models at position 0
+    with ledger.open(db_url) as store:
+        store.append("plan:P-first", [plan_created("P-first")])
+        assert ProjectionEngine(store, ALL_PROJECTIONS).catch_up() == 1
+
+
+def test_catch_up_in_small_batches_leaves_what_a_rebuild_builds(db_url: str, monkeypatch) -> None:
+    _started(db_url)
     monkeypatch.setattr(engine_module, "CATCH_UP_BATCH", 4)  # several transactions
     monkeypatch.setattr(engine_module, "ROWS_PER_STATEMENT", 3)  # several statements each
     with ledger.open(db_url) as store:
         n = _fill(store, 9)
         engine = ProjectionEngine(store, ALL_PROJECTIONS)
-        assert engine.catch_up() == n
+        rebuilt: list[object] = []
+        monkeypatch.setattr(engine, "rebuild", lambda *a, **k: rebuilt.append(a))
+        assert engine.catch_up() == n - 1
+        assert rebuilt == []  # applied to the live tables, window by window
+        monkeypatch.undo()
         caught_up = _rows(engine)
-        assert len(caught_up["plans"]) == 9
+        assert len(caught_up["plans"]) == 10
         assert all(engine.check(p.name).status == "ok" for p in ALL_PROJECTIONS)
         engine.rebuild()
         assert _rows(engine) == caught_up
@@ -79,7 +91,7 @@ def test_catch_up_in_small_batches_leaves_what_a_rebuild_builds(db_url: str, mon
 def test_catch_up_takes_in_what_is_appended_while_it_reads_ahead(db_url: str, monkeypatch) -> None:
     """The log is read ahead of the fold, outside the lock, up to the head as the pass
     began; events another writer appends meanwhile are taken in by the next pass."""
-    Plane.open(db_url).close()
+    _started(db_url)
     monkeypatch.setattr(engine_module, "CATCH_UP_BATCH", 4)
     with ledger.open(db_url) as store, ledger.open(db_url) as other:
         n = _fill(store, 5)
@@ -94,13 +106,29 @@ def test_catch_up_takes_in_what_is_appended_while_it_reads_ahead(db_url: str, mo
                 yield window
 
         monkeypatch.setattr(store, "read_bare", read_while_another_appends)
-        assert engine.catch_up() == n + 1
+        assert engine.catch_up() == n
         assert appended == [n + 1]
         assert all(engine.check(p.name).status == "ok" for p in ALL_PROJECTIONS)
         assert {s.name: s.position for s in engine.status()} == dict.fromkeys(
             (p.name for p in ALL_PROJECTIONS), n + 1
         )
         assert "P-late" in _rows(engine)["plans"]
+
+
+def test_read_models_that_hold_nothing_are_caught_up_as_a_rebuild(db_url: str, monkeypatch) -> None:
+    Plane.open(db_url).close()  # read models at position 0
+    with ledger.open(db_url) as store:
+        n = _fill(store, 6)
+        engine = ProjectionEngine(store, ALL_PROJECTIONS)
+        rebuilt: list[list[str]] = []
+        rebuild = engine.rebuild
+        monkeypatch.setattr(
+            engine, "rebuild", lambda names, progress=None: rebuilt.append(names) or rebuild(names)
+        )
+        assert engine.catch_up() == n
+        assert rebuilt == [[p.name for p in ALL_PROJECTIONS]]
+        assert all(engine.check(p.name).status == "ok" for p in ALL_PROJECTIONS)
+        assert len(_rows(engine)["plans"]) == 6
 
 
 def test_an_aggregate_upsert_of_one_key_twice_keeps_the_last(store: ledger.Store) -> None:
