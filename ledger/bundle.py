@@ -360,10 +360,11 @@ def _unsafe_integer(record: msgspec.Struct) -> str | None:
     return None
 
 
-def _lines(data: bytes) -> Iterator[bytes]:
-    """The lines of ``data`` one at a time (the last one even with no newline after it):
-    a file of a billion newlines is not a list of a billion lines."""
-    start, end = 0, len(data)
+def _lines(data: bytes, start: int = 0) -> Iterator[bytes]:
+    """The lines of ``data`` from offset ``start``, one at a time (the last one even with
+    no newline after it): a file of a billion newlines is not a list of a billion
+    lines."""
+    end = len(data)
     find = data.find
     while start < end:
         stop = find(b"\n", start)
@@ -372,6 +373,27 @@ def _lines(data: bytes) -> Iterator[bytes]:
             return
         yield data[start:stop]
         start = stop + 1
+
+
+def _line_ends(data: bytes, start: int, count: int, step: int) -> list[int]:
+    """Where (at its newline) every ``step``-th of ``count`` lines from ``start`` ends,
+    and the last one: the parts ``verify --bundle --jobs`` checks apart. ``data`` has
+    at least ``count`` lines from ``start``."""
+    ends = []
+    find = data.find
+    at = start - 1
+    for i in range(1, count + 1):
+        at = find(b"\n", at + 1)
+        if at < 0:  # the last line, with no newline after it
+            at = len(data)
+        if i % step == 0 or i == count:
+            ends.append(at)
+    return ends
+
+
+# The bundle's bytes, as forked processes checking parts of it inherit them (set only
+# while they run).
+_INHERITED: bytes | None = None
 
 
 # A member ``"<name>_sha256": "<64 hex>"`` of a canonical payload: a digest that may name
@@ -613,6 +635,9 @@ class _Reader:
         self.wanted: list[tuple[int, str, str, str]] = []  # position, type, field, digest
         self.refs: set[str] = set()  # every digest a payload names (see _BLOB_REF)
         self.keep_events, self.jobs, self.progress = keep_events, jobs, progress
+        self.data = data
+        self.event_range = (0, 0)  # the event lines' bytes (when checked in parts)
+        self.wanted_digests: set[str] | None = None  # ``wanted``'s digests (in parts)
         # A part of the event lines checked in its own process (``_check_event_part``):
         # each stream's first event there (position, version), and the leaf hashes in
         # line order, which the caller checks against the leaves record.
@@ -712,28 +737,39 @@ class _Reader:
                 f"{header['size']} and no plan: a bundle of the whole log holds "
                 "every event",
             )
-        if self.jobs > 1 and events > _LINES_PER_PART and self.catalog is DEFAULT_CATALOG:
-            listed = list(itertools.islice(lines, events))
-            read = len(listed)
-            with ProcessPoolExecutor(self.jobs, mp_context=process_context()) as pool:
-                step = _LINES_PER_PART
-                parts = pool.map(
-                    _check_event_part,
-                    [
-                        (header, _HEAD_RECORDS + 1 + i, b"\n".join(listed[i : i + step]))
-                        for i in range(0, read, step)
-                    ],
-                )
-                # While the parts run: the leaves, their root, the keys, the signature.
-                self._leaves(head[2])
-                approvers = self._keys(head[3])
-                self._checkpoint(head[1])
-                joined = self._join(parts, read)
-                if not joined:
-                    pool.shutdown(wait=False, cancel_futures=True)
+        parts_apart = self.jobs > 1 and events > _LINES_PER_PART and count == expected
+        if parts_apart and self.catalog is DEFAULT_CATALOG:
+            begin = sum(len(line) + 1 for line in head)  # the first event line's offset
+            ends = _line_ends(data, begin, events, _LINES_PER_PART)
+            starts = [begin, *(end + 1 for end in ends[:-1])]
+            read = events
+            self.event_range = (begin, ends[-1])
+            context = process_context()
+            global _INHERITED
+            # Forked processes read the bytes they inherit; others are sent their part.
+            _INHERITED = data if context.get_start_method() == "fork" else None
+            tasks = [
+                (header, _HEAD_RECORDS + 1 + i * _LINES_PER_PART, first, last)
+                if _INHERITED is not None
+                else (header, _HEAD_RECORDS + 1 + i * _LINES_PER_PART, data[first:last], None)
+                for i, (first, last) in enumerate(zip(starts, ends, strict=True))
+            ]
+            try:
+                with ProcessPoolExecutor(self.jobs, mp_context=context) as pool:
+                    parts = pool.map(_check_event_part, tasks)
+                    # While the parts run: the leaves, their root, the keys, the signature.
+                    self._leaves(head[2])
+                    approvers = self._keys(head[3])
+                    self._checkpoint(head[1])
+                    joined = self._join(parts, read)
+                    if not joined:
+                        pool.shutdown(wait=False, cancel_futures=True)
+            finally:
+                _INHERITED = None
             if not joined:
                 # Something is wrong somewhere: one pass names every problem exactly.
-                self._events(listed)
+                self._events(itertools.islice(_lines(data, begin), events))
+            lines = _lines(data, self.event_range[1] + 1)
         else:
             self._leaves(head[2])
             approvers = self._keys(head[3])
@@ -1074,13 +1110,12 @@ class _Reader:
                 if version != versions.get(stream, 0) + 1:
                     return False
             versions.update(part.versions)
-            if self.leaves and b"".join(part.digests) != b"".join(
-                self.leaves[p - 1] for p in part.positions
-            ):
+            if self.leaves and part.digests != b"".join(self.leaves[p - 1] for p in part.positions):
                 return False
+        self.wanted_digests = set()
         for part in parts:
             self.event_count += part.count
-            self.wanted.extend(part.wanted)
+            self.wanted_digests.update(part.wanted)
             self.refs.update(part.refs)
             self.approver_keys.extend(part.approver_keys)
         return True
@@ -1118,6 +1153,16 @@ class _Reader:
     def _referenced(self) -> None:
         """Every blob an event references is carried (intact: a changed blob record was
         not kept)."""
+        if self.wanted_digests is not None:  # the events were checked in parts
+            if self.wanted_digests <= self.blobs.keys():
+                return
+            # A blob missing: every reference again, with the event that makes it.
+            assert self.header is not None and self.data is not None
+            again = _Reader(None, None, self.catalog, self.max_problems, keep_events=False)
+            again.header = self.header
+            begin, end = self.event_range
+            again._events(_lines(self.data[begin:end]))
+            self.wanted = again.wanted
         for position, type_name, field, digest in self.wanted:
             if digest not in self.blobs:
                 self.problem(
@@ -1145,17 +1190,19 @@ class _EventPart(msgspec.Struct, kw_only=True):
     clean: bool
     count: int
     positions: list[int]
-    digests: list[bytes]
+    digests: bytes  # the leaf hashes, in line order
     first_seen: dict[str, tuple[int, int]]
     versions: dict[str, int]
-    wanted: list[tuple[int, str, str, str]]
+    wanted: set[str]  # the digests of the blobs the events reference
     refs: set[str]
     approver_keys: list[_Approver]
 
 
-def _check_event_part(task: tuple[dict[str, Any], int, bytes]) -> _EventPart:
-    """One process's part of the event lines (starting at line ``first_number``)."""
-    header, first_number, data = task
+def _check_event_part(task: tuple[dict[str, Any], int, Any, int | None]) -> _EventPart:
+    """One process's part of the event lines (starting at line ``first_number``): its
+    bytes, or (forked) where they are in the bytes it inherited."""
+    header, first_number, first, last = task
+    data = first if last is None else _INHERITED[first:last]  # type: ignore[index]
     reader = _Reader(None, None, DEFAULT_CATALOG, 1, keep_events=False)
     reader.header, reader.first_seen, reader.digests = header, {}, []
     reader._events(_lines(data), first_number)
@@ -1163,10 +1210,10 @@ def _check_event_part(task: tuple[dict[str, Any], int, bytes]) -> _EventPart:
         clean=not reader.problems,
         count=reader.event_count,
         positions=reader.positions,
-        digests=reader.digests,
+        digests=b"".join(reader.digests),
         first_seen=reader.first_seen,
         versions=reader.last_versions,
-        wanted=reader.wanted,
+        wanted={digest for *_, digest in reader.wanted},
         refs=reader.refs,
         approver_keys=reader.approver_keys,
     )

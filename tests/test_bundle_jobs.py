@@ -8,6 +8,7 @@ ledger has many of them."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,6 +97,37 @@ def across_edges(src: Source) -> Iterator[tuple[str, bytes]]:
             b'"stream_version":%d,' % version, b'"stream_version":%d,' % (version + 1)
         )
         yield f"line {edge + 1} a stream version on", resigned(src, bumped)
+
+
+def test_a_blob_cut_is_missing_at_the_events_naming_it_as_in_one_pass(
+    source: Source, tmp_path: Path
+) -> None:
+    lines = lines_of(source.data)
+    header = json.loads(lines[0])
+    assert header["blobs"] > 0
+    cut = lines[: 4 + header["events"]] + lines[5 + header["events"] :]  # the first blob
+    path = tmp_path / "cut.bundle"
+    path.write_bytes(joined(cut))
+    one, parts, _ = both(path, public_key=source.public_key)
+    assert "blob_missing" in {p.kind for p in one.problems}
+    assert parts == one
+
+
+def test_parts_sent_to_processes_that_do_not_fork(
+    source: Source, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a fork server (a caller running threads), each part's bytes are sent."""
+    context = multiprocessing.get_context("forkserver")
+    monkeypatch.setattr(ledger.bundle, "process_context", lambda: context)
+    good = tmp_path / "good.bundle"
+    good.write_bytes(source.data)
+    one, parts, seen = both(good, public_key=source.public_key)
+    assert one.ok and parts == one and len(seen) > 1
+    name, data = next(across_edges(source))
+    broken = tmp_path / "edge.bundle"
+    broken.write_bytes(data)
+    one, parts, _ = both(broken, public_key=source.public_key)
+    assert not one.ok and parts == one, name
 
 
 def test_changes_at_the_parts_edges_are_reported_as_one_pass_reports(
