@@ -105,3 +105,14 @@ def test_the_cli_draws_the_bar_while_opening_or_rebuilding(
     label = "read models" if args[1] == "status" else "rebuilding every read model"
     assert label in result.stderr
     assert f"{n}/{n}" in result.stderr
+
+
+def test_the_cli_draws_the_bar_while_exporting(sqlite_url: str, tmp_path, monkeypatch) -> None:
+    _lagging_ledger(sqlite_url, 6)
+    monkeypatch.setattr(progress_module, "SHOW_AFTER_S", 0.0)
+    monkeypatch.setattr(progress_module, "_on_terminal", lambda: True)
+    out = tmp_path / "events.jsonl"
+    result = run_cli("--db", sqlite_url, "export", "--format", "jsonl", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "export" in result.stderr and "13/13" in result.stderr
+    assert len(out.read_text().splitlines()) == 13

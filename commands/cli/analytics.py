@@ -40,6 +40,7 @@ from .common import (
 )
 from .inputs import Seconds, whole
 from .log import payload_summary
+from .progress import progress_bar
 from .terminal import inert
 
 
@@ -302,23 +303,7 @@ def export(
         refuse_stdout(out, "--out", "Parquet is binary, with its index written last")
     store = open_store()
     target = sys.stdout.buffer if out == STDOUT else out
-    if sys.stderr.isatty() and not as_json:
-        from rich.progress import Progress
-
-        with Progress(transient=True) as bar:
-            task = bar.add_task("export", total=None)
-            result = analytics.export(
-                store,
-                target,
-                format=fmt,
-                since=since,
-                until=until,
-                types=types,
-                plan=plan,
-                batch_size=batch_size,
-                progress=lambda done, total: bar.update(task, completed=done, total=total),
-            )
-    else:
+    with progress_bar("export") as progress:
         result = analytics.export(
             store,
             target,
@@ -328,6 +313,7 @@ def export(
             types=types,
             plan=plan,
             batch_size=batch_size,
+            progress=progress,
         )
     meta = result.metadata
     if as_json:
