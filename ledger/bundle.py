@@ -916,10 +916,13 @@ class _Reader:
         previous = 0
         decoders = self.catalog
         read = 0
+        progress, total = self.progress, header["events"]
         for number, line in enumerate(lines, start=first_number):
             if self.full:
                 break
             read += 1
+            if progress is not None and not read % _LINES_PER_PART:
+                progress(read, max(read, total))
             try:
                 e = _leaf.decode(line)
             except RecursionError:

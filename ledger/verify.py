@@ -23,7 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from hashlib import sha256
 from typing import Any
@@ -102,7 +102,7 @@ def verify_store(
     """Check the whole log (see the module's docstring). ``jobs`` > 1 checks parts of
     ``ROWS_PER_JOB`` rows in that many processes and joins their Merkle trees (a log of
     one part is checked here); ``progress`` is told the rows checked so far and the
-    total as parts finish."""
+    total as parts finish (in one process: as batches of rows are)."""
     if against is not None:
         against = parse_tree_head(f"{against.size}:{against.root}")  # validates, lowercases
     problems: list[Problem] = []
@@ -142,8 +142,11 @@ def verify_store(
                 max_problems=max_problems,
             )
         else:
+            rows = snap.rows()
+            if progress is not None:
+                rows = _told(rows, progress, head_size)
             frontier, last_chain, at_against, _ = _scan(
-                snap.rows(), against_size, report, store.catalog, stored
+                rows, against_size, report, store.catalog, stored
             )
         for digest in mismatched:
             report(None, "blob_mismatch", f"blob {digest} does not hash to its digest")
@@ -338,6 +341,18 @@ def _scan(
                 at_against = Frontier(size, hashes)
     frontier.size = size
     return frontier, bytes(previous_chain), at_against, versions
+
+
+def _told(
+    batches: Iterable[list[tuple[Any, ...]]], progress: Progress, total: int
+) -> Iterator[list[tuple[Any, ...]]]:
+    """``batches`` as they are, ``progress`` told the rows handed out before each next
+    one is read (once a batch: nothing in the loop over rows)."""
+    done = 0
+    for batch in batches:
+        yield batch
+        done += len(batch)
+        progress(done, max(done, total))
 
 
 def _missing(

@@ -67,6 +67,15 @@ def test_a_good_bundle_is_checked_in_parts(source: Source, tmp_path: Path) -> No
         assert seen == [*range(PART, events, PART), events], seen
 
 
+def test_one_pass_tells_its_progress_too(source: Source, tmp_path: Path) -> None:
+    path = tmp_path / "good.bundle"
+    path.write_bytes(source.data)
+    seen: list[tuple[int, int]] = []
+    report = verify_bundle(path, progress=lambda done, total: seen.append((done, total)))
+    events = report.events
+    assert report.ok and seen == [(done, events) for done in range(PART, events + 1, PART)]
+
+
 def across_edges(src: Source) -> Iterator[tuple[str, bytes]]:
     """Changes at a part's edge, each of a kind that only one of the joins sees."""
     lines = lines_of(src.data)

@@ -14,6 +14,7 @@ import ledger
 import projections.engine as engine_module
 from commands.cli import progress as progress_module
 from commands.plane.core import Plane
+from ledger.verify import verify_store
 from projections import ALL_PROJECTIONS, ProjectionEngine
 from tests.helpers import plan_created, run_cli, strategy
 
@@ -116,3 +117,11 @@ def test_the_cli_draws_the_bar_while_exporting(sqlite_url: str, tmp_path, monkey
     assert result.returncode == 0, result.stderr
     assert "export" in result.stderr and "13/13" in result.stderr
     assert len(out.read_text().splitlines()) == 13
+
+
+def test_verify_in_one_process_tells_its_progress(sqlite_url: str) -> None:
+    n = _lagging_ledger(sqlite_url, 4) + 1
+    with ledger.open(sqlite_url) as store:
+        calls: list[tuple[int, int]] = []
+        report = verify_store(store, jobs=1, progress=lambda d, t: calls.append((d, t)))
+        assert report.ok and calls == [(n, n)]
