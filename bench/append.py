@@ -36,12 +36,9 @@ import argparse
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from importlib.metadata import version
 from typing import Any
 
 import msgspec
-import sqlalchemy as sa
 from _common import (  # bench/ is sys.path[0] when run as `python bench/append.py`
     COLUMNS,
     Batch,
@@ -56,25 +53,10 @@ from _common import (  # bench/ is sys.path[0] when run as `python bench/append.
     start_run,
     timed,
 )
+from _peer import PEER_MISSING, PEER_VERSION, DomainEvent, Peer, open_peer
 from rich.table import Table
 
 import ledger
-
-try:  # the peer is optional: the run goes on without it
-    from eventsourcing.domain import DomainEvent
-    from eventsourcing.persistence import (
-        DatetimeAsISO,
-        DecimalAsStr,
-        JSONTranscoder,
-        Mapper,
-        UUIDAsHex,
-    )
-
-    PEER_MISSING: str | None = None
-    PEER_VERSION = version("eventsourcing")
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    PEER_MISSING = f"eventsourcing not importable ({exc}): pip install -e '.[bench]'"
-    PEER_VERSION = "-"
 
 SCENARIOS = {
     "a": "100 events / txn",
@@ -172,56 +154,8 @@ if PEER_MISSING is None:
         checked_sha256: str
 
 
-@dataclass
-class Peer:
-    """eventsourcing's application recorder on one database, with the mapper an
-    eventsourcing ``Application`` builds (JSON transcoder, its three transcodings)."""
-
-    recorder: Any
-    mapper: Any
-    datastore: Any
-    versions: dict[str, int]
-
-    def close(self) -> None:
-        self.datastore.close()
-
-
-def open_peer(target: Target) -> Peer | None:
-    if PEER_MISSING is not None:
-        return None
-    if target.backend == "sqlite":
-        from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
-
-        assert target.sqlite_path is not None
-        # Its own file beside ours; eventsourcing sets WAL itself and leaves SQLite's
-        # default synchronous (FULL here, as the store sets it: checked below).
-        datastore: Any = SQLiteDatastore(str(target.sqlite_path.with_name("peer.db")))
-        recorder: Any = SQLiteApplicationRecorder(datastore)
-    else:
-        from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
-
-        assert target.conninfo is not None and target.schema is not None
-        url = sa.engine.make_url(target.conninfo)
-        # Its tables (stored_events) in the run's throw-away schema, dropped with it.
-        datastore = PostgresDatastore(
-            dbname=url.database or "",
-            host=url.host or "127.0.0.1",
-            port=url.port or 5432,
-            user=url.username or "",
-            password=url.password or "",
-            schema=target.schema,
-        )
-        recorder = PostgresApplicationRecorder(datastore)
-    recorder.create_table()
-    if target.backend == "sqlite":
-        with datastore.transaction(commit=False) as cursor:
-            cursor.execute("PRAGMA synchronous")
-            if cursor.fetchone()[0] != 2:  # FULL, as ours (ledger/backends/sqlite.py)
-                raise RuntimeError("the peer's SQLite does not run with synchronous=FULL")
-    transcoder = JSONTranscoder()
-    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
-        transcoder.register(transcoding)
-    return Peer(recorder, Mapper(transcoder=transcoder), datastore, {})
+def open_peer_if_any(target: Target) -> Peer | None:
+    return open_peer(target) if PEER_MISSING is None else None
 
 
 def peer_events(peer: Peer, txns: list[Batch]) -> list[list[Any]]:
@@ -279,7 +213,7 @@ def run_once(
     create_raw_table(target)
     store = ledger.open(target.ledger_url)
     raw = target.raw_connect()
-    peer = open_peer(target)
+    peer = open_peer_if_any(target)
 
     def append(side: str, txns: list[Batch]) -> float:
         if side == "ours":

@@ -31,7 +31,6 @@ import argparse
 import json
 import uuid
 from datetime import UTC, datetime
-from importlib.metadata import version
 from typing import Any
 
 import msgspec
@@ -43,6 +42,7 @@ from _common import (  # bench/ is sys.path[0] when run as `python bench/rebuild
     start_run,
     timed,
 )
+from _peer import PEER_MISSING, PEER_VERSION, DomainEvent, Peer, open_peer
 from rich.table import Table
 
 import ledger
@@ -58,22 +58,6 @@ from ledger.events import (
 )
 from projections import ALL_PROJECTIONS, ProjectionEngine
 from projections.engine import POSITIONS
-
-try:  # the peer is optional: the run goes on without it
-    from eventsourcing.domain import DomainEvent
-    from eventsourcing.persistence import (
-        DatetimeAsISO,
-        DecimalAsStr,
-        JSONTranscoder,
-        Mapper,
-        UUIDAsHex,
-    )
-
-    PEER_MISSING: str | None = None
-    PEER_VERSION = version("eventsourcing")
-except ImportError as exc:  # depends on the environment
-    PEER_MISSING = f"eventsourcing not importable ({exc}): pip install -e '.[bench]'"
-    PEER_VERSION = "-"
 
 TARGET_RATIO = 1.3  # rebuild time / read-all time
 EVENTS_PER_PLAN = 20
@@ -194,39 +178,6 @@ if PEER_MISSING is None:
         data: dict[str, Any]
 
 
-def peer_mapper() -> Any:
-    """The mapper an eventsourcing ``Application`` builds (JSON, its transcodings)."""
-    transcoder = JSONTranscoder()
-    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
-        transcoder.register(transcoding)
-    return Mapper(transcoder=transcoder)
-
-
-def open_peer(target: Any) -> tuple[Any, Any]:
-    """eventsourcing's application recorder (and its datastore) beside our ledger."""
-    if target.backend == "sqlite":
-        from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
-
-        datastore: Any = SQLiteDatastore(str(target.sqlite_path.with_name("peer.db")))
-        recorder: Any = SQLiteApplicationRecorder(datastore)
-    else:
-        import sqlalchemy as sa
-        from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
-
-        url = sa.engine.make_url(target.conninfo)
-        datastore = PostgresDatastore(  # its table in the run's throw-away schema
-            dbname=url.database or "",
-            host=url.host or "127.0.0.1",
-            port=url.port or 5432,
-            user=url.username or "",
-            password=url.password or "",
-            schema=target.schema,
-        )
-        recorder = PostgresApplicationRecorder(datastore)
-    recorder.create_table()
-    return recorder, datastore
-
-
 def fill_peer(recorder: Any, mapper: Any, store: ledger.Store) -> int:
     """Our log, event for event, into the peer's recorder (untimed)."""
     now = datetime.now(UTC)
@@ -288,16 +239,14 @@ def main(argv: list[str] | None = None) -> int:
     for backend in backends:
         with fresh_target(backend, pg_url or "") as target:
             store = ledger.open(target.ledger_url)
-            peer: tuple[Any, Any] | None = None
+            peer: Peer | None = None
             try:
                 build(store, args.events)
                 engine = ProjectionEngine(store, ALL_PROJECTIONS).open()
                 n = store.head().size
-                mapper = None
                 if PEER_MISSING is None:
                     peer = open_peer(target)
-                    mapper = peer_mapper()
-                    fill_peer(peer[0], mapper, store)
+                    fill_peer(peer.recorder, peer.mapper, store)
                 read: list[float] = []
                 rebuild: list[float] = []
                 catch_up: list[float] = []
@@ -309,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                     catch_up.append(timed_catch_up(store, engine))
                     in_place.append(timed_in_place(store, engine))
                     if peer is not None:
-                        replay.append(timed(lambda r=peer[0], m=mapper: replay_peer(r, m)))
+                        replay.append(timed(lambda p=peer: replay_peer(p.recorder, p.mapper)))
                 if args.profile:
                     profiles[f"rebuild, {backend}"] = profile_top(engine.rebuild, args.profile_top)
                     behind_by_everything(store, engine)
@@ -318,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
             finally:
                 if peer is not None:
-                    peer[1].close()
+                    peer.close()
                 store.close()
         read_s, rebuild_s, catch_up_s, in_place_s = (
             pick(x, args.stat) for x in (read, rebuild, catch_up, in_place)
