@@ -153,29 +153,12 @@ def hashes_floor(target: Target, n_events: int) -> None:
 
 
 def baseline_scan(target: Target, n_events: int) -> None:
-    conn = target.ledger_raw_connect()
     digest = sha256()
-    sql = f"SELECT {COLUMNS} FROM events ORDER BY position"
     n = 0
-    try:
-        if target.backend == "sqlite":
-            conn.execute("BEGIN")  # one read snapshot, as Store.read_transaction takes
-            cur = conn.cursor()
-        else:
-            import psycopg
-
-            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ  # as the store
-            cur = conn.cursor(name="evb_scan")  # server-side, as Store.snapshot().rows
-            cur.itersize = SCAN_BATCH
-        cur.execute(sql)
-        while rows := cur.fetchmany(SCAN_BATCH):
-            for row in rows:
-                digest.update(row[10])
-            n += len(rows)
-        cur.close()
-        conn.commit() if target.backend == "postgresql" else conn.execute("COMMIT")
-    finally:
-        conn.close()
+    for rows in _rows(target):
+        for row in rows:
+            digest.update(row[10])
+        n += len(rows)
     if n != n_events:
         raise RuntimeError(f"baseline scanned {n} rows, expected {n_events}")
 
