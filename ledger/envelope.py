@@ -62,12 +62,10 @@ def leaf_bytes(
 # ``position`` and ``stream_version``: the rest of an event's leaf bytes is made before
 # the lock is taken (``leaf_parts``), and under it three parts and two integers are
 # joined (``LEAF_JOIN``). tests/test_envelope.py checks the join equals ``leaf_bytes``.
-LEAF_HEAD = (
-    b'{"actor":%b,"causation_id":%b,"correlation_id":%b,"delta":%b,"event_id":%b,'
-    b'"payload":%b,"position":'
-)
-_LEAF_MIDDLE = b',"recorded_at":%b,"schema_version":%d,"stream":%b,"stream_version":'
-_LEAF_TAIL = b',"type":%b}'
+_before_position, _, _after_position = LEAF_TEMPLATE.partition(b'"position":%d')
+_before_version, _, _LEAF_TAIL = _after_position.partition(b'"stream_version":%d')
+LEAF_HEAD = _before_position + b'"position":'
+_LEAF_MIDDLE = _before_version + b'"stream_version":'
 LEAF_JOIN = b"%b%d%b%d%b"  # head, position, middle, stream_version, tail
 
 
