@@ -308,6 +308,14 @@ class WriteTx:
         reads = self._reads
         return {d for d in digests if self._store._has_blob(reads, d)}
 
+    def get_blob(self, digest: str) -> bytes | None:
+        """A blob's bytes (read under this transaction); None when it is not stored."""
+        self.head_size()
+        reads = self._reads
+        reads.execute(f"SELECT data FROM blobs WHERE digest = {self.ph}", (digest,))
+        row = reads.fetchone()
+        return bytes(row[0]) if row is not None else None
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._writes.execute(sql, params)
 

@@ -186,6 +186,7 @@ def _execute(doc: PlanState, p: ExecuteEntered) -> PlanState:
         token=_superseded(doc.token),
         binding=list(p.binding),
         skill_pins=p.skills if p.skills is msgspec.UNSET else dict(p.skills),
+        snapshot_sha256=doc.snapshot_sha256 if p.snapshot_sha256 is None else p.snapshot_sha256,
     )
 
 
@@ -281,6 +282,7 @@ def _minted(doc: PlanState, p: TokenMinted) -> PlanState:
             run_id=p.run_id,
             expires_at=p.expires_at,
             status="minted",
+            trees_sha256=msgspec.UNSET if p.trees_sha256 is None else p.trees_sha256,
         ),
     )
 

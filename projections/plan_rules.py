@@ -159,6 +159,8 @@ def _execute(doc: PlanState, p: ExecuteEntered) -> str | None:
         return "Execute is entered from Strategize with a recorded strategy"
     if not pins_kept(doc.binding, list(p.binding)):
         return "a binding set keeps every member it pinned, unchanged"
+    if (doc.snapshot_sha256 is msgspec.UNSET) != (p.snapshot_sha256 is not None):
+        return "the first Execute records the resources' snapshot, and only the first"
     return _skill_pins(doc, p)
 
 

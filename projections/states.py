@@ -182,6 +182,8 @@ class TokenState(_Doc, frozen=True, kw_only=True):
     run_id: str
     expires_at: str
     status: Literal["minted", "consumed", "superseded"]
+    # The blob of the trees the run judged (absent on tokens minted before content binding).
+    trees_sha256: str | UnsetType = UNSET
 
 
 class ChangedFile(_Doc, frozen=True, kw_only=True):
@@ -237,6 +239,9 @@ class PlanState(_Doc, frozen=True, kw_only=True):
     token: TokenState | None = None
     applying: ApplyingState | None = None
     applied: ApplyingState | None = None
+    # The blob of the resources as the sandbox copied them at the first Execute (absent
+    # before it, and on plans recorded before snapshots).
+    snapshot_sha256: str | UnsetType = UNSET
 
     def may_call(self, tool: str) -> bool:
         """Whether the plan's skills let it call ``tool``: any tool for a plan without

@@ -50,7 +50,12 @@ def test_apply_writes_the_sandbox_and_records_what_it_wrote(db_url: str, tmp_pat
         assert (project / "status.txt").read_text() == "bad\n"  # nothing before Apply
         doc = apply_plan(plane, "P-1", token)
         assert _files(project) == _files(work(plane))
-        assert sorted(f.path for f in doc.applied.files) == ["notes.md", "src/new.py", "status.txt"]
+        assert sorted(f.path for f in doc.applied.files) == [
+            "notes.md",
+            "src",
+            "src/new.py",
+            "status.txt",
+        ]
         assert audit(plane.store).ok
         shown = invoke("plan", "show", "P-1", "--db", plane.store.url)
         assert "files written by Apply" in shown.stdout and "src/new.py" in shown.stdout
@@ -142,7 +147,7 @@ def test_a_forged_change_set_cannot_write_outside_the_resource(db_url: str, tmp_
             ),
             blobs=(blob,),
         )
-        with pytest.raises(CommandRefused, match="change path"):
+        with pytest.raises(CommandRefused, match="change set is exactly the validated trees"):
             complete_apply(plane, "P-1")
         assert not (tmp_path.parent / "escaped.txt").exists()
         assert not (tmp_path / "escaped.txt").exists()

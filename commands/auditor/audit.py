@@ -9,7 +9,7 @@ position, the invariant and what was expected; nothing here writes.
 
 from __future__ import annotations
 
-import hashlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,8 @@ from commands.plane.core import CommandRefused
 from commands.plane.gates import truncated_deviation
 from commands.plane.lifecycle import results_digest
 from commands.runner.results import TransformError, apply_transform
+from commands.runner.sandbox import change_entry, change_set_problem, decode_trees
+from commands.runner.trees import Entry, entries, manifest_of
 from commands.schemas.checker import check
 from ledger import LogReader, RecordedEvent, Store
 from ledger.events import (
@@ -31,6 +33,7 @@ from ledger.events import (
     DecisionRecorded,
     Escalated,
     ExecuteEntered,
+    FileChange,
     FixRecorded,
     GateChecked,
     PlanApplied,
@@ -86,6 +89,7 @@ INVARIANTS = (
     "token_signature",  # a token not signed by the plane key
     "approver_endorsement",  # an approver key the plane key did not endorse
     "apply_incomplete",  # a change set recorded, the Apply never completed
+    "change_set",  # a change set that is not the validated trees' difference from the snapshot
     "files",  # with --files: a resource directory differs from the applied change set
     "evidence",  # a blob a verdict was derived from is missing
 )
@@ -231,6 +235,7 @@ class _PlanWalk:
         self.consumed: dict[str, int] = {}
         self.apply_at: int | None = None  # Apply began (the token consumed)
         self.changes_at: int | None = None  # where its change set was recorded
+        self.forged_changes = False  # its change set is not what passed: never resumed
         # A failed gate check whose routing is being collected: (position, event id,
         # expected event types, the types seen so far caused by it).
         self.routing: tuple[int, str, list[str], list[str]] | None = None
@@ -377,7 +382,7 @@ class _Auditor:
         for plan_id, walk in self.plans.items():
             self.close_routing(plan_id, walk)
             applying = walk.doc.applying if walk.doc is not None else None
-            if applying is not None:
+            if applying is not None and not walk.forged_changes:
                 self.count("apply_incomplete")
                 self.violation(
                     walk.changes_at,
@@ -550,6 +555,14 @@ class _Auditor:
             walk.apply_at = walk.apply_at or pos
         elif isinstance(p, ChangesRecorded):
             walk.changes_at = pos
+            if walk.doc is not None:
+                self.count("change_set")
+                problem = change_set_problem(walk.doc, list(p.changes), self.store.get_blob)
+                if problem is not None:
+                    walk.forged_changes = True
+                    self.violation(
+                        pos, plan_id, "change_set", problem, f"{len(p.changes)} change(s) recorded"
+                    )
         elif isinstance(p, PlanApplied):
             if walk.doc is not None and walk.doc.unvalidated:
                 self.unvalidated.add(plan_id)
@@ -1056,34 +1069,95 @@ def _pointers(deviations: Iterable[Any]) -> str:
 
 
 def check_files(store: LogReader, plan_id: str, directory: Path) -> list[Violation]:
-    """``audit --plan P --files DIR``: DIR against the change set P's Apply wrote to the
-    resource DIR names (or to its only directory resource): each recorded file must be
-    there with the recorded content."""
-    doc = fold_plan.fold_all(e.payload for e in store.read_stream(f"plan:{plan_id}"))
-    changes = (doc.applied or doc.applying) if doc is not None else None
-    written = changes.files if changes is not None else []
-    resources = sorted({f.resource for f in written})
-    chosen = next(
-        (r for r in resources if Path(r).resolve() == directory.resolve()),
-        resources[0] if len(resources) == 1 else None,
-    )
-    found: list[Violation] = []
-    for f in written:
-        if f.resource != chosen:
-            continue
-        target = directory / f.path
-        try:
-            digest = hashlib.sha256(target.read_bytes()).hexdigest()
-        except OSError:
-            digest = "missing"
-        if digest != f.sha256:
-            found.append(
-                Violation(
-                    position=None,
-                    plan_id=plan_id,
-                    invariant="files",
-                    expected=f"{f.path} with sha256 {f.sha256}",
-                    found=digest if digest == "missing" else f"sha256 {digest}",
-                )
+    """``audit --plan P --files DIR``: DIR against what it should hold — the resource as
+    P's snapshot at Execute saw it, plus every change set applied to that resource since
+    (P's own included, even unfinished), in log order — every differing path reported,
+    so a write that no Apply made is seen too. DIR is the resource it names (or P's only
+    directory or file resource)."""
+    events = store.read_stream(f"plan:{plan_id}")
+    doc = fold_plan.fold_all(e.payload for e in events)
+    if doc is None or doc.snapshot_sha256 is msgspec.UNSET:
+        return [
+            Violation(
+                position=None,
+                plan_id=plan_id,
+                invariant="files",
+                expected=f"plan {plan_id} entered Execute with a snapshot of its resources",
+                found="no snapshot: nothing to compare the files with",
             )
-    return found
+        ]
+    blob = store.get_blob(doc.snapshot_sha256)
+    snapshot = decode_trees(bytes(blob)) if blob is not None else {}
+    trees = {r: t for r, t in snapshot.items() if t[0] != "name"}
+    chosen = next(
+        (r for r in trees if Path(r).resolve() == directory.resolve()),
+        next(iter(trees)) if len(trees) == 1 else None,
+    )
+    if chosen is None:
+        return [
+            Violation(
+                position=None,
+                plan_id=plan_id,
+                invariant="files",
+                expected=f"{directory} is one of plan {plan_id}'s resources",
+                found=", ".join(sorted(trees)) or "no directory or file resource",
+            )
+        ]
+    kind, manifest = trees[chosen]
+    expected: dict[str, Entry | None] = {
+        path: (str(e[0]), int(e[1]), str(e[2])) for path, e in manifest.items()
+    }
+    started = next(e.position for e in events if isinstance(e.payload, ExecuteEntered))
+    for change in _applied_changes(store, plan_id, started):
+        if change.resource == chosen:
+            expected[change.path] = change_entry(change)
+    found_entries = manifest_of(entries(directory), kind, os.path.basename(chosen))
+    actual: dict[str, Entry] = {
+        path: (str(e[0]), int(e[1]), str(e[2])) for path, e in found_entries.items()
+    }
+    problems: list[Violation] = []
+    for path in sorted(set(expected) | set(actual)):
+        want, have = expected.get(path), actual.get(path)
+        if want == have or (
+            want and have and want[0] == have[0] == "symlink" and want[2] == have[2]
+        ):
+            continue
+        problems.append(
+            Violation(
+                position=None,
+                plan_id=plan_id,
+                invariant="files",
+                expected=f"{path}: {_entry_text(want)}",
+                found=_entry_text(have),
+            )
+        )
+    return problems
+
+
+def _applied_changes(store: LogReader, plan_id: str, since: int) -> list[FileChange]:
+    """The change sets recorded after position ``since`` that count: every plan's that
+    completed (``plan.applied``), and ``plan_id``'s own even unfinished; in log order."""
+    types = [ChangesRecorded.type_name(), PlanApplied.type_name()]
+    recorded: dict[str, tuple[int, list[FileChange]]] = {}
+    applied: set[str] = set()
+    for event in store.read_all(since, types=types):
+        p = event.payload
+        if isinstance(p, ChangesRecorded):
+            recorded[p.token_id] = (event.position, list(p.changes))
+            if p.plan_id == plan_id:
+                applied.add(p.token_id)
+        elif isinstance(p, PlanApplied):
+            applied.add(p.token_id)
+    ordered = sorted(recorded[t] for t in applied if t in recorded)
+    return [change for _position, changes in ordered for change in changes]
+
+
+def _entry_text(entry: Entry | None) -> str:
+    if entry is None:
+        return "absent"
+    kind, mode, content = entry
+    if kind == "file":
+        return f"file {oct(mode)} sha256 {content}"
+    if kind == "symlink":
+        return f"symlink to {content}"
+    return f"{kind} {oct(mode)}"

@@ -25,12 +25,14 @@ import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from commands.errors import CommandRefused
+from commands.runner.sandbox import change_set_problem
 from ledger import RecordedEvent, Store
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
     AttachmentCreated,
     AttachmentDetached,
+    ChangesRecorded,
     DecisionRecorded,
     Escalated,
     ExecuteEntered,
@@ -98,6 +100,8 @@ class EventSource(Protocol):
     def read_types(self, types: Sequence[str]) -> list[RecordedEvent]: ...
     def present_blobs(self, digests: Sequence[str]) -> set[str]: ...
 
+    def get_blob(self, digest: str) -> bytes | None: ...
+
 
 class StoreSource:
     """An ``EventSource`` over the store, each read its own short transaction."""
@@ -113,6 +117,9 @@ class StoreSource:
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         return self.store.present_blobs(digests)
+
+    def get_blob(self, digest: str) -> bytes | None:
+        return self.store.get_blob(digest)
 
 
 S = TypeVar("S", bound=State)
@@ -279,6 +286,8 @@ class Authority:
             if rule is None and isinstance(p, ExecuteEntered) and doc is not None:
                 rule = self._binding_problem(doc, p, event.position)
                 rule = rule or self._skills_problem(doc, p, event.position)
+            if rule is None and isinstance(p, ChangesRecorded) and doc is not None:
+                rule = change_set_problem(doc, list(p.changes), self.source.get_blob)
             if rule is None and isinstance(p, TokenMinted):
                 rule = self._token_problem(p, minted)
                 minted.add(p.token_id)
@@ -373,6 +382,8 @@ def token_signed(p: TokenMinted, plane_public_key: Ed25519PublicKey) -> bool:
         "issued_at": p.issued_at,
         "expires_at": p.expires_at,
     }
+    if p.trees_sha256 is not None:
+        claims["trees_sha256"] = p.trees_sha256
     try:
         return verify_record(plane_public_key, claims, p.signature, domain="token")
     except (SigningError, ValueError):

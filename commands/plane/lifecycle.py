@@ -22,8 +22,9 @@ never from a read model or from memory:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,7 +34,21 @@ import msgspec
 from ulid import ULID
 
 from commands.names import check_identifier
-from commands.runner.sandbox import change_blob, change_contents, change_set, write_change
+from commands.runner.sandbox import (
+    ApplyBusy,
+    ApplyConflict,
+    PlanSandbox,
+    Trees,
+    change_blob,
+    change_contents,
+    change_entry,
+    decode_trees,
+    expected_changes,
+    read_changes,
+    real_entry,
+    write_change,
+)
+from commands.runner.trees import Entry, ResourceKind, entries
 from ledger.canonical import canonical_json
 from ledger.events import (
     ApproverKeyAdded,
@@ -42,6 +57,7 @@ from ledger.events import (
     DecisionRecorded,
     Escalated,
     EventPayload,
+    FileChange,
     FixRecorded,
     PlanApplied,
     PlanHalted,
@@ -49,6 +65,7 @@ from ledger.events import (
     TokenConsumed,
     TokenMinted,
     ValidationResultRecorded,
+    ValidationRunStarted,
 )
 from ledger.keys import fingerprint, load_private_key, load_public_key, public_key_b64
 from ledger.timestamps import rfc3339
@@ -182,9 +199,10 @@ def results_digest(results: list[ValidationResultRecorded]) -> str:
 
 
 def token_for_pass(
-    plane: Plane, plan: PlanState, run_id: str, results_digest: str
+    plane: Plane, plan: PlanState, run_id: str, results_digest: str, trees_sha256: str
 ) -> tuple[str, TokenMinted]:
-    """Mint a token for a passing run: the string for the agent, the event for the log."""
+    """Mint a token for a passing run: the string for the agent, the event for the log.
+    Its claims bind the run's results and the trees it judged."""
     key = load_or_create_plane_key(plane.store.url)
     issued = _now()
     claims: dict[str, Any] = {
@@ -194,6 +212,7 @@ def token_for_pass(
         "results_digest": results_digest,
         "issued_at": rfc3339(issued),
         "expires_at": rfc3339(issued + TOKEN_TTL),
+        "trees_sha256": trees_sha256,
     }
     token = mint_token(key, **claims)
     return token, TokenMinted(
@@ -215,64 +234,122 @@ def apply_plan(
     use, and — from the log, in the deciding transaction — the run it was minted from
     (INV1): every required member of the binding set passed, with its evidence present.
 
-    Crash-safe: the token's consumption and the change set (the plan's sandbox against
-    its resources: each file's path, digest and mode; the contents as blobs) are one
-    append — the point of no return — before any file is written; then the files are
-    written (temp file + rename each), then ``plan.applied``. Killed at any point,
-    ``complete_apply`` (``evidence apply --resume``) finishes it, once."""
+    Apply writes only what passed: the sandbox must be exactly the trees the token's run
+    judged (its manifests' digests), and the change set is exactly those trees'
+    difference from the snapshot taken when the plan entered Execute; a real resource
+    that changed since at a path Apply writes is refused too.
+
+    Crash-safe: the token's consumption and the change set (each entry's path, digest
+    and mode; the contents as blobs) are one append — the point of no return — before
+    any file is written; then the files are written (temp file + rename each), then
+    ``plan.applied``. Killed at any point, ``complete_apply`` (``evidence apply
+    --resume``) finishes it, once. Two Applies of one plan never race: the second is
+    refused at once."""
     public = load_or_create_plane_key(plane.store.url).public_key()
     try:
         claims = verify_token(public, token, plan_id=plan_id, now=_now())
     except SigningError as exc:
         raise CommandRefused(f"token refused: {exc}") from None
     plan = plane.state(f"plan:{plan_id}").of(PlanState)
-    changes, contents = change_set(plane.sandbox(plan).existing() if plan else {})
-    diff = change_blob(changes, contents)
-    progress("changes_computed")
-
-    def decide(state: StreamState) -> list[EventPayload]:
-        doc = require_plan(state, plan_id)
-        held = doc.token
-        if held is None or held.token_id != claims.token_id:
+    if plan is None:
+        raise CommandRefused(f"unknown plan {plan_id!r}")
+    sandbox = plane.sandbox(plan)
+    with _apply_lock(sandbox, plan_id):
+        if claims.trees_sha256 is msgspec.UNSET:
             raise CommandRefused(
-                "token refused: it is not the token this plan's last passing run minted"
+                "token refused: it binds no validated trees (minted before content "
+                "binding); re-validate"
             )
-        if held.status == "consumed":
-            raise CommandRefused("token refused: it was already used (tokens are single-use)")
-        if held.status != "minted":
+        trees_sha256 = claims.trees_sha256
+        validated, snapshot = _trees_of(plane, plan, trees_sha256)
+        copies = sandbox.existing()
+        current = sandbox.trees({r: k for r, (k, _t) in validated.items()}, _scan_copies(copies))
+        drift = _drift(validated, current)
+        if drift:
             raise CommandRefused(
-                "token refused: the plan moved on since it was minted (a "
-                "new run, fix, tool call, halt or decision); re-validate"
+                f"the sandbox changed since it was validated ({drift}): Apply writes only "
+                "the tree that passed; re-validate"
             )
-        if doc.phase != "execute" or doc.last_outcome != "pass":
-            raise CommandRefused(f"plan {plan_id} is not at a passing end of Execute")
-        assert state.log is not None
-        problem = passing_run_problem(
-            state.log, doc, claims.attempt, claims.results_digest, held.run_id
-        )
-        if problem is not None:
-            raise CommandRefused(f"token refused: {problem}")
-        return [
-            TokenConsumed(plan_id=plan_id, token_id=claims.token_id),
-            ChangesRecorded(
-                plan_id=plan_id,
-                token_id=claims.token_id,
-                changes_sha256=hashlib.sha256(diff).hexdigest(),
-                changes=changes,
-            ),
-        ]
+        try:
+            changes = expected_changes(validated, snapshot)
+        except ValueError as exc:
+            raise CommandRefused(f"cannot apply: {exc}") from None
+        _check_resources(changes, snapshot, plan_id)
+        try:
+            contents = read_changes(changes, copies, _kinds(snapshot))
+        except (ApplyConflict, OSError) as exc:
+            raise CommandRefused(f"the sandbox changed while Apply read it: {exc}") from None
+        diff = change_blob(changes, contents)
+        progress("changes_computed")
 
-    plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by=0, blobs=[diff])
-    progress("changes_recorded")
-    return complete_apply(plane, plan_id, actor=actor, progress=progress)
+        def decide(state: StreamState) -> list[EventPayload]:
+            doc = require_plan(state, plan_id)
+            held = doc.token
+            if held is None or held.token_id != claims.token_id:
+                raise CommandRefused(
+                    "token refused: it is not the token this plan's last passing run minted"
+                )
+            if held.status == "consumed":
+                raise CommandRefused("token refused: it was already used (tokens are single-use)")
+            if held.status != "minted":
+                raise CommandRefused(
+                    "token refused: the plan moved on since it was minted (a "
+                    "new run, fix, tool call, halt or decision); re-validate"
+                )
+            if doc.phase != "execute" or doc.last_outcome != "pass":
+                raise CommandRefused(f"plan {plan_id} is not at a passing end of Execute")
+            assert state.log is not None
+            problem = passing_run_problem(
+                state.log, doc, claims.attempt, claims.results_digest, held.run_id
+            ) or _trees_problem(state.log, doc, held.run_id, trees_sha256)
+            if problem is not None:
+                raise CommandRefused(f"token refused: {problem}")
+            return [
+                TokenConsumed(plan_id=plan_id, token_id=claims.token_id),
+                ChangesRecorded(
+                    plan_id=plan_id,
+                    token_id=claims.token_id,
+                    changes_sha256=hashlib.sha256(diff).hexdigest(),
+                    changes=changes,
+                ),
+            ]
+
+        plane.run(f"plan:{plan_id}", decide, actor=actor, caused_by=0, blobs=[diff])
+        progress("changes_recorded")
+        return _complete(plane, plan_id, actor=actor, progress=progress)
 
 
 def complete_apply(
     plane: Plane, plan_id: str, *, actor: str = "agent", progress: Progress = _silent
 ) -> PlanState:
-    """Finish an Apply whose change set is recorded: write each file that does not
+    """Finish an Apply whose change set is recorded: write each entry that does not
     already match (from the blob store), then record ``plan.applied`` — once. A plan
-    already applied is returned as it is."""
+    already applied is returned as it is. The change set must be exactly the difference
+    between the trees the plane-signed token bound and the snapshot at Execute (the
+    plane refuses a plan whose recorded change set is anything else, before this)."""
+    doc = plane.state(f"plan:{plan_id}").of(PlanState)
+    if doc is None:
+        raise CommandRefused(f"unknown plan {plan_id!r}")
+    with _apply_lock(plane.sandbox(doc), plan_id):
+        return _complete(plane, plan_id, actor=actor, progress=progress)
+
+
+def _apply_lock(sandbox: PlanSandbox, plan_id: str) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def held() -> Iterator[None]:
+        try:
+            with sandbox.apply_lock():
+                yield
+        except ApplyBusy:
+            raise CommandRefused(
+                f"another Apply of plan {plan_id} is under way; it finishes the plan "
+                "(run `evidence plan show` to see it)"
+            ) from None
+
+    return held()
+
+
+def _complete(plane: Plane, plan_id: str, *, actor: str, progress: Progress) -> PlanState:
     stream = f"plan:{plan_id}"
     doc = plane.state(stream).of(PlanState)
     if doc is None:
@@ -298,12 +375,26 @@ def complete_apply(
         )
     try:
         contents = change_contents(bytes(blob))
-        files = [(change, contents[change.sha256]) for change in recorded.changes]
+        files = [
+            (change, contents[change.sha256] if change.kind == "file" else b"")
+            for change in recorded.changes
+        ]
     except (ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
         raise CommandRefused(f"cannot finish Apply: its change set is damaged ({exc})") from None
-    for change, data in files:
-        write_change(change, data)
-        progress("file_written")
+    assert doc.snapshot_sha256 is not msgspec.UNSET  # the plan's rules hold it
+    _validated, snapshot = _trees_of(plane, doc, None)
+    kinds = _kinds(snapshot)
+    try:
+        for change, _data in files:
+            _check_target(change, snapshot, kinds)
+        for change, data in files:
+            write_change(change, data, kinds[change.resource])
+            progress("file_written")
+    except (ApplyConflict, OSError) as exc:
+        raise CommandRefused(
+            f"cannot finish Apply of plan {plan_id}: {exc}; `evidence apply {plan_id} "
+            "--resume` retries once it is resolved"
+        ) from None
     progress("files_written")
 
     def decide(state: StreamState) -> list[EventPayload]:
@@ -321,6 +412,86 @@ def complete_apply(
 
     plane.run(stream, decide, actor=actor)
     return plane.state(stream).existing(PlanState)
+
+
+def _trees_of(plane: Plane, plan: PlanState, trees_sha256: str | None) -> tuple[Trees, Trees]:
+    """The validated trees (``trees_sha256``; empty when None) and the plan's snapshot."""
+    if plan.snapshot_sha256 is msgspec.UNSET:
+        raise CommandRefused(
+            f"plan {plan.plan_id} has no snapshot of its resources (it entered Execute "
+            "before content binding): it cannot be applied"
+        )
+    found: list[Trees] = []
+    for what, digest in (("validated trees", trees_sha256), ("snapshot", plan.snapshot_sha256)):
+        if digest is None:
+            found.append({})
+            continue
+        blob = plane.store.get_blob(digest)
+        if blob is None:
+            raise CommandRefused(f"the {what} of plan {plan.plan_id} (blob {digest}) is missing")
+        try:
+            found.append(decode_trees(bytes(blob)))
+        except ValueError as exc:
+            raise CommandRefused(f"the {what} of plan {plan.plan_id} is damaged ({exc})") from None
+    return found[0], found[1]
+
+
+def _kinds(trees: Trees) -> dict[str, ResourceKind]:
+    return {r: kind for r, (kind, _tree) in trees.items()}
+
+
+def _scan_copies(copies: dict[str, Path]) -> dict[str, dict[str, Entry]]:
+    return {r: entries(c) for r, c in copies.items()}
+
+
+def _drift(validated: Trees, current: Trees) -> str:
+    """The paths where the sandbox differs from the validated trees ('' when none)."""
+    paths: list[str] = []
+    for resource, (_kind, tree) in validated.items():
+        now = current.get(resource, (_kind, {}))[1]
+        paths += [
+            f"{resource}/{p}" for p in sorted(set(tree) | set(now)) if tree.get(p) != now.get(p)
+        ]
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return shown
+
+
+def _check_resources(changes: list[FileChange], snapshot: Trees, plan_id: str) -> None:
+    """Before the point of no return: the real resource at every path Apply writes is
+    still as the snapshot saw it (or already as the change leaves it)."""
+    kinds = _kinds(snapshot)
+    try:
+        for change in changes:
+            _check_target(change, snapshot, kinds)
+    except ApplyConflict as exc:
+        raise CommandRefused(f"cannot apply plan {plan_id}: {exc}") from None
+
+
+def _check_target(change: FileChange, snapshot: Trees, kinds: dict[str, ResourceKind]) -> None:
+    tree = snapshot[change.resource][1]
+    before = tree.get(change.path)
+    real = real_entry(change.resource, kinds[change.resource], change.path)
+    expected = tuple(before) if before is not None else None
+    if real != expected and real != change_entry(change):
+        raise ApplyConflict(
+            f"{change.resource}/{change.path} changed since the plan entered Execute "
+            "(a symlink or hard link where a file is expected is never followed)"
+        )
+
+
+def _trees_problem(log: Authority, plan: PlanState, run_id: str, trees_sha256: str) -> str | None:
+    """The token's trees are the ones its run recorded that it judged."""
+    started = next(
+        (
+            e.payload
+            for e in log.source.read_stream(f"plan:{plan.plan_id}")
+            if isinstance(e.payload, ValidationRunStarted) and e.payload.run_id == run_id
+        ),
+        None,
+    )
+    if started is None or started.trees_sha256 != trees_sha256:
+        return "the token's trees are not the trees its run judged"
+    return None
 
 
 def passing_run_problem(

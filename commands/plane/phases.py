@@ -3,8 +3,12 @@ skills pinned)."""
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+
 from msgspec import UNSET, UnsetType
 
+from commands.runner.sandbox import encode_trees
 from ledger.events import ExecuteEntered, ResolvedAttachment, SkillPin, StrategyRecorded
 from projections.resolution import pin_binding
 from projections.states import PlanState
@@ -79,7 +83,17 @@ def would_bind(plane: Plane, plan_id: str) -> list[ResolvedAttachment]:
 def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanState:
     """Strategize -> Execute; needs a recorded strategy. Pins the plan's binding set: the
     members it already holds, unchanged, plus every attachment that applies now (read
-    from the log in this transaction)."""
+    from the log in this transaction). The first Execute makes the plan's sandbox and
+    records its **snapshot** (the manifests of the copies, a blob): Apply writes only
+    the difference between a validated tree and it."""
+    found = plane.state(f"plan:{plan_id}").of(PlanState)
+    snapshot: bytes | None = None
+    sandbox = plane.sandbox(found) if found is not None else None
+    first = found is not None and found.snapshot_sha256 is UNSET and found.phase == "strategize"
+    if first and sandbox is not None:
+        shutil.rmtree(sandbox.root, ignore_errors=True)  # a copy left by a crash is stale
+        snapshot = encode_trees(sandbox.ensure().snapshot())
+    digest = hashlib.sha256(snapshot).hexdigest() if snapshot is not None else None
 
     def decide(state: StreamState) -> list[ExecuteEntered]:
         doc = require_plan(state, plan_id)
@@ -90,6 +104,8 @@ def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanS
                 f"plan {plan_id} has no strategy: record one with "
                 f"`evidence plan strategize {plan_id} --strategy TEXT`"
             )
+        if (doc.snapshot_sha256 is UNSET) != (digest is not None):
+            raise CommandRefused(f"plan {plan_id} moved on meanwhile; enter Execute again")
         assert state.log is not None
         binding = pin_binding(doc.binding, state.log.applicable(doc))
         return [
@@ -98,10 +114,16 @@ def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanS
                 revision=doc.revision,
                 binding=binding,
                 skills=_skill_pins(state, doc),
+                snapshot_sha256=digest,
             )
         ]
 
-    plane.run(f"plan:{plan_id}", decide, actor=actor)
+    try:
+        plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=[snapshot] if snapshot else [])
+    except BaseException:
+        if first and sandbox is not None:
+            shutil.rmtree(sandbox.root, ignore_errors=True)
+        raise
     doc = plane.state(f"plan:{plan_id}").existing(PlanState)
     plane.sandbox(doc).ensure()  # the copy every call, fix and validation works in
     return doc

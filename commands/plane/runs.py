@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,9 +49,10 @@ from commands.runner.process import (
     run_parallel,
     run_validation,
     tool_output,
-    tree_digest,
 )
 from commands.runner.results import RESULT_SCHEMA
+from commands.runner.sandbox import decode_trees, encode_trees, resource_kind
+from commands.runner.trees import ResourceKind, hard_links, manifest_digest, manifest_of
 from commands.schemas.prepare import prepare_schema
 from ledger import RecordedEvent
 from ledger.events import (
@@ -119,12 +121,24 @@ Sandbox = Mapping[str, Path]  # resource -> the directory work on it happens in
 
 def sandbox_of(plane: Plane, plan: PlanState, sandbox: Sandbox | None = None) -> Sandbox:
     """Where the plan's work happens until Apply: its sandbox (made on first use if the
-    plan entered Execute elsewhere), never the real resource."""
-    return sandbox if sandbox is not None else plane.sandbox(plan).ensure().copies
+    plan entered Execute elsewhere), never the real resource. Refused when a regular
+    file in it has another link: its other name may be anywhere (the real resource), and
+    a write through the sandbox would land there."""
+    copies = sandbox if sandbox is not None else plane.sandbox(plan).ensure().copies
+    for resource, copy in copies.items():
+        linked = hard_links(copy)
+        if linked:
+            raise CommandRefused(
+                f"the sandbox of plan {plan.plan_id} holds a hard link at {linked[0]} "
+                f"(resource {resource}): a file with another name is never written through; "
+                "replace it with a copy"
+            )
+    return copies
 
 
 def workdir_of(plan: PlanState, sandbox: Sandbox) -> Path | None:
-    """The copy of the first of the plan's resources that is a directory."""
+    """The copy of the plan's first resource (every resource has one: a directory's copy,
+    a single file's directory, a named resource's private directory)."""
     for resource in plan.resources:
         found = sandbox.get(resource)
         if found is not None:
@@ -248,6 +262,8 @@ def call_tool(
                 guard.discard()
             else:
                 guard.restore_if_changed()
+        if sandbox is None:  # a named resource's private directory keeps nothing
+            plane.sandbox(plan).clear_names({r: resource_kind(r) for r in plan.resources})
     return report
 
 
@@ -583,7 +599,19 @@ def validate_plan(
     require = plan.global_config.require_validation
     copies = sandbox_of(plane, plan, sandbox)
     directories = {r: copies[r] for r in plan.resources if r in copies}
-    digests = {r: tree_digest(d) for r, d in directories.items()}
+    kinds = _resource_kinds(plane, plan)
+    # Each validation runs in its own copy of the sandbox; one that writes through an
+    # absolute path could still reach the sandbox or the real resource: both are
+    # snapshotted, and a write to either is restored and voids the results on it. The
+    # sandbox's snapshot is also what the run judged: its manifests are the run's trees
+    # (a change after it is restored, and voids the run).
+    guards = [(r, TreeGuard(d)) for r, d in directories.items()]
+    guards += [(r, TreeGuard(Path(r))) for r in directories if kinds.get(r) == "dir"]
+    judged = {r: g.before for r, g in guards[: len(directories)]}
+    trees = encode_trees(
+        {r: (kinds[r], manifest_of(judged[r], kinds[r], os.path.basename(r))) for r in directories}
+    )
+    digests = {r: manifest_digest(tree) for r, (_k, tree) in decode_trees(trees).items()}
     run_id = str(ULID())
     attempt = plan.attempt
 
@@ -599,16 +627,17 @@ def validate_plan(
                 revision=doc.revision,
                 resolved=binding,
                 resource_digests=digests,
+                trees_sha256=_sha256(trees),
             )
         ]
 
     # Durable before anything runs: the pinned set is what the run will be judged on.
-    plane.run(f"plan:{plan_id}", start, actor=actor)
-    # Each validation runs in its own copy of the sandbox; one that writes through an
-    # absolute path could still reach the sandbox or the real resource: both are
-    # snapshotted, and a write to either is restored and voids the results on it.
-    guards = [(r, TreeGuard(d)) for r, d in directories.items()]
-    guards += [(r, TreeGuard(Path(r))) for r in directories]
+    try:
+        plane.run(f"plan:{plan_id}", start, actor=actor, blobs=[trees])
+    except BaseException:
+        for _resource, guard in guards:
+            guard.discard()
+        raise
     try:
         runs = run_parallel(
             [_job(log, r, directories.get(r.resource)) for r in binding], max_workers=max_workers
@@ -682,7 +711,9 @@ def validate_plan(
         doc: PlanState, outcome: Outcome, raw: str, reason: str, minted: dict[str, str]
     ) -> list[EventPayload]:
         if outcome == "pass":
-            token, event = token_for_pass(plane, doc, run_id, completed.results_digest)
+            token, event = token_for_pass(
+                plane, doc, run_id, completed.results_digest, _sha256(trees)
+            )
             minted["token"] = token
             return [event]
         who, then = NEXT_ACTION[outcome]
@@ -724,6 +755,23 @@ def validate_plan(
         )
     report.token = minted.get("token")
     return report
+
+
+def _resource_kinds(plane: Plane, plan: PlanState) -> dict[str, ResourceKind]:
+    """Each resource's kind as the plan's snapshot at Execute recorded it (as it is now
+    for a plan recorded before snapshots)."""
+    if plan.snapshot_sha256 is not msgspec.UNSET:
+        blob = plane.store.get_blob(plan.snapshot_sha256)
+        if blob is None:
+            raise CommandRefused(
+                f"plan {plan.plan_id}'s snapshot (blob {plan.snapshot_sha256}) is missing; "
+                "`evidence verify` names it"
+            )
+        try:
+            return {r: kind for r, (kind, _tree) in decode_trees(bytes(blob)).items()}
+        except ValueError as exc:
+            raise CommandRefused(f"plan {plan.plan_id}'s snapshot is damaged ({exc})") from None
+    return {r: resource_kind(r) for r in plan.resources}
 
 
 def _validatable(state: StreamState, plan_id: str) -> PlanState:

@@ -245,6 +245,9 @@ class TokenClaims(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fiel
     results_digest: _Id
     issued_at: _Time
     expires_at: _Time
+    # The blob of the trees the run judged (``validation.run_started``): the token binds
+    # the content Apply may write, not only a plan.
+    trees_sha256: _Id | msgspec.UnsetType = msgspec.UNSET
 
 
 def mint_token(
@@ -256,6 +259,7 @@ def mint_token(
     results_digest: str,
     issued_at: str | datetime,
     expires_at: str | datetime,
+    trees_sha256: str | None = None,
 ) -> str:
     """A signed apply token. Mint it only from a pass over real results (``INV1``), and
     record ``TokenMinted`` with the same claims (``read_token`` gives them back)."""
@@ -267,6 +271,8 @@ def mint_token(
         "issued_at": _as_rfc3339(issued_at),
         "expires_at": _as_rfc3339(expires_at),
     }
+    if trees_sha256 is not None:
+        raw["trees_sha256"] = trees_sha256
     try:
         claims = msgspec.convert(raw, TokenClaims, strict=True)
     except msgspec.ValidationError as exc:

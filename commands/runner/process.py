@@ -82,6 +82,10 @@ from ledger.intake import LIMITS, InputError, check_json_value, parse_json
 from ledger.timestamps import utc_now
 
 from .results import TransformError, apply_transform, check_validation_result
+from .trees import Entry, tree_digest
+from .trees import changed_paths as _changed
+from .trees import copy_entry as _copy_entry
+from .trees import entries as _entries
 
 __all__ = [
     "ArgvError",
@@ -1000,82 +1004,6 @@ def _one_line(text: str) -> str:
 # -- trees: copy, digest, compare, remove ---------------------------------------------------
 
 
-def _copy_entry(src: str, dst: str) -> None:
-    """copytree's copy function: regular files with their metadata; a FIFO is recreated
-    (opening it to copy would block); sockets and devices are not copied."""
-    st = os.lstat(src)
-    if stat.S_ISREG(st.st_mode):
-        shutil.copy2(src, dst)
-    elif stat.S_ISFIFO(st.st_mode):
-        os.mkfifo(dst, stat.S_IMODE(st.st_mode))
-
-
-Entry = tuple[str, int, str]  # (kind, permission bits, content sha256 / link target / "")
-
-
-def _entries(root: Path) -> dict[str, Entry]:
-    """Every path under ``root`` (``.`` for root itself), never following symlinks. An
-    entry that cannot be read is recorded as such rather than raising, so a validation
-    that chmods something unreadable shows up as a change."""
-    found: dict[str, Entry] = {}
-    pending = [""]
-    while pending:
-        rel = pending.pop()
-        path = os.path.join(root, rel) if rel else os.fspath(root)
-        key = rel or "."
-        try:
-            st = os.lstat(path)
-        except OSError as exc:
-            found[key] = ("unreadable", 0, errno.errorcode.get(exc.errno or 0, "?"))
-            continue
-        mode = stat.S_IMODE(st.st_mode)
-        if stat.S_ISDIR(st.st_mode):
-            try:
-                names = os.listdir(path)
-            except OSError as exc:
-                found[key] = ("dir", mode, "unlistable:" + errno.errorcode.get(exc.errno or 0, "?"))
-                continue
-            found[key] = ("dir", mode, "")
-            pending.extend(os.path.join(rel, name) if rel else name for name in names)
-        elif stat.S_ISREG(st.st_mode):
-            found[key] = ("file", mode, _file_sha256(path))
-        elif stat.S_ISLNK(st.st_mode):
-            found[key] = ("symlink", mode, os.readlink(path))
-        else:  # FIFO, socket, device: never opened (a FIFO would block)
-            found[key] = ("special", mode, str(stat.S_IFMT(st.st_mode)))
-    return found
-
-
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    except OSError as exc:
-        return "unreadable:" + errno.errorcode.get(exc.errno or 0, "?")
-    return digest.hexdigest()
-
-
-def tree_digest(root: Path) -> str:
-    """One SHA-256 (hex) over the sorted (path, kind, mode, content digest or link target)
-    entries of the tree at ``root`` — what a validation saw, for the record."""
-    if not os.path.isdir(root):
-        raise NotADirectoryError(f"{os.fspath(root)!r} is not a directory")
-    digest = hashlib.sha256()
-    entries = _entries(root)
-    for path in sorted(entries):
-        # JSON (ASCII) per line: a path with a newline or undecodable bytes stays one line.
-        digest.update(json.dumps([path, *entries[path]]).encode("ascii") + b"\n")
-    return digest.hexdigest()
-
-
-def _changed(before: Mapping[str, Entry], after: Mapping[str, Entry]) -> list[str]:
-    paths = set(before) ^ set(after)
-    paths.update(path for path in set(before) & set(after) if before[path] != after[path])
-    return sorted(paths)
-
-
 def _remove_tree(root: Path) -> None:
     """Delete a scratch tree even if a validation made directories unwritable."""
     pending = [os.fspath(root)]
@@ -1113,6 +1041,11 @@ class TreeGuard:
         self._copy = self._scratch / "tree"
         shutil.copytree(self.root, self._copy, symlinks=True, copy_function=_copy_entry)
         self._before = _entries(self.root)
+
+    @property
+    def before(self) -> dict[str, Entry]:
+        """The tree's entries when the snapshot was taken."""
+        return self._before
 
     def discard(self) -> None:
         """Keep the tree as it is now; drop the snapshot."""

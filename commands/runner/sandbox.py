@@ -1,37 +1,64 @@
-"""A plan's sandbox: the copy of its directory resources that every tool call, fix and
-validation of the plan works in, from Execute until Apply (Apply is the
-point of no return; a failed output gate commits nothing).
+"""A plan's sandbox: the copy of its resources that every tool call, fix and validation
+of the plan works in, from Execute until Apply (Apply is the point of no return; a
+failed output gate commits nothing).
 
 One sandbox per plan, whatever the entry point (``evidence call``, ``validate``,
 ``fix``, ``run``, the Python API): it lives under the ledger's state directory (or
 ``--workdir``), named by the SHA-256 of the plan id — a name never becomes a path — and
-each resource's copy by the SHA-256 of the resource. It is created when the plan first
-enters Execute; nothing in it reaches the real resource before Apply.
+each resource's copy by the SHA-256 of the resource. Every resource has one: a
+directory is copied (real copies, never hard links), a single file is copied into a
+directory of its own, and a named resource (``repo:api``) gets a private empty
+directory whose writes never survive. It is made when the plan first enters Execute,
+and the manifests of the copies then are the plan's **snapshot**; nothing in it reaches
+the real resource before Apply, and Apply writes only the difference between the tree
+a token's run validated and that snapshot (``commands.runner.trees``).
+
+Apply follows no link: it walks the resource through directory descriptors opened with
+``O_NOFOLLOW``, writes each file to a temporary name made exclusively and
+unpredictably beside its target, then renames it into place (a reader sees the old
+file or the new one), and refuses a symlink where a directory is expected.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
+import fcntl
 import hashlib
 import os
+import posixpath
+import secrets
 import shutil
+import stat
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
-from commands.names import check_relative_path, inside
+from commands.names import check_relative_path
 from ledger.canonical import canonical_json
 from ledger.events import FileChange
 from ledger.store import url_identity
 from projections.states import PlanState
 
+from .trees import Entry, Manifest, ResourceKind, copy_entry, entries, manifest_of, tree_changes
+
 __all__ = [
     "STATE_DIR_ENV",
+    "ApplyBusy",
+    "ApplyConflict",
     "PlanSandbox",
+    "Trees",
     "change_blob",
     "change_contents",
-    "change_set",
+    "change_set_problem",
+    "decode_trees",
+    "encode_trees",
+    "expected_changes",
+    "read_changes",
     "sandboxes_dir",
     "state_dir",
     "write_change",
@@ -68,9 +95,127 @@ def _digest(text: str, length: int) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
+# -- trees: what a sandbox holds, as a blob --------------------------------------------------
+
+Trees = dict[str, tuple[ResourceKind, Manifest]]  # resource -> (kind, manifest)
+
+
+def encode_trees(trees: Trees) -> bytes:
+    """The blob of a plan's trees (a snapshot, or what a run judged): canonical JSON
+    ``{resource: {"kind": kind, "manifest": manifest}}``."""
+    return canonical_json(
+        {r: {"kind": kind, "manifest": manifest} for r, (kind, manifest) in trees.items()}
+    )
+
+
+_KINDS = ("dir", "file", "name")
+
+
+def decode_trees(blob: bytes) -> Trees:
+    """``encode_trees``'s inverse; ``ValueError`` for anything else."""
+    try:
+        raw = msgspec.json.decode(blob)
+        trees: Trees = {}
+        for resource, tree in raw.items():
+            kind, manifest = tree["kind"], tree["manifest"]
+            if kind not in _KINDS or not isinstance(manifest, dict):
+                raise ValueError(f"bad tree of {resource!r}")
+            for path, entry in manifest.items():
+                if not (isinstance(entry, list) and len(entry) == 3):
+                    raise ValueError(f"bad entry {path!r} of {resource!r}")
+            trees[resource] = (kind, manifest)
+        return trees
+    except (msgspec.DecodeError, AttributeError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a trees blob: {exc}") from None
+
+
+def expected_changes(validated: Trees, snapshot: Trees) -> list[FileChange]:
+    """The one change set Apply may record: for each resource (sorted) that is a
+    directory or a file, the validated tree's difference from the snapshot at Execute.
+    ``ValueError`` when the two do not name the same resources, or when the difference
+    holds what Apply never writes (a FIFO, a kind change of a directory, a symlink whose
+    target leaves the resource)."""
+    if set(validated) != set(snapshot):
+        raise ValueError("the validated trees and the snapshot name different resources")
+    changes: list[FileChange] = []
+    for resource in sorted(validated):
+        (kind, tree), (snap_kind, snap) = validated[resource], snapshot[resource]
+        if kind != snap_kind:
+            raise ValueError(f"{resource} was a {snap_kind} at Execute, not a {kind}")
+        if kind == "name":
+            continue
+        for change in tree_changes(resource, tree, snap):
+            _check_change(change, snap.get(change.path))
+            changes.append(change)
+    return changes
+
+
+def change_set_problem(
+    plan: PlanState, changes: list[FileChange], get_blob: Callable[[str], bytes | None]
+) -> str | None:
+    """Why a recorded change set is not the one Apply may write (None when it is): it
+    must be exactly the difference between the trees the plan's consumed token bound and
+    the plan's snapshot at Execute. ``plan`` is the plan's state before the change set;
+    the plane refuses a plan that breaks this, and ``audit`` reports it."""
+    token = plan.token
+    trees = token.trees_sha256 if token is not None else msgspec.UNSET
+    if trees is msgspec.UNSET or plan.snapshot_sha256 is msgspec.UNSET:
+        return (
+            "Apply's change set follows a token bound to validated trees, on a plan "
+            "snapshotted at Execute"
+        )
+    found: list[Trees] = []
+    for digest in (trees, plan.snapshot_sha256):
+        blob = get_blob(digest)
+        if blob is None:
+            return f"the trees blob {digest} Apply's change set is checked against is missing"
+        try:
+            found.append(decode_trees(bytes(blob)))
+        except ValueError as exc:
+            return f"the trees blob {digest} is damaged ({exc})"
+    try:
+        expected = expected_changes(found[0], found[1])
+    except ValueError as exc:
+        return f"the validated trees cannot be applied ({exc})"
+    if list(changes) != expected:
+        return (
+            "Apply's change set is exactly the validated trees' difference from the "
+            "snapshot at Execute"
+        )
+    return None
+
+
+def _check_change(change: FileChange, before: list[Any] | None) -> None:
+    path = change.path
+    if (
+        before is not None
+        and change.kind != "absent"
+        and (before[0] == "dir") != (change.kind == "dir")
+    ):
+        raise ValueError(f"{path} changes between a directory and a file: Apply refuses that")
+    if change.kind == "symlink":
+        target = str(change.target)
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
+            raise ValueError(f"symlink {path} points outside its resource ({target})")
+
+
+# -- the sandbox -------------------------------------------------------------------------------
+
+
+def resource_kind(resource: str) -> ResourceKind:
+    """A resource that names an existing directory or regular file is one; anything else
+    is a name."""
+    if os.path.isdir(resource):
+        return "dir"
+    if os.path.isfile(resource):
+        return "file"
+    return "name"
+
+
 @dataclass(frozen=True)
 class PlanSandbox:
-    """The sandbox of one plan: a directory per directory resource."""
+    """The sandbox of one plan: a directory per resource (see the module's docstring)."""
 
     root: Path
     copies: dict[str, Path]  # resource -> its copy
@@ -78,17 +223,17 @@ class PlanSandbox:
     @classmethod
     def of(cls, base: Path, plan: PlanState) -> PlanSandbox:
         root = base / _digest(plan.plan_id, 32)
-        return cls(root, {r: root / _digest(r, 16) for r in plan.resources if os.path.isdir(r)})
+        return cls(root, {r: root / _digest(r, 16) for r in plan.resources})
 
     def ensure(self) -> PlanSandbox:
-        """Copy each resource that has no copy yet (a strategy revision keeps the work)."""
+        """Make each copy that does not exist yet (a strategy revision keeps the work)."""
         for resource, copy in self.copies.items():
             if not copy.exists():
                 copy.parent.mkdir(parents=True, exist_ok=True)
                 partial = copy.with_name(copy.name + ".partial")
                 if partial.exists():
                     shutil.rmtree(partial)
-                shutil.copytree(resource, partial, symlinks=True)
+                _copy_resource(resource, resource_kind(resource), partial)
                 partial.rename(copy)  # a crash mid-copy leaves no half sandbox behind
         return self
 
@@ -96,36 +241,102 @@ class PlanSandbox:
         """The copies that exist (a plan that never entered Execute here has none)."""
         return {r: c for r, c in self.copies.items() if c.is_dir()}
 
+    def trees(
+        self, kinds: Mapping[str, ResourceKind], found: Mapping[str, dict[str, Entry]]
+    ) -> Trees:
+        """Each resource's kind and the manifest of its copy, from entries already read
+        (``found``: resource -> ``trees.entries`` of its copy)."""
+        return {
+            r: (kinds[r], manifest_of(found[r], kinds[r], os.path.basename(r))) for r in self.copies
+        }
+
+    def snapshot(self) -> Trees:
+        """The trees of the copies as they are now, each resource's kind as it is now."""
+        kinds = {r: resource_kind(r) for r in self.copies}
+        return self.trees(kinds, {r: entries(c) for r, c in self.copies.items()})
+
+    def clear_names(self, kinds: Mapping[str, ResourceKind]) -> None:
+        """Empty the private directory of each named resource: its writes never survive."""
+        for resource, copy in self.copies.items():
+            if kinds.get(resource) == "name" and copy.is_dir():
+                for child in copy.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+
+    @contextlib.contextmanager
+    def apply_lock(self) -> Iterator[None]:
+        """Held for the whole of an Apply: a second Apply (or resume) of the same plan
+        on this machine is refused at once (``ApplyBusy``) instead of racing it."""
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(
+            self.root.parent / f"{self.root.name}.apply-lock", os.O_RDWR | os.O_CREAT, 0o600
+        )
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ApplyBusy("another Apply of this plan is under way") from None
+            yield
+        finally:
+            os.close(fd)
+
+
+def _copy_resource(resource: str, kind: ResourceKind, copy: Path) -> None:
+    if kind == "dir":
+        shutil.copytree(resource, copy, symlinks=True, copy_function=copy_entry)
+    else:
+        copy.mkdir()
+        if kind == "file":
+            shutil.copy2(resource, copy / os.path.basename(resource))
+
+
+class ApplyBusy(Exception):
+    """Another process holds this plan's Apply."""
+
+
+class ApplyConflict(Exception):
+    """The real resource is not as the snapshot (or the change) says at a path."""
+
 
 # -- Apply: the change set, and writing it --------------------------------------------------
 
 
-def change_set(copies: dict[str, Path]) -> tuple[list[FileChange], dict[str, bytes]]:
-    """Every regular file of each sandbox copy whose bytes or mode differ from the real
-    resource's (sorted), and the contents by SHA-256. Symlinks are not carried over, and
-    a file deleted in the sandbox stays in the resource: Apply writes, it never deletes."""
-    changes: list[FileChange] = []
+def read_changes(
+    changes: list[FileChange], copies: Mapping[str, Path], kinds: Mapping[str, ResourceKind]
+) -> dict[str, bytes]:
+    """The content of each file the change set writes, read from the sandbox and checked
+    against its digest (the sandbox can change between the check and the read)."""
     contents: dict[str, bytes] = {}
-    for resource, copy in sorted(copies.items()):
-        for path in sorted(p for p in copy.rglob("*") if p.is_file() and not p.is_symlink()):
-            relative = path.relative_to(copy).as_posix()
-            data = path.read_bytes()
-            digest = hashlib.sha256(data).hexdigest()
-            mode = path.stat().st_mode & 0o7777
-            if _matches(Path(resource) / relative, digest, mode):
-                continue
-            contents[digest] = data
-            changes.append(FileChange(resource=resource, path=relative, sha256=digest, mode=mode))
-    return changes, contents
+    for change in changes:
+        if change.kind != "file":
+            continue
+        base = copies[change.resource]
+        path = base / check_relative_path(change.path, "change path")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
+        if hashlib.sha256(data).hexdigest() != change.sha256:
+            raise ApplyConflict(f"{change.resource}/{change.path} changed in the sandbox")
+        contents[change.sha256] = data
+    return contents
 
 
 def change_blob(changes: list[FileChange], contents: dict[str, bytes]) -> bytes:
-    """The change set as one blob (what ``changes_sha256`` names): each file's record with
-    its content (base64), canonical JSON — everything Apply needs to finish after a crash,
-    in the evidence."""
+    """The change set as one blob (what ``changes_sha256`` names): each entry's record,
+    with a file's content (base64), canonical JSON — everything Apply needs to finish
+    after a crash, in the evidence."""
     return canonical_json(
         [
-            {**msgspec.to_builtins(c), "content": base64.b64encode(contents[c.sha256]).decode()}
+            {
+                **msgspec.to_builtins(c),
+                **(
+                    {"content": base64.b64encode(contents[c.sha256]).decode()}
+                    if c.kind == "file"
+                    else {}
+                ),
+            }
             for c in changes
         ]
     )
@@ -135,6 +346,8 @@ def change_contents(blob: bytes) -> dict[str, bytes]:
     """File contents by SHA-256 from a change-set blob, each checked against its digest."""
     contents: dict[str, bytes] = {}
     for entry in msgspec.json.decode(blob):
+        if entry.get("kind", "file") != "file":
+            continue
         data = base64.b64decode(entry["content"], validate=True)
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise ValueError(
@@ -144,27 +357,139 @@ def change_contents(blob: bytes) -> dict[str, bytes]:
     return contents
 
 
-def write_change(change: FileChange, data: bytes) -> bool:
-    """Put one file in place (write to a temp file beside it, then rename: a crash leaves
-    the old file or the new one, never half of one). False when it already matched."""
-    target = inside(Path(change.resource), check_relative_path(change.path, "change path"))
-    if _matches(target, change.sha256, change.mode):
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.evidence-apply")
-    with open(temp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.chmod(temp, change.mode)
-    os.replace(temp, target)
-    return True
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _matches(path: Path, digest: str, mode: int) -> bool:
+def _base(resource: str, kind: ResourceKind) -> str:
+    """The directory a change's path is relative to: the resource itself, or for a
+    single-file resource the directory holding it."""
+    return resource if kind == "dir" else os.path.dirname(os.path.abspath(resource))
+
+
+@contextlib.contextmanager
+def _parent_fd(resource: str, kind: ResourceKind, path: str) -> Iterator[tuple[int, str]]:
+    """A descriptor of the directory holding ``path`` inside the resource, reached one
+    component at a time without following a link, and the last component's name."""
+    parts = list(check_relative_path(path, "change path").parts)
     try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_mode & 0o7777 != mode:
+        fd = os.open(_base(resource, kind), _DIR_FLAGS)
+    except OSError as exc:
+        raise ApplyConflict(f"cannot open {resource}: {exc.strerror}") from None
+    try:
+        for i, part in enumerate(parts[:-1]):
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                where = "/".join(parts[: i + 1])
+                if exc.errno == errno.ENOENT:
+                    raise FileNotFoundError(f"{resource}/{where} does not exist") from None
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise ApplyConflict(
+                        f"{resource}/{where} is not a directory (a symlink is never followed)"
+                    ) from None
+                raise ApplyConflict(f"cannot open {resource}/{where}: {exc.strerror}") from None
+            os.close(fd)
+            fd = child
+        yield fd, parts[-1]
+    finally:
+        os.close(fd)
+
+
+def real_entry(resource: str, kind: ResourceKind, path: str) -> Entry | None:
+    """The real resource's entry at ``path`` (as ``trees.scan`` records it; None when
+    absent), read without following a link."""
+    try:
+        with _parent_fd(resource, kind, path) as (fd, name):
+            return _entry_at(fd, name)
+    except FileNotFoundError:
+        return None
+    except ApplyConflict:
+        return ("special", 0, "unreachable")
+
+
+def _entry_at(fd: int, name: str) -> Entry | None:
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISDIR(st.st_mode):
+        return ("dir", mode, "")
+    if stat.S_ISLNK(st.st_mode):
+        return ("symlink", mode, os.readlink(name, dir_fd=fd))
+    if stat.S_ISREG(st.st_mode):
+        return ("file", mode, _sha256_at(fd, name))
+    return ("special", mode, str(stat.S_IFMT(st.st_mode)))
+
+
+def _sha256_at(dir_fd: int, name: str) -> str:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def change_entry(change: FileChange) -> Entry | None:
+    """What the change leaves at its path, as a tree entry (None: nothing)."""
+    if change.kind == "absent":
+        return None
+    if change.kind == "symlink":
+        return ("symlink", 0o777, str(change.target))
+    if change.kind == "dir":
+        return ("dir", change.mode, "")
+    return ("file", change.mode, change.sha256)
+
+
+def write_change(change: FileChange, data: bytes, kind: ResourceKind) -> bool:
+    """Put one entry in place without following a link; False when it already matched.
+    A file goes to an exclusively created, unpredictable temporary name beside its
+    target, is synced, given its mode and renamed over the target (a crash leaves the
+    old file or the new one, never half of one; a link planted at the target is
+    replaced, never written through)."""
+    with _parent_fd(change.resource, kind, change.path) as (fd, name):
+        now = _entry_at(fd, name)
+        wanted = change_entry(change)
+        if now == wanted:
             return False
-        return hashlib.sha256(path.read_bytes()).hexdigest() == digest
-    except OSError:
-        return False
+        if change.kind == "absent":
+            if now is not None and now[0] == "dir":
+                os.rmdir(name, dir_fd=fd)
+            else:
+                os.unlink(name, dir_fd=fd)
+            return True
+        if change.kind == "dir":
+            if now is not None and now[0] != "dir":
+                raise ApplyConflict(f"{change.resource}/{change.path} is not a directory")
+            if now is None:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            try:
+                os.fchmod(child, change.mode)
+            finally:
+                os.close(child)
+            return True
+        if now is not None and now[0] == "dir":
+            raise ApplyConflict(f"{change.resource}/{change.path} is a directory")
+        temp = f".{name[:100]}.{secrets.token_hex(12)}.evidence-apply"
+        if change.kind == "symlink":
+            os.symlink(str(change.target), temp, dir_fd=fd)
+        else:
+            out = os.open(
+                temp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=fd,
+            )
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(out, view) :]
+                os.fchmod(out, change.mode)
+                os.fsync(out)
+            finally:
+                os.close(out)
+        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        os.fsync(fd)
+        return True

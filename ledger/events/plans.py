@@ -78,8 +78,9 @@ class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True, fro
     DELTA = (
         "replaces /phase with execute, /binding with the pinned set, sets /attempt to "
         "at least 1, /iteration to 1, /retries_used to 0 (and /skill_pins when the plan "
-        "has skills)"
+        "has skills; /snapshot_sha256 at the first Execute)"
     )
+    BLOB_FIELDS = ("snapshot_sha256",)
 
     plan_id: str
     revision: int
@@ -87,6 +88,10 @@ class ExecuteEntered(EventPayload, tag="plan.execute_entered", kw_only=True, fro
     # A plan with skills: each skill's version and members, pinned at the first Execute
     # and carried unchanged by every later one (absent for a plan without skills).
     skills: dict[str, SkillPin] | msgspec.UnsetType = msgspec.UNSET
+    # The first Execute only: the blob of the plan's resources as its sandbox copied them
+    # then (canonical JSON ``{resource: {"kind", "manifest"}}``, see docs/architecture.md
+    # "The sandbox"): what Apply's change set is the difference from.
+    snapshot_sha256: str | None = None
 
 
 class AttemptFailed(EventPayload, tag="plan.attempt_failed", kw_only=True, frozen=True):
@@ -177,6 +182,7 @@ class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True, frozen=Tr
 
     STREAM = "plan:{plan_id}"
     DELTA = "sets /token to {token_id, token_sha256, attempt, run_id, expires_at, status minted}"
+    BLOB_FIELDS = ("trees_sha256",)
 
     plan_id: str
     token_id: str
@@ -190,6 +196,10 @@ class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True, frozen=Tr
     # holding the plane's public key checks that the plane, not a writer of the
     # database, minted it. The token string is claims + this signature.
     signature: str
+    # The blob of the trees the run judged (its ``validation.run_started``'s
+    # ``trees_sha256``), one of the signed claims: the token binds content, not only a
+    # plan. Absent only on tokens minted before content binding (Apply refuses them).
+    trees_sha256: str | None = None
 
 
 class TokenConsumed(EventPayload, tag="plan.token_consumed", kw_only=True, frozen=True):
@@ -203,13 +213,18 @@ class TokenConsumed(EventPayload, tag="plan.token_consumed", kw_only=True, froze
 
 
 class FileChange(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    """One file Apply writes: a resource, a path inside it, the content's SHA-256 (a blob)
-    and its permission bits."""
+    """One entry Apply puts in place: a resource, a path inside it, and what the path
+    becomes — a ``file`` (the content's SHA-256 and its permission bits), a ``symlink``
+    (its target, never followed), a ``dir`` (its permission bits), or ``absent`` (the
+    path is removed). Together, a change set is exactly the difference between the tree
+    the token's run validated and the resource as it was when the plan entered Execute."""
 
     resource: str
     path: str
-    sha256: str
-    mode: Annotated[int, msgspec.Meta(ge=0, le=0o7777)]
+    sha256: str = ""
+    mode: Annotated[int, msgspec.Meta(ge=0, le=0o7777)] = 0
+    kind: Literal["file", "symlink", "dir", "absent"] = "file"
+    target: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class ChangesRecorded(EventPayload, tag="plan.changes_recorded", kw_only=True, frozen=True):

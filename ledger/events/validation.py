@@ -41,6 +41,7 @@ class ValidationRunStarted(EventPayload, tag="validation.run_started", kw_only=T
 
     STREAM = "plan:{plan_id}"
     DELTA = "sets /current_run and increments /attempt"
+    BLOB_FIELDS = ("trees_sha256",)
 
     plan_id: str
     run_id: str
@@ -48,6 +49,9 @@ class ValidationRunStarted(EventPayload, tag="validation.run_started", kw_only=T
     revision: int
     resolved: list[ResolvedAttachment]
     resource_digests: dict[str, str] = {}  # resource -> tree digest before the run
+    # The blob of the trees the run judged: canonical JSON ``{resource: {"kind",
+    # "manifest"}}``; each resource's digest above is its manifest's (docs/architecture.md).
+    trees_sha256: str | None = None
 
 
 class ValidationResultRecorded(

@@ -1,0 +1,211 @@
+"""Trees as the plane judges them: every entry of a directory read without following a
+link, one canonical manifest, one digest, and the difference between two manifests.
+
+A **manifest** is a JSON object mapping each path under the tree's root (relative,
+``/``-separated; the root itself is not an entry) to ``[kind, mode, content]``:
+
+- ``["dir", mode, ""]``, ``["file", mode, sha256 of the bytes]``,
+  ``["symlink", mode, target]`` (the link's own text, never followed),
+- ``["special", mode, file type]`` for a FIFO, socket or device (never opened), and
+  ``["unreadable", 0, errno name]`` for an entry that could not be read.
+
+``mode`` is the permission bits (``st_mode & 0o7777``). A tree's **digest** is the
+SHA-256 of the manifest's RFC 8785 canonical JSON, so anyone holding the manifest (it is
+stored as a blob) can recompute it; a validation run records the digest of the tree it
+judged, a token carries it, and Apply writes only that tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import shutil
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ledger.canonical import canonical_json
+from ledger.events import FileChange
+
+__all__ = [
+    "Entry",
+    "Manifest",
+    "ResourceKind",
+    "Scan",
+    "changed_paths",
+    "copy_entry",
+    "entries",
+    "file_sha256",
+    "hard_links",
+    "manifest_bytes",
+    "manifest_digest",
+    "manifest_of",
+    "scan",
+    "tree_changes",
+    "tree_digest",
+]
+
+Entry = tuple[str, int, str]  # (kind, permission bits, content sha256 / link target / "")
+Manifest = dict[str, list[str | int]]  # path -> [kind, mode, content]
+# What a plan's resource is, as its sandbox holds it: a directory (a copy of it), a single
+# file (a directory holding a copy of it under its own name), or a name such as
+# ``repo:api`` (a private empty directory whose writes never survive).
+ResourceKind = Literal["dir", "file", "name"]
+
+
+@dataclass(frozen=True)
+class Scan:
+    """A tree read once: every entry, and the regular files with more than one link
+    (a hard link's other name may be anywhere: writing through it would write there)."""
+
+    entries: dict[str, Entry]
+    hard_links: list[str]
+
+
+def scan(root: Path | str) -> Scan:
+    """Every path under ``root`` (``.`` for root itself), never following symlinks. An
+    entry that cannot be read is recorded as such rather than raising, so a program that
+    chmods something unreadable shows up as a change."""
+    found: dict[str, Entry] = {}
+    linked: list[str] = []
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        path = os.path.join(root, rel) if rel else os.fspath(root)
+        key = rel or "."
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            found[key] = ("unreadable", 0, _errno_name(exc))
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                names = os.listdir(path)
+            except OSError as exc:
+                found[key] = ("dir", mode, "unlistable:" + _errno_name(exc))
+                continue
+            found[key] = ("dir", mode, "")
+            pending.extend(os.path.join(rel, name) if rel else name for name in names)
+        elif stat.S_ISREG(st.st_mode):
+            found[key] = ("file", mode, file_sha256(path))
+            if st.st_nlink > 1:
+                linked.append(key)
+        elif stat.S_ISLNK(st.st_mode):
+            found[key] = ("symlink", mode, os.readlink(path))
+        else:  # FIFO, socket, device: never opened (a FIFO would block)
+            found[key] = ("special", mode, str(stat.S_IFMT(st.st_mode)))
+    return Scan(found, sorted(linked))
+
+
+def entries(root: Path | str) -> dict[str, Entry]:
+    return scan(root).entries
+
+
+def hard_links(root: Path | str) -> list[str]:
+    """The regular files under ``root`` with more than one link (no content is read)."""
+    found: list[str] = []
+    for top, dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(top, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                    found.append(os.path.relpath(path, root))
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+    return sorted(found)
+
+
+def copy_entry(src: str, dst: str) -> None:
+    """copytree's copy function: a regular file's bytes and metadata (a real copy, never a
+    link to the original); a FIFO is recreated (opening it to copy would block);
+    sockets and devices are not copied."""
+    st = os.lstat(src)
+    if stat.S_ISREG(st.st_mode):
+        shutil.copy2(src, dst)
+    elif stat.S_ISFIFO(st.st_mode):
+        os.mkfifo(dst, stat.S_IMODE(st.st_mode))
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:
+        return "unreadable:" + _errno_name(exc)
+    return digest.hexdigest()
+
+
+def _errno_name(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, "?")
+
+
+def changed_paths(before: Mapping[str, Entry], after: Mapping[str, Entry]) -> list[str]:
+    paths = set(before) ^ set(after)
+    paths.update(path for path in set(before) & set(after) if before[path] != after[path])
+    return sorted(paths)
+
+
+# -- manifests ------------------------------------------------------------------------------
+
+
+def manifest_of(found: Mapping[str, Entry], kind: ResourceKind = "dir", name: str = "") -> Manifest:
+    """The manifest of a scanned sandbox copy: every entry but the root for a directory;
+    only the file itself (``name``) for a single-file resource; nothing for a name."""
+    if kind == "name":
+        return {}
+    if kind == "file":
+        return {name: list(found[name])} if name in found else {}
+    return {path: list(entry) for path, entry in found.items() if path != "."}
+
+
+def manifest_bytes(manifest: Manifest) -> bytes:
+    """The canonical bytes of a manifest (RFC 8785): what its digest is the SHA-256 of."""
+    return canonical_json(manifest)
+
+
+def manifest_digest(manifest: Manifest) -> str:
+    return hashlib.sha256(manifest_bytes(manifest)).hexdigest()
+
+
+def tree_digest(root: Path | str) -> str:
+    """The digest of the directory tree at ``root`` (see the module's docstring)."""
+    if not os.path.isdir(root):
+        raise NotADirectoryError(f"{os.fspath(root)!r} is not a directory")
+    return manifest_digest(manifest_of(entries(root)))
+
+
+# -- the difference Apply writes --------------------------------------------------------------
+
+
+def tree_changes(resource: str, validated: Manifest, snapshot: Manifest) -> list[FileChange]:
+    """What takes the resource from ``snapshot`` (as it was when the plan entered
+    Execute) to ``validated`` (the tree the token's run judged), sorted: directories to
+    make, files and symlinks to write, and paths to remove (``absent``, deepest first,
+    after the writes). Raises ``ValueError`` for an entry Apply never writes (a FIFO,
+    socket, device or unreadable entry that differs)."""
+    writes: list[FileChange] = []
+    for path in sorted(validated):
+        entry = validated[path]
+        if snapshot.get(path) == entry:
+            continue
+        kind, mode, content = str(entry[0]), int(entry[1]), str(entry[2])
+        if kind == "dir":
+            writes.append(FileChange(resource=resource, path=path, kind="dir", mode=mode))
+        elif kind == "file":
+            writes.append(FileChange(resource=resource, path=path, sha256=content, mode=mode))
+        elif kind == "symlink":
+            writes.append(FileChange(resource=resource, path=path, kind="symlink", target=content))
+        else:
+            raise ValueError(f"{path} is a {kind} entry: Apply writes files, symlinks, directories")
+    gone = [
+        FileChange(resource=resource, path=path, kind="absent")
+        for path in sorted(set(snapshot) - set(validated), reverse=True)
+    ]
+    return writes + gone
