@@ -529,3 +529,25 @@ def test_an_unknown_or_ended_plan_is_refused_before_the_upstream_starts(
         "--workdir", str(tmp_path / "work"), *_stdio(count),
     )  # fmt: skip
     assert_refused(result, "unknown plan 'P-9'")
+
+
+def test_a_stdio_upstream_works_in_the_plans_sandbox(sqlite_url: str, tmp_path: Path) -> None:
+    """The docs' filesystem example names `{sandbox}`: the upstream is pointed at the
+    plan's sandbox copy (and runs there), never at the real resource."""
+    from commands.cli.mcp_proxy import _in_sandbox, _upstream_workdir
+    from commands.plane import CommandRefused
+    from tests.helpers import work
+
+    with Plane.open(sqlite_url) as plane:
+        project = status_plan(plane, tmp_path, {}, execute=False)
+        assert _upstream_workdir(plane, "P-1") is None
+        with pytest.raises(CommandRefused, match="not entered Execute"):
+            _in_sandbox(["server", "{sandbox}"], None)
+        enter_execute(plane, "P-1")
+        workdir = _upstream_workdir(plane, "P-1")
+        assert workdir == work(plane) and workdir != project
+        assert _in_sandbox(["npx", "server-filesystem", "{sandbox}"], workdir) == [
+            "npx",
+            "server-filesystem",
+            str(workdir),
+        ]

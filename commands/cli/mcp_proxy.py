@@ -24,10 +24,12 @@ import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types as types
+import msgspec
 from mcp import ClientSession, StdioServerParameters, stdio_client, stdio_server
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
@@ -50,9 +52,11 @@ from commands.plane.proxy import (
 )
 from commands.plane.proxy_verbs import PLANE_TOOLS, check_plane_arguments
 from commands.runner.mcp_client import tool_output
+from commands.runner.process import TreeGuard
 from commands.schemas.prepare import InvalidSchemaError, prepare_schema
 from ledger import LedgerError
 from ledger.events import Deviation
+from projections.states import PlanState
 
 DEFAULT_TIMEOUT_S = 60.0
 STEP_META = "evidence/step"
@@ -233,19 +237,32 @@ class GateProxy:
         )
         if gate.blocked:
             return _gate_failed(gate.outcome, "blocked", "the call was not forwarded")
-        result = await self._send(params.name, arguments)
-        raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        raw.pop("resultType", None)
-        output = tool_output(raw, params.name in self.registered.structured)
-        report = record_proxy_result(
-            self.plane,
-            self.plan_id,
-            gate,
-            arguments,
-            output,
-            step=step,
-            output_schema=output_schema,
-        )
+        # The plan's sandbox as it was before the call: put back unless the call passes
+        # both gates (an upstream working in the sandbox keeps no rejected write).
+        plan = self.plane.state(f"plan:{self.plan_id}").of(PlanState)
+        copies = self.plane.sandbox(plan).existing() if plan is not None else {}
+        guards = [TreeGuard(copy) for copy in copies.values()]
+        report = None
+        try:
+            result = await self._send(params.name, arguments)
+            raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            raw.pop("resultType", None)
+            output = tool_output(raw, params.name in self.registered.structured)
+            report = record_proxy_result(
+                self.plane,
+                self.plan_id,
+                gate,
+                arguments,
+                output,
+                step=step,
+                output_schema=output_schema,
+            )
+        finally:
+            for guard in guards:
+                if report is not None and report.ok:
+                    guard.discard()
+                else:
+                    guard.restore_if_changed()
         if not report.ok:
             failed = report.output_gate or report.input_gate
             return _gate_failed(failed, "rejected", "the output does not become state")
@@ -302,14 +319,42 @@ def _step_of(meta: Mapping[str, Any] | None) -> tuple[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def _connect(command: Sequence[str], url: str | None) -> AsyncIterator[Any]:
+async def _connect(
+    command: Sequence[str], url: str | None, workdir: Path | None = None
+) -> AsyncIterator[Any]:
     if url is not None:
         async with streamable_http_client(url) as streams:
             yield streams
     else:
-        params = StdioServerParameters(command=command[0], args=list(command[1:]))
+        params = StdioServerParameters(command=command[0], args=list(command[1:]), cwd=workdir)
         async with stdio_client(params) as streams:
             yield streams
+
+
+SANDBOX_PLACEHOLDER = "{sandbox}"
+
+
+def _upstream_workdir(plane: Plane, plan_id: str) -> Path | None:
+    """Where a stdio upstream works: the plan's sandbox copy of its first resource (made
+    when the plan entered Execute), never the real resource; None before Execute."""
+    plan = plane.state(f"plan:{plan_id}").of(PlanState)
+    if plan is None or plan.snapshot_sha256 is msgspec.UNSET:
+        return None
+    copies = plane.sandbox(plan).ensure().copies
+    return copies[plan.resources[0]]
+
+
+def _in_sandbox(command: Sequence[str], workdir: Path | None) -> list[str]:
+    """The upstream command with ``{sandbox}`` replaced by the plan's sandbox copy (so a
+    filesystem server is pointed at the copy, not the real resource)."""
+    if workdir is None:
+        if any(SANDBOX_PLACEHOLDER in arg for arg in command):
+            raise CommandRefused(
+                "the upstream command names {sandbox}, but the plan has not entered Execute "
+                "(its sandbox is made then)"
+            )
+        return list(command)
+    return [arg.replace(SANDBOX_PLACEHOLDER, str(workdir)) for arg in command]
 
 
 async def serve(
@@ -326,8 +371,10 @@ async def serve(
     ended = terminal_state(doc)
     if ended is not None:
         raise CommandRefused(f"plan {plan_id} has ended ({ended}): no call can be made in it")
+    workdir = _upstream_workdir(plane, plan_id) if url is None else None
+    command = _in_sandbox(command, workdir)
     async with contextlib.AsyncExitStack() as stack:
-        read, write = await stack.enter_async_context(_connect(command, url))
+        read, write = await stack.enter_async_context(_connect(command, url, workdir))
         proxy: GateProxy | None = None
 
         async def on_message(message: IncomingMessage) -> None:
