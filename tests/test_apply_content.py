@@ -315,7 +315,8 @@ def test_a_named_resource_works_in_a_private_directory(
                 "command": [
                     "python",
                     "-c",
-                    "import os, json; seen = sorted(os.listdir('.')); open('left.txt', 'w').write('x');"
+                    "import os, json; seen = sorted(os.listdir('.'));"
+                    " open('left.txt', 'w').write('x');"
                     " print(json.dumps(dict(cwd=os.getcwd(), seen=seen)))",
                 ],
                 "input_schema": {"type": "object"},
@@ -334,3 +335,61 @@ def test_a_named_resource_works_in_a_private_directory(
         out = json.loads(second.output)
         assert Path(out["cwd"]) != caller and out["seen"] == []  # the first call's file is gone
         assert not (caller / "left.txt").exists()
+
+
+def test_a_single_file_resource_is_worked_on_in_its_own_sandbox(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A plan on one file: its tools run in a directory holding a copy of it (never the
+    caller's directory), a call whose output gate fails keeps nothing, and Apply writes
+    the validated file back in place — and nothing else beside it."""
+    import sys
+
+    from commands.plane.attachments import attach
+    from commands.plane.phases import enter_execute, record_strategy
+    from commands.plane.plans import create_plan
+    from commands.plane.registry import register_tool, register_validation
+    from commands.plane.runs import call_tool
+    from tests.helpers import STATUS_CHECK
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    target = project / "status.txt"
+    target.write_text("bad\n")
+    (project / "neighbour.txt").write_text("untouched\n")
+    (tmp_path / "check.py").write_text(STATUS_CHECK)
+    write = "import sys; open('status.txt', 'w').write(sys.argv[1] + chr(10)); print('{{}}')"
+    with Plane.open(db_url) as plane:
+        register_validation(
+            plane,
+            {
+                "name": "status",
+                "mode": "required",
+                "command": [sys.executable, str(tmp_path / "check.py")],
+            },
+        )
+        for name, output in (("make_good", {"type": "object"}), ("make_evil", {"type": "string"})):
+            register_tool(
+                plane,
+                {
+                    "name": name,
+                    "command": ["python", "-c", write, "good" if name == "make_good" else "evil"],
+                    "input_schema": {"type": "object"},
+                    "output_schema": output,
+                },
+            )
+        create_plan(plane, "P-1", project="api", resources=[str(target)], config={})
+        attach(plane, "status", resource=str(target))
+        record_strategy(plane, "P-1", "make it good")
+        enter_execute(plane, "P-1")
+        assert call_tool(plane, "P-1", "make_good", {}).ok
+        assert not call_tool(plane, "P-1", "make_evil", {}).ok  # output gate: kept nothing
+        assert target.read_text() == "bad\n"
+        report = validate_plan(plane, "P-1")
+        assert report.outcome == "pass" and report.token
+        doc = apply_plan(plane, "P-1", report.token)
+        assert target.read_text() == "good\n"
+        assert [f.path for f in doc.applied.files] == ["status.txt"]
+        assert (project / "neighbour.txt").read_text() == "untouched\n"
+        assert sorted(p.name for p in project.iterdir()) == ["neighbour.txt", "status.txt"]
+        assert audit(plane.store).ok

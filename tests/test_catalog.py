@@ -108,6 +108,9 @@ BLOB_REFERENCES = {
     "validation.result_recorded": ("raw_output_sha256",),  # runs / reviews: raw output
     "plan.fix_recorded": ("diff_sha256",),  # lifecycle.record_fix: the diff
     "plan.changes_recorded": ("changes_sha256",),  # lifecycle.apply_plan: the change set
+    "plan.execute_entered": ("snapshot_sha256",),  # phases.enter_execute: the snapshot
+    "validation.run_started": ("trees_sha256",),  # runs.validate_plan: the trees judged
+    "plan.token_minted": ("trees_sha256",),  # the run's trees blob, bound by the token
     "plan.compensation_completed": ("output_sha256",),  # driver._compensate: the output
     "review.report_committed": ("report_sha256",),  # reviews._commit: the report
     "review.role_ran": ("stdout_sha256",),  # review_host: a reviewer program's stdout

@@ -253,6 +253,11 @@ def test_a_forged_call_of_a_tool_outside_is_refused_and_audited(plane: Plane) ->
     assert "illegal_transition" in _violations(plane)
 
 
+# A forged first Execute names a snapshot (the plan rules require one), so that only the
+# forged pins give it away.
+SNAPSHOT = "0" * 64
+
+
 def test_forged_wider_pins_are_refused_and_audited(plane: Plane) -> None:
     """The agent enters Execute itself, pinning its skill with a member the registry
     never gave it."""
@@ -260,7 +265,11 @@ def test_forged_wider_pins_are_refused_and_audited(plane: Plane) -> None:
     create_plan(plane, "P-1", project="api", resources=["repo:api"], skills=["reader"])
     record_strategy(plane, "P-1", "read")
     wide = {"reader": SkillPin(version=1, members=["read", "write"])}
-    forge(plane.store, "plan:P-1", ExecuteEntered(plan_id="P-1", revision=0, skills=wide))
+    forge(
+        plane.store,
+        "plan:P-1",
+        ExecuteEntered(plan_id="P-1", revision=0, skills=wide, snapshot_sha256=SNAPSHOT),
+    )
     with pytest.raises(TamperedPlan, match="pinned as the registry defined them"):
         gate_input(plane, "P-1", "write", PARAMS)
     assert "skills" in _violations(plane)
@@ -271,7 +280,11 @@ def test_a_plan_without_skills_cannot_be_given_pins(plane: Plane) -> None:
     create_plan(plane, "P-1", project="api", resources=["repo:api"])
     record_strategy(plane, "P-1", "read")
     pins = {"reader": SkillPin(version=1, members=["read"])}
-    forge(plane.store, "plan:P-1", ExecuteEntered(plan_id="P-1", revision=0, skills=pins))
+    forge(
+        plane.store,
+        "plan:P-1",
+        ExecuteEntered(plan_id="P-1", revision=0, skills=pins, snapshot_sha256=SNAPSHOT),
+    )
     with pytest.raises(CommandRefused, match="pins none"):
         gate_input(plane, "P-1", "read", PARAMS)
 

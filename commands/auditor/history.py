@@ -9,6 +9,7 @@ from commands.plane.core import CommandRefused, Plane
 from ledger import RecordedEvent
 from ledger.events import (
     AttemptFailed,
+    ChangesRecorded,
     CompensationCompleted,
     CompensationRequested,
     DecisionRecorded,
@@ -89,6 +90,7 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
     ),
     TokenMinted: lambda p: f"token {p.token_id} minted (attempt {p.attempt})",
     TokenConsumed: lambda p: f"token {p.token_id} consumed",
+    ChangesRecorded: lambda p: f"change set recorded: {len(p.changes)} path(s) to put in place",
     PlanApplied: lambda p: f"applied ({len(p.changed_paths)} path(s) changed)",
     CompensationCompleted: lambda p: (
         f"compensation {'completed' if p.succeeded else 'failed'} (exit codes {p.exit_codes})"

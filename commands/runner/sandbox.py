@@ -269,10 +269,8 @@ class PlanSandbox:
     def apply_lock(self) -> Iterator[None]:
         """Held for the whole of an Apply: a second Apply (or resume) of the same plan
         on this machine is refused at once (``ApplyBusy``) instead of racing it."""
-        self.root.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(
-            self.root.parent / f"{self.root.name}.apply-lock", os.O_RDWR | os.O_CREAT, 0o600
-        )
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / "apply.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
