@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path, PurePosixPath
 
@@ -14,11 +15,31 @@ _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 
 
 def check_resource(value: str) -> str:
+    """The resource's one identity, whatever its spelling: a filesystem path (absolute,
+    starting with ``./``, ``../`` or ``~``, or naming an existing file or directory) is
+    its canonical absolute path — symlinks resolved, no ``.``/``..`` segment, no
+    trailing slash — so ``repo``, ``repo/``, ``repo/.`` and a symlink to it are one
+    resource and get the same validations; anything else (``repo:api``) is a name, kept
+    as given."""
     if not _NO_SPACE.fullmatch(value or ""):
         raise CommandRefused(
             f"invalid resource {value!r}: a resource is a non-empty name without whitespace"
         )
+    if _is_path(value):
+        try:
+            return os.path.realpath(os.path.expanduser(value))
+        except (OSError, ValueError) as exc:
+            raise CommandRefused(f"invalid resource {value!r}: {exc}") from None
     return value
+
+
+def _is_path(value: str) -> bool:
+    if value.startswith(("/", "./", "../", "~")) or value in (".", ".."):
+        return True
+    try:
+        return os.path.lexists(value)
+    except (OSError, ValueError):
+        return False
 
 
 def check_identifier(value: str, what: str) -> str:

@@ -393,3 +393,70 @@ def test_a_single_file_resource_is_worked_on_in_its_own_sandbox(
         assert (project / "neighbour.txt").read_text() == "untouched\n"
         assert sorted(p.name for p in project.iterdir()) == ["neighbour.txt", "status.txt"]
         assert audit(plane.store).ok
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.slow
+def test_two_concurrent_resumes_write_once_and_no_reader_sees_half_a_file(
+    db_url: str, tmp_path: Path
+) -> None:
+    """An Apply crashed after its change set was recorded; two `apply --resume` race.
+    At most one writes (the other, if it overlaps, is refused with one `error:` line);
+    a reader polling the target meanwhile sees the old bytes or the new, never a part."""
+    import subprocess
+    import sys
+    import threading
+
+    old, new = b"bad\n", b"good\n" + b"x" * (8 << 20)
+    with Plane.open(db_url) as plane:
+        project = status_plan(plane, tmp_path, {})
+        (work(plane) / "status.txt").write_bytes(new)
+        (tmp_path / "check.py").write_text(
+            "import json; ok = open('status.txt').read().startswith('good')\n"
+            "print(json.dumps({'passed': ok}))\n"
+        )
+        token = validate_plan(plane, "P-1").token
+        assert token
+
+        def crash(step: str) -> None:
+            if step == "changes_recorded":
+                raise _Crash
+
+        with pytest.raises(_Crash):
+            apply_plan(plane, "P-1", token, progress=crash)
+        assert (project / "status.txt").read_bytes() == old
+
+    seen: set[bytes] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                seen.add(hashlib.sha256((project / "status.txt").read_bytes()).digest())
+            except FileNotFoundError:
+                seen.add(b"missing")
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
+    argv = [sys.executable, "-m", "commands.cli", "apply", "P-1", "--resume", "--db", db_url]
+    procs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = [(p.wait(120), *p.communicate()) for p in procs]
+    stop.set()
+    watcher.join()
+    assert seen <= {hashlib.sha256(old).digest(), hashlib.sha256(new).digest()}, "a part seen"
+    assert 0 in [code for code, _out, _err in results], results
+    for code, _out, err in results:
+        assert "Traceback" not in err
+        if code != 0:
+            assert code == 2 and err.count("error:") == 1 and "under way" in err, err
+    assert (project / "status.txt").read_bytes() == new
+    with Plane.open(db_url) as plane:
+        assert _types(plane).count("plan.applied") == 1
+        assert audit(plane.store).ok

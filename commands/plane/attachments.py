@@ -44,7 +44,7 @@ def attach(
 ) -> AttachmentState:
     """Attach ``validation`` to ``resource``: directly, for a project, or for a plan.
     Returns the new attachment's document (its ``attachment_id`` is a fresh ULID)."""
-    check_resource(resource)
+    resource = check_resource(resource)
     if project is not None and plan is not None:
         raise CommandRefused("an attachment has one scope: give --project or --plan, not both")
     if project is not None:
@@ -123,7 +123,7 @@ def resolve_attachments(
     With a plan and no project, the plan's own project is used: the set a validation run
     of that plan resolves.
     """
-    check_resource(resource)
+    resource = check_resource(resource)
     engine = plane.projections
     engine.catch_up()
     if plan is not None and project is None:

@@ -43,10 +43,9 @@ def create_plan(
     check_identifier(project, "project")
     if not resources:
         raise CommandRefused("a plan needs at least one --resource")
-    for resource in resources:
-        check_resource(resource)
+    resources = [check_resource(resource) for resource in resources]
     if len(set(resources)) != len(resources):
-        raise CommandRefused("a resource is listed twice")
+        raise CommandRefused("a resource is listed twice (as its canonical identity)")
     global_config = parse_global_config(config)
     for skill in skills:
         check_identifier(skill, "skill name")
