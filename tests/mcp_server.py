@@ -1,5 +1,6 @@
 """A small MCP server (official SDK) for tests/test_mcp_proxy.py and bench/proxy.py:
-``add`` (input and output schemas), ``bad`` (returns off-schema structured output),
+``add`` (input and output schemas), ``bad`` (writes a file in its working directory,
+then returns off-schema structured output),
 ``plain`` (no output schema: a text result), ``crash`` (the process dies), ``slow`` (never
 answers in time), ``grow`` (adds a tool
 and says the tool list changed); two tools the proxy must not offer (a name with a
@@ -86,6 +87,10 @@ async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.C
             content=[types.TextContent(text=str(total))], structured_content={"sum": total}
         )
     if params.name == "bad":
+        # It writes in its working directory (the plan's sandbox, behind the proxy), then
+        # answers off-schema: the write must not survive the failed output gate.
+        with open("bad-was-here.txt", "w") as f:
+            f.write("written by a call whose output gate fails\n")
         return types.CallToolResult(
             content=[types.TextContent(text="yes")], structured_content={"ok": "yes"}
         )

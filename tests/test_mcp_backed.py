@@ -50,11 +50,26 @@ ADD_INPUT = {
 SUM = {"type": "object", "required": ["sum"], "properties": {"sum": {"type": "integer"}}}
 
 
+@pytest.fixture(autouse=True)
+def _server_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test server appends each call it gets to a log: a confined server may write
+    it only where the operator allows (EVIDENCE_CONFINE_WRITE), a directory beside the
+    ledger (never one holding it)."""
+    (tmp_path / "upstream").mkdir()
+    monkeypatch.setenv("EVIDENCE_CONFINE_WRITE", str(tmp_path / "upstream"))
+
+
+def _logged(log: Path) -> Path:
+    """Where the server writes the log named ``log``: in the allowed directory."""
+    return log.parent / "upstream" / log.name
+
+
 def _upstream(log: Path) -> list[str]:
-    return [sys.executable, str(SERVER), str(log)]
+    return [sys.executable, str(SERVER), str(_logged(log))]
 
 
 def _calls(log: Path) -> list[dict[str, Any]]:
+    log = _logged(log)
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
@@ -243,8 +258,13 @@ def test_the_plane_calls_an_mcp_tool_through_the_gates(
             "name": "liar",
             **server,
             "mcp_tool_name": "bad",
-            "input_schema": {"type": "object"},
-            "output_schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            # as the server declares it (the server's own declaration is compared first)
+            "input_schema": {"type": "object", "properties": {}},
+            "output_schema": {
+                "type": "object",
+                "required": ["ok"],
+                "properties": {"ok": {"type": "boolean"}},
+            },
         },
     )
     _register(
@@ -305,10 +325,19 @@ FAULTS = [
         "could not be reached",
         id="unreachable-url",
     ),
-    pytest.param({"mcp_tool_name": "crash"}, "backend_unavailable", "failed during", id="crash"),
     pytest.param(
-        {"mcp_tool_name": "nope"}, "backend_unavailable", "answered the call", id="unknown-tool"
+        {
+            "mcp_tool_name": "crash",
+            # registered as the server declares it: its own declaration is compared first
+            "input_schema": {"type": "object", "properties": {}},
+            "output_schema": {"type": "object", "properties": {}},
+        },
+        "backend_unavailable",
+        "failed during",
+        id="crash",
     ),
+    # A tool the server does not list: its declaration drifted away (never called).
+    pytest.param({"mcp_tool_name": "nope"}, "schema_drift", "no longer lists", id="unknown-tool"),
 ]
 
 
@@ -356,12 +385,19 @@ def test_a_server_that_cannot_serve_the_call_halts_with_environment_error(
 def test_a_hung_or_garbling_server_is_an_environment_error_not_a_hang(
     db_url: str, tmp_path: Path, project: Path, command: list[str], tool: str, said: str
 ) -> None:
-    argv = [arg.replace("{log}", str(tmp_path / "calls.jsonl")) for arg in command]
+    argv = [arg.replace("{log}", str(_logged(tmp_path / "calls.jsonl"))) for arg in command]
     _register(
         db_url,
         tmp_path,
         "tool",
-        {"name": "t", "mcp_server": "up", "mcp_tool_name": tool, "mcp_command": argv, "timeout": 3},
+        {
+            "name": "t",
+            "mcp_server": "up",
+            "mcp_tool_name": tool,
+            "mcp_command": argv,
+            "timeout": 3,
+            "input_schema": {"type": "object", "properties": {}},  # as the servers declare
+        },
     )
     _plan(db_url, project)
     started = time.monotonic()
@@ -388,6 +424,7 @@ def test_the_sdk_log_never_reaches_the_terminal(
             "mcp_tool_name": "garble",
             "mcp_command": [sys.executable, str(RAW)],
             "timeout": 10,
+            "input_schema": {"type": "object", "properties": {}},  # as the server declares
         },
     )
     _plan(sqlite_url, project)
@@ -409,12 +446,12 @@ def http_servers(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     log = tmp_path / "http-calls.jsonl"
     ports = [_free_port(), _free_port()]
     servers = [
-        subprocess.Popen([sys.executable, str(SERVER), str(log), "--http", str(ports[0])]),
+        subprocess.Popen([sys.executable, str(SERVER), str(_logged(log)), "--http", str(ports[0])]),
         subprocess.Popen([sys.executable, str(VALIDATOR), "--http", str(ports[1])]),
     ]
     try:
         for port, server in zip(ports, servers, strict=True):
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60  # a generous wait for a server to listen
             while True:
                 try:
                     socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -533,7 +570,9 @@ NO_VERDICT = [
     ("dies", "upstream", "crash", {}, "crash", "failed during the call"),
     ("refuses", "checks", "refuse", {}, "malformed", "isError): cannot check today"),
     ("loose", "checks", "loose", {}, "malformed", "`passed` must be a boolean"),
-    ("writes", "checks", "scribble", {}, "read_only_violation", "scribble.txt"),
+    # confined read-only by the kernel: the write fails in the server (its detection,
+    # as a read_only_violation, is tested unconfined in tests/test_landlock.py)
+    ("writes", "checks", "scribble", {}, "crash", "Permission denied: 'scribble.txt'"),
     ("absent", "missing", "status", {}, "missing_program", "No such file"),
     ("broken", "broken", "status", {}, "crash", "could not be started"),
     ("hangs", "upstream", "slow", {}, "timeout", "no answer within 3 s"),
@@ -577,7 +616,8 @@ def test_an_mcp_validation_without_a_verdict_is_a_validator_error(
         result = found[name]
         assert (result["verdict"], result["cause"]) == (None, cause), result
         assert said in result["error"], result
-    assert found["writes"]["changed_paths"] == ["scribble.txt"]
+    assert found["writes"]["changed_paths"] == []
+    assert found["writes"]["confinement"] == "landlock"
     with Plane.open(db_url) as plane:
         assert not (work(plane) / "scribble.txt").exists()
     assert not (project / "scribble.txt").exists()
@@ -627,3 +667,36 @@ def test_output_over_the_cap_is_kept_truncated_and_never_passes(
     assert len(_blob(sqlite_url, report["call"]["output_sha256"])) == 20
     assert report["output_gate"]["checked_truncated"] == truncated
     _audit_clean(sqlite_url)
+
+
+def test_a_file_registered_schema_that_drifted_from_the_server_is_never_called(
+    sqlite_url: str, tmp_path: Path, project: Path
+) -> None:
+    """The registration file's copy of `add`'s input schema is looser than the server's
+    own (no `required`): parameters valid for the file but not for the server would pass
+    the gate and reach it. The plane reads the server's declaration first: drift halts
+    the plan with environment_error (raw schema_drift) and the server is never called."""
+    log = tmp_path / "calls.jsonl"
+    loose = {**ADD_INPUT, "required": []}
+    _register(
+        sqlite_url,
+        tmp_path,
+        "tool",
+        {
+            "name": "calc",
+            "mcp_server": "test-upstream",
+            "mcp_tool_name": "add",
+            "mcp_command": _upstream(log),
+            "input_schema": loose,
+            "output_schema": SUM,
+        },
+    )
+    _plan(sqlite_url, project)
+    code, report, _ = _call(sqlite_url, "calc", {"a": 1})
+    halt = report["halt"]
+    assert code == 1 and (halt["halt_type"], halt["raw_halt_type"]) == (
+        "environment_error",
+        "schema_drift",
+    ), report
+    assert "another input schema" in halt["reason"]
+    assert _calls(log) == []  # never called

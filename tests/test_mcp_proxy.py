@@ -54,7 +54,22 @@ def _setup(
         enter_execute(plane, plan_id)
 
 
+@pytest.fixture(autouse=True)
+def _server_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test server appends each call it gets to a log: the upstream runs confined, so
+    it may write that log only where the operator allows (EVIDENCE_CONFINE_WRITE, which
+    the proxy process inherits), a directory beside the ledger, never one holding it."""
+    (tmp_path / "upstream").mkdir()
+    monkeypatch.setenv("EVIDENCE_CONFINE_WRITE", str(tmp_path / "upstream"))
+
+
+def _logged(count: Path) -> Path:
+    """Where the server writes the log named ``count``: in the allowed directory."""
+    return count.parent / "upstream" / count.name
+
+
 def _calls(count: Path) -> list[dict[str, Any]]:
+    count = _logged(count)
     if not count.exists():
         return []
     return [json.loads(line) for line in count.read_text().splitlines()]
@@ -93,7 +108,7 @@ def _proxy(
 
 
 def _stdio(count: Path) -> list[str]:
-    return ["--", sys.executable, str(SERVER), str(count)]
+    return ["--", sys.executable, str(SERVER), str(_logged(count))]
 
 
 Session = Callable[[ClientSession], Awaitable[None]]
@@ -206,8 +221,9 @@ def test_proxy_gates_records_and_audits(db_url: str, tmp_path: Path) -> None:
 
 @slow
 def test_a_named_step_declares_its_output(sqlite_url: str, tmp_path: Path) -> None:
-    """``_meta`` names the step and declares its output: the output gate checks that
-    declaration; a malformed declaration is refused before the call is forwarded."""
+    """``_meta`` names the step and narrows its output: the output gate checks the
+    registered schema, then that declaration; a malformed declaration is refused before
+    the call is forwarded."""
     _setup(sqlite_url)
     count = tmp_path / "calls.jsonl"
     seen: dict[str, Any] = {}
@@ -232,7 +248,13 @@ def test_a_named_step_declares_its_output(sqlite_url: str, tmp_path: Path) -> No
         assert refused.is_error and _text(refused).startswith("error: _meta"), _text(refused)
     assert len(_calls(count)) == 1  # the refused ones were never forwarded
     checks = [e.payload for e in _plan_events(sqlite_url) if e.type == "gate.checked"]
-    assert [(c.gate, c.step) for c in checks] == [("input", "sum-it"), ("output", "sum-it")]
+    # The registry's output check first (it passes: {"sum": 3}), then the declaration
+    # in _meta, which only narrows: it fails at /sum.
+    assert [(c.gate, c.step, c.verdict) for c in checks] == [
+        ("input", "sum-it", "pass"),
+        ("output", "sum-it", "pass"),
+        ("output", "sum-it", "fail"),
+    ]
 
 
 @slow
@@ -315,7 +337,7 @@ def test_a_timeout_or_protocol_error_is_an_error_not_a_hang(
         seen["seconds"] = time.monotonic() - started
         seen["after"] = await _error(agent.call_tool("add", {"a": 1, "b": 2}))
 
-    upstream = ["--", sys.executable, str(SERVER.with_name(server)), str(count)]
+    upstream = ["--", sys.executable, str(SERVER.with_name(server)), str(_logged(count))]
     _with_agent(_proxy(sqlite_url, tmp_path / "work", upstream, timeout=2), session)
     error = seen["error"]
     assert isinstance(error, MCPError), error
@@ -338,12 +360,12 @@ def http_upstream(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """tests/mcp_server.py serving streamable HTTP; its URL and call log."""
     count, port = tmp_path / "http-calls.jsonl", _free_port()
     server = subprocess.Popen(
-        [sys.executable, str(SERVER), str(count), "--http", str(port)],
+        [sys.executable, str(SERVER), str(_logged(count)), "--http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a generous wait for a server to listen
         while True:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -551,3 +573,27 @@ def test_a_stdio_upstream_works_in_the_plans_sandbox(sqlite_url: str, tmp_path: 
             "server-filesystem",
             str(workdir),
         ]
+
+
+@slow
+def test_a_forwarded_write_whose_output_gate_fails_is_not_kept(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The upstream works in the plan's sandbox (never the real directory); a call that
+    writes there and then fails its output gate leaves the sandbox as it was."""
+    from tests.helpers import work
+
+    with Plane.open(sqlite_url) as plane:
+        project = status_plan(plane, tmp_path, {})
+        sandbox = work(plane)
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        seen["bad"] = await agent.call_tool("bad", {})
+
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+    assert seen["bad"].is_error and len(_calls(count)) == 1  # forwarded, then rejected
+    assert not list(tmp_path.rglob("bad-was-here.txt"))  # no sandbox, no real directory
+    assert sorted(p.name for p in project.iterdir()) == ["status.txt"]
+    assert sandbox.is_dir()

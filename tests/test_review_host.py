@@ -99,10 +99,33 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def hosted(plane: Plane, repo: Path, config: dict[str, Any], **kw: Any) -> str:
+@pytest.fixture(autouse=True)
+def _records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reviewer programs run confined (seed 002's tool policy, kernel-enforced): the
+    files a test reviewer records what it saw in are in a directory the operator lets
+    them write (EVIDENCE_CONFINE_WRITE), beside the ledger, never one holding it."""
+    (tmp_path / "records").mkdir()
+    monkeypatch.setenv("EVIDENCE_CONFINE_WRITE", str(tmp_path / "records"))
+
+
+def unconfined_plan(plane: Plane, repo: Path) -> str:
+    """A plan that opted out of confinement (``confinement: none``): its reviews' programs
+    run as they are, and the host's own detection is what catches a write."""
+    create_plan(plane, "P-U", project="api", resources=[str(repo)], config={"confinement": "none"})
+    return "P-U"
+
+
+def hosted(
+    plane: Plane, repo: Path, config: dict[str, Any], plan_id: str | None = None, **kw: Any
+) -> str:
     """Preflight, then the host in this process; returns the task id."""
     receipt = run_review(
-        plane, request(**kw), parse_reviewers(config, "test"), repository=repo, start=False
+        plane,
+        request(**kw),
+        parse_reviewers(config, "test"),
+        repository=repo,
+        start=False,
+        plan_id=plan_id,
     )
     host_review(plane, receipt.task_id)
     return receipt.task_id
@@ -268,7 +291,7 @@ def test_a_scope_symlink_out_of_the_repository_is_refused(plane: Plane, repo: Pa
 def test_candidates_see_a_copy_of_the_scope_and_nothing_else(
     plane: Plane, repo: Path, tmp_path: Path
 ) -> None:
-    seen = tmp_path / "seen.json"
+    seen = tmp_path / "records" / "seen.json"
     task = hosted(plane, repo, reviewers(("alice", program("candidate", "--record", str(seen)))))
     saw = json.loads(seen.read_text())
     assert sorted(saw["files"]) == ["README.md", "src/retry.py"]  # not secret.txt
@@ -282,28 +305,36 @@ def test_candidates_see_a_copy_of_the_scope_and_nothing_else(
     assert get_review(plane, task).status == "completed"
 
 
-def test_a_candidate_that_writes_is_refused_as_a_limitation(plane: Plane, repo: Path) -> None:
+@pytest.mark.parametrize("policy", ["none", "landlock"])
+def test_a_candidate_that_writes_is_refused_as_a_limitation(
+    plane: Plane, repo: Path, policy: str
+) -> None:
     before = files(repo)
     config = reviewers(
         ("alice", program("candidate", "--mode", "write")), ("bob", program("candidate"))
     )
-    task = hosted(plane, repo, config)
+    plan_id = unconfined_plan(plane, repo) if policy == "none" else None
+    task = hosted(plane, repo, config, plan_id)
     doc = get_review(plane, task)
     by_name = {c.reviewer: c for c in doc.candidates.values()}
     assert not by_name["alice"].valid and by_name["bob"].valid
     assert "scribble.txt" in by_name["alice"].errors[0]
-    assert by_name["alice"].limitations == [
-        NO_USABLE + "it wrote to its read-only view of the repository"
-    ]
     runs = [
         e.payload for e in plane.store.read_stream(f"review:{task}") if e.type == "review.role_ran"
     ]
     alice = next(r for r in runs if r.name == "alice")
-    assert alice.changed_paths == ["scribble.txt"] and alice.exit_code == 0
+    if policy == "none":  # the write reached its copy: detected, its report void
+        why = "it wrote to its read-only view of the repository"
+        assert alice.changed_paths == ["scribble.txt"] and alice.exit_code == 0
+    else:  # read-only by the kernel: the write failed in the program
+        why = "it exited with status 1"
+        assert "Permission denied" in by_name["alice"].errors[0]
+        assert alice.changed_paths == [] and alice.exit_code == 1
+    assert by_name["alice"].limitations == [NO_USABLE + why]
     assert doc.status == "completed" and files(repo) == before
     report = review_result(plane, task).report
     assert report["candidates"] == {"submitted": 2, "valid": 1}
-    assert NO_USABLE + "it wrote to its read-only view of the repository" in report["limitations"]
+    assert NO_USABLE + why in report["limitations"]
 
 
 def test_failing_candidates_become_limitations_without_their_words(
@@ -345,14 +376,23 @@ def test_no_valid_candidate_fails_the_review(plane: Plane, repo: Path) -> None:
     assert "review.role_ran" in types(plane, task) and "review.accounted" not in types(plane, task)
 
 
-def test_a_write_to_the_repository_itself_fails_the_review(plane: Plane, repo: Path) -> None:
+@pytest.mark.parametrize("policy", ["none", "landlock"])
+def test_a_write_to_the_repository_itself_fails_the_review(
+    plane: Plane, repo: Path, policy: str
+) -> None:
+    before = files(repo)
     target = repo / "src" / "retry.py"
     config = reviewers(
         ("alice", program("candidate", "--mode", "write-to", "--target", str(target)))
     )
-    task = hosted(plane, repo, config)
+    plan_id = unconfined_plan(plane, repo) if policy == "none" else None
+    task = hosted(plane, repo, config, plan_id)
     doc = get_review(plane, task)
-    assert doc.status == "failed" and "the reviewed scope changed" in (doc.failure or "")
+    if policy == "none":  # it reached the repository: the host saw the scope move
+        assert doc.status == "failed" and "the reviewed scope changed" in (doc.failure or "")
+    else:  # the kernel refused the write: the repository is as it was
+        assert doc.status == "failed" and "no candidate reviewer returned" in (doc.failure or "")
+        assert files(repo) == before
     assert "review.report_committed" not in types(plane, task)
 
 
@@ -362,7 +402,7 @@ def test_a_write_to_the_repository_itself_fails_the_review(plane: Plane, repo: P
 def test_the_evaluator_is_blind_and_has_no_repository(
     plane: Plane, repo: Path, tmp_path: Path
 ) -> None:
-    seen = tmp_path / "seen.jsonl"
+    seen = tmp_path / "records" / "seen.jsonl"
     config = reviewers(
         ("alice", program("candidate")),
         ("bob", program("candidate", "--limitation", "bob could not run the tests")),
@@ -381,7 +421,7 @@ def test_the_evaluator_is_blind_and_has_no_repository(
 
 
 def test_a_rejected_accounting_gets_one_repair(plane: Plane, repo: Path, tmp_path: Path) -> None:
-    seen = tmp_path / "seen.jsonl"
+    seen = tmp_path / "records" / "seen.jsonl"
     task = hosted(
         plane,
         repo,

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import commands.plane.runs as runs_module
 import ledger
 from commands.plane import CommandRefused, Plane
 from commands.plane.attachments import attach
@@ -28,9 +30,6 @@ if mode == "pass":
     print(json.dumps({"passed": True, "message": "fine"}))
 elif mode == "fail":
     print(json.dumps({"passed": False, "message": "2 tests failed", "data": {"failed": 2}}))
-elif mode == "sleep":
-    time.sleep(0.4)
-    print(json.dumps({"passed": True}))
 elif mode == "hang":
     time.sleep(30)
 elif mode == "crash":
@@ -171,23 +170,46 @@ def test_a_blocker_takes_precedence_over_a_validator_error(plane: Plane, project
     assert validate_plan(plane, "P-1").outcome == "blocker"
 
 
+def _policy_plan(plane: Plane, project: Path, policy: str) -> str:
+    """The plan the run is made on: P-1 (confined by the kernel, the default), or a plan
+    that opted out (``confinement: none``) so that a write reaches its copy and the
+    plane's own detection is what catches it."""
+    if policy == "landlock":
+        return "P-1"
+    create_plan(
+        plane, "P-U", project="api", resources=[str(project)], config={"confinement": "none"}
+    )
+    _execute(plane, "P-U")
+    return "P-U"
+
+
+@pytest.mark.parametrize("policy", ["none", "landlock"])
 def test_a_validation_that_writes_is_caught_and_nothing_survives(
-    plane: Plane, project: Path
+    plane: Plane, project: Path, policy: str
 ) -> None:
     before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
     _attach(plane, project, ("check", "write"))
-    report = validate_plan(plane, "P-1")
+    report = validate_plan(plane, _policy_plan(plane, project, policy))
     (result,) = report.results
-    assert (result.verdict, result.cause, result.changed_paths) == (
-        None,
-        "read_only_violation",
-        ["new.txt"],
-    )
+    if policy == "none":  # the write reached its copy: detected, the result void
+        assert (result.verdict, result.cause, result.changed_paths) == (
+            None,
+            "read_only_violation",
+            ["new.txt"],
+        )
+        assert result.confinement == "unconfined"
+    else:  # the kernel refused the write: the program failed, nothing changed
+        assert (result.verdict, result.cause, result.changed_paths) == (None, "malformed", [])
+        assert "PermissionError" in (result.error or "")
+        assert result.confinement == "landlock"
     assert report.outcome == "validator_error"
     assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
 
 
-def test_a_write_through_an_absolute_path_is_undone(plane: Plane, project: Path) -> None:
+@pytest.mark.parametrize("policy", ["none", "landlock"])
+def test_a_write_through_an_absolute_path_is_undone(
+    plane: Plane, project: Path, policy: str
+) -> None:
     before = {p: p.read_bytes() for p in project.rglob("*") if p.is_file()}
     register_validation(
         plane,
@@ -198,22 +220,36 @@ def test_a_write_through_an_absolute_path_is_undone(plane: Plane, project: Path)
         },
     )
     _attach(plane, project, ("escaper", None), ("check", "pass"))
-    report = validate_plan(plane, "P-1")
+    report = validate_plan(plane, _policy_plan(plane, project, policy))
     causes = {r.validation: (r.verdict, r.cause) for r in report.results}
-    assert causes["escaper"] == (None, "read_only_violation")
     changed = next(r.changed_paths for r in report.results if r.validation == "escaper")
-    assert "planted.txt" in changed and "src/app.py" in changed
+    if policy == "none":  # it reached the real resource: restored, its result void
+        assert causes["escaper"] == (None, "read_only_violation")
+        assert "planted.txt" in changed and "src/app.py" in changed
+    else:  # the kernel refused it: nothing to restore
+        assert causes["escaper"] == (None, "malformed") and changed == []
     assert {p: p.read_bytes() for p in project.rglob("*") if p.is_file()} == before
 
 
-def test_validations_run_in_parallel(plane: Plane, project: Path) -> None:
-    _attach(plane, project, ("check", "sleep"), ("advice", "sleep"))
+def test_validations_run_in_parallel(
+    plane: Plane, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both validations of the run are under way at once: each meets the other at a
+    barrier before its program runs (run one after the other, the barrier breaks after
+    a generous wait, and that validation's result is an internal error). Events, not
+    timing."""
+    _attach(plane, project, ("check", "pass"), ("advice", "pass"))
+    both = threading.Barrier(2, timeout=60)
+    run_validation = runs_module.run_validation
+
+    def meeting(*args: Any, **kw: Any) -> Any:
+        both.wait()
+        return run_validation(*args, **kw)
+
+    monkeypatch.setattr(runs_module, "run_validation", meeting)
     report = validate_plan(plane, "P-1")
-    spans = [
-        (datetime.fromisoformat(r.started_at[:-1]), datetime.fromisoformat(r.ended_at[:-1]))
-        for r in report.results
-    ]
-    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]  # the spans overlap
+    assert [(r.verdict, r.cause) for r in report.results] == [(True, None), (True, None)]
+    assert report.outcome == "pass"
 
 
 def test_the_resolved_set_is_recorded_before_running(plane: Plane, project: Path) -> None:

@@ -97,13 +97,31 @@ def test_a_passing_call_changes_the_sandbox_only(plane: Plane, tmp_path: Path) -
     assert _files(real) == before_real  # nothing reaches the real files before Apply
 
 
-def test_a_validation_called_as_a_tool_is_read_only(plane: Plane, tmp_path: Path) -> None:
-    real, sandbox = tmp_path / "proj", work(plane)
+@pytest.mark.parametrize("policy", ["none", "landlock"])
+def test_a_validation_called_as_a_tool_is_read_only(
+    plane: Plane, tmp_path: Path, policy: str
+) -> None:
+    plan_id = "P-1"
+    if policy == "none":  # opted out of the kernel's confinement: the plane detects it
+        plan_id = "P-U"
+        config = {"confinement": "none"}
+        create_plan(
+            plane, plan_id, project="api", resources=[str(tmp_path / "proj")], config=config
+        )
+        record_strategy(plane, plan_id, "touch things")
+        enter_execute(plane, plan_id)
+    real, sandbox = tmp_path / "proj", work(plane, plan_id)
     before_real, before_sandbox = _files(real), _files(sandbox)
-    report = call_tool(plane, "P-1", "some-validation", {})
+    report = call_tool(plane, plan_id, "some-validation", {})
     assert report.call is not None and report.call.executor == "validation"
     assert not report.output_gate.passed  # a read-only violation is no structured return
-    assert json.loads(report.output)["cause"] == "read_only_violation"
+    if policy == "none":
+        assert json.loads(report.output)["cause"] == "read_only_violation"
+        assert report.call.confinement == "unconfined"
+    else:  # the kernel refused the write: the program failed before it returned
+        found = json.loads(report.output)
+        assert found["cause"] == "malformed" and "PermissionError" in found["error"]
+        assert report.call.confinement == "landlock"
     assert _files(real) == before_real and _files(sandbox) == before_sandbox
 
 

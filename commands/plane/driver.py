@@ -28,7 +28,8 @@ from typing import Any
 import jmespath.exceptions
 import msgspec
 
-from commands.names import check_relative_path, inside
+from commands.names import check_relative_path, inside, looks_like_path
+from commands.runner.confine import program_files
 from commands.runner.process import output_cap, run_command, tree_digest
 from commands.runner.results import RESULT_SCHEMA
 from ledger.canonical import canonical_json
@@ -43,12 +44,13 @@ from ledger.verify import verify_store
 from projections.states import PlanState, ToolState
 
 from .attachments import attach
+from .confinement import config_policy, plan_policy, require_confinement, work_confinement
 from .core import CommandRefused, Plane, StreamState
 from .graph import Node, compile_expression, run_graph
 from .lifecycle import apply_plan, complete_apply, record_fix
 from .phases import enter_execute, record_strategy
-from .planfile import Attempt, OutputSchemaOf, PlanFile, Step, load_plan_file
-from .plans import create_plan, plan_state
+from .planfile import Attempt, OutputSchemaOf, PlanFile, Step, load_plan_file, located
+from .plans import create_plan, parse_global_config, plan_state
 from .registry import define_skill, register_tool, register_validation
 from .runs import MAX_PARALLEL, call_tool, validate_plan
 
@@ -84,14 +86,20 @@ def run_plan_file(
     pf = load_plan_file(path, _registered_output(plane))
     plan_id = plan_id or pf.plan.id
     base = path.parent
-    resources = [_resource(r, base) for r in pf.plan.resources]
+    resources = []
+    for i, resource in enumerate(pf.plan.resources):
+        with located(path, ("plan", "resources", i)):
+            resources.append(_resource(resource, base))
     plane.projections.catch_up()
     if plane.projections.document("plans", plan_id) is not None:
         raise CommandRefused(
             f"plan {plan_id!r} already exists: continue it with "
             f"`evidence run --resume {plan_id}` or give --plan-id"
         )
-    _preflight(plane, pf, plan_id, resources, base)
+    _preflight(plane, pf, plan_id, resources, base, path)
+    # Every run starts programs: refused here, before the ledger sees anything, where
+    # the kernel cannot confine them and the plan does not opt out.
+    require_confinement(config_policy(parse_global_config(pf.plan.global_config)))
     start = plane.store.head().size
     _declare(plane, pf, plan_id, resources, base, say)
     run_dir = _run_dir(plane, plan_id)
@@ -117,6 +125,7 @@ def resume(plane: Plane, plan_id: str, *, say: Say = _quiet) -> RunSummary:
     plan = plane.state(f"plan:{plan_id}").of(PlanState)
     if plan is not None and plan.applying is not None:  # killed during Apply
         return _applied(plane, plan_id, complete_apply(plane, plan_id), start, say)
+    require_confinement(plan_policy(plan))
     return _drive(plane, pf, plan_id, start, say)
 
 
@@ -135,39 +144,57 @@ def _plan(plane: Plane, plan_id: str) -> PlanState:
 
 
 def _resource(value: str, base: Path) -> str:
-    """A resource naming a path relative to the plan file becomes that absolute path."""
-    candidate = (base / value).resolve()
-    return str(candidate) if candidate.exists() else value
+    """A resource naming a path relative to the plan file becomes that absolute path;
+    one written as a path (``looks_like_path``) must exist."""
+    candidate = (base / os.path.expanduser(value)).resolve()
+    if candidate.exists():
+        return str(candidate)
+    if looks_like_path(value):
+        raise CommandRefused(f"resource {value!r} is a path that does not exist ({candidate})")
+    return value
 
 
 def _declare(
-    plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], base: Path, say: Say
+    plane: Plane,
+    pf: PlanFile,
+    plan_id: str,
+    resources: list[str],
+    base: Path,
+    say: Say,
+    path: Path | None = None,
 ) -> None:
-    """Registrations, the plan and its attachments, as the file declares them."""
-    _register(plane, pf, say)
-    create_plan(
-        plane,
-        plan_id,
-        project=pf.plan.project,
-        resources=resources,
-        config=pf.plan.global_config,
-        skills=pf.plan.skills,
-    )
-    say("plan", f"{plan_id} created (project {pf.plan.project})")
-    for entry in pf.attachments:
-        _attach_once(
+    """Registrations, the plan and its attachments, as the file declares them. With the
+    file's ``path``, a refusal names the file, the entry's key and its line."""
+    _register(plane, pf, say, path)
+    with located(path, ("plan",)):
+        create_plan(
             plane,
-            entry.validation,
-            _resource(entry.resource, base),
-            entry.scope,
-            pf.plan.project,
             plan_id,
-            entry.args,
-            say,
+            project=pf.plan.project,
+            resources=resources,
+            config=pf.plan.global_config,
+            skills=pf.plan.skills,
         )
+    say("plan", f"{plan_id} created (project {pf.plan.project})")
+    for i, entry in enumerate(pf.attachments):
+        with located(path, ("attachments", i, "resource")):
+            resource = _resource(entry.resource, base)
+        with located(path, ("attachments", i)):
+            _attach_once(
+                plane,
+                entry.validation,
+                resource,
+                entry.scope,
+                pf.plan.project,
+                plan_id,
+                entry.args,
+                say,
+            )
 
 
-def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], base: Path) -> None:
+def _preflight(
+    plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], base: Path, path: Path
+) -> None:
     """Declare everything first in a scratch ledger seeded with this ledger's registry:
     a mistake anywhere in the file is refused before the real ledger sees any of it —
     a fix path that would leave its resource (through a symlink in it, say) included."""
@@ -191,24 +218,27 @@ def _preflight(plane: Plane, pf: PlanFile, plan_id: str, resources: list[str], b
         for skill in plane.projections.documents("skills"):
             defined = SkillDefined(**msgspec.to_builtins(skill))
             scratch.append(scratch.state(f"skill:{skill.name}"), [defined])
-        _declare(scratch, pf, plan_id, resources, base, _quiet)
+        _declare(scratch, pf, plan_id, resources, base, _quiet, path)
 
 
-def _register(plane: Plane, pf: PlanFile, say: Say) -> None:
-    for spec in pf.tools:
-        done = register_tool(plane, spec)
+def _register(plane: Plane, pf: PlanFile, say: Say, path: Path | None = None) -> None:
+    for i, spec in enumerate(pf.tools):
+        with located(path, ("tools", i)):
+            done = register_tool(plane, spec)
         say(
             "register",
             f"tool {done.name} v{done.version}" + ("" if done.changed else " (unchanged)"),
         )
-    for spec in pf.validations:
-        done = register_validation(plane, spec)
+    for i, spec in enumerate(pf.validations):
+        with located(path, ("validations", i)):
+            done = register_validation(plane, spec)
         say(
             "register",
             f"validation {done.name} v{done.version}" + ("" if done.changed else " (unchanged)"),
         )
-    for spec in pf.skills:
-        done = define_skill(plane, spec)
+    for i, spec in enumerate(pf.skills):
+        with located(path, ("skills", i)):
+            done = define_skill(plane, spec)
         say("register", f"skill {done.name} v{done.version}")
 
 
@@ -553,11 +583,19 @@ def _compensate(
     plane: Plane, plan_id: str, commands: list[list[str]], sandbox: dict[str, Path], say: Say
 ) -> None:
     cwd = next(iter(sandbox.values()), None)
+    # Confined as the plan's tools are: its sandbox writable, nothing else.
+    confinement = work_confinement(plane, _plan(plane, plan_id), sandbox.values(), "compensations")
     codes, output = [], b""
     for argv in commands:
         # Bounded like every program the plane runs (the output cap, the process group
         # killed on timeout); what was cut is noted in the recorded output.
-        done = run_command(argv, cwd=cwd, timeout_s=120, max_output_bytes=output_cap())
+        done = run_command(
+            argv,
+            cwd=cwd,
+            timeout_s=120,
+            max_output_bytes=output_cap(),
+            confinement=confinement.adding(read=program_files(argv)),
+        )
         codes.append(done.exit_code if done.exit_code is not None else -1)
         output += done.stdout + done.stderr
         for name, cut in (("stdout", done.stdout_truncated), ("stderr", done.stderr_truncated)):

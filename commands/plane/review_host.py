@@ -63,14 +63,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ulid import ULID
 
 from commands.names import check_identifier, check_relative_path, inside
+from commands.runner.confine import Confinement, program_files
 from commands.runner.process import RunResult, TreeGuard, run_command, tree_digest
 from ledger import EventPayload
 from ledger.canonical import canonical_json
 from ledger.events import ReviewHostScheduled, ReviewHostStarted, ReviewRoleRan, ReviewStarted
 from ledger.intake import load_document
 from ledger.subscriptions import subscribe
-from projections.states import HostState, ReviewState, to_json
+from projections.states import HostState, PlanState, ReviewState, to_json
 
+from .confinement import plan_policy, require_confinement, review_confinement
 from .core import CommandRefused, Plane, StreamState
 from .reviews import (
     ACCOUNTING_SCHEMA,
@@ -444,6 +446,7 @@ def run_review(
         plane.projections.catch_up()
         if plane.projections.document("plans", plan_id) is None:
             raise CommandRefused(f"unknown plan {plan_id!r}")
+    require_confinement(plan_policy(_plan_of(plane, plan_id)), "the reviewer programs")
     config = reviewers.normalised()
     task_id = str(ULID())
     events: list[EventPayload] = [
@@ -640,6 +643,9 @@ class _Host:
         )
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("EVIDENCE_")}
         self.env["PYTHONDONTWRITEBYTECODE"] = "1"  # importing must not write __pycache__
+        # Seed 002's tool policy, enforced by the kernel: a candidate reads its copy of
+        # the scope (inspect), the evaluator, repair and merger nothing (no tools).
+        self.plan = _plan_of(plane, doc.plan_id)
 
     def run(self) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="evidence-review-"))
@@ -679,7 +685,9 @@ class _Host:
                 view = scratch / f"candidate-{i}"
                 shutil.copytree(scratch / "scope", view, symlinks=True)
                 guards[candidate.name] = TreeGuard(view)
-                jobs[pool.submit(self._execute, candidate, view, stdin)] = candidate
+                confined = review_confinement(self.plane, self.plan, read=[view])
+                job = pool.submit(self._execute, candidate, view, stdin, confined)
+                jobs[job] = candidate
             # Recorded as they finish: the labels A, B … follow completion, not the
             # order of the configuration (which would tell the evaluator who is who).
             for job in as_completed(jobs):
@@ -791,7 +799,10 @@ class _Host:
         """A program with no repository: in an empty directory of its own."""
         stdin = self._input(fields)
         with tempfile.TemporaryDirectory(prefix=f"evidence-review-{role}-") as empty:
-            run = self._execute(command, Path(empty), stdin)
+            # No tools: nothing readable but its empty working directory (and the
+            # allow-list, so that its interpreter runs).
+            confined = review_confinement(self.plane, self.plan, read=[Path(empty)])
+            run = self._execute(command, Path(empty), stdin, confined)
         ran = _Ran(role, name, run, _failure(run, command.timeout_s), [])
         self._record(ran)
         return ran
@@ -804,9 +815,16 @@ class _Host:
         document = {"format": ROLE_INPUT_FORMAT, "request": self.doc.request, **fields}
         return msgspec.json.encode(document)
 
-    def _execute(self, command: RoleCommand, cwd: Path, stdin: bytes) -> RunResult:
+    def _execute(
+        self, command: RoleCommand, cwd: Path, stdin: bytes, confinement: Confinement
+    ) -> RunResult:
         return run_command(
-            command.command, cwd=cwd, timeout_s=command.timeout_s, stdin=stdin, env=self.env
+            command.command,
+            cwd=cwd,
+            timeout_s=command.timeout_s,
+            stdin=stdin,
+            env=self.env,
+            confinement=confinement.adding(read=program_files(command.command)),
         )
 
     def _record(self, ran: _Ran) -> None:
@@ -838,6 +856,14 @@ class _Host:
 
     def _fail(self, reason: str) -> None:
         fail_review(self.plane, self.task_id, reason, actor=HOST_ACTOR)
+
+
+def _plan_of(plane: Plane, plan_id: str | None) -> PlanState | None:
+    """The review's plan, whose ``confinement`` policy its programs follow (None: a
+    review of no plan, confined whenever the kernel can)."""
+    if plan_id is None:
+        return None
+    return plane.state(f"plan:{plan_id}").of(PlanState)
 
 
 def _failure(run: RunResult, timeout_s: float) -> RoleFailure | None:

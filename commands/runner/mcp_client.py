@@ -12,7 +12,8 @@ fault means (a halt for a tool call, a validation without a verdict) is the call
 The plane is synchronous: the SDK's async client runs under ``anyio.run`` inside the
 call (in a thread of its own when the caller is already inside an event loop, as the
 MCP proxy's verbs are). A stdio server runs in ``cwd`` with the plane's environment (as
-command tools do) and in its own process group, which the SDK kills at the end; its
+command tools do; confined by Landlock, with ``confinement``: ``commands.runner.confine``)
+and in its own process group, which the SDK kills at the end; its
 stderr is captured and quoted in a fault's error, never passed to the user's terminal.
 The SDK's own log lines during a call are collected the same way (a traceback it would
 log never reaches a user).
@@ -42,6 +43,8 @@ import msgspec
 from ledger.canonical import CanonicalizationError, canonical_json
 from ledger.events import Truncation
 from ledger.timestamps import utc_now
+
+from .confine import Confinement, launched, launcher_failure
 
 __all__ = [
     "MCP_TOOL_RESULT",
@@ -91,7 +94,9 @@ def tool_output(result: Mapping[str, Any], structured: bool) -> Any:
 # crash: the connection ended during the call. error: the server answered the call with
 # a JSON-RPC error. protocol: it sent something that is not an MCP message. timeout: no
 # result within the timeout.
-Fault = Literal["missing_program", "unavailable", "crash", "error", "protocol", "timeout"]
+Fault = Literal[
+    "missing_program", "unavailable", "crash", "error", "protocol", "timeout", "schema_drift"
+]
 
 # spawn failures that mean "this program cannot be run here", as ``process`` judges a
 # command's (kept apart: ``process`` calls this module, never the reverse)
@@ -129,10 +134,17 @@ def call_mcp_tool(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout_s: float,
+    confinement: Confinement | None = None,
+    declared: tuple[Any, Any] | None = None,
 ) -> McpCall:
     """Call ``tool`` with ``arguments`` on the server launched by ``command`` (stdio) or
     reached at ``url`` (streamable HTTP). ``env`` (default: this process's environment)
-    is the stdio server's whole environment. Never raises for the server's sake."""
+    is the stdio server's whole environment. A stdio server runs under ``confinement``
+    (``commands.runner.confine``) when it confines. With ``declared`` (the input and
+    output schemas the tool was registered with), the server's own declaration of the
+    tool is read first (``tools/list``) and must be the same, else the call is not made:
+    fault ``schema_drift`` — the gate never checks against a stale copy. Never raises for
+    the server's sake."""
     if (command is None) == (url is None):
         raise ValueError("give exactly one of command and url")
     argv = list(command or [])
@@ -153,12 +165,33 @@ def call_mcp_tool(
         return finish(fault="unavailable", error="empty `mcp_command`: there is no server to run")
     if cwd is not None and not os.path.isdir(cwd):
         return finish(fault="unavailable", error=f"working directory {os.fspath(cwd)!r} is gone")
-    with tempfile.TemporaryFile() as stderr:
-        call = _Call(tool, dict(arguments), argv, url, cwd, env, timeout_s, stderr)
+    with (
+        tempfile.TemporaryFile() as stderr,
+        launched(argv, confinement if url is None else None, env) as (launch, child_env),
+    ):
+        call = _Call(tool, dict(arguments), argv, url, cwd, child_env, timeout_s, stderr)
+        call.declared = declared
+        call.launch = launch
         fields = _run_blocking(call.run, log)
         if fields.get("fault") is not None:
-            fields["error"] += _tail(stderr) + _log_text(log)
+            stderr.seek(0)
+            failed = launcher_failure(stderr.read(4096)) if launch != argv else None
+            if failed is not None:  # the confined launcher could not execute the server
+                number, said = failed
+                fields["fault"] = "missing_program" if number in _NOT_RUNNABLE else "unavailable"
+                fields["error"] = f"cannot start MCP server {argv[0]!r}: {said}"
+            else:
+                fields["error"] += _tail(stderr) + _log_text(log)
     return finish(**fields)
+
+
+def _canonical_or_none(schema: Any) -> bytes | None:
+    if schema is None:
+        return None
+    try:
+        return canonical_json(schema)
+    except (CanonicalizationError, TypeError, ValueError):
+        return repr(schema).encode()
 
 
 def json_bytes(value: Any) -> bytes:
@@ -198,7 +231,9 @@ class _Call:
     ) -> None:
         self.tool, self.arguments, self.argv, self.url = tool, arguments, argv, url
         self.cwd, self.env, self.timeout_s, self.stderr = cwd, env, timeout_s, stderr
+        self.launch = argv  # what is started: argv, or its confined form
         self.stage: Literal["start", "initialize", "call"] = "start"
+        self.declared: tuple[Any, Any] | None = None  # (input, output) as registered
         self.protocol_error: str | None = None
         self.scope: Any = None
 
@@ -242,6 +277,10 @@ class _Call:
             self.stage = "initialize"
             try:
                 await session.initialize()
+                if self.declared is not None:
+                    drift = await self._drift(session)
+                    if drift is not None:
+                        return {"fault": "schema_drift", "error": drift}
                 self.stage = "call"
                 request = types.CallToolRequest(
                     params=types.CallToolRequestParams(name=self.tool, arguments=self.arguments)
@@ -266,6 +305,33 @@ class _Call:
             return {"result": raw}
         return {}  # cancelled by a protocol error (see on_message)
 
+    async def _drift(self, session: Any) -> str | None:
+        """How the server's own declaration of the tool differs from the registered one
+        (None when it is the same): missing, or another input or output schema."""
+        assert self.declared is not None
+        listed: dict[str, Any] = {}
+        cursor = None
+        for _ in range(1000):  # a server that pages forever is answered, not followed
+            page = await session.list_tools(cursor) if cursor else await session.list_tools()
+            listed.update({t.name: t for t in page.tools})
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        found = listed.get(self.tool)
+        if found is None:
+            return f"the server no longer lists the tool {self.tool!r}"
+        for what, registered, now in (
+            ("input", self.declared[0], found.input_schema),
+            ("output", self.declared[1], found.output_schema),
+        ):
+            if _canonical_or_none(registered) != _canonical_or_none(now):
+                return (
+                    f"the server declares another {what} schema for {self.tool!r} than the "
+                    "one it was registered with: re-register the tool (the gate never "
+                    "checks against a stale copy)"
+                )
+        return None
+
     async def on_message(self, message: Any) -> None:
         """A transport-level exception (a line that is no MCP message) ends the call."""
         if isinstance(message, Exception) and self.protocol_error is None:
@@ -285,8 +351,8 @@ class _Call:
             transport: Any = streamable_http_client(self.url)
         else:
             params = StdioServerParameters(
-                command=self.argv[0],
-                args=self.argv[1:],
+                command=self.launch[0],
+                args=self.launch[1:],
                 env=dict(os.environ if self.env is None else self.env),
                 cwd=self.cwd,
             )

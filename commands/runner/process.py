@@ -28,9 +28,14 @@ Read-only enforcement at run time — the decision:
   validations run in parallel, and with a shared tree a write by one would be
   seen by all of them — a copy each gives exact attribution, and the original cannot be
   changed through the working directory at all, so there is nothing to roll back.
-- Limits (the caller's to close): a program that writes through an absolute path to the
-  original (e.g. an argument naming the resource's absolute path) bypasses the copy; the
-  caller can compare ``tree_digest`` of the resource before and after a batch. Sockets
+- Confined (``confinement``, ``commands.runner.confine``): the program reads its copy
+  and writes nothing but its private temporary directory, so a write fails in the
+  program itself; the digest comparison stays as a second line (and is the only one for
+  a plan that opted out of confinement).
+- Limits (the caller's to close): unconfined, a program that writes through an absolute
+  path to the original (e.g. an argument naming the resource's absolute path) bypasses
+  the copy; the caller can compare ``tree_digest`` of the resource before and after a
+  batch. Sockets
   and device files are not copied (FIFOs are recreated). Writes outside the tree (HOME,
   /tmp) are not watched. Modification times are not part of the digest. An ``mcp``
   validation's stdio server runs in the copy in a process group of its own, which the
@@ -81,6 +86,7 @@ from ledger.events import Truncation
 from ledger.intake import LIMITS, InputError, check_json_value, parse_json
 from ledger.timestamps import utc_now
 
+from .confine import Confinement, exec_failure, launched, program_files
 from .results import TransformError, apply_transform, check_validation_result
 from .trees import Entry, tree_digest
 from .trees import changed_paths as _changed
@@ -326,12 +332,17 @@ def run_command(
     stdin: bytes | None = None,
     env: Mapping[str, str] | None = None,
     max_output_bytes: int | None = None,
+    confinement: Confinement | None = None,
 ) -> RunResult:
     """Run ``argv`` (no shell) in its own process group; never raises for the program's
     sake. On timeout the whole group is killed and ``timed_out`` is set; a program that
     cannot be found or executed gives ``missing_program=argv[0]``. ``env`` (default: this
     process's environment) replaces the environment. A bare ``python`` or ``python3`` is
     the interpreter running the plane, so plan files work in any virtualenv.
+
+    With a ``confinement`` that confines, the program runs under Landlock through the
+    launcher (``commands.runner.confine``), with a private temporary directory; a
+    program the launcher cannot execute is a ``missing_program`` exactly as here.
 
     Output is bounded: at most ``max_output_bytes`` (default ``output_cap()``) of each of
     stdout and stderr is kept; the rest is read to the end (counted and hashed, so the
@@ -343,6 +354,36 @@ def run_command(
     cap = output_cap() if max_output_bytes is None else max_output_bytes
     if cap < 1:
         raise ValueError("max_output_bytes must be at least 1")
+    if not argv or confinement is None or not confinement.confined:
+        return _run_command(argv, argv, cwd=cwd, timeout_s=timeout_s, stdin=stdin, env=env, cap=cap)
+    with launched(argv, confinement, env) as (launch, child_env):
+        run = _run_command(
+            argv, launch, cwd=cwd, timeout_s=timeout_s, stdin=stdin, env=child_env, cap=cap
+        )
+    failed = exec_failure(run.exit_code, run.stderr)
+    if failed is None:
+        return run
+    number, said = failed
+    fields: dict[str, Any] = {"exit_code": None, "stdout": b"", "stderr": b""}
+    if number in _NOT_RUNNABLE:
+        fields.update(missing_program=argv[0], error=f"cannot execute {argv[0]!r}: {said}")
+    else:
+        fields.update(error=f"cannot start {argv[0]!r}: {said}")
+    return msgspec.structs.replace(run, **fields)
+
+
+def _run_command(
+    argv: list[str],
+    launch: list[str],
+    *,
+    cwd: Path | None,
+    timeout_s: float | None,
+    stdin: bytes | None,
+    env: Mapping[str, str] | None,
+    cap: int,
+) -> RunResult:
+    """``run_command``'s work: runs ``launch`` (``argv`` itself, or its confined form),
+    reports as ``argv``."""
     started, clock = utc_now(), time.monotonic()
 
     def result(**fields: Any) -> RunResult:
@@ -364,7 +405,7 @@ def run_command(
         return result(error=f"working directory {os.fspath(cwd)!r} is not a directory")
     try:
         proc = subprocess.Popen(
-            argv,
+            launch,
             cwd=cwd,
             env=dict(env) if env is not None else None,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -564,9 +605,14 @@ def run_validation(
     workdir: Path | None,
     wrapped_tool: Mapping[str, Any] | None = None,
     default_timeout_s: float = 300.0,
+    confinement: Confinement | None = None,
 ) -> ValidationRun:
     """Run one validation in its own copy of ``workdir`` (an empty directory if None) and
-    return its result. Never raises: an unexpected error is ``cause="internal"``."""
+    return its result. Never raises: an unexpected error is ``cause="internal"``.
+
+    With a ``confinement`` that confines, its program may read its copy (and what the
+    confinement allows) and write nothing but its temporary directory: a write to its
+    copy fails in the program, and is still detected here if it got through."""
     started, clock = utc_now(), time.monotonic()
     scratch: Path | None = None
     try:
@@ -579,7 +625,8 @@ def run_validation(
         else:
             shutil.copytree(workdir, copy, symlinks=True, copy_function=_copy_entry)
         before = _entries(copy)
-        outcome = _execute(spec, args, resource, copy, wrapped_tool, default_timeout_s)
+        confined = confinement.adding(read=(str(copy),)) if confinement is not None else None
+        outcome = _execute(spec, args, resource, copy, wrapped_tool, default_timeout_s, confined)
         # The program's process group is dead by now (run_command), so this is final.
         changed = _changed(before, _entries(copy))
         if changed:
@@ -644,17 +691,27 @@ def _execute(
     cwd: Path,
     wrapped_tool: Mapping[str, Any] | None,
     default_timeout_s: float,
+    confinement: Confinement | None = None,
 ) -> _Outcome:
     executor = spec.get("executor")
     if executor == "command":
-        return _run_command_validation(spec, args, cwd, default_timeout_s)
+        return _run_command_validation(spec, args, cwd, default_timeout_s, confinement)
     if executor == "python":
-        return _run_python_validation(spec, args, resource, cwd, default_timeout_s)
+        return _run_python_validation(spec, args, resource, cwd, default_timeout_s, confinement)
     if executor == "wrapped":
-        return _run_wrapped_validation(spec, args, cwd, wrapped_tool, default_timeout_s)
+        return _run_wrapped_validation(
+            spec, args, cwd, wrapped_tool, default_timeout_s, confinement
+        )
     if executor == "mcp":
-        return _run_mcp_validation(spec, args, cwd, default_timeout_s)
+        return _run_mcp_validation(spec, args, cwd, default_timeout_s, confinement)
     raise _Internal(f"unknown executor {executor!r} (expected command, python, wrapped or mcp)")
+
+
+def _with_program(confinement: Confinement | None, template: Any) -> Confinement | None:
+    """The confinement, reading what the registered command names literally too."""
+    if confinement is None or not isinstance(template, list):
+        return confinement
+    return confinement.adding(read=program_files(template))
 
 
 def _argv(template: Any, args: Mapping[str, Any], what: str) -> list[str]:
@@ -678,7 +735,11 @@ def _not_run(run: RunResult, what: str) -> _Outcome | None:
 
 
 def _run_command_validation(
-    spec: Mapping[str, Any], args: Mapping[str, Any], cwd: Path, default_timeout_s: float
+    spec: Mapping[str, Any],
+    args: Mapping[str, Any],
+    cwd: Path,
+    default_timeout_s: float,
+    confinement: Confinement | None = None,
 ) -> _Outcome:
     argv = _argv(spec.get("command"), args, "the validation")
     run = run_command(
@@ -687,6 +748,7 @@ def _run_command_validation(
         timeout_s=_timeout_s(spec, default_timeout_s),
         env=_validation_env(),
         max_output_bytes=output_cap(spec),
+        confinement=_with_program(confinement, spec.get("command")),
     )
     return _streams(run, _judge_command_validation(run))
 
@@ -733,6 +795,7 @@ def _run_wrapped_validation(
     cwd: Path,
     tool: Mapping[str, Any] | None,
     default_timeout_s: float,
+    confinement: Confinement | None = None,
 ) -> _Outcome:
     if tool is None:
         raise _Internal(
@@ -751,6 +814,7 @@ def _run_wrapped_validation(
         timeout_s=timeout,
         env=_validation_env(),
         max_output_bytes=output_cap(spec, tool),
+        confinement=_with_program(confinement, tool.get("command")),
     )
     return _streams(run, _judge_wrapped(spec, run, what))
 
@@ -856,6 +920,7 @@ def _run_python_validation(
     resource: str,
     cwd: Path,
     default_timeout_s: float,
+    confinement: Confinement | None = None,
 ) -> _Outcome:
     target = spec.get("python")
     if not isinstance(target, str) or ":" not in target:
@@ -873,6 +938,7 @@ def _run_python_validation(
         stdin=request,
         env=_validation_env(),
         max_output_bytes=output_cap(spec),
+        confinement=confinement,
     )
     return _streams(run, _judge_python(run, target))
 
@@ -920,7 +986,11 @@ _MCP_CAUSES: dict[str, Cause] = {
 
 
 def _run_mcp_validation(
-    spec: Mapping[str, Any], args: Mapping[str, Any], cwd: Path, default_timeout_s: float
+    spec: Mapping[str, Any],
+    args: Mapping[str, Any],
+    cwd: Path,
+    default_timeout_s: float,
+    confinement: Confinement | None = None,
 ) -> _Outcome:
     """Call the validation's MCP tool (a stdio server runs in ``cwd``, the throwaway
     copy, so its writes are seen as any validation's). Its structured return is the
@@ -939,6 +1009,7 @@ def _run_mcp_validation(
         cwd=cwd,
         env=_validation_env(),
         timeout_s=_timeout_s(spec, default_timeout_s),
+        confinement=_with_program(confinement, spec.get("mcp_command")),
     )
     if call.result is None:  # the server could not be started, died, failed or hung
         return _no_verdict(_MCP_CAUSES.get(call.fault or "", "crash"), f"{what}: {call.error}")

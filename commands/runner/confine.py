@@ -1,0 +1,290 @@
+"""Kernel confinement (Landlock) of the programs the plane starts: tools, validations,
+compensations, MCP servers and reviewer programs.
+
+A ``Confinement`` says what one run of a program may touch; ``launched`` turns an argv
+into the argv that runs it confined — ``python -I -S landlock_exec.py POLICY -- argv``,
+the stdlib-only launcher restricting itself before it ``exec``s the program (one
+mechanism for every spawn: no ``preexec_fn``, which is unsafe in a threaded process) —
+with a private temporary directory of its own (``TMPDIR``, ``TMP``, ``TEMP``), removed
+afterwards.
+
+What a confined program may do:
+
+- **read and execute** the allow-list: the system directories that exist (``/usr``,
+  ``/bin``, ``/sbin``, ``/lib*``, ``/etc``, ``/opt``, ``/proc``, ``/sys``), this
+  interpreter's prefixes, the directories on ``PATH`` and the real directories of
+  ``sys.path`` — without any entry that contains (or lies inside) a ``protected`` path:
+  the ledger's database file, its state directory (every plan's sandbox), the plane key.
+  Such an entry is dropped, a system directory included: keep the ledger and its key
+  out of them. The device files ``/dev/null``, ``/dev/zero``, ``/dev/full``,
+  ``/dev/random``, ``/dev/urandom`` and ``/dev/tty`` are readable and writable; nothing
+  else under ``/dev``.
+- **read** its own ``read`` paths and **write** its ``write`` paths (and its temporary
+  directory): what each kind of work gets is in ``commands.plane.confinement``. The
+  files a registered command names literally by absolute path (``program_files``: the
+  program, its script) are readable too. Every ``read`` path is filtered as the
+  allow-list is.
+- the operator adds paths for every confined program with ``EVIDENCE_CONFINE_READ`` and
+  ``EVIDENCE_CONFINE_WRITE`` in the plane's environment (``os.pathsep``-separated;
+  filtered as the allow-list is).
+
+Not confined: the network (an MCP server or a tool may need it), and reads of the
+allow-list. The ``EVIDENCE_*`` variables of the plane's environment (the database URL,
+where the key is) are not passed to a confined program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from . import landlock_exec
+
+__all__ = [
+    "LAUNCHER",
+    "READ_ENV",
+    "WRITE_ENV",
+    "Confinement",
+    "Level",
+    "Policy",
+    "allow_list",
+    "exec_failure",
+    "landlock_abi",
+    "launched",
+    "launcher_failure",
+    "program_files",
+    "unconfined",
+    "wrap",
+]
+
+Level = Literal["landlock", "unconfined"]  # what a run was: recorded on its event
+Policy = Literal["landlock", "none"]  # what a plan asks for (global_config.confinement)
+
+READ_ENV = "EVIDENCE_CONFINE_READ"
+WRITE_ENV = "EVIDENCE_CONFINE_WRITE"
+LAUNCHER = Path(landlock_exec.__file__).resolve()
+MARKER = landlock_exec.MARKER
+
+_SYSTEM = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/proc",
+    "/sys",
+)
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
+
+@functools.cache
+def landlock_abi() -> int:
+    """The running kernel's Landlock ABI version (0: none; asked once per process)."""
+    return landlock_exec.abi_version()
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What one run of a program may touch (see the module's docstring). ``level``
+    ``unconfined`` runs it as it is (the plan opted out: ``confinement: none``)."""
+
+    level: Level
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    protected: tuple[str, ...] = ()  # never reachable through the allow-list
+
+    @property
+    def confined(self) -> bool:
+        return self.level == "landlock"
+
+    def adding(self, *, read: Iterable[str] = (), write: Iterable[str] = ()) -> Confinement:
+        return replace(self, read=(*self.read, *read), write=(*self.write, *write))
+
+    @classmethod
+    def of(
+        cls,
+        policy: Policy,
+        *,
+        read: Iterable[str | os.PathLike[str]] = (),
+        write: Iterable[str | os.PathLike[str]] = (),
+        protected: Iterable[str | os.PathLike[str]] = (),
+    ) -> Confinement:
+        """The confinement a plan's ``policy`` gives: ``none`` runs unconfined. Raises
+        ``ConfinementUnavailable`` for ``landlock`` on a kernel without it."""
+        if policy == "none":
+            return unconfined()
+        if landlock_abi() < 1:
+            raise ConfinementUnavailable()
+        return cls(
+            "landlock",
+            read=tuple(os.fspath(p) for p in read),
+            write=tuple(os.fspath(p) for p in write),
+            protected=tuple(os.path.realpath(p) for p in protected),
+        )
+
+
+def unconfined() -> Confinement:
+    return Confinement("unconfined")
+
+
+class ConfinementUnavailable(Exception):
+    """The kernel has no Landlock, and the plan did not opt out of confinement."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this kernel has no Landlock (Linux 5.13 or later, enabled at boot), so "
+            "the plane cannot confine the programs it runs; a plan created with "
+            "global_config `confinement: none` runs them unconfined, and is reported so"
+        )
+
+
+# -- the allow-list --------------------------------------------------------------------
+
+
+def _env_paths(name: str) -> list[str]:
+    return [p for p in os.environ.get(name, "").split(os.pathsep) if os.path.isabs(p)]
+
+
+def _touches(path: str, protected: Sequence[str]) -> bool:
+    """``path`` contains a protected path, or lies inside one."""
+    for guarded in protected:
+        if guarded == path or guarded.startswith(path.rstrip("/") + "/"):
+            return True
+        if path.startswith(guarded.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def _existing(paths: Iterable[str], protected: Sequence[str]) -> list[str]:
+    """Each path's real path, if it exists and touches nothing protected; in order, once."""
+    kept: dict[str, None] = {}
+    for path in paths:
+        if not path or not os.path.isabs(path):
+            continue  # "" and relative entries mean the working directory: not allowed
+        real = os.path.realpath(path)
+        if os.path.exists(real) and not _touches(real, protected):
+            kept[real] = None
+    # An entry inside another adds nothing (a rule covers everything beneath it).
+    return [p for p in kept if not any(p.startswith(o.rstrip("/") + "/") for o in kept)]
+
+
+def allow_list(protected: Sequence[str] = ()) -> list[str]:
+    """What every confined program may read and execute (see the module's docstring)."""
+    candidates = [
+        *_SYSTEM,
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        *os.get_exec_path(),
+        *(p for p in sys.path if isinstance(p, str)),
+        *_env_paths(READ_ENV),
+    ]
+    return _existing(candidates, protected)
+
+
+def program_files(template: Iterable[object] | None) -> list[str]:
+    """The files a registered command names literally: each item of its argv template
+    with no placeholder that is the absolute path of an existing regular file (the
+    program, its script). A confined run of it may read and execute them — what the
+    operator registered — but never a directory named so, nor anything a placeholder
+    fills in (the agent's values)."""
+    return [
+        item
+        for item in template or ()
+        if isinstance(item, str)
+        and "{" not in item
+        and os.path.isabs(item)
+        and os.path.isfile(item)
+    ]
+
+
+# -- launching ---------------------------------------------------------------------------
+
+
+def wrap(argv: Sequence[str], confinement: Confinement) -> list[str]:
+    """The argv that runs ``argv`` under ``confinement`` (``argv`` itself unconfined)."""
+    if not confinement.confined:
+        return list(argv)
+    protected = confinement.protected
+    write = [*confinement.write, *_existing(_env_paths(WRITE_ENV), protected)]
+    write_real = {os.path.realpath(p) for p in write}
+    read = _existing([*allow_list(protected), *confinement.read], protected)
+    read = [p for p in read if p not in write_real]
+    policy = [*(f"r:{p}" for p in read), *(f"w:{p}" for p in [*write, *_DEVICES])]
+    return [sys.executable, "-I", "-S", os.fspath(LAUNCHER), *policy, "--", *argv]
+
+
+@contextlib.contextmanager
+def launched(
+    argv: Sequence[str], confinement: Confinement | None, env: Mapping[str, str] | None
+) -> Iterator[tuple[list[str], dict[str, str] | None]]:
+    """The argv and environment that run ``argv`` under ``confinement``, while inside:
+    a confined run gets a private temporary directory (``TMPDIR``, ``TMP``, ``TEMP``),
+    removed on the way out, and none of the plane's ``EVIDENCE_*`` variables."""
+    if confinement is None or not confinement.confined:
+        yield list(argv), None if env is None else dict(env)
+        return
+    temp = tempfile.mkdtemp(prefix="evidence-tmp-")
+    try:
+        base = os.environ if env is None else env
+        child = {k: v for k, v in base.items() if not k.startswith("EVIDENCE_")}
+        child.update(TMPDIR=temp, TMP=temp, TEMP=temp)
+        yield wrap(argv, confinement.adding(write=(temp,))), child
+    finally:
+        _remove(temp)
+
+
+def exec_failure(exit_code: int | None, stderr: bytes) -> tuple[int, str] | None:
+    """``(errno, message)`` when a confined run's launcher could not start its program
+    (``errno`` 0: the confinement itself could not be set up); None otherwise."""
+    if exit_code not in (landlock_exec.EXEC_FAILED, landlock_exec.SETUP_FAILED):
+        return None
+    return launcher_failure(stderr)
+
+
+def launcher_failure(stderr: bytes) -> tuple[int, str] | None:
+    """``exec_failure`` read from the stderr alone (for a server whose exit status is
+    not known): the launcher's one line, if it is the first."""
+    line = stderr.split(b"\n", 1)[0].decode("utf-8", "replace")
+    if not line.startswith(MARKER):
+        return None
+    said = line[len(MARKER) :].strip()
+    if not said.startswith("exec errno="):
+        return 0, said
+    code, _, message = said.removeprefix("exec errno=").partition(" ")
+    try:
+        number = int(code)
+    except ValueError:
+        return None
+    if number == errno.EACCES:
+        message += (
+            " (a confined program runs only what it may read: add its directory to "
+            f"{READ_ENV} in the plane's environment)"
+        )
+    return number, message
+
+
+def _remove(root: str) -> None:
+    """Delete a temporary tree, even one a program made unwritable."""
+
+    def retry(function: object, path: str, _exc: object) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            if callable(function):
+                function(path)
+
+    shutil.rmtree(root, onerror=retry)

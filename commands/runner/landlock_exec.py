@@ -1,0 +1,211 @@
+"""Run a program confined by Landlock: the launcher every confined process of the plane
+starts through (``commands.runner.confine.wrap``).
+
+    python -I -S landlock_exec.py [r:PATH | w:PATH]... -- PROGRAM ARG...
+
+Each ``r:PATH`` allows reading (and executing) beneath PATH, each ``w:PATH`` writing
+too (one argument a path: any byte but NUL, no quoting; the policy is not JSON because
+importing ``json`` would double the launcher's start-up time). It builds a Landlock
+ruleset that handles every file-system right the running kernel's ABI knows
+(ABI 1 the base set; 2 ``REFER``; 3 ``TRUNCATE``; 5 ``IOCTL_DEV``), allows read and
+execute beneath each ``r:`` path and every right but making device nodes beneath each
+``w:`` path (a path that does not exist is skipped; a file gets the file rights of
+its list), scopes signals to the domain (ABI 6: the program cannot signal the plane),
+sets ``PR_SET_NO_NEW_PRIVS``, restricts itself, then ``execvp``s the program. Network
+access is not restricted. Everything the program starts inherits the confinement; it
+can only be narrowed further.
+
+It imports the standard library only and runs with ``-I -S`` (no site, no user or
+working-directory path), so nothing of the tree it confines can stand in for it. A
+program that cannot be executed (not found, not executable, outside what the policy
+lets it read) is one line on stderr starting with ``MARKER`` and the exit status
+``EXEC_FAILED``; a confinement that cannot be set up is one line with ``MARKER`` and
+``SETUP_FAILED`` — the program never runs unconfined.
+
+The syscalls are called directly (``ctypes``): no Python binding of Landlock is a
+stable release yet. Their numbers are the generic ones (444-446), the same on x86_64,
+aarch64 and the other architectures Linux runs this on.
+"""
+
+import ctypes
+import errno
+import os
+import stat
+import sys
+
+MARKER = "evidence-confine:"
+EXEC_FAILED = 127  # with MARKER on stderr: the program could not be executed
+SETUP_FAILED = 126  # with MARKER on stderr: the confinement could not be set up
+
+_SYS_CREATE_RULESET = 444
+_SYS_ADD_RULE = 445
+_SYS_RESTRICT_SELF = 446
+_CREATE_RULESET_VERSION = 1 << 0
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+# Access rights (include/uapi/linux/landlock.h)
+EXECUTE = 1 << 0
+WRITE_FILE = 1 << 1
+READ_FILE = 1 << 2
+READ_DIR = 1 << 3
+REMOVE_DIR = 1 << 4
+REMOVE_FILE = 1 << 5
+MAKE_CHAR = 1 << 6
+MAKE_DIR = 1 << 7
+MAKE_REG = 1 << 8
+MAKE_SOCK = 1 << 9
+MAKE_FIFO = 1 << 10
+MAKE_BLOCK = 1 << 11
+MAKE_SYM = 1 << 12
+REFER = 1 << 13  # ABI 2
+TRUNCATE = 1 << 14  # ABI 3
+IOCTL_DEV = 1 << 15  # ABI 5
+SCOPE_SIGNAL = 1 << 1  # ABI 6 (scoped)
+
+# The rights that apply to a file (not a directory) in a rule.
+_FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
+
+
+def handled_rights(abi: int) -> int:
+    """Every file-system right ABI ``abi`` knows (0 for none)."""
+    if abi < 1:
+        return 0
+    rights = (1 << 13) - 1  # ABI 1: EXECUTE .. MAKE_SYM
+    if abi >= 2:
+        rights |= REFER
+    if abi >= 3:
+        rights |= TRUNCATE
+    if abi >= 5:
+        rights |= IOCTL_DEV
+    return rights
+
+
+def read_rights(abi: int) -> int:
+    return (EXECUTE | READ_FILE | READ_DIR) & handled_rights(abi)
+
+
+def write_rights(abi: int) -> int:
+    """Everything but making device nodes (a device node in a writable directory would
+    open whatever device it names)."""
+    return handled_rights(abi) & ~(MAKE_CHAR | MAKE_BLOCK)
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1  # __attribute__((packed)) in the kernel's header
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_LIBC: list[ctypes.CDLL] = []  # loaded on first use
+
+
+def _libc() -> ctypes.CDLL:
+    if not _LIBC:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        _LIBC.append(libc)
+    return _LIBC[0]
+
+
+def _syscall(*args: int) -> int:
+    ctypes.set_errno(0)
+    result = _libc().syscall(*(ctypes.c_long(a) for a in args))
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return int(result)
+
+
+def abi_version() -> int:
+    """The Landlock ABI version of the running kernel; 0 when it has none (not Linux,
+    built without it, or disabled at boot)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        return _syscall(_SYS_CREATE_RULESET, 0, 0, _CREATE_RULESET_VERSION)
+    except (OSError, AttributeError):
+        return 0
+
+
+def restrict_self(read: list[str], write: list[str]) -> None:
+    """Confine this process (and everything it starts) to ``read`` and ``write``;
+    ``OSError`` when the kernel refuses. Single-threaded callers only: the restriction
+    applies to the calling thread."""
+    abi = abi_version()
+    if abi < 1:
+        raise OSError(errno.EOPNOTSUPP, "Landlock is not available in this kernel")
+    attr = _RulesetAttr(handled_rights(abi), 0, SCOPE_SIGNAL if abi >= 6 else 0)
+    # The struct grew with the ABI: pass only the part this kernel knows.
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), size, 0)
+    try:
+        for paths, rights in ((read, read_rights(abi)), (write, write_rights(abi))):
+            for path in paths:
+                _add_rule(ruleset, path, rights)
+        if _libc().prctl(*(ctypes.c_long(a) for a in (_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"PR_SET_NO_NEW_PRIVS: {os.strerror(code)}")
+        _syscall(_SYS_RESTRICT_SELF, ruleset, 0)
+    finally:
+        os.close(ruleset)
+
+
+def _add_rule(ruleset: int, path: str, rights: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # absent (or unreachable): nothing to allow there
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            rights &= _FILE_RIGHTS
+        attr = _PathBeneathAttr(rights, fd)
+        _syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.addressof(attr), 0)
+    finally:
+        os.close(fd)
+
+
+def _say(text: str) -> None:
+    try:  # noqa: SIM105 (contextlib would be one more import at every start)
+        os.write(2, f"{MARKER} {text}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def main(argv: list[str]) -> int:
+    try:
+        end = argv.index("--")
+    except ValueError:
+        end = -1
+    if end < 0 or end == len(argv) - 1:
+        _say("usage: landlock_exec.py [r:PATH | w:PATH]... -- PROGRAM ARG...")
+        return SETUP_FAILED
+    read = [item[2:] for item in argv[:end] if item.startswith("r:")]
+    write = [item[2:] for item in argv[:end] if item.startswith("w:")]
+    if len(read) + len(write) != end:
+        _say("setup failed: a policy item is neither r:PATH nor w:PATH")
+        return SETUP_FAILED
+    os.get_exec_path()  # imports what execvp needs while the library is still readable
+    try:
+        restrict_self(read, write)
+    except OSError as exc:
+        _say(f"setup failed: cannot confine the program with Landlock: {exc}")
+        return SETUP_FAILED
+    program = argv[end + 1]
+    try:
+        os.execvp(program, argv[end + 1 :])
+    except OSError as exc:
+        code = exc.errno or 0
+        _say(f"exec errno={code} cannot execute {program!r}: {exc.strerror or exc}")
+    return EXEC_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
