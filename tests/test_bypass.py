@@ -33,7 +33,8 @@ from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_validation
 from commands.plane.runs import call_tool, record_halt, validate_plan
-from commands.plane.signing import decision_record, load_or_create_plane_key, sign_record
+from commands.rules.signing import decision_record, load_or_create_plane_key, sign_record
+from commands.runner.sandbox import encode_trees
 from ledger.bundle import load_bundle, write_bundle
 from ledger.events import (
     DecisionRecorded,
@@ -139,13 +140,20 @@ def test_a_strategy_revision_keeps_every_member_and_adds_new_ones(
 
 
 def test_a_forged_smaller_binding_set_is_refused_and_audited(plane: Plane, tmp_path: Path) -> None:
+    """A first Execute well formed in every other way (its snapshot recorded): only the
+    plane's own check of the binding set against the registry can refuse it."""
     status_plan(plane, tmp_path, {}, execute=False)
-    [at] = forge(plane.store, "plan:P-1", ExecuteEntered(plan_id="P-1", revision=0))
+    snapshot = plane.store.put_blob(encode_trees({}))
+    [at] = forge(
+        plane.store,
+        "plan:P-1",
+        ExecuteEntered(plan_id="P-1", revision=0, snapshot_sha256=snapshot),
+    )
     before = plane.store.head().size
-    with pytest.raises(TamperedPlan, match=f"position {at}"):
+    with pytest.raises(TamperedPlan, match=f"position {at}.*every attachment that applied"):
         validate_plan(plane, "P-1")
     assert plane.store.head().size == before
-    assert "binding" in _invariants_at(plane, at)
+    assert _invariants_at(plane, at) == {"binding"}
 
 
 # -- 2. no vacuous pass -------------------------------------------------------------------
@@ -591,7 +599,7 @@ def test_a_forged_apply_chain_without_the_plane_key_is_audited(
         ended_at="2026-11-30T00:00:01Z",
         duration_ms=1000,
     )
-    from commands.plane.lifecycle import results_digest
+    from commands.rules.verdicts import results_digest
 
     digest = results_digest([result])
     token_id = "01J0000000000000000000000K"
@@ -743,6 +751,31 @@ def test_a_halt_after_a_pass_supersedes_its_token(plane: Plane, tmp_path: Path) 
     with pytest.raises(CommandRefused, match="moved on"):
         apply_plan(plane, "P-1", token)
     assert audit(plane.store).ok
+
+
+def test_a_token_minted_past_the_plane_is_refused_by_the_plane(
+    plane: Plane, tmp_path: Path
+) -> None:
+    """After the plane's genuine passing run and token, a second token for the same run,
+    minted past the plane (legal by the rules: only its signature gives it away). The
+    plane refuses the plan at that mint itself, not only audit."""
+    status_plan(plane, tmp_path, {})
+    (work(plane) / "status.txt").write_text("good\n")
+    assert validate_plan(plane, "P-1").token
+    minted = next(
+        e.payload for e in plane.store.read_stream("plan:P-1") if isinstance(e.payload, TokenMinted)
+    )
+    forged = msgspec.structs.replace(
+        minted,
+        token_id="01J0000000000000000000000F",
+        signature=base64.b64encode(b"\0" * 64).decode(),
+    )
+    [at] = forge(plane.store, "plan:P-1", forged)
+    with pytest.raises(TamperedPlan, match=f"position {at}.*signed by the plane key"):
+        plane.state("plan:P-1")
+    public = load_or_create_plane_key(plane.store.url).public_key()
+    found = {v.invariant for v in audit(plane.store, plane_public_key=public).violations}
+    assert "token_signature" in found
 
 
 def test_a_replayed_mint_does_not_revive_a_superseded_token(plane: Plane, tmp_path: Path) -> None:

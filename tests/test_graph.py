@@ -676,8 +676,25 @@ def test_impossible_field(schema: Any, fields: list[str], refused: str | None) -
 
 
 class _Trace:
-    def __init__(self, fail: frozenset[str] = frozenset(), sleep: float = 0.2) -> None:
-        self.fail, self.sleep = fail, sleep
+    """A node runner that records, as each node starts, which nodes were running.
+
+    The nodes ``together`` meet at a barrier once started, so none of them returns
+    before all of them are running: they overlap by construction, not by timing (a
+    scheduler that ran them one at a time would break the barrier, after a generous
+    wait, and fail the test). Every other node, and those that ``linger``, then hold for
+    ``hold`` seconds, a window in which a node wrongly started beside it (or a caller
+    that did not wait for it) is seen: it can hide a bug on a slow machine, never fail a
+    correct scheduler."""
+
+    def __init__(
+        self,
+        fail: frozenset[str] = frozenset(),
+        together: frozenset[str] = frozenset(),
+        linger: frozenset[str] = frozenset(),
+        hold: float = 0.05,
+    ) -> None:
+        self.fail, self.together, self.linger, self.hold = fail, together, linger, hold
+        self.barrier = threading.Barrier(len(together) or 1, timeout=60)
         self.lock = threading.Lock()
         self.running: set[str] = set()
         self.overlaps: list[tuple[str, frozenset[str]]] = []
@@ -688,7 +705,10 @@ class _Trace:
             self.started.append(name)
             self.overlaps.append((name, frozenset(self.running)))
             self.running.add(name)
-        time.sleep(self.sleep)
+        if name in self.together:
+            self.barrier.wait()
+        if name not in self.together or name in self.linger:
+            time.sleep(self.hold)
         with self.lock:
             self.running.discard(name)
         if name == "boom":
@@ -703,23 +723,24 @@ def test_run_graph_order_exclusivity_and_failure() -> None:
         Node("w", frozenset(), exclusive=True),
         Node("c", frozenset({"a", "b"})),
     ]
-    trace = _Trace()
+    trace = _Trace(together=frozenset({"a", "b"}))
     assert run_graph(nodes, trace, max_workers=4)
     overlaps = dict(trace.overlaps)
-    assert overlaps["b"] == {"a"}  # a and b together
+    # a and b together: the one that started second saw the first one running
+    assert sorted(sorted(overlaps[n]) for n in "ab") in ([[], ["a"]], [[], ["b"]])
     assert overlaps["w"] == set()  # the writer alone, and nothing started beside it
     assert all("w" not in running for running in overlaps.values())
     assert trace.started.index("c") > trace.started.index("w")  # c waited behind w
 
-    failing = _Trace(fail=frozenset({"a"}))
+    failing = _Trace(fail=frozenset({"a"}), together=frozenset({"a", "b"}))
     assert not run_graph(nodes, failing, max_workers=4)
-    assert failing.started == ["a", "b"]  # b was running; nothing started after a failed
+    assert sorted(failing.started) == ["a", "b"]  # b was running; nothing started after a failed
 
-    raising = _Trace()
+    raising = _Trace(together=frozenset({"boom", "slow"}), linger=frozenset({"slow"}))
     nodes = [Node("boom", frozenset()), Node("slow", frozenset()), Node("x", frozenset({"boom"}))]
     with pytest.raises(RuntimeError, match="boom"):
         run_graph(nodes, raising, max_workers=4)
-    assert raising.started == ["boom", "slow"] and not raising.running  # waited for slow
+    assert sorted(raising.started) == ["boom", "slow"] and not raising.running  # waited for slow
 
 
 def test_validation_data_is_open_downstream(sqlite_url: str, tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ the time it returns."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -27,20 +26,21 @@ def test_every_window_in_order_read_in_another_thread() -> None:
 
 
 def test_the_next_window_is_read_while_this_one_is_worked_on() -> None:
-    read_at: list[float] = []
+    """Shown by events, not by timing: the fold holds window 0 until window 1 has been
+    read. Read in turn, window 1 would only be read when the fold asked for it, so the
+    wait would give up (a generous bound: it fails, it never passes, on time)."""
+    read = [threading.Event() for _ in range(3)]
 
     def windows() -> Iterator[int]:
         for i in range(3):
-            read_at.append(time.monotonic())
-            time.sleep(0.05)  # the driver waiting, the GIL released
+            read[i].set()
             yield i
 
-    started = time.monotonic()
-    for _ in read_ahead(windows()):
-        time.sleep(0.05)  # the fold
-    took = time.monotonic() - started
-    # In turn: 3 reads + 3 folds = 0.30 s; overlapped: about 0.20 s.
-    assert took < 0.27, took
+    seen: list[tuple[int, bool]] = []
+    for window in read_ahead(windows()):
+        ahead = window + 1 < len(read) and read[window + 1].wait(timeout=60)
+        seen.append((window, ahead))
+    assert seen == [(0, True), (1, True), (2, False)]
 
 
 def test_an_error_while_reading_is_raised_in_the_caller() -> None:

@@ -14,6 +14,7 @@ import signal
 import stat
 import sys
 import textwrap
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -731,27 +732,35 @@ def test_unexpected_problems_are_internal_results(spec: dict[str, Any]) -> None:
 
 
 def test_run_parallel_keeps_order_and_overlaps(tmp_path: Path) -> None:
+    """The three jobs run at once (each meets the others at a barrier before it runs its
+    program: run one at a time, the barrier breaks after a generous wait and the results
+    say so), and the results come back in input order although the first job finishes
+    last (it waits for the other two to have finished). Events, not timing."""
     prog = script(
         tmp_path,
-        "slow.py",
+        "say.py",
         """\
-        import json, sys, time
-        time.sleep(float(sys.argv[2]))
+        import json, sys
         print(json.dumps({"passed": True, "message": sys.argv[1]}))
     """,
     )
+    running = threading.Barrier(3, timeout=60)
+    finished = [threading.Event() for _ in range(3)]
 
-    def job(index: int, delay: float) -> Any:
-        spec = command_spec([PY, prog, str(index), str(delay)])
-        return lambda: run_validation(spec, {}, "r", workdir=None)
+    def job(index: int) -> Any:
+        def run() -> ValidationRun:
+            running.wait()
+            if index == 0:
+                assert finished[1].wait(60) and finished[2].wait(60)
+            result = run_validation(command_spec([PY, prog, str(index)]), {}, "r", workdir=None)
+            finished[index].set()
+            return result
 
-    # The first sleeps longest, so completion order differs from input order.
-    runs = run_parallel([job(0, 1.0), job(1, 0.6), job(2, 0.6)], max_workers=3)
-    assert [r.message for r in runs] == ["0", "1", "2"]
-    assert all(r.verdict is True for r in runs)
-    starts = [parse_ts(r.started_at) for r in runs]
-    ends = [parse_ts(r.ended_at) for r in runs]
-    assert max(starts) < min(ends), "the three validations did not run at the same time"
+        return run
+
+    runs = run_parallel([job(0), job(1), job(2)], max_workers=3)
+    assert [(r.verdict, r.message) for r in runs] == [(True, "0"), (True, "1"), (True, "2")], runs
+    assert all(e.is_set() for e in finished)
 
 
 def test_run_parallel_turns_a_raising_job_into_an_internal_result() -> None:

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from commands.plane.signing import (
+from commands.rules.signing import (
     DECISION_CHOICES,
     PLANE_KEY_ENV,
     SigningError,
@@ -39,6 +39,7 @@ from commands.plane.signing import (
     verify_record,
     verify_token,
 )
+from commands.rules.trust import ApproverKey, decision_problem
 from ledger.canonical import canonical_json
 from ledger.errors import LedgerError
 from ledger.events import DecisionRecorded
@@ -392,19 +393,74 @@ def test_unknown_domain_is_a_programming_error(approver: Ed25519PrivateKey) -> N
 
 
 def test_plane_key_cannot_authorize_a_decision(tmp_path: Path, approver: Ed25519PrivateKey) -> None:
-    """The agent side holds the plane key, not the approver's: whatever it signs, in
-    either domain, never verifies as the approver's decision."""
+    """The agent side holds the plane key, not the approver's: a decision it signs, in
+    either domain, is refused where the plane checks decisions (``decision_problem``,
+    against the approver's registered key), where the approver's own signature of the
+    very same record is accepted."""
     plane_key = load_or_create_plane_key(f"sqlite:///{tmp_path / 'evidence.db'}")
     record = _decision()
+    registered = ApproverKey("alice", public_key_b64(approver), "active")
+    leaf = bytes.fromhex(str(record["escalation_hash"]))
+
+    def decided(signature: str) -> DecisionRecorded:
+        return DecisionRecorded(
+            **record,  # type: ignore[arg-type]
+            approver="alice",
+            key_fingerprint=fingerprint(approver),
+            signature=signature,
+        )
+
+    signed = sign_record(approver, record, domain="decision")
+    assert decision_problem(decided(signed), leaf, registered) is None
     for domain in ("decision", "token"):
         forged = sign_record(plane_key, record, domain=domain)  # type: ignore[arg-type]
-        assert not verify_record(approver.public_key(), record, forged, domain="decision")
+        problem = decision_problem(decided(forged), leaf, registered)
+        assert problem is not None and "signature verifies" in problem, problem
+    # Nor does the plane key pass for the approver's key: a key registered under the
+    # plane's public key is not the named approver's unless it was registered for her.
+    as_plane = ApproverKey("alice", public_key_b64(plane_key), "active")
+    assert decision_problem(decided(signed), leaf, as_plane) is not None
     # And a token signature of the plane never doubles as a decision signature.
     token = _mint(plane_key)
     claims = msgspec.to_builtins(read_token(token))
     token_sig = base64.b64encode(_unb64url(token.split(".")[2])).decode()
     assert verify_record(plane_key.public_key(), claims, token_sig, domain="token")
     assert not verify_record(plane_key.public_key(), claims, token_sig, domain="decision")
+
+
+def test_decision_problem_checks_each_condition(approver: Ed25519PrivateKey) -> None:
+    """Where the plane and audit check a decision: each condition alone refuses one that
+    is otherwise perfectly signed by the approver's registered, active key."""
+    record = _decision()
+    leaf = bytes.fromhex(str(record["escalation_hash"]))
+    alice = ApproverKey("alice", public_key_b64(approver), "active")
+
+    def decided(
+        *, escalation_hash: str | None = None, approver_name: str = "alice"
+    ) -> DecisionRecorded:
+        signed = _decision(escalation_hash=escalation_hash or record["escalation_hash"])
+        return DecisionRecorded(
+            **signed,  # type: ignore[arg-type]
+            approver=approver_name,
+            key_fingerprint=fingerprint(approver),
+            signature=sign_record(approver, signed, domain="decision"),
+        )
+
+    assert decision_problem(decided(), leaf, alice) is None
+    refused = [
+        ("follows its escalation", decision_problem(decided(), None, alice)),
+        # signed (validly) over another escalation's leaf hash
+        ("leaf hash", decision_problem(decided(escalation_hash="cd" * 32), leaf, alice)),
+        # alice's key, but the decision says bob decided
+        ("registered key of 'bob'", decision_problem(decided(approver_name="bob"), leaf, alice)),
+        ("registered key of 'alice'", decision_problem(decided(), leaf, None)),
+        (
+            "active at its position",
+            decision_problem(decided(), leaf, ApproverKey("alice", alice.public_key, "revoked")),
+        ),
+    ]
+    for fragment, problem in refused:
+        assert problem is not None and fragment in problem, (fragment, problem)
 
 
 def test_decision_record_shape() -> None:

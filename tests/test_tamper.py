@@ -327,6 +327,39 @@ def test_deleted_middle_row_is_reported_as_a_hole(unguarded: Ledger) -> None:
     assert report.first_bad_position in (target, target + 1)
 
 
+@pytest.mark.parametrize(
+    ("column", "edit", "kind"),
+    [
+        ("frontier", "zeroed", "head_root"),
+        ("frontier", "one_bit", "head_root"),
+        ("frontier", "emptied", "head_root"),
+        ("chain_hash", "one_bit", "head_chain"),
+    ],
+)
+def test_an_edited_ledger_head_is_found(
+    populated: Ledger, column: str, edit: str, kind: str
+) -> None:
+    """The head's Merkle frontier is what the next append extends and what a checkpoint
+    signs the root of; its chain hash is what the next row chains from. The head is a
+    plain row every append updates (no trigger can guard it), so an edit of it needs no
+    trigger dropped: verify must recompute both."""
+    with populated.attacker.begin() as conn:
+        stored = conn.execute(
+            sa.text(f"SELECT {column} FROM ledger_head WHERE id = 1")
+        ).scalar_one()
+        edited = {
+            "zeroed": bytes(len(stored)),
+            "one_bit": bytes([stored[0] ^ 0x01]) + bytes(stored[1:]),
+            "emptied": b"",
+        }[edit]
+        conn.execute(sa.text(f"UPDATE ledger_head SET {column} = :v WHERE id = 1"), {"v": edited})
+
+    report = populated.verify()
+    assert not report.ok
+    assert [p.kind for p in report.problems] == [kind]
+    assert report.first_bad_position is None  # about the head, not a row
+
+
 def test_deleted_tail_without_head_rewind_is_found(unguarded: Ledger) -> None:
     # The naive truncation: rows gone, head untouched. The head gives it away.
     with unguarded.attacker.begin() as conn:

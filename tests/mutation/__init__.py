@@ -1,0 +1,1 @@
+"""Mutation testing of the security-critical checks (docs/testing.md "Mutation testing")."""
