@@ -8,6 +8,11 @@ does, and numbers printed as ECMAScript prints an IEEE-754 double.
 Integers are accepted only inside the interoperable range +-(2**53 - 1) (I-JSON,
 RFC 7493): beyond it a double cannot hold the value and two parties could disagree.
 NaN and the infinities have no JSON form and are rejected.
+
+What the log stores obeys one more rule (``safe_numbers``, as ``Store.append`` encodes
+payloads and deltas): an integral float beyond that range and below 1e21 (``8e15 +
+8e15``) is refused too. JCS writes it as integer digits, which every reader reads back as
+an integer beyond the range: the input layer's rule (``ledger.intake``), for every path.
 """
 
 from __future__ import annotations
@@ -49,11 +54,13 @@ class CanonicalizationError(ValueError):
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 
 
-def canonical_json(value: Any) -> bytes:
-    """Return the RFC 8785 canonical UTF-8 bytes of a JSON-compatible value."""
+def canonical_json(value: Any, *, safe_numbers: bool = False) -> bytes:
+    """Return the RFC 8785 canonical UTF-8 bytes of a JSON-compatible value. With
+    ``safe_numbers`` (what the log stores), an integral float outside ±(2^53 - 1) and
+    below 1e21 is refused: its canonical form would read back as an unsafe integer."""
     if _is_plain(value):
         return _encode(value)
-    return _exact(value)
+    return _exact(value, safe_numbers)
 
 
 def canonical_struct(struct: msgspec.Struct) -> bytes:
@@ -61,7 +68,8 @@ def canonical_struct(struct: msgspec.Struct) -> bytes:
 
     Only the fields whose declared type admits a number or free-form JSON are inspected
     in Python; the rest is encoded by msgspec in one C call. msgspec does not check
-    types on construction, so the caller validates the result by decoding it.
+    types on construction, so the caller validates the result by decoding it. Numbers
+    obey the log's rule (``canonical_json(..., safe_numbers=True)``).
     """
     return struct_encoder(type(struct))(struct)
 
@@ -83,7 +91,7 @@ def struct_encoder(cls: type[msgspec.Struct]) -> Callable[[Any], bytes]:
                 return _encode_sorted(struct)
             except UnicodeEncodeError as exc:  # a lone surrogate has no UTF-8 form
                 raise CanonicalizationError(str(exc)) from None
-        return _exact(msgspec.to_builtins(struct))
+        return _exact(msgspec.to_builtins(struct), True)
 
     _STRUCT_ENCODERS[cls] = encode
     return encode
@@ -175,10 +183,15 @@ def _is_plain(value: Any) -> bool:
     return False
 
 
-def _exact(value: Any) -> bytes:
+def _exact(value: Any, safe_numbers: bool = False) -> bytes:
     parts: list[bytes] = []
-    _emit(value, parts.append)
+    _emit(value, parts.append, safe_numbers)
     return b"".join(parts)
+
+
+def _unsafe_integral(value: float) -> bool:
+    """An integral float that JCS writes as integer digits beyond ±(2^53 - 1)."""
+    return MAX_SAFE_INTEGER < abs(value) < 1e21 and value.is_integer()
 
 
 def canonical_number(value: int | float) -> str:
@@ -226,7 +239,7 @@ def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be")
 
 
-def _emit(value: Any, out: Any) -> None:
+def _emit(value: Any, out: Any, safe_numbers: bool = False) -> None:
     kind = type(value)
     if kind is str:
         out(_encode_str(value))
@@ -249,7 +262,7 @@ def _emit(value: Any, out: Any) -> None:
             first = False
             out(_encode_str(key))
             out(b":")
-            _emit(value[key], out)
+            _emit(value[key], out, safe_numbers)
         out(b"}")
     elif kind is list or kind is tuple:
         out(b"[")
@@ -258,7 +271,7 @@ def _emit(value: Any, out: Any) -> None:
             if not first:
                 out(b",")
             first = False
-            _emit(item, out)
+            _emit(item, out, safe_numbers)
         out(b"]")
     elif value is None:
         out(b"null")
@@ -267,6 +280,11 @@ def _emit(value: Any, out: Any) -> None:
     elif value is False:
         out(b"false")
     elif kind is int or kind is float:
+        if safe_numbers and kind is float and _unsafe_integral(value):
+            raise CanonicalizationError(
+                f"{value!r} is an integer outside the interoperable range +-(2**53 - 1) "
+                "(its canonical form is integer digits, read back as such an integer)"
+            )
         out(canonical_number(value).encode("ascii"))
     else:
         raise CanonicalizationError(f"{kind.__name__} is not a JSON type")

@@ -15,6 +15,15 @@ Ed25519 signature type of signed notes). The key name defaults to the origin, as
 transparency-dev tools do. Any tool that reads checkpoints (``note.Open`` in Go) can
 check one printed here with the public key, and the reverse.
 
+A reader is configured with a **verifier key** (C2SP signed-note, Go's ``NewVerifier``):
+``<name>+<key hash, 8 hex digits>+<base64(0x01 || raw Ed25519 public key)>``
+(``VerifierKey``). ``open_note`` accepts a note only when a signature line carries
+exactly that name and key hash and verifies; lines by any other (name, key hash) are
+ignored, as ``note.Open`` ignores unknown signers, and a known line that does not verify
+fails the note. A bare public key given to check a *checkpoint* stands for the verifier
+key named after the checkpoint's origin (the name this module signs under), never for
+"any name".
+
 ``verify_against_checkpoint`` is the auditor's check: the note is signed by the given key,
 and the current log extends the tree head it names (an RFC 9162 consistency proof from
 that head to the current one, computed from the stored leaves, and ``verify_store`` over
@@ -28,6 +37,7 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import msgspec
 import sqlalchemy as sa
@@ -57,6 +67,8 @@ __all__ = [
     "CheckpointReport",
     "InclusionProof",
     "Signature",
+    "Verifier",
+    "VerifierKey",
     "consistency_with",
     "format_signature",
     "inclusion_from_leaves",
@@ -64,18 +76,21 @@ __all__ = [
     "open_note",
     "parse_checkpoint",
     "parse_note",
+    "parse_verifier_key",
     "prove_inclusion",
     "sign_checkpoint",
     "sign_note",
     "stored_leaves",
+    "verifier_key",
     "verify_against_checkpoint",
     "verify_checkpoint_signature",
 ]
 
 SIGNATURE_PREFIX = "\u2014 "  # an em dash and a space start every signature line
 _ED25519_TYPE = b"\x01"
-_SIG_LEN = 64
 _MAX_NOTE = 64 * 1024
+_MAX_SIGNATURES = 100  # note.Open refuses a note with more signature lines
+_HEX8 = re.compile(r"[0-9a-fA-F]{8}")
 _SIZE_RE = re.compile(r"(0|[1-9][0-9]{0,19})")
 
 
@@ -122,9 +137,94 @@ def _check_name(name: str, what: str) -> None:
 
 def key_hash(name: str, key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
     """The 4-byte key id of a signed-note Ed25519 key."""
-    return hashlib.sha256(
-        name.encode("utf-8") + b"\n" + _ED25519_TYPE + raw_public_key(key)
-    ).digest()[:4]
+    return _key_hash(name, _ED25519_TYPE + raw_public_key(key))
+
+
+def _key_hash(name: str, encoded_key: bytes) -> bytes:
+    # SHA-256(name || "\n" || encoded key)[:4], the encoded key starting with its type byte.
+    return hashlib.sha256(name.encode("utf-8") + b"\n" + encoded_key).digest()[:4]
+
+
+def _valid_signer_name(name: str) -> bool:
+    """A signed-note key name as ``note.Open`` reads one: non-empty, no Unicode space
+    (Go's ``unicode.IsSpace``), no ``+``."""
+    return (
+        bool(name)
+        and "+" not in name
+        and not any(
+            c in "\t\n\v\f\r \x85\xa0" or unicodedata.category(c) in ("Zs", "Zl", "Zp")
+            for c in name
+        )
+    )
+
+
+@dataclass(frozen=True)
+class VerifierKey:
+    """A C2SP signed-note verifier key: the one (name, key hash, Ed25519 key) whose
+    signature lines a reader accepts. ``str()`` is its text form
+    ``<name>+<hash hex>+<base64(0x01 || public key)>``."""
+
+    name: str
+    key_hash: bytes
+    public_key: Ed25519PublicKey
+
+    @classmethod
+    def of(cls, name: str, key: Ed25519PublicKey | Ed25519PrivateKey) -> VerifierKey:
+        """The verifier key of ``key`` under ``name``."""
+        if not _valid_signer_name(name):
+            raise CheckpointError(f"key name {name!r} must be non-empty, with no spaces or '+'")
+        public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+        return cls(name, key_hash(name, public), public)
+
+    def __str__(self) -> str:
+        encoded = base64.b64encode(_ED25519_TYPE + raw_public_key(self.public_key))
+        return f"{self.name}+{self.key_hash.hex()}+{encoded.decode('ascii')}"
+
+    @property
+    def id(self) -> str:
+        """``name+hash``: how a signature line names its key."""
+        return f"{self.name}+{self.key_hash.hex()}"
+
+
+# What a checkpoint is checked with: a verifier key, or a bare public key standing for the
+# verifier key named after the checkpoint's origin.
+Verifier = VerifierKey | Ed25519PublicKey
+
+
+def verifier_key(name: str, key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
+    """The text verifier key of ``key`` under ``name`` (Go's ``NewEd25519VerifierKey``)."""
+    return str(VerifierKey.of(name, key))
+
+
+def parse_verifier_key(text: str) -> VerifierKey:
+    """A verifier key ``<name>+<hash>+<keydata>``, by the rules of Go's
+    ``note.NewVerifier``: a valid name, exactly 8 hex digits, standard base64 key data
+    of the Ed25519 type byte (0x01) and a 32-byte key, and the hash equal to the key hash
+    of that name and key (else the key names another key)."""
+    text = text.strip()
+    name, _, rest = text.partition("+")
+    hash_hex, _, encoded = rest.partition("+")
+    data = strict_b64decode(encoded) if encoded else None
+    if not _valid_signer_name(name) or not _HEX8.fullmatch(hash_hex) or not data:
+        raise CheckpointError(
+            f"{text[:80]!r} is not a verifier key <name>+<8 hex digits>+<base64 key> "
+            "(C2SP signed-note)"
+        )
+    if data[0] != _ED25519_TYPE[0]:
+        raise CheckpointError(
+            f"verifier key {name}+{hash_hex}: unknown signature type 0x{data[0]:02x} "
+            "(only Ed25519, 0x01, is supported)"
+        )
+    if len(data) != 1 + 32:
+        raise CheckpointError(
+            f"verifier key {name}+{hash_hex}: an Ed25519 key is 32 bytes, got {len(data) - 1}"
+        )
+    if _key_hash(name, data) != bytes.fromhex(hash_hex):
+        raise CheckpointError(
+            f"verifier key {name}+{hash_hex}: the key hash is not the hash of this name and "
+            f"key (that is {_key_hash(name, data).hex()})"
+        )
+    return VerifierKey(name, bytes.fromhex(hash_hex), Ed25519PublicKey.from_public_bytes(data[1:]))
 
 
 def sign_note(text: str, key: Ed25519PrivateKey, name: str) -> str:
@@ -153,7 +253,10 @@ def sign_checkpoint(
 
 
 def parse_note(note: str) -> tuple[str, list[Signature]]:
-    """Split a signed note into its text and its signature lines (strict)."""
+    """Split a signed note into its text and its signature lines, as ``note.Open``
+    does: UTF-8 with no control character but newline; the text ends at the *last*
+    blank line; every line after it is ``— <name> <base64(key hash || signature)>``
+    with a valid name and at least 5 bytes; at most 100 of them."""
     if len(note) > _MAX_NOTE:
         raise CheckpointError("checkpoint is too large")
     try:
@@ -164,38 +267,53 @@ def parse_note(note: str) -> tuple[str, list[Signature]]:
         ) from None
     if "\r" in note or not note.endswith("\n"):
         raise CheckpointError("checkpoint must use \\n line endings and end with a newline")
-    text, sep, sig_block = note.partition("\n\n")
+    control = next((c for c in note if c < " " and c != "\n"), None)
+    if control is not None:
+        raise CheckpointError(
+            f"checkpoint holds the control character 0x{ord(control):02x} "
+            "(a signed note has none but newline)"
+        )
+    text, sep, sig_block = note.rpartition("\n\n")
     if not sep:
         raise CheckpointError("checkpoint has no blank line before its signatures")
+    lines = sig_block[:-1].split("\n")
+    if len(lines) > _MAX_SIGNATURES:
+        raise CheckpointError(f"checkpoint has more than {_MAX_SIGNATURES} signature lines")
     signatures = []
-    for line in sig_block[:-1].split("\n"):
+    for line in lines:
         if not line.startswith(SIGNATURE_PREFIX):
             raise CheckpointError(f"malformed signature line {line[:60]!r}")
         name, space, encoded = line[len(SIGNATURE_PREFIX) :].partition(" ")
         raw = strict_b64decode(encoded) if space else None
-        if not name or raw is None or len(raw) < 5:
+        if not _valid_signer_name(name) or raw is None or len(raw) < 5:
             raise CheckpointError(f"malformed signature line {line[:60]!r}")
         signatures.append(Signature(name, raw[:4], raw[4:]))
     return text + "\n", signatures
 
 
-def open_note(note: str, public_key: Ed25519PublicKey) -> str:
-    """The note's text, if at least one signature line is a valid signature by
-    ``public_key``; raises ``CheckpointError`` otherwise. Lines by other keys are
-    ignored, as signed notes allow (co-signers, witnesses)."""
+def open_note(note: str, verifier: VerifierKey) -> str:
+    """The note's text, if a signature line carries the verifier key's name and key
+    hash and verifies (``note.Open`` with that one verifier); raises
+    ``CheckpointError`` otherwise. Lines under any other name or key hash are ignored
+    (co-signers, witnesses); the first line under this one decides: it verifies, or the
+    note fails (a repeated line by the same key is dropped, as ``note.Open`` drops it)."""
     text, signatures = parse_note(note)
     for sig in signatures:
-        if sig.key_hash != key_hash(sig.name, public_key) or len(sig.signature) != _SIG_LEN:
+        if sig.name != verifier.name or sig.key_hash != verifier.key_hash:
             continue
         try:
-            public_key.verify(sig.signature, text.encode("utf-8"))
+            verifier.public_key.verify(sig.signature, text.encode("utf-8"))
         except InvalidSignature:
             raise CheckpointError(
-                f"the signature by {sig.name!r} does not verify: the checkpoint was altered "
-                "or signed by another key"
+                f"the signature by {verifier.id} does not verify: the checkpoint was "
+                "altered or signed by another key"
             ) from None
-        return text
-    raise CheckpointError("no signature line on the checkpoint is by the given public key")
+        return text  # a later line under the same key is dropped unread, as Go does
+    others = sorted({f"{s.name}+{s.key_hash.hex()}" for s in signatures})
+    raise CheckpointError(
+        f"no signature line on the checkpoint is by the verifier key {verifier.id} "
+        f"(its signature lines are by {', '.join(others)})"
+    )
 
 
 def parse_checkpoint(note: str) -> tuple[Checkpoint, list[Signature]]:
@@ -225,10 +343,14 @@ def parse_checkpoint(note: str) -> tuple[Checkpoint, list[Signature]]:
     return checkpoint, signatures
 
 
-def verify_checkpoint_signature(note: str, public_key: Ed25519PublicKey) -> Checkpoint:
-    """The checkpoint, if it is signed by ``public_key`` (see ``open_note``)."""
-    open_note(note, public_key)
-    return parse_checkpoint(note)[0]
+def verify_checkpoint_signature(note: str, verifier: Verifier) -> Checkpoint:
+    """The checkpoint, if it is signed under ``verifier`` (see ``open_note``); a bare
+    public key stands for the verifier key named after the checkpoint's origin."""
+    checkpoint = parse_checkpoint(note)[0]
+    if not isinstance(verifier, VerifierKey):
+        verifier = VerifierKey.of(checkpoint.origin, verifier)
+    open_note(note, verifier)
+    return checkpoint
 
 
 # --------------------------------------------------------------------------- the store
@@ -337,7 +459,7 @@ class CheckpointReport(msgspec.Struct, kw_only=True):
 
 
 def verify_against_checkpoint(
-    store: Store, checkpoint_text: str, public_key: Ed25519PublicKey
+    store: Store, checkpoint_text: str, public_key: Verifier
 ) -> CheckpointReport:
     """Check the note's signature, then that the current log extends its tree head: an
     RFC 9162 consistency proof from it to the current head, and ``verify_store`` of every

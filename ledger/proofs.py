@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .checkpoints import (
     CheckpointError,
+    Verifier,
     inclusion_from_leaves,
     parse_checkpoint,
     stored_leaves,
@@ -165,7 +165,7 @@ class TrustedHead(msgspec.Struct, kw_only=True):
 
 
 def trusted_head(
-    checkpoint_text: str, public_key: Ed25519PublicKey
+    checkpoint_text: str, public_key: Verifier
 ) -> tuple[TrustedHead | None, list[Problem]]:
     """The tree head a signed checkpoint names, if the note parses and a signature on it
     is by ``public_key``; otherwise no head and the problem (``checkpoint_malformed``,

@@ -18,6 +18,7 @@ import ledger
 from ledger.checkpoints import (
     Checkpoint,
     CheckpointError,
+    VerifierKey,
     consistency_with,
     inclusion_from_leaves,
     key_hash,
@@ -70,11 +71,12 @@ def test_signed_note_matches_the_go_reference_byte_for_byte() -> None:
     key = _go_key()
     assert key_hash("PeterNeumann", key).hex() == "c74f20a3"
     assert sign_note(GO_TEXT, key, "PeterNeumann") == GO_NOTE  # Ed25519 is deterministic
-    assert open_note(GO_NOTE, key.public_key()) == GO_TEXT
+    verifier = VerifierKey.of("PeterNeumann", key)
+    assert open_note(GO_NOTE, verifier) == GO_TEXT
     with pytest.raises(CheckpointError, match="does not verify"):
-        open_note(GO_NOTE.replace("cryptography", "cryptographY"), key.public_key())
+        open_note(GO_NOTE.replace("cryptography", "cryptographY"), verifier)
     with pytest.raises(CheckpointError, match="no signature line"):
-        open_note(GO_NOTE, Ed25519PrivateKey.generate().public_key())
+        open_note(GO_NOTE, VerifierKey.of("PeterNeumann", Ed25519PrivateKey.generate()))
 
 
 def test_checkpoint_text_format_and_round_trip() -> None:
@@ -91,7 +93,7 @@ def test_checkpoint_text_format_and_round_trip() -> None:
     other = Ed25519PrivateKey.generate()
     cosigned = text + sign_note(text.partition("\n\n")[0] + "\n", other, "witness").split("\n\n")[1]
     assert verify_checkpoint_signature(cosigned, key.public_key()).size == 7
-    assert verify_checkpoint_signature(cosigned, other.public_key()).size == 7
+    assert verify_checkpoint_signature(cosigned, VerifierKey.of("witness", other)).size == 7
 
 
 @pytest.mark.parametrize(

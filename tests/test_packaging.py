@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_package_list_is_every_package_in_the_tree() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = find_packages(str(ROOT), include=["ledger*", "projections*", "commands*"])
-    assert sorted(config["packages"]) == sorted([*found, "commands.examples"])
-    assert config["package-dir"] == {"commands.examples": "examples"}
+    assert sorted(config["packages"]) == sorted([*found, "commands.examples", "commands.docs"])
+    assert config["package-dir"] == {"commands.examples": "examples", "commands.docs": "docs"}
 
 
 @pytest.mark.slow  # builds a wheel and a virtualenv
@@ -85,4 +85,15 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -> None
         check=True,
     ).stdout
     assert where.startswith(site), where  # the wheel's copy ran, not the checkout
+    # The docs every --help names ship in the wheel: `evidence docs NAME`.
+    page = subprocess.run(
+        [str(venv / "bin" / "evidence"), "docs", "cli", "--path"],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert page.returncode == 0, page.stderr
+    assert page.stdout.startswith(site) and Path(page.stdout.strip()).is_file(), page.stdout
     assert list(empty.iterdir()) == []

@@ -15,7 +15,9 @@ from projections.states import to_json
 from tests.helpers import assert_refused, run_cli
 
 
-def test_create_list_show(db_url: str) -> None:
+def test_create_list_show(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src").mkdir()  # a resource written as a path must exist
     with Plane.open(db_url) as plane:
         doc = create_plan(
             plane,

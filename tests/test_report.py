@@ -337,7 +337,7 @@ def test_gather_report_reads_only_the_small_interface(sqlite_url: str, tmp_path:
         memory, "P-1", verification=verified, source_label="db", generated_at="T"
     )
     assert from_memory == from_store
-    assert from_memory.audit.ok and from_memory.audit.checked["INV1"] == 1
+    assert from_memory.audit.ok and from_memory.audit.checked["token_from_passing_run"] == 1
     assert [t.token_id for t in from_memory.tokens] == [ids["token_id"]]
     assert [d.signature for d in from_memory.decisions] == ["verified"]
     assert render_html(from_memory) == render_html(from_store)
@@ -347,12 +347,20 @@ def test_gather_report_reads_only_the_small_interface(sqlite_url: str, tmp_path:
         clean,
         ok=False,
         violations=[
-            Violation(position=3, plan_id="P-1", invariant="INV1", expected="e<1>", found="f&2")
+            Violation(
+                position=3,
+                plan_id="P-1",
+                invariant="token_from_passing_run",
+                expected="e<1>",
+                found="f&2",
+            )
         ],
     )
     shown = gather_report(memory, "P-1", verification=verified, audit_report=failing)
     page = render_html(shown)
-    assert not shown.audit.ok and ">FAILED<" in page and "<code>INV1</code>" in page
+    assert (
+        not shown.audit.ok and ">FAILED<" in page and "<code>token_from_passing_run</code>" in page
+    )
     assert "expected e&lt;1&gt;; found f&amp;2" in page
     with pytest.raises(CommandRefused, match="unknown plan 'P-2'"):
         gather_report(memory, "P-2", verification=verified)

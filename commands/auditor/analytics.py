@@ -9,8 +9,12 @@ also carries its ``leaf_hash``. The metadata goes into the Parquet file's key-va
 metadata, and into a sidecar ``FILE.meta.json`` for JSONL and CSV.
 
 The export reads in batches of positions and writes each batch before reading the next:
-memory stays constant however large the log (only a plan -> project map is kept, one
-entry per plan).
+memory stays constant however large the log (only a plan -> project map and a validation
+run -> attempt map are kept, one entry per plan and per run).
+
+Columns are typed (``COLUMNS``): integers as integers, and in Parquet ``recorded_at`` as a
+UTC timestamp (microseconds); JSONL and CSV, which have no timestamp type, write it as
+RFC 3339 UTC text. ``COLUMNS_VERSION`` names the column set (docs/analytics.md).
 """
 
 from __future__ import annotations
@@ -28,20 +32,27 @@ import msgspec
 import sqlalchemy as sa
 
 import ledger
-from commands.plane.plans import OUTCOMES
-from ledger.events import PlanCreated, PlanHalted, ToolRegistered, ValidationRegistered
+from commands.rules.vocabulary import OUTCOMES
+from ledger.events import (
+    PlanCreated,
+    PlanHalted,
+    ToolRegistered,
+    ValidationRegistered,
+    ValidationRunStarted,
+)
 from ledger.merkle import Frontier
 from projections.analytics import ANALYTICS
 from projections.engine import POSITIONS, ProjectionEngine
 
 FORMATS = ("jsonl", "csv", "parquet")
-COLUMNS_VERSION = 1
+COLUMNS_VERSION = 2  # 2: recorded_at a timestamp in Parquet; stream_kind .. run_id added
 
-# (name, kind): kind is "int" or "str"; every column may be null.
+# (name, kind): kind is "int", "str" or "timestamp" (Parquet: timestamp[us, UTC]; JSONL and
+# CSV: RFC 3339 text); every column may be null. New columns only ever go at the end.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("position", "int"),
     ("event_id", "str"),
-    ("recorded_at", "str"),
+    ("recorded_at", "timestamp"),
     ("stream", "str"),
     ("stream_version", "int"),
     ("type", "str"),
@@ -59,6 +70,13 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("duration_ms", "int"),
     ("leaf_hash", "str"),
     ("payload", "str"),
+    # columns version 2
+    ("stream_kind", "str"),
+    ("gate", "str"),
+    ("step", "str"),
+    ("attempt", "int"),
+    ("iteration", "int"),
+    ("run_id", "str"),
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 
@@ -93,8 +111,22 @@ def _verdict(payload: Any) -> str | None:
     return str(value)
 
 
-def flat_row(event: ledger.RecordedEvent, projects: dict[str, str]) -> dict[str, Any]:
-    """One event as the documented flat row (payload as its JSON text)."""
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def flat_row(
+    event: ledger.RecordedEvent,
+    projects: dict[str, str],
+    attempts: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """One event as the documented flat row (payload as its JSON text). ``attempts``
+    (validation run id -> attempt) gives a validation result, which does not record its
+    attempt, the attempt of its run."""
     p = event.payload
     t = event.type
     plan = getattr(p, "plan_id", None) or getattr(p, "plan", None)
@@ -111,6 +143,10 @@ def flat_row(event: ledger.RecordedEvent, projects: dict[str, str]) -> dict[str,
         else getattr(p, "outcome", None)
     )
     deviations = getattr(p, "deviations", None)
+    run_id = _str(getattr(p, "run_id", None))
+    attempt = _int(getattr(p, "attempt", None))
+    if attempt is None and run_id is not None and attempts:
+        attempt = attempts.get(run_id)
     return {
         "position": event.position,
         "event_id": event.event_id,
@@ -132,6 +168,12 @@ def flat_row(event: ledger.RecordedEvent, projects: dict[str, str]) -> dict[str,
         "duration_ms": getattr(p, "duration_ms", None),
         "leaf_hash": event.leaf_hash.hex(),
         "payload": _encode(p).decode(),
+        "stream_kind": event.stream.partition(":")[0],
+        "gate": _str(getattr(p, "gate", None)),
+        "step": _str(getattr(p, "step", None)),
+        "attempt": attempt,
+        "iteration": _int(getattr(p, "iteration", None)),
+        "run_id": run_id,
     }
 
 
@@ -201,10 +243,15 @@ def _pyarrow() -> Any:
 
 
 def arrow_schema() -> Any:
+    """The Parquet schema of ``COLUMNS`` (documented in docs/analytics.md)."""
     pa = _pyarrow()
-    return pa.schema(
-        [(name, pa.int64() if kind == "int" else pa.string()) for name, kind in COLUMNS]
-    )
+    types = {"int": pa.int64(), "str": pa.string(), "timestamp": pa.timestamp("us", tz="UTC")}
+    return pa.schema([(name, types[kind]) for name, kind in COLUMNS])
+
+
+def _timestamp(text: str) -> datetime:
+    """An RFC 3339 UTC time as the log writes it, as an aware datetime."""
+    return datetime.fromisoformat(text).astimezone(UTC)
 
 
 class _ParquetWriter(_Writer):
@@ -215,7 +262,8 @@ class _ParquetWriter(_Writer):
         self._w = pa.parquet.ParquetWriter(f, self._schema, compression="zstd")
 
     def write(self, rows: list[dict[str, Any]]) -> None:
-        self._w.write_batch(self._pa.RecordBatch.from_pylist(rows, schema=self._schema))
+        typed = [{**row, "recorded_at": _timestamp(row["recorded_at"])} for row in rows]
+        self._w.write_batch(self._pa.RecordBatch.from_pylist(typed, schema=self._schema))
 
     def close(self, metadata: dict[str, str]) -> None:
         self._w.add_key_value_metadata(metadata)
@@ -243,6 +291,20 @@ def _plan_projects(store: ledger.Store, until: int, plan: str | None) -> dict[st
             stream=f"plan:{plan}" if plan is not None else None,
         )
         if isinstance(e.payload, PlanCreated)
+    }
+
+
+def _run_attempts(store: ledger.Store, until: int, plan: str | None) -> dict[str, int]:
+    """Each validation run's attempt (its ``validation.run_started``)."""
+    return {
+        e.payload.run_id: e.payload.attempt
+        for e in store.read_all(
+            1,
+            to_position=until,
+            types=["validation.run_started"],
+            stream=f"plan:{plan}" if plan is not None else None,
+        )
+        if isinstance(e.payload, ValidationRunStarted)
     }
 
 
@@ -291,6 +353,7 @@ def export(
         raise ExportError(f"--since must be >= 1, got {since}")
     root = tree_root(store, until)
     projects = _plan_projects(store, until, plan)
+    attempts = _run_attempts(store, until, plan)
     metadata = {
         "evidence.columns_version": str(COLUMNS_VERSION),
         "evidence.ledger_id": store.meta().get("ledger_id", ""),
@@ -327,7 +390,7 @@ def export(
                 for event in batch:
                     if isinstance(event.payload, PlanCreated):
                         projects.setdefault(event.payload.plan_id, event.payload.project)
-                    flat.append(flat_row(event, projects))
+                    flat.append(flat_row(event, projects, attempts))
                 writer.write(flat)
                 rows += len(flat)
                 if progress is not None:

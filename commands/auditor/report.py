@@ -8,7 +8,8 @@ level verification is not part of that interface: the caller passes its result (
 callable computing it), e.g. ``lambda: verify_store(store)``.
 
 ``render_html`` returns the page: inline CSS only, no script, no external resource (a
-Content-Security-Policy forbids loading any), every value HTML-escaped.
+Content-Security-Policy forbids loading any), every value HTML-escaped and made inert
+(control and invisible formatting characters as visible escapes, as on the terminal).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any
 import msgspec
 
 import ledger
-from commands.plane.authority import ApproverKey, decision_problem
-from commands.plane.core import CommandRefused
-from commands.plane.plans import terminal_state
+from commands.errors import CommandRefused
+from commands.rules.trust import ApproverKey, decision_problem
+from commands.rules.vocabulary import terminal_state
+from commands.text import inert
 from ledger import LogReader, RecordedEvent
 from ledger.bundle import BundleReport
 from ledger.events import (
@@ -46,7 +48,13 @@ from projections.states import ApproverState, PlanState
 
 from .audit import AuditReport, replay_plan
 from .audit import audit as run_audit
-from .history import summaries
+from .history import (
+    BlobReader,
+    ConfinementSummary,
+    confinement_summary,
+    failure_of,
+    summaries,
+)
 
 __all__ = [
     "PlanReport",
@@ -100,6 +108,12 @@ class ResultRow(msgspec.Struct, kw_only=True):
     duration_ms: int
     run_id: str
     attempt: int
+    confinement: str | None = None  # landlock | unconfined; None: not recorded
+    # Why it failed, beyond the message: the error of a result with no verdict, and the
+    # tails of what its program printed (from its raw output; none for a pass).
+    error: str | None = None
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
 
 
 class RunRow(msgspec.Struct, kw_only=True):
@@ -217,6 +231,8 @@ class PlanReport(msgspec.Struct, kw_only=True):
     halts: list[HaltRow]
     verification: VerificationSummary
     audit: AuditSummary
+    # How the plan's programs ran (its policy, confined and unconfined runs)
+    confinement: ConfinementSummary | None = None
 
 
 # --------------------------------------------------------------------- gathering
@@ -288,10 +304,11 @@ def gather_report(
         generated_at=generated_at or utc_now(),
         timeline=timeline,
         gates=_gates(events),
-        runs=_runs(events),
+        runs=_runs(events, source.get_blob),
         decisions=_decisions(source, events, size),
         tokens=_tokens(events),
         halts=_halts(events),
+        confinement=confinement_summary(events),
         verification=_verification(verification),
         audit=AuditSummary(
             ok=audit_report.ok,
@@ -379,7 +396,7 @@ def _verdict(p: ValidationResultRecorded) -> str:
     return "pass" if p.verdict else "fail"
 
 
-def _runs(events: list[RecordedEvent]) -> list[RunRow]:
+def _runs(events: list[RecordedEvent], get_blob: BlobReader) -> list[RunRow]:
     runs: dict[str, RunRow] = {}
     recorded: dict[str, list[ValidationResultRecorded]] = {}
     for e in events:
@@ -400,6 +417,7 @@ def _runs(events: list[RecordedEvent]) -> list[RunRow]:
         elif isinstance(p, ValidationResultRecorded) and p.run_id in runs:
             run = runs[p.run_id]
             recorded[p.run_id].append(p)
+            failure = failure_of(e, get_blob)
             run.results.append(
                 ResultRow(
                     position=e.position,
@@ -410,6 +428,10 @@ def _runs(events: list[RecordedEvent]) -> list[RunRow]:
                     duration_ms=p.duration_ms,
                     run_id=p.run_id,
                     attempt=run.attempt,
+                    confinement=p.confinement if isinstance(p.confinement, str) else None,
+                    error=p.error,
+                    stdout_tail=failure.stdout_tail if failure is not None else None,
+                    stderr_tail=failure.stderr_tail if failure is not None else None,
                 )
             )
         elif isinstance(p, ValidationRunCompleted) and p.run_id in runs:
@@ -563,11 +585,15 @@ dt{font-weight:600}dd{margin:0}
 .ok{background:#d5f2dc;color:#11612a}.bad{background:#fbd9d7;color:#8c1d18}
 .warn{background:#fdf0c8;color:#6d5200}.muted{background:#e6e9ed;color:#444d58}
 tr.fail td{background:#fff4f3}
+.err{display:block;color:#8c1d18}
+pre.tail{margin:4px 0 0;padding:4px 6px;background:#f3f4f6;border:1px solid #d8dde3;
+ font:12px/1.35 ui-monospace,Menlo,Consolas,monospace;white-space:pre-wrap;
+ overflow-wrap:anywhere;max-height:20em;overflow:auto}
 .none{color:#6b7480;font-style:italic}
 footer{margin-top:32px;color:#6b7480;font-size:12px}
 """
 
-_OK = {"pass", "verified", "ok", "applied", "consumed"}
+_OK = {"pass", "verified", "ok", "applied", "consumed", "landlock"}
 _BAD = {
     "fail",
     "blocker",
@@ -586,12 +612,31 @@ _WARN = {
     "abandon",
     "applied (unvalidated)",
     "vacuous",
+    "unconfined",
 }
 
 
-def _e(value: Any) -> str:
-    """Every value goes through here: nothing from the log reaches the page unescaped."""
-    return html.escape("-" if value is None else str(value), quote=True)
+def _e(value: Any, *, multiline: bool = False) -> str:
+    """Every value goes through here: nothing from the log reaches the page unescaped,
+    and no control character either (a bell, an escape sequence, a bidi override are
+    written as visible escapes, ``\x07``, exactly as the terminal shows them: ``inert``).
+    With ``multiline`` newlines stay (for a ``<pre>``)."""
+    text = "-" if value is None else inert(value, multiline=multiline)
+    return html.escape(text, quote=True)
+
+
+def _why(x: ResultRow) -> str:
+    """A result's message, and for a failure its error and output tails (``<pre>``)."""
+    parts = [_e(x.message)] if x.message is not None or x.error is None else []
+    if x.error:
+        parts.append(f'<span class="err">{_e(x.error)}</span>')
+    for name, tail in (("stderr", x.stderr_tail), ("stdout", x.stdout_tail)):
+        if tail:
+            parts.append(
+                f'<pre class="tail" title="{name}">{_e(name, multiline=True)}:\n'
+                f"{_e(tail, multiline=True)}</pre>"
+            )
+    return "".join(parts)
 
 
 def _yes_no(value: bool | None) -> str | None:
@@ -655,6 +700,14 @@ def _terminal(r: PlanReport) -> str:
     return _badge(r.terminal)
 
 
+def _confinement(r: PlanReport) -> str:
+    c = r.confinement
+    if c is None:
+        return _e(None)
+    badge = _badge("unconfined" if c.policy == "none" or c.unconfined else "landlock")
+    return f"{badge} {_e(c.text())}"
+
+
 def render_html(report: PlanReport) -> str:
     """The report as one self-contained HTML page."""
     r = report
@@ -669,6 +722,7 @@ def render_html(report: PlanReport) -> str:
             ("strict mode", _e(_yes_no(r.strict_mode))),
             ("outcome", _badge(r.outcome)),
             ("terminal state", _terminal(r)),
+            ("confinement", _confinement(r)),
             (
                 "log",
                 f"{_e(r.source or 'ledger')} as of position {_e(r.size)}, root {_code(r.root)}",
@@ -746,16 +800,26 @@ def render_html(report: PlanReport) -> str:
     )
 
     results = _table(
-        ["pos", "validation", "mode", "verdict", "message", "duration", "run / attempt"],
+        [
+            "pos",
+            "validation",
+            "mode",
+            "verdict",
+            "message / why",
+            "duration",
+            "run / attempt",
+            "confinement",
+        ],
         [
             [
                 _e(x.position),
                 _e(x.validation),
                 _e(x.mode),
                 _badge(x.verdict),
-                _e(x.message),
+                _why(x),
                 _nw(f"{x.duration_ms} ms"),
                 f"{_code(x.run_id[-6:])} / {_e(x.attempt)}",
+                _badge(x.confinement) if x.confinement else _e(None),
             ]
             for run in r.runs
             for x in run.results

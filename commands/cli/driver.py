@@ -6,17 +6,26 @@ import importlib.util
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.text import Text
+from ulid import ULID
 
-from commands.auditor.history import plan_history, summarize
+from commands.auditor.history import (
+    Failure,
+    failure_lines,
+    last_run_failures,
+    plan_history,
+    summarize,
+)
+from commands.plane.core import Plane
 from commands.plane.driver import RunSummary, resume, run_plan_file
 
 from .common import db_option, emit_json, fail, json_option, open_plane, workdir_option
-from .terminal import inert
+from .terminal import inert, no_color
 
 CHECKOUT_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -55,7 +64,8 @@ def _say_factory(as_json: bool):
     never read as markup (``[required]`` is a label)."""
     if as_json:
         return lambda _stage, _message: None
-    console = Console(highlight=False, markup=False, emoji=False) if sys.stdout.isatty() else None
+    styled = sys.stdout.isatty() and not no_color()
+    console = Console(highlight=False, markup=False, emoji=False) if styled else None
 
     def say(stage: str, message: str) -> None:
         message = inert(message)
@@ -67,7 +77,14 @@ def _say_factory(as_json: bool):
     return say
 
 
-def _print_summary(summary: RunSummary) -> None:
+def _failures(plane: Plane, summary: RunSummary) -> list[Failure]:
+    """Why the plan's last validation run failed, unless the plan was applied."""
+    if summary.state == "applied":
+        return []
+    return last_run_failures(plan_history(plane.store, summary.plan_id), plane.store.get_blob)
+
+
+def _print_summary(summary: RunSummary, failures: Sequence[Failure] = ()) -> None:
     click.echo("")
     click.echo(
         f"plan {inert(summary.plan_id)}: {summary.state}"
@@ -84,6 +101,11 @@ def _print_summary(summary: RunSummary) -> None:
     elif summary.halt and summary.state != "applied":
         halt = summary.halt
         click.echo(inert(f"halt {halt['halt_type']} ({halt['raw_halt_type']}): {halt['reason']}"))
+    if failures:
+        click.echo("failed in the last validation run:")
+        for failure in failures:
+            for line in failure_lines(failure):
+                click.echo(inert("  " + line, multiline=True))
     click.echo(
         f"events {summary.positions[0]}..{summary.positions[1]}; verify: "
         f"{'ok' if summary.verify_ok else 'FAILED'} (tree head {summary.tree_head})"
@@ -133,15 +155,26 @@ def run(
     else:
         assert plan_file is not None  # exactly one of the two was given (checked above)
         example = None if in_place else _shipped_example(plan_file)
-        if example is not None:
+        if example is None:
+            summary = run_plan_file(plane, plan_file, plan_id=plan_id, say=say)
+        else:
             copies = Path(tempfile.mkdtemp(prefix="evidence-example-"))
-            plan_file = _copy_example(example, copies) / plan_file.name
-            say("example", f"running a copy of {example.name} in {plan_file.parent}")
-        summary = run_plan_file(plane, plan_file, plan_id=plan_id, say=say)
+            start = plane.store.head().size
+            try:
+                plan_file = _copy_example(example, copies) / plan_file.name
+                say("example", f"running a copy of {example.name} in {plan_file.parent}")
+                summary = run_plan_file(plane, plan_file, plan_id=plan_id, say=say)
+            except BaseException:
+                # Refused (or stopped) before the plan was recorded: nothing refers to the
+                # copy, so it goes. After that the plan's events name it: it stays.
+                if plane.store.head().size == start:
+                    shutil.rmtree(copies, ignore_errors=True)
+                raise
+    failures = _failures(plane, summary)
     if as_json:
-        emit_json({"run": summary.to_json()})
+        emit_json({"run": {**summary.to_json(), "failures": failures}})
     else:
-        _print_summary(summary)
+        _print_summary(summary, failures)
     if summary.state != "applied":
         click.get_current_context().exit(1)
 
@@ -157,14 +190,17 @@ def run(
     "db_option_",
     default=None,
     metavar="URL",
-    help="Ledger URL (default: a fresh SQLite file in the demo directory).",
+    help="Ledger URL (default: a fresh SQLite file in the demo directory). A ledger "
+    "given here keeps the demo's events: a ledger is append-only.",
 )
 def demo(keep: Path | None, db_option_: str | None) -> None:
     """Run the green-after-fix example on a fresh SQLite ledger.
 
     Then shows the plan's history and the verify result. Without --keep everything
     lives in a temporary directory, removed at the end. With --keep DIR the demo's
-    files stay in DIR; running it again there starts it over.
+    files stay in DIR; running it again there starts it over. With --db URL the demo's
+    events go to that ledger and stay there (under a fresh plan id if the demo ran
+    there before); only its files are temporary.
 
     \b
     Examples:
@@ -184,17 +220,28 @@ def demo(keep: Path | None, db_option_: str | None) -> None:
         meta["evidence.db"], meta["evidence.workdir"] = url, root / "work"
         plane = open_plane(create=True)
         try:
-            summary = run_plan_file(plane, target / "plan.yaml", say=_say_factory(False))
+            plan_id = None
+            if db_option_ is not None and plane.store.read_stream(f"plan:{source.name}"):
+                plan_id = f"{source.name}-{ULID()}"  # the demo ran in this ledger before
+            summary = run_plan_file(
+                plane, target / "plan.yaml", plan_id=plan_id, say=_say_factory(False)
+            )
             click.echo("\nplan history:")
-            for event in plan_history(plane, summary.plan_id):
+            for event in plan_history(plane.store, summary.plan_id):
                 click.echo(
                     f"  {event.position:>4}  {event.type:<30} {inert(summarize(event.payload))}"
                 )
-            _print_summary(summary)
+            _print_summary(summary, _failures(plane, summary))
         finally:
             plane.close()
         if keep is not None:
             click.echo(f"demo kept in {inert(root)}: the ledger is {inert(url)}")
+        elif db_option_ is not None:
+            click.echo(
+                "the demo's files were temporary: removed. Its events stay in the ledger "
+                f"{inert(url)} (plan {inert(summary.plan_id)}): a ledger is append-only, "
+                "nothing is removed from it"
+            )
         else:
             click.echo(
                 "the demo's files and ledger were temporary: removed (keep them with --keep DIR)"

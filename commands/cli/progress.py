@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .terminal import no_color
+
 Progress = Callable[[int, int], None]  # (done, total)
 
 SHOW_AFTER_S = 1.0
@@ -45,7 +47,12 @@ def progress_bar(what: str, unit: str = "events") -> Iterator[Progress]:
                 MofNCompleteColumn(),
                 _rate_column(unit),
                 TimeRemainingColumn(),
-                console=Console(stderr=True, force_terminal=True),  # it is one
+                # a terminal's stderr; under NO_COLOR no ANSI style at all
+                console=Console(
+                    stderr=True,
+                    force_terminal=True,
+                    color_system=None if no_color() else "auto",
+                ),
                 transient=True,
             )
             progress.start()

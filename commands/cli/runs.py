@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 import msgspec
 
+from commands.auditor.history import failure_lines, failure_of
 from commands.plane.runs import call_tool, record_halt, validate_plan
+from ledger.events import ValidationResultRecorded
 
 from .common import (
     EXIT_VERDICT,
@@ -81,8 +83,15 @@ def call(
         click.echo(f"hint: {inert(report.halt.hint)}")
     else:
         assert report.call is not None and report.output_gate is not None
+        called = report.call
+        if called.executor == "recorded":  # made by the orchestrator: no exit code, no time
+            ran = "recorded by the orchestrator"
+        elif called.exit_code is None:  # an MCP tool: no exit code
+            ran = f"{called.duration_ms} ms"
+        else:
+            ran = f"exit {called.exit_code}, {called.duration_ms} ms"
         click.echo(
-            f"call {report.call.call_id}: {inert(tool)} exit {report.call.exit_code}, "
+            f"call {report.call.call_id}: {inert(tool)} {ran}, "
             f"output gate {report.output_gate.check.verdict}"
         )
     if not as_json:
@@ -121,8 +130,24 @@ def validate(plan_id: str, as_json: bool) -> None:
       evidence validate P-1
       evidence validate P-1 --json
     """
-    report = validate_plan(open_plane(), plan_id)
+    plane = open_plane()
+    report = validate_plan(plane, plan_id)
     doc = report.to_json()
+    # Why each one failed: its message or error, and the tails of what it printed.
+    failures = {
+        f.position: f
+        for f in (failure_of(e, plane.store.get_blob) for e in report.events)
+        if f is not None
+    }
+    by_attachment = {
+        e.payload.attachment_id: failures[e.position]
+        for e in report.events
+        if e.position in failures and isinstance(e.payload, ValidationResultRecorded)
+    }
+    for result in doc["results"]:
+        failure = by_attachment.get(result["attachment_id"])
+        result["stdout_tail"] = failure.stdout_tail if failure is not None else None
+        result["stderr_tail"] = failure.stderr_tail if failure is not None else None
     if as_json:
         emit_json({"validation": doc})
     else:
@@ -142,6 +167,12 @@ def validate(plan_id: str, as_json: bool) -> None:
                 for r in doc["results"]
             ],
         )
+        shown = [f for f in by_attachment.values() if f.stdout_tail or f.stderr_tail or f.error]
+        if shown:
+            click.echo("why:")
+            for failure in sorted(shown, key=lambda f: f.position):
+                for line in failure_lines(failure):
+                    click.echo(inert("  " + line, multiline=True))
         if doc["informational_failures"]:
             click.echo(
                 "informational failures (never block): "

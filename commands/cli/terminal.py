@@ -6,75 +6,22 @@ sequence in one clears the screen or retitles the window, a carriage return or a
 override disguises a line; printed through rich with markup on, ``[/x]`` crashes the
 command and ``[bold]`` restyles it. Human output passes such text through ``inert`` and
 prints it with markup off; ``--json`` carries the exact text.
+
+The rules live in ``commands.text``, shared with the HTML report (the page shows the same
+escapes as the terminal).
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
+import os
 
-__all__ = ["inert", "json_inert"]
+from commands.text import inert, json_inert
 
-# Anything but printable ASCII is looked at (and, in multi-line text, but a newline).
-_SUSPECT = re.compile(r"[^\x20-\x7e]")
-_SUSPECT_MULTILINE = re.compile(r"[^\x20-\x7e\n]")
-# Controls (C0, DEL, C1), format characters (bidi embeddings, overrides and isolates,
-# marks, zero-width spaces, BOM), lone surrogates, line and paragraph separators.
-_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-# Zero-width (non-)joiners are format characters that some scripts and emoji need.
-_JOINERS = frozenset({"\u200c", "\u200d"})
-_NAMED = {"\t": r"\t", "\n": r"\n", "\r": r"\r"}
+__all__ = ["inert", "json_inert", "no_color"]
 
 
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    if char in _JOINERS or unicodedata.category(char) not in _HIDDEN:
-        return char
-    if char in _NAMED:
-        return _NAMED[char]
-    code = ord(char)
-    return (
-        f"\\x{code:02x}"
-        if code <= 0xFF
-        else f"\\u{code:04x}"
-        if code <= 0xFFFF
-        else f"\\U{code:08x}"
-    )
-
-
-def inert(text: object, *, multiline: bool = False) -> str:
-    """``str(text)`` (as an f-string shows it, ``None`` included) safe to show on a
-    terminal: every control character (``\\t``, ``\\r``, ESC, BEL, DEL, C1 ...), bidi
-    control and other invisible formatting character as a visible escape, as Python
-    writes it (``\\x1b``, ``\\u202e``); all else unchanged. With ``multiline`` a newline
-    stays a newline (never a carriage return).
-
-    Idempotent. Not markup-safe by itself: print the result with rich markup off (or
-    through ``rich.markup.escape``)."""
-    if not isinstance(text, str):
-        text = str(text)
-    if text.isprintable():  # no control, format or separator character: the usual case
-        return text
-    return (_SUSPECT_MULTILINE if multiline else _SUSPECT).sub(_escape, text)
-
-
-def _json_escape(match: re.Match[str]) -> str:
-    char = match.group()
-    if char == "\n" or char in _JOINERS or unicodedata.category(char) not in _HIDDEN:
-        return char
-    code = ord(char)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000  # a UTF-16 surrogate pair, as JSON writes a character beyond the BMP
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-
-def json_inert(data: bytes) -> bytes:
-    """JSON text (UTF-8, one document a line) with every invisible or control character
-    that ``inert`` would escape written as a JSON ``\\u`` escape instead: the same JSON
-    values, exactly, and nothing a terminal acts on (a JSON writer leaves a bidi override
-    or a C1 control raw). Newlines between documents stay."""
-    if data.isascii():
-        return data  # ASCII JSON holds no raw control character but newlines
-    text = data.decode("utf-8", "surrogatepass")
-    return _SUSPECT_MULTILINE.sub(_json_escape, text).encode("utf-8", "surrogatepass")
+def no_color() -> bool:
+    """``NO_COLOR`` is set and not empty (https://no-color.org): the CLI then writes no
+    ANSI style at all — no colour, and no bold or dim either — on a terminal as when
+    piped."""
+    return bool(os.environ.get("NO_COLOR"))

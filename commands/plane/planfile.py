@@ -9,7 +9,9 @@ an annotated example.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +26,7 @@ from ledger.intake import parse_toml, parse_yaml, read_text
 
 from .core import CommandRefused
 from .graph import compile_expression, field_paths, impossible_field
+from .plans import parse_global_config
 
 JSON = Any
 
@@ -145,8 +148,66 @@ def load_plan_file(path: Path, output_schema_of: OutputSchemaOf | None = None) -
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         message = {"extra_forbidden": "unknown key"}.get(error["type"], error["msg"])
         raise CommandRefused(f"{path}: key `{where}`{at}: {message}{more}") from None
+    with located(path, ("plan", "global_config")):
+        parse_global_config(pf.plan.global_config)
     _check_graphs(pf, path, text if is_yaml else None, output_schema_of)
     return pf
+
+
+# -- naming where a mistake is --------------------------------------------------------------
+
+_KEY = re.compile(r"key `([^`]+)`")
+_AT = re.compile(r" - at `\$([^`]*)`")  # msgspec's "... - at `$.retry_limit`"
+_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _key_path(text: str) -> tuple[str | int, ...]:
+    """``command[3]`` -> ("command", 3); ``a.b`` -> ("a", "b")."""
+    return tuple(int(index) if index else name for name, index in _PART.findall(text))
+
+
+class PlanFileError(CommandRefused):
+    """A refusal that already names its place in the plan file."""
+
+
+def plan_file_error(path: Path, loc: tuple[str | int, ...], message: str) -> PlanFileError:
+    """A mistake found at ``loc`` of the plan file (by a handler that knows nothing of
+    files: registering its tools, creating its plan, attaching), named as
+    ``load_plan_file`` names one: the file, the key path (``loc`` refined by the key the
+    message names, such as ``key `timeout` ``) and, for YAML, the line."""
+    more: tuple[str | int, ...] = ()
+    rest = message.removeprefix("invalid global_config: ")
+    if found := _KEY.search(rest):
+        more = _key_path(found[1])
+        if rest.startswith(found[0] + ": "):
+            rest = rest[len(found[0]) + 2 :]
+    elif found := _AT.search(rest):
+        more = _key_path(found[1])
+        rest = rest[: found.start()] + rest[found.end() :]
+    full = (*loc, *more)
+    line = None
+    if path.suffix.lower() != ".toml":
+        try:
+            line = _yaml_line(read_text(path, "document"), full)
+        except (CommandRefused, OSError):
+            line = None
+    at = f" (line {line})" if line else ""
+    where = ".".join(str(part) for part in full)
+    return PlanFileError(f"{path}: key `{where}`{at}: {rest}")
+
+
+@contextmanager
+def located(path: Path | None, loc: tuple[str | int, ...]) -> Iterator[None]:
+    """Refusals inside are the plan file's at ``loc`` (``plan_file_error``); without a
+    ``path`` they pass as they are."""
+    try:
+        yield
+    except PlanFileError:
+        raise  # placed already, more precisely
+    except CommandRefused as exc:
+        if path is None:
+            raise
+        raise plan_file_error(path, loc, str(exc)) from None
 
 
 def _check_graphs(

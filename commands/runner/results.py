@@ -17,16 +17,21 @@ from typing import Any
 import jmespath
 import jmespath.exceptions
 import jmespath.functions
+import msgspec
 
 from commands.errors import CommandRefused
+from ledger.intake import InputError, check_json_value
 
 __all__ = [
     "RESULT_SCHEMA",
+    "TAIL_CHARS",
+    "TAIL_LINES",
     "TransformError",
     "apply_transform",
     "check_validation_result",
     "compile_transform",
     "json_type_phrase",
+    "output_tails",
 ]
 
 JSON = Any
@@ -64,7 +69,8 @@ def json_type_phrase(value: Any) -> str:
 
 class TransformError(ValueError):
     """A transform could not produce a well-formed result from a tool's output. The
-    runner records this as ``passed: false`` with the message (a malformed return)."""
+    runner records this as no verdict (``cause: malformed``, a ``validator_error``) with
+    the message."""
 
 
 def compile_transform(expression: str) -> str:
@@ -120,7 +126,9 @@ def apply_transform(expression: str, tool_output: JSON) -> dict[str, JSON]:
 
     Pure: JMESPath reads its input and builds a new value, nothing else. Raises
     ``TransformError`` when the expression fails on this output (a type error in a
-    function) or yields anything but ``{passed: bool, message?: str, data?: object}``.
+    function), yields anything but ``{passed: bool, message?: str, data?: object}``, or
+    yields a value the input layer would refuse (``ledger.intake.check_json_value``: a
+    number beyond ±(2^53 - 1), ``8e15 + 8e15`` say, which the log could not hold).
     """
     try:
         value = _compiled(expression).search(tool_output)
@@ -129,6 +137,10 @@ def apply_transform(expression: str, tool_output: JSON) -> dict[str, JSON]:
     ok, error = check_validation_result(value)
     if not ok:
         raise TransformError(f"malformed validation result from the transform: {error}")
+    try:
+        check_json_value(value, "the transform's result")
+    except InputError as exc:
+        raise TransformError(f"the transform's result cannot be recorded: {exc}") from None
     return value
 
 
@@ -154,3 +166,44 @@ def check_validation_result(value: Any) -> tuple[bool, str | None]:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+# -- what a failing validation printed ---------------------------------------------------
+
+TAIL_LINES = 20  # the last lines of a stream a failure shows
+TAIL_CHARS = 2000  # and at most this many characters of them
+
+_STREAMS = frozenset({"exit_code", "stdout", "stderr"})
+
+
+def output_tails(raw: bytes | None) -> tuple[str | None, str | None]:
+    """(stdout tail, stderr tail) of a validation's recorded raw output (its blob), for a
+    person reading why it failed: the last ``TAIL_LINES`` lines, at most ``TAIL_CHARS``
+    characters, as text (UTF-8, undecodable bytes replaced). None for a stream with
+    nothing to show.
+
+    The blob is what the runner kept: a wrapped validation's tool output, which for a
+    command that printed no JSON is ``{exit_code, stdout, stderr}`` (both streams); a
+    command validation's stdout; a python or MCP validation's return. A blob that is a
+    well-formed structured return (``{passed, message?, data?}``) adds nothing to the
+    message shown with it: no tail."""
+    if not raw:
+        return None, None
+    try:
+        value = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        value = None
+    if isinstance(value, dict):
+        if set(value) == _STREAMS and all(isinstance(value[k], str) for k in ("stdout", "stderr")):
+            return _tail(value["stdout"]), _tail(value["stderr"])
+        if check_validation_result(value)[0]:
+            return None, None
+    return _tail(raw.decode("utf-8", errors="replace")), None
+
+
+def _tail(text: str) -> str | None:
+    lines = text.rstrip().splitlines()[-TAIL_LINES:]
+    tail = "\n".join(line.rstrip() for line in lines)
+    if len(tail) > TAIL_CHARS:
+        tail = "…" + tail[-(TAIL_CHARS - 1) :]
+    return tail or None
