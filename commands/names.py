@@ -33,6 +33,34 @@ def check_resource(value: str) -> str:
     return value
 
 
+# A URI-like scheme prefix (RFC 3986): `repo:api/x` is a name, whatever its slashes.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def looks_like_path(value: str) -> bool:
+    """Whether a resource is *written* as a filesystem path: absolute, starting with
+    ``./``, ``../`` or ``~``, ``.`` or ``..``, or holding a ``/`` without a ``scheme:``
+    prefix (``src/api``). Anything else is a name (``repo:api``, ``repo:api/x``,
+    ``project``): a bare word names a path only when one exists."""
+    if value.startswith(("/", "./", "../", "~")) or value in (".", ".."):
+        return True
+    return "/" in value and not _SCHEME.match(value)
+
+
+def check_plan_resource(value: str) -> str:
+    """``check_resource`` for a resource a plan works on: one written as a path
+    (``looks_like_path``) must exist, as a file or a directory; a name is never looked
+    up. The plan copies a path into its sandbox at Execute: a typo must not silently
+    become a name with no files and no sandbox."""
+    resource = check_resource(value)
+    if looks_like_path(value) and not os.path.exists(resource):
+        raise CommandRefused(
+            f"resource {value!r} is a path that does not exist ({resource}): create it, or "
+            "name the resource without a path's form (repo:api)"
+        )
+    return resource
+
+
 def _is_path(value: str) -> bool:
     if value.startswith(("/", "./", "../", "~")) or value in (".", ".."):
         return True

@@ -2,7 +2,7 @@
 decisions and tokens.
 
 No database access and no knowledge of what a key signs: the signed-note checkpoints
-here in ``ledger`` and the plane's decisions and tokens (``commands.plane.signing``)
+here in ``ledger`` and the plane's decisions and tokens (``commands.rules.signing``)
 both build on it. Private keys are written mode 0600 from the first byte and refused
 when others can read them.
 """

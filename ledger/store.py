@@ -746,7 +746,9 @@ class Store:
                     # What is stored must read back: this also type-checks the payload,
                     # which msgspec does not do when a Struct is constructed.
                     decode(payload_bytes)
-                    delta_bytes = canonical_json(new.delta) if new.delta else _EMPTY_DELTA
+                    delta_bytes = (
+                        canonical_json(new.delta, safe_numbers=True) if new.delta else _EMPTY_DELTA
+                    )
                 except (CanonicalizationError, msgspec.ValidationError) as exc:
                     raise InvalidEventError(f"{type_name}: {exc}") from None
                 middle = middles.get(sv)

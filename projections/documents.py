@@ -387,7 +387,11 @@ fold_approver: StreamFold[ApproverState] = StreamFold("approver", ApproverState)
 def _key_added(doc: ApproverState | None, p: ApproverKeyAdded) -> ApproverState:
     keys = {
         **(doc.keys if doc is not None else {}),
-        p.fingerprint: ApproverKeyState(public_key=p.public_key, status="active"),
+        p.fingerprint: ApproverKeyState(
+            public_key=p.public_key,
+            status="active",
+            role="operator" if p.role == "operator" else msgspec.UNSET,
+        ),
     }
     return ApproverState(name=p.name, keys=keys)
 

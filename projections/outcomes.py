@@ -97,6 +97,8 @@ RAW_HALT_TYPES: dict[str, Outcome] = {
     "coder_missing": "environment_error",
     "container_runtime_missing": "environment_error",
     "backend_unavailable": "environment_error",
+    # an MCP server's declaration of a tool is no longer the one registered
+    "schema_drift": "environment_error",
 }
 
 

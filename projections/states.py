@@ -137,6 +137,9 @@ class AttachmentState(_Doc, frozen=True, kw_only=True):
 class ApproverKeyState(_Doc, frozen=True, kw_only=True):
     public_key: str
     status: Literal["active", "revoked"]
+    # Absent for an approver's key (so its document is as before); "operator" for an
+    # operator's (policy) key.
+    role: Literal["operator"] | UnsetType = UNSET
 
 
 class ApproverState(_Doc, frozen=True, kw_only=True):

@@ -109,7 +109,7 @@ def test_a_forged_change_set_cannot_write_outside_the_resource(db_url: str, tmp_
     import base64
     import hashlib
 
-    from commands.plane.signing import read_token
+    from commands.rules.signing import read_token
     from ledger.canonical import canonical_json
     from ledger.events import ChangesRecorded, FileChange, TokenConsumed
     from tests.helpers import forge

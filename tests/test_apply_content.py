@@ -19,7 +19,7 @@ from commands.auditor.audit import audit
 from commands.plane import CommandRefused, Plane
 from commands.plane.lifecycle import apply_plan, complete_apply
 from commands.plane.runs import validate_plan
-from commands.plane.signing import read_token
+from commands.rules.signing import read_token
 from ledger.canonical import canonical_json
 from ledger.events import ChangesRecorded, FileChange, TokenConsumed
 from tests.helpers import forge, invoke, status_plan, work
@@ -460,3 +460,27 @@ def test_two_concurrent_resumes_write_once_and_no_reader_sees_half_a_file(
     with Plane.open(db_url) as plane:
         assert _types(plane).count("plan.applied") == 1
         assert audit(plane.store).ok
+
+
+def test_a_directory_swapped_for_a_symlink_after_execute_is_not_followed(
+    db_url: str, tmp_path: Path
+) -> None:
+    """`src/` was a real directory when the plan entered Execute; the agent replaces it
+    with a symlink to a directory outside before Apply writes `src/new.py`."""
+    from commands.plane.phases import enter_execute
+
+    with Plane.open(db_url) as plane:
+        project = status_plan(plane, tmp_path, {}, execute=False)
+        (project / "src").mkdir()
+        enter_execute(plane, "P-1")
+        (work(plane) / "src" / "new.py").write_text("x = 1\n")
+        (work(plane) / "status.txt").write_text("good\n")
+        token = validate_plan(plane, "P-1").token
+        assert token
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (project / "src").rmdir()
+        os.symlink(outside, project / "src")
+        with pytest.raises(CommandRefused, match="src"):
+            apply_plan(plane, "P-1", token)
+        assert not list(outside.iterdir())

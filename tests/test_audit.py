@@ -131,7 +131,8 @@ def test_a_log_written_by_the_plane_audits_clean(setup, db_url: str) -> None:
     report = audit(plane.store)
     assert report.ok, report.violations
     assert report.plans == ["P-1"] and report.size == plane.store.head().size
-    assert report.checked["INV1"] == 1 and report.checked["INV3"] == 1
+    assert report.checked["token_from_passing_run"] == 1  # INV1
+    assert report.checked["blocker_not_overridable"] == 1  # INV3
     assert report.checked["outcome"] == 2 and report.checked["tokens_once"] == 1
     assert report.checked["delta_fold"] == report.size
     assert audit(plane.store, plan="P-1").ok
@@ -185,7 +186,11 @@ def test_a_token_after_an_invalidating_fix_breaks_inv1(setup) -> None:
         msgspec.structs.replace(minted.payload, token_id="01J00000000000000000000001"),
     )
     report = audit(plane.store, plan="P-1")
-    inv1 = [v for v in report.violations if v.invariant == "INV1" and v.position == token_at]
+    inv1 = [
+        v
+        for v in report.violations
+        if v.invariant == "token_from_passing_run" and v.position == token_at
+    ]
     assert inv1 and any(f"position {fix_at}" in v.found for v in inv1)
 
 
@@ -194,8 +199,8 @@ def test_decision_without_escalation_breaks_inv3(setup) -> None:
     real = _events(plane, DecisionRecorded)[0].payload
     [at] = _forge(plane, msgspec.structs.replace(real, decision_id="01J0000000000000000000000D"))
     found = {v.invariant: v for v in audit(plane.store).violations if v.position == at}
-    assert "follows an escalation" in found["INV3"].expected
-    assert set(found) == {"INV3", "illegal_transition", "decision_signature"}
+    assert "follows an escalation" in found["blocker_not_overridable"].expected
+    assert set(found) == {"blocker_not_overridable", "illegal_transition", "decision_signature"}
 
 
 def test_a_token_from_a_failed_run_and_outcome_drift(setup) -> None:
@@ -228,7 +233,11 @@ def test_a_token_from_a_failed_run_and_outcome_drift(setup) -> None:
     [drift] = [v for v in by_position[positions[2]] if v.invariant == "outcome_drift"]
     assert "blocker" in drift.expected and "recorded pass" in drift.found  # both values
     token = by_position[positions[3]]
-    assert any("passing real result" in v.expected for v in token if v.invariant == "INV1")
+    assert any(
+        "passing real result" in v.expected
+        for v in token
+        if v.invariant == "token_from_passing_run"
+    )
     assert any("results digest" in v.expected for v in token)
 
 

@@ -41,10 +41,21 @@ def test_init_defaults_to_evidence_db_in_the_working_directory(tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["db"] == f"sqlite:///{tmp_path / 'evidence.db'}"
+    # The operator key is made; the first policy command registers it (or --operator).
     assert doc["size"] == 0 and doc["schema_version"] == 1 and len(doc["ledger_id"]) == 26
+    assert not doc["operator"]["registered"] and doc["operator"]["name"] == "operator"
     assert (tmp_path / "evidence.db").exists()
     again = run("init", "--json", cwd=tmp_path)  # idempotent
     assert json.loads(again.stdout)["ledger_id"] == doc["ledger_id"]
+    assert json.loads(again.stdout)["size"] == 0
+    named = run("init", "--operator", "ops", "--json", cwd=tmp_path)
+    assert json.loads(named.stdout)["operator"] == {
+        **json.loads(named.stdout)["operator"],
+        "name": "ops",
+        "added": True,
+        "registered": True,
+    }
+    assert json.loads(named.stdout)["size"] == 1
 
 
 def test_evidence_db_environment_variable(tmp_path: Path) -> None:

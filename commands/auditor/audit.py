@@ -18,10 +18,17 @@ import jsonpatch
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from commands.plane.authority import ApproverKey, decision_problem, endorsed, token_signed
-from commands.plane.core import CommandRefused
-from commands.plane.gates import truncated_deviation
-from commands.plane.lifecycle import results_digest
+from commands.errors import CommandRefused
+from commands.rules.trust import (
+    ApproverKey,
+    KeyRing,
+    decision_problem,
+    endorsed,
+    needs_operator,
+    review_problem,
+    token_signed,
+)
+from commands.rules.verdicts import results_digest, truncated_deviation
 from commands.runner.results import TransformError, apply_transform
 from commands.runner.sandbox import change_entry, change_set_problem, decode_trees
 from commands.runner.trees import Entry, entries, manifest_of
@@ -29,15 +36,18 @@ from commands.schemas.checker import check
 from ledger import LogReader, RecordedEvent, Store
 from ledger.events import (
     ApproverKeyAdded,
+    ApproverKeyRevoked,
     ChangesRecorded,
     DecisionRecorded,
     Escalated,
+    EventPayload,
     ExecuteEntered,
     FileChange,
     FixRecorded,
     GateChecked,
     PlanApplied,
     PlanHalted,
+    ReviewReportCommitted,
     SkillPin,
     TokenConsumed,
     TokenMinted,
@@ -69,10 +79,11 @@ __all__ = [
     "replay_plan",
 ]
 
-# The invariant names a violation can carry (docs/auditing.md explains each).
+# The invariant names a violation can carry (docs/auditing.md explains each, with the
+# seed's ids as aliases: token_from_passing_run is INV1, blocker_not_overridable INV3).
 INVARIANTS = (
-    "INV1",  # a token only from a complete, passing, un-invalidated run
-    "INV3",  # decisions only on escalations; no token after a blocker without a pass
+    "token_from_passing_run",  # INV1: a token only from a complete, passing, current run
+    "blocker_not_overridable",  # INV3: decisions only on escalations; no token past a blocker
     "ordering",  # escalate -> decision -> re-validation -> token; Apply; tokens once
     "gate_rederivation",  # gate check re-run on recorded bytes gives the recorded verdict
     "transform_rederivation",  # wrapped transform re-run on the raw output
@@ -88,6 +99,8 @@ INVARIANTS = (
     "decision_signature",  # a decision not signed by its approver's key in force
     "token_signature",  # a token not signed by the plane key
     "approver_endorsement",  # an approver key the plane key did not endorse
+    "policy_signature",  # policy not signed by an operator key in force: the plane ignores it
+    "review_signature",  # a review report the plane key did not vouch for
     "apply_incomplete",  # a change set recorded, the Apply never completed
     "change_set",  # a change set that is not the validated trees' difference from the snapshot
     "files",  # with --files: a resource directory differs from the applied change set
@@ -194,6 +207,9 @@ class AuditReport(msgspec.Struct, kw_only=True):
     # plans applied after a run in which no required validation ran (they opted out with
     # require_validation: false): not violations, but never to be mistaken for validated
     unvalidated: list[str] = []
+    # plans that ran programs unconfined (they opted out with confinement: none): not
+    # violations either, but never to be mistaken for confined work
+    unconfined: list[str] = []
 
 
 class _Run:
@@ -288,6 +304,7 @@ def audit(
         violations=auditor.violations,
         read_models=statuses,
         unvalidated=sorted(auditor.unvalidated),
+        unconfined=sorted(auditor.unconfined),
     )
 
 
@@ -317,7 +334,10 @@ class _Auditor:
         self.broken: set[str] = set()  # streams whose deltas already diverged
         self.plans: dict[str, _PlanWalk] = {}
         self.unendorsed: set[str] = set()  # approver keys the plane key did not endorse
+        self.ring = KeyRing(plane_public_key)  # the keys the plane trusts, as of the walk
+        self.review_payloads: dict[str, list[EventPayload]] = {}  # review stream -> so far
         self.unvalidated: set[str] = set()  # plans applied after a vacuous run
+        self.unconfined: set[str] = set()  # plans whose programs ran unconfined
 
     def violation(
         self, position: int | None, plan_id: str | None, invariant: str, expected: str, found: str
@@ -345,6 +365,10 @@ class _Auditor:
         before = self.docs.get(stream)
         if isinstance(event.payload, ValidationRegistered) and in_scope:
             self.check_read_only(event, event.payload)
+        if self.plane_public_key is not None:
+            self.check_policy(event)
+            if kind == "review":
+                self.check_review(event)
         if isinstance(event.payload, ApproverKeyAdded) and self.plane_public_key is not None:
             self.count("approver_endorsement")
             if not endorsed(event.payload, self.plane_public_key):
@@ -441,6 +465,8 @@ class _Auditor:
     def plan_event(self, plan_id: str, walk: _PlanWalk, event: RecordedEvent) -> None:
         p = event.payload
         pos = event.position
+        if isinstance(p, ToolCalled | ValidationResultRecorded) and p.confinement == "unconfined":
+            self.unconfined.add(plan_id)  # reported, not a violation: the plan opted out
         if walk.routing is not None:
             if event.causation_id == walk.routing[1]:
                 walk.routing[3].append(event.type)
@@ -546,7 +572,7 @@ class _Auditor:
                     self.violation(
                         pos,
                         plan_id,
-                        "INV1",
+                        "token_from_passing_run",
                         "the consumed token is the plan's current, unsuperseded token",
                         f"token {p.token_id} is "
                         f"{token.status if token is not None else 'not current'}",
@@ -579,12 +605,12 @@ class _Auditor:
     # -- INV3 and the escalation order ------------------------------------------------
 
     def check_decision(self, plan_id: str, pos: int, walk: _PlanWalk, p: DecisionRecorded) -> None:
-        self.count("INV3")
+        self.count("blocker_not_overridable")
         if p.decision_id not in walk.escalations:
             self.violation(
                 pos,
                 plan_id,
-                "INV3",
+                "blocker_not_overridable",
                 "a decision follows an escalation",
                 f"decision {p.decision_id} has no escalation before it",
             )
@@ -592,7 +618,7 @@ class _Auditor:
             self.violation(
                 pos,
                 plan_id,
-                "INV3",
+                "blocker_not_overridable",
                 "one decision per escalation",
                 f"decision {p.decision_id} was already recorded at position "
                 f"{walk.decided[p.decision_id][0]}",
@@ -603,7 +629,7 @@ class _Auditor:
                 self.violation(
                     pos,
                     plan_id,
-                    "INV3",
+                    "blocker_not_overridable",
                     "no decision concerns a blocker",
                     f"decision {p.decision_id} follows a halt classified {halt}",
                 )
@@ -623,8 +649,55 @@ class _Auditor:
         if walk.pending_escalation == p.decision_id:
             walk.pending_escalation = None
 
+    def check_review(self, event: RecordedEvent) -> None:
+        """A review's report is one the plane ran: its commit carries the plane key's
+        signature over the chain of the review's earlier events (``review_problem``)."""
+        earlier = self.review_payloads.setdefault(event.stream, [])
+        assert self.plane_public_key is not None  # checked only with the plane key
+        if isinstance(event.payload, ReviewReportCommitted):
+            self.count("review_signature")
+            problem = review_problem([*earlier, event.payload], self.plane_public_key)
+            if problem is not None:
+                self.violation(
+                    event.position,
+                    None,
+                    "review_signature",
+                    f"review {event.payload.task_id}'s report is vouched for by the plane",
+                    problem,
+                )
+        earlier.append(event.payload)
+
+    def check_policy(self, event: RecordedEvent) -> None:
+        """Policy only from an operator: every registration, attachment, skill, key
+        change and gate-weakening plan setting carries a signature that verifies under
+        an operator key the plane key endorsed, active at its position (``KeyRing``,
+        the plane's own rule)."""
+        p = event.payload
+        if isinstance(p, ApproverKeyAdded | ApproverKeyRevoked):
+            if needs_operator(p):
+                self.count("policy_signature")
+            problem = self.ring.take(p)
+            if problem is None or "endorsed by the plane key" in problem:
+                return  # an unendorsed key is approver_endorsement's finding
+        elif needs_operator(p):
+            self.count("policy_signature")
+            problem = self.ring.policy_problem(p)
+            if problem is None:
+                return
+        else:
+            return
+        self.violation(
+            event.position,
+            _plan_of(event.stream),
+            "policy_signature",
+            problem,
+            f"{event.type} at {event.stream} v{event.stream_version}: the plane ignores it",
+        )
+
     def approver_key(self, fingerprint: str) -> ApproverKey | None:
         """The approver key as of the event being audited (the walk is in order)."""
+        if self.plane_public_key is not None:
+            return self.ring.keys.get(fingerprint)
         if fingerprint in self.unendorsed:
             return None
         for doc in self.docs.values():
@@ -694,7 +767,7 @@ class _Auditor:
     # -- INV1 -------------------------------------------------------------------------
 
     def check_token(self, plan_id: str, pos: int, walk: _PlanWalk, p: TokenMinted) -> None:
-        self.count("INV1")
+        self.count("token_from_passing_run")
         if p.token_id in walk.minted:  # a replayed mint would revive a superseded token
             self.violation(
                 pos,
@@ -710,7 +783,7 @@ class _Auditor:
             self.violation(
                 pos,
                 plan_id,
-                "INV1",
+                "token_from_passing_run",
                 "a token is minted from a completed run",
                 f"run {p.run_id} {'never started' if run is None else 'is open'}",
             )
@@ -719,7 +792,7 @@ class _Auditor:
             self.violation(
                 pos,
                 plan_id,
-                "INV1",
+                "token_from_passing_run",
                 "a token is minted from the plan's latest run",
                 f"run {p.run_id} is not the latest completed run",
             )
@@ -727,7 +800,7 @@ class _Auditor:
             self.violation(
                 pos,
                 plan_id,
-                "INV3",
+                "blocker_not_overridable",
                 "no token after a blocker without a later passing run",
                 f"the latest run {last.run_id} is a blocker",
             )
@@ -735,7 +808,7 @@ class _Auditor:
             self.violation(
                 pos,
                 plan_id,
-                "INV1",
+                "token_from_passing_run",
                 "a token only from a passing run",
                 f"run {p.run_id} completed with outcome {run.completed.outcome}",
             )
@@ -743,7 +816,7 @@ class _Auditor:
             self.violation(
                 pos,
                 plan_id,
-                "INV1",
+                "token_from_passing_run",
                 "nothing invalidates the run before the token",
                 f"position {run.invalidated_at} superseded run {p.run_id}",
             )
@@ -753,7 +826,7 @@ class _Auditor:
             self.violation(
                 pos,
                 plan_id,
-                "INV1",
+                "token_from_passing_run",
                 f"the token's attempt {p.attempt} is the run's and the plan's",
                 f"run attempt {run.attempt}, plan attempt {plan_attempt}",
             )
@@ -761,7 +834,7 @@ class _Auditor:
             self.violation(
                 pos,
                 plan_id,
-                "INV1",
+                "token_from_passing_run",
                 "the token binds the run's results digest",
                 f"{p.results_digest} != {run.completed.results_digest}",
             )
@@ -769,7 +842,7 @@ class _Auditor:
             self.violation(
                 pos,
                 plan_id,
-                "INV1",
+                "token_from_passing_run",
                 "the run's results digest is the digest of its recorded results",
                 "it is not",
             )
@@ -779,7 +852,7 @@ class _Auditor:
                 self.violation(
                     pos,
                     plan_id,
-                    "INV1",
+                    "token_from_passing_run",
                     f"required attachment {r.attachment_id} "
                     f"({r.validation}) has a passing real result in run {p.run_id}",
                     "it has none",
@@ -1118,9 +1191,7 @@ def check_files(store: LogReader, plan_id: str, directory: Path) -> list[Violati
     problems: list[Violation] = []
     for path in sorted(set(expected) | set(actual)):
         want, have = expected.get(path), actual.get(path)
-        if want == have or (
-            want and have and want[0] == have[0] == "symlink" and want[2] == have[2]
-        ):
+        if want == have:
             continue
         problems.append(
             Violation(

@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 import ledger
 from commands.auditor.audit import audit as run_audit
 from commands.auditor.audit import check_files, replay_plan
-from commands.plane.plans import terminal_label
-from commands.plane.signing import plane_key_path
+from commands.rules.signing import plane_key_path
+from commands.rules.vocabulary import terminal_label
 from ledger.bundle import Bundle
 from ledger.canonical import MAX_SAFE_INTEGER
 from ledger.checkpoints import (
@@ -22,13 +22,22 @@ from ledger.checkpoints import (
     CheckpointError,
     CheckpointReport,
     InclusionProof,
+    Verifier,
+    parse_verifier_key,
     prove_inclusion,
     sign_checkpoint,
     stored_leaves,
+    verifier_key,
     verify_against_checkpoint,
 )
 from ledger.intake import read_text
-from ledger.keys import fingerprint, load_private_key, load_public_key, public_key_b64
+from ledger.keys import (
+    SigningError,
+    fingerprint,
+    load_private_key,
+    load_public_key,
+    public_key_b64,
+)
 from ledger.merkle import root_of
 from ledger.proofs import (
     ConsistencyCheck,
@@ -216,6 +225,12 @@ def audit(
                 f"validation ran): {inert(', '.join(report.unvalidated))}",
                 markup=False,
             )
+        if report.unconfined:
+            out.print(
+                f"note: ran programs UNCONFINED (confinement: none, no kernel sandbox): "
+                f"{inert(', '.join(report.unconfined))}",
+                markup=False,
+            )
         if report.ok:
             out.print(f"ok: {report.size} events audited ({checks})", markup=False)
         else:
@@ -279,12 +294,27 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
                 "size": head.size,
                 "root": head.root.hex(),
                 "key_name": origin,
+                "verifier_key": verifier_key(origin, key),
                 "public_key": public_key_b64(key),
                 "fingerprint": fingerprint(key),
             }
         )
     else:
         click.echo(text, nl=False)
+
+
+VERIFIER_KEY_HELP = (
+    "The checkpoint's C2SP verifier key NAME+HASH+KEY (or @FILE holding one): only a "
+    "signature under that name and key hash counts."
+)
+
+
+def verifier_key_option(fn: Any) -> Any:
+    """``--verifier-key NAME+HASH+KEY|@FILE``: the C2SP signed-note verifier key a kept
+    checkpoint is checked with (the command receives ``verifier``)."""
+    return click.option(
+        "--verifier-key", "verifier", metavar="NAME+HASH+KEY|@FILE", help=VERIFIER_KEY_HELP
+    )(fn)
 
 
 @click.command()
@@ -327,6 +357,7 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
     type=click.Path(dir_okay=False, path_type=Path),
     help="The checkpoint signer's public key (default: the plane key).",
 )
+@verifier_key_option
 @db_option
 @json_option
 def prove(
@@ -337,6 +368,7 @@ def prove(
     against: str | None,
     checkpoint_file: Path | None,
     public_key_file: Path | None,
+    verifier: str | None,
     as_json: bool,
 ) -> None:
     """Print or check an RFC 9162 inclusion or consistency proof.
@@ -360,8 +392,8 @@ def prove(
         fail("--against and --checkpoint name a tree head to check the proof against: add --verify")
     if against is not None and checkpoint_file is not None:
         fail("give --against or --checkpoint, not both")
-    if public_key_file is not None and checkpoint_file is None:
-        fail("--public-key checks a --checkpoint: give one")
+    if (public_key_file is not None or verifier is not None) and checkpoint_file is None:
+        fail("--public-key and --verifier-key check a --checkpoint: give one")
     given = against is not None or checkpoint_file is not None
     if check and position is not None and not given:
         fail(
@@ -379,7 +411,7 @@ def prove(
     if not check:
         _print_proof(store, position, old, size, as_json)
         return
-    trusted, problems = _trusted(store, against, checkpoint_file, public_key_file)
+    trusted, problems = _trusted(store, against, checkpoint_file, public_key_file, verifier)
     result: InclusionCheck | ConsistencyCheck | None = None  # None: a checkpoint unread
     try:
         if position is not None and trusted is not None:
@@ -419,6 +451,7 @@ def _trusted(
     against: str | None,
     checkpoint_file: Path | None,
     public_key_file: Path | None,
+    verifier: str | None,
 ) -> tuple[TrustedHead | None, list[Problem]]:
     """The tree head given to check against (with what was wrong with it), or none."""
     if against is not None:
@@ -430,17 +463,53 @@ def _trusted(
     if checkpoint_file is None:
         return None, []
     text = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
-    return trusted_head(text, _checkpoint_key(store, public_key_file))
+    return trusted_head(text, checkpoint_verifier(store, public_key_file, verifier))
 
 
-def _checkpoint_key(store: ledger.Store, public_key_file: Path | None) -> Ed25519PublicKey:
-    """The key a kept checkpoint is checked with: the one given, else the plane key's."""
+def checkpoint_verifier(
+    store: ledger.Store, public_key_file: Path | None, verifier: str | None
+) -> Verifier:
+    """What a kept checkpoint is checked with: the verifier key given (``--verifier-key``,
+    or a ``--public-key`` file holding one), else the public key given or the plane key's,
+    standing for the verifier key named after the checkpoint's origin."""
+    if verifier is not None and public_key_file is not None:
+        fail("give --verifier-key or --public-key, not both")
+    if verifier is not None:
+        text = (
+            read_text(Path(verifier[1:]), "document", f"--verifier-key {verifier}")
+            if verifier.startswith("@")
+            else verifier
+        )
+        try:
+            return parse_verifier_key(text)
+        except CheckpointError as exc:
+            fail(f"--verifier-key: {exc}")
     if public_key_file is not None:
-        return load_public_key(public_key_file)
+        return load_verifier(public_key_file)
     plane = plane_key_path(store.url)
     if not os.path.lexists(plane):
-        fail("--checkpoint needs --public-key FILE (no plane key here to check it with)")
+        fail(
+            "--checkpoint needs --verifier-key NAME+HASH+KEY or --public-key FILE (no plane "
+            "key here to check it with)"
+        )
     return load_private_key(plane).public_key()
+
+
+def load_verifier(path: Path) -> Verifier:
+    """A ``--public-key`` file: a PEM or base64 public key, or a C2SP verifier key."""
+    try:
+        return load_public_key(path)
+    except SigningError as exc:
+        try:
+            text = read_text(path, "document", f"--public-key {path}")
+        except ledger.LedgerError:
+            raise exc from None
+        if text.count("+") < 2:
+            raise
+        try:
+            return parse_verifier_key(text)
+        except CheckpointError as vkey_error:
+            raise SigningError(f"{path}: {vkey_error}") from None
 
 
 def _log_head(store: ledger.Store, size: int | None) -> TrustedHead:
@@ -553,21 +622,20 @@ def _plane_public_key(log: Any, plane_key_file: Path | None) -> Ed25519PublicKey
 
 
 def verify_checkpoint_command(
-    checkpoint_file: Path, public_key_file: Path | None, as_json: bool
+    checkpoint_file: Path,
+    public_key_file: Path | None,
+    as_json: bool,
+    verifier: str | None = None,
 ) -> CheckpointReport:
-    """The body of ``evidence verify --checkpoint FILE [--public-key FILE]``: check the
-    note's signature (by the public key given, else the plane key's) and that the log
-    extends its tree head; print the report; exit 1 if anything failed."""
+    """The body of ``evidence verify --checkpoint FILE [--verifier-key VKEY | --public-key
+    FILE]``: check the note's signature (under the verifier key given, else the public
+    key given or the plane key's, named after the origin) and that the log extends its
+    tree head; print the report; exit 1 if anything failed."""
     text = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
     store = open_store()
-    if public_key_file is not None:
-        public_key = load_public_key(public_key_file)
-    else:
-        plane = plane_key_path(store.url)
-        if not os.path.lexists(plane):
-            fail("--checkpoint needs --public-key FILE (no plane key here to check it with)")
-        public_key = load_private_key(plane).public_key()
-    report = verify_against_checkpoint(store, text, public_key)
+    report = verify_against_checkpoint(
+        store, text, checkpoint_verifier(store, public_key_file, verifier)
+    )
     if as_json:
         emit_json(report)
     else:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 import ledger
-from commands.plane.signing import plane_key_path
+from commands.rules.signing import plane_key_path
 from ledger.bundle import (
     Bundle,
     BundleError,

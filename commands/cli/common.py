@@ -8,6 +8,7 @@ Exit status: 0 success; 1 a verdict (verify found a problem, a gate deviation, a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shutil
 import sys
@@ -19,7 +20,7 @@ import click
 
 import ledger
 
-from .terminal import inert, json_inert
+from .terminal import inert, json_inert, no_color
 
 if TYPE_CHECKING:  # imported where used: `evidence --version` and `--help` need neither
     from rich.console import Console
@@ -73,6 +74,8 @@ def db_url() -> str:
 
 def open_store(*, create: bool = False) -> ledger.Store:
     """Open the ledger named by ``--db``; read-only commands never create a file."""
+    if create:
+        note_fresh_ledger(db_url())
     store = ledger.open(db_url(), create=create)
     click.get_current_context().call_on_close(store.close)
     return store
@@ -89,6 +92,8 @@ def open_plane(*, create: bool = False) -> Plane:
 
     from .progress import progress_bar
 
+    if create:
+        note_fresh_ledger(db_url())
     # Opening catches the read models up (or rebuilds a changed one): a bar on a
     # terminal when that takes more than a second (the first open of a large ledger).
     with progress_bar("read models") as progress:
@@ -100,6 +105,75 @@ def open_plane(*, create: bool = False) -> Plane:
         )
     click.get_current_context().call_on_close(plane.close)
     return plane
+
+
+# -- a refused command leaves no ledger behind ---------------------------------------------
+
+# The files a command that may create a SQLite ledger would make, and which of them did
+# not exist before it ran (one entry per fresh ledger; reset by ``main`` per command).
+_FRESH: list[tuple[str, list[Path]]] = []
+
+
+def note_fresh_ledger(url: str) -> None:
+    """Before a command creates the ledger at ``url``: if it is a SQLite file that does not
+    exist yet, note it and the files that come with it (its WAL and journal, its state
+    directory, the plane and operator keys beside it) that do not exist either, so that a
+    refusal removes them (``discard_fresh_ledgers``). PostgreSQL is a server's database,
+    never removed."""
+    import os
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from commands.rules.signing import operator_key_path, plane_key_path
+    from commands.runner.sandbox import state_dir
+
+    try:
+        parsed = make_url(url)
+        if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+            return
+        path = Path(os.path.abspath(parsed.database))
+        if os.path.lexists(path) or any(url == known for known, _ in _FRESH):
+            return
+        keys = [plane_key_path(url), operator_key_path(url)]
+    except (ledger.LedgerError, ValueError, ArgumentError):
+        return
+    candidates = [
+        path,
+        *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal")),
+        state_dir(url),
+        *keys,
+        *(key.with_name(key.name + ".pub") for key in keys),
+    ]
+    _FRESH.append((url, [c for c in candidates if not os.path.lexists(c)]))
+
+
+def reset_fresh_ledgers() -> None:
+    _FRESH.clear()
+
+
+def discard_fresh_ledgers() -> None:
+    """After a refusal: remove each ledger this command created, with the files that came
+    with it, if it holds no event (a refusal appends nothing; a command refused after it
+    appended keeps its ledger, which is evidence)."""
+    import os
+
+    while _FRESH:
+        url, made = _FRESH.pop()
+        try:
+            with ledger.open(url, create=False) as store:
+                if store.head().size:
+                    continue
+        except Exception:  # no ledger (never made), or not one to touch
+            if not os.path.lexists(made[0]):
+                continue
+            return
+        for path in made:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
 
 def json_option(fn: F) -> F:
@@ -242,7 +316,13 @@ def console() -> Console:
     agent's text; pass that through ``inert`` too)."""
     from rich.console import Console
 
-    return Console(soft_wrap=True, highlight=False, markup=False, emoji=False)
+    return Console(
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        color_system=None if no_color() else "auto",  # NO_COLOR: no style at all
+    )
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
@@ -263,7 +343,7 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         return text
 
     header = line(columns)
-    click.echo(click.style(header, bold=True) if tty else header)
+    click.echo(click.style(header, bold=True) if tty and not no_color() else header)
     for row in rows:
         click.echo(line(row))
 

@@ -16,7 +16,7 @@ from commands.plane.lifecycle import (
     record_fix,
     revoke_approver,
 )
-from commands.plane.signing import SigningError
+from commands.rules.signing import SigningError
 from ledger.keys import fingerprint, generate_key_pair
 from projections.states import ApproverState, to_json
 
@@ -69,10 +69,11 @@ def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
 
 @click.group()
 def keys() -> None:
-    """Approver keys (Ed25519); private keys never enter the ledger.
+    """People's keys (Ed25519); private keys never enter the ledger.
 
-    An approver signs a decision on an escalated plan with a private key kept outside
-    the ledger; the ledger records the public key, endorsed by the plane key."""
+    An approver signs a decision on an escalated plan, an operator signs policy, each
+    with a private key kept outside the ledger; the ledger records the public key,
+    endorsed by the plane key."""
 
 
 @keys.command("generate")
@@ -110,21 +111,31 @@ def generate(out: Path, as_json: bool) -> None:
 @keys.command("add")
 @click.argument("name")
 @click.argument("pubkey_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--role",
+    type=click.Choice(["approver", "operator"]),
+    default="approver",
+    show_default=True,
+    help="approver: decides escalations; operator: signs policy.",
+)
 @db_option
 @json_option
-def add(name: str, pubkey_file: Path, as_json: bool) -> None:
-    """Register NAME's public key as an approver key.
+def add(name: str, pubkey_file: Path, role: str, as_json: bool) -> None:
+    """Register NAME's public key as an approver's or an operator's.
+
+    Needs the plane key (it endorses the key); an approver's registration is policy,
+    signed with this process's operator key too.
 
     \b
     Examples:
       evidence keys add alice alice.key.pub
-      evidence keys add bob bob.key.pub --json
+      evidence keys add ops-bob bob.key.pub --role operator --json
     """
-    doc = add_approver_key(open_plane(create=True), name, pubkey_file)
+    doc = add_approver_key(open_plane(create=True), name, pubkey_file, role=role)  # type: ignore[arg-type]
     if as_json:
-        emit_json({"approver": to_json(doc)})
+        emit_json({"approver": to_json(doc), "role": role})
     else:
-        click.echo(f"approver {inert(name)}: {len(doc.keys)} key(s)")
+        click.echo(f"{role} {inert(name)}: {len(doc.keys)} key(s)")
 
 
 @keys.command("revoke")

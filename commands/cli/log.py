@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 import msgspec
 
-from commands.plane.signing import load_or_create_plane_key, plane_key_path
+from commands.plane.lifecycle import init_operator
+from commands.rules.signing import load_or_create_plane_key, plane_key_path
 from ledger.canonical import MAX_SAFE_INTEGER
 from ledger.checkpoints import CheckpointError, InclusionProof, prove_inclusion
 from ledger.proofs import StoredEvent, read_stored_event
 from ledger.verify import available_cores, parse_tree_head, verify_store
 
-from .audit import verify_checkpoint_command
+from .audit import verifier_key_option, verify_checkpoint_command
 from .bundle import bundle_option, verify_bundle_command
 from .common import (
     EXIT_VERDICT,
@@ -25,6 +26,7 @@ from .common import (
     fail,
     format_option,
     json_option,
+    open_plane,
     open_store,
     print_table,
 )
@@ -34,23 +36,39 @@ from .terminal import inert
 
 
 @click.command()
+@click.option(
+    "--operator",
+    "operator",
+    default=None,
+    help="The first operator's name (default $EVIDENCE_OPERATOR, else `operator`).",
+)
 @db_option
 @json_option
-def init(as_json: bool) -> None:
-    """Create the ledger if it does not exist.
+def init(operator: str | None, as_json: bool) -> None:
+    """Create the ledger (if missing) and its first operator.
 
     Makes the tables, the append-only triggers, the one-row head and the plane key;
-    on an existing ledger it changes nothing.
+    makes (or loads) this process's operator key ($EVIDENCE_OPERATOR_KEY, else beside
+    the plane key). Policy — registrations, attachments, skills, keys, settings that
+    weaken a gate — is signed with it. On a ledger with no operator yet, --operator NAME
+    registers it as the first operator (endorsed by the plane key); without it, the
+    first policy command does. On an existing ledger it changes nothing (another
+    operator's key is refused: an operator adds yours with `keys add NAME PUB --role
+    operator`).
 
     \b
     Examples:
-      evidence init
+      evidence init --operator ops-alice
       evidence init --db postgresql+psycopg://postgres@127.0.0.1/evidence
     """
-    store = open_store(create=True)
+    plane = open_plane(create=True)
+    store = plane.store
     head = store.head()
     meta = store.meta()
     load_or_create_plane_key(store.url)  # mints tokens; kept outside the events table
+    # The operator key is made now; it is registered now with --operator, else by the
+    # first policy command (the single-user bootstrap), so a fresh ledger stays empty.
+    first = init_operator(plane, operator, register=operator is not None)
     if as_json:
         emit_json(
             {
@@ -58,8 +76,15 @@ def init(as_json: bool) -> None:
                 "ledger_id": meta["ledger_id"],
                 "schema_version": int(meta["schema_version"]),
                 "created_at": meta["created_at"],
-                "size": head.size,
+                "size": store.head().size,
                 "plane_key": str(plane_key_path(store.url)),
+                "operator": {
+                    "name": first.name,
+                    "fingerprint": first.fingerprint,
+                    "key_file": str(first.key_file),
+                    "added": first.added,
+                    "registered": first.registered,
+                },
             }
         )
         return
@@ -67,6 +92,17 @@ def init(as_json: bool) -> None:
     click.echo(f"schema version {meta['schema_version']}, {head.size} events")
     click.echo(
         f"plane key {inert(plane_key_path(store.url))} (mints apply tokens; keep it private)"
+    )
+    click.echo(
+        f"operator {inert(first.name)}: key {inert(first.key_file)} "
+        f"({first.fingerprint[:16]}…; signs policy; keep it from the agent)"
+        + (
+            " — registered as the first operator"
+            if first.added
+            else ""
+            if first.registered
+            else " — registered by the first policy command"
+        )
     )
 
 
@@ -295,6 +331,7 @@ def _indented_json(value: object) -> str:
     help="The checkpoint signer's public key (default: the plane key; with "
     "--bundle, the key the bundle carries).",
 )
+@verifier_key_option
 @click.option(
     "--jobs",
     type=click.IntRange(min=1, max=64),
@@ -308,6 +345,7 @@ def verify(
     against: str | None,
     checkpoint_file: Path | None,
     public_key_file: Path | None,
+    verifier: str | None,
     jobs: int | None,
     bundle_file: Path | None,
     as_json: bool,
@@ -320,9 +358,16 @@ def verify(
     \b
     Examples:
       evidence verify
-      evidence verify --checkpoint kept.checkpoint --json
+      evidence verify --checkpoint kept.checkpoint --verifier-key @kept.vkey
     """
+    if verifier is not None and checkpoint_file is None:
+        fail("--verifier-key checks a --checkpoint: give one")
     if bundle_file is not None:
+        if verifier is not None:
+            fail(
+                "--verifier-key checks a kept --checkpoint of a database; "
+                "a bundle takes --public-key"
+            )
         if against:
             fail("--against does not apply to --bundle: give a kept --checkpoint FILE")
         verify_bundle_command(
@@ -332,7 +377,7 @@ def verify(
     if checkpoint_file is not None:
         if against:
             fail("give --against or --checkpoint, not both")
-        verify_checkpoint_command(checkpoint_file, public_key_file, as_json)
+        verify_checkpoint_command(checkpoint_file, public_key_file, as_json, verifier)
         return
     if public_key_file is not None:
         fail("--public-key checks a --checkpoint or a --bundle: give one")

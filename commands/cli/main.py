@@ -22,7 +22,12 @@ import click
 
 import ledger  # light: the errors and the version; the store loads on first use
 
-from .common import DB_HELP, EXIT_REFUSED  # light: no store, no rich until used
+from .common import (  # light: no store, no rich until used
+    DB_HELP,
+    EXIT_REFUSED,
+    discard_fresh_ledgers,
+    reset_fresh_ledgers,
+)
 from .terminal import inert
 
 # Every verb: name -> ("module:attribute", short help). The short help is what
@@ -48,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "List pending decisions, or sign and record one.",
     ),
     "call": ("commands.cli.runs:call", "Gate, run and record a tool call."),
+    "completion": (
+        "commands.cli.help:completion",
+        "Print the shell completion script for bash, zsh or fish.",
+    ),
     "checkpoint": (
         "commands.cli.audit:checkpoint",
         "Print a signed tree head (a C2SP checkpoint) of the log.",
@@ -57,6 +66,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run the green-after-fix example on a fresh SQLite ledger.",
     ),
     "detach": ("commands.cli.attachments:detach", "Detach an attachment."),
+    "docs": (
+        "commands.cli.help:docs",
+        "Show the documentation that ships with evidence-ledger.",
+    ),
     "event": (
         "commands.cli.log:event",
         "Show one event with its hashes and its inclusion proof.",
@@ -76,10 +89,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "commands.cli.hooks:hook",
         "Agent CLI tool-use hooks: gate and record its tool calls.",
     ),
-    "init": ("commands.cli.log:init", "Create the ledger if it does not exist."),
+    "init": ("commands.cli.log:init", "Create the ledger (if missing) and its first operator."),
     "keys": (
         "commands.cli.lifecycle:keys",
-        "Approver keys (Ed25519); private keys never enter the ledger.",
+        "People's keys (Ed25519); private keys never enter the ledger.",
     ),
     "mcp": (
         "commands.cli.mcp:mcp",
@@ -147,6 +160,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Analytics", ("tail", "export", "stats")),
     ("Reviews", ("review",)),
     ("The agent's door", ("hook", "mcp")),
+    ("Help", ("docs", "completion")),
 )
 
 
@@ -218,8 +232,10 @@ def cli(ctx: click.Context, db_url: str | None) -> None:
     """Evidence Ledger: an append-only, verifiable log of an agent validation plane.
 
     `evidence COMMAND --help` shows a command's options and examples; docs/cli.md
-    documents every command, its output formats and exit codes. Tab completion for
-    bash, zsh or fish: docs/cli.md, "Shell completion".
+    documents every command, its output formats and exit codes. The docs ship with the
+    package: `evidence docs cli` prints docs/cli.md (any docs/NAME.md a help names is
+    `evidence docs NAME`). Tab completion: `evidence completion bash|zsh|fish`
+    (docs/cli.md, "Shell completion").
 
     \b
     Examples:
@@ -248,12 +264,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     if (problem := _not_utf8(args)) is not None:
         click.echo(f"error: {problem}", err=True)
         sys.exit(EXIT_REFUSED)
+    reset_fresh_ledgers()
     try:
         code = cli.main(args=args, prog_name="evidence", standalone_mode=False)
     except click.ClickException as exc:
+        discard_fresh_ledgers()  # a refused command leaves no ledger it created
         click.echo(f"error: {inert(exc.format_message())}", err=True)
         sys.exit(EXIT_REFUSED)
     except ledger.LedgerError as exc:
+        discard_fresh_ledgers()
         click.echo(f"error: {inert(str(exc))}", err=True)
         sys.exit(EXIT_REFUSED)
     except click.Abort:
@@ -264,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         # meant, no permission): the command stops before (or, in a transaction,
         # without) appending anything. Said in one line, like any refusal.
         where = f"{exc.filename}: " if exc.filename else ""
+        discard_fresh_ledgers()
         click.echo(f"error: {inert(where + (exc.strerror or str(exc)))}", err=True)
         sys.exit(EXIT_REFUSED)
     sys.exit(code if isinstance(code, int) else 0)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -37,10 +38,16 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from ulid import ULID
 
+from commands.plane.confinement import (
+    plan_policy,
+    protected_paths,
+    require_confinement,
+    work_confinement,
+)
 from commands.plane.core import CommandRefused, Plane
 from commands.plane.gates import GateOutcome
 from commands.plane.hooks import STEP_ID
-from commands.plane.plans import get_plan, terminal_state
+from commands.plane.plans import get_plan
 from commands.plane.proxy import (
     Registered,
     UpstreamTool,
@@ -51,6 +58,8 @@ from commands.plane.proxy import (
     server_name,
 )
 from commands.plane.proxy_verbs import PLANE_TOOLS, check_plane_arguments
+from commands.rules.vocabulary import terminal_state
+from commands.runner.confine import Confinement, launched, program_files
 from commands.runner.mcp_client import tool_output
 from commands.runner.process import TreeGuard
 from commands.schemas.prepare import InvalidSchemaError, prepare_schema
@@ -153,6 +162,7 @@ class GateProxy:
             timeout_s,
         )
         self.server = ""
+        self.upstream_id = ""  # the upstream's command line (as given) or URL: its identity
         self.offered: list[types.Tool] = []
         self.registered = Registered()
         self.stale = False  # the upstream said its tool list changed: list it again
@@ -183,6 +193,7 @@ class GateProxy:
                 UpstreamTool(t.name, t.input_schema, t.output_schema, t.description or "")
                 for t in listed
             ],
+            upstream=self.upstream_id,
         )
         for name, why in self.registered.refused.items():
             _warn(f"tool {name[:80]!r} of {self.server!r} is not offered: {why}")
@@ -320,15 +331,42 @@ def _step_of(meta: Mapping[str, Any] | None) -> tuple[str, Any]:
 
 @contextlib.asynccontextmanager
 async def _connect(
-    command: Sequence[str], url: str | None, workdir: Path | None = None
+    command: Sequence[str],
+    url: str | None,
+    workdir: Path | None = None,
+    confinement: Confinement | None = None,
 ) -> AsyncIterator[Any]:
     if url is not None:
         async with streamable_http_client(url) as streams:
             yield streams
     else:
-        params = StdioServerParameters(command=command[0], args=list(command[1:]), cwd=workdir)
-        async with stdio_client(params) as streams:
-            yield streams
+        with launched(command, confinement, None) as (launch, env):
+            # Confined: its own temporary directory on top of the SDK's default
+            # environment (the SDK merges what is given with it).
+            temp = {k: v for k, v in (env or {}).items() if k in ("TMPDIR", "TMP", "TEMP")}
+            params = StdioServerParameters(
+                command=launch[0], args=list(launch[1:]), cwd=workdir, env=temp or None
+            )
+            async with stdio_client(params) as streams:
+                yield streams
+
+
+def _upstream_confinement(
+    plane: Plane, plan: PlanState | None, command: Sequence[str]
+) -> Confinement:
+    """A stdio upstream is confined as the plan's tools are: it writes the plan's
+    sandbox copies (made when the plan entered Execute: an upstream started before has
+    none to write) and reads the allow-list and the files its command names. Refused
+    (nothing recorded) where the kernel cannot confine it and the plan did not opt out."""
+    if plan is None:  # a plan stream with no plan.created: no sandbox, no opt-out
+        require_confinement(plan_policy(None), "the MCP server")
+        confinement = Confinement.of("landlock", protected=protected_paths(plane))
+    else:
+        write: list[Path] = []
+        if plan.snapshot_sha256 is not msgspec.UNSET:
+            write = list(plane.sandbox(plan).ensure().copies.values())
+        confinement = work_confinement(plane, plan, write, "the MCP server")
+    return confinement.adding(read=program_files(command))
 
 
 SANDBOX_PLACEHOLDER = "{sandbox}"
@@ -372,9 +410,11 @@ async def serve(
     if ended is not None:
         raise CommandRefused(f"plan {plan_id} has ended ({ended}): no call can be made in it")
     workdir = _upstream_workdir(plane, plan_id) if url is None else None
+    upstream_id = url if url is not None else shlex.join(command)
     command = _in_sandbox(command, workdir)
+    confinement = _upstream_confinement(plane, doc, command) if url is None else None
     async with contextlib.AsyncExitStack() as stack:
-        read, write = await stack.enter_async_context(_connect(command, url, workdir))
+        read, write = await stack.enter_async_context(_connect(command, url, workdir, confinement))
         proxy: GateProxy | None = None
 
         async def on_message(message: IncomingMessage) -> None:
@@ -385,6 +425,7 @@ async def serve(
             ClientSession(read, write, message_handler=on_message)
         )
         proxy = GateProxy(plane, plan_id, upstream, timeout_s)
+        proxy.upstream_id = upstream_id
         with anyio.fail_after(timeout_s):
             init = await upstream.initialize()
             proxy.server = server or server_name(init.server_info.name)

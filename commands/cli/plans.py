@@ -6,19 +6,25 @@ import click
 import msgspec
 
 from commands.auditor.audit import retries_left
-from commands.auditor.history import plan_history, summaries
+from commands.auditor.history import (
+    confinement_summary,
+    failure_lines,
+    failure_of,
+    last_run_failures,
+    plan_history,
+    summaries,
+)
 from commands.plane.core import Plane
 from commands.plane.phases import enter_execute, record_strategy, would_bind
 from commands.plane.plans import (
-    OUTCOMES,
     create_plan,
     current_halt,
     get_plan,
     list_plans,
     plan_state,
     sandbox_paths,
-    terminal_state,
 )
+from commands.rules.vocabulary import OUTCOMES, terminal_state
 from ledger.errors import LedgerError
 from ledger.events import ResolvedAttachment
 from projections.documents import to_json
@@ -176,17 +182,23 @@ def show(plan_id: str, as_json: bool) -> None:
     state = get_plan(plane, plan_id)
     sandbox = sandbox_paths(plane, state)
     would = _would_bind(plane, state)
+    events = plan_history(plane.store, plan_id)
+    confinement = confinement_summary(events)
+    failures = last_run_failures(events, plane.store.get_blob)
     if as_json:
         emit_json(
             {
                 "plan": to_json(state),  # None: {}
                 "sandbox": sandbox,
                 "would_bind": None if would is None else [to_json(b) for b in would],
+                "confinement": confinement,
+                "failures": failures,
             }
         )
         return
     for key, value in plan_rows(plan_id, state):
         click.echo(f"{key.ljust(_WIDTH)}  {inert(value)}")
+    click.echo(f"{'confinement'.ljust(_WIDTH)}  {confinement.text()}")
     for resource, copy in sandbox.items():
         click.echo(f"{'sandbox'.ljust(_WIDTH)}  {inert(resource)} -> {inert(copy)}")
     applying = state.applying if state is not None else None
@@ -210,6 +222,12 @@ def show(plan_id: str, as_json: bool) -> None:
     if would is not None:
         click.echo()
         _print_binding(f"validations that would bind it at Execute ({len(would)}):", would)
+    if failures:
+        click.echo()
+        click.echo(f"failed in the last validation run ({failures[0].run_id[-6:]}):")
+        for failure in failures:
+            for line in failure_lines(failure):
+                click.echo(inert("  " + line, multiline=True))
 
 
 def _would_bind(plane: Plane, doc: PlanState | None) -> list[ResolvedAttachment] | None:
@@ -391,11 +409,12 @@ def history(plan_id: str, fmt: str) -> None:
       evidence plan history P-1 --format jsonl
     """
     plane = open_plane()
-    events = plan_history(plane, plan_id)
+    events = plan_history(plane.store, plan_id)
     lines = summaries(events)
     doc = get_plan(plane, plan_id)
     state = plan_state(doc) if doc is not None else None
     outcome = doc.outcome if doc is not None else None
+    failures = {e.position: failure_of(e, plane.store.get_blob) for e in events}
     documents = [
         {
             "position": e.position,
@@ -404,6 +423,8 @@ def history(plan_id: str, fmt: str) -> None:
             "type": e.type,
             "event_id": e.event_id,
             "summary": line,
+            # A validation result that is no pass: why (message or error, output tails).
+            "failure": failures[e.position],
         }
         for e, line in zip(events, lines, strict=True)
     ]
@@ -416,6 +437,13 @@ def history(plan_id: str, fmt: str) -> None:
                 for e, line in zip(events, lines, strict=True)
             ],
         )
+        why = [f for f in failures.values() if f is not None]
+        if why:
+            click.echo("why the validations failed:")
+            for failure in why:
+                for number, line in enumerate(failure_lines(failure)):
+                    prefix = f"  {failure.position:>4}  " if number == 0 else "        "
+                    click.echo(inert(prefix + line, multiline=True))
         click.echo(f"state: {_text(state)} (outcome {_text(outcome)})")
 
     emit_listing(

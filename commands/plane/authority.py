@@ -18,13 +18,19 @@ check is refused (``TamperedPlan``); ``evidence audit`` names the same position.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from commands.errors import CommandRefused
+from commands.rules.trust import (
+    ApproverKey,
+    KeyRing,
+    decision_problem,
+    needs_operator,
+    token_signed,
+)
 from commands.runner.sandbox import change_set_problem
 from ledger import RecordedEvent, Store
 from ledger.events import (
@@ -36,6 +42,7 @@ from ledger.events import (
     DecisionRecorded,
     Escalated,
     ExecuteEntered,
+    PlanCreated,
     ResolvedAttachment,
     SkillDefined,
     SkillPin,
@@ -43,20 +50,16 @@ from ledger.events import (
     ToolRegistered,
     ValidationRegistered,
 )
-from ledger.keys import public_key_from_b64
 from projections.documents import State, fold, fold_plan
 from projections.plan_rules import broken_rule
 from projections.resolution import pin_binding, resolve_plan
 from projections.states import (
-    ApproverState,
     AttachmentState,
     PlanState,
     SkillState,
     ToolSpec,
     ToolState,
 )
-
-from .signing import SigningError, approver_record, decision_record, verify_record
 
 __all__ = [
     "APPROVER_TYPES",
@@ -66,9 +69,6 @@ __all__ = [
     "StoreSource",
     "StreamState",
     "TamperedPlan",
-    "decision_problem",
-    "endorsed",
-    "token_signed",
 ]
 
 APPROVER_TYPES = (ApproverKeyAdded.type_name(), ApproverKeyRevoked.type_name())
@@ -164,13 +164,6 @@ class StreamState:
 Checked = dict[str, tuple[int, PlanState | None, frozenset[str]]]  # version, doc, tokens
 
 
-@dataclass
-class ApproverKey:
-    name: str
-    public_key: str
-    status: str
-
-
 PlaneKey = Callable[[], Ed25519PublicKey]
 
 
@@ -196,7 +189,7 @@ class Authority:
             return self._plan(stream)
         doc: State | None = None
         events = self.source.read_stream(stream)
-        for event in events:
+        for event in self._trusted(events):  # unsigned policy is nobody's: skipped
             doc = fold(stream, doc, event.payload)
         return StreamState(stream, doc, events[-1].stream_version if events else 0, self)
 
@@ -216,7 +209,7 @@ class Authority:
     def mcp_tools(self, server: str, tool_name: str) -> list[str]:
         """The registered tools whose current version is ``tool_name`` on MCP server
         ``server`` (``mcp_server`` / ``mcp_tool_name``), by name."""
-        events = self.source.read_types([ToolRegistered.type_name()])
+        events = self._trusted(self.source.read_types([ToolRegistered.type_name()]))
         return sorted(
             doc.name
             for doc in _fold_streams(events, None).values()
@@ -224,6 +217,19 @@ class Authority:
             and doc.spec.mcp_server == server
             and doc.spec.mcp_tool_name == tool_name
         )
+
+    def server_sources(self, server: str) -> set[str]:
+        """The upstreams (``source`` of their tools: ``mcp:COMMAND`` or ``mcp:URL``) the
+        registered tools of MCP server ``server`` came from: a server name is bound to
+        the upstream its tools were first registered from."""
+        events = self._trusted(self.source.read_types([ToolRegistered.type_name()]))
+        return {
+            doc.spec.source
+            for doc in _fold_streams(events, None).values()
+            if isinstance(doc, ToolState)
+            and doc.spec.mcp_server == server
+            and doc.spec.source.startswith("mcp:")
+        }
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         """Which of ``digests`` the blob store holds."""
@@ -237,35 +243,50 @@ class Authority:
         return resolve_plan(attachments.values(), tools, plan)
 
     def approver_keys(self, *, before: int | None = None) -> dict[str, ApproverKey]:
-        """Every approver key by fingerprint, with its status (as of before ``before``).
-        A key the plane key did not endorse is nobody's: it is left out."""
+        """Every trusted key by fingerprint (``KeyRing``), with its status and role, as of
+        before ``before``. A key the plane key did not endorse is nobody's."""
+        events = self._trusted_keys()
+        ring = KeyRing(None)
+        for event in events:
+            if before is not None and event.position >= before:
+                break
+            p = event.payload
+            if isinstance(p, ApproverKeyAdded):
+                ring.keys[p.fingerprint] = ApproverKey(p.name, p.public_key, "active", p.role)
+            elif isinstance(p, ApproverKeyRevoked):
+                key = ring.keys.get(p.fingerprint)
+                if key is not None and key.name == p.name:
+                    key.status = "revoked"
+        return ring.keys
+
+    def _trusted_keys(self) -> list[RecordedEvent]:
+        """The approver-stream events that count, in log order (``KeyRing``)."""
         if self._approvers is None:
             events = self.source.read_types(APPROVER_TYPES)
-            public = (
-                self._plane_key()
-                if self._plane_key is not None
-                and any(isinstance(e.payload, ApproverKeyAdded) for e in events)
-                else None
-            )
-            self._approvers = [
-                e
-                for e in events
-                if not isinstance(e.payload, ApproverKeyAdded)
-                or (public is not None and endorsed(e.payload, public))
-            ]
-        docs = _fold_streams(self._approvers, before)
-        return {
-            fp: ApproverKey(doc.name, key.public_key, key.status)
-            for doc in docs.values()
-            if isinstance(doc, ApproverState)
-            for fp, key in doc.keys.items()
-        }
+            ring = KeyRing(self._plane_key() if self._plane_key is not None and events else None)
+            self._approvers = [e for e in events if ring.take(e.payload) is None]
+        return self._approvers
+
+    def policy_ok(self, event: RecordedEvent) -> bool:
+        """Whether the plane may decide from this event: not policy, or policy an
+        operator signed with a key in force at its position."""
+        p = event.payload
+        if not needs_operator(p):
+            return True
+        if isinstance(p, ApproverKeyAdded | ApproverKeyRevoked):
+            return any(e.position == event.position for e in self._trusted_keys())
+        ring = KeyRing(None)
+        ring.keys = self.approver_keys(before=event.position)
+        return ring.policy_problem(p) is None
+
+    def _trusted(self, events: list[RecordedEvent]) -> list[RecordedEvent]:
+        return [e for e in events if self.policy_ok(e)]
 
     def _fold_registry(
         self, before: int | None
     ) -> tuple[dict[str, AttachmentState], dict[str, ToolState]]:
         if self._registry is None:
-            self._registry = self.source.read_types(REGISTRY_TYPES)
+            self._registry = self._trusted(self.source.read_types(REGISTRY_TYPES))
         docs = _fold_streams(self._registry, before)
         attachments = {s: d for s, d in docs.items() if isinstance(d, AttachmentState)}
         tools = {
@@ -286,6 +307,10 @@ class Authority:
             if rule is None and isinstance(p, ExecuteEntered) and doc is not None:
                 rule = self._binding_problem(doc, p, event.position)
                 rule = rule or self._skills_problem(doc, p, event.position)
+            if rule is None and isinstance(p, PlanCreated) and needs_operator(p):
+                ring = KeyRing(None)
+                ring.keys = self.approver_keys(before=event.position)
+                rule = ring.policy_problem(p)
             if rule is None and isinstance(p, ChangesRecorded) and doc is not None:
                 rule = change_set_problem(doc, list(p.changes), self.source.get_blob)
             if rule is None and isinstance(p, TokenMinted):
@@ -332,7 +357,7 @@ class Authority:
         """Each named skill's version and members as the registry defines them (as of
         before position ``before``); a skill not defined is left out."""
         if self._skills is None:
-            self._skills = self.source.read_types([SkillDefined.type_name()])
+            self._skills = self._trusted(self.source.read_types([SkillDefined.type_name()]))
         docs = _fold_streams(self._skills, before)
         found = {name: docs.get(f"skill:{name}") for name in names}
         return {
@@ -357,62 +382,3 @@ def _fold_streams(events: list[RecordedEvent], before: int | None) -> dict[str, 
             break
         docs[event.stream] = fold(event.stream, docs.get(event.stream), event.payload)
     return docs
-
-
-def endorsed(p: ApproverKeyAdded, plane_public_key: Ed25519PublicKey) -> bool:
-    """Whether the plane key signed this approver key's registration."""
-    try:
-        return verify_record(
-            plane_public_key,
-            approver_record(p.name, p.public_key, p.fingerprint),
-            p.endorsement,
-            domain="approver",
-        )
-    except (SigningError, ValueError):
-        return False
-
-
-def token_signed(p: TokenMinted, plane_public_key: Ed25519PublicKey) -> bool:
-    """Whether the plane key signed this token's claims (the token's own signature)."""
-    claims = {
-        "token_id": p.token_id,
-        "plan_id": p.plan_id,
-        "attempt": p.attempt,
-        "results_digest": p.results_digest,
-        "issued_at": p.issued_at,
-        "expires_at": p.expires_at,
-    }
-    if p.trees_sha256 is not None:
-        claims["trees_sha256"] = p.trees_sha256
-    try:
-        return verify_record(plane_public_key, claims, p.signature, domain="token")
-    except (SigningError, ValueError):
-        return False
-
-
-def decision_problem(
-    p: DecisionRecorded, escalation_leaf: bytes | None, key: ApproverKey | None
-) -> str | None:
-    """Why a recorded decision is not a human's (None when its signature holds): the key
-    must be the named approver's, active at the decision's position, and sign the record
-    binding decision, plan, the escalation's leaf hash, choice, guidance and reason."""
-    if escalation_leaf is None:
-        return f"decision {p.decision_id} follows its escalation"
-    if p.escalation_hash != escalation_leaf.hex():
-        return f"decision {p.decision_id} is signed over its escalation's leaf hash"
-    if key is None or key.name != p.approver:
-        return f"decision {p.decision_id} is signed with a registered key of {p.approver!r}"
-    if key.status != "active":
-        return f"decision {p.decision_id} is signed with a key active at its position"
-    try:
-        record = decision_record(
-            p.decision_id, p.plan_id, p.choice, p.guidance, p.escalation_hash, p.signed_at, p.reason
-        )
-        ok = verify_record(
-            public_key_from_b64(key.public_key), record, p.signature, domain="decision"
-        )
-    except (SigningError, ValueError):
-        ok = False
-    if not ok:
-        return f"decision {p.decision_id}'s signature verifies"
-    return None

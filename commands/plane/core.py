@@ -14,20 +14,33 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ulid import ULID
 
 from commands.errors import CommandRefused
+from commands.rules.signing import (
+    SigningError,
+    endorse_key,
+    load_or_create_operator_key,
+    load_or_create_plane_key,
+    operator_key_path,
+    operator_name,
+    policy_record,
+    sign_record,
+)
+from commands.rules.trust import needs_operator
 from commands.runner.sandbox import PlanSandbox, sandboxes_dir
 from ledger import EventPayload, NewEvent, RecordedEvent, Store, StreamAppend, WriteTx
 from ledger import open as open_store
+from ledger.events import PolicySignature
+from ledger.keys import fingerprint, public_key_b64
 from projections import ProjectionEngine, delta, fold, open_projections
 from projections.engine import Progress
 from projections.plan_rules import broken_rule
 from projections.states import PlanState
 
 from .authority import Authority, Checked, StoreSource, StreamState
-from .signing import load_or_create_plane_key
 
 __all__ = ["CommandRefused", "Decision", "Plane", "StreamState"]
 
@@ -172,6 +185,7 @@ class Plane:
     ) -> list[RecordedEvent]:
         """With ``caused_by`` the events after the one at that index of ``payloads`` name
         it as their causation (a gate check and the failure and halt it routes to)."""
+        payloads, bootstrap = self._signed_policy(tx, payloads)
         doc = state.doc
         events = []
         cause_id = str(ULID())
@@ -191,6 +205,72 @@ class Plane:
                 )
             )
             doc = after
-        recorded = tx.append_batch([StreamAppend(state.stream, events, state.version)], blobs=blobs)
+        appends = [*bootstrap, StreamAppend(state.stream, events, state.version)]
+        recorded = tx.append_batch(appends, blobs=blobs)
         self.projections.apply_inline(tx, recorded)
-        return recorded
+        return recorded[len(recorded) - len(events) :]
+
+    # -- policy: signed by an operator ------------------------------------------------
+
+    def _signed_policy(
+        self, tx: WriteTx, payloads: Decision
+    ) -> tuple[list[EventPayload], list[StreamAppend]]:
+        """Each payload that is policy (``needs_operator``) signed with this process's
+        operator key (``EVIDENCE_OPERATOR_KEY``, else the key beside the plane key). A
+        fresh ledger with no operator yet is bootstrapped here, in the same append: the
+        key is made and endorsed by the plane key as the first operator (the single-user
+        mode). A key that is not an active, endorsed operator key refuses the command."""
+        if not any(needs_operator(p) for p in payloads):
+            return list(payloads), []
+        url = self.store.url
+        try:
+            key = load_or_create_operator_key(url)
+        except SigningError as exc:
+            raise CommandRefused(f"policy needs an operator key: {exc}") from None
+        assert key is not None
+        public = public_key_b64(key.public_key())
+        print_ = fingerprint(key.public_key())
+        log = Authority(tx, self._checked, self.plane_public_key)
+        keys = log.approver_keys()
+        known = keys.get(print_)
+        bootstrap: list[StreamAppend] = []
+        if known is None:
+            if any(k.role == "operator" for k in keys.values()):
+                raise CommandRefused(
+                    f"this operator key ({print_[:16]}…, {operator_key_path(url)}) is no "
+                    "operator's of this ledger: policy (registrations, attachments, "
+                    "skills, keys, settings that weaken a gate) is signed by an operator "
+                    "(EVIDENCE_OPERATOR_KEY; `evidence keys add NAME PUB --role operator` "
+                    "with the plane key makes one)"
+                )
+            name = operator_name()
+            added = endorse_key(load_or_create_plane_key(url), name, public, print_, "operator")
+            stream = log.state(f"approver:{name}")
+            after = fold(stream.stream, stream.doc, added)
+            bootstrap.append(
+                StreamAppend(
+                    stream.stream,
+                    [NewEvent(payload=added, actor="plane", delta=delta(stream.doc, after))],
+                    stream.version,
+                )
+            )
+            signer = name
+        elif known.role != "operator" or known.status != "active":
+            raise CommandRefused(
+                f"this key ({print_[:16]}…) is not an active operator key of this ledger"
+            )
+        else:
+            signer = known.name
+        return [
+            msgspec.structs.replace(
+                p,
+                signed=PolicySignature(
+                    operator=signer,
+                    fingerprint=print_,
+                    signature=sign_record(key, policy_record(p), domain="policy"),
+                ),
+            )
+            if needs_operator(p)
+            else p
+            for p in payloads
+        ], bootstrap

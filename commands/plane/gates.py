@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from commands.rules.verdicts import truncated_deviation
 from commands.schemas.checker import check, json_type
 from commands.schemas.prepare import InvalidSchemaError, prepare_schema
 from ledger import RecordedEvent
@@ -218,19 +219,6 @@ def gate_output(
             "deviations": deviations,
             **extra,
         },
-    )
-
-
-def truncated_deviation(truncated: Truncation) -> Deviation:
-    """The output gate's deviation for a truncated output: not JSON (``invalid_json``,
-    as for any output that is no JSON document), saying where it was cut."""
-    return Deviation(
-        pointer="",
-        kind="wrong_type",
-        actual_type="invalid_json",
-        expected=f"a JSON document (the output was truncated at "
-        f"{truncated.kept} bytes of {truncated.size}, over its cap "
-        "`max_output_bytes`; a truncated output is never parsed)",
     )
 
 

@@ -28,12 +28,28 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from ulid import ULID
 
 from commands.names import check_identifier
+from commands.rules.signing import (
+    SigningError,
+    decision_record,
+    endorse_key,
+    load_or_create_operator_key,
+    load_or_create_plane_key,
+    mint_token,
+    operator_key_path,
+    operator_name,
+    sign_record,
+    token_digest,
+    token_signature,
+    verify_token,
+)
+from commands.rules.trust import decision_problem
+from commands.rules.verdicts import results_digest
 from commands.runner.sandbox import (
     ApplyBusy,
     ApplyConflict,
@@ -49,7 +65,6 @@ from commands.runner.sandbox import (
     write_change,
 )
 from commands.runner.trees import Entry, ResourceKind, entries
-from ledger.canonical import canonical_json
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
@@ -71,20 +86,9 @@ from ledger.keys import fingerprint, load_private_key, load_public_key, public_k
 from ledger.timestamps import rfc3339
 from projections.states import ApproverState, PlanState
 
-from .authority import Authority, decision_problem
+from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
 from .phases import require_no_pending_decision, require_plan
-from .signing import (
-    SigningError,
-    approver_record,
-    decision_record,
-    load_or_create_plane_key,
-    mint_token,
-    sign_record,
-    token_digest,
-    token_signature,
-    verify_token,
-)
 
 TOKEN_TTL = timedelta(hours=1)
 DECISION_OPTIONS = ["revise", "abandon"]
@@ -181,21 +185,6 @@ def record_fix(
 
 
 # -- tokens (INV1) ------------------------------------------------------------------------
-
-
-def results_digest(results: list[ValidationResultRecorded]) -> str:
-    """SHA-256 over what the verdicts were made of: a token binds to this (INV1)."""
-    return hashlib.sha256(
-        canonical_json(
-            sorted(
-                (
-                    [r.attachment_id, r.validation, r.mode, r.verdict, r.cause, r.raw_output_sha256]
-                    for r in results
-                ),
-                key=lambda row: row[0],
-            )
-        )
-    ).hexdigest()
 
 
 def token_for_pass(
@@ -528,15 +517,22 @@ def passing_run_problem(
 
 
 def add_approver_key(
-    plane: Plane, name: str, public_key_file: Path, *, actor: str = "operator"
+    plane: Plane,
+    name: str,
+    public_key_file: Path,
+    *,
+    role: Literal["approver", "operator"] = "approver",
+    actor: str = "operator",
 ) -> ApproverState:
+    """Register NAME's public key as an approver's (decisions; the registration is policy,
+    signed by an operator) or an operator's (policy). Either way the plane key endorses
+    it: only whoever holds the plane key makes a key anybody's."""
     check_identifier(name, "approver name")
     try:
         public = load_public_key(public_key_file)
     except SigningError as exc:
         raise CommandRefused(str(exc)) from None
     print_ = fingerprint(public)
-    # Registering an approver takes the plane key: the operator's, never the agent's.
     plane_key = load_or_create_plane_key(plane.store.url)
 
     def decide(state: StreamState) -> list[ApproverKeyAdded]:
@@ -544,20 +540,63 @@ def add_approver_key(
         known = state.log.approver_keys().get(print_)
         if known is not None:
             raise CommandRefused(f"key {print_[:16]}… is already registered for {known.name!r}")
-        encoded = public_key_b64(public)
-        return [
-            ApproverKeyAdded(
-                name=name,
-                public_key=encoded,
-                fingerprint=print_,
-                endorsement=sign_record(
-                    plane_key, approver_record(name, encoded, print_), domain="approver"
-                ),
-            )
-        ]
+        return [endorse_key(plane_key, name, public_key_b64(public), print_, role)]
 
     plane.run(f"approver:{name}", decide, actor=actor)
     return plane.state(f"approver:{name}").existing(ApproverState)
+
+
+@dataclass
+class OperatorInit:
+    name: str
+    fingerprint: str
+    key_file: Path
+    added: bool  # this call made it the ledger's first operator
+    registered: bool  # it is an operator key of the ledger (now)
+
+
+def init_operator(plane: Plane, name: str | None = None, *, register: bool = True) -> OperatorInit:
+    """``evidence init``: make (or load) this process's operator key and, on a ledger with
+    no operator yet, register it as the first one, endorsed by the plane key. A ledger
+    that has operators already takes a new one only through `keys add --role operator`."""
+    url = plane.store.url
+    try:
+        key = load_or_create_operator_key(url)
+    except SigningError as exc:
+        raise CommandRefused(str(exc)) from None
+    assert key is not None
+    public, print_ = public_key_b64(key.public_key()), fingerprint(key.public_key())
+    who = name or operator_name()
+    check_identifier(who, "operator name")
+
+    def decide(state: StreamState) -> list[ApproverKeyAdded]:
+        assert state.log is not None
+        keys = state.log.approver_keys()
+        known = keys.get(print_)
+        if known is not None:
+            if known.role != "operator" or known.status != "active":
+                raise CommandRefused(f"key {print_[:16]}… is not an active operator key")
+            return []
+        if any(k.role == "operator" for k in keys.values()):
+            raise CommandRefused(
+                f"this ledger has operators already; one of them registers this key: "
+                f"evidence keys add NAME {operator_key_path(url)}.pub --role operator"
+            )
+        return [endorse_key(load_or_create_plane_key(url), who, public, print_, "operator")]
+
+    if not register:  # refused now if another operator owns the ledger; else nothing
+        known = plane.log().approver_keys().get(print_)
+        others = any(k.role == "operator" for k in plane.log().approver_keys().values())
+        if known is None and others:
+            decide(plane.state(f"approver:{who}"))  # raises: the ledger has operators
+        return OperatorInit(
+            known.name if known else who, print_, operator_key_path(url), False, known is not None
+        )
+    added = plane.run(f"approver:{who}", decide, actor="operator")
+    known = plane.log().approver_keys().get(print_)
+    return OperatorInit(
+        known.name if known else who, print_, operator_key_path(url), bool(added), known is not None
+    )
 
 
 def revoke_approver(

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, get_args
+from typing import Any
 
 import msgspec
 
-from commands.names import check_identifier, check_resource
+from commands.names import check_identifier, check_plan_resource
+from commands.rules.vocabulary import terminal_state
 from ledger.events import GlobalConfig, PlanCreated
-from ledger.events.validation import Outcome
 from projections.states import HaltState, PlanState
 
 from .core import CommandRefused, Plane, StreamState
 
 # The six canonical outcomes: a run's outcome, a halt's type (docs/concepts.md).
-OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
 
 def parse_global_config(raw: Mapping[str, Any] | None) -> GlobalConfig:
@@ -43,7 +42,7 @@ def create_plan(
     check_identifier(project, "project")
     if not resources:
         raise CommandRefused("a plan needs at least one --resource")
-    resources = [check_resource(resource) for resource in resources]
+    resources = [check_plan_resource(resource) for resource in resources]  # a path exists
     if len(set(resources)) != len(resources):
         raise CommandRefused("a resource is listed twice (as its canonical identity)")
     global_config = parse_global_config(config)
@@ -99,30 +98,6 @@ def list_plans(plane: Plane, *, project: str | None = None) -> dict[str, PlanSta
     plane.projections.catch_up()
     where = [] if project is None else [lambda t: t.c.project == project]
     return plane.projections.keyed_documents("plans", *where)
-
-
-def terminal_state(doc: PlanState | None) -> str | None:
-    """How a plan ended, in the one vocabulary every reader uses (run summaries, `plan
-    list/show/history`, the report, `stats`): ``applied``; ``applied (unvalidated)`` when
-    the run its token came from had no required validation (a plan created with
-    ``require_validation: false``); ``compensated`` when a strict-mode deviation ended it
-    and requested compensation; ``failed`` when it ended any other way; None while it has
-    not ended."""
-    if doc is None:
-        return None
-    return terminal_label(doc.terminal, doc.unvalidated, doc.compensation is not None)
-
-
-def terminal_label(
-    terminal: str | None, unvalidated: bool, compensated: bool = False
-) -> str | None:
-    """``terminal_state`` from a plan's ``terminal``, ``unvalidated`` and whether it has a
-    ``compensation`` (as a replay step or a plain plan document has them)."""
-    if terminal == "applied" and unvalidated:
-        return "applied (unvalidated)"
-    if terminal == "failed" and compensated:
-        return "compensated"
-    return terminal
 
 
 def plan_state(doc: PlanState) -> str:

@@ -29,9 +29,10 @@ from commands.runner.mcp_client import MCP_TOOL_RESULT
 from ledger.errors import LedgerError
 from ledger.events import PlanHalted
 
-from .core import Plane
+from .core import CommandRefused, Plane
 from .gates import GateOutcome, gate_input
 from .hooks import MCP_PREFIX, json_bytes, open_for_calls
+from .proxy_verbs import PREFIX as PLANE_PREFIX
 from .registry import register_tool
 from .runs import MCP_FAULT, CallReport, call_tool, record_halt
 
@@ -74,17 +75,38 @@ def agent_name(server: str, tool: str) -> str:
 
 
 def register_upstream_tools(
-    plane: Plane, server: str, tools: Sequence[UpstreamTool], *, actor: str = "system"
+    plane: Plane,
+    server: str,
+    tools: Sequence[UpstreamTool],
+    *,
+    upstream: str = "",
+    actor: str = "system",
 ) -> Registered:
     """Register every upstream tool. One already registered for this server and MCP
     tool name keeps its name (a new version when its schemas changed); a new one is
     registered as ``SERVER.TOOL``. A tool without ``outputSchema`` is declared to return
-    an MCP tool result (``MCP_TOOL_RESULT``)."""
+    an MCP tool result (``MCP_TOOL_RESULT``).
+
+    ``upstream`` (the server's command line or URL) is the server's identity: its tools
+    record it (``source: mcp:UPSTREAM``), and a server name whose tools came from
+    another upstream is refused — an upstream cannot take another server's name and
+    re-register its tools with looser schemas."""
     done = Registered()
     log = plane.log()
+    source = f"mcp:{upstream}" if upstream else ""
+    owners = log.server_sources(server) - {source} if source else set()
+    if owners:
+        raise CommandRefused(
+            f"MCP server name {server!r} belongs to another upstream ({sorted(owners)[0][4:]}): "
+            "an upstream never takes another server's name; give this one its own (--server NAME)"
+        )
     for tool in tools:
         if not _TOOL_NAME.fullmatch(tool.name):
             done.refused[tool.name] = "its name is not 1-128 printable ASCII characters"
+            continue
+        if tool.name.startswith(PLANE_PREFIX):
+            # The agent would take it for one of the plane's own verbs.
+            done.refused[tool.name] = f"names starting {PLANE_PREFIX!r} are the plane's own"
             continue
         existing = log.mcp_tools(server, tool.name)
         name = existing[0] if len(existing) == 1 else f"{server}.{server_name(tool.name)}"[:128]
@@ -100,6 +122,7 @@ def register_upstream_tools(
                     "description": tool.description,
                     "mcp_server": server,
                     "mcp_tool_name": tool.name,
+                    **({"source": source} if source else {}),
                     "input_schema": tool.input_schema,
                     "output_schema": tool.output_schema if structured else MCP_TOOL_RESULT,
                 },

@@ -40,6 +40,8 @@ import msgspec
 from ulid import ULID
 
 from commands.names import check_identifier
+from commands.rules.signing import load_or_create_plane_key, review_record, sign_record
+from commands.rules.trust import review_problem
 from commands.schemas.checker import check
 from ledger import ConcurrencyError, EventPayload, LedgerError, NewEvent, StreamAppend
 from ledger.canonical import canonical_json
@@ -71,6 +73,7 @@ __all__ = [
     "ACCOUNTING_VERSION",
     "CANDIDATE_SCHEMA",
     "CANDIDATE_VERSION",
+    "CANDIDATE_VERSION_ALIASES",
     "MERGER_SCHEMA",
     "MERGER_VERSION",
     "REPORT_FORMAT",
@@ -100,6 +103,8 @@ __all__ = [
 ]
 
 CANDIDATE_VERSION = "fusion-validation-candidate.v1"
+# The advisory-review contract's own id for the same schema: accepted as an alias.
+CANDIDATE_VERSION_ALIASES = ("pi-background-tasks.fusion-validation-candidate.v1",)
 ACCOUNTING_VERSION = "fusion-validation-accounting.v1"
 MERGER_VERSION = "fusion-validation-merger.v1"
 REPORT_FORMAT = "fusion-validation-report.v1"
@@ -196,6 +201,15 @@ CANDIDATE_SCHEMA: dict[str, Any] = {
     },
     "required": ["schema_version", "findings", "verified", "limitations"],
     "type": "object",
+}
+# What a submitted candidate report is checked against: CANDIDATE_SCHEMA (the one handed
+# to reviewer programs, which asks for CANDIDATE_VERSION), its id or an alias accepted.
+_CANDIDATE_ACCEPTED: dict[str, Any] = {
+    **CANDIDATE_SCHEMA,
+    "properties": {
+        **CANDIDATE_SCHEMA["properties"],
+        "schema_version": {"enum": [CANDIDATE_VERSION, *CANDIDATE_VERSION_ALIASES]},
+    },
 }
 
 _ID = {"minLength": 1, "type": "string"}
@@ -307,9 +321,13 @@ class ReviewRequestInvalid(CommandRefused):
 class ReportVerificationError(LedgerError):
     """The stored report does not hash to the committed SHA-256 (or is gone): a verdict."""
 
-    def __init__(self, task_id: str, expected: str, actual: str | None) -> None:
+    def __init__(
+        self, task_id: str, expected: str, actual: str | None, forged: str | None = None
+    ) -> None:
         self.task_id, self.expected, self.actual = task_id, expected, actual
         found = f"the stored bytes hash to {actual}" if actual else "the report blob is missing"
+        if forged is not None:
+            found = f"the plane does not vouch for it ({forged})"
         super().__init__(
             f"review {task_id}: report fails verification: committed sha256 {expected}, {found}"
         )
@@ -540,7 +558,7 @@ def record_candidate(
         value, problems = _decode(report)
         value = _trimmed(value)
         violations = problems + (
-            [] if problems and value is None else _schema_violations(CANDIDATE_SCHEMA, value)
+            [] if problems and value is None else _schema_violations(_CANDIDATE_ACCEPTED, value)
         )
         errors = [str(v) for v in sorted(set(violations), key=lambda v: (v.pointer, v.message))]
         limitation = (
@@ -853,17 +871,22 @@ def _commit(
     report = render_report(doc.request, to_json(doc)["candidates"], accounting, merger=merger)
     digest = hashlib.sha256(report).hexdigest()
     counts = msgspec.json.decode(report)
+    accounted = ReviewAccounted(task_id=task_id, attempt=attempt, accounting=accounting)
+    earlier = [e.payload for e in plane.store.read_stream(state.stream)][: state.version]
     committed = ReviewReportCommitted(
         task_id=task_id,
         report_sha256=digest,
         report_size=len(report),
         findings=len(counts["findings"]),
         exclusions=len(counts["exclusions"]),
+        # The plane vouches for the review it ran: the report and every event before it.
+        plane_signature=sign_record(
+            load_or_create_plane_key(plane.store.url),
+            review_record(task_id, digest, [*earlier, accounted]),
+            domain="review",
+        ),
     )
-    events: list[EventPayload] = [
-        ReviewAccounted(task_id=task_id, attempt=attempt, accounting=accounting),
-        committed,
-    ]
+    events: list[EventPayload] = [accounted, committed]
     plan_event = _plan_result(plane, state, committed=committed)
     _append(plane, [(state, events), *_plan_appends(plane, state, plan_event)], [report], actor)
     return AccountingOutcome(task_id, True, attempt, "completed", [], digest)
@@ -1192,6 +1215,11 @@ def review_result(plane: Plane, task_id: str, *, recipient: str | None = None) -
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise ReportVerificationError(task_id, expected, actual)
+    forged = review_problem(
+        [e.payload for e in plane.store.read_stream(f"review:{task_id}")], plane.plane_public_key()
+    )
+    if forged is not None:
+        raise ReportVerificationError(task_id, expected, actual, forged)
     at = utc_now()
 
     def decide(state: StreamState) -> list[EventPayload]:

@@ -27,11 +27,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from ulid import ULID
 
+from commands.rules.verdicts import results_digest
+from commands.runner.confine import Confinement, program_files
 from commands.runner.mcp_client import (
     MCP_TOOL_RESULT,
     call_mcp_tool,
@@ -75,13 +77,13 @@ from projections.outcomes import NEXT_ACTION, RULES_VERSION, canonical_halt, cla
 from projections.states import PlanState, ToolSpec, ToolState, given, to_json
 
 from .authority import Authority
+from .confinement import validation_confinement, work_confinement
 from .core import CommandRefused, Plane, StreamState
 from .gates import GateOutcome, as_bytes, gate_input, gate_output
 from .lifecycle import (
     after_blocker,
     authorize_hint,
     escalation,
-    results_digest,
     token_for_pass,
 )
 from .phases import require_no_pending_decision, require_plan
@@ -221,7 +223,16 @@ def call_tool(
             "launch (`mcp_command` or `mcp_url`): record the output of the call you made "
             "with --record-output"
         )
-    if is_validation and output_schema is None:
+    # The output is judged by the registry: the tool's own output schema (a validation's
+    # structured return, an MCP tool result for an MCP tool declaring none). A schema the
+    # caller gives (`call --output-schema`, a plan file step's `output`, the proxy's
+    # `_meta`) only narrows: it is checked after the registry's, never instead of it.
+    narrowing, output_schema = output_schema, None
+    if tool_doc is not None and not is_validation and tool_doc.spec.output_schema is None:
+        # The registry declares nothing for it (an MCP tool gets the MCP result shape
+        # below): the caller's declaration is the only one, as before.
+        narrowing, output_schema = None, narrowing
+    if is_validation:
         # A validation called as a tool returns its structured return: closed, with
         # `data` any object (what the nodes downstream of it read).
         output_schema = RESULT_SCHEMA
@@ -230,6 +241,11 @@ def call_tool(
     # Where the call would run, made before anything is recorded: a workdir that cannot
     # hold the sandbox refuses the command with the ledger unchanged.
     copies = sandbox_of(plane, plan, sandbox) if plan is not None else None
+    # How its program would run: refused here, before anything is recorded, where the
+    # kernel cannot confine it and the plan did not opt out.
+    confinement = None
+    if recorded_output is None and plan is not None and tool_doc is not None and copies is not None:
+        confinement = _call_confinement(plane, plan, tool_doc, copies)
     if input_gate is None:
         input_gate = gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor)
     elif not (
@@ -254,7 +270,9 @@ def call_tool(
             call_id=call_id,
             step=step,
             output_schema=output_schema,
+            narrowing=narrowing,
             actor=actor,
+            confinement=confinement,
         )
     finally:
         for guard in guards:
@@ -279,7 +297,9 @@ def _run_call(
     call_id: str,
     step: str,
     output_schema: Any,
+    narrowing: Any,
     actor: str,
+    confinement: Confinement | None = None,
 ) -> None:
     plan_id, tool, spec = plan.plan_id, tool_doc.name, tool_doc.spec
     started = ended = utc_now()
@@ -290,11 +310,13 @@ def _run_call(
     elif tool_doc.kind == "validation":
         # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
         output, started, ended, streams = _call_validation(
-            plane, plan, tool_doc, raw_params, copies
+            plane, plan, tool_doc, raw_params, copies, confinement
         )
         executor = "validation"
     elif launches_mcp(spec):
-        called_mcp = _call_mcp(plane, plan, tool_doc, raw_params, copies, actor=actor)
+        called_mcp = _call_mcp(
+            plane, plan, tool_doc, raw_params, copies, actor=actor, confinement=confinement
+        )
         if isinstance(called_mcp, PlanHalted):
             report.halt = called_mcp
             return
@@ -314,6 +336,7 @@ def _run_call(
             cwd=workdir_of(plan, copies),
             timeout_s=timeout,
             max_output_bytes=_cap_of(to_json(spec)),
+            confinement=confinement,
         )
         if result.missing_program is not None:
             report.halt = record_halt(
@@ -347,6 +370,7 @@ def _run_call(
         duration_ms=_duration_ms(started, ended),
         stdout_truncated=streams.get("stdout_truncated", msgspec.UNSET),
         stderr_truncated=streams.get("stderr_truncated", msgspec.UNSET),
+        confinement=confinement.level if confinement is not None else msgspec.UNSET,
     )
 
     # Only a command tool's stdout or an MCP tool's output can be truncated (a
@@ -365,6 +389,28 @@ def _run_call(
         call_blobs=[raw_params, output],
     )
     report.call, report.output = called, output
+    if narrowing is not None and report.output_gate.passed:
+        # The caller's declaration narrows what passed the registry's: a second check,
+        # recorded on its own (a deviation from it fails the call like any other).
+        report.output_gate = gate_output(
+            plane, plan_id, step, output, schema=narrowing, actor=actor, truncated=truncated
+        )
+
+
+def _call_confinement(
+    plane: Plane, plan: PlanState, tool_doc: ToolState, copies: Sandbox
+) -> Confinement | None:
+    """How the call's program runs: a validation read-only (in its throwaway copy), a
+    command or an MCP server the plane launches in the sandbox (its copies writable);
+    None for a server the plane only reaches (``mcp_url``: it runs elsewhere)."""
+    if tool_doc.kind == "validation":
+        return validation_confinement(plane, plan)
+    spec = tool_doc.spec
+    if launches_mcp(spec) and not given(spec.mcp_command):
+        return None
+    template = given(spec.mcp_command) if launches_mcp(spec) else spec.command
+    confinement = work_confinement(plane, plan, copies.values())
+    return confinement.adding(read=program_files(template))
 
 
 def launches_mcp(spec: ToolSpec) -> bool:
@@ -394,6 +440,7 @@ def _call_mcp(
     copies: Sandbox,
     *,
     actor: str,
+    confinement: Confinement | None = None,
 ) -> PlanHalted | tuple[bytes, str, str, dict[str, Truncation]]:
     """Call the tool on its MCP server (a stdio server runs in the sandbox, as a
     command tool does). Its output, within the tool's output cap, is what the MCP
@@ -414,9 +461,24 @@ def _call_mcp(
         url=url,
         cwd=workdir_of(plan, copies),
         timeout_s=timeout,
+        confinement=confinement,
+        # Registered from a file: its copy of the schemas must still be the server's.
+        declared=(spec.declared_input_schema, spec.declared_output_schema)
+        if not spec.source.startswith("mcp:")
+        else None,
     )
     if call.result is None:
         server = spec.mcp_server
+        if call.fault == "schema_drift":
+            return record_halt(
+                plane,
+                plan.plan_id,
+                "schema_drift",
+                f"tool {tool!r} was not called: MCP server {server!r}: {call.error}"[:2000],
+                hint=f"operator: register {tool!r} again from the server's own declaration, "
+                "then re-run",
+                actor=actor,
+            )
         if call.fault == "missing_program" and command:
             return record_halt(
                 plane,
@@ -488,7 +550,12 @@ def record_unregistered_call(
 
 
 def _call_validation(
-    plane: Plane, plan: PlanState, tool_doc: ToolState, raw_params: bytes, copies: Sandbox
+    plane: Plane,
+    plan: PlanState,
+    tool_doc: ToolState,
+    raw_params: bytes,
+    copies: Sandbox,
+    confinement: Confinement | None = None,
 ) -> tuple[bytes, str, str, dict[str, Truncation]]:
     """A validation called as a tool: its structured return (what the output gate
     checks), or, with no verdict, what went wrong (which fails that gate)."""
@@ -503,6 +570,7 @@ def _call_validation(
         resource,
         workdir=copies.get(resource),
         wrapped_tool=to_json(wrapped) if wrapped is not None else None,
+        confinement=confinement,
     )
     if run.verdict is None:
         value: dict[str, Any] = {"cause": run.cause, "error": run.error}
@@ -598,6 +666,8 @@ def validate_plan(
     binding = binding_of(plan)
     require = plan.global_config.require_validation
     copies = sandbox_of(plane, plan, sandbox)
+    # Refused before the run starts where the kernel cannot confine the validations.
+    confinement = validation_confinement(plane, plan)
     directories = {r: copies[r] for r in plan.resources if r in copies}
     kinds = _resource_kinds(plane, plan)
     # Each validation runs in its own copy of the sandbox; one that writes through an
@@ -640,7 +710,8 @@ def validate_plan(
         raise
     try:
         runs = run_parallel(
-            [_job(log, r, directories.get(r.resource)) for r in binding], max_workers=max_workers
+            [_job(log, r, directories.get(r.resource), confinement) for r in binding],
+            max_workers=max_workers,
         )
     finally:
         reached: dict[str, list[str]] = {}
@@ -676,6 +747,7 @@ def validate_plan(
             ended_at=run.ended_at,
             duration_ms=run.duration_ms,
             **_truncations(run),
+            confinement=_level(log, r, confinement),
         )
         for r, run in zip(binding, runs, strict=True)
     ]
@@ -784,8 +856,22 @@ def _validatable(state: StreamState, plan_id: str) -> PlanState:
     return doc
 
 
+def _level(
+    log: Authority, attachment: ResolvedAttachment, confinement: Confinement
+) -> Literal["landlock", "unconfined"] | msgspec.UnsetType:
+    """What a result records of its program's confinement: absent for a validation on
+    an MCP server the plane only reaches (``mcp_url``: it runs no program of its own)."""
+    spec = log.tool_version(attachment.validation, attachment.validation_version)
+    if spec is not None and spec.executor == "mcp" and not given(spec.mcp_command):
+        return msgspec.UNSET
+    return confinement.level
+
+
 def _job(
-    log: Authority, attachment: ResolvedAttachment, workdir: Path | None
+    log: Authority,
+    attachment: ResolvedAttachment,
+    workdir: Path | None,
+    confinement: Confinement | None = None,
 ) -> Callable[[], ValidationRun]:
     """The pinned version of the validation (and of the tool it wraps), from the log."""
     # The runner reads a program's definition as its plain document.
@@ -797,7 +883,12 @@ def _job(
 
     def job() -> ValidationRun:
         return run_validation(
-            spec, attachment.args, attachment.resource, workdir=workdir, wrapped_tool=wrapped
+            spec,
+            attachment.args,
+            attachment.resource,
+            workdir=workdir,
+            wrapped_tool=wrapped,
+            confinement=confinement,
         )
 
     return job

@@ -8,9 +8,12 @@ Message format (any third party can recompute it): a signature covers
     b"evidence-ledger/v1/" + domain + b"\\n" + canonical_json(record)
 
 where ``domain`` is ``decision`` (a human decision, signed with an approver key the agent
-process never holds), ``token`` (an apply token, signed with the plane key) or
-``approver`` (the plane key's endorsement of an approver key: only whoever holds the
-plane key — the operator — can make a key an approver). The domain prefix means a
+process never holds), ``token`` (an apply token, signed with the plane key), ``review``
+(the plane key's word that it ran a hosted review: its report and the chain of the
+review's events), ``approver`` / ``operator`` (the plane key's endorsement of an
+approver's or an operator's key: only whoever holds the plane key can make a key
+either), or ``policy`` (an operator's signature over a policy event: a registration, an
+attachment, a skill, an approver key, a setting that weakens a gate). The domain prefix means a
 signature made for one use can never verify for another, even if the same key were
 (wrongly) used for both.
 
@@ -31,6 +34,7 @@ import contextlib
 import hashlib
 import os
 import re
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn
@@ -43,13 +47,22 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from ledger.canonical import CanonicalizationError, canonical_json, strict_b64decode
-from ledger.keys import SigningError, create_key_file, load_private_key, private_pem
+from ledger.events import ApproverKeyAdded
+from ledger.keys import (
+    SigningError,
+    create_key_file,
+    generate_key_pair,
+    load_private_key,
+    private_pem,
+)
 from ledger.store import url_identity
 from ledger.timestamps import rfc3339
 
 __all__ = [
     "DECISION_CHOICES",
     "DOMAINS",
+    "OPERATOR_KEY_ENV",
+    "OPERATOR_NAME_ENV",
     "PLANE_KEY_ENV",
     "TOKEN_PREFIX",
     "Domain",
@@ -58,10 +71,16 @@ __all__ = [
     "TokenRefused",
     "approver_record",
     "decision_record",
+    "endorse_key",
+    "load_or_create_operator_key",
     "load_or_create_plane_key",
     "mint_token",
+    "operator_key_path",
+    "operator_name",
     "plane_key_path",
+    "policy_record",
     "read_token",
+    "review_record",
     "sign_record",
     "token_digest",
     "token_signature",
@@ -69,10 +88,13 @@ __all__ = [
     "verify_token",
 ]
 
-Domain = Literal["decision", "token", "approver"]
-DOMAINS: tuple[str, ...] = ("decision", "token", "approver")
+Domain = Literal["decision", "token", "approver", "operator", "policy", "review"]
+DOMAINS: tuple[str, ...] = ("decision", "token", "approver", "operator", "policy", "review")
 DECISION_CHOICES: tuple[str, ...] = ("revise", "abandon")  # DecisionRecorded.choice
 PLANE_KEY_ENV = "EVIDENCE_PLANE_KEY"
+OPERATOR_KEY_ENV = "EVIDENCE_OPERATOR_KEY"
+OPERATOR_NAME_ENV = "EVIDENCE_OPERATOR"
+DEFAULT_OPERATOR = "operator"
 TOKEN_PREFIX = "evt1"
 
 _MESSAGE_PREFIX = b"evidence-ledger/v1/"
@@ -170,8 +192,45 @@ def decision_record(
 
 
 def approver_record(name: str, public_key: str, fingerprint: str) -> dict[str, Any]:
-    """The record the plane key signs (domain ``approver``) to endorse an approver key."""
+    """The record the plane key signs (domain ``approver``) to endorse an approver key;
+    an operator key's endorsement signs the same record under domain ``operator``."""
     return {"name": name, "public_key": public_key, "fingerprint": fingerprint}
+
+
+def endorse_key(
+    plane_key: Ed25519PrivateKey, name: str, public: str, print_: str, role: str
+) -> ApproverKeyAdded:
+    """A person's key registration, endorsed by the plane key (domain ``approver`` or
+    ``operator``, by its role)."""
+    return ApproverKeyAdded(
+        name=name,
+        public_key=public,
+        fingerprint=print_,
+        endorsement=sign_record(
+            plane_key,
+            approver_record(name, public, print_),
+            domain="operator" if role == "operator" else "approver",
+        ),
+        role="operator" if role == "operator" else "approver",
+    )
+
+
+def review_record(
+    task_id: str, report_sha256: str, earlier: Sequence[msgspec.Struct]
+) -> dict[str, Any]:
+    """What the plane key signs (domain ``review``) when it commits a review's report:
+    the task, the report's digest and the chain of every earlier payload of the review's
+    stream (SHA-256 of their canonical JSON, in order)."""
+    chain = hashlib.sha256(canonical_json([msgspec.to_builtins(p) for p in earlier])).hexdigest()
+    return {"task_id": task_id, "report_sha256": report_sha256, "chain": chain}
+
+
+def policy_record(payload: msgspec.Struct) -> dict[str, Any]:
+    """What an operator signs (domain ``policy``): the event's payload as JSON — its
+    ``type`` included — without the ``signed`` field that carries the signature."""
+    record = msgspec.to_builtins(payload)
+    record.pop("signed", None)
+    return dict(record)
 
 
 # ---------------------------------------------------------------------------- plane key
@@ -208,6 +267,40 @@ def _config_dir() -> Path:
     return Path.home() / ".config" / "evidence-ledger"
 
 
+def operator_key_path(db_url: str) -> Path:
+    """Where this process's operator key for the ledger at ``db_url`` lives: the file
+    ``$EVIDENCE_OPERATOR_KEY`` names, else beside the plane key (``plane_key_path``):
+    ``evidence.db.plane-key`` -> ``evidence.db.operator-key``, ``plane-<digest>.key`` ->
+    ``operator-<digest>.key``, any other ``NAME`` -> ``NAME.operator-key``."""
+    override = os.environ.get(OPERATOR_KEY_ENV)
+    if override:
+        return Path(override).expanduser()
+    plane = plane_key_path(db_url)
+    if plane.name.endswith(".plane-key"):
+        return plane.with_name(plane.name[: -len(".plane-key")] + ".operator-key")
+    if plane.name.startswith("plane-") and plane.parent == _config_dir():
+        return plane.with_name("operator-" + plane.name[len("plane-") :])
+    return plane.with_name(plane.name + ".operator-key")
+
+
+def operator_name() -> str:
+    """The operator this process signs policy as (``$EVIDENCE_OPERATOR``, else
+    ``operator``)."""
+    return os.environ.get(OPERATOR_NAME_ENV) or DEFAULT_OPERATOR
+
+
+def load_or_create_operator_key(db_url: str, *, create: bool = True) -> Ed25519PrivateKey | None:
+    """This process's operator key (``operator_key_path``); made (0600, its public half
+    in FILE.pub for `evidence keys add NAME FILE.pub --role operator`) when ``create``
+    and missing — the single-user bootstrap — else None when missing."""
+    path = operator_key_path(db_url)
+    if not os.path.lexists(path):
+        if not create:
+            return None
+        _make_key_file(path, "operator key", generate_key_pair, SigningError)
+    return load_private_key(path)
+
+
 def load_or_create_plane_key(db_url: str) -> Ed25519PrivateKey:
     """The plane key for ``db_url`` (at ``plane_key_path``), created on first use.
 
@@ -218,15 +311,28 @@ def load_or_create_plane_key(db_url: str) -> Ed25519PrivateKey:
     """
     path = plane_key_path(db_url)
     if not os.path.lexists(path):
-        parent = path.parent
-        if parent == _config_dir():
-            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        elif not parent.is_dir():
-            raise SigningError(f"cannot create plane key {path}: no directory {parent}")
-        # FileExistsError: another process won the race; its key is the one to use.
-        with contextlib.suppress(FileExistsError):
-            create_key_file(path, private_pem(Ed25519PrivateKey.generate()), 0o600)
+        _make_key_file(
+            path,
+            "plane key",
+            lambda p: create_key_file(p, private_pem(Ed25519PrivateKey.generate()), 0o600),
+            FileExistsError,
+        )
     return load_private_key(path)
+
+
+def _make_key_file(
+    path: Path, what: str, make: Callable[[Path], object], exists: type[Exception]
+) -> None:
+    """Make a key file in the config directory (made 0700) or in a directory that
+    exists; ``exists``: how ``make`` says another process won the race (its key is the
+    one to use)."""
+    parent = path.parent
+    if parent == _config_dir():
+        parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    elif not parent.is_dir():
+        raise SigningError(f"cannot create {what} {path}: no directory {parent}")
+    with contextlib.suppress(exists):
+        make(path)
 
 
 # -------------------------------------------------------------------------------- tokens

@@ -91,6 +91,13 @@ the registry does not know, let through by an agent hook with `--unknown-tools r
 judged it. A registration's `mcp_command` / `mcp_url` say how the plane launches or
 reaches a tool's MCP server to call it itself (executor `mcp`); without either, an MCP
 tool's calls can only be recorded.
+`tool.called`'s and `validation.result_recorded`'s `confinement` says how the program
+ran: `landlock` (confined by the kernel: docs/architecture.md, "What the kernel
+enforces") or `unconfined` (its plan opted out with `global_config.confinement: none`;
+`audit` lists such plans); absent on calls the plane ran no program for (executor
+`recorded`, an MCP server it only reaches at `mcp_url`) and on events written before
+the field. `global_config.confinement` itself is absent unless the plan sets it
+(absent means `landlock`).
 
 ## Types
 """

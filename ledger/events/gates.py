@@ -101,3 +101,8 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
     # True: the tool was not registered when its call was recorded (executor
     # ``recorded``, ``tool_version`` null, no gate). Absent otherwise.
     unregistered: bool | msgspec.UnsetType = msgspec.UNSET
+    # How the program that made the call ran (a command, a validation, an MCP server the
+    # plane launched): ``landlock`` (confined by the kernel) or ``unconfined`` (the plan
+    # opted out: ``confinement: none``). Absent on calls the plane did not run and on
+    # calls recorded before the field.
+    confinement: Literal["landlock", "unconfined"] | msgspec.UnsetType = msgspec.UNSET

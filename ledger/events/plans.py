@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from .base import EventPayload
+from .registry import PolicySignature
 from .validation import Outcome, ResolvedAttachment
 
 Phase = Literal["strategize", "execute", "apply"]
@@ -28,6 +29,11 @@ class GlobalConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     # False only by an explicit opt-out: a run in which no required validation ran is
     # then a pass, and the Apply it leads to is marked unvalidated everywhere
     require_validation: bool = True
+    # How the plane's programs for the plan run: confined by the kernel (Landlock; the
+    # plane refuses to run them where the kernel has none), or ``none``, the explicit
+    # opt-out (each run recorded ``unconfined``). Absent means ``landlock``: absent, not
+    # defaulted, so plans created before the option keep their bytes.
+    confinement: Literal["landlock", "none"] | msgspec.UnsetType = msgspec.UNSET
 
 
 class PlanCreated(EventPayload, tag="plan.created", kw_only=True, frozen=True):
@@ -46,6 +52,10 @@ class PlanCreated(EventPayload, tag="plan.created", kw_only=True, frozen=True):
     # The skills whose tools and validations are all the plan may call (absent: any
     # registered tool or validation, as before skills decided anything).
     skills: list[str] | msgspec.UnsetType = msgspec.UNSET
+    # An operator's signature, required when the config weakens a gate
+    # (``require_validation: false``, ``confinement: none``): that is policy, not the
+    # agent's to choose.
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
 
 
 class StrategyRecorded(EventPayload, tag="plan.strategy_recorded", kw_only=True, frozen=True):

@@ -11,6 +11,18 @@ import msgspec
 from .base import JSON, EventPayload
 
 
+class PolicySignature(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """An operator's Ed25519 signature over a policy event: the event's canonical JSON
+    without this field (domain ``policy``), made with the operator key whose SHA-256
+    fingerprint is named. The plane decides only from policy whose signature verifies
+    under an operator key the plane key endorsed and that was active at the event's
+    position; ``evidence audit`` reports the rest (``policy_signature``)."""
+
+    operator: str
+    fingerprint: str
+    signature: str
+
+
 class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True, frozen=True):
     """A tool was registered, or re-registered with a change (a new version)."""
 
@@ -48,6 +60,8 @@ class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True, frozen=T
     max_output_bytes: int | msgspec.UnsetType = msgspec.UNSET
     idempotent: bool = False
     writes: bool = False
+    # The operator's (see PolicySignature); absent when unsigned, so old bytes stay.
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
 
 
 class ValidationRegistered(ToolRegistered, tag="validation.registered", kw_only=True, frozen=True):
@@ -82,6 +96,7 @@ class SkillDefined(EventPayload, tag="skill.defined", kw_only=True, frozen=True)
     version: int
     description: str = ""
     members: list[str]
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
 
 
 class AttachmentCreated(EventPayload, tag="attachment.created", kw_only=True, frozen=True):
@@ -99,6 +114,7 @@ class AttachmentCreated(EventPayload, tag="attachment.created", kw_only=True, fr
     plan: str | None = None
     args: dict[str, JSON] = {}
     args_sha256: str
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
 
 
 class AttachmentDetached(EventPayload, tag="attachment.detached", kw_only=True, frozen=True):
@@ -109,11 +125,14 @@ class AttachmentDetached(EventPayload, tag="attachment.detached", kw_only=True, 
 
     attachment_id: str
     reason: str = ""
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
 
 
 class ApproverKeyAdded(EventPayload, tag="approver_key.added", kw_only=True, frozen=True):
-    """An approver's Ed25519 public key was registered by the operator, who holds the
-    plane key and endorses the key with it (the approver's private key is never here)."""
+    """A person's Ed25519 public key was registered, endorsed by the plane key (the
+    private key is never here): an approver's (decisions; its registration is policy,
+    signed by an operator too) or an operator's (policy; the plane key alone makes an
+    operator)."""
 
     STREAM = "approver:{name}"
     DELTA = "adds the key under /keys/<fingerprint> with status active"
@@ -121,13 +140,20 @@ class ApproverKeyAdded(EventPayload, tag="approver_key.added", kw_only=True, fro
     name: str
     public_key: str  # base64 of the raw 32-byte Ed25519 public key
     fingerprint: str  # SHA-256 hex of the raw public key
-    # The plane key's signature over {name, public_key, fingerprint} (domain approver):
-    # a key nobody holding the plane key registered is no approver's.
+    # The plane key's signature over {name, public_key, fingerprint} (domain approver;
+    # domain operator, with the role, for an operator key): a key nobody holding the
+    # plane key registered is nobody's.
     endorsement: str
+    # approver: decides escalations; operator: signs policy (registrations, attachments,
+    # skills, approver keys, settings that weaken a gate).
+    role: Literal["approver", "operator"] = "approver"
+    # An operator's, for an approver key (absent for an operator key: the plane key's).
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
 
 
 class ApproverKeyRevoked(EventPayload, tag="approver_key.revoked", kw_only=True, frozen=True):
-    """An approver key was revoked; decisions signed with it are refused from now on."""
+    """A key was revoked; decisions or policy signed with it are refused from now on. An
+    operator signs the revocation (``signed``)."""
 
     STREAM = "approver:{name}"
     DELTA = "replaces /keys/<fingerprint>/status with revoked"
@@ -135,3 +161,4 @@ class ApproverKeyRevoked(EventPayload, tag="approver_key.revoked", kw_only=True,
     name: str
     fingerprint: str
     reason: str = ""
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET

@@ -87,6 +87,11 @@ class ReviewReportCommitted(EventPayload, tag="review.report_committed", kw_only
     report_size: int
     findings: int  # merged findings in the report
     exclusions: int
+    # The plane key's signature (domain review) over {task_id, report_sha256, chain}:
+    # ``chain`` is the SHA-256 of the canonical JSON of every earlier payload of the
+    # review's stream. The plane vouches for the review it ran; `review result` hands
+    # out no report without it, and `audit` reports one that does not verify.
+    plane_signature: str | None = None
 
 
 class ReviewFailed(EventPayload, tag="review.failed", kw_only=True, frozen=True):

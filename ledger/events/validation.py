@@ -81,6 +81,10 @@ class ValidationResultRecorded(
     # Set only when the program's stdout / stderr went over its cap; absent otherwise.
     stdout_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
     stderr_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
+    # How the validation's program ran: ``landlock`` (confined by the kernel, read-only)
+    # or ``unconfined`` (the plan opted out: ``confinement: none``). Absent on results
+    # recorded before the field.
+    confinement: Literal["landlock", "unconfined"] | msgspec.UnsetType = msgspec.UNSET
 
 
 class ValidationRunCompleted(
