@@ -14,8 +14,8 @@ never from a read model or from memory:
   Strategize with guidance and fresh budgets, ``abandon`` ends it. Only a pending
   escalation can be decided: there is no decision that passes a blocker (audit's
   ``INV3``: a blocker is never overridable);
-- a ``pass`` mints a token signed with the plane's own key (audit's ``INV1``: a token
-  only from real, passing results), bound to plan,
+- a ``pass`` mints a token signed with the plane's own key (audit's
+  ``token_from_passing_run``: a token only from real, passing results), bound to plan,
   attempt and results digest; ``apply`` verifies it and consumes it with the Apply in
   one append at the expected stream version, so two applies cannot both succeed.
 """
@@ -184,7 +184,7 @@ def record_fix(
     return plane.state(f"plan:{plan_id}").existing(PlanState)
 
 
-# -- tokens (INV1) ------------------------------------------------------------------------
+# -- tokens (token_from_passing_run) --------------------------------------------------------
 
 
 def token_for_pass(
@@ -221,7 +221,8 @@ def apply_plan(
 ) -> PlanState:
     """Apply with a valid token: its signature, plan, attempt, results and expiry, single
     use, and — from the log, in the deciding transaction — the run it was minted from
-    (INV1): every required member of the binding set passed, with its evidence present.
+    (token_from_passing_run): every required member of the binding set passed, with its
+    evidence present.
 
     Apply writes only what passed: the sandbox must be exactly the trees the token's run
     judged (its manifests' digests), and the change set is exactly those trees'

@@ -17,8 +17,8 @@ attachment, a skill, an approver key, a setting that weakens a gate). The domain
 signature made for one use can never verify for another, even if the same key were
 (wrongly) used for both.
 
-Tokens (minted only from real, passing results: audit's ``INV1``) are compact strings
-``evt1.<base64url(claims)>.<base64url(signature)>``: the claims bind the token to a
+Tokens (minted only from real, passing results: audit's ``token_from_passing_run``) are
+compact strings ``evt1.<base64url(claims)>.<base64url(signature)>``: the claims bind the token to a
 plan, an attempt and the digest of the real results the pass was computed from, and
 carry an expiry. ``verify_token`` checks the signature, the plan and the validity
 window. **Single use is not checked here**: the caller must refuse a token whose
@@ -367,8 +367,9 @@ def mint_token(
     expires_at: str | datetime,
     trees_sha256: str | None = None,
 ) -> str:
-    """A signed apply token. Mint it only from a pass over real results (``INV1``), and
-    record ``TokenMinted`` with the same claims (``read_token`` gives them back)."""
+    """A signed apply token. Mint it only from a pass over real results
+    (``token_from_passing_run``), and record ``TokenMinted`` with the same claims
+    (``read_token`` gives them back)."""
     raw = {
         "token_id": token_id,
         "plan_id": plan_id,

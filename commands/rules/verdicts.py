@@ -13,7 +13,8 @@ __all__ = ["results_digest", "truncated_deviation"]
 
 
 def results_digest(results: list[ValidationResultRecorded]) -> str:
-    """SHA-256 over what the verdicts were made of: a token binds to this (INV1)."""
+    """SHA-256 over what the verdicts were made of: a token binds to this (audit:
+    ``token_from_passing_run``)."""
     return hashlib.sha256(
         canonical_json(
             sorted(

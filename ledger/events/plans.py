@@ -187,8 +187,9 @@ class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True,
 
 
 class TokenMinted(EventPayload, tag="plan.token_minted", kw_only=True, frozen=True):
-    """A pass over real results minted an apply token (audit's ``INV1``: a token only from
-    real, passing results). The token string itself is not here, only its SHA-256."""
+    """A pass over real results minted an apply token (audit's ``token_from_passing_run``:
+    a token only from real, passing results). The token string itself is not here, only
+    its SHA-256."""
 
     STREAM = "plan:{plan_id}"
     DELTA = "sets /token to {token_id, token_sha256, attempt, run_id, expires_at, status minted}"
