@@ -381,3 +381,37 @@ def test_an_operator_key_decides_no_escalation(db_url: str, tmp_path: Path) -> N
         with pytest.raises(CommandRefused):
             authorize(plane, decision_id, operator_key_path(plane.store.url), choice="abandon")
         assert plane.state("plan:P-1").doc.pending_decision is not None
+
+
+def test_audit_of_a_bundle_reports_unsigned_policy(db_url: str, tmp_path: Path) -> None:
+    """An auditor holding only a bundle and the plane's public key sees the forgery."""
+    import json
+
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    from ledger.bundle import write_bundle
+
+    with Plane.open(db_url) as plane:
+        status_plan(plane, tmp_path, {}, execute=False)
+        alice = next(f for f, k in plane.log().approver_keys().items() if k.name == "alice")
+        forged = _forged_registration(plane, tmp_path, tmp_path / "alice.key", alice, "alice")
+        forge(plane.store, "tool:status", forged)
+        keys = generate_key_pair(tmp_path / "bundle.key")
+        write_bundle(plane.store, tmp_path / "all.bundle", key=keys.private_key, origin="o")
+        public = load_or_create_plane_key(plane.store.url).public_key()
+    pub_file = tmp_path / "plane-for-the-auditor.pub"  # what the auditor keeps
+    pub_file.write_bytes(public.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+    nowhere = f"sqlite:///{tmp_path / 'absent.db'}"
+    audited = invoke(
+        "audit",
+        "--bundle",
+        str(tmp_path / "all.bundle"),
+        "--plane-key",
+        str(pub_file),
+        "--json",
+        "--db",
+        nowhere,
+    )
+    assert audited.exit_code == 1, audited.output
+    found = [v["invariant"] for v in json.loads(audited.stdout)["violations"]]
+    assert found == ["policy_signature"]
