@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import msgspec
 import sqlalchemy as sa
@@ -34,6 +34,7 @@ import sqlalchemy as sa
 import ledger
 from commands.rules.vocabulary import OUTCOMES
 from ledger.events import (
+    EventPayload,
     PlanCreated,
     PlanHalted,
     ToolRegistered,
@@ -281,31 +282,22 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")[:-6] + "Z"
 
 
-def _plan_projects(store: ledger.Store, until: int, plan: str | None) -> dict[str, str]:
-    return {
-        e.payload.plan_id: e.payload.project
+P = TypeVar("P", bound=EventPayload)
+
+
+def _payloads(store: ledger.Store, until: int, plan: str | None, kind: type[P]) -> list[P]:
+    """Every payload of type ``kind`` up to ``until`` (of ``plan``'s stream only, if
+    given)."""
+    return [
+        e.payload
         for e in store.read_all(
             1,
             to_position=until,
-            types=["plan.created"],
+            types=[kind.type_name()],
             stream=f"plan:{plan}" if plan is not None else None,
         )
-        if isinstance(e.payload, PlanCreated)
-    }
-
-
-def _run_attempts(store: ledger.Store, until: int, plan: str | None) -> dict[str, int]:
-    """Each validation run's attempt (its ``validation.run_started``)."""
-    return {
-        e.payload.run_id: e.payload.attempt
-        for e in store.read_all(
-            1,
-            to_position=until,
-            types=["validation.run_started"],
-            stream=f"plan:{plan}" if plan is not None else None,
-        )
-        if isinstance(e.payload, ValidationRunStarted)
-    }
+        if isinstance(e.payload, kind)
+    ]
 
 
 def _events(
@@ -352,8 +344,9 @@ def export(
     if since < 1:
         raise ExportError(f"--since must be >= 1, got {since}")
     root = tree_root(store, until)
-    projects = _plan_projects(store, until, plan)
-    attempts = _run_attempts(store, until, plan)
+    projects = {p.plan_id: p.project for p in _payloads(store, until, plan, PlanCreated)}
+    # each validation run's attempt (its validation.run_started)
+    attempts = {p.run_id: p.attempt for p in _payloads(store, until, plan, ValidationRunStarted)}
     metadata = {
         "evidence.columns_version": str(COLUMNS_VERSION),
         "evidence.ledger_id": store.meta().get("ledger_id", ""),
