@@ -410,7 +410,9 @@ def test_four_proxies_on_one_postgresql_ledger(pg_url: str, tmp_path: Path) -> N
     calls = 6
 
     async def agent_for(plan_id: str) -> None:
-        count = tmp_path / f"{plan_id}.jsonl"
+        # One upstream command line for every plan: a server name is bound to its upstream
+        # (another command line is another server, which needs a name of its own).
+        count = tmp_path / "calls.jsonl"
         params = _proxy(pg_url, tmp_path / "work", _stdio(count), plan_id=plan_id)
         async with stdio_client(params) as (read, write), ClientSession(read, write) as agent:
             await agent.initialize()
