@@ -599,3 +599,28 @@ def test_a_forwarded_write_whose_output_gate_fails_is_not_kept(
     assert not list(tmp_path.rglob("bad-was-here.txt"))  # no sandbox, no real directory
     assert sorted(p.name for p in project.iterdir()) == ["status.txt"]
     assert sandbox.is_dir()
+
+
+@slow
+def test_the_plane_explains_itself_at_initialize(sqlite_url: str, tmp_path: Path) -> None:
+    """`initialize` returns instructions describing the lifecycle and every outcome,
+    environment_error by name; `evidence.validate` names the outcomes too."""
+    from commands.rules.vocabulary import OUTCOMES
+
+    _setup(sqlite_url)
+    params = _proxy(sqlite_url, tmp_path / "work", _stdio(tmp_path / "calls.jsonl"))
+    seen: dict[str, Any] = {}
+
+    async def drive() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as agent:
+            with anyio.fail_after(60):
+                seen["init"] = await agent.initialize()
+                seen["tools"] = (await agent.list_tools()).tools
+
+    anyio.run(drive)
+    instructions = seen["init"].instructions or ""
+    validate = next(t for t in seen["tools"] if t.name == "evidence.validate")
+    for outcome in OUTCOMES:
+        assert outcome in instructions, outcome
+        assert outcome in (validate.description or ""), outcome
+    assert "Strategize -> Execute -> Apply" in instructions

@@ -57,7 +57,7 @@ from commands.plane.proxy import (
     register_upstream_tools,
     server_name,
 )
-from commands.plane.proxy_verbs import PLANE_TOOLS, check_plane_arguments
+from commands.plane.proxy_verbs import INSTRUCTIONS, PLANE_TOOLS, check_plane_arguments
 from commands.rules.vocabulary import terminal_state
 from commands.runner.confine import Confinement, launched, program_files
 from commands.runner.mcp_client import tool_output
@@ -433,6 +433,7 @@ async def serve(
         agent_side = Server(
             "evidence-mcp-proxy",
             version="0.1.0",
+            instructions=INSTRUCTIONS,
             on_list_tools=proxy.list_tools,
             on_call_tool=proxy.call_tool,
         )

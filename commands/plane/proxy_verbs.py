@@ -53,6 +53,22 @@ def _status(plane: Plane, plan_id: str, _args: dict[str, Any]) -> dict[str, Any]
     return {"plan": to_json(doc), "sandbox": sandbox_paths(plane, doc)}
 
 
+# What the proxy tells an agent at `initialize` (MCP `instructions`).
+INSTRUCTIONS = (
+    "Every tool call goes through the evidence plane's gates: the input is checked against "
+    "the tool's registered schema before the call is forwarded, the output after it; a "
+    "deviation is an error naming every difference (no coercion), and the call counts as "
+    "a failed iteration. The plan moves Strategize -> Execute -> Apply: work happens in "
+    "the plan's sandbox during Execute; evidence.validate runs the plan's validations and "
+    "classifies the outcome: pass (a token for evidence.apply), blocker (fix, record it "
+    "with evidence.record_fix, validate again), escalate (a human decides), "
+    "validator_error (a validation gave no verdict), environment_error (a program could "
+    "not be invoked: install what the hint names, then retry unchanged) or internal_error. "
+    "Only Apply, with a token from a pass, changes the real files, and only to the "
+    "content that passed."
+)
+
+
 def _validate(plane: Plane, plan_id: str, _args: dict[str, Any]) -> dict[str, Any]:
     return {"validation": validate_plan(plane, plan_id).to_json()}
 
@@ -84,7 +100,12 @@ PLANE_TOOLS: dict[str, PlaneTool] = {
         PlaneTool(
             f"{PREFIX}validate",
             "Run the plan's validations (the set pinned when it entered Execute) on its "
-            "sandbox and classify the outcome; a pass mints the token that apply takes.",
+            "sandbox and classify the outcome, one of: pass (a token is minted: apply "
+            "takes it), blocker (a required validation failed: fix, then validate again), "
+            "escalate (a human decides; never with a token), validator_error (a "
+            "validation gave no verdict: the operator looks), environment_error (a "
+            "program could not be invoked: the hint names what to install), "
+            "internal_error (a defect of the plane).",
             _closed({}, []),
             _validate,
         ),
