@@ -203,10 +203,14 @@ def _in_run(doc: PlanState, p: ValidationResultRecorded | ValidationRunCompleted
 @rule_for(StrategyRevisionRequested)
 def _revision(doc: PlanState, p: StrategyRevisionRequested) -> str | None:
     config = doc.global_config
-    if doc.retries_used <= config.retry_limit:
+    # After a failed validation the fold counts it (retries_used); after a gate failure
+    # in the last iteration it moves past max_iterations.
+    iterations_spent = doc.phase == "execute" and doc.iteration > config.max_iterations
+    if doc.retries_used <= config.retry_limit and not iterations_spent:
         return (
             f"a strategy revision follows {config.retry_limit + 1} failed validations "
-            f"(the plan has {doc.retries_used})"
+            f"or {config.max_iterations} failed iterations (the plan has "
+            f"{doc.retries_used} and is in iteration {doc.iteration})"
         )
     if doc.revisions_used >= config.max_strategy_revisions:
         return "strategy revisions are within max_strategy_revisions"

@@ -340,6 +340,47 @@ def test_gate_failures_routed_against_strict_mode(setup) -> None:
     assert "strict_mode" in routing[wrong_mode].expected
 
 
+def test_a_gate_failure_in_the_last_iteration_must_enter_the_failure_loop(setup) -> None:
+    """Without strict_mode the last iteration's failure fails the attempt and leads to a
+    strategy revision (or an escalation): a log where it only fails the iteration, as if
+    the critique loop could go on, is reported."""
+    plane, _project, _tmp = setup
+    doc = plane.state("plan:P-1").doc
+    if doc.global_config.strict_mode:
+        pytest.skip("the plan of this setup is strict")
+    raw = b'{"n": 7}'
+    last = doc.global_config.max_iterations
+    failed = GateChecked(
+        plan_id="P-1",
+        gate="output",
+        tool="t",
+        tool_version=1,
+        step="s",
+        schema_sha256=None,
+        verdict="fail",
+        deviations=[
+            Deviation(pointer="", kind="no_output_declaration", expected="x", actual_type="object")
+        ],
+        attempt=doc.attempt,
+        iteration=last,
+        strict_mode=False,
+        checked_sha256=hashlib.sha256(raw).hexdigest(),
+    )
+    only_the_iteration = AttemptFailed(
+        plan_id="P-1",
+        attempt=doc.attempt,
+        iteration=last,
+        failure_class="model_behavior",
+        reason="r",
+    )
+    (at, _failed) = _forge(plane, failed, only_the_iteration, blobs=[raw], caused_by_first=True)
+    [routing] = [v for v in audit(plane.store).violations if v.invariant == "gate_routing"]
+    assert routing.position == at
+    revision_left = doc.revisions_used < doc.global_config.max_strategy_revisions
+    step = "plan.strategy_revision_requested" if revision_left else "plan.escalated, plan.halted"
+    assert routing.expected.endswith(f"plan.attempt_failed, {step}")
+
+
 def test_a_validation_registered_writable(setup) -> None:
     plane, _project, _tmp = setup
     real = plane.store.read_stream("tool:status")[0].payload

@@ -127,21 +127,54 @@ def test_output_gate_declarations(plane: Plane) -> None:
 def test_without_strict_mode_a_deviation_retries_until_max_iterations(db_url: str) -> None:
     with _plane(db_url, max_iterations=2) as plane:
         first = gate_input(plane, "P-1", "search", b'{"q": 1}')
-        assert first.routed == "retry"
+        assert (first.routed, first.iterations_left) == ("retry", 1)
         assert [e.type for e in first.events] == ["gate.checked", "plan.attempt_failed"]
         assert first.events[1].causation_id == first.events[0].event_id
         assert get_plan(plane, "P-1").iteration == 2
+        # The last iteration fails: the attempt has failed, and the failure loop takes
+        # it (seed 003: only strict_mode is terminal): a strategy revision first.
         second = gate_input(plane, "P-1", "search", b'{"q": 1}')
-        assert second.routed == "halted"
-        halt = second.events[-1].payload
-        assert (halt.halt_type, halt.final_decision, halt.raw_halt_type, halt.terminal) == (
-            "blocker",
-            "blocker",
-            "max_iterations",
-            True,
-        )
-        with pytest.raises(CommandRefused, match="has ended"):
+        assert (second.routed, second.iterations_left) == ("revised", 0)
+        assert [e.type for e in second.events] == [
+            "gate.checked",
+            "plan.attempt_failed",
+            "plan.strategy_revision_requested",
+        ]
+        doc = get_plan(plane, "P-1")
+        assert (doc.phase, doc.terminal, doc.revisions_used) == ("strategize", None, 1)
+        with pytest.raises(CommandRefused, match="only in Execute"):
             gate_input(plane, "P-1", "search", b'{"query": "x"}')
+        # A new strategy gets fresh iterations; spent again with no revision left, a
+        # human decides: an escalation, never a terminal halt.
+        record_strategy(plane, "P-1", "search differently")
+        enter_execute(plane, "P-1")
+        assert gate_input(plane, "P-1", "search", b'{"q": 1}').routed == "retry"
+        third = gate_input(plane, "P-1", "search", b'{"q": 1}')
+        assert third.routed == "escalated"
+        assert [e.type for e in third.events] == [
+            "gate.checked",
+            "plan.attempt_failed",
+            "plan.escalated",
+            "plan.halted",
+        ]
+        halt = third.events[-1].payload
+        assert (halt.halt_type, halt.raw_halt_type, halt.terminal) == (
+            "escalate",
+            "escalated",
+            False,
+        )
+        assert "max_iterations" in halt.reason
+        doc = get_plan(plane, "P-1")
+        assert doc.terminal is None and doc.pending_decision is not None
+        # While a human decides, no gate check is recorded.
+        before = plane.store.head().size
+        with pytest.raises(CommandRefused, match="awaits a human decision"):
+            gate_input(plane, "P-1", "search", b'{"query": "x"}')
+        assert plane.store.head().size == before
+    audited = run_cli("audit", "--db", db_url, "--json")
+    assert audited.returncode == 0, audited.stdout
+    checks = json.loads(audited.stdout)
+    assert checks["ok"] is True
 
 
 def test_with_strict_mode_the_first_deviation_is_terminal(db_url: str) -> None:

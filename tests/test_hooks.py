@@ -197,7 +197,7 @@ def test_a_deviating_call_is_blocked_with_its_deviations_on_stderr(url: str) -> 
     assert "3 deviation(s)" in lines[0]
     assert any(line.strip().startswith("/limit: wrong_type") for line in lines)
     assert any(line.strip().startswith("/x: extra_field") for line in lines)
-    assert lines[-1].startswith("routed: the attempt failed")
+    assert lines[-1] == "routed: retry in the next iteration (2 iteration(s) left in this attempt)"
     assert "error:" not in result.stderr and "Traceback" not in result.stderr
     # Recorded exactly as `evidence gate input` records it.
     recorded = events(url)

@@ -571,7 +571,8 @@ PLAN_CASES: list[Case] = [
     ),
     Case(
         "a-revision-after-the-retries",
-        "a strategy revision follows 2 failed validations (the plan has 1)",
+        "a strategy revision follows 2 failed validations or 3 failed iterations "
+        "(the plan has 1 and is in iteration 1)",
         lambda p: [*_after_failure(p, retry_limit=1), p.revision(1)],
     ),
     Case(

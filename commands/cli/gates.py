@@ -10,12 +10,24 @@ from .common import EXIT_VERDICT, db_option, emit_json, json_option, open_plane,
 from .inputs import json_or_file, raw_bytes
 from .terminal import inert
 
-# How a failed check was routed, as the human output says it.
-ROUTING = {
-    "retry": "routed: the attempt failed; retry in the next iteration",
-    "halted": "routed: max_iterations reached; the plan halted (blocker)",
-    "compensation": "routed: strict_mode; compensation requested, the plan halted (blocker)",
-}
+
+def routing_line(outcome: GateOutcome) -> str:
+    """How a failed check was routed, as the human output says it (with what is left of
+    the critique loop's iterations)."""
+    if outcome.routed == "compensation":
+        return "routed: strict_mode; compensation requested, the plan halted (blocker)"
+    if outcome.routed == "revised":
+        return (
+            "routed: the attempt's iterations are spent (max_iterations); the plan is back "
+            "in Strategize for a strategy revision"
+        )
+    if outcome.routed == "escalated":
+        return (
+            "routed: the attempt's iterations and the strategy revisions are spent; "
+            "escalated, a human decides (evidence authorize)"
+        )
+    left = outcome.iterations_left or 0
+    return f"routed: retry in the next iteration ({left} iteration(s) left in this attempt)"
 
 
 def _report(outcome: GateOutcome, as_json: bool) -> None:
@@ -33,7 +45,7 @@ def _report(outcome: GateOutcome, as_json: bool) -> None:
                 ["pointer", "kind", "expected", "actual_type"],
                 [[d.pointer or "/", d.kind, d.expected, d.actual_type] for d in check.deviations],
             )
-            click.echo(ROUTING[outcome.routed or "retry"])
+            click.echo(routing_line(outcome))
     if not outcome.passed:
         click.get_current_context().exit(EXIT_VERDICT)
 

@@ -26,7 +26,7 @@ from commands.plane.hooks import (
 from ledger.intake import parse_json, read_stream
 
 from .common import EXIT_REFUSED, db_option, open_plane, workdir_option
-from .gates import ROUTING
+from .gates import routing_line
 from .terminal import inert
 
 # The hook convention: exit 2 blocks the call (PreToolUse) or shows the reasons to the
@@ -110,7 +110,7 @@ def _block(verdict: HookVerdict, plan_id: str, word: str, consequence: str) -> N
     _say(f"{word}: {what} in plan {plan_id}: {len(check.deviations)} deviation(s); {consequence}")
     for d in check.deviations:
         _say(f"  {d.pointer or '/'}: {d.kind} (expected {d.expected}; got {d.actual_type})")
-    _say(ROUTING[gate.routed or "retry"])
+    _say(routing_line(gate))
     click.get_current_context().exit(EXIT_BLOCK)
 
 

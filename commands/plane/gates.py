@@ -6,10 +6,13 @@ digest of the exact bytes checked (kept in the blob store with the schema, so an
 can re-run the check). A failure is routed in the same append, by the plan's
 ``strict_mode`` (fixed in its global_config):
 
-- off: the attempt fails (``plan.attempt_failed``, class ``model_behavior``) and the
-  critique loop may retry in the next iteration while the iteration is below
-  ``max_iterations``; at the bound the plan halts (raw ``max_iterations``, canonical
-  ``blocker``), terminally.
+- off: the iteration fails (``plan.attempt_failed``, class ``model_behavior``) and the
+  critique loop retries in the next iteration while the iteration is below
+  ``max_iterations``. At the bound the attempt has failed, and the failure loop takes
+  it as it takes a failed validation past its retries: a strategy revision (back to
+  Strategize, fresh iterations) while ``max_strategy_revisions`` allow, then an
+  escalation to a human (a pending decision and a non-terminal ``escalate`` halt).
+  Never a terminal halt: only ``strict_mode`` makes a deviation terminal.
 - on: the first deviation is terminal: ``plan.compensation_requested`` and a halt (raw
   ``structural_deviation``, canonical ``blocker``).
 
@@ -37,8 +40,8 @@ from ledger.events import (
     Deviation,
     EventPayload,
     GateChecked,
-    GlobalConfig,
     PlanHalted,
+    StrategyRevisionRequested,
     ToolCalled,
     Truncation,
 )
@@ -47,9 +50,12 @@ from projections.states import PlanState, StepState
 
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
+from .failure_loop import after_iterations
 from .phases import require_no_pending_decision, require_plan
 
-Routed = Literal["retry", "halted", "compensation"]
+# retry: the next iteration; revised: back to Strategize; escalated: a human decides;
+# compensation: strict_mode ended the plan.
+Routed = Literal["retry", "revised", "escalated", "compensation"]
 
 # A tool that declares no input schema takes no parameters: its gate is the closed empty
 # object (the registry closes schemas; "nothing declared" must not mean "anything").
@@ -63,6 +69,8 @@ class GateOutcome:
     check: GateChecked
     routed: Routed | None
     events: list[RecordedEvent] = field(default_factory=list)
+    # Iterations the attempt has left after this check (the critique loop's bound).
+    iterations_left: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -72,6 +80,7 @@ class GateOutcome:
         return {
             **msgspec.to_builtins(self.check),
             "routed": self.routed,
+            "iterations_left": self.iterations_left,
             "positions": [e.position for e in self.events],
         }
 
@@ -251,8 +260,7 @@ def _record(
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = require_plan(state, plan_id)
-        if before:
-            require_no_pending_decision(doc, plan_id)
+        require_no_pending_decision(doc, plan_id)
         if doc.phase != "execute":
             raise CommandRefused(
                 f"plan {plan_id} is in {doc.phase.capitalize()}: gate checks happen only in Execute"
@@ -268,20 +276,24 @@ def _record(
             checked_sha256=_sha256_hex(raw),
             **fields,
         )
-        routed, events = _route(checked, config, len(fields["deviations"]))
-        decided.update(check=checked, routed=routed)
+        routed, events = _route(checked, doc, len(fields["deviations"]))
+        left = config.max_iterations - iteration if routed == "retry" else 0
+        decided.update(check=checked, routed=routed, left=None if routed is None else left)
         return [*before, checked, *events]
 
     kept = [*blobs, raw] if schema is None else [*blobs, raw, canonical_json(schema)]
     recorded = plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=kept, caused_by=len(before))
-    return GateOutcome(decided["check"], decided["routed"], recorded[len(before) :])
+    return GateOutcome(
+        decided["check"], decided["routed"], recorded[len(before) :], decided["left"]
+    )
 
 
 def _route(
-    checked: GateChecked, config: GlobalConfig, count: int
+    checked: GateChecked, doc: PlanState, count: int
 ) -> tuple[Routed | None, list[EventPayload]]:
     if checked.verdict == "pass":
         return None, []
+    config = doc.global_config
     plan_id, attempt, iteration = checked.plan_id, checked.attempt, checked.iteration
     where = f"{checked.gate} gate ({checked.tool or checked.step})"
     reason = f"{count} structural deviation(s) at the {where}"
@@ -308,19 +320,11 @@ def _route(
     )
     if iteration < config.max_iterations:
         return "retry", [failed]
-    return "halted", [
-        failed,
-        PlanHalted(
-            plan_id=plan_id,
-            halt_type="blocker",
-            final_decision="blocker",
-            raw_halt_type="max_iterations",
-            reason=f"{reason}; iteration {iteration} of max_iterations {config.max_iterations}",
-            phase="execute",
-            attempt=attempt,
-            terminal=True,
-        ),
-    ]
+    # The attempt's iterations are spent: the failure loop decides what comes next.
+    exhausted = f"{reason}; iteration {iteration} of max_iterations {config.max_iterations}"
+    loop = after_iterations(doc, exhausted)
+    routed: Routed = "revised" if isinstance(loop[0], StrategyRevisionRequested) else "escalated"
+    return routed, [failed, *loop]
 
 
 def _sha256_hex(data: bytes) -> str:

@@ -1,4 +1,5 @@
-"""The failure loop, signed human decisions, tokens and Apply (docs/concepts.md).
+"""Fixes, signed human decisions, tokens and Apply (docs/concepts.md; what a failure
+leads to is ``commands.plane.failure_loop``).
 
 State always comes from the plan's stream folded from the log (``commands.plane.authority``),
 never from a read model or from memory:
@@ -75,8 +76,6 @@ from ledger.events import (
     FileChange,
     FixRecorded,
     PlanApplied,
-    PlanHalted,
-    StrategyRevisionRequested,
     TokenConsumed,
     TokenMinted,
     ValidationResultRecorded,
@@ -88,73 +87,14 @@ from projections.states import ApproverState, PlanState
 
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
+from .failure_loop import DECISION_OPTIONS
 from .phases import require_no_pending_decision, require_plan
 
 TOKEN_TTL = timedelta(hours=1)
-DECISION_OPTIONS = ["revise", "abandon"]
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-# -- the failure loop ---------------------------------------------------------------------
-
-
-def after_blocker(plan: PlanState, reason: str, run_id: str | None = None) -> list[EventPayload]:
-    """What a failed validation leads to, once it is counted (the failure loop):
-    within ``retry_limit`` fix-then-revalidate cycles after a strategy's first failure,
-    nothing more (the agent fixes, then re-validates); past them a strategy revision
-    while ``max_strategy_revisions`` allow; then an escalation to a human (appended with
-    the failure itself)."""
-    config = plan.global_config
-    failed = plan.retries_used + 1  # this failure included
-    if failed <= config.retry_limit:
-        return []
-    if plan.revisions_used < config.max_strategy_revisions:
-        return [
-            StrategyRevisionRequested(
-                plan_id=plan.plan_id,
-                revision=plan.revision + 1,
-                failed_attempts=failed,
-                reason=f"{failed} failed validations (retry limit {config.retry_limit}): {reason}",
-            )
-        ]
-    why = (
-        f"{failed} failed validations (retry limit {config.retry_limit}) and strategy "
-        f"revisions ({config.max_strategy_revisions}) exhausted: {reason}"
-    )
-    escalated = escalation(plan, why)
-    return [
-        escalated,
-        PlanHalted(
-            plan_id=plan.plan_id,
-            halt_type="escalate",
-            final_decision="escalate",
-            raw_halt_type="escalated",
-            reason=why,
-            hint=authorize_hint(escalated.decision_id),
-            phase="execute",
-            attempt=plan.attempt,
-            result_refs=[run_id] if run_id else [],
-        ),
-    ]
-
-
-def escalation(plan: PlanState, reason: str) -> Escalated:
-    """A pending decision for a human (a fresh decision id, the options)."""
-    return Escalated(
-        plan_id=plan.plan_id,
-        decision_id=str(ULID()),
-        options=DECISION_OPTIONS,
-        reason=reason,
-        revision=plan.revision,
-        attempt=plan.attempt,
-    )
-
-
-def authorize_hint(decision_id: str) -> str:
-    return f"human: evidence authorize {decision_id} --key FILE (--revise TEXT | --abandon)"
 
 
 def record_fix(
