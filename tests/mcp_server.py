@@ -1,7 +1,10 @@
 """A small MCP server (official SDK) for tests/test_mcp_proxy.py and bench/proxy.py:
 ``add`` (input and output schemas), ``bad`` (writes a file in its working directory,
 then returns off-schema structured output),
-``plain`` (no output schema: a text result), ``crash`` (the process dies), ``slow`` (never
+``plain`` (no output schema: a text result), ``loose`` (no output schema: a result
+with ``structuredContent``, as MCP allows), ``fail`` (an output schema, but answers with
+a tool error of its own, as a server does for a bad timezone), ``huge`` (a text result of
+``size`` bytes), ``crash`` (the process dies), ``slow`` (never
 answers in time), ``grow`` (adds a tool
 and says the tool list changed); two tools the proxy must not offer (a name with a
 control character, a schema that reaches outside itself).
@@ -54,6 +57,26 @@ TOOLS = [
         description="Answers text (no output schema).",
         input_schema={"type": "object", "properties": {"who": {"type": "string"}}},
     ),
+    types.Tool(
+        name="loose",
+        description="Answers text and structured content (no output schema).",
+        input_schema={"type": "object", "properties": {}},
+    ),
+    types.Tool(
+        name="fail",
+        description="Declares its output, then answers with a tool error.",
+        input_schema={"type": "object", "properties": {"timezone": {"type": "string"}}},
+        output_schema={
+            "type": "object",
+            "required": ["time"],
+            "properties": {"time": {"type": "string"}},
+        },
+    ),
+    types.Tool(
+        name="huge",
+        description="Answers a text of `size` bytes.",
+        input_schema={"type": "object", "properties": {"size": {"type": "integer"}}},
+    ),
     types.Tool(name="slow", input_schema={"type": "object", "properties": {}}),
     types.Tool(name="grow", input_schema={"type": "object", "properties": {}}),
     types.Tool(name="evil\x1b[2Jname", input_schema={"type": "object", "properties": {}}),
@@ -96,6 +119,20 @@ async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.C
         )
     if params.name == "plain":
         return types.CallToolResult(content=[types.TextContent(text=f"hello {args.get('who')}")])
+    if params.name == "loose":
+        return types.CallToolResult(
+            content=[types.TextContent(text="both")], structured_content={"any": ["thing"]}
+        )
+    if params.name == "fail":
+        # It writes first: a failed call keeps nothing in the sandbox.
+        with open("fail-was-here.txt", "w") as f:
+            f.write("written by a call that failed\n")
+        return types.CallToolResult(
+            content=[types.TextContent(text=f"Invalid timezone: {args.get('timezone')}")],
+            is_error=True,
+        )
+    if params.name == "huge":
+        return types.CallToolResult(content=[types.TextContent(text="x" * args["size"])])
     if params.name == "crash":
         os._exit(3)
     if params.name == "slow":

@@ -29,7 +29,7 @@ from commands.plane import Plane
 from commands.plane.attachments import attach
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
-from commands.runner.mcp_client import MCP_TOOL_RESULT, call_mcp_tool
+from commands.runner.mcp_client import call_mcp_tool, mcp_tool_result_schema
 from commands.schemas.prepare import prepare_schema
 from ledger.canonical import canonical_json
 from tests.helpers import assert_refused, run_cli, run_cli_process, work
@@ -301,7 +301,9 @@ def test_the_plane_calls_an_mcp_tool_through_the_gates(
     assert code == 0, greeted
     whole = json.loads(_blob(db_url, greeted["call"]["output_sha256"]))
     assert whole == {"content": [{"type": "text", "text": "hello ada"}], "isError": False}
-    assert greeted["output_gate"]["schema_sha256"] == prepare_schema(MCP_TOOL_RESULT).sha256
+    assert (
+        greeted["output_gate"]["schema_sha256"] == prepare_schema(mcp_tool_result_schema()).sha256
+    )
     assert [c["tool"] for c in _calls(log)] == ["add", "bad", "plain"]
     _audit_clean(db_url)
 

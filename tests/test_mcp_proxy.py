@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+import msgspec
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
@@ -131,6 +132,13 @@ async def _error(call: Awaitable[types.CallToolResult]) -> MCPError | types.Call
         return exc
 
 
+def _refusal(result: types.CallToolResult) -> dict[str, Any]:
+    """A refusal's detail: in ``_meta``, never in ``structuredContent`` (a client checks
+    that against the tool's output schema and would fail the call)."""
+    assert result.is_error and result.structured_content is None
+    return result.meta["evidence/refusal"]
+
+
 def _text(result: types.CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
@@ -169,7 +177,7 @@ def test_proxy_gates_records_and_audits(db_url: str, tmp_path: Path) -> None:
 
     # The same tools with the upstream's schemas (registered with mcp_server and
     # mcp_tool_name), the plane's agent-side verbs, and nothing the plane cannot gate.
-    upstream = {"add", "bad", "plain", "crash", "slow", "grow"}
+    upstream = {"add", "bad", "plain", "loose", "fail", "huge", "crash", "slow", "grow"}
     verbs = {"evidence.plan_status", "evidence.validate", "evidence.record_fix", "evidence.apply"}
     assert set(seen["tools"]) == upstream | verbs
     assert seen["tools"]["add"].output_schema["required"] == ["sum"]
@@ -183,16 +191,18 @@ def test_proxy_gates_records_and_audits(db_url: str, tmp_path: Path) -> None:
 
     bad = seen["bad_input"]
     assert bad.is_error
-    assert bad.structured_content["gate"] == "input"
-    assert bad.structured_content["deviations"][0]["pointer"] == "/a"
+    assert _refusal(bad)["gate"] == "input"
+    assert _refusal(bad)["deviations"][0]["pointer"] == "/a"
     assert "blocked" in _text(bad)
+    # The agent is told what is left of the critique loop (max_iterations 10).
+    assert "(9 iteration(s) left in this attempt)" in _text(bad)
     for invented in (seen["invented"], seen["authorize"]):  # no door to a decision
         assert invented.is_error
-        assert invented.structured_content["deviations"][0]["kind"] == "invented_tool"
+        assert _refusal(invented)["deviations"][0]["kind"] == "invented_tool"
     assert seen["calls_after_bad_input"] == 1  # none of them reached the server
 
     out = seen["bad_output"]
-    assert out.is_error and out.structured_content["gate"] == "output"
+    assert out.is_error and _refusal(out)["gate"] == "output"
     assert "rejected" in _text(out)
     assert seen["calls_after_bad_output"] == 2
 
@@ -220,6 +230,116 @@ def test_proxy_gates_records_and_audits(db_url: str, tmp_path: Path) -> None:
 
 
 @slow
+def test_the_upstreams_own_errors_and_results_as_mcp_has_them(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """An upstream's own tool error (``isError``: "Invalid timezone") reaches the agent
+    as the upstream said it, and is recorded as the upstream's failure: checked as an MCP
+    tool result, no deviation counted against the agent, nothing kept in the sandbox. A
+    tool without an output schema may answer ``structuredContent``: the MCP tool result's
+    shape comes from the SDK's types."""
+    _setup(sqlite_url)
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        seen["fail"] = await agent.call_tool("fail", {"timezone": "Not/AZone"})
+        seen["loose"] = await agent.call_tool("loose", {})
+        seen["status"] = await agent.call_tool("evidence.plan_status", {})
+
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+
+    fail = seen["fail"]
+    assert fail.is_error and fail.structured_content is None
+    assert _text(fail) == "Invalid timezone: Not/AZone"
+    assert fail.meta["evidence/refusal"] == {"upstream_error": True}
+    loose = seen["loose"]
+    assert not loose.is_error and loose.structured_content == {"any": ["thing"]}
+
+    events = _plan_events(sqlite_url)
+    assert not [e for e in events if e.type == "plan.attempt_failed"]
+    checks = [e.payload for e in events if e.type == "gate.checked"]
+    assert [(c.gate, c.verdict) for c in checks] == [("input", "pass"), ("output", "pass")] * 2
+    called = {e.payload.tool: e.payload for e in events if e.type == "tool.called"}
+    assert called["test-upstream.fail"].tool_error is True
+    assert called["test-upstream.loose"].tool_error is msgspec.UNSET
+    plan = _refusal_free_plan(seen["status"])
+    assert plan["gate_failures"] == 0 and plan["iteration"] == 1
+    (sandbox,) = seen["status"].structured_content["sandbox"].values()
+    assert not (Path(sandbox) / "fail-was-here.txt").exists()  # a failed call keeps nothing
+    _audit_clean(sqlite_url)
+
+
+def _refusal_free_plan(status: types.CallToolResult) -> dict[str, Any]:
+    assert not status.is_error, _text(status)
+    return status.structured_content["plan"]
+
+
+@slow
+def test_an_upstream_answer_over_the_cap_is_drained_not_held(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 64 MiB answer: the proxy keeps the cap's prefix, records the size and digest of
+    the whole, drains the rest, and its memory does not grow with the answer. The
+    output gate fails it as a command's stdout over its cap fails."""
+    cap = 1 << 20
+    size = 64 << 20
+    monkeypatch.setenv("EVIDENCE_MAX_OUTPUT_BYTES", str(cap))
+    _setup(sqlite_url)
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        await agent.list_tools()
+        proxy = _proxy_pid(sqlite_url)
+        seen["before"] = _rss_kib(proxy, "VmRSS")
+        seen["huge"] = await agent.call_tool("huge", {"size": size})
+        seen["peak"] = _rss_kib(proxy, "VmHWM")
+        seen["after"] = await agent.call_tool("add", {"a": 1, "b": 2})
+
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session, limit=120)
+
+    huge = seen["huge"]
+    assert huge.is_error and "rejected" in _text(huge), _text(huge)
+    assert seen["after"].structured_content == {"sum": 3}  # the session goes on
+    # The answer alone is 64 MiB; the proxy's peak stays within a few caps of its size
+    # before the call (the SDK's own transport held the whole line, decoded twice).
+    assert seen["peak"] - seen["before"] < 24 * 1024, (seen["before"], seen["peak"])
+    events = _plan_events(sqlite_url)
+    (called,) = [e.payload for e in events if e.type == "tool.called" and "huge" in e.payload.tool]
+    truncation = called.stdout_truncated
+    assert truncation.kept == cap and truncation.size > size
+    (check,) = [
+        e.payload
+        for e in events
+        if e.type == "gate.checked" and e.payload.gate == "output" and e.payload.step == called.step
+    ]
+    assert check.verdict == "fail" and check.checked_truncated == truncation
+    _audit_clean(sqlite_url)
+
+
+def _proxy_pid(url: str) -> int:
+    """The proxy process serving the ledger at ``url`` (its command line names it)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"proxy" in argv and url.encode() in argv:
+            return int(entry.name)
+    raise AssertionError("no proxy process found")
+
+
+def _rss_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+@slow
 def test_a_named_step_declares_its_output(sqlite_url: str, tmp_path: Path) -> None:
     """``_meta`` names the step and narrows its output: the output gate checks the
     registered schema, then that declaration; a malformed declaration is refused before
@@ -242,8 +362,8 @@ def test_a_named_step_declares_its_output(sqlite_url: str, tmp_path: Path) -> No
 
     _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
     declared = seen["declared"]
-    assert declared.is_error and declared.structured_content["gate"] == "output"
-    assert declared.structured_content["deviations"][0]["pointer"] == "/sum"
+    assert declared.is_error and _refusal(declared)["gate"] == "output"
+    assert _refusal(declared)["deviations"][0]["pointer"] == "/sum"
     for refused in (seen["bad_step"], seen["bad_schema"]):
         assert refused.is_error and _text(refused).startswith("error: _meta"), _text(refused)
     assert len(_calls(count)) == 1  # the refused ones were never forwarded
@@ -280,7 +400,7 @@ def test_the_plane_verbs_take_a_plan_from_failure_to_apply(sqlite_url: str, tmp_
     first = seen["first"].structured_content["validation"]
     assert first["outcome"] == "blocker" and first["token"] is None
     no_note = seen["no_note"]
-    assert no_note.is_error and no_note.structured_content["deviations"][0]["pointer"] == "/note"
+    assert no_note.is_error and _refusal(no_note)["deviations"][0]["pointer"] == "/note"
     assert seen["second"].structured_content["validation"]["outcome"] == "pass"
     assert seen["forged"].is_error and "token refused" in _text(seen["forged"])
     applied = seen["applied"]
@@ -394,7 +514,7 @@ def test_a_streamable_http_upstream(
     params = _proxy(sqlite_url, tmp_path / "work", ["--url", url, "--server", "web"])
     _with_agent(params, session)
     assert seen["ok"].structured_content == {"sum": 5}
-    assert seen["bad"].is_error and seen["bad"].structured_content["gate"] == "input"
+    assert seen["bad"].is_error and _refusal(seen["bad"])["gate"] == "input"
     assert len(_calls(count)) == 1
     called = [e.payload for e in _plan_events(sqlite_url) if e.type == "tool.called"]
     assert [c.tool for c in called] == ["web.add"]
@@ -467,7 +587,7 @@ def test_a_tool_outside_the_plans_skills_is_never_forwarded(
     _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
     assert seen["add"].structured_content == {"sum": 3}
     plain = seen["plain"]
-    assert plain.is_error and plain.structured_content["deviations"][0]["kind"] == "not_in_skill"
+    assert plain.is_error and _refusal(plain)["deviations"][0]["kind"] == "not_in_skill"
     assert [c["tool"] for c in _calls(count)] == ["add"]
     _audit_clean(sqlite_url)
 
@@ -485,7 +605,7 @@ def test_strict_mode_ends_the_plan_and_refuses_later_calls(db_url: str, tmp_path
     _with_agent(_proxy(db_url, tmp_path / "work", _stdio(count)), session)
     deviation, refused = results
     assert deviation.is_error
-    assert deviation.structured_content["routed"] == "compensation"
+    assert _refusal(deviation)["routed"] == "compensation"
     assert refused.is_error and _text(refused).startswith("error: plan P-1")
     assert _calls(count) == []  # nothing reached the server
     _audit_clean(db_url)

@@ -31,13 +31,14 @@ from typing import Any
 import anyio
 import mcp_types as types
 import msgspec
-from mcp import ClientSession, StdioServerParameters, stdio_client, stdio_server
+from mcp import ClientSession, stdio_server
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from ulid import ULID
 
+from commands.cli.gates import routing_line
 from commands.plane.confinement import (
     plan_policy,
     protected_paths,
@@ -52,6 +53,7 @@ from commands.plane.proxy import (
     Registered,
     UpstreamTool,
     gate_proxy_call,
+    record_oversized_result,
     record_proxy_result,
     record_upstream_fault,
     register_upstream_tools,
@@ -59,9 +61,9 @@ from commands.plane.proxy import (
 )
 from commands.plane.proxy_verbs import INSTRUCTIONS, PLANE_TOOLS, check_plane_arguments
 from commands.rules.vocabulary import terminal_state
+from commands.runner.bounded_stdio import BoundedStdio, bounded_stdio_client
 from commands.runner.confine import Confinement, launched, program_files
-from commands.runner.mcp_client import tool_output
-from commands.runner.process import TreeGuard
+from commands.runner.process import TreeGuard, output_cap
 from commands.schemas.prepare import InvalidSchemaError, prepare_schema
 from ledger import LedgerError
 from ledger.events import Deviation
@@ -86,6 +88,22 @@ def _deviation_lines(deviations: list[dict[str, str]]) -> list[str]:
     ]
 
 
+# Where a refusal's machine-readable form goes: the result's ``_meta``, which every client
+# keeps and none validates. Never ``structuredContent``: a client (the TypeScript SDK's)
+# checks that against the tool's output schema and would answer the agent with a
+# protocol error instead of the deviations.
+REFUSAL_META = "evidence/refusal"
+
+
+def _tool_error(text: str, detail: dict[str, Any]) -> types.CallToolResult:
+    """An MCP tool error (``isError``): the text for the agent, the detail in ``_meta``."""
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)],
+        is_error=True,
+        _meta={REFUSAL_META: detail},
+    )
+
+
 def _gate_failed(gate: GateOutcome, word: str, consequence: str) -> types.CallToolResult:
     check = gate.check
     deviations = _deviations(check.deviations)
@@ -93,37 +111,39 @@ def _gate_failed(gate: GateOutcome, word: str, consequence: str) -> types.CallTo
         f"{word}: the {check.gate} gate failed for tool {check.tool!r}: "
         f"{len(deviations)} deviation(s); {consequence}",
         *_deviation_lines(deviations),
+        routing_line(gate),
     ]
-    if gate.routed:
-        lines.append(f"routed: {gate.routed}")
-    return types.CallToolResult(
-        content=[types.TextContent(text="\n".join(lines))],
-        structured_content={
+    return _tool_error(
+        "\n".join(lines),
+        {
             "gate": check.gate,
             "tool": check.tool,
             "verdict": check.verdict,
             "routed": gate.routed,
+            "iterations_left": gate.iterations_left,
             "deviations": deviations,
         },
-        is_error=True,
     )
 
 
 def _arguments_refused(tool: str, deviations: Sequence[Deviation]) -> types.CallToolResult:
     found = _deviations(deviations)
     lines = [f"refused: the arguments of {tool!r} deviate:", *_deviation_lines(found)]
-    return types.CallToolResult(
-        content=[types.TextContent(text="\n".join(lines))],
-        structured_content={"tool": tool, "deviations": found},
-        is_error=True,
-    )
+    return _tool_error("\n".join(lines), {"tool": tool, "deviations": found})
 
 
 def _refused(message: str) -> types.CallToolResult:
+    return _tool_error(f"error: {message}", {"error": message})
+
+
+def _upstream_failed(result: types.CallToolResult) -> types.CallToolResult:
+    """The upstream's own tool error, passed on as it said it (its content), recorded as
+    its failure: no deviation of the agent's. Its ``structuredContent`` stays behind (a
+    client may check it against the tool's output schema)."""
     return types.CallToolResult(
-        content=[types.TextContent(text=f"error: {message}")],
-        structured_content={"error": message},
+        content=list(result.content),
         is_error=True,
+        _meta={REFUSAL_META: {"upstream_error": True}},
     )
 
 
@@ -167,6 +187,7 @@ class GateProxy:
         self.registered = Registered()
         self.stale = False  # the upstream said its tool list changed: list it again
         self.fault: str | None = None  # every call after an upstream fault is an MCP error
+        self.bounded: BoundedStdio | None = None  # a stdio upstream's transport
         self._in_flight: set[anyio.CancelScope] = set()
 
     async def on_upstream_message(self, message: IncomingMessage) -> None:
@@ -256,24 +277,31 @@ class GateProxy:
         report = None
         try:
             result = await self._send(params.name, arguments)
-            raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            raw.pop("resultType", None)
-            output = tool_output(raw, params.name in self.registered.structured)
-            report = record_proxy_result(
-                self.plane,
-                self.plan_id,
-                gate,
-                arguments,
-                output,
-                step=step,
-                output_schema=output_schema,
-            )
+            oversized = self.bounded.take_truncation(result) if self.bounded else None
+            if oversized is not None:
+                prefix, truncation = oversized
+                report = record_oversized_result(
+                    self.plane, self.plan_id, gate, arguments, prefix, truncation, step=step
+                )
+            else:
+                report = record_proxy_result(
+                    self.plane,
+                    self.plan_id,
+                    gate,
+                    arguments,
+                    result.model_dump(by_alias=True, mode="json", exclude_none=True),
+                    structured=params.name in self.registered.structured,
+                    step=step,
+                    output_schema=output_schema,
+                )
         finally:
             for guard in guards:
                 if report is not None and report.ok:
                     guard.discard()
                 else:
                     guard.restore_if_changed()
+        if report.tool_failed:
+            return _upstream_failed(result)
         if not report.ok:
             failed = report.output_gate or report.input_gate
             return _gate_failed(failed, "rejected", "the output does not become state")
@@ -335,19 +363,21 @@ async def _connect(
     url: str | None,
     workdir: Path | None = None,
     confinement: Confinement | None = None,
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[tuple[Any, Any, BoundedStdio | None]]:
+    """The upstream's streams, and for a stdio upstream the bounded transport's state
+    (its answers over the output cap are drained, never held: memory stays bounded)."""
     if url is not None:
-        async with streamable_http_client(url) as streams:
-            yield streams
+        async with streamable_http_client(url) as (read, write):
+            yield read, write, None
     else:
+        cap = output_cap(None)
         with launched(command, confinement, None) as (launch, env):
             # Confined: its own temporary directory on top of the SDK's default
-            # environment (the SDK merges what is given with it).
+            # environment (the transport merges what is given with it).
             temp = {k: v for k, v in (env or {}).items() if k in ("TMPDIR", "TMP", "TEMP")}
-            params = StdioServerParameters(
-                command=launch[0], args=list(launch[1:]), cwd=workdir, env=temp or None
-            )
-            async with stdio_client(params) as streams:
+            async with bounded_stdio_client(
+                launch, cap=cap, cwd=workdir, env=temp, errlog=sys.stderr
+            ) as streams:
                 yield streams
 
 
@@ -414,7 +444,9 @@ async def serve(
     command = _in_sandbox(command, workdir)
     confinement = _upstream_confinement(plane, doc, command) if url is None else None
     async with contextlib.AsyncExitStack() as stack:
-        read, write = await stack.enter_async_context(_connect(command, url, workdir, confinement))
+        read, write, bounded = await stack.enter_async_context(
+            _connect(command, url, workdir, confinement)
+        )
         proxy: GateProxy | None = None
 
         async def on_message(message: IncomingMessage) -> None:
@@ -426,6 +458,7 @@ async def serve(
         )
         proxy = GateProxy(plane, plan_id, upstream, timeout_s)
         proxy.upstream_id = upstream_id
+        proxy.bounded = bounded
         with anyio.fail_after(timeout_s):
             init = await upstream.initialize()
             proxy.server = server or server_name(init.server_info.name)

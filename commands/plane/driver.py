@@ -371,6 +371,9 @@ def _call_step(
         if report.ok:
             say("step", f"{step.step}: {step.tool} passed both gates")
             return "ok", report.output
+        if report.tool_failed:  # the tool's own error: not a deviation to critique
+            say("halt", f"{step.step}: {step.tool} answered with an error of its own")
+            return "stopped", None
         gate = report.input_gate if not report.input_gate.passed else report.output_gate
         if report.halt is not None or gate is None:
             say("halt", report.halt.reason if report.halt else "the call could not run")
@@ -382,8 +385,8 @@ def _call_step(
         )
         if gate.routed == "compensation":
             return "compensation", None
-        if gate.routed == "halted":
-            return "stopped", None
+        if gate.routed in ("revised", "escalated"):
+            return "stopped", None  # the attempt's iterations are spent: the loop decides
 
 
 def _registered_output(plane: Plane) -> OutputSchemaOf:

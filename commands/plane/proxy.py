@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from commands.runner.mcp_client import MCP_TOOL_RESULT
+from commands.runner.mcp_client import is_tool_error, mcp_tool_result_schema, tool_output
 from ledger.errors import LedgerError
-from ledger.events import PlanHalted
+from ledger.events import PlanHalted, Truncation
 
 from .core import CommandRefused, Plane
 from .gates import GateOutcome, gate_input
@@ -85,7 +85,7 @@ def register_upstream_tools(
     """Register every upstream tool. One already registered for this server and MCP
     tool name keeps its name (a new version when its schemas changed); a new one is
     registered as ``SERVER.TOOL``. A tool without ``outputSchema`` is declared to return
-    an MCP tool result (``MCP_TOOL_RESULT``).
+    an MCP tool result (``mcp_tool_result_schema``: the SDK's types).
 
     ``upstream`` (the server's command line or URL) is the server's identity: its tools
     record it (``source: mcp:UPSTREAM``), and a server name whose tools came from
@@ -124,7 +124,7 @@ def register_upstream_tools(
                     "mcp_tool_name": tool.name,
                     **({"source": source} if source else {}),
                     "input_schema": tool.input_schema,
-                    "output_schema": tool.output_schema if structured else MCP_TOOL_RESULT,
+                    "output_schema": tool.output_schema if structured else mcp_tool_result_schema(),
                 },
                 actor=actor,
             )
@@ -174,14 +174,16 @@ def record_proxy_result(
     plan_id: str,
     gate: ProxyGate,
     arguments: Any,
-    output: Any,
+    result: Mapping[str, Any],
     *,
+    structured: bool,
     step: str,
     output_schema: Any = None,
 ) -> CallReport:
-    """Record the forwarded call with what ``tool_output`` took of the upstream's
-    result, and gate it (against ``output_schema`` when the agent declared the step's
-    output, else the tool's)."""
+    """Record the forwarded call with what ``tool_output`` takes of the upstream's
+    result, and gate it (the tool's declaration, narrowed by ``output_schema`` when the
+    agent declared the step's output). A result the upstream marks as an error is its
+    own failure: recorded whole and checked as an MCP tool result (``tool_error``)."""
     assert gate.tool is not None and not gate.blocked
     return call_tool(
         plane,
@@ -189,8 +191,35 @@ def record_proxy_result(
         gate.tool,
         json_bytes(arguments),
         step=step,
-        recorded_output=json_bytes(output),
+        recorded_output=json_bytes(tool_output(result, structured)),
+        recorded_tool_error=is_tool_error(result),
         output_schema=output_schema,
+        input_gate=gate.outcome,
+    )
+
+
+def record_oversized_result(
+    plane: Plane,
+    plan_id: str,
+    gate: ProxyGate,
+    arguments: Any,
+    prefix: bytes,
+    truncation: Truncation,
+    *,
+    step: str,
+) -> CallReport:
+    """Record a forwarded call whose answer went over the output cap: the kept prefix
+    with its ``Truncation``, which the output gate fails as a command's stdout over its
+    cap fails (a prefix is never parsed)."""
+    assert gate.tool is not None and not gate.blocked
+    return call_tool(
+        plane,
+        plan_id,
+        gate.tool,
+        json_bytes(arguments),
+        step=step,
+        recorded_output=prefix,
+        recorded_truncation=truncation,
         input_gate=gate.outcome,
     )
 

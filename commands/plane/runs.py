@@ -35,10 +35,12 @@ from ulid import ULID
 from commands.rules.verdicts import results_digest
 from commands.runner.confine import Confinement, program_files
 from commands.runner.mcp_client import (
-    MCP_TOOL_RESULT,
+    LEGACY_MCP_TOOL_RESULT_SHA256,
     call_mcp_tool,
     capped,
+    is_tool_error,
     json_bytes,
+    mcp_tool_result_schema,
 )
 from commands.runner.mcp_client import tool_output as mcp_tool_output
 from commands.runner.process import (
@@ -79,13 +81,9 @@ from projections.states import PlanState, ToolSpec, ToolState, given, to_json
 from .authority import Authority
 from .confinement import validation_confinement, work_confinement
 from .core import CommandRefused, Plane, StreamState
+from .failure_loop import after_blocker, authorize_hint, escalation
 from .gates import GateOutcome, as_bytes, gate_input, gate_output
-from .lifecycle import (
-    after_blocker,
-    authorize_hint,
-    escalation,
-    token_for_pass,
-)
+from .lifecycle import token_for_pass
 from .phases import require_no_pending_decision, require_plan
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -172,7 +170,15 @@ class CallReport:
 
     @property
     def ok(self) -> bool:
-        return self.input_gate.passed and self.output_gate is not None and self.output_gate.passed
+        """Both gates passed and the tool did not fail: the call's result counts."""
+        output = self.output_gate
+        passed = self.input_gate.passed and output is not None and output.passed
+        return passed and not self.tool_failed
+
+    @property
+    def tool_failed(self) -> bool:
+        """The tool answered with an error of its own (``tool.called`` ``tool_error``)."""
+        return self.call is not None and self.call.tool_error is True
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -192,6 +198,8 @@ def call_tool(
     step: str | None = None,
     output_schema: Any = None,
     recorded_output: bytes | str | Any | None = None,
+    recorded_truncation: Truncation | None = None,
+    recorded_tool_error: bool = False,
     sandbox: Sandbox | None = None,
     actor: str = "agent",
     input_gate: GateOutcome | None = None,
@@ -200,7 +208,9 @@ def call_tool(
 
     ``input_gate``: the passing input gate check already recorded for exactly these
     parameters of this tool at this step (an agent hook's pre-tool check); it is not
-    checked again."""
+    checked again. With a recorded output: ``recorded_truncation``, it is the kept prefix
+    of an output over its cap (never parsed); ``recorded_tool_error``, it is the tool's
+    own error (an MCP result with ``isError``), checked as an MCP tool result."""
     raw_params = as_bytes(params)
     call_id = str(ULID())
     step = step or f"call-{call_id}"
@@ -265,7 +275,7 @@ def call_tool(
             tool_doc,
             raw_params,
             report,
-            recorded_output,
+            (recorded_output, recorded_truncation, recorded_tool_error),
             copies,
             call_id=call_id,
             step=step,
@@ -291,7 +301,7 @@ def _run_call(
     tool_doc: ToolState,
     raw_params: bytes,
     report: CallReport,
-    recorded_output: bytes | str | Any | None,
+    recorded: tuple[bytes | str | Any | None, Truncation | None, bool],
     copies: Sandbox,
     *,
     call_id: str,
@@ -305,8 +315,11 @@ def _run_call(
     started = ended = utc_now()
     exit_code: int | None = None
     streams: dict[str, Truncation] = {}
+    recorded_output, recorded_truncation, tool_error = recorded
     if recorded_output is not None:
         output, executor = as_bytes(recorded_output), "recorded"
+        if recorded_truncation is not None:
+            streams = {"stdout_truncated": recorded_truncation}
     elif tool_doc.kind == "validation":
         # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
         output, started, ended, streams = _call_validation(
@@ -320,11 +333,11 @@ def _run_call(
         if isinstance(called_mcp, PlanHalted):
             report.halt = called_mcp
             return
-        output, started, ended, streams = called_mcp
+        output, started, ended, streams, tool_error = called_mcp
         executor = "mcp"
         if output_schema is None and spec.output_schema is None:
             # No declaration of its own: an MCP tool returns an MCP tool result.
-            output_schema = MCP_TOOL_RESULT
+            output_schema = mcp_tool_result_schema()
     else:
         try:
             argv = fill_argv(spec.command or [], msgspec.json.decode(raw_params))
@@ -354,6 +367,10 @@ def _run_call(
         executor, exit_code = "command", result.exit_code
         started, ended = result.started_at, result.ended_at
         streams = _truncations(result)
+    if tool_error:
+        # The tool's own failure: checked as the MCP tool result it is, never against
+        # the tool's declaration (a deviation there would be counted as the agent's).
+        output_schema, narrowing = mcp_tool_result_schema(), None
     called = ToolCalled(
         plan_id=plan_id,
         call_id=call_id,
@@ -371,11 +388,14 @@ def _run_call(
         stdout_truncated=streams.get("stdout_truncated", msgspec.UNSET),
         stderr_truncated=streams.get("stderr_truncated", msgspec.UNSET),
         confinement=confinement.level if confinement is not None else msgspec.UNSET,
+        tool_error=True if tool_error else msgspec.UNSET,
     )
 
     # Only a command tool's stdout or an MCP tool's output can be truncated (a
     # validation called as a tool gives the plane's own encoding of its result).
-    truncated = streams.get("stdout_truncated") if executor in ("command", "mcp") else None
+    truncated = (
+        streams.get("stdout_truncated") if executor in ("command", "mcp", "recorded") else None
+    )
     # The call and the verdict on its output: one transaction.
     report.output_gate = gate_output(
         plane,
@@ -389,7 +409,7 @@ def _run_call(
         call_blobs=[raw_params, output],
     )
     report.call, report.output = called, output
-    if narrowing is not None and report.output_gate.passed:
+    if narrowing is not None and report.output_gate.passed and not tool_error:
         # The caller's declaration narrows what passed the registry's: a second check,
         # recorded on its own (a deviation from it fails the call like any other).
         report.output_gate = gate_output(
@@ -420,7 +440,7 @@ def launches_mcp(spec: ToolSpec) -> bool:
 
 @functools.cache
 def _mcp_tool_result_sha256() -> str:
-    return prepare_schema(MCP_TOOL_RESULT).sha256
+    return prepare_schema(mcp_tool_result_schema()).sha256
 
 
 def _declares_output(spec: ToolSpec) -> bool:
@@ -429,7 +449,10 @@ def _declares_output(spec: ToolSpec) -> bool:
     MCP proxy registers one whose server lists no output schema) does not."""
     if spec.output_schema_sha256 is None:
         return False
-    return spec.output_schema_sha256 != _mcp_tool_result_sha256()
+    return spec.output_schema_sha256 not in (
+        _mcp_tool_result_sha256(),
+        LEGACY_MCP_TOOL_RESULT_SHA256,
+    )
 
 
 def _call_mcp(
@@ -441,7 +464,7 @@ def _call_mcp(
     *,
     actor: str,
     confinement: Confinement | None = None,
-) -> PlanHalted | tuple[bytes, str, str, dict[str, Truncation]]:
+) -> PlanHalted | tuple[bytes, str, str, dict[str, Truncation], bool]:
     """Call the tool on its MCP server (a stdio server runs in the sandbox, as a
     command tool does). Its output, within the tool's output cap, is what the MCP
     proxy's output gate takes of a result: ``structuredContent`` when the tool declares
@@ -502,7 +525,7 @@ def _call_mcp(
     value = mcp_tool_output(call.result, _declares_output(spec))
     output, truncation = capped(json_bytes(value), cap)
     streams = {"stdout_truncated": truncation} if truncation is not None else {}
-    return output, call.started_at, call.ended_at, streams
+    return output, call.started_at, call.ended_at, streams, is_tool_error(call.result)
 
 
 def record_unregistered_call(

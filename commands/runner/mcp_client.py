@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import contextvars
 import errno
+import functools
 import hashlib
 import json
 import logging
@@ -47,46 +48,52 @@ from ledger.timestamps import utc_now
 from .confine import Confinement, launched, launcher_failure
 
 __all__ = [
-    "MCP_TOOL_RESULT",
+    "LEGACY_MCP_TOOL_RESULT_SHA256",
     "Fault",
     "McpCall",
     "call_mcp_tool",
     "capped",
+    "is_tool_error",
     "json_bytes",
+    "mcp_tool_result_schema",
     "tool_output",
 ]
 
-# The output declaration of an MCP tool that declares no output schema of its own: an
-# MCP tool result (``content`` blocks, ``isError``, ``_meta``). Its blocks stay open
-# (text, images, resources carry fields of their own), the result itself is closed.
-MCP_TOOL_RESULT: dict[str, Any] = {
-    "type": "object",
-    "required": ["content"],
-    "properties": {
-        "content": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["type"],
-                "properties": {
-                    "type": {"enum": ["text", "image", "audio", "resource_link", "resource"]}
-                },
-                "additionalProperties": True,
-            },
-        },
-        "isError": {"type": "boolean"},
-        "_meta": {"type": "object", "additionalProperties": True},
-    },
-}
+
+@functools.cache
+def mcp_tool_result_schema() -> dict[str, Any]:
+    """The output declaration of an MCP tool that declares no output schema of its own:
+    an MCP tool result (``content`` blocks, ``structuredContent``, ``isError``,
+    ``_meta``), as the official SDK's types define it (their JSON Schema, 2020-12).
+    Registration closes it like any schema: a member the SDK does not define is a
+    deviation; ``structuredContent`` and ``_meta`` are open objects, as the MCP
+    specification has them. (Imported on first use: the SDK is slow to import.)"""
+    import mcp_types
+
+    schema = mcp_types.CallToolResult.model_json_schema(by_alias=True, mode="serialization")
+    return dict(schema)
+
+
+# The digest of the hand-written subset that declared an MCP tool result before the
+# SDK's types did (content, isError, _meta; blocks open): tools registered with it
+# still return the whole result, never its structuredContent.
+LEGACY_MCP_TOOL_RESULT_SHA256 = "cea1998791a7c712675425e79cb6d7c5a46e46ac3b70508067933c1fa6c8759a"
 
 
 def tool_output(result: Mapping[str, Any], structured: bool) -> Any:
     """What the output gate checks of an MCP tool result (and the log keeps as the
     call's output): its ``structuredContent`` when the tool declares an output schema
-    (missing: null, which no object schema admits), else the whole result."""
-    if structured:
+    (missing: null, which no object schema admits), else the whole result. A result the
+    tool marks as an error (``isError``) is always taken whole: it is the tool's
+    failure, checked as an MCP tool result, never against the tool's declaration."""
+    if structured and not is_tool_error(result):
         return result.get("structuredContent")
     return dict(result)
+
+
+def is_tool_error(result: Mapping[str, Any]) -> bool:
+    """The server answered the call with a tool error (``isError: true``)."""
+    return result.get("isError") is True
 
 
 # missing_program: the stdio server's program cannot be executed. unavailable: the

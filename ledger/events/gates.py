@@ -106,3 +106,8 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
     # opted out: ``confinement: none``). Absent on calls the plane did not run and on
     # calls recorded before the field.
     confinement: Literal["landlock", "unconfined"] | msgspec.UnsetType = msgspec.UNSET
+    # True: the tool answered with an error of its own (an MCP result with ``isError``).
+    # The output is that error, checked as an MCP tool result rather than against the
+    # tool's declaration: the tool's failure, not the agent's deviation; the call's
+    # result never becomes state. Absent otherwise.
+    tool_error: bool | msgspec.UnsetType = msgspec.UNSET
