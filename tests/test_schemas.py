@@ -152,7 +152,13 @@ def test_a_schema_must_be_json() -> None:
         ({"$ref": "#/$defs/missing"}, "/$ref"),
         ({"$ref": "#nowhere"}, "/$ref"),
         ({"properties": {"a": {}}, "items": {"$ref": "#/properties"}}, "/items/$ref"),
-        ({"$schema": "http://json-schema.org/draft-07/schema#"}, "/$schema"),
+        # draft-03 is not accepted (every draft since draft-04 is: test_schema_drafts.py)
+        ({"$schema": "http://json-schema.org/draft-03/schema#"}, "/$schema"),
+        # one document is one draft
+        (
+            {"items": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "string"}},
+            "/items/$schema",
+        ),
     ],
 )
 def test_references_stay_inside_the_document(schema: dict[str, Any], pointer: str) -> None:
@@ -194,21 +200,27 @@ def test_a_closed_object_that_requires_an_undeclared_property_is_refused() -> No
 
 F = False
 OBJ = {"type": "object"}
-CLOSED_OBJ = {"type": "object", "additionalProperties": F}
+# An empty properties list comes with the closing: each extra member is then its own
+# extra_field deviation (test_schema_drafts.py).
+CLOSED_OBJ = {"type": "object", "additionalProperties": F, "properties": {}}
 
 NORMALISATION_CASES: list[tuple[str, Any, Any]] = [
     ("bare object", OBJ, CLOSED_OBJ),
     (
         "type list with object",
         {"type": ["object", "null"]},
-        {"type": ["object", "null"], "additionalProperties": F},
+        {"type": ["object", "null"], "additionalProperties": F, "properties": {}},
     ),
     (
         "properties without type",
         {"properties": {"a": {}}},
         {"properties": {"a": {}}, "additionalProperties": F},
     ),
-    ("required without type", {"required": []}, {"required": [], "additionalProperties": F}),
+    (
+        "required without type",
+        {"required": []},
+        {"required": [], "additionalProperties": F, "properties": {}},
+    ),
     ("not an object", {"type": "string", "minLength": 1}, {"type": "string", "minLength": 1}),
     ("no type at all", {"minimum": 1}, {"minimum": 1}),
     ("booleans", True, True),

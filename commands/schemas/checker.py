@@ -1,5 +1,6 @@
 """The strict structural checker (the gates' engine): an instance against a JSON Schema 2020-12,
-every deviation reported, nothing coerced, dropped or filled.
+every deviation reported, nothing coerced, dropped or filled. (Registration translates a
+schema declared in an earlier draft to 2020-12, so 2020-12 is all the checker sees.)
 
 Shared by attachment arguments and the input/output gates. ``check`` returns ALL
 deviations (never only the first), one per offending field, each with the RFC 6901
@@ -819,9 +820,10 @@ class _Planner:
         if closing is False:
             if "properties" not in schema or not set(required) <= set(properties):
                 # Left to jsonschema-rs, which reports these its own way: the members of
-                # a closed object without properties as one false schema at the object;
-                # a required name a closed object does not declare (registration refuses
-                # both) as missing even when present.
+                # a closed object without properties as one false schema at the object
+                # (registration adds an empty properties, so that each member is its own
+                # extra field); a required name a closed object does not declare
+                # (registration refuses it) as missing even when present.
                 return
             node.closed = json_pointer((*path, "additionalProperties"))
         node.required = [

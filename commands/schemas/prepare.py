@@ -1,21 +1,32 @@
-"""Preparing a tool's declared JSON Schema (2020-12) for registration.
+"""Preparing a tool's declared JSON Schema for registration.
 
 A registered schema is stored twice: as declared, and normalised ("closed"), with the
 SHA-256 of the normalised form. The gates check against the normalised form, so what is
 recorded as declared and what is checked can be compared by anyone.
 
+Which drafts: draft-04, draft-06, draft-07, 2019-09 and 2020-12, named by the root
+``$schema`` (2020-12 when there is none). A schema in another draft than 2020-12 is
+translated into the equivalent 2020-12 document first (``commands.schemas.drafts``);
+the normalised form is that document, closed, with ``$schema`` naming 2020-12. So every
+rule below, the digest and the checker see 2020-12 only, whatever the tool declared.
+
 What a registrable schema is (:func:`check_schema`):
 
-- a JSON object or boolean that is valid against the JSON Schema 2020-12 meta-schema
-  (every problem is reported with its RFC 6901 pointer into the schema);
+- a JSON object or boolean that is valid against the meta-schema of its own draft
+  (every problem is reported with its RFC 6901 pointer into the declared schema);
 - one self-contained document: ``$ref`` and ``$dynamicRef`` must be local (start with
-  ``#``) and resolve to a schema inside the document; ``$id`` is refused (except an empty
-  fragment) because it changes the base URI that ``#`` references resolve against, and
-  one with a scheme or host names something outside the document;
-- ``$schema``, where present, names the 2020-12 meta-schema;
+  ``#``) and resolve to a schema inside the document; ``$id`` (draft-04: ``id``) is
+  refused (except an empty fragment) because it changes the base URI that ``#``
+  references resolve against, and one with a scheme or host names something outside
+  the document;
+- ``$schema`` names one of the accepted drafts at the root, and the same draft (or
+  none) everywhere else: one document is one draft;
 - compilable by the checker: every ``pattern`` is a valid regular expression, and every
   ``format`` is one the checker asserts. Decision: an unknown format is refused rather
-  than ignored, so a declared format is never silently left unchecked.
+  than ignored, so a declared format is never silently left unchecked;
+- satisfiable once closed: a closed object that demands a member it then forbids
+  (through ``required``, ``dependentRequired``, ``minProperties``, ``const``/``enum``,
+  or the parts it applies in place) is refused (:func:`prepare_schema`).
 
 Closing (:func:`normalise_closed`): objects are closed unless the schema opens them
 explicitly (an extra field is a failure, never silently dropped). See its
@@ -26,7 +37,6 @@ docstring for how compositions (``allOf``/``anyOf``/``oneOf``, ``$ref``, ``if``/
 from __future__ import annotations
 
 import copy
-import functools
 import hashlib
 from collections.abc import Callable, Iterator
 from enum import Enum
@@ -38,6 +48,16 @@ import msgspec
 
 from ledger.canonical import CanonicalizationError, canonical_json
 from ledger.errors import LedgerError
+
+from .drafts import (
+    DRAFT_OF_URI,
+    META_SCHEMA_URIS,
+    Draft,
+    Upgraded,
+    draft_of,
+    meta_validator,
+    upgrade,
+)
 
 __all__ = [
     "INTEGER_TOKEN_KEYWORD",
@@ -59,8 +79,7 @@ __all__ = [
     "schema_sha256",
 ]
 
-META_SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
-_META_SCHEMA_URIS = frozenset({META_SCHEMA_URI, META_SCHEMA_URI + "#"})
+META_SCHEMA_URI = META_SCHEMA_URIS[Draft.DRAFT2020_12]  # what a normalised schema is
 
 # Keywords that decide an object's openness themselves; such a schema is left alone.
 _OPENING_KEYWORDS = ("additionalProperties", "unevaluatedProperties", "patternProperties")
@@ -74,7 +93,7 @@ class SchemaProblem(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
 
 
 class InvalidSchemaError(LedgerError):
-    """A declared schema is not a registrable JSON Schema 2020-12 document."""
+    """A declared schema is not a registrable JSON Schema document."""
 
     def __init__(self, problems: list[SchemaProblem]) -> None:
         self.problems = list(problems)
@@ -256,43 +275,61 @@ def in_place_property_names(node: Any, index: SchemaIndex) -> set[str] | None:
 # --- checking ---------------------------------------------------------------------------
 
 
-@functools.cache
-def _meta_validator() -> jsonschema_rs.Validator:
-    # jsonschema-rs bundles the 2020-12 meta-schemas; offline so nothing is ever fetched.
-    return jsonschema_rs.validator_for({"$ref": META_SCHEMA_URI}, offline=True)
-
-
 def check_schema(schema: Any) -> list[SchemaProblem]:
     """Every reason ``schema`` cannot be registered (empty when it can)."""
+    return _checked(schema)[0]
+
+
+def _checked(schema: Any) -> tuple[list[SchemaProblem], Upgraded | None]:
+    """The problems of ``schema``, or none and its 2020-12 form."""
     if not isinstance(schema, dict | bool):
-        return [SchemaProblem(pointer="", message="a schema must be a JSON object or boolean")]
+        return [
+            SchemaProblem(pointer="", message="a schema must be a JSON object or boolean")
+        ], None
     try:
         canonical_json(schema)
     except CanonicalizationError as exc:
-        return [SchemaProblem(pointer="", message=f"not a JSON value: {exc}")]
+        return [SchemaProblem(pointer="", message=f"not a JSON value: {exc}")], None
     except RecursionError:
-        return [SchemaProblem(pointer="", message="nested too deeply")]
-    problems = _dedupe(_meta_problems(schema))
-    problems.extend(_reference_problems(schema))
+        return [SchemaProblem(pointer="", message="nested too deeply")], None
+    draft = draft_of(schema)
+    if draft is None:
+        assert isinstance(schema, dict)  # a boolean schema has no $schema
+        return [_unknown_draft("/$schema", schema["$schema"])], None
+    problems = _dedupe(_meta_problems(schema, draft))
+    if problems and draft is not Draft.DRAFT2020_12:
+        return problems, None  # the translation needs a document valid in its draft
+    upgraded = upgrade(schema, draft)
+    problems.extend(_reference_problems(upgraded))
     if problems:
-        return problems
+        return problems, None
     # Last, what only compiling finds: bad regular expressions, unknown formats.
+    document = upgraded.document
     try:
-        compile_schema(schema)
+        compile_schema(document)
     except jsonschema_rs.ValidationError as exc:
-        pointer = json_pointer(list(exc.instance_path))
+        pointer = upgraded.declared_pointer(list(exc.instance_path))
         message = _one_line(exc.message)
         if message.startswith("Unknown format"):
             message = (
-                f"unknown format {schema_at(schema, exc.instance_path)!r}: the checker "
+                f"unknown format {schema_at(document, exc.instance_path)!r}: the checker "
                 "cannot assert it, and a declared format is never left unchecked"
             )
-        return [SchemaProblem(pointer=pointer, message=message)]
-    return []
+        return [SchemaProblem(pointer=pointer, message=message)], None
+    return [], upgraded
 
 
-def _meta_problems(schema: Any) -> Iterator[SchemaProblem]:
-    for error in _meta_validator().iter_errors(schema):
+def _unknown_draft(pointer: str, uri: Any) -> SchemaProblem:
+    drafts = ", ".join(repr(uri) for uri in META_SCHEMA_URIS.values())
+    return SchemaProblem(
+        pointer=pointer,
+        message=f"$schema {uri!r} names no draft the checker accepts: use one of {drafts} "
+        "(http or https, with or without the trailing '#'), or none for 2020-12",
+    )
+
+
+def _meta_problems(schema: Any, draft: Draft) -> Iterator[SchemaProblem]:
+    for error in meta_validator(draft).iter_errors(schema):
         path = list(error.instance_path)
         message = _one_line(error.message)
         if path and path[-1] == "type" and type(error.kind).__name__ == "AnyOf":
@@ -304,27 +341,43 @@ def _meta_problems(schema: Any) -> Iterator[SchemaProblem]:
         yield SchemaProblem(pointer=json_pointer(path), message=message)
 
 
-def _reference_problems(schema: Any) -> Iterator[SchemaProblem]:
+def _reference_problems(upgraded: Upgraded) -> Iterator[SchemaProblem]:
+    schema = upgraded.document
     index = SchemaIndex(schema)
+
+    def at(path: Path, keyword: str) -> tuple[str, str]:
+        """The declared pointer and name of a keyword (draft-04 wrote ``$id`` as ``id``)."""
+        declared = upgraded.declared_path((*path, keyword))
+        return json_pointer(declared), declared[-1]
+
     for path, node in iter_subschemas(schema):
         if not isinstance(node, dict):
             continue
-        here = json_pointer(path)
-        if "$schema" in node and node["$schema"] not in _META_SCHEMA_URIS:
+        if (
+            path
+            and "$schema" in node
+            and not (
+                # (The translation of an older draft dropped the nested ones that restate it.)
+                upgraded.draft is Draft.DRAFT2020_12
+                and DRAFT_OF_URI.get(str(node["$schema"])) is Draft.DRAFT2020_12
+            )
+        ):
+            pointer, _ = at(path, "$schema")
             yield SchemaProblem(
-                pointer=here + "/$schema",
-                message=f"only JSON Schema 2020-12 is supported ($schema must be "
-                f"{META_SCHEMA_URI!r})",
+                pointer=pointer,
+                message=f"$schema {node['$schema']!r} is not the document's draft: one "
+                "document is one draft (write $schema at the root only)",
             )
         if "$id" in node and node["$id"] not in ("", "#"):
             ident = node["$id"]
             parts = urlsplit(ident) if isinstance(ident, str) else None
             outside = parts is not None and bool(parts.scheme or parts.netloc)
             reason = "names a resource outside the document" if outside else "changes the base URI"
+            pointer, name = at(path, "$id")
             yield SchemaProblem(
-                pointer=here + "/$id",
-                message=f"$id {reason}: a registered schema must be one self-contained "
-                "document without $id",
+                pointer=pointer,
+                message=f"{name} {reason}: a registered schema must be one self-contained "
+                f"document without {name}",
             )
         for keyword in ("$ref", "$dynamicRef"):
             if keyword not in node:
@@ -332,16 +385,17 @@ def _reference_problems(schema: Any) -> Iterator[SchemaProblem]:
             ref = node[keyword]
             if not isinstance(ref, str):
                 continue  # the meta-schema reports it
+            pointer, name = at(path, keyword)
             if not ref.startswith("#"):
                 yield SchemaProblem(
-                    pointer=f"{here}/{escape_token(keyword)}",
-                    message=f"{keyword} {ref!r} refers outside the document "
+                    pointer=pointer,
+                    message=f"{name} {ref!r} refers outside the document "
                     "(only local references starting with '#' are allowed)",
                 )
             elif not index.resolve(ref)[0]:
                 yield SchemaProblem(
-                    pointer=f"{here}/{escape_token(keyword)}",
-                    message=f"{keyword} {ref!r} does not resolve to a schema in this document",
+                    pointer=pointer,
+                    message=f"{name} {ref!r} does not resolve to a schema in this document",
                 )
 
 
@@ -530,6 +584,10 @@ def normalise_closed(schema: Any) -> Any:
 
     Children of parts and definitions (e.g. a ``properties`` value inside an ``allOf``
     member or a ``$defs`` entry) are standalone positions again and are closed.
+
+    An object with ``additionalProperties: false`` and neither ``properties`` nor
+    ``patternProperties`` gets ``properties: {}`` (no change in meaning) so that every
+    extra member is reported on its own.
     """
     index = SchemaIndex(schema)
 
@@ -545,6 +603,13 @@ def normalise_closed(schema: Any) -> Any:
             keyword = _closing_keyword(node, index)
             if keyword is not None:
                 out[keyword] = False
+        if out.get("additionalProperties") is False and not (
+            "properties" in out or "patternProperties" in out
+        ):
+            # The same schema, but jsonschema-rs reports the members of a closed object
+            # that lists no properties as ONE failure at the object; with an (empty)
+            # list, each member is its own extra_field, as everywhere else.
+            out["properties"] = {}
         return out
 
     return transform(schema, Role.CHILD, False)
@@ -559,13 +624,17 @@ def schema_sha256(schema: Any) -> str:
 
 
 def prepare_schema(schema: Any) -> PreparedSchema:
-    """Check and close a declared schema; raises :class:`InvalidSchemaError` with every
-    problem found."""
-    problems = check_schema(schema)
-    if problems:
+    """Check, translate to 2020-12 and close a declared schema; raises
+    :class:`InvalidSchemaError` with every problem found (pointers into the declared
+    schema)."""
+    problems, upgraded = _checked(schema)
+    if upgraded is None:
         raise InvalidSchemaError(problems)
-    normalised = normalise_closed(schema)
-    problems = _unsatisfiable_required(normalised)
+    normalised = normalise_closed(upgraded.document)
+    problems = [
+        SchemaProblem(pointer=upgraded.declared_pointer(path), message=message)
+        for path, message in _unsatisfiable(normalised)
+    ]
     if problems:
         raise InvalidSchemaError(problems)
     return PreparedSchema(
@@ -573,25 +642,145 @@ def prepare_schema(schema: Any) -> PreparedSchema:
     )
 
 
-def _unsatisfiable_required(schema: Any) -> list[SchemaProblem]:
-    """A closed object (``additionalProperties: false``, no ``patternProperties``) that
-    requires a property it does not declare can never be satisfied: every call would
-    fail. Refused at registration, where the author can fix it."""
-    problems: list[SchemaProblem] = []
-    for path, node in iter_subschemas(schema):
-        if not isinstance(node, dict) or node.get("additionalProperties") is not False:
+# --- what closing makes impossible -----------------------------------------------------------
+#
+# Closing forbids every member a closed object does not declare. A keyword that demands
+# such a member can then never be met: the call it guards always fails (``required``), or
+# the branch, condition or declared member that carries it is dead (an ``anyOf``
+# alternative, ``then``, a ``dependentRequired`` trigger). Either way closing changed
+# what the author wrote, so registration refuses it and says where, rather than gating
+# every call against something nobody meant.
+
+
+def _unsatisfiable(schema: Any) -> list[tuple[Path, str]]:
+    """(path, reason) of every demand a closed object of ``schema`` cannot meet."""
+    index = SchemaIndex(schema)
+    where = {id(node): path for path, node in iter_subschemas(schema)}
+    found: dict[Path, str] = {}
+    for node in _live_positions(schema):
+        names = _allowed_names(node, index)
+        if names is None:
             continue
-        if "patternProperties" in node or not isinstance(node.get("required"), list):
+        allowed, declared = names
+        for part in _applied_in_place(node, index, allowed):
+            for rel, message in _demands(part, allowed, declared):
+                found.setdefault((*where[id(part)], *rel), message)
+    return list(found.items())
+
+
+def _live_positions(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every schema object outside ``not`` and ``if`` (a demand under them is a
+    condition or a negation, not a demand)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(sub for _, sub, role in _children(node) if role is not Role.INERT)
+
+
+def _allowed_names(node: dict[str, Any], index: SchemaIndex) -> tuple[set[str], set[str]] | None:
+    """The member names a closed object allows, and the names it declares (a declared
+    name may still be forbidden: a false schema, ``propertyNames``). None when it is not
+    closed, or allows names by pattern (a set that cannot be listed)."""
+    if "patternProperties" in node:
+        return None
+    properties = node.get("properties")
+    own = properties if isinstance(properties, dict) else {}
+    declared: set[str] | None = None
+    if node.get("additionalProperties") is False:
+        declared = set(own)
+    if node.get("unevaluatedProperties") is False:
+        names = in_place_property_names(node, index)
+        if names is not None:
+            declared = names if declared is None else declared & names
+    if declared is None:
+        return None
+    allowed = declared - {name for name, sub in own.items() if sub is False}
+    if "propertyNames" in node and allowed:
+        accepts = _names_check(node["propertyNames"])
+        allowed = {name for name in allowed if accepts(name)}
+    return allowed, declared
+
+
+def _names_check(names: Any) -> Callable[[str], bool]:
+    """Whether ``propertyNames`` admits a name; always yes when that cannot be told
+    without the rest of the document (a reference inside)."""
+    if any(
+        isinstance(n, dict) and ("$ref" in n or "$dynamicRef" in n)
+        for _, n in iter_subschemas(names)
+    ):
+        return lambda _name: True
+    return compile_schema(names, integer_tokens=False).is_valid
+
+
+def _applied_in_place(
+    node: dict[str, Any], index: SchemaIndex, allowed: set[str]
+) -> Iterator[dict[str, Any]]:
+    """``node`` and every schema applied to the same object: compositions, then/else,
+    the dependentSchemas whose trigger may be present, and what references resolve to."""
+    seen: set[int] = set()
+    stack: list[Any] = [node]
+    while stack:
+        current = stack.pop()
+        if not isinstance(current, dict) or id(current) in seen:
             continue
-        properties = node.get("properties")
-        declared = properties if isinstance(properties, dict) else {}
-        for i, name in enumerate(node["required"]):
-            if name not in declared:
-                problems.append(
-                    SchemaProblem(
-                        pointer=json_pointer((*path, "required", i)),
-                        message=f"required property {name!r} is not declared in properties "
-                        "of a closed object: declare it, or open the object explicitly",
+        seen.add(id(current))
+        yield current
+        for rel, sub, role in _children(current):
+            if role is Role.PART and not (rel[0] == "dependentSchemas" and rel[1] not in allowed):
+                stack.append(sub)
+        for keyword in ("$ref", "$dynamicRef"):
+            found, target = index.resolve(current.get(keyword))
+            if found:
+                stack.append(target)
+
+
+def _demands(
+    part: dict[str, Any], allowed: set[str], declared: set[str]
+) -> Iterator[tuple[Path, str]]:
+    """The demands of one schema that members outside ``allowed`` would be needed for."""
+
+    def forbidden(name: str) -> str:
+        if name in declared:
+            return (
+                "is declared, but the closed object forbids it (a false schema or "
+                "propertyNames): allow it, or drop the demand"
+            )
+        return (
+            "is not declared in properties of a closed object: declare it, or open the "
+            "object explicitly"
+        )
+
+    required = part.get("required")
+    if isinstance(required, list):
+        for i, name in enumerate(required):
+            if name not in allowed:
+                yield ("required", i), f"required property {name!r} {forbidden(name)}"
+    dependent = part.get("dependentRequired")
+    if isinstance(dependent, dict):
+        for trigger, names in dependent.items():
+            if trigger not in allowed or not isinstance(names, list):
+                continue  # a trigger the object forbids never fires
+            for i, name in enumerate(names):
+                if name not in allowed:
+                    yield (
+                        ("dependentRequired", trigger, i),
+                        f"{trigger!r} requires {name!r}, which {forbidden(name)}",
                     )
-                )
-    return problems
+    least = part.get("minProperties")
+    if type(least) is int and least > len(allowed):
+        yield (
+            ("minProperties",),
+            f"minProperties {least} is more than the closed object allows "
+            f"({len(allowed)}): declare more properties, or open the object explicitly",
+        )
+    options: list[tuple[Path, Any]] = []
+    if "const" in part:
+        options.append((("const",), part["const"]))
+    if isinstance(part.get("enum"), list):
+        options.extend((("enum", i), value) for i, value in enumerate(part["enum"]))
+    for rel, value in options:
+        extra = sorted(set(value) - allowed) if isinstance(value, dict) else []
+        if extra:
+            yield rel, f"this value holds member {extra[0]!r}, which {forbidden(extra[0])}"
