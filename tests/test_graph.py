@@ -304,7 +304,8 @@ def test_a_value_that_does_not_fit_is_a_recorded_input_deviation(
 ) -> None:
     """What an expression yields is checked by the consumer's input gate like any
     parameter: a wrong type (and a function that fails on the output, which gives null)
-    is a recorded deviation, and the critique loop halts the plan at max_iterations."""
+    is a recorded deviation; at max_iterations the attempt fails and the failure loop
+    takes it: a strategy revision (a second run of the strategy), then a human decides."""
     tools = [
         emit("look", {"files": ["a.py"]}, output_schema=FILES_SCHEMA),
         echo("count", {"type": "integer"}),
@@ -315,9 +316,10 @@ def test_a_value_that_does_not_fit_is_a_recorded_input_deviation(
     ]
     path = plan_file(tmp_path, steps, tools=tools, config={"max_iterations": 2})
     result = run(db_url, path)
-    assert result["state"] == "failed" and result["halt"]["raw_halt_type"] == "max_iterations"
+    assert result["halt"]["halt_type"] == "escalate", result
+    assert "max_iterations" in result["halt"]["reason"]
     checks = gate_checks(db_url, "count", "input")
-    assert [c.verdict for c in checks] == ["fail", "fail"]
+    assert [c.verdict for c in checks] == ["fail"] * 4  # two iterations, two strategies
     assert checks[0].deviations[0].pointer == "/params"
     assert checks[0].deviations[0].actual_type == "array"
     assert blob_json(db_url, checks[0].checked_sha256) == {"params": ["a.py"]}
@@ -334,7 +336,8 @@ def test_a_failing_expression_passes_null_to_the_gate(sqlite_url: str, tmp_path:
         # abs() of an array: a JMESPath type error when it runs
         {"step": "count", "tool": "count", "from": {"params": "abs(steps.look.output.files)"}},
     ]
-    path = plan_file(tmp_path, steps, tools=tools, config={"max_iterations": 1})
+    config = {"max_iterations": 1, "max_strategy_revisions": 0}  # one check, then a human
+    path = plan_file(tmp_path, steps, tools=tools, config=config)
     result = run_cli("run", str(path), "--db", sqlite_url, "--workdir", str(tmp_path / "w"))
     assert result.returncode == 1
     assert "count: `from.params` failed" in result.stdout and "passed as null" in result.stdout

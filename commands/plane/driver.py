@@ -304,6 +304,8 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
                 _run_step(plane, pf, plan_id, step, sandbox, say) for step in attempt.steps
             )
         if not went_on:
+            if _plan(plane, plan_id).phase == "strategize":
+                continue  # the attempt's iterations were spent: the failure loop revised it
             return _summary(plane, plan_id, _plan(plane, plan_id), start)
         if _plan(plane, plan_id).needs_fix:
             # The file scripts no fix for the failed attempt: this attempt's steps are the
