@@ -501,23 +501,32 @@ def http_upstream(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 @slow
 def test_a_streamable_http_upstream(
-    sqlite_url: str, tmp_path: Path, http_upstream: tuple[str, Path]
+    sqlite_url: str,
+    tmp_path: Path,
+    http_upstream: tuple[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, count = http_upstream
     _setup(sqlite_url)
+    monkeypatch.setenv("EVIDENCE_MAX_OUTPUT_BYTES", "4096")
     seen: dict[str, Any] = {}
 
     async def session(agent: ClientSession) -> None:
         seen["ok"] = await agent.call_tool("add", {"a": 2, "b": 3})
         seen["bad"] = await agent.call_tool("add", {"a": 2})
+        seen["huge"] = await agent.call_tool("huge", {"size": 100_000})
 
     params = _proxy(sqlite_url, tmp_path / "work", ["--url", url, "--server", "web"])
     _with_agent(params, session)
     assert seen["ok"].structured_content == {"sum": 5}
     assert seen["bad"].is_error and _refusal(seen["bad"])["gate"] == "input"
-    assert len(_calls(count)) == 1
+    assert len(_calls(count)) == 2
     called = [e.payload for e in _plan_events(sqlite_url) if e.type == "tool.called"]
-    assert [c.tool for c in called] == ["web.add"]
+    assert [c.tool for c in called] == ["web.add", "web.huge"]
+    # Over the cap, as a command's stdout: the prefix kept, the whole's size recorded.
+    assert seen["huge"].is_error and "rejected" in _text(seen["huge"])
+    truncation = called[1].stdout_truncated
+    assert truncation.kept == 4096 and truncation.size > 100_000
 
 
 @slow

@@ -25,7 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from commands.runner.mcp_client import is_tool_error, mcp_tool_result_schema, tool_output
+from commands.runner.mcp_client import (
+    capped,
+    is_tool_error,
+    mcp_tool_result_schema,
+    tool_output,
+)
+from commands.runner.process import output_cap
 from ledger.errors import LedgerError
 from ledger.events import PlanHalted, Truncation
 
@@ -183,15 +189,19 @@ def record_proxy_result(
     """Record the forwarded call with what ``tool_output`` takes of the upstream's
     result, and gate it (the tool's declaration, narrowed by ``output_schema`` when the
     agent declared the step's output). A result the upstream marks as an error is its
-    own failure: recorded whole and checked as an MCP tool result (``tool_error``)."""
+    own failure: recorded whole and checked as an MCP tool result (``tool_error``).
+    Output over the cap keeps its prefix, as a command's stdout does (an upstream on
+    stdio never gets here with one: its transport drained it)."""
     assert gate.tool is not None and not gate.blocked
+    output, truncation = capped(json_bytes(tool_output(result, structured)), output_cap(None))
     return call_tool(
         plane,
         plan_id,
         gate.tool,
         json_bytes(arguments),
         step=step,
-        recorded_output=json_bytes(tool_output(result, structured)),
+        recorded_output=output,
+        recorded_truncation=truncation,
         recorded_tool_error=is_tool_error(result),
         output_schema=output_schema,
         input_gate=gate.outcome,
