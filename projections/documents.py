@@ -30,6 +30,8 @@ from ledger.events import (
     ChangesRecorded,
     CompensationCompleted,
     CompensationRequested,
+    CredentialIssued,
+    CredentialRevoked,
     DecisionRecorded,
     Escalated,
     EventPayload,
@@ -60,6 +62,7 @@ from .states import (
     AttachmentState,
     ChangedFile,
     CompensationState,
+    CredentialState,
     HaltState,
     PendingDecision,
     PlanState,
@@ -73,7 +76,15 @@ from .states import (
 )
 
 Document = dict[str, Any]  # a state's JSON form (``to_json``): deltas, read-model rows
-State = ToolState | SkillState | AttachmentState | PlanState | ApproverState | ReviewState
+State = (
+    ToolState
+    | SkillState
+    | AttachmentState
+    | PlanState
+    | ApproverState
+    | ReviewState
+    | CredentialState
+)
 Fold = Callable[[Any, EventPayload], Any]
 
 replace = msgspec.structs.replace
@@ -404,9 +415,40 @@ def _key_revoked(doc: ApproverState, p: ApproverKeyRevoked) -> ApproverState:
     return replace(doc, keys={**doc.keys, p.fingerprint: replace(key, status="revoked")})
 
 
+# -- credential: ------------------------------------------------------------------------
+
+fold_credential: StreamFold[CredentialState] = StreamFold("credential", CredentialState)
+
+
+@fold_credential.on_any(CredentialIssued)
+def _credential_issued(doc: CredentialState | None, p: CredentialIssued) -> CredentialState:
+    if doc is not None:
+        return doc  # issued once: a second issuance changes nothing
+    return CredentialState(
+        credential_id=p.credential_id,
+        plan_id=p.plan_id,
+        role=p.role,
+        secret_sha256=p.secret_sha256,
+        expires_at=p.expires_at,
+    )
+
+
+@fold_credential.on(CredentialRevoked)
+def _credential_revoked(doc: CredentialState, _p: CredentialRevoked) -> CredentialState:
+    return replace(doc, status="revoked")
+
+
 FOLDS: dict[str, StreamFold[Any]] = {
     f.kind: f
-    for f in (fold_approver, fold_tool, fold_skill, fold_attachment, fold_plan, fold_review)
+    for f in (
+        fold_approver,
+        fold_tool,
+        fold_skill,
+        fold_attachment,
+        fold_plan,
+        fold_review,
+        fold_credential,
+    )
 }
 
 

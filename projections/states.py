@@ -149,6 +149,21 @@ class ApproverState(_Doc, frozen=True, kw_only=True):
     keys: dict[str, ApproverKeyState]
 
 
+# -- credential: ------------------------------------------------------------------------
+
+
+class CredentialState(_Doc, frozen=True, kw_only=True):
+    """``credential:{credential_id}``: an agent credential for one plan (the secret's
+    digest only), active until it expires or is revoked."""
+
+    credential_id: str
+    plan_id: str
+    role: str
+    secret_sha256: str
+    expires_at: str
+    status: Literal["active", "revoked"] = "active"
+
+
 # -- plan: ----------------------------------------------------------------------------
 
 

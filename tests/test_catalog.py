@@ -35,6 +35,7 @@ def test_every_type_declares_its_stream_delta_and_version() -> None:
             "approver",
             "plan",
             "review",
+            "credential",
         }, cls
         assert cls.DELTA and cls.__doc__, cls
         assert cls.SCHEMA_VERSION >= 1

@@ -40,7 +40,14 @@ from tests.conftest import IN_CI
 from tests.helpers import invoke
 
 PLAN = "P"
-STREAMS = (f"plan:{PLAN}", "attachment:A1", "tool:v1", "approver:alice", "review:R1")
+STREAMS = (
+    f"plan:{PLAN}",
+    "attachment:A1",
+    "tool:v1",
+    "approver:alice",
+    "review:R1",
+    "credential:C1",
+)
 DIGESTS = ("0" * 64, "ab" * 32)
 
 # Ids from small pools, so that events refer to each other some of the time.
@@ -52,6 +59,7 @@ POOLS: dict[str, list[Any]] = {
     "decision_id": ["D1", "D2"],
     "attachment_id": ["A1", "A2"],
     "task_id": ["R1"],
+    "credential_id": ["C1", "C2"],
     "validation": ["v1", "v2"],
     "tool": ["v1", "t1"],
     "wraps": [None, "t1"],

@@ -5,7 +5,8 @@
   operator signed an approver's registration); a revocation only when an operator
   signed it;
 - policy (``needs_operator``, ``KeyRing.policy_problem``): registrations, attachments,
-  skills, key changes and gate-weakening plan settings carry an operator's signature;
+  skills, key changes, agent credentials and gate-weakening plan settings carry an
+  operator's signature;
 - a human decision (``decision_problem``), an apply token (``token_signed``), a review's
   report (``review_problem``).
 """
@@ -23,6 +24,8 @@ from ledger.events import (
     ApproverKeyRevoked,
     AttachmentCreated,
     AttachmentDetached,
+    CredentialIssued,
+    CredentialRevoked,
     DecisionRecorded,
     EventPayload,
     GlobalConfig,
@@ -74,6 +77,8 @@ POLICY_TYPES = (
     ApproverKeyAdded,
     ApproverKeyRevoked,
     PlanCreated,
+    CredentialIssued,  # who may act for a plan through the service
+    CredentialRevoked,
 )
 
 

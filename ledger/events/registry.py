@@ -162,3 +162,32 @@ class ApproverKeyRevoked(EventPayload, tag="approver_key.revoked", kw_only=True,
     fingerprint: str
     reason: str = ""
     signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
+
+
+class CredentialIssued(EventPayload, tag="credential.issued", kw_only=True, frozen=True):
+    """An operator issued an agent credential for one plan: a bearer secret the plane's
+    service accepts until ``expires_at`` (RFC 3339) or a revocation. Only the secret's
+    SHA-256 is kept (the secret is 256 random bits: no slower hash is needed). Policy:
+    an operator signs it (``signed``); an unsigned issuance authenticates nobody."""
+
+    STREAM = "credential:{credential_id}"
+    DELTA = "creates the document {credential_id, plan_id, role, secret_sha256, expires_at, status}"
+
+    credential_id: str
+    plan_id: str
+    role: Literal["agent"] = "agent"
+    secret_sha256: str
+    expires_at: str
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
+
+
+class CredentialRevoked(EventPayload, tag="credential.revoked", kw_only=True, frozen=True):
+    """A credential was revoked: the service refuses it from now on. An operator signs
+    the revocation (``signed``)."""
+
+    STREAM = "credential:{credential_id}"
+    DELTA = "replaces /status with revoked"
+
+    credential_id: str
+    reason: str = ""
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
