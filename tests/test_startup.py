@@ -17,9 +17,10 @@ from tests.helpers import run_cli
 # What the lazy table replaced: every verb `main.py` registered by hand.
 VERBS = {
     "apply", "attach", "audit", "authorize", "call", "checkpoint", "completion", "demo",
-    "detach", "docs", "event", "events", "export", "fix", "gate", "halt", "hook", "init",
+    "credential", "detach", "docs", "event", "events", "export", "fix", "gate", "halt",
+    "hook", "init",
     "keys", "mcp", "plan", "projections", "prove", "replay", "report", "resolve", "review",
-    "run", "skill", "stats", "tail", "tool", "validate", "validation", "verify",
+    "run", "serve", "skill", "stats", "tail", "tool", "validate", "validation", "verify",
 }  # fmt: skip
 
 HEAVY = (

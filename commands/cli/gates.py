@@ -4,30 +4,12 @@ from __future__ import annotations
 
 import click
 
-from commands.plane.gates import GateOutcome, gate_input, gate_output
+# routing_line lives with the gates (the hooks' answers, here and in the service, use it).
+from commands.plane.gates import GateOutcome, gate_input, gate_output, routing_line
 
 from .common import EXIT_VERDICT, db_option, emit_json, json_option, open_plane, print_table
 from .inputs import json_or_file, raw_bytes
 from .terminal import inert
-
-
-def routing_line(outcome: GateOutcome) -> str:
-    """How a failed check was routed, as the human output says it (with what is left of
-    the critique loop's iterations)."""
-    if outcome.routed == "compensation":
-        return "routed: strict_mode; compensation requested, the plan halted (blocker)"
-    if outcome.routed == "revised":
-        return (
-            "routed: the attempt's iterations are spent (max_iterations); the plan is back "
-            "in Strategize for a strategy revision"
-        )
-    if outcome.routed == "escalated":
-        return (
-            "routed: the attempt's iterations and the strategy revisions are spent; "
-            "escalated, a human decides (evidence authorize)"
-        )
-    left = outcome.iterations_left or 0
-    return f"routed: retry in the next iteration ({left} iteration(s) left in this attempt)"
 
 
 def _report(outcome: GateOutcome, as_json: bool) -> None:

@@ -10,28 +10,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from commands.plane.hooks import (
-    HookCall,
-    HookKind,
-    HookVerdict,
-    UnknownTools,
-    parse_hook_input,
-    post_tool,
-    pre_tool,
-)
-from ledger.intake import parse_json, read_stream
+from .common import db_option, open_plane, workdir_option
 
-from .common import EXIT_REFUSED, db_option, open_plane, workdir_option
-from .gates import routing_line
-from .terminal import inert
-
-# The hook convention: exit 2 blocks the call (PreToolUse) or shows the reasons to the
-# agent (PostToolUse). The same number as a refused command, on purpose: both stop it.
-EXIT_BLOCK = EXIT_REFUSED
+# The plane is imported where a hook decides in this process, not at import: with
+# `--server` the command only relays (commands.hook_client) and pays click's start-up,
+# not the plane's (docs/performance.md, "Thin hooks").
+if TYPE_CHECKING:
+    from commands.plane.hooks import HookCall, HookKind, HookVerdict, UnknownTools
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,7 +35,18 @@ def _hook_options(fn: F) -> F:
         "or let it through and record its call (record).",
     )(fn)
     fn = click.option(
-        "--plan", "plan_id", required=True, help="The plan the agent works on (in Execute)."
+        "--server",
+        metavar="URL",
+        default=None,
+        help="Relay the hook to the evidence service at URL (credential: "
+        "$EVIDENCE_CREDENTIAL or $EVIDENCE_CREDENTIAL_FILE; no --plan, --db, --workdir). "
+        "`evidence-hook` does the same and starts faster.",
+    )(fn)
+    fn = click.option(
+        "--plan",
+        "plan_id",
+        default=None,
+        help="The plan the agent works on (in Execute). Required unless --server.",
     )(fn)
     return workdir_option(db_option(fn))
 
@@ -54,9 +54,10 @@ def _hook_options(fn: F) -> F:
 def _read_call(kind: HookKind) -> HookCall:
     """The hook JSON on stdin, through the input layer (the cap on agent bytes, depth,
     numbers, duplicate keys, strict UTF-8); its used fields checked strictly."""
-    source = "stdin (the hook input)"
-    data = read_stream(sys.stdin.buffer, "agent", source)
-    return parse_hook_input(parse_json(data, source, kind=None), kind, source)
+    from commands.plane.hooks import HOOK_SOURCE, read_hook_input
+    from ledger.intake import read_stream
+
+    return read_hook_input(read_stream(sys.stdin.buffer, "agent", HOOK_SOURCE), kind)
 
 
 @click.group()
@@ -69,7 +70,7 @@ def hook() -> None:
 
 @hook.command("pre-tool")
 @_hook_options
-def pre_tool_(plan_id: str, unknown_tools: UnknownTools) -> None:
+def pre_tool_(plan_id: str | None, unknown_tools: UnknownTools, server: str | None) -> None:
     """PreToolUse: the input gate. Exit 0 lets the call go on; exit 2 blocks it.
 
     \b
@@ -77,14 +78,16 @@ def pre_tool_(plan_id: str, unknown_tools: UnknownTools) -> None:
       evidence hook pre-tool --plan P-1 < hook-input.json
       evidence hook pre-tool --plan P-1 --unknown-tools record
     """
+    plan_id = _plan_here("pre-tool", plan_id, server, unknown_tools)
+    from commands.plane.hooks import pre_tool
+
     verdict = pre_tool(open_plane(), plan_id, _read_call("pre"), unknown=unknown_tools)
-    if verdict.blocked:
-        _block(verdict, plan_id, "blocked", "the call is not made")
+    _answer(verdict, plan_id, "pre")
 
 
 @hook.command("post-tool")
 @_hook_options
-def post_tool_(plan_id: str, unknown_tools: UnknownTools) -> None:
+def post_tool_(plan_id: str | None, unknown_tools: UnknownTools, server: str | None) -> None:
     """PostToolUse: record the call and its output; the output gate.
 
     Exit 2 on a deviation (the reasons go to the agent).
@@ -94,25 +97,42 @@ def post_tool_(plan_id: str, unknown_tools: UnknownTools) -> None:
       evidence hook post-tool --plan P-1 < hook-input.json
       evidence hook post-tool --plan P-1 --unknown-tools record
     """
+    plan_id = _plan_here("post-tool", plan_id, server, unknown_tools)
+    from commands.plane.hooks import post_tool
+
     verdict = post_tool(open_plane(), plan_id, _read_call("post"), unknown=unknown_tools)
-    if verdict.blocked:
-        _block(verdict, plan_id, "rejected", "the output does not become state")
+    _answer(verdict, plan_id, "post")
 
 
-def _block(verdict: HookVerdict, plan_id: str, word: str, consequence: str) -> None:
-    gate = verdict.gate
-    assert gate is not None  # a hook blocks only on a failed gate check
-    check = gate.check
-    if verdict.tool is None:
-        what = f"tool {check.tool!r} is not registered (--unknown-tools deny)"
-    else:
-        what = f"the {check.gate} gate failed for tool {check.tool!r}"
-    _say(f"{word}: {what} in plan {plan_id}: {len(check.deviations)} deviation(s); {consequence}")
-    for d in check.deviations:
-        _say(f"  {d.pointer or '/'}: {d.kind} (expected {d.expected}; got {d.actual_type})")
-    _say(routing_line(gate))
-    click.get_current_context().exit(EXIT_BLOCK)
+def _plan_here(kind: str, plan_id: str | None, server: str | None, unknown: str) -> str:
+    """The plan to decide on in this process. With ``--server`` the hook is relayed to
+    the service by the thin client (``commands.hook_client``, the ``evidence-hook``
+    script: the same request, the same answer, every failure a block) and the command
+    ends with its exit status."""
+    if server is None:
+        if plan_id is None:
+            raise click.UsageError("Missing option '--plan' (or --server URL).")
+        return plan_id
+    meta = click.get_current_context().find_root().meta
+    if plan_id is not None or "evidence.db" in meta or "evidence.workdir" in meta:
+        raise click.UsageError(
+            "--server relays the hook to the service, which knows the plan from the "
+            "credential: give no --plan, --db or --workdir with it"
+        )
+    from commands.hook_client import main as relay
+
+    click.get_current_context().exit(
+        relay([kind, f"--server={server}", f"--unknown-tools={unknown}"])
+    )
 
 
-def _say(line: str) -> None:
-    click.echo(inert(line), err=True)
+def _answer(verdict: HookVerdict, plan_id: str, kind: HookKind) -> None:
+    """Say what the plane decided as the hook convention wants it (the text is made by
+    ``hook_answer``, which the service sends too: one wording for both doors)."""
+    from commands.plane.hooks import hook_answer
+
+    answer = hook_answer(verdict, plan_id, kind)
+    if answer.stderr:
+        click.echo(answer.stderr, err=True, nl=False)
+    if answer.exit:
+        click.get_current_context().exit(answer.exit)

@@ -61,6 +61,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "commands.cli.audit:checkpoint",
         "Print a signed tree head (a C2SP checkpoint) of the log.",
     ),
+    "credential": (
+        "commands.cli.credentials:credential",
+        "Agent credentials: what an agent shows the plane's service.",
+    ),
     "demo": (
         "commands.cli.driver:demo",
         "Run the green-after-fix example on a fresh SQLite ledger.",
@@ -124,6 +128,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "commands.cli.driver:run",
         "Drive a whole plan from PLAN_FILE: gates, tools, Apply.",
     ),
+    "serve": (
+        "commands.cli.serve:serve",
+        "Serve the plane over HTTP to agents holding a credential.",
+    ),
     "skill": (
         "commands.cli.registry:skill",
         "Skills: named bundles of tools and validations.",
@@ -155,11 +163,11 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Registry", ("tool", "validation", "skill", "attach", "detach", "resolve")),
     ("Plans and runs", ("plan", "call", "validate", "fix", "halt", "run", "demo")),
     ("Gates", ("gate",)),
-    ("Decisions and Apply", ("authorize", "keys", "apply")),
+    ("Decisions and Apply", ("authorize", "keys", "credential", "apply")),
     ("Auditing", ("audit", "replay", "checkpoint", "prove", "report")),
     ("Analytics", ("tail", "export", "stats")),
     ("Reviews", ("review",)),
-    ("The agent's door", ("hook", "mcp")),
+    ("The agent's door", ("hook", "mcp", "serve")),
     ("Help", ("docs", "completion")),
 )
 

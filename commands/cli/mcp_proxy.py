@@ -38,7 +38,6 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from ulid import ULID
 
-from commands.cli.gates import routing_line
 from commands.plane.confinement import (
     plan_policy,
     protected_paths,
@@ -46,7 +45,7 @@ from commands.plane.confinement import (
     work_confinement,
 )
 from commands.plane.core import CommandRefused, Plane
-from commands.plane.gates import GateOutcome
+from commands.plane.gates import GateOutcome, routing_line
 from commands.plane.hooks import STEP_ID
 from commands.plane.plans import get_plan
 from commands.plane.proxy import (

@@ -85,6 +85,26 @@ class GateOutcome:
         }
 
 
+def routing_line(outcome: GateOutcome) -> str:
+    """How a failed check was routed, as people read it (with what is left of the
+    critique loop's iterations): the last line of the CLI's, the hooks' and the MCP
+    proxy's refusal alike, so one function says it for all of them."""
+    if outcome.routed == "compensation":
+        return "routed: strict_mode; compensation requested, the plan halted (blocker)"
+    if outcome.routed == "revised":
+        return (
+            "routed: the attempt's iterations are spent (max_iterations); the plan is back "
+            "in Strategize for a strategy revision"
+        )
+    if outcome.routed == "escalated":
+        return (
+            "routed: the attempt's iterations and the strategy revisions are spent; "
+            "escalated, a human decides (evidence authorize)"
+        )
+    left = outcome.iterations_left or 0
+    return f"routed: retry in the next iteration ({left} iteration(s) left in this attempt)"
+
+
 def as_bytes(value: bytes | str | Any) -> bytes:
     """The exact bytes to check: raw JSON as produced, or a Python value encoded."""
     if isinstance(value, bytes):

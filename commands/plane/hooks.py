@@ -27,11 +27,13 @@ from typing import Any, Literal
 
 import msgspec
 
+from commands.text import inert
 from ledger.events import GateChecked, ToolCalled
+from ledger.intake import limit_bytes, parse_json
 from projections.states import PlanState
 
 from .core import CommandRefused, Plane
-from .gates import GateOutcome, as_bytes, gate_input
+from .gates import GateOutcome, as_bytes, gate_input, routing_line
 from .phases import require_no_pending_decision, require_plan
 from .runs import CallReport, call_tool, record_unregistered_call
 
@@ -43,6 +45,12 @@ EVENT_NAMES: dict[HookKind, str] = {"pre": "PreToolUse", "post": "PostToolUse"}
 MAX_TOOL_NAME = 256
 STEP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 MCP_PREFIX = "mcp__"
+# Where the hook input comes from, as refusals name it: the agent CLI's stdin, whether
+# the hook command reads it itself or relays it to the plane's service unchanged.
+HOOK_SOURCE = "stdin (the hook input)"
+# The hook convention: exit 2 blocks the call (PreToolUse) or shows the reasons to the
+# agent (PostToolUse); a refused command exits 2 as well, so both stop it.
+EXIT_PASS, EXIT_BLOCK = 0, 2
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,15 @@ def parse_hook_input(value: Any, kind: HookKind, source: str = "the hook input")
     return HookCall(name, value["tool_input"], use_id, value.get("tool_response"))
 
 
+def read_hook_input(data: bytes, kind: HookKind, source: str = HOOK_SOURCE) -> HookCall:
+    """The hook input's bytes through the input layer (the cap on agent bytes, one
+    strict JSON document: depth, numbers, duplicate keys, strict UTF-8), its used fields
+    checked strictly. The CLI hooks read them from stdin, the service from the request
+    body: one reading, so both refuse the same bytes with the same words."""
+    limit_bytes(data, "agent", source)
+    return parse_hook_input(parse_json(data, source, kind=None), kind, source)
+
+
 @dataclass
 class HookVerdict:
     """What a hook decided: ``blocked`` is the hook's "block" answer (exit 2)."""
@@ -102,6 +119,55 @@ class HookVerdict:
     gate: GateOutcome | None = None  # the gate check that decided (pre), or failed (post)
     report: CallReport | None = None  # post: the recorded call and its output gate
     unregistered: ToolCalled | None = None  # post, --unknown-tools record
+
+
+@dataclass(frozen=True)
+class HookAnswer:
+    """What a hook command answers the agent CLI: its exit status and its stderr (stdout
+    is always empty). ``evidence hook`` prints it; the service sends it as JSON for a
+    thin client to exit with — the same bytes either way."""
+
+    exit: int
+    stderr: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exit": self.exit, "stderr": self.stderr}
+
+
+_WORDS: dict[HookKind, tuple[str, str]] = {
+    "pre": ("blocked", "the call is not made"),
+    "post": ("rejected", "the output does not become state"),
+}
+
+
+def hook_answer(verdict: HookVerdict, plan_id: str, kind: HookKind) -> HookAnswer:
+    """The answer to a verdict: exit 0 and nothing said when the call may go on (or was
+    recorded and passed); else exit 2 with ``blocked: …`` / ``rejected: …``, one line
+    per deviation and the routing line, each made inert (they hold the agent's names)."""
+    if not verdict.blocked:
+        return HookAnswer(EXIT_PASS, "")
+    gate = verdict.gate
+    assert gate is not None  # a hook blocks only on a failed gate check
+    check = gate.check
+    word, consequence = _WORDS[kind]
+    if verdict.tool is None:
+        what = f"tool {check.tool!r} is not registered (--unknown-tools deny)"
+    else:
+        what = f"the {check.gate} gate failed for tool {check.tool!r}"
+    lines = [
+        f"{word}: {what} in plan {plan_id}: {len(check.deviations)} deviation(s); {consequence}",
+        *(
+            f"  {d.pointer or '/'}: {d.kind} (expected {d.expected}; got {d.actual_type})"
+            for d in check.deviations
+        ),
+        routing_line(gate),
+    ]
+    return HookAnswer(EXIT_BLOCK, "".join(inert(line) + "\n" for line in lines))
+
+
+def refused_answer(message: str) -> HookAnswer:
+    """The answer to a refused command: exit 2 and the CLI's one ``error: …`` line."""
+    return HookAnswer(EXIT_BLOCK, f"error: {inert(message)}\n")
 
 
 def resolve_tool(plane: Plane, name: str) -> str | None:

@@ -1,0 +1,387 @@
+"""The plane as a service: an ASGI app (Starlette) in front of the plane's Python API.
+
+The service's process holds the plane key and the database credentials; an agent holds
+neither and reaches its plan over HTTP with a bearer credential an operator issued for
+that plan (docs/service.md). Nothing the plane decides changes: each route calls the
+existing handlers (``routes.py``), in a worker thread, with a ``Plane`` from a small pool
+(``pool.py``).
+
+A request to an agent route goes through, in order, and stops at the first refusal:
+
+1. the bearer token's presence (401, no database touched);
+2. the in-flight bound: beyond it 503 with ``Retry-After``, before anything starts;
+3. the credential, checked by the plane (401) — reads only;
+4. the query (closed: 422) and the plan it names (403);
+5. the body, read through the cap on agent bytes (413) and the input layer, checked
+   against the route's closed schema with the project's checker, no coercion (422), and
+   the plan it names (403);
+6. the plane operation: a ``CommandRefused`` is 409; what it recorded is the answer.
+
+Every refusal before step 6 appends nothing, and a refusal in step 6 appends nothing
+either (the plane's handlers refuse before their one transaction). A plane operation is
+never abandoned half-way: a worker thread runs to its end even when the client goes
+away or the server is told to stop, and uvicorn's graceful shutdown (SIGTERM) waits for
+every request in flight before the pool is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import msgspec
+import sqlalchemy.exc
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from commands.errors import CommandRefused
+from commands.plane.core import Plane
+from commands.plane.credentials import CredentialState
+from commands.plane.hooks import UnknownTools, read_hook_input, refused_answer
+from commands.rules.signing import plane_key_path
+from commands.schemas.checker import check
+from commands.text import inert
+from ledger import LedgerError
+from ledger.errors import LedgerOpenError
+from ledger.events import Deviation
+from ledger.intake import LIMITS, InputError, limit_bytes, parse_json
+from ledger.keys import fingerprint, load_private_key
+from ledger.store import url_identity
+
+from .auth import Forbidden, Unauthenticated, bearer_token, challenge, check_plan, credential_for
+from .metrics import CONTENT_TYPE, Metrics
+from .openapi import openapi_document
+from .pool import PlanePool
+from .routes import ENDPOINTS, Endpoint, Outcome, closed
+
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "RETRY_AFTER_S", "Service", "create_app"]
+
+DEFAULT_MAX_IN_FLIGHT = 8
+RETRY_AFTER_S = 1
+BODY_SOURCE = "the request body"
+log = logging.getLogger("evidence.service")
+T = TypeVar("T")
+
+
+class BadRequest(Exception):
+    """The request itself is refused (its query or body): 413 or 422."""
+
+    def __init__(self, status: int, message: str, deviations: list[Deviation] | None = None):
+        super().__init__(message)
+        self.status, self.deviations = status, deviations or []
+
+
+class Service:
+    """One app's state: the plane pool, the in-flight bound and the metrics."""
+
+    def __init__(self, db_url: str, *, max_in_flight: int, workdir: Path | None) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        self.db_url = db_url
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0  # changed on the event loop's thread only
+        self.pool = PlanePool(db_url, keep=max_in_flight, workdir=workdir)
+        self.metrics = Metrics()
+        self.plane_key_fingerprint: str | None = None
+        self.openapi = msgspec.json.encode(openapi_document(ENDPOINTS))
+        # Worker threads for plane work: one per operation in flight, and room for the
+        # readiness and metrics reads beside them.
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    # -- life -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the plane key once and open the ledger once, so that a service that
+        cannot do its work refuses to start rather than failing its first request. The
+        key is never made here: a missing one means the service runs as the wrong user
+        or with the wrong EVIDENCE_PLANE_KEY, and a new key would vouch for nothing the
+        ledger holds."""
+        path = plane_key_path(self.db_url)
+        if not os.path.lexists(path):
+            raise LedgerOpenError(
+                f"no plane key at {path}: run `evidence init` as the service's user, or "
+                "set EVIDENCE_PLANE_KEY to the ledger's plane key"
+            )
+        self.plane_key_fingerprint = fingerprint(load_private_key(path).public_key())
+        self.pool.run(lambda plane: plane.store.head())
+        self._limiter = anyio.CapacityLimiter(self.max_in_flight + 2)
+
+    def stop(self) -> None:
+        self.pool.close()
+
+    async def in_thread(self, fn: Callable[[Plane], T]) -> T:
+        """``fn(plane)`` in a worker thread with a pooled plane. Not abandoned when the
+        request is cancelled: the thread's transaction always finishes."""
+        assert self._limiter is not None, "the service has not started"
+        return await anyio.to_thread.run_sync(self.pool.run, fn, limiter=self._limiter)
+
+    # -- answers ----------------------------------------------------------------------
+
+    def json(self, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+        return Response(msgspec.json.encode(body), status, headers, media_type="application/json")
+
+    def error(
+        self,
+        endpoint: Endpoint | None,
+        status: int,
+        message: str,
+        *,
+        deviations: list[Deviation] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        """``{"error": one line}`` (with the deviations of a 422). On a hook route also
+        the hook answer the CLI would give for a refused command (exit 2, its ``error:``
+        line), so a thin hook client only relays it."""
+        line = inert(message)  # one line: a newline or a control character is escaped
+        body: dict[str, Any] = {"error": line}
+        if deviations:
+            body["deviations"] = [msgspec.to_builtins(d) for d in deviations]
+        if endpoint is not None and endpoint.hook_kind is not None:
+            answer = refused_answer(message)
+            body.update(answer.to_json())
+            self.metrics.hook_answers.inc(hook=endpoint.hook_kind, exit=str(answer.exit))
+        return self.json(body, status, headers)
+
+    def refusal(self, endpoint: Endpoint, exc: BaseException) -> Response:
+        """The answer to what stopped a request (see the module's steps)."""
+        if isinstance(exc, Unauthenticated):
+            return self.error(
+                endpoint, 401, str(exc), headers={"WWW-Authenticate": challenge(True)}
+            )
+        if isinstance(exc, Forbidden):
+            return self.error(endpoint, 403, str(exc))
+        if isinstance(exc, BadRequest):
+            return self.error(endpoint, exc.status, str(exc), deviations=exc.deviations)
+        if isinstance(exc, InputError):
+            return self.error(endpoint, 413 if exc.rule == "size" else 422, str(exc))
+        if isinstance(exc, LedgerOpenError):
+            return self.error(endpoint, 503, str(exc))
+        if isinstance(exc, LedgerError):  # CommandRefused and the store's refusals
+            return self.error(endpoint, 409, str(exc))
+        if isinstance(exc, sqlalchemy.exc.DBAPIError):
+            log.warning("database error on %s: %s", endpoint.path, exc)
+            return self.error(endpoint, 503, "the database does not answer; retry later")
+        log.error("internal error on %s", endpoint.path, exc_info=exc)
+        return self.error(endpoint, 500, f"internal error ({type(exc).__name__}); see the log")
+
+    def count(self, outcome: Outcome, before: int) -> None:
+        """Count what the operation recorded: only checks appended after ``before`` (a
+        post-tool hook reuses the pre-tool's check, which was counted then)."""
+        for gate in outcome.gates:
+            if gate is None or not gate.events or gate.events[0].position <= before:
+                continue
+            found = gate.check
+            self.metrics.gate_checks.inc(gate=found.gate, verdict=found.verdict)
+            for d in found.deviations:
+                self.metrics.deviations.inc(gate=found.gate, kind=d.kind)
+        if outcome.validation is not None:
+            self.metrics.validations.inc(outcome=outcome.validation)
+        if outcome.hook is not None:
+            kind, exit_ = outcome.hook
+            self.metrics.hook_answers.inc(hook=kind, exit=str(exit_))
+
+    # -- the agent routes -------------------------------------------------------------
+
+    async def agent(self, endpoint: Endpoint, request: Request) -> Response:
+        try:
+            token = bearer_token(request.headers.get("authorization"))
+        except Unauthenticated as exc:
+            return self.error(
+                endpoint, 401, str(exc), headers={"WWW-Authenticate": challenge(False)}
+            )
+        if self.in_flight >= self.max_in_flight:
+            self.metrics.overloaded.inc()
+            return self.error(
+                endpoint,
+                503,
+                f"{self.in_flight} plane operations in flight (the service's bound): retry "
+                f"after {RETRY_AFTER_S} s",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        self.in_flight += 1
+        try:
+            return await self._serve(endpoint, request, token)
+        except Exception as exc:
+            return self.refusal(endpoint, exc)
+        finally:
+            self.in_flight -= 1
+
+    async def _serve(self, endpoint: Endpoint, request: Request, token: str) -> Response:
+        query = _query(endpoint, request)
+        credential: CredentialState = await self.in_thread(
+            lambda plane: credential_for(plane, token)
+        )
+        check_plan(credential, query.get("plan"))
+        data = await _read_body(request)
+        plan_id = credential.plan_id
+        if endpoint.hook is not None:
+            assert endpoint.hook_kind is not None
+            try:
+                call = read_hook_input(data, endpoint.hook_kind)
+            except InputError as exc:
+                raise BadRequest(413 if exc.rule == "size" else 422, str(exc)) from None
+            except CommandRefused as exc:  # a used field missing or malformed
+                raise BadRequest(422, str(exc)) from None
+            unknown: UnknownTools = "record" if query.get("unknown_tools") == "record" else "deny"
+            hook = endpoint.hook
+
+            def operate(plane: Plane) -> tuple[int, Outcome]:
+                return plane.store.head().size, hook(plane, plan_id, call, unknown)
+
+        else:
+            assert endpoint.run is not None
+            body = _body(endpoint, data)
+            check_plan(credential, body.get("plan"))
+            run = endpoint.run
+
+            def operate(plane: Plane) -> tuple[int, Outcome]:
+                return plane.store.head().size, run(plane, plan_id, body)
+
+        before, outcome = await self.in_thread(operate)
+        self.count(outcome, before)
+        return self.json(outcome.body)
+
+    # -- the open routes --------------------------------------------------------------
+
+    async def healthz(self, _request: Request) -> Response:
+        return self.json({"status": "ok"})
+
+    async def readyz(self, _request: Request) -> Response:
+        try:
+            size = await self.in_thread(lambda plane: plane.store.head().size)
+        except Exception as exc:
+            log.warning("not ready: %s", exc)
+            return self.json({"error": inert(f"the database does not answer: {exc}")}, 503)
+        return self.json({"status": "ready", "head_size": size})
+
+    async def metrics_text(self, _request: Request) -> Response:
+        try:
+            size: int | None = await self.in_thread(lambda plane: plane.store.head().size)
+        except Exception:  # the metrics still answer; the head's gauge is left out
+            size = None
+        text = self.metrics.render(
+            in_flight=self.in_flight, limit=self.max_in_flight, head_size=size
+        )
+        return Response(text, media_type=CONTENT_TYPE)
+
+    async def openapi_json(self, _request: Request) -> Response:
+        return Response(self.openapi, media_type="application/json")
+
+
+def _query(endpoint: Endpoint, request: Request) -> dict[str, str]:
+    """The query parameters, each at most once, checked against the route's closed set."""
+    found: dict[str, str] = {}
+    for name, value in request.query_params.multi_items():
+        if name in found:
+            raise BadRequest(422, f"the query: {name!r} is given more than once")
+        found[name] = value
+    deviations = check(closed(endpoint.query), found)
+    if deviations:
+        raise BadRequest(422, _deviations_line("the query", deviations), deviations)
+    return found
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, never more than the cap on agent bytes (plus one chunk) read."""
+    cap = LIMITS["agent"].cap
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            break
+    return limit_bytes(b"".join(chunks), "agent", BODY_SOURCE)
+
+
+def _body(endpoint: Endpoint, data: bytes) -> dict[str, Any]:
+    """The JSON body through the input layer, checked against the route's closed schema
+    (an empty body is the empty object: the verbs that take no argument; a route without
+    a body schema takes no body)."""
+    if endpoint.body is None:  # a GET: its parameters are in the query
+        if data:
+            raise BadRequest(422, f"{BODY_SOURCE}: {endpoint.method} {endpoint.path} takes none")
+        return {}
+    value = parse_json(data, BODY_SOURCE, kind=None) if data.strip() else {}
+    deviations = check(endpoint.body, value)
+    if deviations:
+        raise BadRequest(422, _deviations_line(BODY_SOURCE, deviations), deviations)
+    assert isinstance(value, dict)  # every body schema is a closed object
+    return value
+
+
+def _deviations_line(what: str, deviations: list[Deviation]) -> str:
+    first = deviations[0]
+    more = f" (and {len(deviations) - 1} more)" if len(deviations) > 1 else ""
+    return (
+        f"{what} does not match its schema: {first.pointer or '/'}: {first.kind} "
+        f"(expected {first.expected}; got {first.actual_type}){more}"
+    )
+
+
+def create_app(
+    db_url: str, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, workdir: Path | None = None
+) -> Starlette:
+    """The service for the ledger at ``db_url``: at most ``max_in_flight`` plane
+    operations at once (503 beyond); ``workdir`` as ``--workdir`` (plans' sandboxes)."""
+    service = Service(db_url, max_in_flight=max_in_flight, workdir=workdir)
+    open_routes: dict[str, Callable[[Request], Any]] = {
+        "healthz": service.healthz,
+        "readyz": service.readyz,
+        "metrics": service.metrics_text,
+        "openapi": service.openapi_json,
+    }
+
+    def mount(endpoint: Endpoint) -> Route:
+        async def answer(request: Request) -> Response:
+            started = time.perf_counter()
+            if endpoint.access == "open":
+                response: Response = await open_routes[endpoint.operation_id](request)
+            else:
+                response = await service.agent(endpoint, request)
+            service.metrics.requests.inc(
+                route=endpoint.path, method=endpoint.method, status=str(response.status_code)
+            )
+            service.metrics.latency.observe(time.perf_counter() - started, route=endpoint.path)
+            return response
+
+        return Route(endpoint.path, answer, methods=[endpoint.method], name=endpoint.operation_id)
+
+    async def not_routed(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        service.metrics.requests.inc(
+            route="(none)", method=request.method, status=str(exc.status_code)
+        )
+        return service.json({"error": exc.detail}, exc.status_code, dict(exc.headers or {}))
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        service.start()
+        log.info(
+            "serving %s (plane key %s…), at most %d operations in flight",
+            url_identity(service.db_url),  # never the password
+            (service.plane_key_fingerprint or "")[:16],
+            max_in_flight,
+        )
+        try:
+            yield
+        finally:
+            service.stop()
+
+    app = Starlette(
+        routes=[mount(e) for e in ENDPOINTS],
+        exception_handlers={HTTPException: not_routed},
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    return app

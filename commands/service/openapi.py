@@ -1,0 +1,96 @@
+"""The service's OpenAPI 3.1 document, written from the route table (``routes.py``).
+
+Every endpoint appears with its method, its query parameters, its request body's schema
+(the very schema the body is checked against) and each answer it gives: 200 with its
+schema, and the refusals of its kind of route (``routes.ERRORS``). OpenAPI 3.1 schemas
+are JSON Schema 2020-12, which is what the checker reads, so the schemas go in as they
+are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import ledger
+
+from .routes import ERROR, ERRORS, Endpoint
+
+OPENAPI_VERSION = "3.1.0"
+SECURITY_SCHEME = "credential"
+
+
+def _responses(endpoint: Endpoint) -> dict[str, Any]:
+    ok_content = {endpoint.media_type: {"schema": endpoint.ok}}
+    answers: dict[str, Any] = {"200": {"description": "The answer.", "content": ok_content}}
+    errors = {**ERRORS[endpoint.access], **endpoint.errors}
+    for status, why in sorted(errors.items()):
+        answer: dict[str, Any] = {
+            "description": why,
+            "content": {"application/json": {"schema": ERROR}},
+        }
+        if status == 401:
+            answer["headers"] = {
+                "WWW-Authenticate": {
+                    "description": "Bearer (RFC 6750)",
+                    "schema": {"type": "string"},
+                }
+            }
+        if status == 503 and endpoint.access != "open":
+            answer["headers"] = {
+                "Retry-After": {
+                    "description": "Seconds to wait when the in-flight bound was reached.",
+                    "schema": {"type": "integer"},
+                }
+            }
+        answers[str(status)] = answer
+    return answers
+
+
+def _operation(endpoint: Endpoint) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "operationId": endpoint.operation_id,
+        "summary": endpoint.summary,
+        "tags": [{"open": "operations", "agent": "agent", "hook": "hooks"}[endpoint.access]],
+        "responses": _responses(endpoint),
+    }
+    if endpoint.access == "open":
+        operation["security"] = []  # no credential needed
+    if endpoint.query:
+        operation["parameters"] = [
+            {"name": name, "in": "query", "required": False, "schema": schema}
+            for name, schema in endpoint.query.items()
+        ]
+    if endpoint.body is not None:
+        operation["requestBody"] = {
+            "required": endpoint.access == "hook",
+            "content": {"application/json": {"schema": endpoint.body}},
+        }
+    return operation
+
+
+def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for endpoint in endpoints:
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "Evidence Ledger plane service",
+            "version": ledger.__version__,
+            "description": "The evidence plane as a service: an agent gates, records, "
+            "validates and applies its plan with a bearer credential an operator issued "
+            "for that plan (docs/service.md).",
+        },
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                SECURITY_SCHEME: {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An agent credential (`evidence credential issue`).",
+                }
+            }
+        },
+        "security": [{SECURITY_SCHEME: []}],
+    }

@@ -1,0 +1,411 @@
+"""The service's one route table: every endpoint with its method, path, access, request
+and response schemas and the plane operation it runs. The app (``app.py``) mounts the
+routes from it and the OpenAPI document (``openapi.py``) is written from it, so the two
+cannot drift; a request body is checked against the very schema the document shows.
+
+The operations call the plane's existing Python API and nothing else: the agent verbs
+are the MCP proxy's (``commands.plane.proxy_verbs``: plan status, validate, fix, apply),
+the gates and calls are ``gate_input`` / ``gate_output`` / ``call_tool``, the hooks are
+``pre_tool`` / ``post_tool`` answered with ``hook_answer`` — exactly what ``evidence
+hook`` prints. Each runs for the plan of the request's credential, never one the body
+names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from commands.plane.core import Plane
+from commands.plane.gates import GateOutcome, gate_input, gate_output
+from commands.plane.hooks import (
+    MAX_TOOL_NAME,
+    STEP_ID,
+    HookCall,
+    HookKind,
+    UnknownTools,
+    hook_answer,
+    json_bytes,
+    post_tool,
+    pre_tool,
+)
+from commands.plane.proxy_verbs import PLANE_TOOLS, PREFIX
+from commands.plane.runs import call_tool
+
+Access = Literal["open", "agent", "hook"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an operation answers (``body``, 200) and what the metrics count of it."""
+
+    body: dict[str, Any]
+    gates: tuple[GateOutcome | None, ...] = ()
+    validation: str | None = None  # the outcome of a validation run
+    hook: tuple[HookKind, int] | None = None  # the hook and the exit it answered
+
+
+# (plane, the credential's plan, the checked body) -> the outcome
+Operation = Callable[[Plane, str, dict[str, Any]], Outcome]
+# (plane, the credential's plan, the hook input, --unknown-tools) -> the outcome
+HookOperation = Callable[[Plane, str, HookCall, UnknownTools], Outcome]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: Literal["GET", "POST"]
+    path: str
+    operation_id: str
+    summary: str
+    access: Access
+    ok: dict[str, Any]  # the schema of a 200 answer (JSON), or of its text
+    body: dict[str, Any] | None = None  # the closed schema of a JSON body, checked
+    query: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> schema
+    run: Operation | None = None
+    hook: HookOperation | None = None
+    hook_kind: HookKind | None = None
+    media_type: str = "application/json"
+    # answers other than 200 this endpoint gives beyond those of its access (ERRORS)
+    errors: dict[int, str] = field(default_factory=dict)
+
+
+def closed(
+    properties: dict[str, Any], required: list[str] | tuple[str, ...] = ()
+) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+# -- schemas ----------------------------------------------------------------------------
+
+PLAN = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 256,
+    "description": "The plan the request is for: must be the credential's (it may be left "
+    "out; the credential names the plan).",
+}
+STEP = {
+    "type": "string",
+    "pattern": f"^{STEP_ID.pattern}$",
+    "description": "The step the call serves: letters, digits and . _ : - (at most 128).",
+}
+TOOL = {"type": "string", "minLength": 1, "maxLength": MAX_TOOL_NAME}
+ANY = {"description": "Any JSON value: its structure is the gate's to judge."}
+SCHEMA = {"type": ["object", "boolean"], "description": "A JSON Schema."}
+UNKNOWN_TOOLS = {
+    "enum": ["deny", "record"],
+    "description": "A tool the registry does not know: deny (default) blocks it as an "
+    "invented tool; record lets it through and records its call (as --unknown-tools).",
+}
+
+OBJECT = {"type": "object"}
+GATE = {
+    "type": "object",
+    "required": ["gate", "verdict", "deviations", "routed", "iterations_left", "positions"],
+    "properties": {
+        "gate": {"enum": ["input", "output"]},
+        "verdict": {"enum": ["pass", "fail"]},
+        "deviations": {"type": "array", "items": OBJECT},
+        "routed": {"enum": [None, "retry", "revised", "escalated", "compensation"]},
+        "iterations_left": {"type": ["integer", "null"]},
+        "positions": {"type": "array", "items": {"type": "integer"}},
+    },
+}
+DEVIATION = closed(
+    {
+        "pointer": {"type": "string"},
+        "kind": {"type": "string"},
+        "expected": {"type": "string"},
+        "actual_type": {"type": "string"},
+        "schema_pointer": {"type": "string"},
+    },
+    ["pointer", "kind", "expected", "actual_type"],
+)
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {"type": "string", "description": "What was refused and why, in one line."},
+        "deviations": {"type": "array", "items": DEVIATION},
+        # on the hook routes, every answer is one a hook command can exit with
+        "exit": {"const": 2},
+        "stderr": {"type": "string"},
+    },
+}
+HOOK_ANSWER = closed(
+    {
+        "exit": {"enum": [0, 2], "description": "The hook command's exit status."},
+        "stderr": {"type": "string", "description": "What it prints on stderr, exactly."},
+    },
+    ["exit", "stderr"],
+)
+HOOK_INPUT = {
+    "type": "object",
+    "description": "The hook input an agent CLI sends (Claude Code's PreToolUse / "
+    "PostToolUse JSON), exactly as `evidence hook` reads it on stdin; keys other than "
+    "these are ignored.",
+    "required": ["tool_name", "tool_input"],
+    "properties": {
+        "hook_event_name": {"enum": ["PreToolUse", "PostToolUse"]},
+        "tool_name": TOOL,
+        "tool_input": ANY,
+        "tool_response": ANY,
+        "tool_use_id": {"type": "string", "pattern": f"^{STEP_ID.pattern}$"},
+    },
+}
+
+
+def with_plan(schema: dict[str, Any]) -> dict[str, Any]:
+    """A verb's closed argument schema, which may also name the plan (the credential's)."""
+    return {**schema, "properties": {**schema["properties"], "plan": PLAN}}
+
+
+# -- operations -------------------------------------------------------------------------
+
+
+def _gate_input(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
+    params = json_bytes(body["params"])  # the bytes checked and kept: compact JSON
+    found = gate_input(plane, plan_id, body["tool"], params, step=body.get("step"))
+    return Outcome({"gate": found.to_json()}, gates=(found,))
+
+
+def _gate_output(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
+    output = json_bytes(body["output"])
+    found = gate_output(plane, plan_id, body["step"], output, schema=body.get("schema"))
+    return Outcome({"gate": found.to_json()}, gates=(found,))
+
+
+def _call(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
+    report = call_tool(
+        plane,
+        plan_id,
+        body["tool"],
+        json_bytes(body["params"]),
+        step=body.get("step"),
+        output_schema=body.get("output_schema"),
+    )
+    return Outcome(report.to_json(), gates=(report.input_gate, report.output_gate))
+
+
+def _verb(name: str) -> Operation:
+    """The MCP proxy's agent verb ``evidence.NAME``: the same code, the same answer."""
+    verb = PLANE_TOOLS[PREFIX + name]
+
+    def run(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
+        answer = verb.run(plane, plan_id, {k: v for k, v in body.items() if k != "plan"})
+        found = answer.get("validation")
+        return Outcome(answer, validation=found["outcome"] if found is not None else None)
+
+    return run
+
+
+def _hook(kind: HookKind) -> HookOperation:
+    decide = pre_tool if kind == "pre" else post_tool
+
+    def run(plane: Plane, plan_id: str, call: HookCall, unknown: UnknownTools) -> Outcome:
+        verdict = decide(plane, plan_id, call, unknown=unknown)
+        answer = hook_answer(verdict, plan_id, kind)
+        report = verdict.report
+        gates = (verdict.gate,) if report is None else (report.input_gate, report.output_gate)
+        return Outcome(answer.to_json(), gates=gates, hook=(kind, answer.exit))
+
+    return run
+
+
+def _verb_schema(name: str) -> dict[str, Any]:
+    return with_plan(PLANE_TOOLS[PREFIX + name].input_schema)
+
+
+# -- the table --------------------------------------------------------------------------
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        "GET",
+        "/healthz",
+        "healthz",
+        "The process answers (liveness): no database, no credential.",
+        "open",
+        ok=closed({"status": {"const": "ok"}}, ["status"]),
+    ),
+    Endpoint(
+        "GET",
+        "/readyz",
+        "readyz",
+        "The database answers (readiness): the ledger's head is read; 503 when it cannot be.",
+        "open",
+        ok=closed(
+            {"status": {"const": "ready"}, "head_size": {"type": "integer", "minimum": 0}},
+            ["status", "head_size"],
+        ),
+        errors={503: "the database does not answer"},
+    ),
+    Endpoint(
+        "GET",
+        "/metrics",
+        "metrics",
+        "Prometheus text exposition: requests, latency, gate checks, deviations, "
+        "validation outcomes, hook answers, in-flight operations, the ledger's head size.",
+        "open",
+        ok={"type": "string"},
+        media_type="text/plain; version=0.0.4",
+    ),
+    Endpoint(
+        "GET",
+        "/openapi.json",
+        "openapi",
+        "This document: OpenAPI 3.1, written from the service's route table.",
+        "open",
+        ok=OBJECT,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/plan",
+        "plan_status",
+        "The credential's plan: its state and where its sandbox is (as the MCP proxy's "
+        "evidence.plan_status and `evidence plan show --json`).",
+        "agent",
+        ok=closed({"plan": {"type": ["object", "null"]}, "sandbox": OBJECT}, ["plan", "sandbox"]),
+        query={"plan": PLAN},
+        run=_verb("plan_status"),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/gate/input",
+        "gate_input",
+        "The input gate on a proposed call, recorded (as `evidence gate input --json`): a "
+        "deviation is a verdict in the answer, routed by the plan's strict_mode.",
+        "agent",
+        ok=closed({"gate": GATE}, ["gate"]),
+        body=closed({"tool": TOOL, "params": ANY, "step": STEP, "plan": PLAN}, ["tool", "params"]),
+        run=_gate_input,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/gate/output",
+        "gate_output",
+        "The output gate on a step's returned structure, recorded (as `evidence gate "
+        "output --json`); `schema` is the step's own declaration.",
+        "agent",
+        ok=closed({"gate": GATE}, ["gate"]),
+        body=closed(
+            {"step": STEP, "output": ANY, "schema": SCHEMA, "plan": PLAN}, ["step", "output"]
+        ),
+        run=_gate_output,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/call",
+        "call",
+        "Gate, run and record a tool call (as `evidence call --json`): the tool's program "
+        "or MCP server runs in the plan's sandbox, on the service's side.",
+        "agent",
+        ok=closed(
+            {
+                "input_gate": GATE,
+                "call": {"type": ["object", "null"]},
+                "output_gate": {"anyOf": [GATE, {"type": "null"}]},
+                "halt": {"type": ["object", "null"]},
+            },
+            ["input_gate", "call", "output_gate", "halt"],
+        ),
+        body=closed(
+            {
+                "tool": TOOL,
+                "params": ANY,
+                "step": STEP,
+                "output_schema": SCHEMA,
+                "plan": PLAN,
+            },
+            ["tool", "params"],
+        ),
+        run=_call,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/validate",
+        "validate",
+        "Run the plan's pinned validations and classify the outcome (as evidence.validate); "
+        "a pass carries the token. The body is {} (or empty).",
+        "agent",
+        ok=closed({"validation": OBJECT}, ["validation"]),
+        body=_verb_schema("validate"),
+        run=_verb("validate"),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/fix",
+        "record_fix",
+        "Record the fix made after a failing validation (as evidence.record_fix).",
+        "agent",
+        ok=closed({"plan": OBJECT}, ["plan"]),
+        body=_verb_schema("record_fix"),
+        run=_verb("record_fix"),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/apply",
+        "apply",
+        "Apply the plan with the token its passing validation minted (as evidence.apply).",
+        "agent",
+        ok=closed({"plan": OBJECT, "files": {"type": "array", "items": OBJECT}}, ["plan", "files"]),
+        body=_verb_schema("apply"),
+        run=_verb("apply"),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/hooks/pre-tool",
+        "hook_pre_tool",
+        "PreToolUse: the input gate on the agent's proposed call. The answer is the exit "
+        "status and stderr `evidence hook pre-tool --plan P` would give.",
+        "hook",
+        ok=HOOK_ANSWER,
+        body=HOOK_INPUT,
+        query={"plan": PLAN, "unknown_tools": UNKNOWN_TOOLS},
+        hook=_hook("pre"),
+        hook_kind="pre",
+    ),
+    Endpoint(
+        "POST",
+        "/v1/hooks/post-tool",
+        "hook_post_tool",
+        "PostToolUse: the call recorded and the output gate on its response. The answer "
+        "is the exit status and stderr `evidence hook post-tool --plan P` would give.",
+        "hook",
+        ok=HOOK_ANSWER,
+        body=HOOK_INPUT,
+        query={"plan": PLAN, "unknown_tools": UNKNOWN_TOOLS},
+        hook=_hook("post"),
+        hook_kind="post",
+    ),
+)
+
+# The answers other than 200 each kind of route gives, and what each means.
+ERRORS: dict[Access, dict[int, str]] = {
+    "open": {},
+    "agent": {
+        401: "no credential, or one the plane does not accept (malformed, unknown, revoked, "
+        "expired, not signed by an operator); nothing appended",
+        403: "the request names a plan other than the credential's; nothing appended",
+        409: "refused: a step the plan's state does not allow (or a forged or spent token); "
+        "nothing appended",
+        413: "the body is larger than the cap on agent bytes (EVIDENCE_MAX_AGENT_BYTES)",
+        422: "the body or the query breaks the input rules or its closed schema (the "
+        "deviations listed); nothing appended",
+        500: "a defect of the service (see its log)",
+        503: "too many operations in flight (Retry-After), or the database does not answer; "
+        "nothing started",
+    },
+}
+ERRORS["hook"] = {
+    **ERRORS["agent"],
+    409: "a refused command (plan not in Execute, a call already recorded, an ambiguous "
+    "MCP tool …): exit 2 with the CLI's one error line; nothing appended",
+    422: "the hook input is refused by the input layer or lacks a used field: exit 2 "
+    "with the CLI's one error line; nothing appended",
+}
