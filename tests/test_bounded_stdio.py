@@ -20,8 +20,8 @@ from ledger.events import Truncation
 
 # A server that answers each request line with the line its params name: "small" (a
 # result within any cap), "first"/"last" (an oversized result, the id written first as the
-# Python SDK writes it, or last as the TypeScript SDK does), "stray" (an oversized message
-# that answers nothing).
+# Python SDK writes it, or last as the TypeScript SDK does), "stray" (a message longer
+# than any line is held, that answers nothing).
 SERVER = r"""
 import json, sys
 for line in sys.stdin:
@@ -35,7 +35,8 @@ for line in sys.stdin:
     elif kind == "last":
         out = {"result": big, "jsonrpc": "2.0", "id": rid}
     else:
-        out = {"jsonrpc": "2.0", "method": "notifications/message", "params": big}
+        huge = {"text": "x" * (5 * 1024 * 1024)}
+        out = {"jsonrpc": "2.0", "method": "notifications/message", "params": huge}
     sys.stdout.write(json.dumps(out, separators=(",", ":")) + "\n")
     sys.stdout.flush()
 """
@@ -43,15 +44,15 @@ for line in sys.stdin:
 CAP = 64 * 1024
 
 
-def _request(rid: int, name: str) -> SessionMessage:
+def _request(rid: int, name: str, method: str = "tools/call") -> SessionMessage:
     return SessionMessage(
         types.JSONRPCRequest(
-            jsonrpc="2.0", id=rid, method="tools/call", params={"name": name, "arguments": {}}
+            jsonrpc="2.0", id=rid, method=method, params={"name": name, "arguments": {}}
         )
     )
 
 
-async def _exchange(names: list[str]) -> tuple[list[Any], BoundedStdio]:
+async def _exchange(names: list[str], method: str = "tools/call") -> tuple[list[Any], BoundedStdio]:
     got: list[Any] = []
     async with bounded_stdio_client([sys.executable, "-c", SERVER], cap=CAP) as (
         read,
@@ -59,7 +60,7 @@ async def _exchange(names: list[str]) -> tuple[list[Any], BoundedStdio]:
         state,
     ):
         for rid, name in enumerate(names, 1):
-            await write.send(_request(rid, name))
+            await write.send(_request(rid, name, method))
             with anyio.fail_after(20):
                 got.append(await read.receive())
     return got, state
@@ -94,9 +95,18 @@ def test_an_answer_over_the_cap_is_a_stand_in_whichever_end_holds_its_id() -> No
     assert not state.pending
 
 
+def test_the_cap_is_on_tool_answers_only() -> None:
+    """The protocol's own answers (a tools/list, an initialize) are not a tool's output:
+    over the tool cap but within what a line may hold, they pass whole."""
+    (listed,), state = anyio.run(_exchange, ["first"], "tools/list")
+    assert isinstance(listed, SessionMessage) and listed.message.id == 1
+    assert len(listed.message.result["content"][0]["text"]) == 300000
+    assert not state.pending
+
+
 def test_an_oversized_message_that_answers_nothing_is_a_protocol_error() -> None:
     (stray,), _state = anyio.run(_exchange, ["stray"])
-    assert isinstance(stray, ValueError) and "answers no request" in str(stray)
+    assert isinstance(stray, ValueError) and "answers no tool call" in str(stray)
 
 
 def test_a_truncation_the_server_names_itself_is_none() -> None:

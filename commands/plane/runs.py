@@ -167,6 +167,9 @@ class CallReport:
     output_gate: GateOutcome | None = None
     halt: PlanHalted | None = None
     output: bytes | None = None
+    # The MCP tool result as the server answered it, for a call the plane made on the
+    # tool's MCP server (what an MCP gate passes on to the agent once the call passed).
+    mcp_result: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -333,7 +336,7 @@ def _run_call(
         if isinstance(called_mcp, PlanHalted):
             report.halt = called_mcp
             return
-        output, started, ended, streams, tool_error = called_mcp
+        output, started, ended, streams, tool_error, report.mcp_result = called_mcp
         executor = "mcp"
         if output_schema is None and spec.output_schema is None:
             # No declaration of its own: an MCP tool returns an MCP tool result.
@@ -443,7 +446,7 @@ def _mcp_tool_result_sha256() -> str:
     return prepare_schema(mcp_tool_result_schema()).sha256
 
 
-def _declares_output(spec: ToolSpec) -> bool:
+def declares_output(spec: ToolSpec) -> bool:
     """The tool declares its own output, which an MCP server returns as
     ``structuredContent``; a tool declared to return the MCP tool result itself (as the
     MCP proxy registers one whose server lists no output schema) does not."""
@@ -464,7 +467,7 @@ def _call_mcp(
     *,
     actor: str,
     confinement: Confinement | None = None,
-) -> PlanHalted | tuple[bytes, str, str, dict[str, Truncation], bool]:
+) -> PlanHalted | tuple[bytes, str, str, dict[str, Truncation], bool, dict[str, Any]]:
     """Call the tool on its MCP server (a stdio server runs in the sandbox, as a
     command tool does). Its output, within the tool's output cap, is what the MCP
     proxy's output gate takes of a result: ``structuredContent`` when the tool declares
@@ -489,7 +492,12 @@ def _call_mcp(
         declared=(spec.declared_input_schema, spec.declared_output_schema)
         if not spec.source.startswith("mcp:")
         else None,
+        cap=cap,
     )
+    if call.truncation is not None and call.kept is not None:
+        # Over the cap: the kept prefix of the answer, never parsed (a command's stdout).
+        streams = {"stdout_truncated": call.truncation}
+        return call.kept, call.started_at, call.ended_at, streams, False, {}
     if call.result is None:
         server = spec.mcp_server
         if call.fault == "schema_drift":
@@ -522,10 +530,11 @@ def _call_mcp(
             "failed, timed out or broke the protocol), then re-run unchanged",
             actor=actor,
         )
-    value = mcp_tool_output(call.result, _declares_output(spec))
+    value = mcp_tool_output(call.result, declares_output(spec))
     output, truncation = capped(json_bytes(value), cap)
     streams = {"stdout_truncated": truncation} if truncation is not None else {}
-    return output, call.started_at, call.ended_at, streams, is_tool_error(call.result)
+    tool_error = is_tool_error(call.result)
+    return output, call.started_at, call.ended_at, streams, tool_error, call.result
 
 
 def record_unregistered_call(

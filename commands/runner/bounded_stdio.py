@@ -1,17 +1,20 @@
 """An MCP client transport on stdio whose memory is bounded: the SDK's own reads each line
 of the server's stdout whole, so a server that answers with 64 MiB makes the client hold
-64 MiB (and more, decoded). This one reads the server's stdout in chunks and keeps at
-most ``cap`` bytes of any line: a message over the cap is drained (counted and hashed,
-never kept) and handed on as a small stand-in result, an MCP tool error, that names a
-``Truncation`` the caller collects with ``take_truncation`` (the kept prefix, the size
-and the SHA-256 of the whole line), so it is recorded as a command's stdout over its cap
-is.
+64 MiB (and more, decoded). This one reads the server's stdout in chunks and holds at
+most the larger of ``cap`` and ``PROTOCOL_CAP`` of any line.
 
-Only a JSON-RPC response can be answered this way (its request must still end): its
-``id`` is read from the top level at either end of the line (the Python SDK writes it
-first, the TypeScript SDK last) and must be a request this transport sent and has not
-seen answered. Any other line over the cap is a protocol error, as the SDK reports a
-line that is not a message.
+``cap`` is the output cap of a tool's answer: an answer to a ``tools/call`` longer than
+it is handed on as a small stand-in result, an MCP tool error, that names a
+``Truncation`` the caller collects with ``take_truncation`` (the first ``cap`` bytes, the
+size and the SHA-256 of the whole line), so it is recorded as a command's stdout over
+its cap is; past what is held, the rest is drained (counted and hashed, never kept).
+The protocol's own answers (``initialize``, ``tools/list``) are not output: they may be
+as long as ``PROTOCOL_CAP``.
+
+A drained line can be answered this way only when it is a response to a ``tools/call``
+awaiting one: its ``id`` is read from the top level at either end of the line (the
+Python SDK writes it first, the TypeScript SDK last). Any other line past what is held
+is a protocol error, as the SDK reports a line that is not a message.
 
 The server runs in a session of its own (its process group is killed at the end), with
 the SDK's default environment plus ``env``; its stderr goes to ``errlog`` (by default,
@@ -49,6 +52,11 @@ _HEAD_ID = re.compile(
 )
 _TAIL_ID = re.compile(rb',\s*"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,128}")\s*\}\s*\Z')
 _GRACE_S = 2.0
+# What any line may hold in memory: the cap on a tool's answer applies to answers of
+# ``tools/call`` only (``initialize`` or ``tools/list`` are the protocol, not output),
+# but no line is held beyond the larger of the two.
+PROTOCOL_CAP = 4 * 1024 * 1024
+CALL = "tools/call"
 
 
 class BoundedStdio:
@@ -56,7 +64,8 @@ class BoundedStdio:
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.pending: set[int | str] = set()
+        self.held = max(cap, PROTOCOL_CAP)  # the most of one line ever kept
+        self.pending: dict[int | str, str] = {}  # request id -> its method
         self._truncations: dict[str, tuple[bytes, Truncation]] = {}
 
     def take_truncation(self, result: types.CallToolResult) -> tuple[bytes, Truncation] | None:
@@ -93,32 +102,40 @@ class BoundedStdio:
     def over_cap(
         self, head: bytes, tail: bytes, truncation: Truncation
     ) -> SessionMessage | Exception:
-        """The message a drained line stands for: the stand-in for an awaited response,
-        else the protocol error it is."""
+        """The message a drained line (longer than ``held``) stands for: the stand-in for
+        an awaited ``tools/call`` answer, else the protocol error it is."""
         found = _HEAD_ID.match(head) or _TAIL_ID.search(tail)
         request_id = _id_of(found.group(1)) if found else None
-        if request_id is None or request_id not in self.pending:
+        if request_id is None or self.pending.get(request_id) != CALL:
             return ValueError(
-                f"a message of {truncation.size} bytes, over the cap of {self.cap}, that "
-                "answers no request awaiting an answer"
+                f"a message of {truncation.size} bytes, over the cap of {self.held}, that "
+                "answers no tool call awaiting an answer"
             )
-        self.pending.discard(request_id)
+        del self.pending[request_id]
         return self.stand_in(request_id, head[: self.cap], truncation)
+
+    def whole(self, line: bytes) -> SessionMessage | Exception:
+        """A line held whole: the message it is, or the stand-in for a ``tools/call``
+        answer longer than the cap."""
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError as exc:
+            return exc
+        if not isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            return SessionMessage(message)
+        if message.id is None:  # an error about no request in particular
+            return SessionMessage(message)
+        method = self.pending.pop(message.id, None)
+        if method == CALL and len(line) > self.cap:
+            digest = hashlib.sha256(line).hexdigest()
+            truncation = Truncation(kept=self.cap, size=len(line), sha256=digest)
+            return self.stand_in(message.id, line[: self.cap], truncation)
+        return SessionMessage(message)
 
 
 def _id_of(raw: bytes) -> int | str | None:
     text = raw.decode("utf-8", "replace")
     return text[1:-1] if text.startswith('"') else int(text)
-
-
-def _parse(line: bytes, state: BoundedStdio) -> SessionMessage | Exception:
-    try:
-        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValueError as exc:
-        return exc
-    if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
-        state.pending.discard(message.id)
-    return SessionMessage(message)
 
 
 @contextlib.asynccontextmanager
@@ -128,7 +145,7 @@ async def bounded_stdio_client(
     cap: int,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
-    errlog: IO[str] | None = None,
+    errlog: IO[Any] | None = None,
 ) -> AsyncIterator[tuple[Any, Any, BoundedStdio]]:
     """Start the server ``argv`` and yield (read stream, write stream, state) as the
     SDK's ``stdio_client`` yields its streams. Raises ``OSError`` when it cannot start."""
@@ -147,8 +164,9 @@ async def bounded_stdio_client(
 
     async def read() -> None:
         assert process.stdout is not None
-        kept = bytearray()  # the current line, while within the cap
-        over: Any = None  # the hash of a line over the cap, while it is drained
+        held = state.held
+        kept = bytearray()  # the current line, while within what is held
+        over: Any = None  # the hash of a line beyond that, while it is drained
         size = 0
         tail = b""
         async with to_session:
@@ -158,7 +176,7 @@ async def bounded_stdio_client(
                     while chunk:
                         end = chunk.find(b"\n")
                         piece, chunk = (chunk, b"") if end < 0 else (chunk[:end], chunk[end + 1 :])
-                        if over is None and len(kept) + len(piece) > cap:
+                        if over is None and len(kept) + len(piece) > held:
                             over = hashlib.sha256(kept)
                             size = len(kept)
                         if over is None:
@@ -172,7 +190,7 @@ async def bounded_stdio_client(
                         if end < 0:
                             break
                         if over is None:
-                            message = _parse(bytes(kept), state) if kept.strip() else None
+                            message = state.whole(bytes(kept)) if kept.strip() else None
                         else:
                             truncation = Truncation(kept=cap, size=size, sha256=over.hexdigest())
                             message = state.over_cap(bytes(kept), tail, truncation)
@@ -187,7 +205,7 @@ async def bounded_stdio_client(
                 async for outgoing in from_session:
                     message = outgoing.message
                     if isinstance(message, types.JSONRPCRequest):
-                        state.pending.add(message.id)
+                        state.pending[message.id] = message.method
                     data = message.model_dump_json(by_alias=True, exclude_unset=True)
                     await process.stdin.send(data.encode() + b"\n")
         await to_session.aclose()  # the server cannot be written to: the session ends
@@ -203,7 +221,7 @@ async def bounded_stdio_client(
             tasks.cancel_scope.cancel()
 
 
-def _has_fileno(stream: IO[str]) -> bool:
+def _has_fileno(stream: IO[Any]) -> bool:
     try:
         stream.fileno()
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both

@@ -122,11 +122,15 @@ _LOG_LINES = 3  # of the SDK's log lines quoted in an error
 
 
 class McpCall(msgspec.Struct, kw_only=True):
-    """One call: ``result`` when the server answered it, else ``fault`` and ``error``."""
+    """One call: ``result`` when the server answered it, else ``fault`` and ``error``;
+    or, for a stdio server whose answer went over ``cap``, ``truncation`` and the
+    ``kept`` prefix of the answer as sent (drained, never held whole, never parsed)."""
 
     result: dict[str, Any] | None = None
     fault: Fault | None = None
     error: str | None = None
+    truncation: Truncation | None = None
+    kept: bytes | None = None
     started_at: str
     ended_at: str
     duration_ms: int
@@ -143,6 +147,7 @@ def call_mcp_tool(
     timeout_s: float,
     confinement: Confinement | None = None,
     declared: tuple[Any, Any] | None = None,
+    cap: int | None = None,
 ) -> McpCall:
     """Call ``tool`` with ``arguments`` on the server launched by ``command`` (stdio) or
     reached at ``url`` (streamable HTTP). ``env`` (default: this process's environment)
@@ -179,6 +184,7 @@ def call_mcp_tool(
         call = _Call(tool, dict(arguments), argv, url, cwd, child_env, timeout_s, stderr)
         call.declared = declared
         call.launch = launch
+        call.cap = cap
         fields = _run_blocking(call.run, log)
         if fields.get("fault") is not None:
             stderr.seek(0)
@@ -243,6 +249,8 @@ class _Call:
         self.declared: tuple[Any, Any] | None = None  # (input, output) as registered
         self.protocol_error: str | None = None
         self.scope: Any = None
+        self.cap: int | None = None  # a stdio server's answers beyond it are drained
+        self.bounded: Any = None  # the bounded transport's state (``BoundedStdio``)
 
     async def run(self) -> dict[str, Any]:
         import anyio
@@ -267,7 +275,7 @@ class _Call:
             return self._failed(exc)
         except Exception as exc:  # the transport's own failure, in the SDK's task groups
             return self._failed(exc)
-        if "result" in found or "fault" in found:
+        if "result" in found or "fault" in found or "truncation" in found:
             return found
         # Cancelled before an answer: only a protocol error cancels the call.
         said = self.protocol_error or f"the call ended without an answer ({self._doing()})"
@@ -305,6 +313,10 @@ class _Call:
                 return self._failed(exc)
             except Exception as exc:
                 return self._failed(exc)
+            oversized = self.bounded.take_truncation(result) if self.bounded else None
+            if oversized is not None:
+                kept, truncation = oversized
+                return {"truncation": truncation, "kept": kept}
             raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             raw.pop("resultType", None)
             if result.structured_content is not None:  # exactly as sent
@@ -356,6 +368,19 @@ class _Call:
 
         if self.url is not None:
             transport: Any = streamable_http_client(self.url)
+        elif self.cap is not None:  # its memory bounded: an answer over the cap is drained
+            from .bounded_stdio import bounded_stdio_client
+
+            env = dict(os.environ if self.env is None else self.env)
+            bounded = bounded_stdio_client(
+                self.launch, cap=self.cap, cwd=self.cwd, env=env, errlog=self.stderr
+            )
+            async with (
+                bounded as (read, write, self.bounded),
+                ClientSession(read, write, message_handler=self.on_message) as session,
+            ):
+                yield session
+            return
         else:
             params = StdioServerParameters(
                 command=self.launch[0],

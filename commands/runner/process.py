@@ -1010,7 +1010,16 @@ def _run_mcp_validation(
         env=_validation_env(),
         timeout_s=_timeout_s(spec, default_timeout_s),
         confinement=_with_program(confinement, spec.get("mcp_command")),
+        cap=output_cap(spec),
     )
+    if call.truncation is not None and call.kept is not None:  # drained: never judged
+        return _Outcome(
+            cause="malformed",
+            error=f"{what}: its result was {truncated_text(call.truncation)}, over the cap "
+            "(`max_output_bytes`); a truncated output is never judged",
+            raw_output=call.kept,
+            stdout_truncated=call.truncation,
+        )
     if call.result is None:  # the server could not be started, died, failed or hung
         return _no_verdict(_MCP_CAUSES.get(call.fault or "", "crash"), f"{what}: {call.error}")
     result = call.result
