@@ -4,9 +4,11 @@ URL), the plane between them (``commands.plane.proxy``). Built on the official `
 SDK (2.x).
 
 Each ``tools/call``: the input gate first — a deviation or an invented tool is an MCP
-tool error (``isError``, the deviations as text and ``structuredContent``) and the call
+tool error (``isError``, the deviations as text and as JSON in ``_meta``) and the call
 is never forwarded; else it is forwarded and its result recorded and checked by the
 output gate. A refused call (plan ended, halted, not in Execute) is a tool error too.
+The answers' shapes are ``commands.plane.mcp_answers``, shared with the service's MCP
+endpoint (``/mcp``), so both gates answer alike.
 An upstream fault (crash, timeout, protocol error) halts the plan with
 ``environment_error`` and answers an MCP error: the agent never hangs.
 
@@ -15,16 +17,15 @@ Beside the upstream's tools the agent is offered the plane's own agent-side verb
 
 An agent may name the step a call belongs to, and declare that step's output, in the
 request's ``_meta``: ``evidence/step`` (an id) and ``evidence/output_schema`` (a JSON
-Schema the output gate then checks instead of the tool's).
+Schema the output gate checks after the tool's registered one: it only narrows).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import shlex
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,6 @@ from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
-from ulid import ULID
 
 from commands.plane.confinement import (
     plan_policy,
@@ -45,8 +45,14 @@ from commands.plane.confinement import (
     work_confinement,
 )
 from commands.plane.core import CommandRefused, Plane
-from commands.plane.gates import GateOutcome, routing_line
-from commands.plane.hooks import STEP_ID
+from commands.plane.mcp_answers import (
+    call_verb,
+    gate_failed,
+    plane_tools,
+    refused,
+    step_of,
+    upstream_failed,
+)
 from commands.plane.plans import get_plan
 from commands.plane.proxy import (
     Registered,
@@ -58,98 +64,15 @@ from commands.plane.proxy import (
     register_upstream_tools,
     server_name,
 )
-from commands.plane.proxy_verbs import INSTRUCTIONS, PLANE_TOOLS, check_plane_arguments
+from commands.plane.proxy_verbs import INSTRUCTIONS, PLANE_TOOLS
 from commands.rules.vocabulary import terminal_state
 from commands.runner.bounded_stdio import BoundedStdio, bounded_stdio_client
 from commands.runner.confine import Confinement, launched, program_files
 from commands.runner.process import TreeGuard, output_cap
-from commands.schemas.prepare import InvalidSchemaError, prepare_schema
 from ledger import LedgerError
-from ledger.events import Deviation
 from projections.states import PlanState
 
 DEFAULT_TIMEOUT_S = 60.0
-STEP_META = "evidence/step"
-OUTPUT_SCHEMA_META = "evidence/output_schema"
-
-
-def _deviations(deviations: Sequence[Deviation]) -> list[dict[str, str]]:
-    return [
-        {"pointer": d.pointer, "kind": d.kind, "expected": d.expected, "actual_type": d.actual_type}
-        for d in deviations
-    ]
-
-
-def _deviation_lines(deviations: list[dict[str, str]]) -> list[str]:
-    return [
-        f"  {d['pointer'] or '/'}: {d['kind']} (expected {d['expected']}; got {d['actual_type']})"
-        for d in deviations
-    ]
-
-
-# Where a refusal's machine-readable form goes: the result's ``_meta``, which every client
-# keeps and none validates. Never ``structuredContent``: a client (the TypeScript SDK's)
-# checks that against the tool's output schema and would answer the agent with a
-# protocol error instead of the deviations.
-REFUSAL_META = "evidence/refusal"
-
-
-def _tool_error(text: str, detail: dict[str, Any]) -> types.CallToolResult:
-    """An MCP tool error (``isError``): the text for the agent, the detail in ``_meta``."""
-    return types.CallToolResult(
-        content=[types.TextContent(text=text)],
-        is_error=True,
-        _meta={REFUSAL_META: detail},
-    )
-
-
-def _gate_failed(gate: GateOutcome, word: str, consequence: str) -> types.CallToolResult:
-    check = gate.check
-    deviations = _deviations(check.deviations)
-    lines = [
-        f"{word}: the {check.gate} gate failed for tool {check.tool!r}: "
-        f"{len(deviations)} deviation(s); {consequence}",
-        *_deviation_lines(deviations),
-        routing_line(gate),
-    ]
-    return _tool_error(
-        "\n".join(lines),
-        {
-            "gate": check.gate,
-            "tool": check.tool,
-            "verdict": check.verdict,
-            "routed": gate.routed,
-            "iterations_left": gate.iterations_left,
-            "deviations": deviations,
-        },
-    )
-
-
-def _arguments_refused(tool: str, deviations: Sequence[Deviation]) -> types.CallToolResult:
-    found = _deviations(deviations)
-    lines = [f"refused: the arguments of {tool!r} deviate:", *_deviation_lines(found)]
-    return _tool_error("\n".join(lines), {"tool": tool, "deviations": found})
-
-
-def _refused(message: str) -> types.CallToolResult:
-    return _tool_error(f"error: {message}", {"error": message})
-
-
-def _upstream_failed(result: types.CallToolResult) -> types.CallToolResult:
-    """The upstream's own tool error, passed on as it said it (its content), recorded as
-    its failure: no deviation of the agent's. Its ``structuredContent`` stays behind (a
-    client may check it against the tool's output schema)."""
-    return types.CallToolResult(
-        content=list(result.content),
-        is_error=True,
-        _meta={REFUSAL_META: {"upstream_error": True}},
-    )
-
-
-def _answer(data: dict[str, Any]) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(data, indent=2))], structured_content=data
-    )
 
 
 def _warn(message: str) -> None:
@@ -224,11 +147,7 @@ class GateProxy:
     ) -> types.ListToolsResult:
         if self.stale and self.fault is None:
             await self.refresh()
-        plane_tools = [
-            types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
-            for t in PLANE_TOOLS.values()
-        ]
-        return types.ListToolsResult(tools=[*self.offered, *plane_tools])
+        return types.ListToolsResult(tools=[*self.offered, *plane_tools()])
 
     async def call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
@@ -237,13 +156,10 @@ class GateProxy:
         verb = PLANE_TOOLS.get(params.name)
         try:
             if verb is not None:
-                deviations = check_plane_arguments(verb, arguments)
-                if deviations:
-                    return _arguments_refused(verb.name, deviations)
-                return _answer(verb.run(self.plane, self.plan_id, arguments))
+                return call_verb(self.plane, self.plan_id, verb, arguments)
             return await self._forward(params, arguments)
         except LedgerError as exc:
-            return _refused(str(exc))
+            return refused(str(exc))
 
     async def _forward(
         self, params: types.CallToolRequestParams, arguments: Any
@@ -256,7 +172,7 @@ class GateProxy:
             )
         if self.stale:
             await self.refresh()
-        step, output_schema = _step_of(params.meta)
+        step, output_schema = step_of(params.meta)
         gate = gate_proxy_call(
             self.plane,
             self.plan_id,
@@ -267,7 +183,7 @@ class GateProxy:
             step=step,
         )
         if gate.blocked:
-            return _gate_failed(gate.outcome, "blocked", "the call was not forwarded")
+            return gate_failed(gate.outcome, "blocked", "the call was not forwarded")
         # The plan's sandbox as it was before the call: put back unless the call passes
         # both gates (an upstream working in the sandbox keeps no rejected write).
         plan = self.plane.state(f"plan:{self.plan_id}").of(PlanState)
@@ -300,10 +216,10 @@ class GateProxy:
                 else:
                     guard.restore_if_changed()
         if report.tool_failed:
-            return _upstream_failed(result)
+            return upstream_failed(result)
         if not report.ok:
             failed = report.output_gate or report.input_gate
-            return _gate_failed(failed, "rejected", "the output does not become state")
+            return gate_failed(failed, "rejected", "the output does not become state")
         return result
 
     async def _send(self, tool: str, arguments: Any) -> types.CallToolResult:
@@ -334,26 +250,6 @@ class GateProxy:
             message=f"the MCP server {self.server!r} failed ({self.fault}); the plan is "
             "halted with environment_error",
         )
-
-
-def _step_of(meta: Mapping[str, Any] | None) -> tuple[str, Any]:
-    """The step the agent names in ``_meta`` (else a fresh one) and its declared output."""
-    meta = meta or {}
-    step = meta.get(STEP_META)
-    if step is None:
-        step = f"mcp-{ULID()}"
-    elif not isinstance(step, str) or not STEP_ID.fullmatch(step):
-        raise CommandRefused(
-            f"_meta {STEP_META!r} must be letters, digits and . _ : - (starting with a "
-            "letter or digit, at most 128 characters)"
-        )
-    schema = meta.get(OUTPUT_SCHEMA_META)
-    if schema is not None:
-        try:
-            prepare_schema(schema)
-        except InvalidSchemaError as exc:
-            raise CommandRefused(f"_meta {OUTPUT_SCHEMA_META!r}: {exc}") from None
-    return step, schema
 
 
 @contextlib.asynccontextmanager

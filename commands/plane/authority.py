@@ -206,6 +206,13 @@ class Authority:
             return doc.spec
         return doc.versions.get(str(version))
 
+    def registered_tools(self) -> list[ToolState]:
+        """Every tool and validation as the registry holds it (policy an operator
+        signed only), by name."""
+        events = self._trusted(self.source.read_types([ToolRegistered.type_name()]))
+        found = [d for d in _fold_streams(events, None).values() if isinstance(d, ToolState)]
+        return sorted(found, key=lambda doc: doc.name)
+
     def mcp_tools(self, server: str, tool_name: str) -> list[str]:
         """The registered tools whose current version is ``tool_name`` on MCP server
         ``server`` (``mcp_server`` / ``mcp_tool_name``), by name."""

@@ -17,6 +17,11 @@ A request to an agent route goes through, in order, and stops at the first refus
    the plan it names (403);
 6. the plane operation: a ``CommandRefused`` is 409; what it recorded is the answer.
 
+``POST /mcp`` (the plane's MCP gate, ``mcp.py``) goes through steps 1-4 the same way;
+then the SDK's transport reads the message, and a refusal inside it (a gate's deviation,
+a plan state that allows no call) is an MCP tool error in a 200, as the stdio proxy
+answers it.
+
 Every refusal before step 6 appends nothing, and a refusal in step 6 appends nothing
 either (the plane's handlers refuse before their one transaction). A plane operation is
 never abandoned half-way: a worker thread runs to its end even when the client goes
@@ -43,6 +48,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
 from commands.errors import CommandRefused
 from commands.plane.core import Plane
@@ -59,6 +65,7 @@ from ledger.keys import fingerprint, load_private_key
 from ledger.store import url_identity
 
 from .auth import Forbidden, Unauthenticated, bearer_token, challenge, check_plan, credential_for
+from .mcp import SCOPE_PLAN, SCOPE_SLOT, McpGate, Slot
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import openapi_document
 from .pool import PlanePool
@@ -97,6 +104,7 @@ class Service:
         # Worker threads for plane work: one per operation in flight, and room for the
         # readiness and metrics reads beside them.
         self._limiter: anyio.CapacityLimiter | None = None
+        self.mcp = McpGate(self)
 
     # -- life -------------------------------------------------------------------------
 
@@ -192,7 +200,10 @@ class Service:
 
     # -- the agent routes -------------------------------------------------------------
 
-    async def agent(self, endpoint: Endpoint, request: Request) -> Response:
+    def _admitted(self, endpoint: Endpoint, request: Request) -> str | Response:
+        """Steps 1 and 2: the bearer token, or the refusal (401 without one, 503 past the
+        in-flight bound). Admitted, the request holds a place in the bound: the caller
+        gives it back."""
         try:
             token = bearer_token(request.headers.get("authorization"))
         except Unauthenticated as exc:
@@ -209,12 +220,57 @@ class Service:
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
         self.in_flight += 1
+        return token
+
+    def _leave(self) -> None:
+        self.in_flight -= 1
+
+    async def agent(self, endpoint: Endpoint, request: Request) -> Response:
+        token = self._admitted(endpoint, request)
+        if isinstance(token, Response):
+            return token
         try:
             return await self._serve(endpoint, request, token)
         except Exception as exc:
             return self.refusal(endpoint, exc)
         finally:
-            self.in_flight -= 1
+            self._leave()
+
+    async def mcp_request(
+        self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send
+    ) -> int:
+        """``POST /mcp``: checked as an agent route (token, bound, credential, the plan
+        a query names), then served by the MCP gate for the credential's plan. Answers
+        the HTTP status sent (0: none, the client went away first)."""
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        request = Request(scope, receive)
+        token = self._admitted(endpoint, request)
+        if isinstance(token, Response):
+            await token(scope, receive, sending)
+            return status
+        slot = Slot(self._leave)
+        try:
+            try:
+                query = _query(endpoint, request)
+                credential: CredentialState = await self.in_thread(
+                    lambda plane: credential_for(plane, token)
+                )
+                check_plan(credential, query.get("plan"))
+            except Exception as exc:
+                await self.refusal(endpoint, exc)(scope, receive, sending)
+                return status
+            checked = {**scope, SCOPE_PLAN: credential.plan_id, SCOPE_SLOT: slot}
+            await self.mcp.handle(checked, receive, sending)
+            return status
+        finally:
+            slot.release()
 
     async def _serve(self, endpoint: Endpoint, request: Request, token: str) -> Response:
         query = _query(endpoint, request)
@@ -342,17 +398,39 @@ def create_app(
         "openapi": service.openapi_json,
     }
 
+    def observe(endpoint: Endpoint, started: float, status: int) -> None:
+        service.metrics.requests.inc(
+            route=endpoint.path, method=endpoint.method, status=str(status)
+        )
+        service.metrics.latency.observe(time.perf_counter() - started, route=endpoint.path)
+
+    class McpEndpoint:
+        """``/mcp`` as an ASGI app (the SDK's transport writes its own answers)."""
+
+        def __init__(self, endpoint: Endpoint) -> None:
+            self.endpoint = endpoint
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            started = time.perf_counter()
+            status = await service.mcp_request(self.endpoint, scope, receive, send)
+            observe(self.endpoint, started, status)
+
     def mount(endpoint: Endpoint) -> Route:
+        if endpoint.access == "mcp":
+            return Route(
+                endpoint.path,
+                McpEndpoint(endpoint),
+                methods=[endpoint.method],
+                name=endpoint.operation_id,
+            )
+
         async def answer(request: Request) -> Response:
             started = time.perf_counter()
             if endpoint.access == "open":
                 response: Response = await open_routes[endpoint.operation_id](request)
             else:
                 response = await service.agent(endpoint, request)
-            service.metrics.requests.inc(
-                route=endpoint.path, method=endpoint.method, status=str(response.status_code)
-            )
-            service.metrics.latency.observe(time.perf_counter() - started, route=endpoint.path)
+            observe(endpoint, started, response.status_code)
             return response
 
         return Route(endpoint.path, answer, methods=[endpoint.method], name=endpoint.operation_id)
@@ -374,7 +452,8 @@ def create_app(
             max_in_flight,
         )
         try:
-            yield
+            async with service.mcp.running():
+                yield
         finally:
             service.stop()
 

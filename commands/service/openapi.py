@@ -14,7 +14,7 @@ from typing import Any
 
 import ledger
 
-from .routes import ERROR, ERRORS, Endpoint
+from .routes import ERROR, ERRORS, JSONRPC_ERROR, MCP_TRANSPORT_ERRORS, Endpoint
 
 OPENAPI_VERSION = "3.1.0"
 SECURITY_SCHEME = "credential"
@@ -44,6 +44,16 @@ def _responses(endpoint: Endpoint) -> dict[str, Any]:
                 }
             }
         answers[str(status)] = answer
+    if endpoint.access == "mcp":
+        answers["202"] = {"description": "A notification (or a response) accepted: no body."}
+        for status, why in MCP_TRANSPORT_ERRORS.items():
+            media, schema = (
+                ("text/plain", {"type": "string"})
+                if status == 413
+                else ("application/json", JSONRPC_ERROR)
+            )
+            answers[str(status)] = {"description": why, "content": {media: {"schema": schema}}}
+        answers = dict(sorted(answers.items()))
     return answers
 
 
@@ -51,7 +61,9 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": endpoint.operation_id,
         "summary": endpoint.summary,
-        "tags": [{"open": "operations", "agent": "agent", "hook": "hooks"}[endpoint.access]],
+        "tags": [
+            {"open": "operations", "agent": "agent", "hook": "hooks", "mcp": "mcp"}[endpoint.access]
+        ],
         "responses": _responses(endpoint),
     }
     if endpoint.access == "open":
@@ -63,7 +75,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         ]
     if endpoint.body is not None:
         operation["requestBody"] = {
-            "required": endpoint.access == "hook",
+            "required": endpoint.access in ("hook", "mcp"),
             "content": {"application/json": {"schema": endpoint.body}},
         }
     return operation

@@ -33,7 +33,9 @@ from commands.plane.hooks import (
 from commands.plane.proxy_verbs import PLANE_TOOLS, PREFIX
 from commands.plane.runs import call_tool
 
-Access = Literal["open", "agent", "hook"]
+# open: no credential; agent, hook: the JSON routes of the credential's plan; mcp: the
+# plane's MCP gate over streamable HTTP (its messages are MCP's: opaque to this table).
+Access = Literal["open", "agent", "hook", "mcp"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,42 @@ HOOK_INPUT = {
         "tool_response": ANY,
         "tool_use_id": {"type": "string", "pattern": f"^{STEP_ID.pattern}$"},
     },
+}
+
+
+# /mcp carries MCP's JSON-RPC messages: their schemas are the MCP specification's, not
+# this document's (the SDK's transport reads them; the gate checks a call's arguments).
+MCP_MESSAGE = {
+    "type": "object",
+    "description": "One JSON-RPC 2.0 message of the Model Context Protocol (streamable "
+    "HTTP transport): initialize, tools/list, tools/call, a notification … Its schema is "
+    "MCP's (modelcontextprotocol.io), not this document's.",
+}
+MCP_ANSWER = {
+    "type": "object",
+    "description": "The JSON-RPC response (application/json): a tool call refused by a "
+    "gate is a result with isError and the deviations, never an HTTP error.",
+}
+JSONRPC_ERROR = {
+    "type": "object",
+    "required": ["jsonrpc", "error"],
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]},
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {"code": {"type": "integer"}, "message": {"type": "string"}},
+        },
+    },
+}
+# What the MCP transport (the SDK's) answers itself on /mcp, with a JSON-RPC error body
+# (413: plain text), before any message reaches the gate; nothing appended.
+MCP_TRANSPORT_ERRORS: dict[int, str] = {
+    400: "not a JSON-RPC message of MCP (a parse error, an invalid request); nothing appended",
+    406: "the Accept header does not include application/json and text/event-stream",
+    413: "the body is larger than the cap on agent bytes (EVIDENCE_MAX_AGENT_BYTES); text/plain",
+    415: "the body is not application/json",
 }
 
 
@@ -359,6 +397,19 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "POST",
+        "/mcp",
+        "mcp",
+        "The plane's MCP gate (streamable HTTP, stateless, JSON answers): the plan's MCP "
+        "tools the operator registered, by their registered names and schemas, and the "
+        "plane's evidence.* verbs; each tools/call gated, called and recorded as "
+        "/v1/call does (docs/service.md, MCP over HTTP).",
+        "mcp",
+        ok=MCP_ANSWER,
+        body=MCP_MESSAGE,
+        query={"plan": PLAN},
+    ),
+    Endpoint(
+        "POST",
         "/v1/hooks/pre-tool",
         "hook_pre_tool",
         "PreToolUse: the input gate on the agent's proposed call. The answer is the exit "
@@ -401,6 +452,11 @@ ERRORS: dict[Access, dict[int, str]] = {
         503: "too many operations in flight (Retry-After), or the database does not answer; "
         "nothing started",
     },
+}
+ERRORS["mcp"] = {status: ERRORS["agent"][status] for status in (401, 403, 422, 500, 503)} | {
+    422: "the query names a parameter other than plan; nothing appended",
+    500: "a defect of the service (see its log); a fault inside a message's handling is a "
+    "JSON-RPC error instead",
 }
 ERRORS["hook"] = {
     **ERRORS["agent"],

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LIST = Path(__file__).with_name("mutants.toml")
 # What a copy holds: the code, the tests, and what the tests read.
 COPIED = ("ledger", "projections", "commands", "tests", "examples", "docs")
-COPIED_FILES = ("pyproject.toml", "README.md")
+COPIED_FILES = ("pyproject.toml", "README.md", "Dockerfile")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
 KEYS = {"id", "file", "why", "original", "replacement", "tests", "k", "equivalent", "postgres"}
 TIMEOUT_S = 900

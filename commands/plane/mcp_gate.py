@@ -1,0 +1,186 @@
+"""The plane's MCP gate as the service offers it (``/mcp``, docs/service.md "MCP over
+HTTP"): what an agent's MCP client is offered and what one ``tools/call`` does. The
+plane side only — synchronous, no transport (``commands.service.mcp`` serves it over
+streamable HTTP, for the plan of the request's credential).
+
+**What is offered.** The plan's MCP tools the *operator* registered: a tool in the
+registry whose MCP server the plane launches or reaches itself (``mcp_command`` or
+``mcp_url``: ``launches_mcp``) and which the plan's skills let it call — under its
+**registered name** (unique in the registry, the name the ledger, ``/v1/call`` and
+``evidence call`` use; two servers' ``read_file`` never collide), with the input and
+output schemas it was registered with (its declared ones). The agent never names a
+server or a command: the servers are the operator's. Beside them the plane's agent-side
+verbs (``evidence.plan_status``, ``evidence.validate``, ``evidence.record_fix``,
+``evidence.apply``; never ``authorize``).
+
+**One call** of a tool goes through ``call_tool`` exactly as ``evidence call`` does:
+the input gate, the plane calling the tool's MCP server itself (a stdio server in the
+plan's sandbox, confined), the output gate, all recorded; the sandbox keeps nothing of
+a call that did not pass. The answer has the stdio proxy's shapes
+(``commands.plane.mcp_answers``): a refusal is a tool error with the deviations (its
+JSON in ``_meta``), the tool's own error is passed on, a passing call answers the
+tool's result as its server gave it. A server that cannot serve the call halts the plan
+(``environment_error``), as in the proxy, and is a JSON-RPC error (``GateCall.fault``).
+
+A name the registry does not know is an invented tool (recorded as such: a failed
+iteration); a registered tool the gate does not offer (a command tool, a validation, an
+MCP tool the plane cannot launch) is refused with nothing recorded, as ``evidence call``
+refuses a tool it cannot run: it is never run through this door.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+
+from ledger import LedgerError
+from projections.states import PlanState, ToolState
+
+from .core import CommandRefused, Plane
+from .gates import NO_PARAMETERS, GateOutcome
+from .hooks import MAX_TOOL_NAME, json_bytes, open_for_calls
+from .mcp_answers import (
+    call_verb,
+    gate_failed,
+    plane_tools,
+    refused,
+    step_of,
+    upstream_failed,
+)
+from .proxy_verbs import PLANE_TOOLS
+from .proxy_verbs import PREFIX as PLANE_PREFIX
+from .runs import CallReport, call_tool, declares_output, launches_mcp
+
+__all__ = ["GATE", "GateCall", "gate_call", "offered_tools", "offers"]
+
+# How the gate names itself in a refusal of a plan state ("… tool calls only in Execute").
+GATE = "the plane's MCP gate makes"
+
+
+@dataclass(frozen=True)
+class GateCall:
+    """What one ``tools/call`` answers: a result (the tool's, or a tool error), or a
+    ``fault`` (the tool's server could not serve it: a JSON-RPC error's message). The
+    checks it recorded and a validation's outcome are for the service's metrics."""
+
+    result: types.CallToolResult | None
+    fault: str | None = None
+    gates: tuple[GateOutcome | None, ...] = ()
+    validation: str | None = None
+
+
+def offers(doc: ToolState) -> bool:
+    """Whether the gate offers this registered tool (the plan's skills aside): a tool
+    (not a validation) whose MCP server the plane launches or reaches itself, with a name
+    no verb of the plane's has."""
+    return (
+        doc.kind == "tool"
+        and launches_mcp(doc.spec)
+        and not doc.name.startswith(PLANE_PREFIX)
+        and len(doc.name) <= MAX_TOOL_NAME
+    )
+
+
+def _as_mcp_tool(doc: ToolState) -> types.Tool:
+    """The tool as its MCP definition: its registered name and description, the input
+    schema it was registered with (none: no parameters, what the gate checks), and its
+    output schema when it declares one (a tool registered to return the MCP tool result
+    itself declares none)."""
+    spec = doc.spec
+    declared_input = spec.declared_input_schema
+    if not isinstance(declared_input, dict):
+        declared_input = spec.input_schema if isinstance(spec.input_schema, dict) else None
+    output: dict[str, Any] | None = None
+    if declares_output(spec):
+        found = spec.declared_output_schema
+        output = found if isinstance(found, dict) else None
+    return types.Tool(
+        name=doc.name,
+        description=spec.description or None,
+        input_schema=declared_input or dict(NO_PARAMETERS),
+        output_schema=output,
+    )
+
+
+def offered_tools(plane: Plane, plan_id: str) -> list[types.Tool]:
+    """The plan's tools the gate offers (by registered name), then the plane's verbs."""
+    log = plane.log()
+    plan = log.state(f"plan:{plan_id}").of(PlanState)
+    tools = [
+        _as_mcp_tool(doc)
+        for doc in log.registered_tools()
+        if offers(doc) and (plan is None or plan.may_call(doc.name))
+    ]
+    return [*tools, *plane_tools()]
+
+
+def gate_call(
+    plane: Plane,
+    plan_id: str,
+    name: str,
+    arguments: Any,
+    meta: Mapping[str, Any] | None = None,
+) -> GateCall:
+    """One ``tools/call`` of ``name`` for plan ``plan_id``. A refusal of the plane's
+    (the plan's state, a malformed ``_meta``, a tool not offered) is a tool error
+    ``error: …`` with nothing appended."""
+    try:
+        verb = PLANE_TOOLS.get(name)
+        if verb is not None:
+            result = call_verb(plane, plan_id, verb, arguments)
+            data = result.structured_content or {}
+            found = data.get("validation") if not result.is_error else None
+            return GateCall(result, validation=found.get("outcome") if found else None)
+        return _call(plane, plan_id, name, arguments, meta)
+    except LedgerError as exc:
+        return GateCall(refused(str(exc)))
+
+
+def _call(
+    plane: Plane, plan_id: str, name: str, arguments: Any, meta: Mapping[str, Any] | None
+) -> GateCall:
+    if not 0 < len(name) <= MAX_TOOL_NAME or not name.isprintable():
+        raise CommandRefused(f"a tool's name is 1 to {MAX_TOOL_NAME} printable characters")
+    open_for_calls(plane, plan_id, GATE)
+    step, output_schema = step_of(meta)
+    doc = plane.log().tool(name)
+    if doc is not None and not offers(doc):
+        raise CommandRefused(
+            f"{doc.kind} {name!r} is not offered here: only tools whose MCP server the "
+            "plane launches are called through its MCP gate"
+        )
+    report = call_tool(
+        plane, plan_id, name, json_bytes(arguments), step=step, output_schema=output_schema
+    )
+    return _answered(name, report)
+
+
+def _answered(name: str, report: CallReport) -> GateCall:
+    gates = (report.input_gate, report.output_gate)
+    if not report.input_gate.passed:
+        blocked = gate_failed(report.input_gate, "blocked", "the call was not forwarded")
+        return GateCall(blocked, gates=gates)
+    halt = report.halt
+    if halt is not None:  # the server could not be started, reached, or answer in time
+        return GateCall(
+            None,
+            fault=f"{halt.reason}; the plan is halted with {halt.halt_type} ({halt.hint})",
+            gates=gates,
+        )
+    if report.tool_failed:
+        return GateCall(upstream_failed(_result_of(report)), gates=gates)
+    if not report.ok:  # the output gate failed (an answer over the cap among others)
+        failed = report.output_gate or report.input_gate
+        rejected = gate_failed(failed, "rejected", "the output does not become state")
+        return GateCall(rejected, gates=gates)
+    return GateCall(_result_of(report), gates=gates)
+
+
+def _result_of(report: CallReport) -> types.CallToolResult:
+    """The tool's result as its server answered it (every tool the gate offers is
+    called on its MCP server: the result is there once it answered within its cap)."""
+    assert report.mcp_result is not None
+    return types.CallToolResult.model_validate(report.mcp_result)
