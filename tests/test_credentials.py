@@ -162,3 +162,7 @@ def test_the_credential_cli(sqlite_url: str) -> None:
         run_cli("credential", "revoke", doc["credential_id"], "--db", sqlite_url),
         "already revoked",
     )
+    for hostile in ("../../x", "\x1b[2J", "A" * 5000, ""):
+        refused = run_cli("credential", "revoke", hostile, "--db", sqlite_url)
+        assert_refused(refused, "not a credential id")
+        assert len(refused.stderr) < 200

@@ -45,7 +45,8 @@ __all__ = [
 PREFIX = "evd_"
 MAX_TTL = timedelta(days=30)
 # evd_ + a ULID + _ + 43 characters of base64url (256 bits)
-_TOKEN = re.compile(r"evd_([0-9A-HJKMNP-TV-Z]{26})_([A-Za-z0-9_-]{43})")
+_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
+_TOKEN = re.compile(rf"evd_({_ID.pattern})_([A-Za-z0-9_-]{{43}})")
 
 
 class Unauthenticated(LedgerError):
@@ -105,6 +106,8 @@ def revoke_credential(
     plane: Plane, credential_id: str, reason: str = "", *, actor: str = "operator"
 ) -> CredentialState:
     """Revoke a credential (signed by this process's operator key)."""
+    if not _ID.fullmatch(credential_id):
+        raise CommandRefused(f"{credential_id[:40]!r} is not a credential id (a ULID)")
 
     def decide(state: StreamState) -> list[EventPayload]:
         doc = state.of(CredentialState)
