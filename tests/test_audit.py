@@ -277,12 +277,9 @@ def test_a_gate_verdict_that_does_not_follow_from_its_bytes(setup) -> None:
     assert "missing" in gates[missing].found
 
 
-def test_gate_failures_routed_against_strict_mode(setup) -> None:
-    plane, _project, _tmp = setup
-    doc = plane.state("plan:P-1").doc
-    strict = doc.global_config.strict_mode
-    raw = b'{"n": 7}'
-    failed = GateChecked(
+def _failed_check(doc, raw: bytes, *, iteration: int, strict: bool) -> GateChecked:  # type: ignore[no-untyped-def]
+    """A failed output check of plan P-1 (no output declaration) at ``iteration``."""
+    return GateChecked(
         plan_id="P-1",
         gate="output",
         tool="t",
@@ -294,10 +291,18 @@ def test_gate_failures_routed_against_strict_mode(setup) -> None:
             Deviation(pointer="", kind="no_output_declaration", expected="x", actual_type="object")
         ],
         attempt=doc.attempt,
-        iteration=1,
+        iteration=iteration,
         strict_mode=strict,
         checked_sha256=hashlib.sha256(raw).hexdigest(),
     )
+
+
+def test_gate_failures_routed_against_strict_mode(setup) -> None:
+    plane, _project, _tmp = setup
+    doc = plane.state("plan:P-1").doc
+    strict = doc.global_config.strict_mode
+    raw = b'{"n": 7}'
+    failed = _failed_check(doc, raw, iteration=1, strict=strict)
     routed = (
         [
             CompensationRequested(plan_id="P-1", reason="r"),
@@ -350,22 +355,7 @@ def test_a_gate_failure_in_the_last_iteration_must_enter_the_failure_loop(setup)
         pytest.skip("the plan of this setup is strict")
     raw = b'{"n": 7}'
     last = doc.global_config.max_iterations
-    failed = GateChecked(
-        plan_id="P-1",
-        gate="output",
-        tool="t",
-        tool_version=1,
-        step="s",
-        schema_sha256=None,
-        verdict="fail",
-        deviations=[
-            Deviation(pointer="", kind="no_output_declaration", expected="x", actual_type="object")
-        ],
-        attempt=doc.attempt,
-        iteration=last,
-        strict_mode=False,
-        checked_sha256=hashlib.sha256(raw).hexdigest(),
-    )
+    failed = _failed_check(doc, raw, iteration=last, strict=False)
     only_the_iteration = AttemptFailed(
         plan_id="P-1",
         attempt=doc.attempt,
