@@ -205,6 +205,11 @@ class Snapshot:
             yield digest, size, bytes(data)
 
 
+# Blobs up to this size are inserted without asking whether they are stored (a
+# duplicate is dropped by the database): resending one costs less than a round trip.
+SMALL_BLOB = 64 * 1024
+
+
 class WriteTx:
     """One write transaction holding the ledger lock (see ``Store.write``)."""
 
@@ -213,6 +218,11 @@ class WriteTx:
         self.backend = store.backend
         self.ph = store.placeholder  # the driver's placeholder: "?" or "%s"
         self._size: int | None = None
+        # The head row as the lock read it (size, chain hash, frontier), and the streams'
+        # versions this transaction has read under the lock: an append needs to read
+        # neither again (nothing can move them while the lock is held).
+        self._head: tuple[int, bytes, bytes] | None = None
+        self._versions: dict[str, int] = {}
         self._event_ids: list[str] = []
         self._reader: Any = None
         self._writer: Any = None
@@ -243,12 +253,38 @@ class WriteTx:
     def _own_cursor(self) -> Any:
         return self._aux if self._aux is self._cursor else self._aux.connection.cursor()
 
+    @property
+    def appended(self) -> bool:
+        """Whether this transaction has appended events (not committed before it ends)."""
+        return bool(self._event_ids)
+
     def head_size(self) -> int:
         """The log's size, locking the head first if this transaction has not yet."""
         if self._size is None:
             self._cursor.execute(self._store._backend.lock_head_sql)
-            self._size = self._cursor.fetchone()[0]
+            self._took_head(self._cursor.fetchone())
+        assert self._size is not None
         return self._size
+
+    def _took_head(self, row: Sequence[Any]) -> None:
+        size, chain, packed = row
+        self._head = (size, bytes(chain), bytes(packed))
+        self._size = size
+
+    def _locked_read(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of a read made under the lock. The first read of the transaction
+        takes the lock with it: on PostgreSQL both statements go in one round trip (the
+        read runs after the lock is granted, so in READ COMMITTED it sees every append
+        committed before ours)."""
+        reads = self._reads
+        if self._size is None and reads is not self._cursor:
+            self._cursor.execute(self._store._backend.lock_head_sql)
+            reads.execute(sql, params)
+            self._took_head(self._cursor.fetchone())
+            return list(reads.fetchall())
+        self.head_size()
+        reads.execute(sql, params)
+        return list(reads.fetchall())
 
     def append_batch(
         self, appends: Sequence[StreamAppend], *, blobs: Iterable[bytes] = ()
@@ -281,24 +317,40 @@ class WriteTx:
     def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]:
         """One stream's events, read under this transaction's lock: a decision made on
         them cannot be overtaken by another writer before it commits."""
-        self.head_size()
-        reads = self._reads
-        reads.execute(
+        rows = self._locked_read(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {self.ph} "
             f"AND stream_version >= {self.ph} ORDER BY stream_version",
             (stream, from_version),
         )
+        events = [self._store._decode(row) for row in rows]
+        # Every version from ``from_version`` on was read: the last is the stream's.
+        if events:
+            self._versions[stream] = events[-1].stream_version
+        elif from_version == 1:
+            self._versions[stream] = 0
+        return events
+
+    def read_range(self, first: int, last: int) -> list[RecordedEvent]:
+        """The events at positions ``first`` to ``last``, read under this transaction's
+        lock."""
+        self.head_size()
+        reads = self._reads
+        reads.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE position >= {self.ph} "
+            f"AND position <= {self.ph} ORDER BY position",
+            (first, last),
+        )
         return [self._store._decode(row) for row in reads.fetchall()]
 
-    def read_types(self, types: Sequence[str]) -> list[RecordedEvent]:
-        """Every event of the given types in position order (the type index), read under
-        this transaction's lock."""
+    def read_types(self, types: Sequence[str], after: int = 0) -> list[RecordedEvent]:
+        """Every event of the given types after position ``after``, in position order
+        (the type index), read under this transaction's lock."""
         self.head_size()
         reads = self._reads
         reads.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN "
-            f"({', '.join([self.ph] * len(types))}) ORDER BY position",
-            tuple(types),
+            f"({', '.join([self.ph] * len(types))}) AND position > {self.ph} ORDER BY position",
+            (*types, after),
         )
         return [self._store._decode(row) for row in reads.fetchall()]
 
@@ -339,8 +391,13 @@ class WriteTx:
         for stream_rows in prepared:
             self._event_ids.extend(row[0] for row in stream_rows)
         streams = list(dict.fromkeys(a.stream for a in appends))
-        size, chain, packed, found = store._backend.read_head_locked(cursor, self._aux, streams)
-        versions = {stream: v or 0 for stream, v in zip(streams, found, strict=True)}
+        known = self._versions
+        if self._head is not None and all(stream in known for stream in streams):
+            size, chain, packed = self._head  # read under the lock this transaction holds
+            versions = {stream: known[stream] for stream in streams}
+        else:
+            size, chain, packed, found = store._backend.read_head_locked(cursor, self._aux, streams)
+            versions = {stream: v or 0 for stream, v in zip(streams, found, strict=True)}
         frontier = Frontier.from_bytes(size, bytes(packed))
         hashes = frontier.hashes
         chain = bytes(chain)
@@ -403,13 +460,16 @@ class WriteTx:
         frontier.size = position
         if blob_list:
             store._insert_blobs(cursor, blob_list)
+        packed = frontier.to_bytes()
         if rows:
             if len(rows) == 1:
                 cursor.execute(store._insert_sql, rows[0])
             else:
                 cursor.executemany(store._insert_sql, rows)
-            cursor.execute(store._update_head_sql, (position, chain, frontier.to_bytes()))
+            cursor.execute(store._update_head_sql, (position, chain, packed))
         self._size = position
+        self._head = (position, chain, packed)
+        known.update(versions)
         return rows
 
 
@@ -820,6 +880,15 @@ class Store:
     def _insert_blobs(self, cursor: Any, blob_list: list[bytes]) -> list[str]:
         ph = self.placeholder
         digests = [sha256(data).hexdigest() for data in blob_list]
+        if all(len(data) <= SMALL_BLOB for data in blob_list):
+            # Small blobs are sent whether or not they are stored: one statement that
+            # needs no answer, where asking first would cost a round trip under the lock.
+            cursor.executemany(
+                f"INSERT INTO blobs (digest, size, data) VALUES ({ph}, {ph}, {ph}) "
+                "ON CONFLICT (digest) DO NOTHING",
+                list({d: (d, len(b), b) for d, b in zip(digests, blob_list, strict=True)}.values()),
+            )
+            return digests
         unique = list(dict.fromkeys(digests))
         cursor.execute(
             f"SELECT digest FROM blobs WHERE digest IN ({', '.join([ph] * len(unique))})",
@@ -886,9 +955,33 @@ class Store:
             sql += f" AND position <= {ph}"
             params += (as_of,)
         sql += " ORDER BY stream_version"
+        return [self._decode(row) for row in self._read_rows(sql, params)]
+
+    def read_types(self, types: Sequence[str], after: int = 0) -> list[RecordedEvent]:
+        """Every event of the given types after position ``after``, in position order
+        (the type index), in one statement: for the few, small types of policy."""
+        ph = self.placeholder
+        sql = (
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE type IN ({', '.join([ph] * len(types))}) "
+            f"AND position > {ph} ORDER BY position"
+        )
+        return [self._decode(row) for row in self._read_rows(sql, (*types, after))]
+
+    def _read_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one read statement, on this thread's driver connection when it is
+        idle (the hot reads of a decision: one round trip, no pool), else on a pooled
+        connection in a transaction of its own."""
+        raw = self._writer()
+        driver = driver_connection(raw)
+        if not self._backend.in_transaction(driver):
+            try:
+                return self._backend.read_statement(driver, sql, params)
+            except BaseException:
+                if getattr(driver, "broken", False) or getattr(driver, "closed", False):
+                    self._drop_writer(raw)
+                raise
         with self._transaction() as conn:
-            rows = conn.exec_driver_sql(sql, params).all()
-        return [self._decode(row) for row in rows]
+            return list(conn.exec_driver_sql(sql, params).all())
 
     def read_all(
         self,

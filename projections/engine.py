@@ -553,15 +553,17 @@ class ProjectionEngine:
 
     # -- opening ----------------------------------------------------------------------
 
-    def open(self, progress: Progress | None = None) -> ProjectionEngine:
-        """Create missing read models, rebuild changed ones, catch up the rest."""
+    def open(self, progress: Progress | None = None, *, catch_up: bool = True) -> ProjectionEngine:
+        """Create missing read models, rebuild changed ones, catch up the rest (unless
+        ``catch_up`` is False: someone else keeps them current)."""
         _positions_meta.create_all(self.store.engine)
         stored = self._stored_versions()
         for p in self.projections.values():
             tables = p.table_names().values()
             if stored.get(p.name) != p.version or not all(map(self._table_exists, tables)):
                 self.rebuild([p.name], progress)
-        self.catch_up(progress)
+        if catch_up:
+            self.catch_up(progress)
         return self
 
     def _stored_versions(self) -> dict[str, int]:
@@ -606,7 +608,37 @@ class ProjectionEngine:
             if name in self.projections and position < head
         }
 
-    def catch_up(self, progress: Progress | None = None) -> int:
+    def catch_up_locked(self, tx: WriteTx, limit: int | None = None) -> bool:
+        """Inside a write transaction (under the ledger lock): bring every lagging read
+        model to the head when it lags by at most ``limit`` events (one catch-up
+        window), so that an inline append can follow; False (nothing done) when one lags
+        further or is empty — ``catch_up``'s, outside the lock. A writer that needs its
+        read models current thus always makes progress, however often others append
+        without them."""
+        behind = self.behind(tx)
+        if not behind:
+            return True
+        head = tx.head_size()
+        first = min(behind.values()) + 1
+        limit = CATCH_UP_BATCH if limit is None else limit
+        if 0 in behind.values() or head - first + 1 > limit:
+            return False
+        batch = Batch(tx.read_range(first, head))
+        for name, position in behind.items():
+            p = self.projections[name]
+            p.apply(tx, p.table_names(), batch.after(position))
+            self._set_position(tx, name, p.version, head)
+        return True
+
+    def lagging(self) -> bool:
+        """Whether a read model is behind the head, read without the ledger lock (a
+        follower's cheap question before ``catch_up``, which takes it)."""
+        head = self.store.head().size
+        with self.store.read_transaction() as conn:
+            rows = conn.exec_driver_sql(f"SELECT name, position FROM {POSITIONS}").all()
+        return any(name in self.projections and position < head for name, position in rows)
+
+    def catch_up(self, progress: Progress | None = None, *, chase: bool = True) -> int:
         """Apply whatever the projections' positions are behind the head by; returns events
         applied. ``progress(done, total)`` after each transaction (events of the range
         being caught up).
@@ -615,15 +647,20 @@ class ProjectionEngine:
         at or below the head never change, so they are read outside the lock); each
         window is applied in a write transaction of its own, to each projection from its
         own position as that transaction finds it (another process may have moved it),
-        until none is behind. A read model at position 0 holds nothing: it is built as a
+        until none is behind — or, with ``chase=False``, none is behind the head as the
+        first pass found it (a follower that runs again soon need not chase appends that
+        keep coming). A read model at position 0 holds nothing: it is built as a
         rebuild builds it (folded in memory into fresh tables, each row written once,
         indexed after), which costs less per event than updating live tables."""
         applied = 0
+        target: int | None = None
         while True:
             with self.store.write() as tx:
                 head = tx.head_size()
                 behind = self.behind(tx)
-            if not behind:
+            if target is None or chase:
+                target = head
+            if not any(position < target for position in behind.values()):
                 return applied
             empty = [name for name, position in behind.items() if position == 0]
             if empty:
@@ -639,7 +676,9 @@ class ProjectionEngine:
         applied = 0
         with _no_gc():
             windows = self.store.read_bare(first, to_position=head, batch_size=CATCH_UP_BATCH)
-            for events in self._ahead(windows):
+            # One window is read in this thread: reading ahead pays only past it.
+            ahead = head - first >= CATCH_UP_BATCH
+            for events in self._ahead(windows) if ahead else windows:
                 if not events:
                     continue
                 start, end = events[0].position, events[-1].position

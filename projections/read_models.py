@@ -86,6 +86,9 @@ ALL_PROJECTIONS: tuple[ReadModel, ...] = (
 )
 
 
-def open_projections(store: Store, progress: Progress | None = None) -> ProjectionEngine:
-    """The engine over all read models: created, rebuilt if changed, caught up."""
-    return ProjectionEngine(store, ALL_PROJECTIONS).open(progress)
+def open_projections(
+    store: Store, progress: Progress | None = None, *, catch_up: bool = True
+) -> ProjectionEngine:
+    """The engine over all read models: created, rebuilt if changed, caught up (unless
+    ``catch_up`` is False)."""
+    return ProjectionEngine(store, ALL_PROJECTIONS).open(progress, catch_up=catch_up)

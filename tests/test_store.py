@@ -368,3 +368,26 @@ def test_a_forked_child_opens_its_own_writer_connection(tmp_path) -> None:
         assert verify_store(store).ok
     finally:
         store.close()
+
+
+def test_an_append_after_a_locked_read_takes_the_versions_it_read(store) -> None:  # type: ignore[no-untyped-def]
+    """A stream read under the lock is not read again by the append (nothing can move it
+    while the lock is held): the version checks hold the same, two appends in one
+    transaction stay dense, and small blobs already stored are sent and dropped."""
+    store.append("plan:P-1", [plan_created()], blobs=[b"kept"])
+    with pytest.raises(ConcurrencyError, match="at version 1, but the append expected 0"):
+        with store.write() as tx:
+            assert [e.stream_version for e in tx.read_stream("plan:P-1")] == [1]
+            tx.append_batch([ledger.StreamAppend("plan:P-1", [strategy()], 0)])
+    with store.write() as tx:
+        tx.read_stream("plan:P-1")
+        tx.read_stream("plan:P-2")  # a stream with no events: version 0
+        tx.append_batch([ledger.StreamAppend("plan:P-1", [strategy()], 1)], blobs=[b"kept"])
+        tx.append_batch(
+            [ledger.StreamAppend("plan:P-2", [plan_created("P-2")], NO_STREAM)], blobs=[b"kept"]
+        )
+        tx.append_batch([ledger.StreamAppend("plan:P-1", [strategy(revision=1)], 2)])
+    assert [e.position for e in store.read_all()] == [1, 2, 3, 4]
+    assert [e.stream_version for e in store.read_stream("plan:P-1")] == [1, 2, 3]
+    assert store.get_blob(hashlib.sha256(b"kept").hexdigest()) == b"kept"
+    assert verify_store(store).ok

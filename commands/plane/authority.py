@@ -36,8 +36,6 @@ from ledger import RecordedEvent, Store
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
-    AttachmentCreated,
-    AttachmentDetached,
     ChangesRecorded,
     DecisionRecorded,
     Escalated,
@@ -48,7 +46,6 @@ from ledger.events import (
     SkillPin,
     TokenMinted,
     ToolRegistered,
-    ValidationRegistered,
 )
 from projections.documents import State, fold, fold_plan
 from projections.plan_rules import broken_rule
@@ -61,6 +58,8 @@ from projections.states import (
     ToolState,
 )
 
+from .policy import APPROVER_TYPES, REGISTRY_TYPES, PolicyCache
+
 __all__ = [
     "APPROVER_TYPES",
     "REGISTRY_TYPES",
@@ -70,14 +69,6 @@ __all__ = [
     "StreamState",
     "TamperedPlan",
 ]
-
-APPROVER_TYPES = (ApproverKeyAdded.type_name(), ApproverKeyRevoked.type_name())
-REGISTRY_TYPES = (
-    AttachmentCreated.type_name(),
-    AttachmentDetached.type_name(),
-    ToolRegistered.type_name(),
-    ValidationRegistered.type_name(),
-)
 
 
 class TamperedPlan(CommandRefused):
@@ -97,7 +88,7 @@ class EventSource(Protocol):
     from the store."""
 
     def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]: ...
-    def read_types(self, types: Sequence[str]) -> list[RecordedEvent]: ...
+    def read_types(self, types: Sequence[str], after: int = 0) -> list[RecordedEvent]: ...
     def present_blobs(self, digests: Sequence[str]) -> set[str]: ...
 
     def get_blob(self, digest: str) -> bytes | None: ...
@@ -112,8 +103,8 @@ class StoreSource:
     def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]:
         return self.store.read_stream(stream, from_version)
 
-    def read_types(self, types: Sequence[str]) -> list[RecordedEvent]:
-        return list(self.store.read_all(types=list(types)))
+    def read_types(self, types: Sequence[str], after: int = 0) -> list[RecordedEvent]:
+        return self.store.read_types(types, after)
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         return self.store.present_blobs(digests)
@@ -169,17 +160,39 @@ PlaneKey = Callable[[], Ed25519PublicKey]
 
 class Authority:
     """Folds and checks streams from one ``EventSource``. ``plane_key`` gives the plane's
-    public key (loaded only when an approver key must be checked)."""
+    public key (loaded only when an approver key must be checked). With ``policy`` (the
+    plane's ``PolicyCache``) the trusted policy is taken from the cache, brought up to
+    date through ``source`` once, at the first question that needs it."""
 
     def __init__(
-        self, source: EventSource, checked: Checked | None = None, plane_key: PlaneKey | None = None
+        self,
+        source: EventSource,
+        checked: Checked | None = None,
+        plane_key: PlaneKey | None = None,
+        policy: PolicyCache | None = None,
     ) -> None:
         self.source = source
         self._plane_key = plane_key
         self._checked: Checked = {} if checked is None else checked
+        self._policy_cache = policy
+        self._policy_fresh = False
         self._registry: list[RecordedEvent] | None = None
         self._approvers: list[RecordedEvent] | None = None
         self._skills: list[RecordedEvent] | None = None
+
+    def _policy(self) -> PolicyCache | None:
+        """The cache, refreshed through this source (once); None when there is none, or
+        when the source is a write transaction that has appended (its own events are not
+        committed: they must not enter a cache that outlives it)."""
+        cache = self._policy_cache
+        if cache is None:
+            return None
+        if not self._policy_fresh:
+            if getattr(self.source, "appended", False):
+                return None
+            cache.refresh(self.source, locked=not isinstance(self.source, StoreSource))
+            self._policy_fresh = True
+        return cache
 
     # -- streams ----------------------------------------------------------------------
 
@@ -195,7 +208,22 @@ class Authority:
 
     def tool(self, name: str) -> ToolState | None:
         """A tool's (or validation's) state with every registered version."""
+        cache = self._policy()
+        if cache is not None:
+            doc = cache.doc(f"tool:{name}")
+            return doc if isinstance(doc, ToolState) else None
         return self.state(f"tool:{name}").of(ToolState)
+
+    def policy_doc(self, stream: str) -> State | None:
+        """A policy stream's document folded from its trusted events only (a credential,
+        an attachment …)."""
+        cache = self._policy()
+        if cache is not None:
+            return cache.doc(stream)
+        doc: State | None = None
+        for event in self._trusted(self.source.read_stream(stream)):
+            doc = fold(stream, doc, event.payload)
+        return doc
 
     def tool_version(self, name: str, version: int | None) -> ToolSpec | None:
         """The spec of one registered version (the current one when ``version`` is None)."""
@@ -209,14 +237,14 @@ class Authority:
     def registered_tools(self) -> list[ToolState]:
         """Every tool and validation as the registry holds it (policy an operator
         signed only), by name."""
-        events = self._trusted(self.source.read_types([ToolRegistered.type_name()]))
+        events = self._registered_tools()
         found = [d for d in _fold_streams(events, None).values() if isinstance(d, ToolState)]
         return sorted(found, key=lambda doc: doc.name)
 
     def mcp_tools(self, server: str, tool_name: str) -> list[str]:
         """The registered tools whose current version is ``tool_name`` on MCP server
         ``server`` (``mcp_server`` / ``mcp_tool_name``), by name."""
-        events = self._trusted(self.source.read_types([ToolRegistered.type_name()]))
+        events = self._registered_tools()
         return sorted(
             doc.name
             for doc in _fold_streams(events, None).values()
@@ -229,7 +257,7 @@ class Authority:
         """The upstreams (``source`` of their tools: ``mcp:COMMAND`` or ``mcp:URL``) the
         registered tools of MCP server ``server`` came from: a server name is bound to
         the upstream its tools were first registered from."""
-        events = self._trusted(self.source.read_types([ToolRegistered.type_name()]))
+        events = self._registered_tools()
         return {
             doc.spec.source
             for doc in _fold_streams(events, None).values()
@@ -237,6 +265,14 @@ class Authority:
             and doc.spec.mcp_server == server
             and doc.spec.source.startswith("mcp:")
         }
+
+    def _registered_tools(self) -> list[RecordedEvent]:
+        """The trusted ``tool.registered`` events (not validations), in log order."""
+        name = ToolRegistered.type_name()
+        cache = self._policy()
+        if cache is not None:
+            return [e for e in cache.registry if e.type == name]
+        return self._trusted(self.source.read_types([name]))
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         """Which of ``digests`` the blob store holds."""
@@ -268,6 +304,9 @@ class Authority:
 
     def _trusted_keys(self) -> list[RecordedEvent]:
         """The approver-stream events that count, in log order (``KeyRing``)."""
+        cache = self._policy()
+        if cache is not None:
+            return cache.approvers
         if self._approvers is None:
             events = self.source.read_types(APPROVER_TYPES)
             ring = KeyRing(self._plane_key() if self._plane_key is not None and events else None)
@@ -280,6 +319,11 @@ class Authority:
         p = event.payload
         if not needs_operator(p):
             return True
+        cache = self._policy()
+        if cache is not None:
+            verdict = cache.verdicts.get(event.position)
+            if verdict is not None:
+                return verdict
         if isinstance(p, ApproverKeyAdded | ApproverKeyRevoked):
             return any(e.position == event.position for e in self._trusted_keys())
         ring = KeyRing(None)
@@ -292,9 +336,14 @@ class Authority:
     def _fold_registry(
         self, before: int | None
     ) -> tuple[dict[str, AttachmentState], dict[str, ToolState]]:
-        if self._registry is None:
-            self._registry = self._trusted(self.source.read_types(REGISTRY_TYPES))
-        docs = _fold_streams(self._registry, before)
+        cache = self._policy()
+        if cache is not None:
+            registry = cache.registry
+        else:
+            if self._registry is None:
+                self._registry = self._trusted(self.source.read_types(REGISTRY_TYPES))
+            registry = self._registry
+        docs = _fold_streams(registry, before)
         attachments = {s: d for s, d in docs.items() if isinstance(d, AttachmentState)}
         tools = {
             d.name: d for d in docs.values() if isinstance(d, ToolState) and d.kind == "validation"
@@ -363,9 +412,14 @@ class Authority:
     def skill_pins(self, names: Sequence[str], *, before: int | None = None) -> dict[str, SkillPin]:
         """Each named skill's version and members as the registry defines them (as of
         before position ``before``); a skill not defined is left out."""
-        if self._skills is None:
-            self._skills = self._trusted(self.source.read_types([SkillDefined.type_name()]))
-        docs = _fold_streams(self._skills, before)
+        cache = self._policy()
+        if cache is not None:
+            skills = cache.skills
+        else:
+            if self._skills is None:
+                self._skills = self._trusted(self.source.read_types([SkillDefined.type_name()]))
+            skills = self._skills
+        docs = _fold_streams(skills, before)
         found = {name: docs.get(f"skill:{name}") for name in names}
         return {
             name: SkillPin(version=doc.version, members=list(doc.members))

@@ -12,6 +12,7 @@ same transaction. Read models are query caches: no decision reads them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import msgspec
@@ -40,7 +41,8 @@ from projections.engine import Progress
 from projections.plan_rules import broken_rule
 from projections.states import PlanState
 
-from .authority import Authority, Checked, StoreSource, StreamState
+from .authority import Authority, Checked, EventSource, StoreSource, StreamState
+from .policy import PolicyCache
 
 __all__ = ["CommandRefused", "Decision", "Plane", "StreamState"]
 
@@ -58,14 +60,25 @@ class Plane:
         *,
         workdir: Path | None = None,
         progress: Progress | None = None,
+        inline_read_models: bool = True,
     ) -> None:
         """``progress(done, total)`` is told how opening the read models goes (a
-        changed one rebuilt, the others caught up): the CLI draws a bar with it."""
+        changed one rebuilt, the others caught up): the CLI draws a bar with it.
+
+        ``inline_read_models=False`` leaves the read models to whoever catches them up
+        (the service's follower thread): an append then holds the ledger lock for the
+        decision and the append only, and a query may see the read models a moment
+        behind the log. No decision reads them either way."""
         self.store = store
+        self.inline_read_models = inline_read_models
         self.sandboxes = sandboxes_dir(store.url, workdir)  # where plans' sandboxes live
-        self.projections = projections or open_projections(store, progress)
+        self.projections = projections or open_projections(
+            store, progress, catch_up=inline_read_models
+        )
         self._checked: Checked = {}  # plan prefixes already checked (events never change)
         self._plane_public: Ed25519PublicKey | None = None
+        # Trusted policy folded once and read on by position (``commands.plane.policy``).
+        self._policy = PolicyCache(self.plane_public_key)
 
     @classmethod
     def open(
@@ -75,10 +88,13 @@ class Plane:
         create: bool = True,
         workdir: Path | None = None,
         progress: Progress | None = None,
+        inline_read_models: bool = True,
     ) -> Plane:
         store = open_store(url, create=create)
         try:
-            return cls(store, workdir=workdir, progress=progress)
+            return cls(
+                store, workdir=workdir, progress=progress, inline_read_models=inline_read_models
+            )
         except BaseException:
             store.close()
             raise
@@ -104,9 +120,17 @@ class Plane:
         """The plan's sandbox (``ensure()`` it before use: the copies are made lazily)."""
         return PlanSandbox.of(self.sandboxes, plan)
 
+    def one_look(self) -> AbstractContextManager[None]:
+        """One operation's look at the policy (``PolicyCache.one_look``): the service
+        checks a request's credential and runs it inside one."""
+        return self._policy.one_look()
+
     def log(self) -> Authority:
         """Authority reads outside a write transaction (each its own snapshot)."""
-        return Authority(StoreSource(self.store), self._checked, self.plane_public_key)
+        return self._authority(StoreSource(self.store))
+
+    def _authority(self, source: EventSource) -> Authority:
+        return Authority(source, self._checked, self.plane_public_key, self._policy)
 
     def state(self, stream: str) -> StreamState:
         """The stream's document and version, folded from the events table."""
@@ -120,21 +144,22 @@ class Plane:
         decide: Callable[[StreamState], Decision],
         *,
         actor: str = "system",
-        blobs: Iterable[bytes] = (),
+        blobs: Iterable[bytes] | Callable[[], Iterable[bytes]] = (),
         correlation_id: str | None = None,
         caused_by: int | None = None,
     ) -> list[RecordedEvent]:
         """Fold the stream from the log under the ledger lock, decide, append — one
         transaction, so nothing can move the state between the decision and its events.
         ``decide`` must not open transactions of its own: other streams it needs are
-        read through ``state.log``, in the same transaction."""
-        blob_list = list(blobs)
+        read through ``state.log``, in the same transaction. ``blobs`` may be a function,
+        asked after ``decide`` (when what is kept depends on the decision)."""
         while True:
             with self.store.write() as tx:
                 # The read models are kept current in the appending transaction; events
-                # another writer appended without them are applied first (outside it).
-                if not self.projections.behind(tx):
-                    state = Authority(tx, self._checked, self.plane_public_key).state(stream)
+                # another writer appended without them are applied first: here, under
+                # the lock, when they are few, else outside it (``catch_up``), then again.
+                if not self.inline_read_models or self.projections.catch_up_locked(tx):
+                    state = self._authority(tx).state(stream)
                     payloads = decide(state)
                     if not payloads:
                         return []
@@ -143,7 +168,7 @@ class Plane:
                         state,
                         payloads,
                         actor=actor,
-                        blobs=blob_list,
+                        blobs=list(blobs() if callable(blobs) else blobs),
                         correlation_id=correlation_id,
                         caused_by=caused_by,
                     )
@@ -207,7 +232,8 @@ class Plane:
             doc = after
         appends = [*bootstrap, StreamAppend(state.stream, events, state.version)]
         recorded = tx.append_batch(appends, blobs=blobs)
-        self.projections.apply_inline(tx, recorded)
+        if self.inline_read_models:
+            self.projections.apply_inline(tx, recorded)
         return recorded[len(recorded) - len(events) :]
 
     # -- policy: signed by an operator ------------------------------------------------
@@ -230,7 +256,7 @@ class Plane:
         assert key is not None
         public = public_key_b64(key.public_key())
         print_ = fingerprint(key.public_key())
-        log = Authority(tx, self._checked, self.plane_public_key)
+        log = self._authority(tx)
         keys = log.approver_keys()
         known = keys.get(print_)
         bootstrap: list[StreamAppend] = []

@@ -126,12 +126,8 @@ def revoke_credential(
 def _trusted_state(plane: Plane, credential_id: str) -> CredentialState | None:
     """The credential folded from its signed events only: an event the plane cannot
     trust (no operator's signature in force at its position) is skipped."""
-    log = plane.log()
-    doc: CredentialState | None = None
-    for event in plane.store.read_stream(f"credential:{credential_id}"):
-        if log.policy_ok(event):
-            doc = fold_credential(doc, event.payload)
-    return doc
+    doc = plane.log().policy_doc(f"credential:{credential_id}")
+    return doc if isinstance(doc, CredentialState) else None
 
 
 def authenticate(plane: Plane, token: str) -> CredentialState:

@@ -23,7 +23,7 @@ appended.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -71,6 +71,9 @@ class GateOutcome:
     events: list[RecordedEvent] = field(default_factory=list)
     # Iterations the attempt has left after this check (the critique loop's bound).
     iterations_left: int | None = None
+    # False for a check found in the log rather than appended by this call (a post-tool
+    # hook's input gate is its pre-tool hook's check).
+    recorded: bool = True
 
     @property
     def passed(self) -> bool:
@@ -128,9 +131,8 @@ def gate_input(
 ) -> GateOutcome:
     """Tool identity and parameters against the tool's registered (closed) schema."""
     raw = as_bytes(params)
-    log = plane.log()
-    found = log.tool(tool)  # the registered schema, from the log
-    plan = log.state(f"plan:{plan_id}").of(PlanState)
+    found = plane.log().tool(tool)  # the registered schema, from the log
+    refine: Refine | None = None
     if found is None:
         deviations = [
             Deviation(
@@ -141,10 +143,6 @@ def gate_input(
             )
         ]
         schema, digest, version = None, None, None
-    elif plan is not None and not plan.may_call(tool):
-        # Outside the plan's skills: refused whatever its parameters (not checked).
-        deviations = [not_in_skill(plan)]
-        schema, digest, version = None, None, found.version
     else:
         spec = found.spec
         schema = spec.input_schema or NO_PARAMETERS
@@ -152,6 +150,19 @@ def gate_input(
         digest = digest or _sha256_of(schema)
         version = found.version
         deviations = check(schema, raw, schema_sha256=digest)
+        registered = found.version
+
+        def refine(plan: PlanState) -> tuple[Any, dict[str, Any]] | None:
+            # Outside the plan's skills: refused whatever its parameters (judged under
+            # the ledger lock, from the plan the check is appended to).
+            if plan.may_call(tool):
+                return None
+            return None, {
+                "tool_version": registered,
+                "schema_sha256": None,
+                "deviations": [not_in_skill(plan)],
+            }
+
     return _record(
         plane,
         plan_id,
@@ -166,6 +177,7 @@ def gate_input(
             "schema_sha256": digest,
             "deviations": deviations,
         },
+        refine=refine,
     )
 
 
@@ -262,6 +274,11 @@ def _tool_output_schema(log: Authority, step_tool: StepState | None) -> tuple[An
     return spec.output_schema, spec.output_schema_sha256
 
 
+# What the plan under the ledger lock changes of a check prepared before it: the schema
+# the check used and the fields it replaces (None: nothing).
+Refine = Callable[[PlanState], "tuple[Any, dict[str, Any]] | None"]
+
+
 def _record(
     plane: Plane,
     plan_id: str,
@@ -272,10 +289,11 @@ def _record(
     fields: dict[str, Any],
     before: Sequence[EventPayload] = (),
     blobs: Sequence[bytes] = (),
+    refine: Refine | None = None,
 ) -> GateOutcome:
     """Append the check (after ``before``, in one transaction) and what it routes to,
-    each routed event caused by the check."""
-    verdict: Literal["pass", "fail"] = "fail" if fields["deviations"] else "pass"
+    each routed event caused by the check. ``refine`` sees the plan as the transaction
+    folds it, and may replace the check's schema and fields."""
     decided: dict[str, Any] = {}
 
     def decide(state: StreamState) -> list[EventPayload]:
@@ -285,6 +303,11 @@ def _record(
             raise CommandRefused(
                 f"plan {plan_id} is in {doc.phase.capitalize()}: gate checks happen only in Execute"
             )
+        used, found = schema, fields
+        changed = refine(doc) if refine is not None else None
+        if changed is not None:
+            used, found = changed[0], {**fields, **changed[1]}
+        verdict: Literal["pass", "fail"] = "fail" if found["deviations"] else "pass"
         config = doc.global_config
         attempt, iteration = doc.attempt, doc.iteration
         checked = GateChecked(
@@ -294,15 +317,25 @@ def _record(
             iteration=iteration,
             strict_mode=config.strict_mode,
             checked_sha256=_sha256_hex(raw),
-            **fields,
+            **found,
         )
-        routed, events = _route(checked, doc, len(fields["deviations"]))
+        routed, events = _route(checked, doc, len(found["deviations"]))
         left = config.max_iterations - iteration if routed == "retry" else 0
-        decided.update(check=checked, routed=routed, left=None if routed is None else left)
+        decided.update(
+            check=checked,
+            routed=routed,
+            left=None if routed is None else left,
+            kept=[*blobs, raw] if used is None else [*blobs, raw, canonical_json(used)],
+        )
         return [*before, checked, *events]
 
-    kept = [*blobs, raw] if schema is None else [*blobs, raw, canonical_json(schema)]
-    recorded = plane.run(f"plan:{plan_id}", decide, actor=actor, blobs=kept, caused_by=len(before))
+    recorded = plane.run(
+        f"plan:{plan_id}",
+        decide,
+        actor=actor,
+        blobs=lambda: decided["kept"],
+        caused_by=len(before),
+    )
     return GateOutcome(
         decided["check"], decided["routed"], recorded[len(before) :], decided["left"]
     )

@@ -339,5 +339,5 @@ def _pre_tool_check(
         and check.tool_version == found.version
         and check.checked_sha256 == digest
     ):
-        return GateOutcome(check, None, [last])
+        return GateOutcome(check, None, [last], recorded=False)
     return None

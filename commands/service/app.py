@@ -8,22 +8,26 @@ existing handlers (``routes.py``), in a worker thread, with a ``Plane`` from a s
 
 A request to an agent route goes through, in order, and stops at the first refusal:
 
-1. the bearer token's presence (401, no database touched);
+1. the bearer token's presence and form (401, no database touched);
 2. the in-flight bound: beyond it 503 with ``Retry-After``, before anything starts;
-3. the credential, checked by the plane (401) — reads only;
-4. the query (closed: 422) and the plan it names (403);
-5. the body, read through the cap on agent bytes (413) and the input layer, checked
-   against the route's closed schema with the project's checker, no coercion (422), and
-   the plan it names (403);
-6. the plane operation: a ``CommandRefused`` is 409; what it recorded is the answer.
+3. the query, checked against the route's closed set (422);
+4. the body, read through the cap on agent bytes (413: never more than the cap is read,
+   whoever sends it);
+5. in one worker thread, with one look at the policy: the credential, checked by the
+   plane (401) — reads only; the plan the query names (403); the body through the input
+   layer, checked against the route's closed schema with the project's checker, no
+   coercion (422), and the plan it names (403); then the plane operation: a
+   ``CommandRefused`` is 409, and what it recorded is the answer.
 
-``POST /mcp`` (the plane's MCP gate, ``mcp.py``) goes through steps 1-4 the same way;
-then the SDK's transport reads the message, and a refusal inside it (a gate's deviation,
-a plan state that allows no call) is an MCP tool error in a 200, as the stdio proxy
-answers it.
+``POST /mcp`` (the plane's MCP gate, ``mcp.py``) checks the token, the bound, the
+credential and the query's plan first; then the SDK's transport reads the message, and a
+refusal inside it (a gate's deviation, a plan state that allows no call) is an MCP tool
+error in a 200, as the stdio proxy answers it.
 
-Every refusal before step 6 appends nothing, and a refusal in step 6 appends nothing
-either (the plane's handlers refuse before their one transaction). A plane operation is
+Every refusal appends nothing (the plane's handlers refuse before their one
+transaction). The service's planes leave the read models to a follower thread
+(``follower.py``): an answer is durable in the log when it is sent, and the read models
+(``evidence status`` and the other queries) show it a moment later. A plane operation is
 never abandoned half-way: a worker thread runs to its end even when the client goes
 away or the server is told to stop, and uvicorn's graceful shutdown (SIGTERM) waits for
 every request in flight before the pool is closed.
@@ -53,7 +57,7 @@ from starlette.types import Message, Receive, Scope, Send
 from commands.errors import CommandRefused
 from commands.plane.core import Plane
 from commands.plane.credentials import CredentialState
-from commands.plane.hooks import UnknownTools, read_hook_input, refused_answer
+from commands.plane.hooks import HookCall, UnknownTools, read_hook_input, refused_answer
 from commands.rules.signing import plane_key_path
 from commands.schemas.checker import check
 from commands.text import inert
@@ -65,6 +69,7 @@ from ledger.keys import fingerprint, load_private_key
 from ledger.store import url_identity
 
 from .auth import Forbidden, Unauthenticated, bearer_token, challenge, check_plan, credential_for
+from .follower import ReadModelFollower
 from .mcp import SCOPE_PLAN, SCOPE_SLOT, McpGate, Slot
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import openapi_document
@@ -98,6 +103,7 @@ class Service:
         self.max_in_flight = max_in_flight
         self.in_flight = 0  # changed on the event loop's thread only
         self.pool = PlanePool(db_url, keep=max_in_flight, workdir=workdir)
+        self.follower = ReadModelFollower(db_url)
         self.metrics = Metrics()
         self.plane_key_fingerprint: str | None = None
         self.openapi = msgspec.json.encode(openapi_document(ENDPOINTS))
@@ -123,15 +129,20 @@ class Service:
         self.plane_key_fingerprint = fingerprint(load_private_key(path).public_key())
         self.pool.run(lambda plane: plane.store.head())
         self._limiter = anyio.CapacityLimiter(self.max_in_flight + 2)
+        self.follower.start()
 
     def stop(self) -> None:
         self.pool.close()
+        self.follower.stop()
 
     async def in_thread(self, fn: Callable[[Plane], T]) -> T:
         """``fn(plane)`` in a worker thread with a pooled plane. Not abandoned when the
         request is cancelled: the thread's transaction always finishes."""
         assert self._limiter is not None, "the service has not started"
-        return await anyio.to_thread.run_sync(self.pool.run, fn, limiter=self._limiter)
+        try:
+            return await anyio.to_thread.run_sync(self.pool.run, fn, limiter=self._limiter)
+        finally:
+            self.follower.poke()  # it may have appended: the read models follow
 
     # -- answers ----------------------------------------------------------------------
 
@@ -182,11 +193,11 @@ class Service:
         log.error("internal error on %s", endpoint.path, exc_info=exc)
         return self.error(endpoint, 500, f"internal error ({type(exc).__name__}); see the log")
 
-    def count(self, outcome: Outcome, before: int) -> None:
-        """Count what the operation recorded: only checks appended after ``before`` (a
-        post-tool hook reuses the pre-tool's check, which was counted then)."""
+    def count(self, outcome: Outcome) -> None:
+        """Count what the operation recorded: only checks it appended (a post-tool hook
+        reuses the pre-tool's check, which was counted then)."""
         for gate in outcome.gates:
-            if gate is None or not gate.events or gate.events[0].position <= before:
+            if gate is None or not gate.recorded:
                 continue
             found = gate.check
             self.metrics.gate_checks.inc(gate=found.gate, verdict=found.verdict)
@@ -274,37 +285,29 @@ class Service:
 
     async def _serve(self, endpoint: Endpoint, request: Request, token: str) -> Response:
         query = _query(endpoint, request)
-        credential: CredentialState = await self.in_thread(
-            lambda plane: credential_for(plane, token)
-        )
-        check_plan(credential, query.get("plan"))
         data = await _read_body(request)
-        plan_id = credential.plan_id
-        if endpoint.hook is not None:
-            assert endpoint.hook_kind is not None
-            try:
-                call = read_hook_input(data, endpoint.hook_kind)
-            except InputError as exc:
-                raise BadRequest(413 if exc.rule == "size" else 422, str(exc)) from None
-            except CommandRefused as exc:  # a used field missing or malformed
-                raise BadRequest(422, str(exc)) from None
-            unknown: UnknownTools = "record" if query.get("unknown_tools") == "record" else "deny"
-            hook = endpoint.hook
+        hook, unknown = endpoint.hook, _unknown_tools(query)
+        run = endpoint.run
 
-            def operate(plane: Plane) -> tuple[int, Outcome]:
-                return plane.store.head().size, hook(plane, plan_id, call, unknown)
+        def operate(plane: Plane) -> Outcome:
+            # The credential first, then the body: one hand-off to a worker thread and
+            # one look at the policy for the whole request.
+            with plane.one_look():
+                return checked(plane)
 
-        else:
-            assert endpoint.run is not None
+        def checked(plane: Plane) -> Outcome:
+            credential = credential_for(plane, token)
+            check_plan(credential, query.get("plan"))
+            plan_id = credential.plan_id
+            if hook is not None:
+                return hook(plane, plan_id, _hook_call(endpoint, data), unknown)
+            assert run is not None
             body = _body(endpoint, data)
             check_plan(credential, body.get("plan"))
-            run = endpoint.run
+            return run(plane, plan_id, body)
 
-            def operate(plane: Plane) -> tuple[int, Outcome]:
-                return plane.store.head().size, run(plane, plan_id, body)
-
-        before, outcome = await self.in_thread(operate)
-        self.count(outcome, before)
+        outcome = await self.in_thread(operate)
+        self.count(outcome)
         return self.json(outcome.body)
 
     # -- the open routes --------------------------------------------------------------
@@ -332,6 +335,21 @@ class Service:
 
     async def openapi_json(self, _request: Request) -> Response:
         return Response(self.openapi, media_type="application/json")
+
+
+def _unknown_tools(query: dict[str, str]) -> UnknownTools:
+    return "record" if query.get("unknown_tools") == "record" else "deny"
+
+
+def _hook_call(endpoint: Endpoint, data: bytes) -> HookCall:
+    """The hook input of a hook route's body (413 / 422 as the CLI's refusals)."""
+    assert endpoint.hook_kind is not None
+    try:
+        return read_hook_input(data, endpoint.hook_kind)
+    except InputError as exc:
+        raise BadRequest(413 if exc.rule == "size" else 422, str(exc)) from None
+    except CommandRefused as exc:  # a used field missing or malformed
+        raise BadRequest(422, str(exc)) from None
 
 
 def _query(endpoint: Endpoint, request: Request) -> dict[str, str]:

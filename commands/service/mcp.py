@@ -81,7 +81,7 @@ class Host(Protocol):
 
     async def in_thread(self, fn: Callable[[Plane], T]) -> T: ...
 
-    def count(self, outcome: Outcome, before: int) -> None: ...
+    def count(self, outcome: Outcome) -> None: ...
 
 
 class McpGate:
@@ -153,12 +153,11 @@ class McpGate:
         arguments: Any = params.arguments if params.arguments is not None else {}
         meta = params.meta
 
-        def operate(plane: Plane, plan_id: str) -> tuple[int, GateCall]:
-            before = plane.store.head().size
-            return before, gate_call(plane, plan_id, params.name, arguments, meta)
+        def operate(plane: Plane, plan_id: str) -> GateCall:
+            return gate_call(plane, plan_id, params.name, arguments, meta)
 
-        before, called = await self._plane(ctx, operate)
-        self.host.count(Outcome({}, gates=called.gates, validation=called.validation), before)
+        called = await self._plane(ctx, operate)
+        self.host.count(Outcome({}, gates=called.gates, validation=called.validation))
         if called.result is None:  # the tool's server could not serve the call
             from mcp.shared.exceptions import MCPError
 

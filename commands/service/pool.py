@@ -34,7 +34,8 @@ class PlanePool:
 
     def _open(self) -> Plane:
         # Never create: the service serves a ledger an operator made (`evidence init`).
-        return Plane.open(self.db_url, create=False, workdir=self.workdir)
+        # The read models are the follower's (``follower.py``), not each append's.
+        return Plane.open(self.db_url, create=False, workdir=self.workdir, inline_read_models=False)
 
     @contextmanager
     def plane(self) -> Iterator[Plane]:

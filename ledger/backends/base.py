@@ -72,6 +72,16 @@ class Backend(ABC):
         when the block ends normally. Rolling back is the caller's part."""
 
     @abstractmethod
+    def in_transaction(self, driver: Any) -> bool:
+        """Whether the driver connection ``driver`` is inside a transaction."""
+
+    @abstractmethod
+    def read_statement(self, driver: Any, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one read statement on the driver connection ``driver``, outside
+        any transaction of the caller's: the statement is its own snapshot, sent without
+        a BEGIN and a COMMIT around it."""
+
+    @abstractmethod
     def read_head_locked(self, cursor: Any, aux: Any, streams: Sequence[str]) -> HeadAndVersions:
         """Lock the ledger head and read it with each stream's current version, such
         that no append committed before the lock is missed."""

@@ -102,6 +102,22 @@ class PostgresBackend(Backend):
             yield driver.cursor(), driver.cursor()
             driver.commit()
 
+    def in_transaction(self, driver: Any) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return bool(driver.info.transaction_status != TransactionStatus.IDLE)
+
+    def read_statement(self, driver: Any, sql: str, params: Sequence[Any]) -> list[Any]:
+        # In autocommit the statement runs in a transaction of its own on the server:
+        # one round trip instead of BEGIN, the statement and COMMIT.
+        driver.autocommit = True
+        try:
+            with driver.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchall()
+        finally:
+            driver.autocommit = False
+
     def read_head_locked(self, cursor: Any, aux: Any, streams: Sequence[str]) -> HeadAndVersions:
         # A separate statement after the lock: in READ COMMITTED its snapshot then
         # includes every append committed before ours. Both are sent before either result

@@ -101,6 +101,19 @@ class SQLiteBackend(Backend):
         yield cursor, cursor
         driver.commit()
 
+    def in_transaction(self, driver: Any) -> bool:
+        return bool(driver.in_transaction)
+
+    def read_statement(self, driver: Any, sql: str, params: Sequence[Any]) -> list[Any]:
+        # The connection is in autocommit (isolation_level None): a SELECT outside BEGIN
+        # is its own read transaction, one snapshot.
+        cursor = driver.cursor()
+        try:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+        finally:
+            cursor.close()
+
     def read_head_locked(self, cursor: Any, aux: Any, streams: Sequence[str]) -> HeadAndVersions:
         # BEGIN IMMEDIATE already holds the write lock: one statement reads it all.
         cursor.execute(

@@ -1,0 +1,140 @@
+"""The policy the plane trusts, folded once per ``Plane`` and kept up to date by position.
+
+Policy — approver and operator keys, the registry (tools, validations, attachments),
+skills, agent credentials — is what every decision is checked against, so without a
+cache every gate check and every service request would read each of those streams and
+verify each of their signatures again: the credential, the tool's registration and the
+approver keys were half of the service's CPU per request (docs/performance.md).
+
+``PolicyCache`` reads only what is new: each ``refresh`` asks for the policy events after
+the last position it has folded (one indexed query that usually returns no row), and
+judges each new one exactly as ``Authority`` judges it — in log order, against the keys
+in force just before its position (``KeyRing``). A revocation is therefore seen by the
+very next refresh: every ``Authority`` refreshes once, before its first policy answer,
+through its own source (inside a write transaction, under the ledger lock).
+
+Why folding by position is sound: positions are given under the ledger lock and
+committed in that order, so once a policy event at position P has been read, none at or
+below P can appear later; and an event, once read, is judged once (events never change;
+a database whose rows were edited in place is ``evidence verify``'s to report, as for
+the checked plan prefixes the plane already keeps). A write transaction that has
+appended is never read into the cache: what it wrote is not yet committed and may never
+be (``Authority`` then reads without the cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Protocol
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from commands.rules.trust import KeyRing
+from ledger import RecordedEvent
+from ledger.events import (
+    ApproverKeyAdded,
+    ApproverKeyRevoked,
+    AttachmentCreated,
+    AttachmentDetached,
+    CredentialIssued,
+    CredentialRevoked,
+    SkillDefined,
+    ToolRegistered,
+    ValidationRegistered,
+)
+from projections.documents import State, fold
+
+__all__ = ["POLICY_SCAN_TYPES", "PolicyCache", "PolicySource"]
+
+APPROVER_TYPES = (ApproverKeyAdded.type_name(), ApproverKeyRevoked.type_name())
+REGISTRY_TYPES = (
+    AttachmentCreated.type_name(),
+    AttachmentDetached.type_name(),
+    ToolRegistered.type_name(),
+    ValidationRegistered.type_name(),
+)
+SKILL_TYPES = (SkillDefined.type_name(),)
+CREDENTIAL_TYPES = (CredentialIssued.type_name(), CredentialRevoked.type_name())
+# Every type the cache folds (a plan's creation is policy only when it weakens a gate,
+# and is judged with the plan's own stream).
+POLICY_SCAN_TYPES = APPROVER_TYPES + REGISTRY_TYPES + SKILL_TYPES + CREDENTIAL_TYPES
+
+
+class PolicySource(Protocol):
+    """The one read a refresh needs: events of ``types`` after position ``after``, in
+    position order."""
+
+    def read_types(self, types: Sequence[str], after: int = 0) -> list[RecordedEvent]: ...
+
+
+class PolicyCache:
+    """Trusted policy as of ``position``: the approver-stream events that count, the
+    trusted registry and skill events (for folds as of a position), each trusted policy
+    stream's document (tools, attachments, skills, credentials, approvers), and every
+    scanned event's verdict."""
+
+    def __init__(self, plane_key: Callable[[], Ed25519PublicKey] | None) -> None:
+        self._plane_key = plane_key
+        self.position = 0
+        self._ring: KeyRing | None = None  # keys as of ``position``; made at the first key
+        self.approvers: list[RecordedEvent] = []
+        self.registry: list[RecordedEvent] = []
+        self.skills: list[RecordedEvent] = []
+        self.docs: dict[str, State | None] = {}
+        self.verdicts: dict[int, bool] = {}
+        self._looks = 0  # ``one_look`` scopes open
+        self._looked = False  # refreshed inside the open scope
+
+    @contextmanager
+    def one_look(self) -> Iterator[None]:
+        """One request's look at the policy: inside, the first refresh outside a write
+        transaction serves every later one outside a write transaction too (a request
+        checked against the policy as it stood when it began finishes against it; a
+        revocation binds the next request). A write transaction still reads what is new
+        under its lock."""
+        self._looks += 1
+        try:
+            yield
+        finally:
+            self._looks -= 1
+            if not self._looks:
+                self._looked = False
+
+    def refresh(self, source: PolicySource, *, locked: bool = False) -> None:
+        """Fold the policy events ``source`` holds after ``position`` (``locked``: the
+        source is a write transaction, read under the ledger lock)."""
+        if self._looked and not locked:
+            return
+        for event in source.read_types(POLICY_SCAN_TYPES, self.position):
+            self._take(event)
+        if self._looks and not locked:
+            self._looked = True
+
+    def _take(self, event: RecordedEvent) -> None:
+        if event.position <= self.position:  # read twice (a racing page): judged once
+            return
+        p = event.payload
+        if isinstance(p, ApproverKeyAdded | ApproverKeyRevoked):
+            if self._ring is None:
+                self._ring = KeyRing(self._plane_key() if self._plane_key is not None else None)
+            trusted = self._ring.take(p) is None
+            if trusted:
+                self.approvers.append(event)
+        else:
+            ring = self._ring if self._ring is not None else KeyRing(None)
+            trusted = ring.policy_problem(p) is None
+            if trusted:
+                kind = event.type
+                if kind in REGISTRY_TYPES:
+                    self.registry.append(event)
+                elif kind in SKILL_TYPES:
+                    self.skills.append(event)
+        if trusted:
+            self.docs[event.stream] = fold(event.stream, self.docs.get(event.stream), p)
+        self.verdicts[event.position] = trusted
+        self.position = event.position
+
+    def doc(self, stream: str) -> State | None:
+        """A policy stream's document, folded from its trusted events only."""
+        return self.docs.get(stream)
