@@ -31,6 +31,8 @@ operation counts when it starts and ends inside the timed window. Scenarios:
                 ``POST /v1/gate/input`` (a passing check) with its credential
   service       the same service and N agents, each its own plan and credential
   service-x2    two ``evidence serve`` processes on the same ledger, N/2 agents each
+  service-w2    one ``evidence serve --workers 2`` (two service processes sharing its
+                port, the kernel handing each connection to one) and N agents
 
 SQLite runs ``append``, ``plane-1``, ``plane``, ``plane-proc``, ``service-1`` and
 ``service`` (one writer at a time by design; ``raw`` and two services on one database
@@ -129,6 +131,7 @@ SCENARIOS: dict[str, str] = {
     "service-1": "evidence serve x1",
     "service": "evidence serve x1",
     "service-x2": "evidence serve x2",
+    "service-w2": "evidence serve --workers 2",
 }
 MODES = {
     "raw": "thread",
@@ -141,6 +144,7 @@ MODES = {
     "service-1": "service",
     "service": "service",
     "service-x2": "service",
+    "service-w2": "service",
 }
 KINDS = {
     "raw": "raw",
@@ -564,7 +568,7 @@ def _sleep_until(moment: float) -> None:
 # `evidence serve` under cProfile, every thread, timed by each thread's CPU clock (so a
 # function's time is the CPU it used, not the database, the lock or the GIL it waited
 # for): the worker threads (anyio's, where the plane runs) get a profiler each from their
-# first call; the main thread (the event loop: uvicorn, h11, Starlette) from SIGUSR1 on,
+# first call; the main thread (the event loop: uvicorn, its HTTP parser, Starlette) from SIGUSR1 on,
 # so start-up is left out. On exit (a SIGTERM drains as usual) the profiles are written
 # to ARGV[1].main and ARGV[1].workers.
 PROFILED_SERVE = r"""
@@ -606,9 +610,9 @@ class Service:
     """`evidence serve --port 0` in a subprocess (optionally under PROFILED_SERVE); its log
     goes to a file (a pipe nobody reads would fill and stall it)."""
 
-    def __init__(self, led: Ledger, profile_to: str | None = None) -> None:
+    def __init__(self, led: Ledger, profile_to: str | None = None, workers: int = 1) -> None:
         env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"} | led.env
-        args = ["serve", "--db", led.url, "--port", "0"]
+        args = ["serve", "--db", led.url, "--port", "0", "--workers", str(workers)]
         if profile_to is None:
             cmd = [sys.executable, "-m", "commands.cli", *args]
         else:
@@ -703,6 +707,15 @@ async def _agent(
     return tally
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a service's worker processes)."""
+    found = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in task.read_text().split():
+            found.extend(process_tree(int(child)))
+    return found
+
+
 def run_service(
     led: Ledger,
     services: int,
@@ -710,15 +723,17 @@ def run_service(
     warmup: float,
     seconds: float,
     profile_to: str | None = None,
+    workers: int = 1,
 ) -> tuple[Tally, dict[str, float], dict[str, Any]]:
     servers: list[Service] = []
     try:
         for i in range(services):
-            servers.append(Service(led, None if profile_to is None else f"{profile_to}.{i}"))
+            profiled = None if profile_to is None else f"{profile_to}.{i}"
+            servers.append(Service(led, profiled, workers))
         if profile_to is not None:
             for s in servers:
                 s.proc.send_signal(signal.SIGUSR1)  # the main thread's profiler: on
-        meter = CpuMeter(led, [s.proc.pid for s in servers], "client")
+        meter = CpuMeter(led, [p for s in servers for p in process_tree(s.proc.pid)], "client")
 
         async def load() -> list[Tally]:
             window: list[float] = []
@@ -780,7 +795,14 @@ def run_scenario(key: str, backend: str, pg_url: str, args: argparse.Namespace) 
         extra: dict[str, Any] = {}
         if MODES[key] == "service":
             services = 2 if key == "service-x2" else 1
-            tally, cpu, extra = run_service(led, services, workers, args.warmup, args.seconds)
+            tally, cpu, extra = run_service(
+                led,
+                services,
+                workers,
+                args.warmup,
+                args.seconds,
+                workers=2 if key == "service-w2" else 1,
+            )
             kind = "gate"
         else:
             kind = KINDS[key]
@@ -833,29 +855,50 @@ Fn = tuple[str, str]
 _RUN: Fn = ("commands/plane/core.py", "run")
 _GATE: Fn = ("commands/plane/gates.py", "gate_input")
 _STATE: Fn = ("commands/plane/authority.py", "state")
+_POLICY = "commands/plane/policy.py"
+_ENGINE = "projections/engine.py"
+_HTTPTOOLS = "uvicorn/protocols/http/httptools_impl.py"
 WORKER_BREAKDOWN: list[tuple[str, Fn, Fn | None]] = [
     ("a request's plane work (worker threads)", ("commands/service/pool.py", "run"), None),
+    (
+        "  the policy: what is new since the last look",
+        ("commands/plane/policy.py", "refresh"),
+        None,
+    ),
     ("  authenticate the credential", ("commands/service/auth.py", "credential_for"), None),
-    ("  the head's size before the operation", ("ledger/store.py", "head"), None),
     ("  gate_input", _GATE, None),
     ("    the tool, before the lock", ("commands/plane/authority.py", "tool"), _GATE),
-    ("    the plan, before the lock", _STATE, _GATE),
     ("    the schema check", ("commands/schemas/checker.py", "check"), _GATE),
     ("    Plane.run: the write transaction", _RUN, None),
-    ("      lock, read-model positions", ("projections/engine.py", "behind"), _RUN),
-    ("      fold the plan's new events", _STATE, _RUN),
-    ("      rules, delta, append, read models", ("commands/plane/core.py", "_append"), _RUN),
+    ("      lock, fold the plan's new events", _STATE, _RUN),
+    ("      rules, delta, append", ("commands/plane/core.py", "_append"), _RUN),
     ("        store: encode, hash, insert", ("ledger/store.py", "append_batch"), None),
-    ("        read models inline", ("projections/engine.py", "apply_inline"), None),
+    (
+        "        read models inline (none: deferred)",
+        ("projections/engine.py", "apply_inline"),
+        None,
+    ),
+    ("the read models' follower thread", ("commands/service/follower.py", "_catch_up"), None),
     ("  Ed25519 signature checks (all)", ("~", "<method 'verify' of"), None),
     ("  psycopg: statements (execute)", ("psycopg/cursor.py", "execute"), None),
     ("  psycopg: statements (executemany)", ("psycopg/cursor.py", "executemany"), None),
     ("  psycopg: waits on the server", ("psycopg/connection.py", "wait"), None),
 ]
 MAIN_BREAKDOWN: list[tuple[str, Fn, Fn | None]] = [
+    # (uvloop runs the loop in C: then only the loop's Python callbacks are seen)
     ("the event loop (main thread)", ("asyncio/base_events.py", "_run_once"), None),
     ("  uvicorn h11: read requests", ("uvicorn/protocols/http/h11_impl.py", "data_received"), None),
     ("  uvicorn h11: write answers", ("uvicorn/protocols/http/h11_impl.py", "send"), None),
+    (
+        "  uvicorn httptools: read requests",
+        ("uvicorn/protocols/http/httptools_impl.py", "data_received"),
+        None,
+    ),
+    (
+        "  uvicorn httptools: write answers",
+        ("uvicorn/protocols/http/httptools_impl.py", "send"),
+        None,
+    ),
     ("    the access log line", ("logging/__init__.py", "_log"), None),
     ("  Starlette and the service's route", ("commands/service/app.py", "answer"), None),
     ("    the body: read, parse, check", ("commands/service/app.py", "_body"), None),

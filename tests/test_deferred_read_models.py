@@ -43,7 +43,9 @@ def _gate_checks(plane: Plane, plan_id: str) -> int:
 
 
 def _all_sound(plane: Plane) -> bool:
-    return all(plane.projections.check(name).status == "ok" for name in plane.projections.projections)
+    return all(
+        plane.projections.check(name).status == "ok" for name in plane.projections.projections
+    )
 
 
 def test_a_deferred_append_leaves_the_read_models_behind_not_wrong(db_url: str) -> None:

@@ -1017,6 +1017,60 @@ def test_two_services_on_one_postgresql_serve_their_own_plans(pg_url: str, tmp_p
     assert audited.returncode == 0, audited.stdout + audited.stderr
 
 
+def _children(pid: int) -> list[int]:
+    return [
+        int(c) for t in Path(f"/proc/{pid}/task").glob("*/children") for c in t.read_text().split()
+    ]
+
+
+@pytest.mark.slow
+def test_workers_share_the_port_and_stop_together(pg_url: str, tmp_path: Path) -> None:
+    """`--workers 2`: two service processes answer on the one port; SIGTERM to the
+    supervisor drains both (exit 0); one dying on its own stops the other too (exit 2)."""
+    _setup_ledger(pg_url, tmp_path)
+    with Plane.open(pg_url) as plane:
+        agents = [_new_plan(plane, tmp_path, f"W-{i}") for i in (1, 2, 3)]
+    server = Server(pg_url, None, "--workers", "2")
+    try:
+        workers = _children(server.proc.pid)
+        assert len(workers) == 2
+        answers = [
+            _http(
+                "POST",
+                server.base + "/v1/gate/input",
+                {"tool": "search", "params": {"query": "x"}, "step": f"s{i}"},
+                agent.token,
+            )[0]
+            for i in range(10)
+            for agent in agents
+        ]
+        assert answers == [200] * 30
+        assert all(Path(f"/proc/{w}").exists() for w in workers)
+    finally:
+        assert server.stop() == 0
+    assert not any(Path(f"/proc/{w}").exists() for w in workers)
+    with ledger.open(pg_url, create=False) as store:
+        for agent in agents:
+            checks = [
+                e for e in store.read_stream(f"plan:{agent.plan_id}") if e.type == "gate.checked"
+            ]
+            assert len(checks) == 10
+    assert run_cli("verify", "--db", pg_url).returncode == 0
+    # A worker killed: the supervisor stops the other and fails, for its supervisor to restart.
+    server = Server(pg_url, None, "--workers", "2")
+    first, second = _children(server.proc.pid)
+    os.kill(first, signal.SIGKILL)
+    assert server.proc.wait(timeout=60) == 2
+    assert not Path(f"/proc/{second}").exists() or _wait_gone(second)
+    assert "a service process ended with exit 1" in server.logged()
+    server.stop()
+
+
+def _wait_gone(pid: int) -> bool:
+    _wait_for(lambda: not Path(f"/proc/{pid}").exists())
+    return True
+
+
 # -- the threat model ----------------------------------------------------------------------
 
 AGENT_SIDE = r"""

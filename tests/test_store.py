@@ -375,10 +375,12 @@ def test_an_append_after_a_locked_read_takes_the_versions_it_read(store) -> None
     while the lock is held): the version checks hold the same, two appends in one
     transaction stay dense, and small blobs already stored are sent and dropped."""
     store.append("plan:P-1", [plan_created()], blobs=[b"kept"])
-    with pytest.raises(ConcurrencyError, match="at version 1, but the append expected 0"):
-        with store.write() as tx:
-            assert [e.stream_version for e in tx.read_stream("plan:P-1")] == [1]
-            tx.append_batch([ledger.StreamAppend("plan:P-1", [strategy()], 0)])
+    with (
+        pytest.raises(ConcurrencyError, match="at version 1, but the append expected 0"),
+        store.write() as tx,
+    ):
+        assert [e.stream_version for e in tx.read_stream("plan:P-1")] == [1]
+        tx.append_batch([ledger.StreamAppend("plan:P-1", [strategy()], 0)])
     with store.write() as tx:
         tx.read_stream("plan:P-1")
         tx.read_stream("plan:P-2")  # a stream with no events: version 0

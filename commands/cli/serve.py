@@ -14,6 +14,10 @@ stdout says where. Logs (uvicorn's and the service's) go to stderr.
 
 SIGTERM or SIGINT: uvicorn stops accepting, waits for every request in flight (their
 plane transactions finish), the pool is closed, and the command exits 0.
+
+``--workers N`` forks N service processes after the checks, one listening socket each
+on the one port (``SO_REUSEPORT``: the kernel spreads the connections); this process
+supervises them: a stop is passed on, and one ending on its own ends the service.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -62,7 +66,27 @@ def _has_operator(url: str, workdir: Path | None) -> bool:
         )
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, count: int = 1) -> list[socket.socket]:
+    """``count`` listening sockets on one address: with more than one, each has
+    ``SO_REUSEPORT`` and the kernel spreads new connections over them (a worker process
+    each), where one shared socket would let whichever process accepts first take most
+    of them. They listen from here on, so a connection made before a worker is up waits
+    in its socket's queue. (The kernel lets only this user's sockets share the port.)"""
+    first = _bind_one(host, port, reuse_port=count > 1)
+    sockets = [first]
+    try:
+        for _ in range(count - 1):
+            sockets.append(_bind_one(host, first.getsockname()[1], reuse_port=True))
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    for sock in sockets:
+        sock.listen(2048)
+    return sockets
+
+
+def _bind_one(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     try:
         family, kind, proto, _name, address = socket.getaddrinfo(
             host.strip("[]"), port, type=socket.SOCK_STREAM
@@ -73,6 +97,8 @@ def _bind(host: str, port: int) -> socket.socket:
         fail(f"--host {inert(host)}: not a host name or address")
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind(address)
     except OSError as exc:
@@ -129,11 +155,18 @@ def _graceful_signals() -> Iterator[None]:
     "--max-in-flight",
     type=click.IntRange(1, 1024),
     default=None,
-    help="Plane operations at once; beyond it 503 with Retry-After (default 8).",
+    help="Plane operations at once, per worker; beyond it 503 with Retry-After (default 8).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Service processes sharing the port (one core of Python each).",
 )
 @db_option
 @workdir_option
-def serve(host: str, port: int, max_in_flight: int | None) -> None:
+def serve(host: str, port: int, max_in_flight: int | None, workers: int) -> None:
     """Serve the plane over HTTP to agents holding a credential.
 
     Holds the plane key and the database; an agent calls its plan's gates, tools,
@@ -142,7 +175,7 @@ def serve(host: str, port: int, max_in_flight: int | None) -> None:
     \b
     Examples:
       evidence serve --db sqlite:////srv/evidence/evidence.db
-      evidence serve --db postgresql+psycopg://plane@db/evidence --host 0.0.0.0
+      evidence serve --db postgresql+psycopg://plane@db/evidence --workers 2
     """
     import uvicorn
 
@@ -165,25 +198,86 @@ def serve(host: str, port: int, max_in_flight: int | None) -> None:
             "so the service listens on loopback only"
         )
     limit = max_in_flight or DEFAULT_MAX_IN_FLIGHT
-    app = create_app(url, max_in_flight=limit, workdir=workdir)
-    sock = _bind(host, port)
-    bound_host, bound_port = sock.getsockname()[:2]
+    sockets = _bind(host, port, workers)
+    bound_host, bound_port = sockets[0].getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+
+    def run(sock: socket.socket) -> None:
+        """One service process on its socket, until a stop has drained it."""
+        config = uvicorn.Config(
+            create_app(url, max_in_flight=limit, workdir=workdir),
+            lifespan="on",
+            log_config=_log_config(),
+            # None: a stop waits for every request in flight, however long its tool runs.
+            timeout_graceful_shutdown=None,
+            server_header=False,
+        )
+        with _graceful_signals():
+            uvicorn.Server(config).run(sockets=[sock])
+
     click.echo(f"listening on http://{shown}:{bound_port}")
     sys.stdout.flush()
-    config = uvicorn.Config(
-        app,
-        lifespan="on",
-        log_config=_log_config(),
-        # None: a stop waits for every request in flight, however long its tool runs.
-        timeout_graceful_shutdown=None,
-        server_header=False,
-    )
-    server = uvicorn.Server(config)
     try:
-        with _graceful_signals():
-            server.run(sockets=[sock])
+        if workers == 1:
+            run(sockets[0])
+        else:
+            code = _run_workers(sockets, run)
+            if code:
+                fail(f"a service process ended with exit {code}; the log above says why")
     except SystemExit as exc:  # uvicorn's startup failure (the lifespan refused)
         fail(f"the service did not start (exit {exc.code}); its log above says why")
     finally:
-        sock.close()
+        for sock in sockets:
+            sock.close()
+
+
+def _run_workers(sockets: list[socket.socket], run: Callable[[socket.socket], None]) -> int:
+    """A forked process per socket, each running ``run`` on it (the kernel hands each
+    new connection to one of the sockets); this process only supervises.
+    SIGTERM or SIGINT here is passed on as SIGTERM (each drains and exits 0; a terminal's
+    Ctrl-C reaches them all anyway, and uvicorn takes a second SIGTERM as the first).
+    When one ends on its own, the others are stopped: a service with a process missing
+    is restarted whole by its supervisor (systemd), never left half there. Answers the
+    worst exit status (0: all drained)."""
+    children: list[int] = []
+    for sock in sockets:
+        pid = os.fork()
+        if pid == 0:  # the child: no ledger connection or thread was open at the fork
+            status = 0
+            try:
+                for other in sockets:
+                    if other is not sock:
+                        other.close()
+                run(sock)
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:  # its log has it; the supervisor sees the status
+                status = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        children.append(pid)
+
+    def stop(_sig: int, _frame: object) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    worst = 0
+    try:
+        running = set(children)
+        while running:
+            pid, status = os.wait()
+            if pid not in running:
+                continue
+            running.discard(pid)
+            code = os.waitstatus_to_exitcode(status)
+            worst = max(worst, code if code > 0 else (1 if code < 0 else 0))
+            if code != 0:
+                stop(signal.SIGTERM, None)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    return worst

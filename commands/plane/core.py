@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -32,7 +34,16 @@ from commands.rules.signing import (
 )
 from commands.rules.trust import needs_operator
 from commands.runner.sandbox import PlanSandbox, sandboxes_dir
-from ledger import EventPayload, NewEvent, RecordedEvent, Store, StreamAppend, WriteTx
+from ledger import (
+    ConcurrencyError,
+    EventPayload,
+    LedgerError,
+    NewEvent,
+    RecordedEvent,
+    Store,
+    StreamAppend,
+    WriteTx,
+)
 from ledger import open as open_store
 from ledger.events import PolicySignature
 from ledger.keys import fingerprint, public_key_b64
@@ -44,9 +55,29 @@ from projections.states import PlanState
 from .authority import Authority, Checked, EventSource, StoreSource, StreamState
 from .policy import PolicyCache
 
-__all__ = ["CommandRefused", "Decision", "Plane", "StreamState"]
+__all__ = ["CommandRefused", "Committer", "Decision", "Job", "Plane", "StreamState"]
 
 Decision = Sequence[EventPayload]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ``Plane.run``: a stream, its decision and what the append carries."""
+
+    stream: str
+    decide: Callable[[StreamState], Decision]
+    actor: str = "system"
+    blobs: Iterable[bytes] | Callable[[], Iterable[bytes]] = ()
+    correlation_id: str | None = None
+    caused_by: int | None = None
+
+
+class Committer(Protocol):
+    """Who appends for a plane that batches (the service's group commit)."""
+
+    def submit(self, job: Job) -> list[RecordedEvent]: ...
+
+
 RETRIES = 5  # optimistic callers of ``append`` decide again this often on a conflict
 
 
@@ -71,6 +102,7 @@ class Plane:
         behind the log. No decision reads them either way."""
         self.store = store
         self.inline_read_models = inline_read_models
+        self.committer: Committer | None = None
         self.sandboxes = sandboxes_dir(store.url, workdir)  # where plans' sandboxes live
         self.projections = projections or open_projections(
             store, progress, catch_up=inline_read_models
@@ -152,7 +184,15 @@ class Plane:
         transaction, so nothing can move the state between the decision and its events.
         ``decide`` must not open transactions of its own: other streams it needs are
         read through ``state.log``, in the same transaction. ``blobs`` may be a function,
-        asked after ``decide`` (when what is kept depends on the decision)."""
+        asked after ``decide`` (when what is kept depends on the decision).
+
+        With a ``committer`` (the service's group commit) the job is handed to it: it is
+        decided and appended the same way, in a transaction shared with other plans'
+        jobs (``run_batch``)."""
+        if self.committer is not None:
+            return self.committer.submit(
+                Job(stream, decide, actor, blobs, correlation_id, caused_by)
+            )
         while True:
             with self.store.write() as tx:
                 # The read models are kept current in the appending transaction; events
@@ -173,6 +213,54 @@ class Plane:
                         caused_by=caused_by,
                     )
             self.projections.catch_up()
+
+    def run_batch(self, jobs: Sequence[Job]) -> list[list[RecordedEvent] | LedgerError]:
+        """Group commit: each job decided and appended as ``run`` would, one after the
+        other, all in one write transaction (one lock hold, one commit, one fsync for
+        all of them). A job its own rules refuse (``CommandRefused``, a stream moved) is
+        answered with its refusal before it wrote anything, and the others go on; any
+        other error aborts the transaction, and every job with it (nothing appended).
+        The read models are not touched: only planes that leave them to a follower
+        batch."""
+        if self.inline_read_models:
+            raise TypeError("run_batch is for planes that leave the read models to a follower")
+        answers: list[list[RecordedEvent] | LedgerError] = []
+        try:
+            self._decide_batch(jobs, answers)
+        except BaseException:
+            # A later job's fold read an earlier one's events, which the rollback undid:
+            # the checked plan prefixes may hold them, so they are read again.
+            self._checked.clear()
+            raise
+        return answers
+
+    def _decide_batch(
+        self, jobs: Sequence[Job], answers: list[list[RecordedEvent] | LedgerError]
+    ) -> None:
+        with self.store.write() as tx:
+            for job in jobs:
+                try:
+                    state = self._authority(tx).state(job.stream)
+                    payloads = job.decide(state)
+                    if not payloads:
+                        answers.append([])
+                        continue
+                    blobs = job.blobs() if callable(job.blobs) else job.blobs
+                    answers.append(
+                        self._append(
+                            tx,
+                            state,
+                            payloads,
+                            actor=job.actor,
+                            blobs=list(blobs),
+                            correlation_id=job.correlation_id,
+                            caused_by=job.caused_by,
+                        )
+                    )
+                except (CommandRefused, ConcurrencyError) as refused:
+                    # Raised before the job sent a write (the rules and the version check
+                    # come first): the transaction is as the job found it.
+                    answers.append(refused)
 
     def append(
         self,

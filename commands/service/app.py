@@ -69,6 +69,7 @@ from ledger.keys import fingerprint, load_private_key
 from ledger.store import url_identity
 
 from .auth import Forbidden, Unauthenticated, bearer_token, challenge, check_plan, credential_for
+from .committer import GroupCommitter
 from .follower import ReadModelFollower
 from .mcp import SCOPE_PLAN, SCOPE_SLOT, McpGate, Slot
 from .metrics import CONTENT_TYPE, Metrics
@@ -102,7 +103,15 @@ class Service:
         self.db_url = db_url
         self.max_in_flight = max_in_flight
         self.in_flight = 0  # changed on the event loop's thread only
-        self.pool = PlanePool(db_url, keep=max_in_flight, workdir=workdir)
+        self.committer = GroupCommitter(
+            lambda: Plane.open(db_url, create=False, workdir=workdir, inline_read_models=False)
+        )
+        self.pool = PlanePool(
+            db_url,
+            keep=max_in_flight,
+            workdir=workdir,
+            committer=self.committer,
+        )
         self.follower = ReadModelFollower(db_url)
         self.metrics = Metrics()
         self.plane_key_fingerprint: str | None = None
@@ -129,10 +138,12 @@ class Service:
         self.plane_key_fingerprint = fingerprint(load_private_key(path).public_key())
         self.pool.run(lambda plane: plane.store.head())
         self._limiter = anyio.CapacityLimiter(self.max_in_flight + 2)
+        self.committer.start()
         self.follower.start()
 
     def stop(self) -> None:
         self.pool.close()
+        self.committer.stop()
         self.follower.stop()
 
     async def in_thread(self, fn: Callable[[Plane], T]) -> T:

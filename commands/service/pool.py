@@ -18,15 +18,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from commands.plane.core import Plane
+from commands.plane.core import Committer, Plane
 
 T = TypeVar("T")
 
 
 class PlanePool:
-    def __init__(self, db_url: str, *, keep: int, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        db_url: str,
+        *,
+        keep: int,
+        workdir: Path | None = None,
+        committer: Committer | None = None,
+    ) -> None:
         self.db_url = db_url
         self.workdir = workdir
+        self.committer = committer
         self._keep = keep
         self._idle: list[Plane] = []
         self._lock = threading.Lock()
@@ -35,7 +43,11 @@ class PlanePool:
     def _open(self) -> Plane:
         # Never create: the service serves a ledger an operator made (`evidence init`).
         # The read models are the follower's (``follower.py``), not each append's.
-        return Plane.open(self.db_url, create=False, workdir=self.workdir, inline_read_models=False)
+        plane = Plane.open(
+            self.db_url, create=False, workdir=self.workdir, inline_read_models=False
+        )
+        plane.committer = self.committer  # its appends: the group commit's (committer.py)
+        return plane
 
     @contextmanager
     def plane(self) -> Iterator[Plane]:
