@@ -641,12 +641,17 @@ class Service:
     def metrics(self) -> dict[str, float]:
         """The gate checks and overload rejections this process counted itself."""
         status, text = _get(self.base + "/metrics")
-        found = {"checks": 0.0, "overloaded": 0.0}
+        found = {"checks": 0.0, "overloaded": 0.0, "commits": 0.0, "committed": 0.0}
         for line in text.splitlines() if status == 200 else []:
+            value = line.rsplit(" ", 1)[-1]
             if line.startswith("evidence_gate_checks_total{"):
-                found["checks"] += float(line.rsplit(" ", 1)[1])
+                found["checks"] += float(value)
             elif line.startswith("evidence_overload_rejections_total"):
-                found["overloaded"] += float(line.rsplit(" ", 1)[1])
+                found["overloaded"] += float(value)
+            elif line.startswith("evidence_group_commits_total "):
+                found["commits"] += float(value)
+            elif line.startswith("evidence_group_commit_jobs_total "):
+                found["committed"] += float(value)
         return found
 
     def stop(self) -> int:
@@ -773,11 +778,30 @@ def run_service(
         "service_counted_checks": sum(c["checks"] for c in counted),
         "service_counted_overloads": sum(c["overloaded"] for c in counted),
         "per_service_checks": [c["checks"] for c in counted],
+        # appends per group commit (one process's: with --workers, the one scraped)
+        "jobs_per_commit": round(
+            sum(c["committed"] for c in counted) / max(1.0, sum(c["commits"] for c in counted)),
+            2,
+        ),
     }
     return total, cpu, extra
 
 
 # -- one scenario ----------------------------------------------------------------------------
+
+
+SPEED_LOOP = 10_000_000
+
+
+def python_speed_ms() -> float:
+    """CPU milliseconds a fixed pure-Python loop takes: how fast this core is now. A
+    virtual machine's cores slow down when its host is busy without the guest seeing it
+    as load; this tells two runs apart."""
+    started = time.process_time()
+    total = 0
+    for i in range(SPEED_LOOP):
+        total += i
+    return (time.process_time() - started) * 1e3
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -1355,8 +1379,14 @@ def main(argv: list[str] | None = None) -> int:
     run.info["code"] = CODE
     load = os.getloadavg()
     run.info["loadavg"] = " ".join(f"{v:.2f}" for v in load)
+    run.info["python_speed_ms"] = f"{python_speed_ms():.0f}"
     if not args.json:
         out.print(f"load average at start: {run.info['loadavg']}")
+        out.print(
+            f"this core's speed: {run.info['python_speed_ms']} ms of CPU for {SPEED_LOOP:,} "
+            "additions in a Python loop (the same host has measured ~550 to ~1000: "
+            "compare runs by it)"
+        )
     rows: list[dict[str, Any]] = []
     for backend in backends:
         for key in BACKEND_SCENARIOS[backend]:
@@ -1366,13 +1396,23 @@ def main(argv: list[str] | None = None) -> int:
             if row["mode"] == "service" and backend == "postgresql":
                 row["met"] = row["ops_per_s"] >= TARGET_RATE and row["p99_ms"] <= TARGET_P99_MS
             rows.append(row)
+            batch = (
+                f", {row['jobs_per_commit']} appends per commit"
+                if row.get("jobs_per_commit")
+                else ""
+            )
             out.print(
                 f"{backend} {key}: {row['ops_per_s']:.0f}/s, p50 {row['p50_ms']:.1f} ms, "
-                f"p99 {row['p99_ms']:.1f} ms, log {'ok' if row['log']['ok'] else 'FAILED'}"
+                f"p99 {row['p99_ms']:.1f} ms{batch}, log {'ok' if row['log']['ok'] else 'FAILED'}"
             )
     run.info["loadavg_end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    run.info["python_speed_ms_end"] = f"{python_speed_ms():.0f}"
     print_results(out, rows, args)
     out.print(f"load average: {run.info['loadavg']} at start, {run.info['loadavg_end']} at end")
+    out.print(
+        f"this core's speed: {run.info['python_speed_ms']} ms at start, "
+        f"{run.info['python_speed_ms_end']} ms at end"
+    )
     profile: dict[str, Any] = {}
     if args.profile and run.pg_url is None:
         out.print("[yellow]--profile needs PostgreSQL: skipped[/]")

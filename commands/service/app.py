@@ -340,7 +340,10 @@ class Service:
         except Exception:  # the metrics still answer; the head's gauge is left out
             size = None
         text = self.metrics.render(
-            in_flight=self.in_flight, limit=self.max_in_flight, head_size=size
+            in_flight=self.in_flight,
+            limit=self.max_in_flight,
+            head_size=size,
+            commits=(self.committer.batches, self.committer.jobs),
         )
         return Response(text, media_type=CONTENT_TYPE)
 

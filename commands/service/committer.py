@@ -36,6 +36,8 @@ class GroupCommitter:
             queue.SimpleQueue()
         )
         self._thread: threading.Thread | None = None
+        self.batches = 0  # transactions made (written by the committer's thread only)
+        self.jobs = 0  # jobs they held
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="group-commit", daemon=True)
@@ -78,6 +80,8 @@ class GroupCommitter:
                 if plane is None:
                     plane = self._open_plane()
                 answers = plane.run_batch([job for job, _ in batch])
+                self.batches += 1
+                self.jobs += len(batch)
             except BaseException as exc:  # the transaction failed: every job with it
                 for _, done in batch:
                     done.set_exception(exc)

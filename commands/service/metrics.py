@@ -130,7 +130,16 @@ class Metrics:
             "Requests answered 503 because the in-flight bound was reached.",
         )
 
-    def render(self, *, in_flight: int, limit: int, head_size: int | None) -> str:
+    def render(
+        self,
+        *,
+        in_flight: int,
+        limit: int,
+        head_size: int | None,
+        commits: tuple[int, int] = (0, 0),
+    ) -> str:
+        """The exposition; ``commits``: the group commit's transactions and the jobs
+        they held (their ratio is how many appends share a commit)."""
         lines: list[str] = []
         for family in (
             self.requests,
@@ -146,6 +155,15 @@ class Metrics:
         lines.extend(
             gauge("evidence_in_flight_limit", "The bound on plane operations in flight.", limit)
         )
+        for name, help_, value in (
+            ("evidence_group_commits_total", "Transactions the group commit made.", commits[0]),
+            (
+                "evidence_group_commit_jobs_total",
+                "Appends the group commit decided (refused ones included).",
+                commits[1],
+            ),
+        ):
+            lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter", f"{name} {value}"]
         lines.extend(
             gauge(
                 "evidence_ledger_head_size",
