@@ -1,7 +1,8 @@
 """`evidence mcp proxy`: the MCP gate proxy as a real process in front of a real MCP
 server (tests/mcp_server.py, on stdio or streamable HTTP), driven by the official SDK's
 client. A valid call reaches the server and is recorded; a deviating input or an
-invented tool never reaches it; off-schema output fails the output gate; an upstream
+invented tool never reaches it; off-schema output fails the output gate (these sessions
+also run through `evidence serve`'s MCP gate, the same but for the tool names); an upstream
 crash, timeout or protocol error is an MCP error and an environment_error halt; the
 plane's own verbs take a plan from a failing validation to Apply; four proxies on one
 PostgreSQL ledger at once leave it verifiable; the audit is clean afterwards."""
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +156,14 @@ def _audit_clean(url: str) -> None:
 
 
 @slow
-def test_proxy_gates_records_and_audits(db_url: str, tmp_path: Path) -> None:
+def test_proxy_offers_the_upstreams_tools_and_a_crash_is_an_error(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The proxy offers the upstream's tools under their own names with their schemas
+    (registered as ``SERVER.TOOL``) beside the plane's verbs, and nothing the plane
+    cannot gate; an upstream that dies is an MCP error and an environment_error halt,
+    and a later call an error too, never a hang. (Gating itself, through the proxy and
+    the service alike: ``test_the_gate_session_through_the_proxy_and_the_service``.)"""
     _setup(db_url)
     count = tmp_path / "calls.jsonl"
     seen: dict[str, Any] = {}
@@ -162,21 +171,11 @@ def test_proxy_gates_records_and_audits(db_url: str, tmp_path: Path) -> None:
     async def session(agent: ClientSession) -> None:
         seen["tools"] = {t.name: t for t in (await agent.list_tools()).tools}
         seen["ok"] = await agent.call_tool("add", {"a": 1, "b": 2})
-        seen["calls_after_ok"] = len(_calls(count))
-        seen["bad_input"] = await agent.call_tool("add", {"a": "one", "b": 2})
-        seen["invented"] = await agent.call_tool("nope", {})
-        seen["authorize"] = await agent.call_tool("evidence.authorize", {})
-        seen["calls_after_bad_input"] = len(_calls(count))
-        seen["bad_output"] = await agent.call_tool("bad", {})
-        seen["calls_after_bad_output"] = len(_calls(count))
-        seen["plain"] = await agent.call_tool("plain", {"who": "you"})
         seen["crash"] = await _error(agent.call_tool("crash", {}))
         seen["after_crash"] = await _error(agent.call_tool("add", {"a": 1, "b": 2}))
 
     _with_agent(_proxy(db_url, tmp_path / "work", _stdio(count)), session)
 
-    # The same tools with the upstream's schemas (registered with mcp_server and
-    # mcp_tool_name), the plane's agent-side verbs, and nothing the plane cannot gate.
     upstream = {"add", "bad", "plain", "loose", "fail", "huge", "crash", "slow", "grow"}
     verbs = {"evidence.plan_status", "evidence.validate", "evidence.record_fix", "evidence.apply"}
     assert set(seen["tools"]) == upstream | verbs
@@ -184,54 +183,139 @@ def test_proxy_gates_records_and_audits(db_url: str, tmp_path: Path) -> None:
     with Plane.open(db_url) as plane:
         assert plane.log().mcp_tools("test-upstream", "add") == ["test-upstream.add"]
         assert plane.log().mcp_tools("test-upstream", "remote") == []
-
-    ok = seen["ok"]
-    assert not ok.is_error and ok.structured_content == {"sum": 3}
-    assert seen["calls_after_ok"] == 1
-
-    bad = seen["bad_input"]
-    assert bad.is_error
-    assert _refusal(bad)["gate"] == "input"
-    assert _refusal(bad)["deviations"][0]["pointer"] == "/a"
-    assert "blocked" in _text(bad)
-    # The agent is told what is left of the critique loop (max_iterations 10).
-    assert "(9 iteration(s) left in this attempt)" in _text(bad)
-    for invented in (seen["invented"], seen["authorize"]):  # no door to a decision
-        assert invented.is_error
-        assert _refusal(invented)["deviations"][0]["kind"] == "invented_tool"
-    assert seen["calls_after_bad_input"] == 1  # none of them reached the server
-
-    out = seen["bad_output"]
-    assert out.is_error and _refusal(out)["gate"] == "output"
-    assert "rejected" in _text(out)
-    assert seen["calls_after_bad_output"] == 2
-
-    # No output schema: the output gate checks it is an MCP tool result.
-    assert not seen["plain"].is_error and _text(seen["plain"]) == "hello you"
-
+    assert not seen["ok"].is_error
     crash = seen["crash"]
     assert isinstance(crash, MCPError), crash
     assert "environment_error" in crash.message
     after = seen["after_crash"]
     assert isinstance(after, MCPError) and "unavailable" in after.message  # never a hang
-    assert len(_calls(count)) == 4  # the crash call reached the server; nothing after
-
+    assert len(_calls(count)) == 2  # the crash call reached the server; nothing after
     events = _plan_events(db_url)
-    called = [e.payload for e in events if e.type == "tool.called"]
-    assert [c.tool for c in called] == [
-        "test-upstream.add",
-        "test-upstream.bad",
-        "test-upstream.plain",
-    ]
-    assert all(c.executor == "recorded" for c in called)
+    assert [e.payload.tool for e in events if e.type == "tool.called"] == ["test-upstream.add"]
     halts = [e.payload for e in events if e.type == "plan.halted"]
     assert halts[-1].halt_type == "environment_error"
     _audit_clean(db_url)
 
 
+# -- the same sessions through `evidence serve`'s MCP gate ---------------------------------
+#
+# The agent's side of these tests runs through both doors: the stdio proxy, and the
+# service. For the service the operator registers the upstream's tools as the proxy does
+# (each `SERVER.TOOL`, with the schemas the upstream declares) plus how to launch it
+# (`mcp_command`), and the agent reaches them over streamable HTTP with its credential.
+# The service offers them by their registered names, where the proxy offers the
+# upstream's own: `Names` maps one to the other, and the recorded calls say how each was
+# made (`recorded` through the proxy, `mcp` when the plane launched the server).
+
+Names = Callable[[str], str]
+Transport = Callable[[str, Path, Path, Session], None]  # (url, tmp_path, count, session)
+
+
+def _through_proxy(url: str, tmp_path: Path, count: Path, session: Session) -> None:
+    _with_agent(_proxy(url, tmp_path / "work", _stdio(count)), session)
+
+
+def _through_service(url: str, tmp_path: Path, count: Path, session: Session) -> None:
+    """The upstream's tools registered by the operator with how to launch them, a
+    credential for P-1, and the agent's session over HTTP against the in-process app."""
+    from commands.plane.credentials import issue_credential
+    from tests.test_service_mcp import _as_agent
+
+    upstream = [sys.executable, str(SERVER), str(_logged(count))]
+
+    async def listed() -> list[types.Tool]:
+        params = StdioServerParameters(command=upstream[0], args=upstream[1:])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as c:
+            await c.initialize()
+            return (await c.list_tools()).tools
+
+    with Plane.open(url) as plane:
+        for tool in anyio.run(listed):
+            try:
+                register_tool(
+                    plane,
+                    {
+                        "name": f"test-upstream.{tool.name}",
+                        "mcp_server": "test-upstream",
+                        "mcp_tool_name": tool.name,
+                        "mcp_command": upstream,
+                        "input_schema": tool.input_schema,
+                        # as the server declares it: the plane compares before each call
+                        **({"output_schema": tool.output_schema} if tool.output_schema else {}),
+                    },
+                )
+            except ledger.LedgerError:
+                continue  # what the proxy refuses too (a control character, a $ref out)
+        token = issue_credential(plane, "P-1", ttl=timedelta(hours=1)).token
+    _as_agent(url, token, session)
+
+
+TRANSPORTS = [
+    pytest.param(_through_proxy, lambda t: t, "recorded", id="proxy"),
+    pytest.param(_through_service, lambda t: f"test-upstream.{t}", "mcp", id="service"),
+]
+
+
 @slow
-def test_the_upstreams_own_errors_and_results_as_mcp_has_them(
-    sqlite_url: str, tmp_path: Path
+@pytest.mark.parametrize(("through", "name", "executor"), TRANSPORTS)
+def test_the_gate_session_through_the_proxy_and_the_service(
+    db_url: str, tmp_path: Path, through: Transport, name: Names, executor: str
+) -> None:
+    """A valid call reaches the server and is recorded; a deviating input, an invented
+    tool and a decision verb never reach it; off-schema output fails the output gate; a
+    tool without an output schema answers an MCP tool result — through either door."""
+    _setup(db_url)
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        seen["tools"] = {t.name for t in (await agent.list_tools()).tools}
+        seen["ok"] = await agent.call_tool(name("add"), {"a": 1, "b": 2})
+        seen["calls_after_ok"] = len(_calls(count))
+        seen["bad_input"] = await agent.call_tool(name("add"), {"a": "one", "b": 2})
+        seen["invented"] = await agent.call_tool("nope", {})
+        seen["authorize"] = await agent.call_tool("evidence.authorize", {})
+        seen["calls_after_bad_input"] = len(_calls(count))
+        seen["bad_output"] = await agent.call_tool(name("bad"), {})
+        seen["calls_after_bad_output"] = len(_calls(count))
+        seen["plain"] = await agent.call_tool(name("plain"), {"who": "you"})
+
+    through(db_url, tmp_path, count, session)
+
+    verbs = {"evidence.plan_status", "evidence.validate", "evidence.record_fix", "evidence.apply"}
+    assert {name("add"), name("bad"), name("plain")} | verbs <= seen["tools"]
+    assert not {"nope", "evidence.authorize"} & seen["tools"]
+    ok = seen["ok"]
+    assert not ok.is_error and ok.structured_content == {"sum": 3}
+    assert seen["calls_after_ok"] == 1
+    bad = seen["bad_input"]
+    assert _refusal(bad)["gate"] == "input" and _refusal(bad)["deviations"][0]["pointer"] == "/a"
+    assert "blocked" in _text(bad)
+    # The agent is told what is left of the critique loop (max_iterations 10).
+    assert "(9 iteration(s) left in this attempt)" in _text(bad)
+    for invented in (seen["invented"], seen["authorize"]):  # no door to a decision
+        assert _refusal(invented)["deviations"][0]["kind"] == "invented_tool"
+    assert seen["calls_after_bad_input"] == 1  # none of them reached the server
+    out = seen["bad_output"]
+    assert _refusal(out)["gate"] == "output" and "rejected" in _text(out)
+    assert seen["calls_after_bad_output"] == 2
+    # No output schema: the output gate checks it is an MCP tool result.
+    assert not seen["plain"].is_error and _text(seen["plain"]) == "hello you"
+
+    called = [e.payload for e in _plan_events(db_url) if e.type == "tool.called"]
+    assert [c.tool for c in called] == [
+        "test-upstream.add",
+        "test-upstream.bad",
+        "test-upstream.plain",
+    ]
+    assert {c.executor for c in called} == {executor}
+    _audit_clean(db_url)
+
+
+@slow
+@pytest.mark.parametrize(("through", "name", "executor"), TRANSPORTS)
+def test_an_upstream_tool_error_through_the_proxy_and_the_service(
+    sqlite_url: str, tmp_path: Path, through: Transport, name: Names, executor: str
 ) -> None:
     """An upstream's own tool error (``isError``: "Invalid timezone") reaches the agent
     as the upstream said it, and is recorded as the upstream's failure: checked as an MCP
@@ -243,11 +327,11 @@ def test_the_upstreams_own_errors_and_results_as_mcp_has_them(
     seen: dict[str, Any] = {}
 
     async def session(agent: ClientSession) -> None:
-        seen["fail"] = await agent.call_tool("fail", {"timezone": "Not/AZone"})
-        seen["loose"] = await agent.call_tool("loose", {})
+        seen["fail"] = await agent.call_tool(name("fail"), {"timezone": "Not/AZone"})
+        seen["loose"] = await agent.call_tool(name("loose"), {})
         seen["status"] = await agent.call_tool("evidence.plan_status", {})
 
-    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+    through(sqlite_url, tmp_path, count, session)
 
     fail = seen["fail"]
     assert fail.is_error and fail.structured_content is None
@@ -255,7 +339,6 @@ def test_the_upstreams_own_errors_and_results_as_mcp_has_them(
     assert fail.meta["evidence/refusal"] == {"upstream_error": True}
     loose = seen["loose"]
     assert not loose.is_error and loose.structured_content == {"any": ["thing"]}
-
     events = _plan_events(sqlite_url)
     assert not [e for e in events if e.type == "plan.attempt_failed"]
     checks = [e.payload for e in events if e.type == "gate.checked"]
@@ -263,6 +346,7 @@ def test_the_upstreams_own_errors_and_results_as_mcp_has_them(
     called = {e.payload.tool: e.payload for e in events if e.type == "tool.called"}
     assert called["test-upstream.fail"].tool_error is True
     assert called["test-upstream.loose"].tool_error is msgspec.UNSET
+    assert {c.executor for c in called.values()} == {executor}
     plan = _refusal_free_plan(seen["status"])
     assert plan["gate_failures"] == 0 and plan["iteration"] == 1
     (sandbox,) = seen["status"].structured_content["sandbox"].values()

@@ -695,6 +695,10 @@ def test_metrics_count_requests_checks_deviations_validations_and_hooks(
     )
     assert after["evidence_ledger_head_size"] == served.head()
     assert after["evidence_in_flight"] == 0 and after["evidence_in_flight_limit"] == 2
+    # Every append went through the group commit (one request at a time here: one each),
+    # the validation's start and finish included.
+    commits = delta("evidence_group_commits_total")
+    assert commits >= 5 and delta("evidence_group_commit_jobs_total") == commits
 
 
 # -- overload -----------------------------------------------------------------------------
