@@ -8,6 +8,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 from click.testing import CliRunner, Result
@@ -207,3 +208,44 @@ def work(plane: Plane, plan_id: str = "P-1") -> Path:
     doc = plane.state(f"plan:{plan_id}").doc
     copies = plane.sandbox(doc).ensure().copies
     return next(copies[r] for r in doc.resources if r in copies)
+
+
+def register_mcp_server(url: str, server: str, command: list[str]) -> list[str]:
+    """As an operator registers an MCP server the plane launches itself: every tool the
+    server lists (asked over stdio with the SDK's client), named ``SERVER.TOOL`` as the
+    proxy names them, with the schemas the server declares and ``mcp_command``; a tool
+    the registry refuses (a control character in its name, a schema reaching outside
+    itself) is left out, as the proxy leaves it. Returns the registered names."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    from commands.plane.registry import register_tool
+    from ledger import LedgerError
+
+    async def listed() -> list[Any]:
+        params = StdioServerParameters(command=command[0], args=command[1:])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            return list((await client.list_tools()).tools)
+
+    names = []
+    with Plane.open(url) as plane:
+        for tool in anyio.run(listed):
+            name = f"{server}.{tool.name}"
+            try:
+                register_tool(
+                    plane,
+                    {
+                        "name": name,
+                        "mcp_server": server,
+                        "mcp_tool_name": tool.name,
+                        "mcp_command": command,
+                        "input_schema": tool.input_schema,
+                        # as the server declares it: the plane compares before each call
+                        **({"output_schema": tool.output_schema} if tool.output_schema else {}),
+                    },
+                )
+            except LedgerError:
+                continue
+            names.append(name)
+    return names

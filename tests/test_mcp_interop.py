@@ -7,6 +7,9 @@ Servers: ``mcp-server-time`` and ``mcp-server-git`` (PyPI, the ``test`` extra),
 (npm, pinned in tests/interop/package.json). Clients: the official Python SDK (``mcp``),
 fastmcp's client, and the TypeScript SDK's (tests/interop/ts_client.mjs, run by node).
 
+And the TypeScript SDK's streamable-HTTP client against `evidence serve`'s MCP gate (a
+real service, an agent's bearer credential, a server the plane launches itself).
+
 For each (server, client) pair, one proxy session (its own ledger and plan) makes a
 valid call, an invalid one (a wrong type and an extra member) and, for the time server,
 a call the upstream itself answers with an error; every test of the pair then reads
@@ -40,6 +43,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -569,3 +573,72 @@ def test_the_upstreams_own_error_reaches_the_agent_and_is_not_a_deviation(
     assert checks[:1] == [("input", "pass")], _types(events)  # it was forwarded
     assert all(verdict == "pass" for _, verdict in checks), _types(events)
     assert "plan.attempt_failed" not in _types(events), _types(events)
+
+
+# -- the TypeScript SDK through `evidence serve` ------------------------------------------
+
+
+def test_the_typescript_sdk_through_the_services_mcp_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The TypeScript SDK's own streamable-HTTP client, with an agent's bearer
+    credential, against a real `evidence serve`: it is offered the operator's registered
+    MCP tools beside the plane's verbs; a valid call returns the tool's structured result
+    (which the SDK checks against the declared output schema); a deviating input is a
+    tool error carrying the deviations — never an exception of the SDK's own (-32602);
+    an off-schema output is a tool error too; and the ledger verifies and audits."""
+    if shutil.which("node") is None:
+        _missing("node", "node 20 or later on PATH")
+    if not (NODE_MODULES / "@modelcontextprotocol" / "sdk" / "package.json").is_file():
+        _missing(f"the npm package @modelcontextprotocol/sdk in {NODE_MODULES}", "npm ci")
+    from commands.plane.credentials import issue_credential
+    from tests.helpers import register_mcp_server
+    from tests.test_service import Server
+
+    url = f"sqlite:///{tmp_path / 'evidence.db'}"
+    (tmp_path / "upstream").mkdir()
+    server_log = tmp_path / "upstream" / "calls.jsonl"
+    env = {"EVIDENCE_CONFINE_WRITE": str(tmp_path / "upstream")}
+    monkeypatch.setenv("EVIDENCE_CONFINE_WRITE", env["EVIDENCE_CONFINE_WRITE"])
+    with Plane.open(url) as plane:
+        create_plan(plane, "TS-1", project="api", resources=["repo:api"])
+        record_strategy(plane, "TS-1", "call through the service")
+        enter_execute(plane, "TS-1")
+    upstream = [sys.executable, str(ROOT / "tests" / "mcp_server.py"), str(server_log)]
+    assert "test-upstream.add" in register_mcp_server(url, "test-upstream", upstream)
+    with Plane.open(url) as plane:
+        token = issue_credential(plane, "TS-1", ttl=timedelta(hours=1)).token
+    service = Server(url, env)
+    try:
+        job = {
+            "calls": [
+                {"name": "test-upstream.add", "arguments": {"a": 2, "b": 3}},
+                {"name": "test-upstream.add", "arguments": {"a": "two", "b": 3}},
+                {"name": "test-upstream.bad", "arguments": {}},
+            ]
+        }
+        done = subprocess.run(
+            ["node", str(TS_CLIENT), json.dumps(job), "--url", service.base + "/mcp"],
+            env={**os.environ, "EVIDENCE_TOKEN": token},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=LIMIT_S,
+        )
+    finally:
+        assert service.stop() == 0
+    out = json.loads(done.stdout)
+    assert "fatal" not in out, (out, done.stderr)
+    offered = {t["name"] for t in out["tools"]}
+    assert {"test-upstream.add", "test-upstream.bad", "evidence.plan_status"} <= offered
+    ok, refused, rejected = (c.get("result") or c for c in out["calls"])
+    assert ok.get("structuredContent") == {"sum": 5} and not ok.get("isError"), ok
+    assert "error" not in refused, refused  # a tool error, not the SDK's exception
+    assert refused["isError"] and "structuredContent" not in refused
+    assert refused["_meta"]["evidence/refusal"]["deviations"][0]["pointer"] == "/a"
+    assert "error" not in rejected and rejected["isError"], rejected
+    assert rejected["_meta"]["evidence/refusal"]["gate"] == "output"
+    assert len(server_log.read_text().splitlines()) == 2  # the refused input never reached it
+    assert run_cli("verify", "--db", url).returncode == 0
+    audited = run_cli("audit", "--db", url)
+    assert audited.returncode == 0, audited.stdout + audited.stderr

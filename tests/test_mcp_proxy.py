@@ -219,33 +219,11 @@ def _through_service(url: str, tmp_path: Path, count: Path, session: Session) ->
     """The upstream's tools registered by the operator with how to launch them, a
     credential for P-1, and the agent's session over HTTP against the in-process app."""
     from commands.plane.credentials import issue_credential
+    from tests.helpers import register_mcp_server
     from tests.test_service_mcp import _as_agent
 
-    upstream = [sys.executable, str(SERVER), str(_logged(count))]
-
-    async def listed() -> list[types.Tool]:
-        params = StdioServerParameters(command=upstream[0], args=upstream[1:])
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as c:
-            await c.initialize()
-            return (await c.list_tools()).tools
-
+    register_mcp_server(url, "test-upstream", [sys.executable, str(SERVER), str(_logged(count))])
     with Plane.open(url) as plane:
-        for tool in anyio.run(listed):
-            try:
-                register_tool(
-                    plane,
-                    {
-                        "name": f"test-upstream.{tool.name}",
-                        "mcp_server": "test-upstream",
-                        "mcp_tool_name": tool.name,
-                        "mcp_command": upstream,
-                        "input_schema": tool.input_schema,
-                        # as the server declares it: the plane compares before each call
-                        **({"output_schema": tool.output_schema} if tool.output_schema else {}),
-                    },
-                )
-            except ledger.LedgerError:
-                continue  # what the proxy refuses too (a control character, a $ref out)
         token = issue_credential(plane, "P-1", ttl=timedelta(hours=1)).token
     _as_agent(url, token, session)
 

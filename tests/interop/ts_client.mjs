@@ -1,9 +1,12 @@
 // The TypeScript SDK's MCP client, driven by tests/test_mcp_interop.py: it starts the
-// command after `--` (the gate proxy) on stdio, initializes, lists the tools, makes the
-// calls given as JSON and prints one JSON document on stdout, as the SDK hands it over.
+// command after `--` (the gate proxy) on stdio, or connects to `--url` over streamable
+// HTTP (`evidence serve`'s /mcp, with `Authorization: Bearer $EVIDENCE_TOKEN`: the token
+// never on the command line), initializes, lists the tools, makes the calls given as
+// JSON and prints one JSON document on stdout, as the SDK hands it over.
 //
 //   node ts_client.mjs '{"calls": [{"name": "echo", "arguments": {...}, "meta": {...}}]}' \
 //     -- COMMAND ARGS...
+//   EVIDENCE_TOKEN=evd_... node ts_client.mjs JOB_JSON --url http://127.0.0.1:8750/mcp
 //
 // Every call is made after `tools/list`, as an agent does: the SDK then knows each
 // tool's output schema and checks a result's `structuredContent` against it. A call the
@@ -12,6 +15,7 @@
 // were made (whatever they answered); 1 (and `{"fatal": ...}`) if the session failed.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const TIMEOUT_MS = 60_000;
 
@@ -23,17 +27,25 @@ function errorOf(err) {
   };
 }
 
-async function main(argv) {
+function transportOf(argv) {
+  if (argv[1] === "--url" && argv.length === 3) {
+    const headers = { Authorization: `Bearer ${process.env.EVIDENCE_TOKEN ?? ""}` };
+    return new StreamableHTTPClientTransport(new URL(argv[2]), { requestInit: { headers } });
+  }
   const split = argv.indexOf("--");
   if (split !== 1 || argv.length < 3) {
-    throw new Error("usage: ts_client.mjs JOB_JSON -- COMMAND ARGS...");
+    throw new Error("usage: ts_client.mjs JOB_JSON (-- COMMAND ARGS... | --url URL)");
   }
-  const job = JSON.parse(argv[0]);
   const [command, ...args] = argv.slice(split + 1);
   // The proxy gets this process's whole environment (the SDK's default keeps only a few
   // variables): the ledger's key and state directory, PYTHONPATH, the confinement's
   // additions.
-  const transport = new StdioClientTransport({ command, args, env: { ...process.env } });
+  return new StdioClientTransport({ command, args, env: { ...process.env } });
+}
+
+async function main(argv) {
+  const transport = transportOf(argv);
+  const job = JSON.parse(argv[0]);
   const client = new Client({ name: "evidence-interop-ts", version: "0.1.0" });
   const out = { calls: [] };
   await client.connect(transport, { timeout: TIMEOUT_MS });
