@@ -553,7 +553,8 @@ class Store:
         # Each thread keeps one writer connection for the store's life: checking one out
         # of the pool per append costs more than the append's own statements.
         self._local = threading.local()
-        self._writers: list[Any] = []
+        # Each thread's driver connection: (the thread, the fork it was made in, it).
+        self._writers: list[tuple[threading.Thread, int, Any]] = []
         self._writers_lock = threading.Lock()
 
     @property
@@ -577,7 +578,7 @@ class Store:
     def close(self) -> None:
         with self._writers_lock:
             writers, self._writers = self._writers, []
-        for raw in writers:
+        for _thread, _fork, raw in writers:
             raw.invalidate()  # closes the driver connection; it never returns to a pool
         self.engine.dispose()
 
@@ -750,14 +751,21 @@ class Store:
             raw = self.engine.raw_connection()
             self._local.writer, self._local.forks = raw, _forks[0]
             with self._writers_lock:
-                self._writers.append(raw)
+                # The connections of threads that have ended (a service's worker threads
+                # come and go) are closed here, or each would be held until the store
+                # closes. Only this process's own: a connection made before a fork is
+                # the parent's, and closing it would end the parent's session.
+                ended = [w for w in self._writers if w[1] == _forks[0] and not w[0].is_alive()]
+                self._writers = [w for w in self._writers if w not in ended]
+                self._writers.append((threading.current_thread(), _forks[0], raw))
+            for _thread, _fork, old in ended:
+                old.invalidate()
         return raw
 
     def _drop_writer(self, raw: Any) -> None:
         self._local.writer = None
         with self._writers_lock:
-            if raw in self._writers:
-                self._writers.remove(raw)
+            self._writers = [w for w in self._writers if w[2] is not raw]
         raw.invalidate()
 
     def _prepare_rows(self, appends: Sequence[StreamAppend]) -> list[list[tuple[Any, ...]]]:

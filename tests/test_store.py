@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 
 import msgspec
 import pytest
@@ -303,6 +304,25 @@ def test_a_closed_store_releases_its_writers(db_url: str) -> None:
     with ledger.open(db_url) as again:  # nothing left holding a lock
         again.append("s", [strategy()], 1)
         assert again.head().size == 2
+
+
+def test_the_connections_of_ended_threads_are_closed(store: ledger.Store) -> None:
+    """Each thread reads and appends on a driver connection of its own; one whose thread
+    has ended is closed when another thread makes its own, so a service whose worker
+    threads come and go holds as many connections as it has threads, not as many as it
+    ever had."""
+    store.append("s", [strategy()])
+
+    def work(n: int) -> None:
+        store.read_stream("s")
+        store.append(f"t:{n}", [strategy()])
+
+    for n in range(20):  # one after the other: each thread ends before the next starts
+        thread = threading.Thread(target=work, args=(n,))
+        thread.start()
+        thread.join()
+    assert len(store._writers) <= 2  # the last worker's, and this thread's
+    assert store.head().size == 21
 
 
 def test_a_filtered_read_with_a_prefix_pages_past_pages_the_prefix_thins(store) -> None:
