@@ -106,12 +106,7 @@ class Service:
         self.committer = GroupCommitter(
             lambda: Plane.open(db_url, create=False, workdir=workdir, inline_read_models=False)
         )
-        self.pool = PlanePool(
-            db_url,
-            keep=max_in_flight,
-            workdir=workdir,
-            committer=self.committer,
-        )
+        self.pool = PlanePool(db_url, workdir=workdir, committer=self.committer)
         self.follower = ReadModelFollower(db_url)
         self.metrics = Metrics()
         self.plane_key_fingerprint: str | None = None

@@ -1,20 +1,22 @@
-"""The service's open planes: a few ``Plane`` objects shared by the worker threads, each
-used by one thread at a time.
+"""The service's open planes: one ``Plane`` per worker thread.
 
-A ``Plane`` holds an engine, the read models' engine and caches of checked plan
-prefixes; opening one costs a catch-up of the read models (a tenth of a second on a
-small ledger), so the service keeps them rather than opening one per request. A plane is
-handed to a thread for one operation and taken back after it (SQLite connections are
-opened with ``check_same_thread=False``, so a plane may move between threads; never two
-at once). The pool makes a new plane when none is idle and keeps at most ``keep`` idle
-ones: the in-flight bound (``Overload``) is what bounds how many are ever in use.
+A ``Plane`` holds an engine, caches of checked plan prefixes and of the policy, and —
+in its store — a driver connection per thread that uses it. Opening one is not free, so
+the service keeps them; and it keeps one *per thread* rather than handing planes from
+thread to thread, because a plane that visited every thread would hold a connection on
+every one of them (planes x threads connections: past PostgreSQL's limit with a few
+services). A plane whose thread has ended (a worker thread idle too long is retired)
+is closed when the next plane is made. The in-flight bound and the worker threads'
+limiter bound how many there are.
+
+A plane's appends go to the group commit (``committer.py``) when one is given, and its
+read models are the follower's (``follower.py``): the service's planes never touch them.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,66 +27,62 @@ T = TypeVar("T")
 
 class PlanePool:
     def __init__(
-        self,
-        db_url: str,
-        *,
-        keep: int,
-        workdir: Path | None = None,
-        committer: Committer | None = None,
+        self, db_url: str, *, workdir: Path | None = None, committer: Committer | None = None
     ) -> None:
         self.db_url = db_url
         self.workdir = workdir
         self.committer = committer
-        self._keep = keep
-        self._idle: list[Plane] = []
+        self._planes: dict[threading.Thread, Plane] = {}
         self._lock = threading.Lock()
         self._closed = False
 
     def _open(self) -> Plane:
         # Never create: the service serves a ledger an operator made (`evidence init`).
-        # The read models are the follower's (``follower.py``), not each append's.
         plane = Plane.open(
             self.db_url, create=False, workdir=self.workdir, inline_read_models=False
         )
-        plane.committer = self.committer  # its appends: the group commit's (committer.py)
+        plane.committer = self.committer
         return plane
 
-    @contextmanager
-    def plane(self) -> Iterator[Plane]:
-        """A plane for this thread's operation. One whose operation failed on something
-        other than a refusal (a broken connection, a bug) is closed, not reused."""
+    def _mine(self) -> Plane:
+        """This thread's plane (made on its first operation)."""
+        me = threading.current_thread()
         with self._lock:
-            plane = self._idle.pop() if self._idle else None
-        if plane is None:
-            plane = self._open()
+            if self._closed:
+                raise RuntimeError("the service is stopping")
+            plane = self._planes.get(me)
+        if plane is not None:
+            return plane
+        plane = self._open()
+        with self._lock:
+            ended = [t for t in self._planes if not t.is_alive()]
+            retired = [self._planes.pop(t) for t in ended]
+            self._planes[me] = plane
+        for old in retired:
+            old.close()
+        return plane
+
+    def run(self, fn: Callable[[Plane], T]) -> T:
+        """``fn`` with this thread's plane. A plane whose operation failed on something
+        other than a refusal (a broken connection, a bug) is closed, and the thread's
+        next operation opens another."""
+        plane = self._mine()
         try:
-            yield plane
+            return fn(plane)
         except BaseException as exc:
             from ledger import LedgerError  # a refusal leaves the plane as it was
 
-            if isinstance(exc, LedgerError):
-                self._give_back(plane)
-            else:
+            if not isinstance(exc, LedgerError):
+                with self._lock:
+                    if self._planes.get(threading.current_thread()) is plane:
+                        del self._planes[threading.current_thread()]
                 plane.close()
             raise
-        else:
-            self._give_back(plane)
-
-    def run(self, fn: Callable[[Plane], T]) -> T:
-        with self.plane() as plane:
-            return fn(plane)
-
-    def _give_back(self, plane: Plane) -> None:
-        with self._lock:
-            if not self._closed and len(self._idle) < self._keep:
-                self._idle.append(plane)
-                return
-        plane.close()
 
     def close(self) -> None:
-        """Close every idle plane; one still in use is closed when it comes back."""
+        """Close every plane (the service has drained: no operation is running)."""
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, []
-        for plane in idle:
+            planes, self._planes = list(self._planes.values()), {}
+        for plane in planes:
             plane.close()
