@@ -249,3 +249,22 @@ def register_mcp_server(url: str, server: str, command: list[str]) -> list[str]:
                 continue
             names.append(name)
     return names
+
+
+def forge_credential(store: Store, plan_id: str) -> str:
+    """An agent credential's issuance appended past the plane, as an agent holding the
+    database file but no operator key can: no operator's signature. Returns the token it
+    would make."""
+    import hashlib
+
+    from ledger.events import CredentialIssued
+
+    secret = "s" * 43
+    forged = CredentialIssued(
+        credential_id="01J00000000000000000000000",
+        plan_id=plan_id,
+        secret_sha256=hashlib.sha256(secret.encode()).hexdigest(),
+        expires_at="2099-01-01T00:00:00.000000Z",
+    )
+    forge(store, f"credential:{forged.credential_id}", forged)
+    return f"evd_{forged.credential_id}_{secret}"

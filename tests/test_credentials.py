@@ -25,8 +25,8 @@ from commands.plane.credentials import (
 from commands.plane.phases import record_strategy
 from commands.plane.plans import create_plan
 from commands.rules.signing import OPERATOR_KEY_ENV, load_or_create_plane_key
-from ledger.events import CredentialIssued, CredentialRevoked
-from tests.helpers import assert_refused, forge, run_cli
+from ledger.events import CredentialRevoked
+from tests.helpers import assert_refused, forge, forge_credential, run_cli
 
 HOUR = timedelta(hours=1)
 
@@ -108,19 +108,12 @@ def test_the_agent_cannot_mint_a_credential_without_an_operator_key(
         monkeypatch.setenv(OPERATOR_KEY_ENV, str(tmp_path / "agent.key"))
         with pytest.raises(CommandRefused, match="no operator's"):
             issue_credential(plane, "P-2", ttl=HOUR)
-        secret = "s" * 43
-        forged = CredentialIssued(
-            credential_id="01J00000000000000000000000",
-            plan_id="P-2",
-            secret_sha256=hashlib.sha256(secret.encode()).hexdigest(),
-            expires_at="2099-01-01T00:00:00.000000Z",
-        )
-        forge(plane.store, f"credential:{forged.credential_id}", forged)
+        token = forge_credential(plane.store, "P-2")
         with pytest.raises(Unauthenticated, match="none an operator signed"):
-            authenticate(plane, f"evd_{forged.credential_id}_{secret}")
+            authenticate(plane, token)
         assert any("credential.issued" in v for v in _policy_violations(plane))
         listed = {v.state.credential_id: v.trusted for v in credentials_of(plane)}
-        assert listed[forged.credential_id] is False
+        assert listed[token.split("_")[1]] is False
 
 
 def test_a_revocation_cannot_be_undone_or_forged_away(db_url: str) -> None:

@@ -7,7 +7,6 @@ cache."""
 
 from __future__ import annotations
 
-import hashlib
 from datetime import timedelta
 
 import pytest
@@ -26,7 +25,7 @@ from commands.plane.plans import create_plan
 from commands.plane.registry import register_tool
 from ledger import NewEvent, StreamAppend
 from ledger.events import CredentialIssued, CredentialRevoked
-from tests.helpers import forge
+from tests.helpers import forge, forge_credential
 
 HOUR = timedelta(hours=1)
 SCHEMA_V1 = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
@@ -67,16 +66,9 @@ def test_an_issuance_the_agent_appends_never_authenticates_a_warm_plane(db_url: 
     _ledger(db_url)
     with Plane.open(db_url) as operator, Plane.open(db_url) as service:
         authenticate(service, issue_credential(operator, "P-1", ttl=HOUR).token)
-        secret = "s" * 43
-        forged = CredentialIssued(
-            credential_id="01J00000000000000000000000",
-            plan_id="P-1",
-            secret_sha256=hashlib.sha256(secret.encode()).hexdigest(),
-            expires_at="2099-01-01T00:00:00.000000Z",
-        )
-        forge(service.store, f"credential:{forged.credential_id}", forged)
+        token = forge_credential(service.store, "P-1")
         with pytest.raises(Unauthenticated, match="none an operator signed"):
-            authenticate(service, f"evd_{forged.credential_id}_{secret}")
+            authenticate(service, token)
 
 
 def test_a_new_registration_reaches_a_warm_plane_at_its_next_check(db_url: str) -> None:

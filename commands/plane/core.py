@@ -189,30 +189,33 @@ class Plane:
         With a ``committer`` (the service's group commit) the job is handed to it: it is
         decided and appended the same way, in a transaction shared with other plans'
         jobs (``run_batch``)."""
+        job = Job(stream, decide, actor, blobs, correlation_id, caused_by)
         if self.committer is not None:
-            return self.committer.submit(
-                Job(stream, decide, actor, blobs, correlation_id, caused_by)
-            )
+            return self.committer.submit(job)
         while True:
             with self.store.write() as tx:
                 # The read models are kept current in the appending transaction; events
                 # another writer appended without them are applied first: here, under
                 # the lock, when they are few, else outside it (``catch_up``), then again.
                 if not self.inline_read_models or self.projections.catch_up_locked(tx):
-                    state = self._authority(tx).state(stream)
-                    payloads = decide(state)
-                    if not payloads:
-                        return []
-                    return self._append(
-                        tx,
-                        state,
-                        payloads,
-                        actor=actor,
-                        blobs=list(blobs() if callable(blobs) else blobs),
-                        correlation_id=correlation_id,
-                        caused_by=caused_by,
-                    )
+                    return self._run_job(tx, job)
             self.projections.catch_up()
+
+    def _run_job(self, tx: WriteTx, job: Job) -> list[RecordedEvent]:
+        """Fold the job's stream under ``tx``'s lock, decide, append (``run``'s body)."""
+        state = self._authority(tx).state(job.stream)
+        payloads = job.decide(state)
+        if not payloads:
+            return []
+        return self._append(
+            tx,
+            state,
+            payloads,
+            actor=job.actor,
+            blobs=list(job.blobs() if callable(job.blobs) else job.blobs),
+            correlation_id=job.correlation_id,
+            caused_by=job.caused_by,
+        )
 
     def run_batch(self, jobs: Sequence[Job]) -> list[list[RecordedEvent] | LedgerError]:
         """Group commit: each job decided and appended as ``run`` would, one after the
@@ -240,23 +243,7 @@ class Plane:
         with self.store.write() as tx:
             for job in jobs:
                 try:
-                    state = self._authority(tx).state(job.stream)
-                    payloads = job.decide(state)
-                    if not payloads:
-                        answers.append([])
-                        continue
-                    blobs = job.blobs() if callable(job.blobs) else job.blobs
-                    answers.append(
-                        self._append(
-                            tx,
-                            state,
-                            payloads,
-                            actor=job.actor,
-                            blobs=list(blobs),
-                            correlation_id=job.correlation_id,
-                            caused_by=job.caused_by,
-                        )
-                    )
+                    answers.append(self._run_job(tx, job))
                 except (CommandRefused, ConcurrencyError) as refused:
                     # Raised before the job sent a write (the rules and the version check
                     # come first): the transaction is as the job found it.
