@@ -206,9 +206,12 @@ def keys_env(env: dict[str, str]) -> Iterator[None]:
 
 
 @contextmanager
-def fresh_ledger(backend: str, pg_url: str, agents: int) -> Iterator[Ledger]:
+def fresh_ledger(
+    backend: str, pg_url: str, agents: int, history: int = 0
+) -> Iterator[Ledger]:
     """One tool (``read``), one plan per agent in Execute with one passing check on its
-    stream, a credential each; keys and sandboxes in a temporary directory."""
+    stream, a credential each; keys and sandboxes in a temporary directory. With
+    ``history``, that many events of a long-lived log before them (``preload``)."""
     from commands.plane import Plane
     from commands.plane.credentials import issue_credential
     from commands.plane.gates import gate_input
@@ -246,8 +249,26 @@ def fresh_ledger(backend: str, pg_url: str, agents: int) -> Iterator[Ledger]:
                     gate_input(plane, plan, "read", GATE_PARAMS)
                     tokens.append(issue_credential(plane, plan, ttl=timedelta(hours=2)).token)
                     plans.append(plan)
+                if history:
+                    preload(plane, history)
                 before = plane.store.head().size
             yield Ledger(target, url, env, plans, tokens, before)
+
+
+def preload(plane: Any, n: int) -> None:
+    """``n`` events after the set-up, as a ledger in use for a while holds: passing
+    checks on streams of their own, 1,000 per transaction; then the read models caught up
+    and (PostgreSQL) the table's statistics taken, as autovacuum would have."""
+    event = sample_event(plane.store)
+    for start in range(0, n, 1000):
+        count = min(1000, n - start)
+        plane.store.append_batch(
+            [ledger.StreamAppend(f"history:{start // 1000}", [event] * count, ledger.NO_STREAM)]
+        )
+    plane.projections.catch_up()
+    if plane.store.backend == "postgresql":
+        with plane.store.engine.begin() as conn:
+            conn.exec_driver_sql("ANALYZE")
 
 
 def sample_event(store: ledger.Store) -> ledger.NewEvent:
@@ -814,7 +835,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def run_scenario(key: str, backend: str, pg_url: str, args: argparse.Namespace) -> dict[str, Any]:
     agents = args.agents
     workers = 1 if key in ("plane-1", "service-1") else agents
-    with fresh_ledger(backend, pg_url, agents) as led, keys_env(led.env):
+    with fresh_ledger(backend, pg_url, agents, args.history) as led, keys_env(led.env):
         load_before = os.getloadavg()[0]
         extra: dict[str, Any] = {}
         if MODES[key] == "service":
@@ -1216,7 +1237,8 @@ def _anatomy_pass(
 def print_results(out: Any, rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     table = Table(
         title=f"gated checks through the service, side by side ({args.agents} agents/workers, "
-        f"{args.seconds:g} s after {args.warmup:g} s warm-up; ms; x floor: ops/s over "
+        + (f"{args.history:,} events in the log before each, " if args.history else "")
+        + f"{args.seconds:g} s after {args.warmup:g} s warm-up; ms; x floor: ops/s over "
         f"Store.append x{args.agents} threads, same backend; target {TARGET_RATE:.0f}/s, "
         f"p99 <= {TARGET_P99_MS:.0f} ms)",
         title_justify="left",
@@ -1367,6 +1389,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", type=int, default=8, help="agents (service), workers (others)")
     ap.add_argument("--only", default="", help="comma-separated scenario keys (default: all)")
     ap.add_argument("--skip-sqlite", action="store_true")
+    ap.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="events already in the log before each scenario (a ledger in use for a while)",
+    )
     run = start_run(ap, argv, "one service process under load (and time the ledger lock)")
     args, out = run.args, run.out
     only = [k for k in args.only.split(",") if k]
@@ -1431,6 +1459,7 @@ def main(argv: list[str] | None = None) -> int:
                         "seconds": args.seconds,
                         "warmup": args.warmup,
                         "agents": args.agents,
+                        "history": args.history,
                         "target_rate": TARGET_RATE,
                         "target_p99_ms": TARGET_P99_MS,
                     },

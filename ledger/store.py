@@ -44,6 +44,7 @@ from .errors import (
 from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
 from .ids import is_ulid, new_ulid, new_ulids
 from .merkle import Frontier
+from .tails import CATCH_UP_LIMIT, StreamTails, TailsView
 from .timestamps import utc_now
 
 __all__ = [
@@ -213,8 +214,11 @@ SMALL_BLOB = 64 * 1024
 class WriteTx:
     """One write transaction holding the ledger lock (see ``Store.write``)."""
 
-    def __init__(self, store: Store, cursor: Any, aux: Any) -> None:
+    def __init__(self, store: Store, cursor: Any, aux: Any, tails: TailsView | None = None) -> None:
         self._store, self._cursor, self._aux = store, cursor, aux
+        # The writer's tails (``ledger.tails``): stream reads answered from memory once
+        # the lock is held and the tails are brought up to the locked head.
+        self._tails = tails
         self.backend = store.backend
         self.ph = store.placeholder  # the driver's placeholder: "?" or "%s"
         self._size: int | None = None
@@ -261,8 +265,19 @@ class WriteTx:
     def head_size(self) -> int:
         """The log's size, locking the head first if this transaction has not yet."""
         if self._size is None:
-            self._cursor.execute(self._store._backend.lock_head_sql)
-            self._took_head(self._cursor.fetchone())
+            tails = self._tails
+            if tails is not None and tails.size is not None:
+                # The events since the tails' head, read in the lock's round trip.
+                rows = self._lock_with(
+                    f"SELECT {_EVENT_COLUMNS} FROM events WHERE position > {self.ph} "
+                    f"ORDER BY position LIMIT {CATCH_UP_LIMIT + 1}",
+                    (tails.size,),
+                )
+                assert self._size is not None
+                tails.catch_up(self._size, rows)
+            else:
+                self._cursor.execute(self._store._backend.lock_head_sql)
+                self._took_head(self._cursor.fetchone())
         assert self._size is not None
         return self._size
 
@@ -273,17 +288,26 @@ class WriteTx:
 
     def _locked_read(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """The rows of a read made under the lock. The first read of the transaction
-        takes the lock with it: on PostgreSQL both statements go in one round trip (the
-        read runs after the lock is granted, so in READ COMMITTED it sees every append
-        committed before ours)."""
+        takes the lock with it (unless the tails have their own read to make then)."""
+        if self._size is None and (self._tails is None or self._tails.size is None):
+            return self._lock_with(sql, params)
+        self.head_size()
         reads = self._reads
-        if self._size is None and reads is not self._cursor:
-            self._cursor.execute(self._store._backend.lock_head_sql)
+        reads.execute(sql, params)
+        return list(reads.fetchall())
+
+    def _lock_with(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Take the lock, then read: on PostgreSQL both statements go in one round trip
+        (the read runs after the lock is granted, so in READ COMMITTED it sees every
+        append committed before ours)."""
+        reads = self._reads
+        self._cursor.execute(self._store._backend.lock_head_sql)
+        if reads is self._cursor:  # SQLite: one cursor, each result taken before the next
+            self._took_head(self._cursor.fetchone())
+            reads.execute(sql, params)
+        else:
             reads.execute(sql, params)
             self._took_head(self._cursor.fetchone())
-            return list(reads.fetchall())
-        self.head_size()
-        reads.execute(sql, params)
         return list(reads.fetchall())
 
     def append_batch(
@@ -316,12 +340,23 @@ class WriteTx:
 
     def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]:
         """One stream's events, read under this transaction's lock: a decision made on
-        them cannot be overtaken by another writer before it commits."""
+        them cannot be overtaken by another writer before it commits. From the tails
+        when they hold them (no statement)."""
+        tails = self._tails
+        if tails is not None and tails.size is not None:
+            self.head_size()  # takes the lock and brings the tails up to its head
+        if tails is not None and tails.size is not None:
+            held = tails.rows_from(stream, from_version)
+            if held is not None:
+                self._versions[stream] = tails.version(stream)
+                return [self._store._decode(row) for row in held]
         rows = self._locked_read(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE stream = {self.ph} "
             f"AND stream_version >= {self.ph} ORDER BY stream_version",
             (stream, from_version),
         )
+        if tails is not None:
+            tails.learn_read(stream, from_version, rows)
         events = [self._store._decode(row) for row in rows]
         # Every version from ``from_version`` on was read: the last is the stream's.
         if events:
@@ -353,6 +388,12 @@ class WriteTx:
             (*types, after),
         )
         return [self._store._decode(row) for row in reads.fetchall()]
+
+    def read_types_to_head(
+        self, types: Sequence[str], after: int = 0
+    ) -> tuple[int, list[RecordedEvent]]:
+        """``read_types`` under this transaction's lock, with the log's size."""
+        return self.head_size(), self.read_types(types, after)
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         """Which of ``digests`` the blob store holds (read under this transaction)."""
@@ -392,6 +433,8 @@ class WriteTx:
             self._event_ids.extend(row[0] for row in stream_rows)
         streams = list(dict.fromkeys(a.stream for a in appends))
         known = self._versions
+        if self._size is None and self._tails is not None and self._tails.size is not None:
+            self.head_size()  # the tails learn what came before the lock
         if self._head is not None and all(stream in known for stream in streams):
             size, chain, packed = self._head  # read under the lock this transaction holds
             versions = {stream: known[stream] for stream in streams}
@@ -470,6 +513,9 @@ class WriteTx:
         self._size = position
         self._head = (position, chain, packed)
         known.update(versions)
+        if self._tails is not None:
+            for row in rows:
+                self._tails.learn_row(row)
         return rows
 
 
@@ -701,20 +747,30 @@ class Store:
         return [row[0] for row in rows]
 
     @contextmanager
-    def write(self) -> Iterator[WriteTx]:
+    def write(self, *, tails: StreamTails | None = None) -> Iterator[WriteTx]:
         """A write transaction holding the ledger lock.
 
         Appends made through it and the caller's own statements (read models, written
-        inline by command handlers) commit together or not at all.
+        inline by command handlers) commit together or not at all. With ``tails`` (the
+        writer's own, kept across its transactions: ``ledger.tails``) stream reads the
+        tails hold cost no statement.
         """
         tx: WriteTx | None = None
+        view = tails.claim() if tails is not None else None
         try:
             with self._write_cursor() as (cursor, aux):
-                tx = WriteTx(self, cursor, aux)
+                tx = WriteTx(self, cursor, aux, view)
                 yield tx
-        except self._integrity_error as exc:
-            self._raise_duplicate(exc, tx)
+        except BaseException as exc:
+            if tails is not None and view is not None:
+                view.forget()  # it may hold this transaction's rolled-back appends
+                tails.release(None)
+            if isinstance(exc, self._integrity_error):
+                self._raise_duplicate(exc, tx)
             raise
+        if tails is not None and view is not None:
+            assert tx is not None
+            tails.release(tx._size)
 
     def _raise_duplicate(self, exc: Exception, tx: WriteTx | None) -> None:
         """A unique violation on ``event_id``: which of the ids are already stored."""
@@ -974,6 +1030,23 @@ class Store:
             f"AND position > {ph} ORDER BY position"
         )
         return [self._decode(row) for row in self._read_rows(sql, (*types, after))]
+
+    def read_types_to_head(
+        self, types: Sequence[str], after: int = 0
+    ) -> tuple[int, list[RecordedEvent]]:
+        """``read_types``, with the log's size in the same snapshot: a reader that asks
+        again from that size reads only what came since (asking from the position of the
+        last event found would scan every event after it, whatever its type)."""
+        ph = self.placeholder
+        columns = ", ".join(f"e.{c.strip()}" for c in _EVENT_COLUMNS.split(","))
+        sql = (
+            f"SELECT h.size, {columns} FROM ledger_head h LEFT JOIN events e "
+            f"ON e.position > {ph} AND e.type IN ({', '.join([ph] * len(types))}) "
+            "WHERE h.id = 1 ORDER BY e.position"
+        )
+        rows = self._read_rows(sql, (after, *types))
+        size = rows[0][0] if rows else 0
+        return size, [self._decode(row[1:]) for row in rows if row[1] is not None]
 
     def _read_rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """The rows of one read statement, on this thread's driver connection when it is

@@ -148,3 +148,30 @@ def test_one_look_serves_a_request_and_the_next_request_looks_again(db_url: str)
                 assert doc is not None and doc.status == "revoked"
         with pytest.raises(Unauthenticated, match="revoked"):
             authenticate(service, issued.token)
+
+
+class _Recording:
+    """The plane's store as a policy source, noting where each refresh read from."""
+
+    def __init__(self, plane: Plane) -> None:
+        self.store, self.asked = plane.store, list[int]()
+
+    def read_types_to_head(self, types, after=0):  # type: ignore[no-untyped-def]
+        self.asked.append(after)
+        return self.store.read_types_to_head(types, after)
+
+
+def test_a_refresh_reads_only_what_came_since_the_last(db_url: str) -> None:
+    """The next refresh starts at the log's size the last one read, not at the last
+    policy event: from there every request would read past every gate check since (a
+    cost that grows with the log, measured in docs/performance.md)."""
+    _ledger(db_url)
+    with Plane.open(db_url) as plane:
+        for _ in range(3):
+            assert gate_input(plane, "P-1", "read", b'{"path": "a"}').passed
+        cache, source = plane._policy, _Recording(plane)
+        cache.refresh(source)
+        head = plane.store.head().size
+        assert cache.position < head == cache.scanned
+        cache.refresh(source)
+        assert source.asked[-1] == head

@@ -89,6 +89,9 @@ class EventSource(Protocol):
 
     def read_stream(self, stream: str, from_version: int = 1) -> list[RecordedEvent]: ...
     def read_types(self, types: Sequence[str], after: int = 0) -> list[RecordedEvent]: ...
+    def read_types_to_head(
+        self, types: Sequence[str], after: int = 0
+    ) -> tuple[int, list[RecordedEvent]]: ...
     def present_blobs(self, digests: Sequence[str]) -> set[str]: ...
 
     def get_blob(self, digest: str) -> bytes | None: ...
@@ -105,6 +108,11 @@ class StoreSource:
 
     def read_types(self, types: Sequence[str], after: int = 0) -> list[RecordedEvent]:
         return self.store.read_types(types, after)
+
+    def read_types_to_head(
+        self, types: Sequence[str], after: int = 0
+    ) -> tuple[int, list[RecordedEvent]]:
+        return self.store.read_types_to_head(types, after)
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         return self.store.present_blobs(digests)

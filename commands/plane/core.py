@@ -47,6 +47,7 @@ from ledger import (
 from ledger import open as open_store
 from ledger.events import PolicySignature
 from ledger.keys import fingerprint, public_key_b64
+from ledger.tails import StreamTails
 from projections import ProjectionEngine, delta, fold, open_projections
 from projections.engine import Progress
 from projections.plan_rules import broken_rule
@@ -108,6 +109,9 @@ class Plane:
             store, progress, catch_up=inline_read_models
         )
         self._checked: Checked = {}  # plan prefixes already checked (events never change)
+        # The streams' ends as this plane's transactions left them (``ledger.tails``): a
+        # fold under the lock reads what the plane appended last from memory.
+        self._tails = StreamTails()
         self._plane_public: Ed25519PublicKey | None = None
         # Trusted policy folded once and read on by position (``commands.plane.policy``).
         self._policy = PolicyCache(self.plane_public_key)
@@ -193,7 +197,7 @@ class Plane:
         if self.committer is not None:
             return self.committer.submit(job)
         while True:
-            with self.store.write() as tx:
+            with self.store.write(tails=self._tails) as tx:
                 # The read models are kept current in the appending transaction; events
                 # another writer appended without them are applied first: here, under
                 # the lock, when they are few, else outside it (``catch_up``), then again.
@@ -240,7 +244,7 @@ class Plane:
     def _decide_batch(
         self, jobs: Sequence[Job], answers: list[list[RecordedEvent] | LedgerError]
     ) -> None:
-        with self.store.write() as tx:
+        with self.store.write(tails=self._tails) as tx:
             for job in jobs:
                 try:
                     answers.append(self._run_job(tx, job))
@@ -261,7 +265,7 @@ class Plane:
     ) -> list[RecordedEvent]:
         """Append ``payloads`` to ``state.stream`` expecting ``state.version`` (a
         ``ConcurrencyError`` if the stream moved), each checked and with its delta."""
-        with self.store.write() as tx:
+        with self.store.write(tails=self._tails) as tx:
             return self._append(
                 tx,
                 state,

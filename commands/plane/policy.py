@@ -7,15 +7,17 @@ verify each of their signatures again: the credential, the tool's registration a
 approver keys were half of the service's CPU per request (docs/performance.md).
 
 ``PolicyCache`` reads only what is new: each ``refresh`` asks for the policy events after
-the last position it has folded (one indexed query that usually returns no row), and
+the log's size it last read to (one indexed query over the events since, that usually
+returns no row), and
 judges each new one exactly as ``Authority`` judges it — in log order, against the keys
 in force just before its position (``KeyRing``). A revocation is therefore seen by the
 very next refresh: every ``Authority`` refreshes once, before its first policy answer,
 through its own source (inside a write transaction, under the ledger lock).
 
 Why folding by position is sound: positions are given under the ledger lock and
-committed in that order, so once a policy event at position P has been read, none at or
-below P can appear later; and an event, once read, is judged once (events never change;
+committed in that order with the head that counts them, so a read that saw the log at
+size S saw every event at or below S, and none can appear there later; and an event,
+once read, is judged once (events never change;
 a database whose rows were edited in place is ``evidence verify``'s to report, as for
 the checked plan prefixes the plane already keeps). A write transaction that has
 appended is never read into the cache: what it wrote is not yet committed and may never
@@ -63,9 +65,11 @@ POLICY_SCAN_TYPES = APPROVER_TYPES + REGISTRY_TYPES + SKILL_TYPES + CREDENTIAL_T
 
 class PolicySource(Protocol):
     """The one read a refresh needs: events of ``types`` after position ``after``, in
-    position order."""
+    position order, and the log's size that read saw."""
 
-    def read_types(self, types: Sequence[str], after: int = 0) -> list[RecordedEvent]: ...
+    def read_types_to_head(
+        self, types: Sequence[str], after: int = 0
+    ) -> tuple[int, list[RecordedEvent]]: ...
 
 
 class PolicyCache:
@@ -76,7 +80,10 @@ class PolicyCache:
 
     def __init__(self, plane_key: Callable[[], Ed25519PublicKey] | None) -> None:
         self._plane_key = plane_key
-        self.position = 0
+        self.position = 0  # of the last policy event folded
+        # The log's size as the last refresh read it: the next reads what came since
+        # (from ``position`` it would scan every event after the last policy event).
+        self.scanned = 0
         self._ring: KeyRing | None = None  # keys as of ``position``; made at the first key
         self.approvers: list[RecordedEvent] = []
         self.registry: list[RecordedEvent] = []
@@ -106,8 +113,10 @@ class PolicyCache:
         source is a write transaction, read under the ledger lock)."""
         if self._looked and not locked:
             return
-        for event in source.read_types(POLICY_SCAN_TYPES, self.position):
+        size, events = source.read_types_to_head(POLICY_SCAN_TYPES, self.scanned)
+        for event in events:
             self._take(event)
+        self.scanned = max(self.scanned, size)
         if self._looks and not locked:
             self._looked = True
 
