@@ -207,7 +207,7 @@ def keys_env(env: dict[str, str]) -> Iterator[None]:
 
 @contextmanager
 def fresh_ledger(
-    backend: str, pg_url: str, agents: int, history: int = 0
+    backend: str, pg_url: str, agents: int, history: int = 0, analyze: bool = True
 ) -> Iterator[Ledger]:
     """One tool (``read``), one plan per agent in Execute with one passing check on its
     stream, a credential each; keys and sandboxes in a temporary directory. With
@@ -250,15 +250,16 @@ def fresh_ledger(
                     tokens.append(issue_credential(plane, plan, ttl=timedelta(hours=2)).token)
                     plans.append(plan)
                 if history:
-                    preload(plane, history)
+                    preload(plane, history, analyze=analyze)
                 before = plane.store.head().size
             yield Ledger(target, url, env, plans, tokens, before)
 
 
-def preload(plane: Any, n: int) -> None:
+def preload(plane: Any, n: int, *, analyze: bool = True) -> None:
     """``n`` events after the set-up, as a ledger in use for a while holds: passing
     checks on streams of their own, 1,000 per transaction; then the read models caught up
-    and (PostgreSQL) the table's statistics taken, as autovacuum would have."""
+    and (PostgreSQL, ``analyze``) the table's statistics taken, as autovacuum would have
+    by then (without: the statistics of a ledger that grew faster than autovacuum ran)."""
     event = sample_event(plane.store)
     for start in range(0, n, 1000):
         count = min(1000, n - start)
@@ -266,7 +267,7 @@ def preload(plane: Any, n: int) -> None:
             [ledger.StreamAppend(f"history:{start // 1000}", [event] * count, ledger.NO_STREAM)]
         )
     plane.projections.catch_up()
-    if plane.store.backend == "postgresql":
+    if analyze and plane.store.backend == "postgresql":
         with plane.store.engine.begin() as conn:
             conn.exec_driver_sql("ANALYZE")
 
@@ -835,7 +836,10 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def run_scenario(key: str, backend: str, pg_url: str, args: argparse.Namespace) -> dict[str, Any]:
     agents = args.agents
     workers = 1 if key in ("plane-1", "service-1") else agents
-    with fresh_ledger(backend, pg_url, agents, args.history) as led, keys_env(led.env):
+    with (
+        fresh_ledger(backend, pg_url, agents, args.history, not args.stale_stats) as led,
+        keys_env(led.env),
+    ):
         load_before = os.getloadavg()[0]
         extra: dict[str, Any] = {}
         if MODES[key] == "service":
@@ -1395,6 +1399,11 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="events already in the log before each scenario (a ledger in use for a while)",
     )
+    ap.add_argument(
+        "--stale-stats",
+        action="store_true",
+        help="with --history, no ANALYZE after it (PostgreSQL's statistics of a fresh table)",
+    )
     run = start_run(ap, argv, "one service process under load (and time the ledger lock)")
     args, out = run.args, run.out
     only = [k for k in args.only.split(",") if k]
@@ -1460,6 +1469,7 @@ def main(argv: list[str] | None = None) -> int:
                         "warmup": args.warmup,
                         "agents": args.agents,
                         "history": args.history,
+                        "stale_stats": args.stale_stats,
                         "target_rate": TARGET_RATE,
                         "target_p99_ms": TARGET_P99_MS,
                     },
