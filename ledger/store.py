@@ -345,7 +345,6 @@ class WriteTx:
         tails = self._tails
         if tails is not None and tails.size is not None:
             self.head_size()  # takes the lock and brings the tails up to its head
-        if tails is not None and tails.size is not None:
             held = tails.rows_from(stream, from_version)
             if held is not None:
                 self._versions[stream] = tails.version(stream)
