@@ -23,7 +23,7 @@ from commands.plane.plans import create_plan
 from commands.plane.registry import register_validation
 from commands.plane.runs import validate_plan
 from ledger import NewEvent, Store
-from ledger.events import EventPayload, PlanCreated, StrategyRecorded
+from ledger.events import EventPayload, PlanCreated, PlanHalted, StrategyRecorded
 from ledger.keys import generate_key_pair
 from projections.documents import delta, fold, fold_all
 
@@ -268,3 +268,17 @@ def forge_credential(store: Store, plan_id: str) -> str:
     )
     forge(store, f"credential:{forged.credential_id}", forged)
     return f"evd_{forged.credential_id}_{secret}"
+
+
+def forged_halt(plan_id: str = "P-1") -> PlanHalted:
+    """An escalating halt in Execute on a decision nobody asked for: a transition the
+    plane never writes (the agent's forgery the plane must refuse and audit report)."""
+    return PlanHalted(
+        plan_id=plan_id,
+        halt_type="escalate",
+        final_decision="escalate",
+        raw_halt_type="needs_decision",
+        reason="no decision made",
+        phase="execute",
+        attempt=1,
+    )

@@ -49,7 +49,7 @@ from ledger.events import (
 )
 from ledger.keys import generate_key_pair, load_private_key
 from projections.states import to_json
-from tests.helpers import forge, invoke, status_plan, work
+from tests.helpers import forge, forged_halt, invoke, status_plan, work
 
 ESCALATE_AT_ONCE = {"retry_limit": 0, "max_strategy_revisions": 0}
 
@@ -263,22 +263,8 @@ def test_an_escalate_halt_is_a_pending_decision(plane: Plane, tmp_path: Path) ->
 
 
 def test_a_halt_escalating_without_a_decision_is_audited(plane: Plane, tmp_path: Path) -> None:
-    from ledger.events import PlanHalted
-
     status_plan(plane, tmp_path, {})
-    [at] = forge(
-        plane.store,
-        "plan:P-1",
-        PlanHalted(
-            plan_id="P-1",
-            halt_type="escalate",
-            final_decision="escalate",
-            raw_halt_type="needs_decision",
-            reason="no decision made",
-            phase="execute",
-            attempt=1,
-        ),
-    )
+    [at] = forge(plane.store, "plan:P-1", forged_halt())
     assert "illegal_transition" in _invariants_at(plane, at)
     with pytest.raises(TamperedPlan):
         validate_plan(plane, "P-1")

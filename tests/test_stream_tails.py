@@ -28,9 +28,8 @@ from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_tool
 from ledger import RecordedEvent, StreamAppend, WriteTx
-from ledger.events import PlanHalted
 from ledger.tails import CATCH_UP_LIMIT, StreamTails, TailsView
-from tests.helpers import forge, strategy
+from tests.helpers import forge, forged_halt, strategy
 
 
 class Writer:
@@ -226,19 +225,6 @@ def test_a_read_through_the_tails_is_the_read_of_the_database(
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 
 
-def _forged_halt() -> PlanHalted:
-    """A halt on a decision nobody asked for: not a transition the plane would write."""
-    return PlanHalted(
-        plan_id="P-1",
-        halt_type="escalate",
-        final_decision="escalate",
-        raw_halt_type="needs_decision",
-        reason="no decision made",
-        phase="execute",
-        attempt=1,
-    )
-
-
 @pytest.mark.parametrize("batched", [False, True], ids=["run", "run_batch"])
 def test_a_warm_plane_refuses_a_plan_the_agent_appended_to_since(
     db_url: str, batched: bool
@@ -256,7 +242,7 @@ def test_a_warm_plane_refuses_a_plan_the_agent_appended_to_since(
         assert gate_input(service, "P-1", "read", b'{"path": "a"}').passed
         assert service._tails.size == service.store.head().size  # it holds the plan
         with ledger.open(db_url, create=False) as agent:
-            forge(agent, "plan:P-1", _forged_halt())
+            forge(agent, "plan:P-1", forged_halt())
         if batched:
             [answer] = service.run_batch([Job("plan:P-1", lambda state: [])])
             assert isinstance(answer, TamperedPlan)

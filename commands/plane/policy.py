@@ -8,18 +8,18 @@ approver keys were half of the service's CPU per request (docs/performance.md).
 
 ``PolicyCache`` reads only what is new: each ``refresh`` asks for the policy events after
 the log's size it last read to (one indexed query over the events since, that usually
-returns no row), and
-judges each new one exactly as ``Authority`` judges it — in log order, against the keys
-in force just before its position (``KeyRing``). A revocation is therefore seen by the
-very next refresh: every ``Authority`` refreshes once, before its first policy answer,
-through its own source (inside a write transaction, under the ledger lock).
+returns no row), and judges each new one exactly as ``Authority`` judges it — in log
+order, against the keys in force just before its position (``KeyRing``). A revocation
+is therefore seen by the very next refresh: every ``Authority`` refreshes once, before
+its first policy answer, through its own source (inside a write transaction, under the
+ledger lock).
 
 Why folding by position is sound: positions are given under the ledger lock and
 committed in that order with the head that counts them, so a read that saw the log at
 size S saw every event at or below S, and none can appear there later; and an event,
-once read, is judged once (events never change;
-a database whose rows were edited in place is ``evidence verify``'s to report, as for
-the checked plan prefixes the plane already keeps). A write transaction that has
+once read, is judged once (events never change; a database whose rows were edited in
+place is ``evidence verify``'s to report, as for the checked plan prefixes the plane
+already keeps). A write transaction that has
 appended is never read into the cache: what it wrote is not yet committed and may never
 be (``Authority`` then reads without the cache).
 """
