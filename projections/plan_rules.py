@@ -42,6 +42,7 @@ from ledger.events import (
     PlanCreated,
     PlanHalted,
     ResolvedAttachment,
+    SkillDefined,
     StrategyRecorded,
     StrategyRevisionRequested,
     TokenConsumed,
@@ -56,7 +57,7 @@ from ledger.events import (
 from .documents import stream_kind
 from .folding import Steps
 from .outcomes import canonical_halt
-from .states import ApproverState, AttachmentState, PlanState, ToolState
+from .states import ApproverState, AttachmentState, PlanState, SkillState, ToolState
 
 __all__ = ["broken_rule", "pins_kept"]
 
@@ -98,6 +99,10 @@ def broken_rule(stream: str, doc: Any, payload: EventPayload) -> str | None:
         expected = _tool_version(doc) + 1
         if payload.version != expected:
             return f"a registration is version {expected} of {payload.name}"
+    if kind == "skill" and isinstance(payload, SkillDefined):
+        after = doc.version if isinstance(doc, SkillState) else 0
+        if payload.version != after + 1:
+            return f"a skill's definition is version {after + 1} of {payload.name}"
     return None
 
 

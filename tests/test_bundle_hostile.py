@@ -649,6 +649,7 @@ def test_the_leaves_line(source: Source, tmp_path: Path) -> None:
     def b64(data: bytes) -> bytes:
         return b'"' + base64.b64encode(data) + b'"'
 
+    padded = next(n for n in range(len(leaves) - 1, 0, -1) if n % 3)  # its base64 has "="
     check_all(
         tmp_path,
         [
@@ -677,7 +678,8 @@ def test_the_leaves_line(source: Source, tmp_path: Path) -> None:
             ),
             (
                 "base64 re-padded",
-                with_leaves(b'"' + base64.b64encode(leaves[:-1]).rstrip(b"=") + b'"'),
+                # cut to a length whose base64 is padded, then the padding dropped
+                with_leaves(b'"' + base64.b64encode(leaves[:padded]).rstrip(b"=") + b'"'),
                 "leaves",
                 "not strict base64",
             ),

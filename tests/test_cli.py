@@ -55,7 +55,7 @@ def test_init_defaults_to_evidence_db_in_the_working_directory(tmp_path: Path) -
         "added": True,
         "registered": True,
     }
-    assert json.loads(named.stdout)["size"] == 1
+    assert json.loads(named.stdout)["size"] == 2  # the ledger's identification, the key
 
 
 def test_evidence_db_environment_variable(tmp_path: Path) -> None:

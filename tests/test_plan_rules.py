@@ -62,6 +62,7 @@ from ledger.events import (
     PlanCreated,
     PlanHalted,
     ResolvedAttachment,
+    SkillDefined,
     SkillPin,
     StrategyRecorded,
     StrategyRevisionRequested,
@@ -762,6 +763,10 @@ def _tool(name: str, version: int) -> ToolRegistered:
     return ToolRegistered(name=name, version=version)
 
 
+def _skill(name: str, version: int) -> SkillDefined:
+    return SkillDefined(name=name, version=version, members=["t"])
+
+
 OTHER_CASES: list[tuple[str, str, OtherHistory]] = [
     (
         "attachment-created-once",
@@ -809,6 +814,11 @@ OTHER_CASES: list[tuple[str, str, OtherHistory]] = [
         "tool-versions-one-by-one",
         "a registration is version 2 of",
         lambda n: (f"tool:{n}", [_tool(n, 1), _tool(n, 3)]),
+    ),
+    (
+        "skill-versions-one-by-one",
+        "a skill's definition is version 2 of",
+        lambda n: (f"skill:{n}", [_skill(n, 1), _skill(n, 1)]),
     ),
 ]
 

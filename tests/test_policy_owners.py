@@ -56,9 +56,13 @@ def test_the_first_policy_bootstraps_the_operator_and_signs(db_url: str, tmp_pat
     with Plane.open(db_url) as plane:
         register_validation(plane, {"name": "gate", "mode": "required", "command": PASS})
         events = list(plane.store.read_all())
-        assert [e.type for e in events] == ["approver_key.added", "validation.registered"]
-        assert events[0].payload.role == "operator"
-        assert events[1].payload.signed.operator == events[0].payload.name
+        assert [e.type for e in events] == [
+            "ledger.identified",
+            "approver_key.added",
+            "validation.registered",
+        ]
+        assert events[1].payload.role == "operator"
+        assert events[2].payload.signed.operator == events[1].payload.name
         assert _policy_violations(plane) == []
 
 

@@ -20,10 +20,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from commands.errors import CommandRefused
 from commands.rules.trust import (
+    POLICY_TYPE_NAMES,
     ApproverKey,
-    KeyRing,
+    BrokenRule,
+    PolicyFold,
+    Replayed,
+    Unendorsed,
     decision_problem,
-    endorsed,
     needs_operator,
     review_problem,
     token_signed,
@@ -36,7 +39,6 @@ from commands.schemas.checker import check
 from ledger import LogReader, RecordedEvent, Store
 from ledger.events import (
     ApproverKeyAdded,
-    ApproverKeyRevoked,
     ChangesRecorded,
     DecisionRecorded,
     Escalated,
@@ -45,6 +47,7 @@ from ledger.events import (
     FileChange,
     FixRecorded,
     GateChecked,
+    LedgerIdentified,
     PlanApplied,
     PlanHalted,
     ReviewReportCommitted,
@@ -100,6 +103,8 @@ INVARIANTS = (
     "token_signature",  # a token not signed by the plane key
     "approver_endorsement",  # an approver key the plane key did not endorse
     "policy_signature",  # policy not signed by an operator key in force: the plane ignores it
+    "replayed_signature",  # a genuine signature standing where it was not made: a copy
+    "ledger_identity",  # a ledger.identified the plane key did not sign where it stands
     "review_signature",  # a review report the plane key did not vouch for
     "apply_incomplete",  # a change set recorded, the Apply never completed
     "change_set",  # a change set that is not the validated trees' difference from the snapshot
@@ -334,7 +339,8 @@ class _Auditor:
         self.broken: set[str] = set()  # streams whose deltas already diverged
         self.plans: dict[str, _PlanWalk] = {}
         self.unendorsed: set[str] = set()  # approver keys the plane key did not endorse
-        self.ring = KeyRing(plane_public_key)  # the keys the plane trusts, as of the walk
+        # The policy the plane trusts, as of the walk (keys, identity, trusted documents).
+        self.policy = PolicyFold(plane_public_key)
         self.review_payloads: dict[str, list[EventPayload]] = {}  # review stream -> so far
         self.unvalidated: set[str] = set()  # plans applied after a vacuous run
         self.unconfined: set[str] = set()  # plans whose programs ran unconfined
@@ -369,18 +375,6 @@ class _Auditor:
             self.check_policy(event)
             if kind == "review":
                 self.check_review(event)
-        if isinstance(event.payload, ApproverKeyAdded) and self.plane_public_key is not None:
-            self.count("approver_endorsement")
-            if not endorsed(event.payload, self.plane_public_key):
-                self.unendorsed.add(event.payload.fingerprint)
-                self.violation(
-                    event.position,
-                    None,
-                    "approver_endorsement",
-                    f"approver key {event.payload.fingerprint[:16]}… of "
-                    f"{event.payload.name!r} endorsed by the plane key",
-                    "its endorsement does not verify",
-                )
         if in_scope:
             self.count("illegal_transition")
             rule = broken_rule(stream, before, event.payload)
@@ -668,36 +662,46 @@ class _Auditor:
         earlier.append(event.payload)
 
     def check_policy(self, event: RecordedEvent) -> None:
-        """Policy only from an operator: every registration, attachment, skill, key
-        change and gate-weakening plan setting carries a signature that verifies under
-        an operator key the plane key endorsed, active at its position (``KeyRing``,
-        the plane's own rule)."""
-        p = event.payload
-        if isinstance(p, ApproverKeyAdded | ApproverKeyRevoked):
-            if needs_operator(p):
-                self.count("policy_signature")
-            problem = self.ring.take(p)
-            if problem is None or "endorsed by the plane key" in problem:
-                return  # an unendorsed key is approver_endorsement's finding
-        elif needs_operator(p):
-            self.count("policy_signature")
-            problem = self.ring.policy_problem(p)
-            if problem is None:
-                return
-        else:
+        """Policy only from an operator, standing where it was signed: every
+        registration, attachment, skill, key change, credential and gate-weakening plan
+        setting carries a signature that verifies under an operator key the plane key
+        endorsed, active at its position, made for this ledger, stream and version
+        (``PolicyFold``, the plane's own rule); keys are endorsed by the plane key; the
+        ledger's identification is the plane key's."""
+        if event.type not in POLICY_TYPE_NAMES:
             return
-        self.violation(
-            event.position,
-            _plan_of(event.stream),
-            "policy_signature",
-            problem,
-            f"{event.type} at {event.stream} v{event.stream_version}: the plane ignores it",
-        )
+        p = event.payload
+        if isinstance(p, ApproverKeyAdded):
+            self.count("approver_endorsement")
+        if needs_operator(p):
+            self.count("policy_signature")
+        problem = self.policy.take(event)
+        if problem is None or isinstance(problem, BrokenRule):
+            return  # a broken rule is illegal_transition's finding
+        where = f"{event.type} at {event.stream} v{event.stream_version}: the plane ignores it"
+        if isinstance(problem, Replayed):
+            self.count("replayed_signature")
+            invariant = "replayed_signature"
+        elif isinstance(p, LedgerIdentified):
+            self.count("ledger_identity")
+            invariant = "ledger_identity"
+        elif isinstance(problem, Unendorsed):
+            assert isinstance(p, ApproverKeyAdded)
+            self.unendorsed.add(p.fingerprint)
+            invariant = "approver_endorsement"
+        else:
+            invariant = "policy_signature"
+        self.violation(event.position, _plan_of(event.stream), invariant, str(problem), where)
+
+    def policy_docs(self) -> dict[str, State | None]:
+        """The policy streams' documents resolution reads: as the plane trusts them
+        when the plane key is known (what it ignores changes nothing), else as folded."""
+        return self.policy.docs if self.plane_public_key is not None else self.docs
 
     def approver_key(self, fingerprint: str) -> ApproverKey | None:
         """The approver key as of the event being audited (the walk is in order)."""
         if self.plane_public_key is not None:
-            return self.ring.keys.get(fingerprint)
+            return self.policy.ring.keys.get(fingerprint)
         if fingerprint in self.unendorsed:
             return None
         for doc in self.docs.values():
@@ -732,7 +736,7 @@ class _Auditor:
         expected = {
             name: SkillPin(version=skill.version, members=list(skill.members))
             for name in doc.skills
-            if isinstance(skill := self.docs.get(f"skill:{name}"), SkillState)
+            if isinstance(skill := self.policy_docs().get(f"skill:{name}"), SkillState)
         }
         pinned = {} if p.skills is msgspec.UNSET else dict(p.skills)
         if pinned != expected:
@@ -750,9 +754,9 @@ class _Auditor:
         if p.gate != "input" or walk.doc is None or walk.doc.skills is msgspec.UNSET:
             return
         self.count("skills")
-        outside = isinstance(self.docs.get(f"tool:{p.tool}"), ToolState) and not walk.doc.may_call(
-            p.tool
-        )
+        outside = isinstance(
+            self.policy_docs().get(f"tool:{p.tool}"), ToolState
+        ) and not walk.doc.may_call(p.tool)
         refused = any(d.kind == "not_in_skill" for d in p.deviations)
         if outside != refused or (outside and p.verdict != "fail"):
             self.violation(
@@ -931,11 +935,10 @@ class _Auditor:
     def resolve_now(self, plan_doc: PlanState | None) -> list[ResolvedAttachment]:
         if plan_doc is None:
             return []  # a forged stream with no plan.created: nothing applies to it
-        attachments = [d for d in self.docs.values() if isinstance(d, AttachmentState)]
+        docs = self.policy_docs()
+        attachments = [d for d in docs.values() if isinstance(d, AttachmentState)]
         tools = {
-            d.name: d
-            for d in self.docs.values()
-            if isinstance(d, ToolState) and d.kind == "validation"
+            d.name: d for d in docs.values() if isinstance(d, ToolState) and d.kind == "validation"
         }
         return resolve_plan(attachments, tools, plan_doc)
 
@@ -1066,7 +1069,7 @@ class _Auditor:
         if run is None or p.raw_output_sha256 is None:
             return
         member = next((r for r in run.resolved if r.attachment_id == p.attachment_id), None)
-        tool = self.docs.get(f"tool:{p.validation}")
+        tool = self.policy_docs().get(f"tool:{p.validation}")
         spec = (
             tool.versions.get(str(member.validation_version))
             if member is not None and isinstance(tool, ToolState)

@@ -54,7 +54,8 @@ def init(operator: str | None, as_json: bool) -> None:
     registers it as the first operator (endorsed by the plane key); without it, the
     first policy command does. On an existing ledger it changes nothing (another
     operator's key is refused: an operator adds yours with `keys add NAME PUB --role
-    operator`).
+    operator`), except that a ledger an earlier release wrote is identified once
+    (`ledger.identified`: its old signatures count where they stand, no copy does).
 
     \b
     Examples:
@@ -69,6 +70,7 @@ def init(operator: str | None, as_json: bool) -> None:
     # The operator key is made now; it is registered now with --operator, else by the
     # first policy command (the single-user bootstrap), so a fresh ledger stays empty.
     first = init_operator(plane, operator, register=operator is not None)
+    plane.identify()  # a ledger the first release wrote: its old signatures stay put
     if as_json:
         emit_json(
             {

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from commands.errors import CommandRefused
 from commands.rules.trust import (
     ApproverKey,
-    KeyRing,
+    Identity,
     decision_problem,
     needs_operator,
     token_signed,
@@ -42,10 +42,11 @@ from ledger.events import (
     ExecuteEntered,
     PlanCreated,
     ResolvedAttachment,
-    SkillDefined,
     SkillPin,
     TokenMinted,
     ToolRegistered,
+    ValidationResultRecorded,
+    ValidationRunStarted,
 )
 from projections.documents import State, fold, fold_plan
 from projections.plan_rules import broken_rule
@@ -65,6 +66,7 @@ __all__ = [
     "REGISTRY_TYPES",
     "Authority",
     "EventSource",
+    "Identity",
     "StoreSource",
     "StreamState",
     "TamperedPlan",
@@ -160,7 +162,8 @@ class StreamState:
 
 # Checked plan prefixes, shared by every Authority of one Plane: events never change, so a
 # prefix checked once stays checked (a long-lived plane reads only what is new).
-Checked = dict[str, tuple[int, PlanState | None, frozenset[str]]]  # version, doc, tokens
+# version, doc, tokens minted, runs started
+Checked = dict[str, tuple[int, PlanState | None, frozenset[str], frozenset[str]]]
 
 
 PlaneKey = Callable[[], Ed25519PublicKey]
@@ -168,9 +171,11 @@ PlaneKey = Callable[[], Ed25519PublicKey]
 
 class Authority:
     """Folds and checks streams from one ``EventSource``. ``plane_key`` gives the plane's
-    public key (loaded only when an approver key must be checked). With ``policy`` (the
-    plane's ``PolicyCache``) the trusted policy is taken from the cache, brought up to
-    date through ``source`` once, at the first question that needs it."""
+    public key (loaded only when a signature must be checked). The trusted policy comes
+    from a ``PolicyCache``: the plane's own (``policy``), brought up to date through
+    ``source`` once, at the first question that needs it; a private copy of it when the
+    source is a write transaction that has appended (its own events are not committed:
+    they must not enter a cache that outlives it); a fresh one without."""
 
     def __init__(
         self,
@@ -183,24 +188,25 @@ class Authority:
         self._plane_key = plane_key
         self._checked: Checked = {} if checked is None else checked
         self._policy_cache = policy
-        self._policy_fresh = False
-        self._registry: list[RecordedEvent] | None = None
-        self._approvers: list[RecordedEvent] | None = None
-        self._skills: list[RecordedEvent] | None = None
+        self._fresh: PolicyCache | None = None
 
-    def _policy(self) -> PolicyCache | None:
-        """The cache, refreshed through this source (once); None when there is none, or
-        when the source is a write transaction that has appended (its own events are not
-        committed: they must not enter a cache that outlives it)."""
-        cache = self._policy_cache
-        if cache is None:
-            return None
-        if not self._policy_fresh:
-            if getattr(self.source, "appended", False):
-                return None
+    def _policy(self) -> PolicyCache:
+        """The trusted policy as of this source, refreshed through it once."""
+        if self._fresh is None:
+            shared = self._policy_cache
+            if shared is None:
+                cache = PolicyCache(self._plane_key)
+            elif getattr(self.source, "appended", False):
+                cache = shared.fork()
+            else:
+                cache = shared
             cache.refresh(self.source, locked=not isinstance(self.source, StoreSource))
-            self._policy_fresh = True
-        return cache
+            self._fresh = cache
+        return self._fresh
+
+    def identity(self) -> Identity | None:
+        """The ledger's id as the plane key named it (``ledger.identified``), and where."""
+        return self._policy().identity
 
     # -- streams ----------------------------------------------------------------------
 
@@ -216,22 +222,13 @@ class Authority:
 
     def tool(self, name: str) -> ToolState | None:
         """A tool's (or validation's) state with every registered version."""
-        cache = self._policy()
-        if cache is not None:
-            doc = cache.doc(f"tool:{name}")
-            return doc if isinstance(doc, ToolState) else None
-        return self.state(f"tool:{name}").of(ToolState)
+        doc = self._policy().doc(f"tool:{name}")
+        return doc if isinstance(doc, ToolState) else None
 
     def policy_doc(self, stream: str) -> State | None:
         """A policy stream's document folded from its trusted events only (a credential,
         an attachment …)."""
-        cache = self._policy()
-        if cache is not None:
-            return cache.doc(stream)
-        doc: State | None = None
-        for event in self._trusted(self.source.read_stream(stream)):
-            doc = fold(stream, doc, event.payload)
-        return doc
+        return self._policy().doc(stream)
 
     def tool_version(self, name: str, version: int | None) -> ToolSpec | None:
         """The spec of one registered version (the current one when ``version`` is None)."""
@@ -262,25 +259,21 @@ class Authority:
         )
 
     def server_sources(self, server: str) -> set[str]:
-        """The upstreams (``source`` of their tools: ``mcp:COMMAND`` or ``mcp:URL``) the
-        registered tools of MCP server ``server`` came from: a server name is bound to
-        the upstream its tools were first registered from."""
+        """Where the registered tools of MCP server ``server`` came from (their
+        ``source``): an upstream (``mcp:COMMAND`` or ``mcp:URL``), which the proxy
+        registered them from, or anything else (an operator registered them): a server
+        name is bound to whoever first registered its tools."""
         events = self._registered_tools()
         return {
             doc.spec.source
             for doc in _fold_streams(events, None).values()
-            if isinstance(doc, ToolState)
-            and doc.spec.mcp_server == server
-            and doc.spec.source.startswith("mcp:")
+            if isinstance(doc, ToolState) and doc.spec.mcp_server == server
         }
 
     def _registered_tools(self) -> list[RecordedEvent]:
         """The trusted ``tool.registered`` events (not validations), in log order."""
         name = ToolRegistered.type_name()
-        cache = self._policy()
-        if cache is not None:
-            return [e for e in cache.registry if e.type == name]
-        return self._trusted(self.source.read_types([name]))
+        return [e for e in self._policy().registry if e.type == name]
 
     def present_blobs(self, digests: Sequence[str]) -> set[str]:
         """Which of ``digests`` the blob store holds."""
@@ -296,47 +289,24 @@ class Authority:
     def approver_keys(self, *, before: int | None = None) -> dict[str, ApproverKey]:
         """Every trusted key by fingerprint (``KeyRing``), with its status and role, as of
         before ``before``. A key the plane key did not endorse is nobody's."""
-        events = self._trusted_keys()
-        ring = KeyRing(None)
-        for event in events:
+        keys: dict[str, ApproverKey] = {}
+        for event in self._policy().approvers:
             if before is not None and event.position >= before:
                 break
             p = event.payload
             if isinstance(p, ApproverKeyAdded):
-                ring.keys[p.fingerprint] = ApproverKey(p.name, p.public_key, "active", p.role)
+                keys[p.fingerprint] = ApproverKey(p.name, p.public_key, "active", p.role)
             elif isinstance(p, ApproverKeyRevoked):
-                key = ring.keys.get(p.fingerprint)
+                key = keys.get(p.fingerprint)
                 if key is not None and key.name == p.name:
                     key.status = "revoked"
-        return ring.keys
-
-    def _trusted_keys(self) -> list[RecordedEvent]:
-        """The approver-stream events that count, in log order (``KeyRing``)."""
-        cache = self._policy()
-        if cache is not None:
-            return cache.approvers
-        if self._approvers is None:
-            events = self.source.read_types(APPROVER_TYPES)
-            ring = KeyRing(self._plane_key() if self._plane_key is not None and events else None)
-            self._approvers = [e for e in events if ring.take(e.payload) is None]
-        return self._approvers
+        return keys
 
     def policy_ok(self, event: RecordedEvent) -> bool:
         """Whether the plane may decide from this event: not policy, or policy an
-        operator signed with a key in force at its position."""
-        p = event.payload
-        if not needs_operator(p):
-            return True
-        cache = self._policy()
-        if cache is not None:
-            verdict = cache.verdicts.get(event.position)
-            if verdict is not None:
-                return verdict
-        if isinstance(p, ApproverKeyAdded | ApproverKeyRevoked):
-            return any(e.position == event.position for e in self._trusted_keys())
-        ring = KeyRing(None)
-        ring.keys = self.approver_keys(before=event.position)
-        return ring.policy_problem(p) is None
+        operator signed with a key in force at its position, standing where it was
+        signed for."""
+        return not needs_operator(event.payload) or self._policy().counts(event)
 
     def _trusted(self, events: list[RecordedEvent]) -> list[RecordedEvent]:
         return [e for e in events if self.policy_ok(e)]
@@ -344,14 +314,7 @@ class Authority:
     def _fold_registry(
         self, before: int | None
     ) -> tuple[dict[str, AttachmentState], dict[str, ToolState]]:
-        cache = self._policy()
-        if cache is not None:
-            registry = cache.registry
-        else:
-            if self._registry is None:
-                self._registry = self._trusted(self.source.read_types(REGISTRY_TYPES))
-            registry = self._registry
-        docs = _fold_streams(registry, before)
+        docs = _fold_streams(self._policy().registry, before)
         attachments = {s: d for s, d in docs.items() if isinstance(d, AttachmentState)}
         tools = {
             d.name: d for d in docs.values() if isinstance(d, ToolState) and d.kind == "validation"
@@ -362,24 +325,28 @@ class Authority:
 
     def _plan(self, stream: str) -> StreamState:
         plan_id = stream.partition(":")[2]
-        version, doc, tokens = self._checked.get(stream, (0, None, frozenset()))
+        version, doc, tokens, started = self._checked.get(
+            stream, (0, None, frozenset(), frozenset())
+        )
         events = self.source.read_stream(stream, version + 1)
-        minted = set(tokens)
+        minted, runs = set(tokens), set(started)
         for event in events:
             p = event.payload
             rule = broken_rule(stream, doc, p)
             if rule is None and isinstance(p, ExecuteEntered) and doc is not None:
                 rule = self._binding_problem(doc, p, event.position)
                 rule = rule or self._skills_problem(doc, p, event.position)
-            if rule is None and isinstance(p, PlanCreated) and needs_operator(p):
-                ring = KeyRing(None)
-                ring.keys = self.approver_keys(before=event.position)
-                rule = ring.policy_problem(p)
+            if rule is None and isinstance(p, PlanCreated) and not self.policy_ok(event):
+                rule = self._policy().problems[event.position]
             if rule is None and isinstance(p, ChangesRecorded) and doc is not None:
                 rule = change_set_problem(doc, list(p.changes), self.source.get_blob)
             if rule is None and isinstance(p, TokenMinted):
                 rule = self._token_problem(p, minted)
                 minted.add(p.token_id)
+            if isinstance(p, ValidationRunStarted):
+                runs.add(p.run_id)
+            elif rule is None and isinstance(p, ValidationResultRecorded) and doc is not None:
+                rule = _closed_run_problem(doc, p, runs)
             if rule is None and isinstance(p, DecisionRecorded):
                 rule = decision_problem(
                     p,
@@ -390,7 +357,7 @@ class Authority:
                 raise TamperedPlan(plan_id, event.position, rule)
             doc = fold_plan(doc, p)
             version = event.stream_version
-        self._checked[stream] = (version, doc, frozenset(minted))
+        self._checked[stream] = (version, doc, frozenset(minted), frozenset(runs))
         return StreamState(stream, doc, version, self)
 
     def _token_problem(self, p: TokenMinted, minted: set[str]) -> str | None:
@@ -420,14 +387,7 @@ class Authority:
     def skill_pins(self, names: Sequence[str], *, before: int | None = None) -> dict[str, SkillPin]:
         """Each named skill's version and members as the registry defines them (as of
         before position ``before``); a skill not defined is left out."""
-        cache = self._policy()
-        if cache is not None:
-            skills = cache.skills
-        else:
-            if self._skills is None:
-                self._skills = self._trusted(self.source.read_types([SkillDefined.type_name()]))
-            skills = self._skills
-        docs = _fold_streams(skills, before)
+        docs = _fold_streams(self._policy().skills, before)
         found = {name: docs.get(f"skill:{name}") for name in names}
         return {
             name: SkillPin(version=doc.version, members=list(doc.members))
@@ -440,6 +400,15 @@ class Authority:
             if isinstance(event.payload, Escalated) and event.payload.decision_id == decision_id:
                 return event.leaf_hash
         return None
+
+
+def _closed_run_problem(doc: PlanState, p: ValidationResultRecorded, runs: set[str]) -> str | None:
+    """A result of a run the plan started belongs inside it, while it is open: an
+    informational one outside any run is an advisory review's (``plan_rules``), but
+    none is added to a run that has completed."""
+    if p.run_id in runs and p.run_id != doc.current_run:
+        return f"a result belongs inside its open run (run {p.run_id} has completed)"
+    return None
 
 
 def _fold_streams(events: list[RecordedEvent], before: int | None) -> dict[str, State | None]:

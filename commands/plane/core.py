@@ -18,13 +18,19 @@ from pathlib import Path
 from typing import Protocol
 
 import msgspec
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 from ulid import ULID
 
 from commands.errors import CommandRefused
 from commands.rules.signing import (
+    Place,
     SigningError,
     endorse_key,
+    identity_record,
+    key_registration,
     load_or_create_operator_key,
     load_or_create_plane_key,
     operator_key_path,
@@ -45,7 +51,7 @@ from ledger import (
     WriteTx,
 )
 from ledger import open as open_store
-from ledger.events import PolicySignature
+from ledger.events import ApproverKeyAdded, LedgerIdentified, PolicySignature
 from ledger.keys import fingerprint, public_key_b64
 from ledger.tails import StreamTails
 from projections import ProjectionEngine, delta, fold, open_projections
@@ -53,7 +59,7 @@ from projections.engine import Progress
 from projections.plan_rules import broken_rule
 from projections.states import PlanState
 
-from .authority import Authority, Checked, EventSource, StoreSource, StreamState
+from .authority import Authority, Checked, EventSource, Identity, StoreSource, StreamState
 from .policy import PolicyCache
 
 __all__ = ["CommandRefused", "Committer", "Decision", "Job", "Plane", "StreamState"]
@@ -289,7 +295,7 @@ class Plane:
     ) -> list[RecordedEvent]:
         """With ``caused_by`` the events after the one at that index of ``payloads`` name
         it as their causation (a gate check and the failure and halt it routes to)."""
-        payloads, bootstrap = self._signed_policy(tx, payloads)
+        payloads, bootstrap = self._signed(tx, state, payloads)
         doc = state.doc
         events = []
         cause_id = str(ULID())
@@ -315,18 +321,86 @@ class Plane:
             self.projections.apply_inline(tx, recorded)
         return recorded[len(recorded) - len(events) :]
 
-    # -- policy: signed by an operator ------------------------------------------------
+    # -- signatures: bound to where each event will stand ------------------------------
 
-    def _signed_policy(
-        self, tx: WriteTx, payloads: Decision
+    def identify(self) -> Identity | None:
+        """Identify a ledger that holds events but no identification yet (one the first
+        release wrote): from then on, no signature in the first release's format counts
+        (``evidence init`` and ``evidence serve`` call it). A fresh ledger stays empty:
+        its first signature identifies it. Needs the plane key."""
+        if self.log().identity() is not None or self.store.head().size == 0:
+            return self.log().identity()
+        while True:
+            with self.store.write(tails=self._tails) as tx:
+                if not self.inline_read_models or self.projections.catch_up_locked(tx):
+                    log = self._authority(tx)
+                    if log.identity() is None:
+                        recorded = tx.append_batch(self._identified(tx, log)[1])
+                        if self.inline_read_models:
+                            self.projections.apply_inline(tx, recorded)
+                    break
+            self.projections.catch_up()
+        return self.log().identity()
+
+    def _signed(
+        self, tx: WriteTx, state: StreamState, payloads: Decision
     ) -> tuple[list[EventPayload], list[StreamAppend]]:
-        """Each payload that is policy (``needs_operator``) signed with this process's
-        operator key (``EVIDENCE_OPERATOR_KEY``, else the key beside the plane key). A
-        fresh ledger with no operator yet is bootstrapped here, in the same append: the
-        key is made and endorsed by the plane key as the first operator (the single-user
-        mode). A key that is not an active, endorsed operator key refuses the command."""
-        if not any(needs_operator(p) for p in payloads):
+        """Each payload signed where it will stand (``Place``: this ledger, the stream,
+        its version there, its type): a key registration endorsed by the plane key,
+        policy (``needs_operator``) by this process's operator key
+        (``EVIDENCE_OPERATOR_KEY``, else the key beside the plane key). What the
+        signatures need is appended first, in the same append: the ledger's
+        identification when it has none, and, on a fresh ledger with no operator yet,
+        this key endorsed as the first operator (the single-user mode). A key that is
+        not an active, endorsed operator key refuses the command."""
+        endorse = [isinstance(p, ApproverKeyAdded) and not p.endorsement for p in payloads]
+        policy = [needs_operator(p) for p in payloads]
+        if not any(endorse) and not any(policy):
             return list(payloads), []
+        log = self._authority(tx)
+        ledger_id, bootstrap = self._identified(tx, log)
+        operator = self._operator(tx, log, ledger_id, bootstrap) if any(policy) else None
+        signed: list[EventPayload] = []
+        for i, p in enumerate(payloads):
+            place = Place(ledger_id, state.stream, state.version + i + 1, p.type_name())
+            if endorse[i]:
+                assert isinstance(p, ApproverKeyAdded)
+                p = endorse_key(load_or_create_plane_key(self.store.url), p, place)
+            if policy[i]:
+                assert operator is not None
+                p = operator.sign(p, place)
+            signed.append(p)
+        return signed, bootstrap
+
+    def _identified(self, tx: WriteTx, log: Authority) -> tuple[str, list[StreamAppend]]:
+        """The ledger's id as the plane key named it, and the ``ledger.identified`` to
+        append first when it has none yet (signed over its place and its position)."""
+        identity = log.identity()
+        if identity is not None:
+            return identity.ledger_id, []
+        rows = tx.query(f"SELECT value FROM ledger_meta WHERE key = {tx.ph}", ("ledger_id",))
+        ledger_id = str(rows[0][0]) if rows else str(ULID())
+        size = tx.head_size()
+        stream = log.state(LedgerIdentified.STREAM)
+        place = Place(ledger_id, stream.stream, stream.version + 1, LedgerIdentified.type_name())
+        identified = LedgerIdentified(
+            ledger_id=ledger_id,
+            position=size + 1,
+            signature=sign_record(
+                load_or_create_plane_key(self.store.url),
+                identity_record(ledger_id, size + 1),
+                domain="ledger",
+                place=place,
+            ),
+        )
+        event = NewEvent(payload=identified, actor="plane")
+        return ledger_id, [StreamAppend(stream.stream, [event], stream.version)]
+
+    def _operator(
+        self, tx: WriteTx, log: Authority, ledger_id: str, bootstrap: list[StreamAppend]
+    ) -> _Operator:
+        """This process's operator key, checked against the ledger's keys; on a ledger
+        with no operator yet, endorsed as its first (appended to ``bootstrap``)."""
         url = self.store.url
         try:
             key = load_or_create_operator_key(url)
@@ -335,10 +409,8 @@ class Plane:
         assert key is not None
         public = public_key_b64(key.public_key())
         print_ = fingerprint(key.public_key())
-        log = self._authority(tx)
         keys = log.approver_keys()
         known = keys.get(print_)
-        bootstrap: list[StreamAppend] = []
         if known is None:
             if any(k.role == "operator" for k in keys.values()):
                 raise CommandRefused(
@@ -349,8 +421,13 @@ class Plane:
                     "with the plane key makes one)"
                 )
             name = operator_name()
-            added = endorse_key(load_or_create_plane_key(url), name, public, print_, "operator")
             stream = log.state(f"approver:{name}")
+            place = Place(ledger_id, stream.stream, stream.version + 1, "approver_key.added")
+            added = endorse_key(
+                load_or_create_plane_key(url),
+                key_registration(name, public, print_, "operator"),
+                place,
+            )
             after = fold(stream.stream, stream.doc, added)
             bootstrap.append(
                 StreamAppend(
@@ -359,23 +436,29 @@ class Plane:
                     stream.version,
                 )
             )
-            signer = name
-        elif known.role != "operator" or known.status != "active":
+            return _Operator(key, name, print_)
+        if known.role != "operator" or known.status != "active":
             raise CommandRefused(
                 f"this key ({print_[:16]}…) is not an active operator key of this ledger"
             )
-        else:
-            signer = known.name
-        return [
-            msgspec.structs.replace(
-                p,
-                signed=PolicySignature(
-                    operator=signer,
-                    fingerprint=print_,
-                    signature=sign_record(key, policy_record(p), domain="policy"),
-                ),
-            )
-            if needs_operator(p)
-            else p
-            for p in payloads
-        ], bootstrap
+        return _Operator(key, known.name, print_)
+
+
+@dataclass(frozen=True)
+class _Operator:
+    """An operator key that may sign policy here, and the name it signs as."""
+
+    key: Ed25519PrivateKey
+    name: str
+    fingerprint: str
+
+    def sign(self, p: EventPayload, place: Place) -> EventPayload:
+        return msgspec.structs.replace(
+            p,
+            signed=PolicySignature(
+                operator=self.name,
+                fingerprint=self.fingerprint,
+                signature=sign_record(self.key, policy_record(p), domain="policy", place=place),
+                place=place.stated(),
+            ),
+        )

@@ -38,7 +38,7 @@ from commands.names import check_identifier
 from commands.rules.signing import (
     SigningError,
     decision_record,
-    endorse_key,
+    key_registration,
     load_or_create_operator_key,
     load_or_create_plane_key,
     mint_token,
@@ -474,14 +474,15 @@ def add_approver_key(
     except SigningError as exc:
         raise CommandRefused(str(exc)) from None
     print_ = fingerprint(public)
-    plane_key = load_or_create_plane_key(plane.store.url)
+    load_or_create_plane_key(plane.store.url)  # only whoever holds it adds a key
 
     def decide(state: StreamState) -> list[ApproverKeyAdded]:
         assert state.log is not None
         known = state.log.approver_keys().get(print_)
         if known is not None:
             raise CommandRefused(f"key {print_[:16]}… is already registered for {known.name!r}")
-        return [endorse_key(plane_key, name, public_key_b64(public), print_, role)]
+        # Endorsed by the plane key where it is appended (``Plane._signed``).
+        return [key_registration(name, public_key_b64(public), print_, role)]
 
     plane.run(f"approver:{name}", decide, actor=actor)
     return plane.state(f"approver:{name}").existing(ApproverState)
@@ -523,7 +524,7 @@ def init_operator(plane: Plane, name: str | None = None, *, register: bool = Tru
                 f"this ledger has operators already; one of them registers this key: "
                 f"evidence keys add NAME {operator_key_path(url)}.pub --role operator"
             )
-        return [endorse_key(load_or_create_plane_key(url), who, public, print_, "operator")]
+        return [key_registration(who, public, print_, "operator")]
 
     if not register:  # refused now if another operator owns the ledger; else nothing
         known = plane.log().approver_keys().get(print_)

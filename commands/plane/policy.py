@@ -26,26 +26,25 @@ be (``Authority`` then reads without the cache).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from commands.rules.trust import KeyRing
+from commands.rules.trust import POLICY_TYPE_NAMES, Identity, PolicyFold
 from ledger import RecordedEvent
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
     AttachmentCreated,
     AttachmentDetached,
-    CredentialIssued,
-    CredentialRevoked,
     SkillDefined,
     ToolRegistered,
     ValidationRegistered,
 )
-from projections.documents import State, fold
+from projections.documents import State
 
 __all__ = ["POLICY_SCAN_TYPES", "PolicyCache", "PolicySource"]
 
@@ -57,10 +56,7 @@ REGISTRY_TYPES = (
     ValidationRegistered.type_name(),
 )
 SKILL_TYPES = (SkillDefined.type_name(),)
-CREDENTIAL_TYPES = (CredentialIssued.type_name(), CredentialRevoked.type_name())
-# Every type the cache folds (a plan's creation is policy only when it weakens a gate,
-# and is judged with the plan's own stream).
-POLICY_SCAN_TYPES = APPROVER_TYPES + REGISTRY_TYPES + SKILL_TYPES + CREDENTIAL_TYPES
+POLICY_SCAN_TYPES = POLICY_TYPE_NAMES  # every type the cache judges (``PolicyFold``)
 
 
 class PolicySource(Protocol):
@@ -75,23 +71,41 @@ class PolicySource(Protocol):
 class PolicyCache:
     """Trusted policy as of ``position``: the approver-stream events that count, the
     trusted registry and skill events (for folds as of a position), each trusted policy
-    stream's document (tools, attachments, skills, credentials, approvers), and every
-    scanned event's verdict."""
+    stream's document (tools, attachments, skills, credentials, approvers), the
+    ledger's identity, and why each scanned event that does not count does not
+    (``problems``, by position)."""
 
     def __init__(self, plane_key: Callable[[], Ed25519PublicKey] | None) -> None:
-        self._plane_key = plane_key
         self.position = 0  # of the last policy event folded
         # The log's size as the last refresh read it: the next reads what came since
         # (from ``position`` it would scan every event after the last policy event).
         self.scanned = 0
-        self._ring: KeyRing | None = None  # keys as of ``position``; made at the first key
+        self._fold = PolicyFold(plane_key)  # the plane key is loaded once a signature needs it
         self.approvers: list[RecordedEvent] = []
         self.registry: list[RecordedEvent] = []
         self.skills: list[RecordedEvent] = []
-        self.docs: dict[str, State | None] = {}
-        self.verdicts: dict[int, bool] = {}
+        self.problems: dict[int, str] = {}
         self._looks = 0  # ``one_look`` scopes open
         self._looked = False  # refreshed inside the open scope
+
+    def fork(self) -> PolicyCache:
+        """A private copy to read a write transaction's own, uncommitted events into
+        (they must never enter the shared cache: they may never be committed)."""
+        twin = copy.copy(self)
+        twin._fold = self._fold.copy()
+        twin.approvers, twin.registry, twin.skills = (
+            list(self.approvers),
+            list(self.registry),
+            list(self.skills),
+        )
+        twin.problems = dict(self.problems)
+        twin._looks, twin._looked = 0, False
+        return twin
+
+    @property
+    def identity(self) -> Identity | None:
+        """The ledger's id as the plane key named it (None: not identified yet)."""
+        return self._fold.ring.identity
 
     @contextmanager
     def one_look(self) -> Iterator[None]:
@@ -123,27 +137,23 @@ class PolicyCache:
     def _take(self, event: RecordedEvent) -> None:
         if event.position <= self.position:  # read twice (a racing page): judged once
             return
-        p = event.payload
-        if isinstance(p, ApproverKeyAdded | ApproverKeyRevoked):
-            if self._ring is None:
-                self._ring = KeyRing(self._plane_key() if self._plane_key is not None else None)
-            trusted = self._ring.take(p) is None
-            if trusted:
+        problem = self._fold.take(event)
+        if problem is None:
+            kind = event.type
+            if kind in APPROVER_TYPES:
                 self.approvers.append(event)
+            elif kind in REGISTRY_TYPES:
+                self.registry.append(event)
+            elif kind in SKILL_TYPES:
+                self.skills.append(event)
         else:
-            ring = self._ring if self._ring is not None else KeyRing(None)
-            trusted = ring.policy_problem(p) is None
-            if trusted:
-                kind = event.type
-                if kind in REGISTRY_TYPES:
-                    self.registry.append(event)
-                elif kind in SKILL_TYPES:
-                    self.skills.append(event)
-        if trusted:
-            self.docs[event.stream] = fold(event.stream, self.docs.get(event.stream), p)
-        self.verdicts[event.position] = trusted
+            self.problems[event.position] = problem
         self.position = event.position
+
+    def counts(self, event: RecordedEvent) -> bool:
+        """Whether a scanned event counts (any other event is not policy)."""
+        return event.position not in self.problems
 
     def doc(self, stream: str) -> State | None:
         """A policy stream's document, folded from its trusted events only."""
-        return self.docs.get(stream)
+        return self._fold.docs.get(stream)

@@ -35,6 +35,7 @@ from commands.runner.process import output_cap
 from ledger.errors import LedgerError
 from ledger.events import PlanHalted, Truncation
 
+from .authority import Authority
 from .core import CommandRefused, Plane
 from .gates import GateOutcome, gate_input
 from .hooks import MCP_PREFIX, json_bytes, open_for_calls
@@ -100,13 +101,20 @@ def register_upstream_tools(
     done = Registered()
     log = plane.log()
     source = f"mcp:{upstream}" if upstream else ""
-    owners = log.server_sources(server) - {source} if source else set()
+    sources = log.server_sources(server)
+    owners = {s for s in sources if s.startswith("mcp:")} - {source} if source else set()
     if owners:
         raise CommandRefused(
             f"MCP server name {server!r} belongs to another upstream ({sorted(owners)[0][4:]}): "
             "an upstream never takes another server's name; give this one its own (--server NAME)"
         )
+    # An operator registered this server's tools (from a file, with their bounds): the
+    # upstream is gated by them as they stand, and registers nothing of its own.
+    by_operator = bool(source) and any(not s.startswith("mcp:") for s in sources)
     for tool in tools:
+        if by_operator:
+            _take_registered(log, server, tool, done)
+            continue
         if not _TOOL_NAME.fullmatch(tool.name):
             done.refused[tool.name] = "its name is not 1-128 printable ASCII characters"
             continue
@@ -141,6 +149,20 @@ def register_upstream_tools(
         if structured:
             done.structured.add(tool.name)
     return done
+
+
+def _take_registered(log: Authority, server: str, tool: UpstreamTool, done: Registered) -> None:
+    """Offer an upstream tool under the operator's registration of it, unchanged; one
+    the operator did not register is not offered."""
+    existing = log.mcp_tools(server, tool.name)
+    if len(existing) != 1:
+        done.refused[tool.name] = (
+            f"server {server!r}'s tools are registered by an operator: its upstream adds none"
+        )
+        return
+    done.names[tool.name] = existing[0]
+    if tool.output_schema is not None:
+        done.structured.add(tool.name)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,16 @@
 No database access here. Key files themselves (generate, load, encode) are
 ``ledger.keys``; this module says what the plane signs and how it checks it.
 
-Message format (any third party can recompute it): a signature covers
+Message format (any third party can recompute it; docs/events.md "Signed messages"
+has it byte for byte). A signature over an event that stands in the log (policy, a key's
+endorsement, the ledger's identification) binds where it stands:
+
+    b"evidence-ledger/v2/" + domain + b"/" + type + b"\\n"
+        + canonical_json({"ledger": L, "record": record, "stream": S, "type": T, "version": V})
+
+(the ledger's id, the stream, the event's version in it and its type: a copy anywhere
+else does not verify there). Other signatures, and events signed by the first release,
+cover
 
     b"evidence-ledger/v1/" + domain + b"\\n" + canonical_json(record)
 
@@ -13,7 +22,8 @@ process never holds), ``token`` (an apply token, signed with the plane key), ``r
 review's events), ``approver`` / ``operator`` (the plane key's endorsement of an
 approver's or an operator's key: only whoever holds the plane key can make a key
 either), or ``policy`` (an operator's signature over a policy event: a registration, an
-attachment, a skill, an approver key, a setting that weakens a gate). The domain prefix means a
+attachment, a skill, an approver key, a setting that weakens a gate), or ``ledger`` (the
+plane key's identification of its ledger). The domain prefix means a
 signature made for one use can never verify for another, even if the same key were
 (wrongly) used for both.
 
@@ -37,7 +47,7 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, Literal, NamedTuple, NoReturn
 
 import msgspec
 from cryptography.exceptions import InvalidSignature
@@ -47,7 +57,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from ledger.canonical import CanonicalizationError, canonical_json, strict_b64decode
-from ledger.events import ApproverKeyAdded
+from ledger.events import ApproverKeyAdded, SignedPlace
 from ledger.keys import (
     SigningError,
     create_key_file,
@@ -66,12 +76,15 @@ __all__ = [
     "PLANE_KEY_ENV",
     "TOKEN_PREFIX",
     "Domain",
+    "Place",
     "SigningError",
     "TokenClaims",
     "TokenRefused",
     "approver_record",
     "decision_record",
     "endorse_key",
+    "identity_record",
+    "key_registration",
     "load_or_create_operator_key",
     "load_or_create_plane_key",
     "mint_token",
@@ -88,8 +101,16 @@ __all__ = [
     "verify_token",
 ]
 
-Domain = Literal["decision", "token", "approver", "operator", "policy", "review"]
-DOMAINS: tuple[str, ...] = ("decision", "token", "approver", "operator", "policy", "review")
+Domain = Literal["decision", "token", "approver", "operator", "policy", "review", "ledger"]
+DOMAINS: tuple[str, ...] = (
+    "decision",
+    "token",
+    "approver",
+    "operator",
+    "policy",
+    "review",
+    "ledger",
+)
 DECISION_CHOICES: tuple[str, ...] = ("revise", "abandon")  # DecisionRecorded.choice
 PLANE_KEY_ENV = "EVIDENCE_PLANE_KEY"
 OPERATOR_KEY_ENV = "EVIDENCE_OPERATOR_KEY"
@@ -98,6 +119,7 @@ DEFAULT_OPERATOR = "operator"
 TOKEN_PREFIX = "evt1"
 
 _MESSAGE_PREFIX = b"evidence-ledger/v1/"
+_BOUND_PREFIX = b"evidence-ledger/v2/"
 _SIGNATURE_LEN = 64
 _MAX_TOKEN_LEN = 4096
 # ASCII digits only ("\d" would admit other scripts' digits); "\Z", unlike "$", does not
@@ -118,19 +140,50 @@ class TokenRefused(SigningError):
 # ------------------------------------------------------------------------ signed records
 
 
-def sign_record(private_key: Ed25519PrivateKey, record: dict[str, Any], *, domain: Domain) -> str:
-    """Base64 Ed25519 signature over the domain-separated canonical record."""
+class Place(NamedTuple):
+    """Where a signed event stands (what a bound signature covers besides its record):
+    the ledger's id, the stream, the event's version in it and its type."""
+
+    ledger: str
+    stream: str
+    version: int
+    type: str
+
+    @classmethod
+    def signed(cls, signed: SignedPlace, type_name: str) -> Place:
+        return cls(signed.ledger, signed.stream, signed.version, type_name)
+
+    def stated(self) -> SignedPlace:
+        """The place as an event states it (its type is the event's own)."""
+        return SignedPlace(ledger=self.ledger, stream=self.stream, version=self.version)
+
+
+def sign_record(
+    private_key: Ed25519PrivateKey,
+    record: dict[str, Any],
+    *,
+    domain: Domain,
+    place: Place | None = None,
+) -> str:
+    """Base64 Ed25519 signature over the domain-separated canonical record, bound to
+    ``place`` when given (every event the plane signs now is)."""
     try:
-        message = _message(domain, canonical_json(record))
+        message = _record_message(domain, record, place)
     except CanonicalizationError as exc:
         raise SigningError(f"record has no canonical JSON form: {exc}") from None
     return base64.b64encode(private_key.sign(message)).decode("ascii")
 
 
 def verify_record(
-    public_key: Ed25519PublicKey, record: dict[str, Any], signature_b64: str, *, domain: Domain
+    public_key: Ed25519PublicKey,
+    record: dict[str, Any],
+    signature_b64: str,
+    *,
+    domain: Domain,
+    place: Place | None = None,
 ) -> bool:
-    """True only if ``signature_b64`` signs ``record`` for ``domain`` with this key.
+    """True only if ``signature_b64`` signs ``record`` for ``domain`` (and ``place``,
+    when given: the bound format; without it, the first release's) with this key.
 
     Never raises for untrusted input (bad base64, wrong length, a record with no
     canonical form): those are all simply False. An unknown ``domain`` is a programming
@@ -143,10 +196,16 @@ def verify_record(
     if signature is None or len(signature) != _SIGNATURE_LEN:
         return False
     try:
-        payload = canonical_json(record)
+        message = _record_message(domain, record, place)
     except CanonicalizationError:
         return False
-    return _verify_raw(public_key, signature, _message(domain, payload))
+    return _verify_raw(public_key, signature, message)
+
+
+def identity_record(ledger_id: str, position: int) -> dict[str, Any]:
+    """What the plane key signs (domain ``ledger``, bound to the event's place) to name
+    its ledger: the id and the identification's position in the log."""
+    return {"ledger_id": ledger_id, "position": position}
 
 
 def decision_record(
@@ -198,20 +257,29 @@ def approver_record(name: str, public_key: str, fingerprint: str) -> dict[str, A
 
 
 def endorse_key(
-    plane_key: Ed25519PrivateKey, name: str, public: str, print_: str, role: str
+    plane_key: Ed25519PrivateKey, added: ApproverKeyAdded, place: Place
 ) -> ApproverKeyAdded:
     """A person's key registration, endorsed by the plane key (domain ``approver`` or
-    ``operator``, by its role)."""
-    return ApproverKeyAdded(
-        name=name,
-        public_key=public,
-        fingerprint=print_,
+    ``operator``, by its role) for the place it will stand at."""
+    return msgspec.structs.replace(
+        added,
+        place=place.stated(),
         endorsement=sign_record(
             plane_key,
-            approver_record(name, public, print_),
-            domain="operator" if role == "operator" else "approver",
+            approver_record(added.name, added.public_key, added.fingerprint),
+            domain="operator" if added.role == "operator" else "approver",
+            place=place,
         ),
-        role="operator" if role == "operator" else "approver",
+    )
+
+
+def key_registration(
+    name: str, public: str, print_: str, role: Literal["approver", "operator"]
+) -> ApproverKeyAdded:
+    """A key's registration before the plane key endorses it (``endorse_key``, where it
+    is appended: the endorsement binds its place)."""
+    return ApproverKeyAdded(
+        name=name, public_key=public, fingerprint=print_, endorsement="", role=role
     )
 
 
@@ -463,6 +531,31 @@ def _check_domain(domain: str) -> None:
 def _message(domain: str, payload: bytes) -> bytes:
     _check_domain(domain)
     return _MESSAGE_PREFIX + domain.encode("ascii") + b"\n" + payload
+
+
+def _record_message(domain: str, record: dict[str, Any], place: Place | None) -> bytes:
+    """The bytes a signature over ``record`` covers: bound to ``place`` when given."""
+    if place is None:
+        return _message(domain, canonical_json(record))
+    _check_domain(domain)
+    ledger, stream, version, type_name = place
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CanonicalizationError("a place's version is an integer")
+    bound = {
+        "ledger": ledger,
+        "record": record,
+        "stream": stream,
+        "type": type_name,
+        "version": version,
+    }
+    return (
+        _BOUND_PREFIX
+        + domain.encode("ascii")
+        + b"/"
+        + type_name.encode("utf-8")
+        + b"\n"
+        + canonical_json(bound)
+    )
 
 
 def _verify_raw(key: Ed25519PublicKey, signature: bytes, message: bytes) -> bool:

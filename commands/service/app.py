@@ -131,7 +131,8 @@ class Service:
                 "set EVIDENCE_PLANE_KEY to the ledger's plane key"
             )
         self.plane_key_fingerprint = fingerprint(load_private_key(path).public_key())
-        self.pool.run(lambda plane: plane.store.head())
+        # A ledger the first release wrote is identified before any request is served.
+        self.pool.run(lambda plane: plane.identify())
         self._limiter = anyio.CapacityLimiter(self.max_in_flight + 2)
         self.committer.start()
         self.follower.start()

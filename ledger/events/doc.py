@@ -59,9 +59,53 @@ refused (they have no RFC 8785 form).
 | `tool:{name}` | registrations of a tool or validation (one namespace), one version per change |
 | `skill:{name}` | definitions of a skill |
 | `attachment:{attachment_id}` | one attachment: created, then possibly detached |
-| `approver:{name}` | an approver's public keys, added and revoked |
+| `approver:{name}` | an approver's (or operator's) public keys, added and revoked |
+| `credential:{credential_id}` | one agent credential: issued, then possibly revoked |
 | `plan:{plan_id}` | one plan: phases, gates, calls, runs, decisions, tokens, halts |
 | `review:{task_id}` | one advisory review |
+| `ledger` | the ledger's identification by the plane key (`ledger.identified`) |
+
+## Signed messages
+
+A signature is Ed25519 (RFC 8032) over a message that names what it is for, so one made
+for one use never verifies for another. Every event a key signs *where it stands* —
+policy (`signed`: an operator's `PolicySignature`), a key's endorsement by the plane key
+(`approver_key.added`'s `endorsement`), the ledger's identification — binds its place:
+
+```
+message = "evidence-ledger/v2/" DOMAIN "/" TYPE "\n" JCS({
+    "ledger": LEDGER_ID, "record": RECORD, "stream": STREAM,
+    "type": TYPE, "version": STREAM_VERSION })
+```
+
+`JCS` is the RFC 8785 canonical JSON (UTF-8, members in key order, no whitespace);
+`TYPE` is the event's type (so each type has its own domain); `LEDGER_ID`, `STREAM` and
+`STREAM_VERSION` are where the signer meant the event to stand — the event states them
+(`place`: `{ledger, stream, version}`) and a verifier checks both the signature over
+them and that they are where the event actually stands. What each signs:
+
+| signed by | `DOMAIN` | `RECORD` |
+| --- | --- | --- |
+| an operator (policy) | `policy` | the payload as JSON (its `type` included) without `signed` |
+| the plane key, an operator's key | `operator` | `{"fingerprint", "name", "public_key"}` of the registration |
+| the plane key, an approver's key | `approver` | the same |
+| the plane key, the ledger | `ledger` | `{"ledger_id", "position"}` of `ledger.identified` |
+
+`LEDGER_ID` is the `ledger_id` of the ledger's first `ledger.identified` whose plane
+signature verifies where it stands (its `position` is the event's own); the plane appends
+it before its first signature on a ledger, so an event signed for another ledger (one
+that shares the operator's key, even the plane's) names another id and is not policy
+here. A copy into another stream or version, or a second copy anywhere, no longer
+stands where it was signed; `evidence audit` reports it as `replayed_signature`.
+
+Signatures that bind no place (the first format) cover
+`"evidence-ledger/v1/" DOMAIN "\n" JCS(RECORD)`: human decisions (`decision`: bound
+instead to their escalation's leaf hash, which names its position, stream and event id),
+apply tokens (`token`: bound to their plan, attempt, results and trees, and minted once
+per plan), hosted reviews' reports (`review`: bound to the chain of their stream's
+events); and policy and endorsements written by the first release, before the ledger was
+identified: such a signature counts only where it first stands — at a position before the
+ledger's `ledger.identified`, and only the first time it appears in the log.
 
 ## Blob references
 

@@ -11,16 +11,32 @@ import msgspec
 from .base import JSON, EventPayload
 
 
+class SignedPlace(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """Where a signature says its event stands: the ledger (its ``ledger.identified``
+    id), the stream and the event's version in it. The signature covers it (with the
+    event's type), so a signed event copied anywhere else no longer verifies where it
+    stands (docs/events.md "Signed messages")."""
+
+    ledger: str
+    stream: str
+    version: int
+
+
 class PolicySignature(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """An operator's Ed25519 signature over a policy event: the event's canonical JSON
-    without this field (domain ``policy``), made with the operator key whose SHA-256
-    fingerprint is named. The plane decides only from policy whose signature verifies
-    under an operator key the plane key endorsed and that was active at the event's
-    position; ``evidence audit`` reports the rest (``policy_signature``)."""
+    without this field and the place it was signed for (domain ``policy/<type>``), made
+    with the operator key whose SHA-256 fingerprint is named. The plane decides only
+    from policy whose signature verifies under an operator key the plane key endorsed
+    and that was active at the event's position, and that stands where it was signed
+    for; ``evidence audit`` reports the rest (``policy_signature``,
+    ``replayed_signature``)."""
 
     operator: str
     fingerprint: str
     signature: str
+    # Absent: the first release's format (no place), accepted only where it stands:
+    # before the ledger's identification and at its first occurrence.
+    place: SignedPlace | msgspec.UnsetType = msgspec.UNSET
 
 
 class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True, frozen=True):
@@ -149,6 +165,9 @@ class ApproverKeyAdded(EventPayload, tag="approver_key.added", kw_only=True, fro
     role: Literal["approver", "operator"] = "approver"
     # An operator's, for an approver key (absent for an operator key: the plane key's).
     signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
+    # Where the endorsement was signed for (it covers this place); absent in the first
+    # release's format, accepted only where it stands (see PolicySignature.place).
+    place: SignedPlace | msgspec.UnsetType = msgspec.UNSET
 
 
 class ApproverKeyRevoked(EventPayload, tag="approver_key.revoked", kw_only=True, frozen=True):
@@ -191,3 +210,18 @@ class CredentialRevoked(EventPayload, tag="credential.revoked", kw_only=True, fr
     credential_id: str
     reason: str = ""
     signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
+
+
+class LedgerIdentified(EventPayload, tag="ledger.identified", kw_only=True, frozen=True):
+    """The plane key named this ledger: every later signature binds ``ledger_id`` (a
+    signed event copied from another ledger does not verify here). Signed by the plane
+    key (domain ``ledger``, bound to its place) over the id and the event's position.
+    The first one that verifies where it stands counts; signatures in the first
+    release's format are accepted only before it."""
+
+    STREAM = "ledger"
+    DELTA = "empty: the ledger stream keeps no document (the first identification counts)"
+
+    ledger_id: str
+    position: int
+    signature: str
