@@ -86,10 +86,10 @@ them and that they are where the event actually stands. What each signs:
 
 | signed by | `DOMAIN` | `RECORD` |
 | --- | --- | --- |
-| an operator (policy) | `policy` | the payload as JSON (its `type` included) without `signed` |
-| the plane key, an operator's key | `operator` | `{"fingerprint", "name", "public_key"}` of the registration |
-| the plane key, an approver's key | `approver` | the same |
-| the plane key, the ledger | `ledger` | `{"ledger_id", "position"}` of `ledger.identified` |
+| an operator (policy) | `policy` | the payload's JSON (with its `type`) without `signed` |
+| plane key: an operator's key | `operator` | `{"fingerprint", "name", "public_key"}` |
+| plane key: an approver's key | `approver` | the same (of `approver_key.added`) |
+| plane key: the ledger | `ledger` | `{"ledger_id", "position"}` of `ledger.identified` |
 
 `LEDGER_ID` is the `ledger_id` of the ledger's first `ledger.identified` whose plane
 signature verifies where it stands (its `position` is the event's own); the plane appends
