@@ -7,6 +7,8 @@ be killed by a quick test (docs/testing.md "Mutation testing").
     python -m tests.mutation.run --list           # the list: what each breaks, what kills it
     python -m tests.mutation.run --only ID --tests tests/test_x.py -k name
                                                   # does this test kill it? (a new test)
+    python -m tests.mutation.run --changed main   # only the mutants of files changed
+                                                  # since a revision (git diff REV)
 
 A mutant is one reviewed change that removes or weakens one check: the exact original
 snippet (it must occur exactly once in its file, or the mutant is *stale* and the run
@@ -25,6 +27,11 @@ the same but expected to survive. The score is killed / not equivalent. Exit sta
 when every mutant that is not equivalent is killed and every equivalent one survives;
 1 otherwise (a survivor, a stale or malformed list, an equivalent mutant that was
 killed: its note is wrong); 2 when the baseline fails.
+
+``--changed REV`` keeps only the mutants whose ``file`` differs between the revision REV
+and the tree mutated (``git diff --name-only REV`` there: committed or not, and files not
+yet added), with ``--only`` as well if given; none is a run of nothing that succeeds. A
+test edited alone selects nothing: run its mutants with ``--only``.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -120,6 +128,25 @@ def problems(mutants: list[Mutant], root: Path = ROOT) -> list[str]:
     return found
 
 
+def changed_files(root: Path, rev: str) -> set[str]:
+    """The files of the tree at ``root`` that differ from revision ``rev`` (committed
+    since, or not committed; new files not yet added too), relative to ``root``;
+    ``ValueError`` when git cannot say."""
+    found: set[str] = set()
+    for command in (
+        ["git", "diff", "--name-only", "--relative", rev, "--"],
+        ["git", "ls-files", "--others", "--exclude-standard"],
+    ):
+        try:
+            done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=60)
+        except OSError as exc:
+            raise ValueError(f"cannot run git: {exc}") from None
+        if done.returncode != 0:
+            raise ValueError(f"{' '.join(command[:2])} {rev} in {root}: {done.stderr.strip()}")
+        found.update(line for line in done.stdout.splitlines() if line)
+    return found
+
+
 def select(mutants: list[Mutant], only: list[str]) -> list[Mutant]:
     """The mutants named by ``only`` (an id, or a group ending in ``/``); all without."""
 
@@ -172,12 +199,24 @@ def run_pytest(tree: Path, argv: list[str], postgres: bool) -> tuple[int | None,
     return done.returncode, done.stdout + done.stderr
 
 
+_SUMMARY = re.compile(r"^=+ short test summary info =+$")
+_SUMMARY_ITEM = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$")
+
+
 def first_failure(output: str) -> str:
-    for line in output.splitlines():
-        if line.startswith(("FAILED ", "ERROR ")):
-            return line.split(" - ")[0].split(" ", 1)[1]
-    lines = [line for line in output.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    """The first failing test (or the file that failed to collect), from the short
+    summary pytest prints last (``-rfE``): only there, since a captured log line or a
+    test's own output can start with ``ERROR`` or ``FAILED`` too. Without a summary (a
+    timeout, a crash), the last line of the output."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if _SUMMARY.match(line)]
+    if starts:
+        for line in lines[starts[-1] + 1 :]:
+            item = _SUMMARY_ITEM.match(line)
+            if item:
+                return item.group(1)
+    shown = [line for line in lines if line.strip()]
+    return shown[-1] if shown else ""
 
 
 _bump = iter(range(1, 1_000_000))
@@ -260,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tests.mutation.run", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--only", action="append", default=[], metavar="ID")
+    parser.add_argument(
+        "--changed",
+        metavar="REV",
+        help="only the mutants whose file changed since git revision REV (git diff REV)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
     parser.add_argument(
@@ -281,11 +325,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    root = args.root.resolve()
     try:
         mutants = select(load(), args.only)
+        if args.changed is not None:
+            changed = changed_files(root, args.changed)
+            mutants = [m for m in mutants if m.file in changed]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if args.changed is not None and not mutants:
+        print(f"no mutant's file changed since {args.changed}")
+        return 0
     if args.tests:
         mutants = [
             dataclasses.replace(m, tests=tuple(args.tests), k=args.k, equivalent=None)
@@ -298,7 +349,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.id}\n    {m.file}: {m.why}\n    killed by: {tests}{note}")
         print(f"{len(mutants)} mutants")
         return 0
-    root = args.root.resolve()
     stale = problems(mutants, root)
     for problem in stale:
         print(f"error: {problem}", file=sys.stderr)
