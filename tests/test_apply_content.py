@@ -194,9 +194,13 @@ def test_a_symlinked_directory_on_the_way_is_refused(db_url: str, tmp_path: Path
         outside = tmp_path / "outside"
         outside.mkdir()
         os.symlink(outside, project / "src")  # planted after Execute, where Apply makes src/
+        before = _size(plane)
         with pytest.raises(CommandRefused, match="src"):
             apply_plan(plane, "P-1", token)
         assert not list(outside.iterdir())
+        # refused before the point of no return: nothing appended, the token still usable
+        assert _size(plane) == before
+        assert plane.state("plan:P-1").doc.token.status == "minted"
 
 
 def test_a_hard_link_in_the_sandbox_is_refused_before_a_call(db_url: str, tmp_path: Path) -> None:
@@ -262,6 +266,101 @@ def test_a_symlink_leaving_the_resource_is_refused_at_apply(db_url: str, tmp_pat
         with pytest.raises(CommandRefused, match="points outside its resource"):
             apply_plan(plane, "P-1", token)
         assert not (project / "passwd").exists()
+
+
+@pytest.mark.parametrize("target", ["../../../../etc/shadow", "sub/../.."])
+def test_a_relative_symlink_leaving_the_resource_is_refused_at_apply(
+    db_url: str, tmp_path: Path, target: str
+) -> None:
+    """A relative target that climbs out (or normalises to `..`) leaves the resource as
+    surely as an absolute one: applied, it would point the real tree outside itself."""
+    with Plane.open(db_url) as plane:
+        project = status_plan(plane, tmp_path, {})
+        (work(plane) / "status.txt").write_text("good\n")
+        os.symlink(target, work(plane) / "escape")
+        token = validate_plan(plane, "P-1").token
+        assert token
+        before = _size(plane)
+        with pytest.raises(CommandRefused, match="points outside its resource"):
+            apply_plan(plane, "P-1", token)
+        assert _size(plane) == before
+        assert not os.path.lexists(project / "escape")
+        assert (project / "status.txt").read_text() == "bad\n"
+
+
+class _Crash(Exception):
+    pass
+
+
+def _interrupted_apply(plane: Plane, token: str) -> None:
+    """Apply stopped right after its change set was recorded (the point of no return),
+    before any file was written."""
+
+    def crash(step: str) -> None:
+        if step == "changes_recorded":
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        apply_plan(plane, "P-1", token, progress=crash)
+    assert plane.state("plan:P-1").doc.applying is not None
+
+
+def test_a_change_set_blob_rewritten_before_the_resume_is_not_written(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The attacker rewrites, with raw SQL on the SQLite file, a file's content inside the
+    recorded change-set blob (its digest in the blob and in the event left as they were):
+    the resume checks each content against its digest and writes nothing."""
+    import sqlite3
+
+    with Plane.open(sqlite_url) as plane:
+        project, token = _passed(plane, tmp_path)
+        _interrupted_apply(plane, token)
+        recorded = next(
+            e.payload
+            for e in plane.store.read_stream("plan:P-1")
+            if isinstance(e.payload, ChangesRecorded)
+        )
+        entries = json.loads(plane.store.get_blob(recorded.changes_sha256) or b"")
+        (entry,) = [e for e in entries if e["path"] == "status.txt"]
+        entry["content"] = base64.b64encode(b"never validated\n").decode()
+        db = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))
+        try:
+            with db:
+                db.execute("DROP TRIGGER blobs_no_update")
+                done = db.execute(
+                    "UPDATE blobs SET data = ? WHERE digest = ?",
+                    (canonical_json(entries), recorded.changes_sha256),
+                )
+                assert done.rowcount == 1
+        finally:
+            db.close()
+        before = _size(plane)
+        resumed = invoke("apply", "P-1", "--resume", "--db", sqlite_url)
+        assert resumed.exit_code == 2 and resumed.stderr.count("error:") == 1, resumed.output
+        assert "status.txt does not hash to its digest" in resumed.stderr
+        assert (project / "status.txt").read_text() == "bad\n"
+        assert _size(plane) == before and plane.state("plan:P-1").doc.terminal is None
+
+
+def test_a_real_file_edited_before_the_resume_is_refused_not_overwritten(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Between an interrupted Apply and its resume someone edits the real file: the
+    resume re-checks every target against the snapshot and refuses, rather than
+    overwrite the edit; put back, the resume finishes."""
+    with Plane.open(db_url) as plane:
+        project, token = _passed(plane, tmp_path)
+        _interrupted_apply(plane, token)
+        (project / "status.txt").write_text("edited by a human meanwhile\n")
+        before = _size(plane)
+        with pytest.raises(CommandRefused, match=r"status\.txt changed since the plan entered"):
+            complete_apply(plane, "P-1")
+        assert (project / "status.txt").read_text() == "edited by a human meanwhile\n"
+        assert _size(plane) == before and plane.state("plan:P-1").doc.terminal is None
+        (project / "status.txt").write_text("bad\n")
+        assert complete_apply(plane, "P-1").terminal == "applied"
+        assert (project / "status.txt").read_text() == "good\n"
 
 
 def test_a_second_apply_while_one_holds_the_plan_is_refused(db_url: str, tmp_path: Path) -> None:
@@ -395,10 +494,6 @@ def test_a_single_file_resource_is_worked_on_in_its_own_sandbox(
         assert audit(plane.store).ok
 
 
-class _Crash(Exception):
-    pass
-
-
 @pytest.mark.slow
 def test_two_concurrent_resumes_write_once_and_no_reader_sees_half_a_file(
     db_url: str, tmp_path: Path
@@ -481,6 +576,9 @@ def test_a_directory_swapped_for_a_symlink_after_execute_is_not_followed(
         outside.mkdir()
         (project / "src").rmdir()
         os.symlink(outside, project / "src")
+        before = _size(plane)
         with pytest.raises(CommandRefused, match="src"):
             apply_plan(plane, "P-1", token)
         assert not list(outside.iterdir())
+        assert _size(plane) == before
+        assert plane.state("plan:P-1").doc.token.status == "minted"

@@ -38,6 +38,7 @@ from commands.rules.signing import (
 )
 from commands.rules.verdicts import results_digest
 from ledger.events import (
+    AttemptFailed,
     EventPayload,
     PlanApplied,
     TokenConsumed,
@@ -151,6 +152,37 @@ def test_a_plane_signed_token_over_a_vacuous_run_is_refused(plane: Plane, tmp_pa
         apply_plan(plane, "P-1", token)
     assert plane.store.head().size == before
     assert (project / "app.py").read_text() == "print('old')\n"
+
+
+def test_a_token_of_an_attempt_a_forged_failure_moved_past_is_refused(
+    plane: Plane, tmp_path: Path
+) -> None:
+    """After a real pass the agent appends a failed attempt of its own (a blocker's
+    `plan.attempt_failed`): the plan moves to the next attempt, yet the token stays
+    minted, since no run, fix, call, halt or decision came. Apply's own re-check still
+    refuses it: a token stands for its run at its attempt only."""
+    project = status_plan(plane, tmp_path, {})
+    (work(plane) / "status.txt").write_text("good\n")
+    report = validate_plan(plane, "P-1")
+    assert report.outcome == "pass" and report.token
+    doc = plane.state("plan:P-1").doc
+    failed = AttemptFailed(
+        plan_id="P-1",
+        attempt=doc.attempt,
+        iteration=doc.iteration,
+        failure_class="validation",
+        reason="the agent's own",
+    )
+    forge(plane.store, "plan:P-1", failed)
+    moved = plane.state("plan:P-1").doc
+    # what makes the re-check reachable: the attempt moved, the token was not superseded
+    assert moved.attempt == doc.attempt + 1 and moved.token.status == "minted"
+    before = plane.store.head().size
+    with pytest.raises(CommandRefused, match="last run at its current attempt"):
+        apply_plan(plane, "P-1", report.token)
+    assert plane.store.head().size == before
+    assert (project / "status.txt").read_text() == "bad\n"
+    assert plane.state("plan:P-1").doc.token.status == "minted"
 
 
 def test_a_plane_signed_token_over_other_results_is_refused(plane: Plane, tmp_path: Path) -> None:

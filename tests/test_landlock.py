@@ -11,9 +11,11 @@ SQLite (the storage is not the point here), with real subprocesses."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,11 @@ from commands.plane.registry import register_tool, register_validation
 from commands.plane.runs import call_tool, validate_plan
 from commands.runner import landlock_exec as ll
 from commands.runner.confine import (
+    LAUNCHER,
     READ_ENV,
     Confinement,
     allow_list,
+    exec_failure,
     landlock_abi,
     program_files,
     unconfined,
@@ -238,6 +242,46 @@ def test_a_program_the_launcher_cannot_execute_is_a_missing_program(tmp_path: Pa
     assert run.exit_code == 0 and run.stdout == b"hi\n"
 
 
+# Stacks allow-everything Landlock layers until the kernel refuses one more (E2BIG: the
+# most a process may hold), then executes its argv: there, the launcher's own
+# landlock_restrict_self fails for real.
+EXHAUST_LAYERS = r"""
+import errno, importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("landlock_exec", sys.argv[1])
+ll = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ll)
+for _ in range(1000):
+    try:
+        ll.restrict_self(["/"], ["/"])
+    except OSError as exc:
+        if exc.errno != errno.E2BIG:
+            raise
+        break
+else:
+    sys.exit("no layer limit")
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+@needs_landlock
+def test_a_launcher_that_cannot_restrict_itself_runs_nothing(tmp_path: Path) -> None:
+    """Fails closed: when the kernel refuses the restriction, the program never runs,
+    confined or not, and the failure is the launcher's own (not the program's)."""
+    ran = tmp_path / "ran"
+    program = [sys.executable, "-c", f"open({str(ran)!r}, 'w').write('unconfined')"]
+    argv = wrap(program, Confinement.of("landlock", write=[tmp_path]))
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", EXHAUST_LAYERS, str(LAUNCHER), *argv],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == ll.SETUP_FAILED, done.stderr
+    assert not ran.exists()
+    failure = exec_failure(done.returncode, done.stderr)
+    assert failure is not None and failure[0] == 0  # errno 0: the setup, not the program
+    assert failure[1].startswith("setup failed") and os.strerror(errno.E2BIG) in failure[1]
+
+
 def test_unconfined_runs_as_ever() -> None:
     assert wrap(["true"], unconfined()) == ["true"]
     run = run_command(["definitely-not-installed-xyz"], cwd=None, timeout_s=30)
@@ -359,7 +403,7 @@ def test_a_tool_writing_through_a_symlink_in_its_sandbox_is_refused(
 
 @needs_landlock
 def test_a_tool_reads_neither_the_ledger_nor_the_key_nor_another_plans_sandbox(
-    plane: Plane, project: Path, tmp_path: Path
+    plane: Plane, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     other = tmp_path / "other"
     other.mkdir()
@@ -369,6 +413,12 @@ def test_a_tool_reads_neither_the_ledger_nor_the_key_nor_another_plans_sandbox(
     db = Path(plane.store.engine.url.database or "")
     key = Path(os.environ["EVIDENCE_PLANE_KEY"])
     assert db.is_file() and key.is_file()
+    # The plane's own variables, as a deployment sets them (a URL with its password);
+    # the state directory and the key's path come from the autouse fixture. A variable
+    # of another name passes, so an "absent" below is the filter's doing.
+    monkeypatch.setenv("EVIDENCE_DB", "postgresql+psycopg://evidence:s3cr3t@db.internal/ledger")
+    monkeypatch.setenv("PROBE_PASSES", "1")
+    assert {"EVIDENCE_PLANE_KEY", "EVIDENCE_STATE_DIR"} <= set(os.environ)
     ops = [
         ["read", str(db)],
         ["read", str(key)],
@@ -377,6 +427,9 @@ def test_a_tool_reads_neither_the_ledger_nor_the_key_nor_another_plans_sandbox(
         ["list", str(plane.sandboxes)],
         ["env", "EVIDENCE_DB"],
         ["read", str(work(plane, "P-1") / "app.txt")],
+        ["env", "EVIDENCE_PLANE_KEY"],
+        ["env", "EVIDENCE_STATE_DIR"],
+        ["env", "PROBE_PASSES"],
     ]
     report = call_tool(plane, "P-1", "probe", {"ops": ops})
     assert json.loads(report.output or b"") == {
@@ -387,6 +440,9 @@ def test_a_tool_reads_neither_the_ledger_nor_the_key_nor_another_plans_sandbox(
         "4": "EACCES",
         "5": "absent",
         "6": "ok",
+        "7": "absent",
+        "8": "absent",
+        "9": "present",
     }
     assert not (work(plane, "P-2") / "planted.txt").exists()
     assert {str(db), str(key)} <= {str(Path(p)) for p in protected_paths(plane)}
