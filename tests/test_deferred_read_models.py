@@ -7,6 +7,7 @@ them to the head and stops promptly; and every read model equals a rebuild after
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -102,22 +103,42 @@ def test_the_follower_catches_up_and_stops_promptly(db_url: str) -> None:
             for _ in range(4):
                 gate_input(deferred, "P-1", "read", b'{"path": "a"}')
                 follower.poke()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30  # a failure bound only
             while deferred.projections.lagging() and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert not deferred.projections.lagging()
             assert _gate_checks(deferred, "P-1") == 4
     finally:
         follower.stop()
-    # Told to stop while it waits out a long interval: it catches up once more and ends.
-    slow = ReadModelFollower(db_url, interval=60)
+    # Told to stop while it waits out an hour's interval: it catches up once more and
+    # ends (only the stop can end that wait before the generous bound below).
+    slow = ReadModelFollower(db_url, interval=3600)
+    waiting = _Waiting()
+    slow._stopping = waiting
     slow.start()
     with Plane.open(db_url, inline_read_models=False) as deferred:
         gate_input(deferred, "P-2", "read", b'{"path": "b"}')
         slow.poke()
-        time.sleep(0.05)  # inside the interval's wait
-        started = time.monotonic()
-        slow.stop()
-        assert time.monotonic() - started < 10
+        assert waiting.entered.wait(30)  # inside the interval's wait
+        stopper = threading.Thread(target=slow.stop)
+        stopper.start()
+        stopper.join(60)
+        assert not stopper.is_alive() and not waiting.timed_out
         assert not deferred.projections.lagging()
         assert _all_sound(deferred)
+
+
+class _Waiting(threading.Event):
+    """The follower's stop flag, saying when the follower waits on it (and whether a
+    wait ran out its interval rather than being woken)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.timed_out = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.entered.set()
+        woken = super().wait(timeout)
+        self.timed_out = self.timed_out or not woken
+        return woken

@@ -415,25 +415,41 @@ def test_no_server_listening_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_no_answer_within_the_timeout_blocks(stub: Stub, monkeypatch: pytest.MonkeyPatch) -> None:
-    stub.reply = lambda handler: stub.release.wait(10)  # the request read, never answered
-    start = time.monotonic()
+    gave_up = threading.Event()
+
+    def hold(handler: BaseHTTPRequestHandler) -> None:  # the request read, never answered
+        if stub.release.wait(60):  # a failure bound: the client must have left long before
+            return
+        gave_up.set()
+        handler.wfile.write(b"HTTP/1.1 500 Too Late\r\nContent-Length: 0\r\n\r\n")
+
+    stub.reply = hold
     blocked(hook(monkeypatch, "pre-tool", "--server", stub.url, "--timeout", "0.3"), "within 0.3 s")
-    assert time.monotonic() - start < 5
+    assert not gave_up.is_set()  # the client's timeout ended it, not the server
 
 
 def test_an_answer_dripping_forever_is_bounded_by_the_timeout(
     stub: Stub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every read gets a byte well within the timeout: only a deadline over the whole
+    answer ends it. The drip stops after a bound (then the answer ends, and what the
+    client says is no timeout) so that a client without that deadline fails, not hangs."""
+    drops = 3000  # about a minute of them: a failure bound
+    dripped: list[bytes] = []
+
     def drip(handler: BaseHTTPRequestHandler) -> None:
         handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-        while not stub.release.wait(0.02):
+        for _ in range(drops):
+            if stub.release.wait(0.02):
+                return
             handler.wfile.write(b"a")
             handler.wfile.flush()
+            dripped.append(b"a")
+        handler.wfile.write(b"\r\n\r\n")
 
     stub.reply = drip
-    start = time.monotonic()
     blocked(hook(monkeypatch, "pre-tool", "--server", stub.url, "--timeout", "0.3"), "within 0.3 s")
-    assert time.monotonic() - start < 5
+    assert len(dripped) < drops  # the client left while the answer was still dripping
 
 
 def test_https_with_a_trusted_certificate_and_without(

@@ -222,7 +222,27 @@ def test_run_command_captures_output_and_exit_code(tmp_path: Path) -> None:
     assert result.stderr == b"warn"
     assert not result.timed_out and result.missing_program is None and result.error is None
     assert parse_ts(result.started_at) <= parse_ts(result.ended_at)
-    assert result.duration_ms >= 0
+
+
+def test_run_command_measures_the_run_it_made(tmp_path: Path) -> None:
+    """``duration_ms`` spans the program's own run and lies within the caller's: both
+    read the same system-wide monotonic clock, so neither bound depends on load."""
+    prog = script(
+        tmp_path,
+        "p.py",
+        """\
+        import time
+        began = time.monotonic()
+        time.sleep(0.05)
+        print(repr(time.monotonic() - began))
+    """,
+    )
+    before = time.monotonic()
+    result = run_command([PY, prog], cwd=tmp_path, timeout_s=60)
+    outside_ms = round((time.monotonic() - before) * 1000)
+    inside_ms = round(float(result.stdout) * 1000)
+    assert result.exit_code == 0 and inside_ms >= 50
+    assert inside_ms <= result.duration_ms <= outside_ms
 
 
 def test_run_command_missing_program(tmp_path: Path) -> None:
