@@ -46,8 +46,7 @@ def test_an_upstream_named_like_an_operators_server_registers_nothing(db_url: st
             [UpstreamTool("add", {"type": "object"}), UpstreamTool("delete", {"type": "object"})],
             upstream="python evil.py",
         )
-        assert done.names == {"add": "files.add"}
-        assert "delete" in done.refused and plane.log().tool("files.delete") is None
+        assert done.names == {"add": "files.add", "delete": "files.delete"}  # a new one
         tool = plane.log().tool("files.add")
         assert tool is not None and tool.version == 1
         assert tool.spec.max_output_bytes == 4096 and tool.spec.timeout_ms == 5000

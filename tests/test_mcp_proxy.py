@@ -643,7 +643,12 @@ def test_a_tool_outside_the_plans_skills_is_never_forwarded(
                 "name": "test-upstream.add",
                 "mcp_server": "test-upstream",
                 "mcp_tool_name": "add",
-                "input_schema": {"type": "object"},
+                # the operator's registration gates the upstream's tool as it stands
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                },
+                "output_schema": {"type": "object", "properties": {"sum": {"type": "integer"}}},
             },
         )
         define_skill(plane, {"name": "adder", "members": ["test-upstream.add"]})

@@ -108,12 +108,11 @@ def register_upstream_tools(
             f"MCP server name {server!r} belongs to another upstream ({sorted(owners)[0][4:]}): "
             "an upstream never takes another server's name; give this one its own (--server NAME)"
         )
-    # An operator registered this server's tools (from a file, with their bounds): the
-    # upstream is gated by them as they stand, and registers nothing of its own.
+    # An operator registered tools of this server (from a file, with their bounds): the
+    # upstream is gated by each as it stands, never re-registers or widens it.
     by_operator = bool(source) and any(not s.startswith("mcp:") for s in sources)
     for tool in tools:
-        if by_operator:
-            _take_registered(log, server, tool, done)
+        if by_operator and _operators(log, server, tool, done):
             continue
         if not _TOOL_NAME.fullmatch(tool.name):
             done.refused[tool.name] = "its name is not 1-128 printable ASCII characters"
@@ -151,18 +150,17 @@ def register_upstream_tools(
     return done
 
 
-def _take_registered(log: Authority, server: str, tool: UpstreamTool, done: Registered) -> None:
-    """Offer an upstream tool under the operator's registration of it, unchanged; one
-    the operator did not register is not offered."""
+def _operators(log: Authority, server: str, tool: UpstreamTool, done: Registered) -> bool:
+    """Offer an upstream tool under the operator's registration of it, unchanged (True);
+    False when the operator registered none (the upstream's own registration follows)."""
     existing = log.mcp_tools(server, tool.name)
-    if len(existing) != 1:
-        done.refused[tool.name] = (
-            f"server {server!r}'s tools are registered by an operator: its upstream adds none"
-        )
-        return
+    spec = log.tool_version(existing[0], None) if len(existing) == 1 else None
+    if spec is None or spec.source.startswith("mcp:"):
+        return False
     done.names[tool.name] = existing[0]
     if tool.output_schema is not None:
         done.structured.add(tool.name)
+    return True
 
 
 @dataclass(frozen=True)
