@@ -13,6 +13,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from commands.auditor.audit import audit
@@ -30,9 +31,19 @@ from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import define_skill, register_tool, register_validation
 from commands.plane.runs import validate_plan
-from commands.rules.signing import load_or_create_plane_key
+from commands.rules.signing import (
+    Place,
+    endorse_key,
+    key_registration,
+    load_or_create_operator_key,
+    load_or_create_plane_key,
+    policy_record,
+    sign_record,
+)
+from commands.rules.trust import needs_operator
 from ledger import RecordedEvent, Store
-from ledger.keys import generate_key_pair
+from ledger.events import ApproverKeyAdded, EventPayload, LedgerIdentified, PolicySignature
+from ledger.keys import fingerprint, generate_key_pair
 from tests.helpers import forge, invoke, status_plan
 
 PASS = [sys.executable, "-c", "print('{{\"passed\": true}}')"]
@@ -366,3 +377,167 @@ def test_a_third_party_recomputes_the_signed_message_from_the_docs(sqlite_url: s
         base64.b64decode(signed["signature"]),
         message("policy", "tool.registered", signed["place"], record),
     )
+
+
+# -- rules that hold even for events signed where they stand --------------------------
+# Each event below carries genuine signatures made for the very place it stands at (the
+# test holds the operator's and the plane's keys, as no agent does): what keeps them out
+# is a rule, not a signature.
+
+
+def signed_here(plane: Plane, stream: str, payload: EventPayload) -> int:
+    """``payload`` signed for the next version of ``stream`` as the plane would sign it
+    (endorsed by the plane key if it is a key, signed by this process's operator key if
+    it is policy), appended there past the plane. Returns its position."""
+    identity = plane.log().identity()
+    assert identity is not None
+    place = Place(identity.ledger_id, stream, plane.store.stream_version(stream) + 1, "")
+    place = place._replace(type=payload.type_name())
+    if isinstance(payload, ApproverKeyAdded):
+        payload = endorse_key(load_or_create_plane_key(plane.store.url), payload, place)
+    if needs_operator(payload):
+        key = load_or_create_operator_key(plane.store.url)
+        assert key is not None
+        operator = next(k for k in plane.log().approver_keys().values() if k.role == "operator")
+        payload = msgspec.structs.replace(
+            payload,
+            signed=PolicySignature(
+                operator=operator.name,
+                fingerprint=fingerprint(key.public_key()),
+                signature=sign_record(key, policy_record(payload), domain="policy", place=place),
+                place=place.stated(),
+            ),
+        )
+    return forge(plane.store, stream, payload)[0]
+
+
+def test_a_revoked_key_signed_in_again_stays_revoked(db_url: str, tmp_path: Path) -> None:
+    with Plane.open(db_url) as plane:
+        status_plan(plane, tmp_path, {})
+        alice = last(plane.store, "approver:alice").payload
+        revoke_approver(plane, "alice")
+        again = key_registration("alice", alice.public_key, alice.fingerprint, "approver")
+        position = signed_here(plane, "approver:alice", again)
+        assert plane.log().approver_keys()[alice.fingerprint].status == "revoked"
+        assert position in policy_problems(plane)
+
+
+def test_a_credentials_secret_is_issued_under_one_id(db_url: str) -> None:
+    with Plane.open(db_url) as plane:
+        _credential_plan(plane)
+        issued = issue_credential(plane, "P-1", ttl=HOUR)
+        first = last(plane.store, f"credential:{issued.credential_id}").payload
+        new_id = "01J00000000000000000000004"
+        reused = msgspec.structs.replace(first, credential_id=new_id, signed=msgspec.UNSET)
+        position = signed_here(plane, f"credential:{new_id}", reused)
+        secret = issued.token.rsplit("_", 1)[1]
+        with pytest.raises(Unauthenticated):
+            authenticate(plane, f"evd_{new_id}_{secret}")
+        assert authenticate(plane, issued.token).credential_id == issued.credential_id
+        assert position in replays(plane)
+
+
+def test_an_event_stands_in_its_own_stream(db_url: str) -> None:
+    """An issuance naming credential A, signed for credential B's stream: not B's."""
+    with Plane.open(db_url) as plane:
+        _credential_plan(plane)
+        issued = issue_credential(plane, "P-1", ttl=HOUR)
+        issuance = last(plane.store, f"credential:{issued.credential_id}").payload
+        elsewhere = "01J00000000000000000000005"
+        unsigned = msgspec.structs.replace(issuance, signed=msgspec.UNSET)
+        position = signed_here(plane, f"credential:{elsewhere}", unsigned)
+        secret = issued.token.rsplit("_", 1)[1]
+        with pytest.raises(Unauthenticated):
+            authenticate(plane, f"evd_{elsewhere}_{secret}")
+        assert position in policy_problems(plane)
+
+
+def test_a_registration_never_goes_back_a_version(db_url: str) -> None:
+    with Plane.open(db_url) as plane:
+        register_validation(plane, {"name": "gate", "mode": "informational", "command": PASS})
+        first = last(plane.store, "tool:gate").payload
+        register_validation(plane, {"name": "gate", "mode": "required", "command": PASS})
+        back = msgspec.structs.replace(first, signed=msgspec.UNSET)  # version 1 again
+        signed_here(plane, "tool:gate", back)
+        tool = plane.log().tool("gate")
+        assert tool is not None and tool.version == 2 and tool.spec.mode == "required"
+
+
+def test_a_copy_whose_stated_place_is_rewritten_does_not_verify(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The place is signed: staging's registration, copied to production's stream and
+    version with its stated ledger rewritten to production's, breaks its signature."""
+    staging_url = f"sqlite:///{tmp_path / 'staging.db'}"
+    with Plane.open(db_url) as production:
+        register_validation(
+            production, {"name": "gate", "mode": "required", "command": [*PASS, "real"]}
+        )
+        with Plane.open(staging_url) as staging:
+            register_validation(staging, {"name": "gate", "mode": "required", "command": PASS})
+            register_validation(staging, {"name": "gate", "mode": "informational", "command": PASS})
+            v2 = last(staging.store, "tool:gate").payload
+        here = production.log().identity()
+        assert here is not None and isinstance(v2.signed, PolicySignature)
+        moved = msgspec.structs.replace(
+            v2.signed, place=msgspec.structs.replace(v2.signed.place, ledger=here.ledger_id)
+        )
+        position = forge(production.store, "tool:gate", msgspec.structs.replace(v2, signed=moved))[
+            0
+        ]
+        tool = production.log().tool("gate")
+        assert tool is not None and tool.version == 1 and tool.spec.mode == "required"
+        assert policy_problems(production)[position] == "policy_signature"
+
+
+def policy_problems(plane: Plane) -> dict[int | None, str]:
+    report = audit(
+        plane.store, plane_public_key=load_or_create_plane_key(plane.store.url).public_key()
+    )
+    return {
+        v.position: v.invariant
+        for v in report.violations
+        if v.invariant in ("policy_signature", "replayed_signature", "illegal_transition")
+    }
+
+
+def test_an_identification_the_plane_key_did_not_sign_names_nothing(
+    db_url: str, tmp_path: Path
+) -> None:
+    """On a ledger not yet identified, the agent appends an identification of its own
+    (naming staging's id), then staging's registration: neither counts."""
+    staging_url = f"sqlite:///{tmp_path / 'staging.db'}"
+    with Plane.open(staging_url) as staging:
+        register_validation(staging, {"name": "gate", "mode": "required", "command": PASS})
+        staging_id = staging.log().identity()
+        registration = last(staging.store, "tool:gate")
+    assert staging_id is not None
+    with Plane.open(db_url) as plane:
+        forge(
+            plane.store,
+            "ledger",
+            LedgerIdentified(ledger_id=staging_id.ledger_id, position=1, signature="A" * 88),
+        )
+        register_tool(plane, {"name": "t", "command": PASS})  # the plane identifies it
+        copy_event(plane.store, registration)
+        identity = plane.log().identity()
+        assert identity is not None and identity.ledger_id != staging_id.ledger_id
+        assert plane.log().tool("gate") is None
+
+
+def test_an_identification_copied_to_another_position_names_nothing(
+    db_url: str, tmp_path: Path
+) -> None:
+    staging_url = f"sqlite:///{tmp_path / 'staging.db'}"
+    with Plane.open(staging_url) as staging:
+        register_validation(staging, {"name": "gate", "mode": "required", "command": PASS})
+        identification = staging.store.read_stream("ledger")[0]
+        staging_id = staging.log().identity()
+    with Plane.open(db_url) as plane:
+        create_plan(plane, "P-1", project="p", resources=["repo:x"])  # no signature yet
+        position = copy_event(plane.store, identification)
+        assert position > 1
+        assert plane.log().identity() is None
+        register_tool(plane, {"name": "t", "command": PASS})
+        assert plane.log().identity() != staging_id
+        assert position in replays(plane)

@@ -17,17 +17,28 @@ import sys
 import tarfile
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from commands.auditor.audit import audit
 from commands.plane import Plane
 from commands.plane.credentials import Unauthenticated, authenticate
 from commands.plane.registry import register_tool
-from commands.rules.signing import load_or_create_plane_key
+from commands.rules.signing import (
+    load_or_create_operator_key,
+    load_or_create_plane_key,
+    policy_record,
+    sign_record,
+)
+from ledger import RecordedEvent
+from ledger.events import EventPayload, PolicySignature, ValidationRegistered
 from ledger.verify import verify_store
 from tests.helpers import forge
 
 ROOT = Path(__file__).resolve().parent.parent
+# Where the repository's history is: this checkout, unless told (the mutation runner's
+# copies of the tree have none, and name the checkout they were copied from).
+GIT_ROOT = Path(os.environ.get("EVIDENCE_TEST_GIT_ROOT") or ROOT)
 # The last commit of the release before signatures were bound to their place.
 PREVIOUS_RELEASE = "72c64a344082faf6bff6c575c8e70ba265215ebc"
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -57,7 +68,7 @@ def _previous_release(into: Path) -> Path:
     try:
         archive = subprocess.run(
             ["git", "archive", PREVIOUS_RELEASE, "ledger", "projections", "commands", "tests"],
-            cwd=ROOT,
+            cwd=GIT_ROOT,
             capture_output=True,
             check=True,
         ).stdout
@@ -134,10 +145,27 @@ def test_old_signed_events_count_only_where_they_stand(
         with pytest.raises(Unauthenticated):
             authenticate(plane, f"evd_{revived}_{secret}")
         register_tool(plane, {"name": "new", "command": ["true"]})  # identifies the ledger
-        # After it: no signature in the old format counts at all.
+        # After it: no signature in the old format counts at all, a copy of one that
+        # stands before it, or one never seen here (made for another ledger, say).
         after = forge(plane.store, "tool:status", registration.payload)[0]
+        elsewhere = forge(plane.store, "tool:status", _first_format_v2(plane, registration))[0]
         tool = plane.log().tool("status")
         assert tool is not None and tool.version == 1
         found = _audit(plane)
-        assert (before, "replayed_signature") in found
-        assert (after, "replayed_signature") in found
+        for position in (before, after, elsewhere):
+            assert (position, "replayed_signature") in found
+
+
+def _first_format_v2(plane: Plane, registration: RecordedEvent) -> EventPayload:
+    """Version 2 of ``registration``'s validation (always passing), signed by the
+    operator's key in the first release's format (no place): a signature this ledger
+    has never held."""
+    key = load_or_create_operator_key(plane.store.url)
+    assert key is not None
+    old = registration.payload
+    assert isinstance(old, ValidationRegistered) and isinstance(old.signed, PolicySignature)
+    v2 = msgspec.structs.replace(old, version=2, command=["true"], signed=msgspec.UNSET)
+    signature = sign_record(key, policy_record(v2), domain="policy")
+    return msgspec.structs.replace(
+        v2, signed=msgspec.structs.replace(old.signed, signature=signature)
+    )

@@ -189,6 +189,7 @@ def run_pytest(tree: Path, argv: list[str], postgres: bool) -> tuple[int | None,
     if not postgres:
         env.pop("EVIDENCE_TEST_POSTGRES_URL", None)
     env["PYTHONPATH"] = str(tree)
+    env["EVIDENCE_TEST_GIT_ROOT"] = str(ROOT)  # the copy has no history; tests that read it
     try:
         done = subprocess.run(
             argv, cwd=tree, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
