@@ -9,6 +9,7 @@ plane and named by ``evidence audit`` (``replayed_signature``)."""
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -42,7 +43,15 @@ from commands.rules.signing import (
 )
 from commands.rules.trust import needs_operator
 from ledger import RecordedEvent, Store
-from ledger.events import ApproverKeyAdded, EventPayload, LedgerIdentified, PolicySignature
+from ledger.events import (
+    ApproverKeyAdded,
+    CredentialIssued,
+    EventPayload,
+    GlobalConfig,
+    LedgerIdentified,
+    PlanCreated,
+    PolicySignature,
+)
 from ledger.keys import fingerprint, generate_key_pair
 from tests.helpers import forge, invoke, status_plan
 
@@ -385,10 +394,13 @@ def test_a_third_party_recomputes_the_signed_message_from_the_docs(sqlite_url: s
 # is a rule, not a signature.
 
 
-def signed_here(plane: Plane, stream: str, payload: EventPayload) -> int:
+def signed_here(
+    plane: Plane, stream: str, payload: EventPayload, *, operator_name: str | None = None
+) -> int:
     """``payload`` signed for the next version of ``stream`` as the plane would sign it
     (endorsed by the plane key if it is a key, signed by this process's operator key if
-    it is policy), appended there past the plane. Returns its position."""
+    it is policy: as ``operator_name``, else as the first operator), appended there past
+    the plane. Returns its position."""
     identity = plane.log().identity()
     assert identity is not None
     place = Place(identity.ledger_id, stream, plane.store.stream_version(stream) + 1, "")
@@ -398,11 +410,11 @@ def signed_here(plane: Plane, stream: str, payload: EventPayload) -> int:
     if needs_operator(payload):
         key = load_or_create_operator_key(plane.store.url)
         assert key is not None
-        operator = next(k for k in plane.log().approver_keys().values() if k.role == "operator")
+        operators = [k for k in plane.log().approver_keys().values() if k.role == "operator"]
         payload = msgspec.structs.replace(
             payload,
             signed=PolicySignature(
-                operator=operator.name,
+                operator=operator_name or operators[0].name,
                 fingerprint=fingerprint(key.public_key()),
                 signature=sign_record(key, policy_record(payload), domain="policy", place=place),
                 place=place.stated(),
@@ -541,3 +553,62 @@ def test_an_identification_copied_to_another_position_names_nothing(
         register_tool(plane, {"name": "t", "command": PASS})
         assert plane.log().identity() != staging_id
         assert position in replays(plane)
+
+
+def test_policy_signed_by_a_rotated_out_operator_key_is_nobodys(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first operator's key is rotated out; then it signs a credential's issuance,
+    for the very place it stands at: nobody's (issue 41)."""
+    with Plane.open(db_url) as plane:
+        _credential_plan(plane)
+        issue_credential(plane, "P-1", ttl=HOUR)  # bootstraps operator "operator"
+        generate_key_pair(tmp_path / "second.key")
+        add_approver_key(plane, "second", tmp_path / "second.key.pub", role="operator")
+        monkeypatch.setenv("EVIDENCE_OPERATOR_KEY", str(tmp_path / "second.key"))
+        revoke_approver(plane, "operator", reason="rotated")
+        monkeypatch.delenv("EVIDENCE_OPERATOR_KEY")  # the rotated-out key signs again
+        credential = "01J00000000000000000000006"
+        secret = "s" * 43
+        issued = CredentialIssued(
+            credential_id=credential,
+            plan_id="P-1",
+            secret_sha256=hashlib.sha256(secret.encode()).hexdigest(),
+            expires_at="2099-01-01T00:00:00.000000Z",
+        )
+        position = signed_here(plane, f"credential:{credential}", issued, operator_name="operator")
+        with pytest.raises(Unauthenticated):
+            authenticate(plane, f"evd_{credential}_{secret}")
+        assert policy_problems(plane)[position] == "policy_signature"
+
+
+def test_a_credential_signed_in_again_after_its_revocation_stays_revoked(db_url: str) -> None:
+    """Even an issuance an operator signs for the next place of a revoked credential's
+    stream revives nothing: a credential is issued once (issue 41)."""
+    with Plane.open(db_url) as plane:
+        _credential_plan(plane)
+        issued = issue_credential(plane, "P-1", ttl=HOUR)
+        stream = f"credential:{issued.credential_id}"
+        issuance = last(plane.store, stream).payload
+        revoke_credential(plane, issued.credential_id)
+        signed_here(plane, stream, msgspec.structs.replace(issuance, signed=msgspec.UNSET))
+        with pytest.raises(Unauthenticated, match="revoked"):
+            authenticate(plane, issued.token)
+
+
+def test_an_unsigned_plan_without_confinement_is_refused(db_url: str) -> None:
+    """The agent's own plan.created with confinement: none weakens a gate: policy, and
+    unsigned, so the plane acts on no such plan (issue 41)."""
+    with Plane.open(db_url) as plane:
+        forge(
+            plane.store,
+            "plan:P-9",
+            PlanCreated(
+                plan_id="P-9",
+                project="p",
+                resources=["repo:x"],
+                global_config=GlobalConfig(confinement="none"),
+            ),
+        )
+        with pytest.raises(TamperedPlan, match="operator"):
+            record_strategy(plane, "P-9", "run my tools unconfined")
