@@ -353,3 +353,65 @@ def test_every_listed_departure_is_in_a_file_that_runs() -> None:
     missing = sorted({(k[0], k[1]) for k in LISTED if not (SUITE / k[0] / k[1]).is_file()})
     assert not missing
     assert set(LISTED.values()) <= set(REFUSALS) | set(FAILURES)
+
+
+def _gate_files() -> list[Any]:
+    return [p for p in _files() if p.values[0] in (None, "draft2020-12")]
+
+
+@pytest.mark.parametrize(("folder", "name"), _gate_files())
+def test_suite_file_through_the_real_gate(
+    folder: str | None, name: str | None, sqlite_url: str
+) -> None:
+    """Each group's schema registered as a tool's input schema (``register_tool``) and
+    each case's data sent through ``gate_input``: the gate judges exactly as the checker
+    judges the registered schema above — no schema dropped, replaced or loosened on the
+    way (a boolean ``false`` gated as "no parameters" once passed ``{}``). Draft 2020-12,
+    the form every draft is translated to."""
+    from commands.plane import CommandRefused, Plane
+    from commands.plane.gates import gate_input
+    from commands.plane.phases import enter_execute, record_strategy
+    from commands.plane.plans import create_plan
+    from commands.plane.registry import register_tool
+
+    _need_suite()
+    assert folder is not None and name is not None
+    groups = json.loads((SUITE / folder / name).read_text(encoding="utf-8"))
+    with Plane.open(sqlite_url) as plane:
+        plans = iter(range(1, 10_000))
+
+        def new_plan() -> str:
+            # Every failed check spends an iteration of the attempt: a fresh plan before
+            # the critique loop's bound would send it back to Strategize.
+            plan_id = f"P-{next(plans)}"
+            create_plan(
+                plane, plan_id, project="suite", resources=["repo:x"],
+                config={"max_iterations": 1000},
+            )  # fmt: skip
+            record_strategy(plane, plan_id, "the suite")
+            enter_execute(plane, plan_id)
+            return plan_id
+
+        plan_id, failures = new_plan(), 0
+        for index, group in enumerate(groups):
+            declared = _declared(group["schema"], folder)
+            try:
+                prepared = prepare_schema(declared)
+            except InvalidSchemaError:
+                continue  # the checker's test above says why it is refused
+            tool = f"case-{index}"
+            try:
+                register_tool(plane, {"name": tool, "command": ["true"], "input_schema": declared})
+            except CommandRefused as exc:
+                pytest.fail(f"{group['description']}: prepared, but not registered: {exc}")
+            for case in group["tests"]:
+                data = json.dumps(case["data"]).encode()
+                expected = check(prepared.normalised, data, schema_sha256=prepared.sha256)
+                outcome = gate_input(plane, plan_id, tool, data, step=f"s{index}")
+                where = f"{group['description']} / {case['description']}"
+                assert outcome.passed == (expected == []), where
+                assert outcome.check.schema_sha256 == prepared.sha256, where
+                assert list(outcome.check.deviations) == expected, where
+                failures += not outcome.passed
+                if failures >= 900:
+                    plan_id, failures = new_plan(), 0

@@ -22,6 +22,7 @@ appended.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -145,8 +146,10 @@ def gate_input(
         schema, digest, version = None, None, None
     else:
         spec = found.spec
-        schema = spec.input_schema or NO_PARAMETERS
-        digest = spec.input_schema_sha256 if spec.input_schema else None
+        # As registered, booleans and {} included (`false`: nothing passes); no schema at
+        # all: no parameters.
+        schema = NO_PARAMETERS if spec.input_schema is None else spec.input_schema
+        digest = spec.input_schema_sha256 if spec.input_schema is not None else None
         digest = digest or _sha256_of(schema)
         version = found.version
         deviations = check(schema, raw, schema_sha256=digest)
@@ -203,9 +206,13 @@ def gate_output(
     truncated: Truncation | None = None,
     call: ToolCalled | None = None,
     call_blobs: Sequence[bytes] = (),
+    instead_of_registered: bool = False,
 ) -> GateOutcome:
-    """The returned structure against the step's output declaration: ``schema`` when the
-    step declares one, else the output schema of the tool its input gate passed.
+    """The returned structure against the output schema of the tool the step's input
+    gate passed, then against ``schema`` when the step declares one: a step's schema
+    only narrows (two checks, each recorded; the first that fails is the answer).
+    ``instead_of_registered``: ``schema`` alone judges (the caller checked the registered
+    one already, or judges a tool's own error as the MCP result it is).
 
     ``call``: the call that returned ``output``, appended in the same transaction just
     before the check (with ``call_blobs``): a call is never on the record without the
@@ -219,6 +226,16 @@ def gate_output(
     log = plane.log()
     plan = log.state(f"plan:{plan_id}").of(PlanState)
     step_tool: StepState | None = plan.steps.get(step) if plan is not None else None
+    first: GateOutcome | None = None
+    narrows = schema is not None and not instead_of_registered
+    if narrows and _tool_output_schema(log, step_tool)[0] is not None:
+        first = gate_output(
+            plane, plan_id, step, raw, actor=actor, truncated=truncated,
+            call=call, call_blobs=call_blobs,
+        )  # fmt: skip
+        if not first.passed:
+            return first
+        call, call_blobs = None, ()
     tool = step_tool.tool if step_tool is not None else ""
     digest: str | None
     if schema is not None:
@@ -243,7 +260,7 @@ def gate_output(
     else:
         deviations = check(declared, raw, schema_sha256=digest)
     extra = {} if truncated is None else {"checked_truncated": truncated}
-    return _record(
+    outcome = _record(
         plane,
         plan_id,
         raw,
@@ -261,6 +278,9 @@ def gate_output(
             **extra,
         },
     )
+    if first is not None:  # what this call appended: both checks
+        outcome = dataclasses.replace(outcome, events=[*first.events, *outcome.events])
+    return outcome
 
 
 def _tool_output_schema(log: Authority, step_tool: StepState | None) -> tuple[Any, str | None]:

@@ -410,13 +410,21 @@ def _run_call(
         truncated=truncated,
         call=called,
         call_blobs=[raw_params, output],
+        instead_of_registered=True,  # decided above: the registry's, or the MCP result's
     )
     report.call, report.output = called, output
     if narrowing is not None and report.output_gate.passed and not tool_error:
         # The caller's declaration narrows what passed the registry's: a second check,
         # recorded on its own (a deviation from it fails the call like any other).
         report.output_gate = gate_output(
-            plane, plan_id, step, output, schema=narrowing, actor=actor, truncated=truncated
+            plane,
+            plan_id,
+            step,
+            output,
+            schema=narrowing,
+            actor=actor,
+            truncated=truncated,
+            instead_of_registered=True,
         )
 
 
