@@ -582,3 +582,36 @@ def test_a_directory_swapped_for_a_symlink_after_execute_is_not_followed(
         assert not list(outside.iterdir())
         assert _size(plane) == before
         assert plane.state("plan:P-1").doc.token.status == "minted"
+
+
+def test_a_resumed_apply_leaves_nothing_but_the_intended_files(db_url: str, tmp_path: Path) -> None:
+    """Apply killed between a file's temporary copy and its rename leaves the copy in the
+    real resource; the resume removes it (issue 42: `audit --files` reported it)."""
+    with Plane.open(db_url) as plane:
+        project, token = _passed(plane, tmp_path)
+        _interrupted_apply(plane, token)
+        leftover = project / ".status.txt.0123456789abcdef01234567.evidence-apply"
+        leftover.write_text("good\n")  # what the killed write left
+        unrelated = project / ".status.txt.keep.evidence-apply"  # not of the shape: kept
+        unrelated.write_text("mine\n")
+        complete_apply(plane, "P-1")
+        assert not leftover.exists() and unrelated.exists()
+        assert (project / "status.txt").read_text() == "good\n"
+
+
+def test_a_name_that_is_not_utf8_is_refused_in_one_line(db_url: str, tmp_path: Path) -> None:
+    """The ledger records names as JSON text: one that is not UTF-8 is refused, naming
+    it, before anything is appended (issue 42: it ended `validate` with a traceback)."""
+    with Plane.open(db_url) as plane:
+        status_plan(plane, tmp_path, {})
+        bad = os.path.join(os.fsencode(work(plane)), b"caf\xe9.txt")
+        with open(bad, "wb") as handle:
+            handle.write(b"x")
+        before = _size(plane)
+        with pytest.raises(CommandRefused, match=r"b'caf\\xe9.txt' is not UTF-8"):
+            validate_plan(plane, "P-1")
+        assert _size(plane) == before
+        url = plane.store.url
+    refused = invoke("validate", "P-1", "--db", url)
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.count("\n") == 1 and "is not UTF-8" in refused.stderr

@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import os
 import posixpath
+import re
 import secrets
 import shutil
 import stat
@@ -38,6 +39,7 @@ from typing import Any
 
 import msgspec
 
+from commands.errors import CommandRefused
 from commands.names import check_relative_path
 from ledger.canonical import canonical_json
 from ledger.events import FileChange
@@ -100,12 +102,33 @@ def _digest(text: str, length: int) -> str:
 Trees = dict[str, tuple[ResourceKind, Manifest]]  # resource -> (kind, manifest)
 
 
+class UnrecordableName(CommandRefused):
+    """A name in a tree that is not UTF-8: the ledger records names as JSON text, and
+    guessing at another encoding would record a different name than the one applied."""
+
+
 def encode_trees(trees: Trees) -> bytes:
     """The blob of a plan's trees (a snapshot, or what a run judged): canonical JSON
-    ``{resource: {"kind": kind, "manifest": manifest}}``."""
+    ``{resource: {"kind": kind, "manifest": manifest}}``. A name that is not UTF-8 is
+    refused (``UnrecordableName``, naming it), never recorded otherwise."""
+    for resource, (_kind, manifest) in trees.items():
+        for name in manifest:
+            if not _utf8(name):
+                raise UnrecordableName(
+                    f"{resource}: the name {os.fsencode(name)!r} is not UTF-8: the ledger "
+                    "records UTF-8 names only (rename it)"
+                )
     return canonical_json(
         {r: {"kind": kind, "manifest": manifest} for r, (kind, manifest) in trees.items()}
     )
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # os.fsdecode's surrogate escapes of undecodable bytes
+        return False
+    return True
 
 
 _KINDS = ("dir", "file", "name")
@@ -440,6 +463,20 @@ def change_entry(change: FileChange) -> Entry | None:
     return ("file", change.mode, change.sha256)
 
 
+def _temp_name(name: str) -> str:
+    return f".{name[:100]}.{secrets.token_hex(12)}.evidence-apply"
+
+
+def _clear_leftovers(fd: int, name: str) -> None:
+    """Remove what an Apply killed between its temporary file and the rename left beside
+    ``name`` (only names of ``_temp_name``'s exact shape: nothing else is touched), so a
+    resumed Apply leaves nothing but the intended files."""
+    left = re.compile(re.escape(f".{name[:100]}.") + r"[0-9a-f]{24}\.evidence-apply")
+    for found in os.listdir(fd):
+        if left.fullmatch(found):
+            os.unlink(found, dir_fd=fd)
+
+
 def write_change(change: FileChange, data: bytes, kind: ResourceKind) -> bool:
     """Put one entry in place without following a link; False when it already matched.
     A file goes to an exclusively created, unpredictable temporary name beside its
@@ -447,6 +484,7 @@ def write_change(change: FileChange, data: bytes, kind: ResourceKind) -> bool:
     old file or the new one, never half of one; a link planted at the target is
     replaced, never written through)."""
     with _parent_fd(change.resource, kind, change.path) as (fd, name):
+        _clear_leftovers(fd, name)
         now = _entry_at(fd, name)
         wanted = change_entry(change)
         if now == wanted:
@@ -470,7 +508,7 @@ def write_change(change: FileChange, data: bytes, kind: ResourceKind) -> bool:
             return True
         if now is not None and now[0] == "dir":
             raise ApplyConflict(f"{change.resource}/{change.path} is a directory")
-        temp = f".{name[:100]}.{secrets.token_hex(12)}.evidence-apply"
+        temp = _temp_name(name)
         if change.kind == "symlink":
             os.symlink(str(change.target), temp, dir_fd=fd)
         else:
