@@ -11,12 +11,16 @@ SQLite (the storage is not the point here), with real subprocesses."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +86,10 @@ def attempt(op, *args):
         os.kill(os.getppid(), 0)
     elif op == "env":
         return "absent" if args[0] not in os.environ else "present"
+    elif op == "connect-abstract":
+        import socket
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect("\0" + args[0])
     return "ok"
 
 results = {}
@@ -414,10 +422,14 @@ def test_a_tool_reads_neither_the_ledger_nor_the_key_nor_another_plans_sandbox(
     key = Path(os.environ["EVIDENCE_PLANE_KEY"])
     assert db.is_file() and key.is_file()
     # The plane's own variables, as a deployment sets them (a URL with its password);
-    # the state directory and the key's path come from the autouse fixture. A variable
-    # of another name passes, so an "absent" below is the filter's doing.
+    # the state directory and the key's path come from the autouse fixture; the
+    # service's other secrets. A variable the operator passes on (EVIDENCE_CONFINE_ENV)
+    # is there, so an "absent" below is the filter's doing.
     monkeypatch.setenv("EVIDENCE_DB", "postgresql+psycopg://evidence:s3cr3t@db.internal/ledger")
+    monkeypatch.setenv("PGPASSWORD", "s3cr3t")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI")
     monkeypatch.setenv("PROBE_PASSES", "1")
+    monkeypatch.setenv("EVIDENCE_CONFINE_ENV", "PROBE_PASSES")
     assert {"EVIDENCE_PLANE_KEY", "EVIDENCE_STATE_DIR"} <= set(os.environ)
     ops = [
         ["read", str(db)],
@@ -430,6 +442,10 @@ def test_a_tool_reads_neither_the_ledger_nor_the_key_nor_another_plans_sandbox(
         ["env", "EVIDENCE_PLANE_KEY"],
         ["env", "EVIDENCE_STATE_DIR"],
         ["env", "PROBE_PASSES"],
+        ["env", "PGPASSWORD"],
+        ["env", "AWS_SECRET_ACCESS_KEY"],
+        ["env", "EVIDENCE_CONFINE_ENV"],
+        ["read", f"/proc/{os.getpid()}/cmdline"],  # the plane's command line
     ]
     report = call_tool(plane, "P-1", "probe", {"ops": ops})
     assert json.loads(report.output or b"") == {
@@ -443,6 +459,10 @@ def test_a_tool_reads_neither_the_ledger_nor_the_key_nor_another_plans_sandbox(
         "7": "absent",
         "8": "absent",
         "9": "present",
+        "10": "absent",
+        "11": "absent",
+        "12": "absent",
+        "13": "ENOENT",  # a /proc of its own PID namespace: the plane is not in it
     }
     assert not (work(plane, "P-2") / "planted.txt").exists()
     assert {str(db), str(key)} <= {str(Path(p)) for p in protected_paths(plane)}
@@ -694,3 +714,87 @@ def test_run_validation_is_read_only_under_confinement(tmp_path: Path, probe: Pa
     assert (run.verdict, run.cause, run.changed_paths) == (True, None, [])
     assert run.data == {"0": "EACCES", "1": "ok", "2": "EACCES"}
     assert (tree / "app.txt").read_text() == "x\n"
+
+
+# -- nothing outlives its call (issue 42) ------------------------------------------------
+
+DAEMON = r"""
+import os, signal, sys, time
+marker = sys.argv[1]
+if os.fork() == 0:  # a daemon: its own session, a second fork, deaf to polite signals
+    os.setsid()
+    if os.fork() == 0:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", marker])
+    os._exit(0)
+time.sleep(0.2)
+print("started")
+"""
+
+
+def _with_marker(marker: str) -> list[int]:
+    """The processes (anywhere on the machine) whose command line holds ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(entry))
+    return found
+
+
+@needs_landlock
+def test_a_daemon_a_tool_starts_ends_with_its_call(tmp_path: Path) -> None:
+    marker = f"evidence-survivor-{uuid.uuid4().hex}"
+    script = tmp_path / "daemon.py"
+    script.write_text(DAEMON)
+    confinement = Confinement.of("landlock", read=[str(script)])
+    try:
+        run = run_command(
+            [sys.executable, str(script), marker], cwd=tmp_path, timeout_s=20,
+            confinement=confinement,
+        )  # fmt: skip
+        assert run.exit_code == 0 and run.stdout.strip() == b"started", run.stderr
+        assert _with_marker(marker) == []
+    finally:
+        for pid in _with_marker(marker):  # on a kernel that let it survive: not ours to keep
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@needs_landlock
+def test_without_namespaces_the_launcher_ends_the_daemon_itself(tmp_path: Path) -> None:
+    """The fallback where the kernel grants no PID namespace: the launcher is the
+    subreaper of what the program starts, and ends what is left when it ends."""
+    marker = f"evidence-survivor-{uuid.uuid4().hex}"
+    script = tmp_path / "daemon.py"
+    script.write_text(DAEMON)
+    argv = wrap(
+        [sys.executable, str(script), marker], Confinement.of("landlock", read=[str(script)])
+    )
+    launcher = argv.index("--")
+    argv.insert(launcher, "no-namespaces")
+    try:
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=20)
+        assert done.returncode == 0 and done.stdout.strip() == b"started", done.stderr
+        assert _with_marker(marker) == []
+    finally:
+        for pid in _with_marker(marker):  # on a kernel that let it survive: not ours to keep
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@needs_landlock
+def test_a_confined_program_reaches_no_abstract_socket_outside(tmp_path: Path, probe: Path) -> None:
+    if landlock_abi() < 6:
+        pytest.skip("Landlock ABI 6 scopes abstract unix sockets; this kernel has an older ABI")
+    name = f"evidence-test-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind("\0" + name)
+        server.listen(1)
+        found = _probe(probe, Confinement.of("landlock"), tmp_path, ["connect-abstract", name])
+    assert found == {"0": "EPERM"}

@@ -28,9 +28,26 @@ What a confined program may do:
   ``EVIDENCE_CONFINE_WRITE`` in the plane's environment (``os.pathsep``-separated;
   filtered as the allow-list is).
 
-Not confined: the network (an MCP server or a tool may need it), and reads of the
-allow-list. The ``EVIDENCE_*`` variables of the plane's environment (the database URL,
-where the key is) are not passed to a confined program.
+What else a confined program gets and does not get:
+
+- **its environment** is an allow-list (``confined_env``): ``PATH``, ``HOME``, the
+  locale and a few interpreter settings, and the names the operator lists in
+  ``EVIDENCE_CONFINE_ENV``; nothing else of the plane's (no ``EVIDENCE_*``, no
+  ``PGPASSWORD``, no cloud keys);
+- **nothing it starts outlives it**: the launcher runs it in a new PID namespace (and
+  mount namespace, with a ``/proc`` of its own: the plane's processes, their command
+  lines and environments, are out of sight), and when the program ends the kernel ends
+  every process left in it — a ``setsid`` daemon, a double fork, one ignoring signals.
+  Where the kernel grants no namespace (user namespaces disabled), the launcher is the
+  subreaper of everything the program starts and kills what is left when it ends; a
+  launcher killed outright (``SIGKILL``) then cannot;
+- **no abstract unix socket and no signal** outside its Landlock domain (ABI 6).
+
+Not confined: TCP (an MCP server or a tool may need it; Landlock's TCP rules need a
+registration that declares the ports, not built yet), pathname unix sockets (Landlock
+does not mediate ``connect`` to them: keep the database's socket and any other service's
+out of reach by file mode or a directory the service's user alone may enter), and reads
+of the allow-list.
 """
 
 from __future__ import annotations
@@ -50,6 +67,8 @@ from typing import Literal
 from . import landlock_exec
 
 __all__ = [
+    "ENV_BASE",
+    "ENV_PASS",
     "LAUNCHER",
     "READ_ENV",
     "WRITE_ENV",
@@ -57,6 +76,7 @@ __all__ = [
     "Level",
     "Policy",
     "allow_list",
+    "confined_env",
     "exec_failure",
     "landlock_abi",
     "launched",
@@ -70,6 +90,15 @@ Level = Literal["landlock", "unconfined"]  # what a run was: recorded on its eve
 Policy = Literal["landlock", "none"]  # what a plan asks for (global_config.confinement)
 
 READ_ENV = "EVIDENCE_CONFINE_READ"
+ENV_PASS = "EVIDENCE_CONFINE_ENV"  # variables the operator passes to confined programs
+# What every confined program gets of the plane's environment (and nothing else).
+ENV_BASE = frozenset(
+    (
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
+        "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUNBUFFERED",
+        "VIRTUAL_ENV",
+    )
+)  # fmt: skip
 WRITE_ENV = "EVIDENCE_CONFINE_WRITE"
 LAUNCHER = Path(landlock_exec.__file__).resolve()
 MARKER = landlock_exec.MARKER
@@ -233,18 +262,30 @@ def launched(
 ) -> Iterator[tuple[list[str], dict[str, str] | None]]:
     """The argv and environment that run ``argv`` under ``confinement``, while inside:
     a confined run gets a private temporary directory (``TMPDIR``, ``TMP``, ``TEMP``),
-    removed on the way out, and none of the plane's ``EVIDENCE_*`` variables."""
+    removed on the way out, and only the allow-listed variables (``confined_env``)."""
     if confinement is None or not confinement.confined:
         yield list(argv), None if env is None else dict(env)
         return
     temp = tempfile.mkdtemp(prefix="evidence-tmp-")
     try:
-        base = os.environ if env is None else env
-        child = {k: v for k, v in base.items() if not k.startswith("EVIDENCE_")}
+        child = confined_env(os.environ if env is None else env)
         child.update(TMPDIR=temp, TMP=temp, TEMP=temp)
         yield wrap(argv, confinement.adding(write=(temp,))), child
     finally:
         _remove(temp)
+
+
+def confined_env(base: Mapping[str, str]) -> dict[str, str]:
+    """What a confined program gets of ``base`` (the plane's environment, or what a
+    caller built from it): the allow-listed names (``ENV_BASE``, ``LC_*``) and those
+    the operator names in ``EVIDENCE_CONFINE_ENV``, never anything else — the plane's
+    own secrets (a database password, a cloud key) are not the agent's code's."""
+    named = {n for n in os.environ.get(ENV_PASS, "").replace(",", " ").split() if n}
+    return {
+        k: v
+        for k, v in base.items()
+        if (k in ENV_BASE or k.startswith("LC_") or k in named) and not k.startswith("EVIDENCE_")
+    }
 
 
 def exec_failure(exit_code: int | None, stderr: bytes) -> tuple[int, str] | None:

@@ -1,7 +1,7 @@
 """Run a program confined by Landlock: the launcher every confined process of the plane
 starts through (``commands.runner.confine.wrap``).
 
-    python -I -S landlock_exec.py [r:PATH | w:PATH]... -- PROGRAM ARG...
+    python -I -S landlock_exec.py [r:PATH | w:PATH]... [no-namespaces] -- PROGRAM ARG...
 
 Each ``r:PATH`` allows reading (and executing) beneath PATH, each ``w:PATH`` writing
 too (one argument a path: any byte but NUL, no quoting; the policy is not JSON because
@@ -27,6 +27,8 @@ stable release yet. Their numbers are the generic ones (444-446), the same on x8
 aarch64 and the other architectures Linux runs this on.
 """
 
+# The C module itself: ``signal`` would import ``enum`` at every start of the launcher.
+import _signal as signal  # type: ignore[import-not-found]  # no stub: the C module
 import ctypes
 import errno
 import os
@@ -61,6 +63,7 @@ MAKE_SYM = 1 << 12
 REFER = 1 << 13  # ABI 2
 TRUNCATE = 1 << 14  # ABI 3
 IOCTL_DEV = 1 << 15  # ABI 5
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6 (scoped)
 SCOPE_SIGNAL = 1 << 1  # ABI 6 (scoped)
 
 # The rights that apply to a file (not a directory) in a rule.
@@ -142,7 +145,8 @@ def restrict_self(read: list[str], write: list[str]) -> None:
     abi = abi_version()
     if abi < 1:
         raise OSError(errno.EOPNOTSUPP, "Landlock is not available in this kernel")
-    attr = _RulesetAttr(handled_rights(abi), 0, SCOPE_SIGNAL if abi >= 6 else 0)
+    scoped = SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
+    attr = _RulesetAttr(handled_rights(abi), 0, scoped)
     # The struct grew with the ABI: pass only the part this kernel knows.
     size = 8 if abi < 4 else 16 if abi < 6 else 24
     ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), size, 0)
@@ -189,22 +193,176 @@ def main(argv: list[str]) -> int:
         return SETUP_FAILED
     read = [item[2:] for item in argv[:end] if item.startswith("r:")]
     write = [item[2:] for item in argv[:end] if item.startswith("w:")]
-    if len(read) + len(write) != end:
+    # "no-namespaces": the fallback a kernel without them gets (tests ask for it).
+    namespaces = "no-namespaces" not in argv[:end]
+    if len(read) + len(write) + (not namespaces) != end:
         _say("setup failed: a policy item is neither r:PATH nor w:PATH")
         return SETUP_FAILED
     os.get_exec_path()  # imports what execvp needs while the library is still readable
+    program = argv[end + 1 :]
+    isolated = namespaces and _unshare()
+    if not isolated:
+        # No PID namespace: what the program leaves behind is re-parented to this
+        # process, which ends it when the program has ended.
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    report_r, report_w = os.pipe()
+    first = os.fork()
+    if first == 0:
+        os.close(report_r)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # this supervisor gone: so is the run
+        if isolated:
+            _own_proc()
+        os._exit(_init(program, read, write, report_w))
+    os.close(report_w)
+    _forward_signals(first)
+    os.waitpid(first, 0)
+    if not isolated:
+        _end_descendants()
+    report = os.read(report_r, 32)
+    status = int(report) if report.strip().isdigit() else signal.SIGKILL
+    return _mirror(status)
+
+
+# -- supervision: nothing the program starts outlives it ---------------------------------
+# The program runs as a grandchild of this launcher: its parent (pid 1 of a new PID
+# namespace when the kernel grants one) reaps everything and reports the program's wait
+# status; when it exits, the kernel ends every process left in the namespace (daemons,
+# double forks, signal-ignorers alike). Without a namespace this process is the
+# subreaper of the program's descendants and kills those left when the program ends.
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+def _prctl(option: int, value: int) -> int:
+    return int(_libc().prctl(*(ctypes.c_long(a) for a in (option, value, 0, 0, 0))))
+
+
+def _unshare() -> bool:
+    """Enter new PID and mount namespaces (inside a new user namespace unless root,
+    with this process's own uid and gid mapped); False where the kernel refuses."""
+    libc = _libc()
+    root = os.geteuid() == 0
+    flags = _CLONE_NEWPID | _CLONE_NEWNS | (0 if root else _CLONE_NEWUSER)
+    if libc.unshare(ctypes.c_int(flags)) != 0:
+        return False
+    if not root:
+        uid, gid = os.getuid(), os.getgid()
+        try:
+            for name, text in (
+                ("setgroups", "deny"),
+                ("uid_map", f"{uid} {uid} 1"),
+                ("gid_map", f"{gid} {gid} 1"),
+            ):
+                with open(f"/proc/self/{name}", "w") as handle:
+                    handle.write(text)
+        except OSError:
+            return True  # unmapped ids: the namespaces still hold
+    return True
+
+
+def _own_proc() -> None:
+    """Mount a /proc of the new PID namespace over the old one, in a private mount
+    namespace: the program sees its own processes only, never the plane's command
+    line or environment. Best effort (a kernel or container may refuse the mount)."""
+    libc = _libc()
+    if libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
+        return
+    libc.mount(
+        b"proc", b"/proc", b"proc", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC), None
+    )
+
+
+def _init(program: list[str], read: list[str], write: list[str], report: int) -> int:
+    """The program's parent: confine and start it, reap every process re-parented
+    here, and report the program's wait status on ``report`` when it has ended."""
+    child = os.fork()
+    if child == 0:
+        os.close(report)
+        for sig in _FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            restrict_self(read, write)
+        except OSError as exc:
+            _say(f"setup failed: cannot confine the program with Landlock: {exc}")
+            os._exit(SETUP_FAILED)
+        try:
+            os.execvp(program[0], program)
+        except OSError as exc:
+            code = exc.errno or 0
+            _say(f"exec errno={code} cannot execute {program[0]!r}: {exc.strerror or exc}")
+        os._exit(EXEC_FAILED)
+    _forward_signals(child)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 0
+        if pid == child:
+            os.write(report, str(status).encode())
+            return 0
+
+
+def _forward_signals(to: int) -> None:
+    def forward(sig: int, _frame: object) -> None:
+        try:  # noqa: SIM105 (contextlib would be one more import at every start)
+            os.kill(to, sig)
+        except OSError:
+            pass
+
+    for sig in _FORWARDED:
+        signal.signal(sig, forward)
+
+
+def _end_descendants() -> None:
+    """Kill and reap every process re-parented to this subreaper (the program's
+    leftovers), until none is left."""
+    for _round in range(1000):
+        children = _children()
+        if not children:
+            return
+        for pid in children:
+            try:  # noqa: SIM105
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in children:
+            try:  # noqa: SIM105
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+
+
+def _children() -> list[int]:
+    found: list[int] = []
     try:
-        restrict_self(read, write)
-    except OSError as exc:
-        _say(f"setup failed: cannot confine the program with Landlock: {exc}")
-        return SETUP_FAILED
-    program = argv[end + 1]
-    try:
-        os.execvp(program, argv[end + 1 :])
-    except OSError as exc:
-        code = exc.errno or 0
-        _say(f"exec errno={code} cannot execute {program!r}: {exc.strerror or exc}")
-    return EXEC_FAILED
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as handle:
+                found += [int(pid) for pid in handle.read().split()]
+    except OSError:
+        return found
+    return found
+
+
+def _mirror(status: int) -> int:
+    """Exit as the program did: with its code, or killed by its signal (no core dump
+    of this launcher)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        _prctl(_PR_SET_DUMPABLE, 0)
+        try:  # noqa: SIM105
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL, SIGSTOP: no handler to reset
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else SETUP_FAILED
 
 
 if __name__ == "__main__":
