@@ -8,7 +8,8 @@ recorded as such, never as a failure or a pass).
   server that cannot be invoked halts the plan with ``environment_error``.
 - ``validate_plan``: run exactly the plan's binding set, pinned when it entered
   Execute (recorded again *before* running), each validation at its pinned version and
-  in its own copy of the resource (writes are detected and never survive); record every
+  in its own copy of the run's one snapshot of the sandbox, whose trees the run records
+  and its token binds (writes are detected and never survive); record every
   result and the run's outcome, classified by ``projections.outcomes``. A run in which
   no required validation ran is no pass unless the plan opted out. A non-pass outcome
   halts the plan; a blocker also fails the attempt, and the next validation needs a
@@ -55,7 +56,7 @@ from commands.runner.process import (
     tool_output,
 )
 from commands.runner.results import RESULT_SCHEMA
-from commands.runner.sandbox import decode_trees, encode_trees, resource_kind
+from commands.runner.sandbox import RunSnapshot, decode_trees, encode_trees, resource_kind
 from commands.runner.trees import ResourceKind, hard_links, manifest_digest, manifest_of
 from commands.schemas.prepare import prepare_schema
 from ledger import RecordedEvent
@@ -699,7 +700,9 @@ def validate_plan(
     max_workers: int = MAX_PARALLEL,
     sandbox: Sandbox | None = None,
 ) -> ValidationReport:
-    """Run the plan's pinned binding set and classify the outcome."""
+    """Run the plan's pinned binding set and classify the outcome. The run judges one
+    snapshot of the sandbox (``RunSnapshot``): its trees are what the run records and
+    its token binds, and every validation reads a copy of it."""
     log = plane.log()
     plan = _validatable(log.state(f"plan:{plan_id}"), plan_id)
     _cap_of(None)  # an invalid EVIDENCE_MAX_OUTPUT_BYTES: refused before the run starts
@@ -710,65 +713,47 @@ def validate_plan(
     confinement = validation_confinement(plane, plan)
     directories = {r: copies[r] for r in plan.resources if r in copies}
     kinds = _resource_kinds(plane, plan)
-    # Each validation runs in its own copy of the sandbox; one that writes through an
-    # absolute path could still reach the sandbox or the real resource: both are
-    # snapshotted, and a write to either is restored and voids the results on it. The
-    # sandbox's snapshot is also what the run judged: its manifests are the run's trees
-    # (a change after it is restored, and voids the run).
-    guards = [(r, TreeGuard(d)) for r, d in directories.items()]
-    guards += [(r, TreeGuard(Path(r))) for r in directories if kinds.get(r) == "dir"]
-    judged = {r: g.before for r, g in guards[: len(directories)]}
-    trees = encode_trees(
-        {r: (kinds[r], manifest_of(judged[r], kinds[r], os.path.basename(r))) for r in directories}
-    )
-    digests = {r: manifest_digest(tree) for r, (_k, tree) in decode_trees(trees).items()}
     run_id = str(ULID())
     attempt = plan.attempt
-
-    def start(state: StreamState) -> list[EventPayload]:
-        doc = _validatable(state, plan_id)
-        if doc.binding != plan.binding:
-            raise CommandRefused(f"plan {plan_id} moved on meanwhile; validate again")
-        return [
-            ValidationRunStarted(
-                plan_id=plan_id,
-                run_id=run_id,
-                attempt=doc.attempt,
-                revision=doc.revision,
-                resolved=binding,
-                resource_digests=digests,
-                trees_sha256=_sha256(trees),
-            )
-        ]
-
-    # Durable before anything runs: the pinned set is what the run will be judged on.
-    try:
-        plane.run(f"plan:{plan_id}", start, actor=actor, blobs=[trees])
-    except BaseException:
-        for _resource, guard in guards:
-            guard.discard()
-        raise
-    try:
-        runs = run_parallel(
-            [_job(log, r, directories.get(r.resource), confinement) for r in binding],
-            max_workers=max_workers,
+    # Never the live sandbox: the agent writes it at will, so what was read from it for
+    # the record and what a validation's copy was made from could differ.
+    with RunSnapshot.taken(plane.sandbox(plan).run_snapshots, run_id, directories) as snap:
+        trees = encode_trees(
+            {
+                r: (kinds[r], manifest_of(snap.judged[r], kinds[r], os.path.basename(r)))
+                for r in directories
+            }
         )
-    finally:
-        reached: dict[str, list[str]] = {}
-        for resource, guard in guards:
-            reached[resource] = reached.get(resource, []) + guard.restore_if_changed()
-    for i, attachment in enumerate(binding):
-        if reached.get(attachment.resource):  # a write reached the original: restored
-            runs[i] = msgspec.structs.replace(
-                runs[i],
-                verdict=None,
-                cause="read_only_violation",
-                message=None,
-                data=None,
-                changed_paths=reached[attachment.resource],
-                error="the original resource changed during the run; it was restored "
-                "from the snapshot taken before",
-            )
+        digests = {r: manifest_digest(tree) for r, (_k, tree) in decode_trees(trees).items()}
+
+        def start(state: StreamState) -> list[EventPayload]:
+            doc = _validatable(state, plan_id)
+            if doc.binding != plan.binding:
+                raise CommandRefused(f"plan {plan_id} moved on meanwhile; validate again")
+            return [
+                ValidationRunStarted(
+                    plan_id=plan_id,
+                    run_id=run_id,
+                    attempt=doc.attempt,
+                    revision=doc.revision,
+                    resolved=binding,
+                    resource_digests=digests,
+                    trees_sha256=_sha256(trees),
+                )
+            ]
+
+        # A validation that writes through an absolute path could reach the real
+        # resource: it is snapshotted, and a write to it is restored.
+        guards = [(r, TreeGuard(Path(r))) for r in directories if kinds.get(r) == "dir"]
+        # Durable before anything runs: the pinned set is what the run will be judged on.
+        try:
+            plane.run(f"plan:{plan_id}", start, actor=actor, blobs=[trees])
+        except BaseException:
+            for _resource, guard in guards:
+                guard.discard()
+            raise
+        jobs = [_job(log, r, snap.copies.get(r.resource), confinement) for r in binding]
+        runs = _run_on_snapshot(jobs, binding, snap, guards, max_workers)
     results = [
         ValidationResultRecorded(
             plan_id=plan_id,
@@ -867,6 +852,53 @@ def validate_plan(
         )
     report.token = minted.get("token")
     return report
+
+
+def _run_on_snapshot(
+    jobs: list[Callable[[], ValidationRun]],
+    binding: list[ResolvedAttachment],
+    snap: RunSnapshot,
+    guards: list[tuple[str, TreeGuard]],
+    max_workers: int,
+) -> list[ValidationRun]:
+    """The run's validations (``jobs``, each in its own copy of the snapshot); a write
+    that reached the real resource (``guards``: restored) or the snapshot (what the
+    validations after it read) voids the results on that resource."""
+    try:
+        runs = run_parallel(jobs, max_workers=max_workers)
+    finally:
+        reached = {resource: guard.restore_if_changed() for resource, guard in guards}
+    written = snap.changed()
+    return [
+        _voided(run, reached.get(r.resource), written.get(r.resource))
+        for r, run in zip(binding, runs, strict=True)
+    ]
+
+
+def _voided(
+    run: ValidationRun, reached: list[str] | None, written: list[str] | None
+) -> ValidationRun:
+    if reached:
+        error = (
+            "the original resource changed during the run; it was restored from the "
+            "snapshot taken before"
+        )
+    elif written:
+        error = (
+            "the run's snapshot of the sandbox changed during the run: what the "
+            "validations read is not what the run judged"
+        )
+    else:
+        return run
+    return msgspec.structs.replace(
+        run,
+        verdict=None,
+        cause="read_only_violation",
+        message=None,
+        data=None,
+        changed_paths=reached or written or [],
+        error=error,
+    )
 
 
 def _resource_kinds(plane: Plane, plan: PlanState) -> dict[str, ResourceKind]:

@@ -19,7 +19,9 @@ caller maps causes to outcomes (a non-verdict is never a blocker: docs/concepts.
 Read-only enforcement at run time — the decision:
 
 - Every validation runs in its OWN throwaway copy of the working tree
-  (``shutil.copytree``, symlinks kept as symlinks), never in the original. The copy is
+  (``shutil.copytree``, symlinks kept as symlinks), never in the original; in a
+  validation run the working tree is the run's snapshot of the sandbox
+  (``sandbox.RunSnapshot``), never the live sandbox. The copy is
   digested (relative path -> kind, mode, content sha256 / link target) just before the
   program starts and again after it (and its whole process group) is gone; any added,
   removed or modified path makes the run a ``read_only_violation`` with those paths,
@@ -68,7 +70,6 @@ import select
 import selectors
 import shutil
 import signal
-import stat
 import string
 import subprocess
 import sys
@@ -92,6 +93,7 @@ from .trees import Entry, tree_digest
 from .trees import changed_paths as _changed
 from .trees import copy_entry as _copy_entry
 from .trees import entries as _entries
+from .trees import remove_tree as _remove_tree
 
 __all__ = [
     "ArgvError",
@@ -1082,26 +1084,6 @@ def _one_line(text: str) -> str:
 
 
 # -- trees: copy, digest, compare, remove ---------------------------------------------------
-
-
-def _remove_tree(root: Path) -> None:
-    """Delete a scratch tree even if a validation made directories unwritable."""
-    pending = [os.fspath(root)]
-    while pending:
-        path = pending.pop()
-        try:
-            os.chmod(path, 0o700)
-            names = os.listdir(path)
-        except OSError:
-            continue
-        for name in names:
-            child = os.path.join(path, name)
-            try:
-                if stat.S_ISDIR(os.lstat(child).st_mode):
-                    pending.append(child)
-            except OSError:
-                pass
-    shutil.rmtree(root, ignore_errors=True)
 
 
 class TreeGuard:

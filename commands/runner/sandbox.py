@@ -13,6 +13,11 @@ and the manifests of the copies then are the plan's **snapshot**; nothing in it 
 the real resource before Apply, and Apply writes only the difference between the tree
 a token's run validated and that snapshot (``commands.runner.trees``).
 
+A validation run judges a ``RunSnapshot``: the sandbox copied once, for that run, into a
+directory beside the copies (no program of the plan may write there); its manifests are
+the trees the run records and its token binds, and every validation of the run works in
+a copy of it, never in the live sandbox the agent may rewrite at any moment.
+
 Apply follows no link: it walks the resource through directory descriptors opened with
 ``O_NOFOLLOW``, writes each file to a temporary name made exclusively and
 unpredictably beside its target, then renames it into place (a reader sees the old
@@ -46,13 +51,25 @@ from ledger.events import FileChange
 from ledger.store import url_identity
 from projections.states import PlanState
 
-from .trees import Entry, Manifest, ResourceKind, copy_entry, entries, manifest_of, tree_changes
+from .trees import (
+    Entry,
+    Manifest,
+    ResourceKind,
+    changed_paths,
+    copy_entry,
+    copy_tree,
+    entries,
+    manifest_of,
+    remove_tree,
+    tree_changes,
+)
 
 __all__ = [
     "STATE_DIR_ENV",
     "ApplyBusy",
     "ApplyConflict",
     "PlanSandbox",
+    "RunSnapshot",
     "Trees",
     "change_blob",
     "change_contents",
@@ -288,6 +305,12 @@ class PlanSandbox:
                     else:
                         child.unlink()
 
+    @property
+    def run_snapshots(self) -> Path:
+        """Where the plan's validation runs keep their snapshots: beside its copies (the
+        only part of the sandbox the plan's programs may write), never in them."""
+        return self.root / "run-snapshots"
+
     @contextlib.contextmanager
     def apply_lock(self) -> Iterator[None]:
         """Held for the whole of an Apply: a second Apply (or resume) of the same plan
@@ -302,6 +325,90 @@ class PlanSandbox:
             yield
         finally:
             os.close(fd)
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """What one validation run judges: the plan's sandbox copied once
+    (``trees.copy_tree``: no link followed, a hard link copied by content) into a
+    directory of the run that no program of the plan may write. Its entries are the trees
+    the run records and its token binds, and every validation of the run works in a copy
+    of it — never in the live sandbox, which the agent may rewrite at any moment."""
+
+    copies: dict[str, Path]  # resource -> its copy in the snapshot
+    judged: dict[str, dict[str, Entry]]  # resource -> the entries of its copy
+    skipped: dict[str, dict[str, Entry]]  # resource -> what no copy holds (sockets, devices)
+
+    @classmethod
+    @contextlib.contextmanager
+    def taken(cls, base: Path, run_id: str, sources: Mapping[str, Path]) -> Iterator[RunSnapshot]:
+        """The snapshot of ``sources`` (resource -> its sandbox copy) in ``base/run_id``,
+        removed when the run ends, whatever happens (one left by a killed run is removed
+        by the next run's)."""
+        root = base / run_id
+        held = _claim(base, root)
+        try:
+            yield cls._copied(root, sources)
+        finally:
+            remove_tree(root)
+            os.close(held)
+
+    @classmethod
+    def _copied(cls, root: Path, sources: Mapping[str, Path]) -> RunSnapshot:
+        copies = {r: root / _digest(r, 16) for r in sources}
+        skipped: dict[str, dict[str, Entry]] = {}
+        for resource, source in sources.items():
+            try:
+                skipped[resource] = copy_tree(source, copies[resource])
+            except OSError as exc:
+                raise CommandRefused(
+                    f"cannot snapshot the sandbox of {resource} for the run: {exc.strerror} "
+                    f"({exc.filename!r}); validate again"
+                ) from None
+        judged = {r: {**entries(c), **skipped[r]} for r, c in copies.items()}
+        return cls(copies, judged, skipped)
+
+    def changed(self) -> dict[str, list[str]]:
+        """The paths of each copy that differ from what the run judged (written during the
+        run: a validation reading it after the write read what was not judged)."""
+        found = {
+            r: changed_paths(self.judged[r], {**entries(c), **self.skipped[r]})
+            for r, c in self.copies.items()
+        }
+        return {r: paths for r, paths in found.items() if paths}
+
+
+def _claim(base: Path, root: Path) -> int:
+    """Make ``root`` and lock it for the run (the descriptor is held until the run ends),
+    first removing the snapshots no run holds any longer (their run was killed)."""
+    base.mkdir(parents=True, exist_ok=True)
+    guard = os.open(base / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # one claim or sweep at a time
+        for found in base.iterdir():
+            if not found.name.startswith(".") and _unheld(found):
+                remove_tree(found)
+        root.mkdir(0o700)
+        held = os.open(root, _DIR_FLAGS)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        return held
+    finally:
+        os.close(guard)
+
+
+def _unheld(path: Path) -> bool:
+    """A snapshot directory no live run holds."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _copy_resource(resource: str, kind: ResourceKind, copy: Path) -> None:

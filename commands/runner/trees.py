@@ -38,12 +38,14 @@ __all__ = [
     "Scan",
     "changed_paths",
     "copy_entry",
+    "copy_tree",
     "entries",
     "file_sha256",
     "hard_links",
     "manifest_bytes",
     "manifest_digest",
     "manifest_of",
+    "remove_tree",
     "scan",
     "tree_changes",
     "tree_digest",
@@ -129,6 +131,136 @@ def copy_entry(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
     elif stat.S_ISFIFO(st.st_mode):
         os.mkfifo(dst, stat.S_IMODE(st.st_mode))
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO swapped in after the lstat is opened without waiting for a writer.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_Frame = tuple[int, str, str, list[str], os.stat_result]  # dir fd, copy, rel path, names, stat
+
+
+def copy_tree(src: Path | str, dst: Path | str) -> dict[str, Entry]:
+    """Copy the tree at ``src`` to ``dst`` (made here), following no link at any depth
+    (directories are walked by descriptors opened with ``O_NOFOLLOW``, so an entry
+    swapped for a link meanwhile is refused, never followed): a regular file by content
+    (a hard link becomes a file of its own), a symlink as its own text, a FIFO
+    recreated (never opened); modes and modification times kept. Sockets and devices
+    are not copied: they are returned as ``scan`` records them. ``OSError`` when an
+    entry cannot be read, or changed kind while it was copied."""
+    skipped: dict[str, Entry] = {}
+    stack = [_opened(os.open(src, _DIR_FLAGS), os.fspath(dst), "", None)]
+    try:
+        while stack:
+            fd, out, rel, names, st = stack[-1]
+            if not names:
+                stack.pop()
+                os.close(fd)
+                _keep_metadata(out, st)  # after its entries: a read-only directory too
+                continue
+            name = names.pop()
+            child = _copy_at(fd, name, os.path.join(out, name), os.path.join(rel, name), skipped)
+            if child is not None:
+                stack.append(child)
+    finally:
+        for frame in stack:
+            os.close(frame[0])
+    return skipped
+
+
+def _copy_at(fd: int, name: str, out: str, rel: str, skipped: dict[str, Entry]) -> _Frame | None:
+    """Copy the entry ``name`` of the directory ``fd`` to ``out``; a directory's frame."""
+    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode):
+        return _opened(os.open(name, _DIR_FLAGS, dir_fd=fd), out, rel, st)
+    if stat.S_ISREG(st.st_mode):
+        _copy_file(fd, name, out, st, rel)
+    elif stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(name, dir_fd=fd), out)
+        return None
+    elif stat.S_ISFIFO(st.st_mode):
+        os.mkfifo(out, 0o600)
+    else:
+        skipped[rel] = ("special", stat.S_IMODE(st.st_mode), str(stat.S_IFMT(st.st_mode)))
+        return None
+    _keep_metadata(out, st)
+    return None
+
+
+def _opened(fd: int, out: str, rel: str, st: os.stat_result | None) -> _Frame:
+    """The frame of the directory ``fd`` (``st`` as examined before it was opened),
+    its copy ``out`` made; ``fd`` is closed when that fails."""
+    try:
+        if st is not None:
+            _same_entry(fd, st, rel)
+        os.mkdir(out, 0o700)
+        return fd, out, rel, sorted(os.listdir(fd)), st or os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _copy_file(fd: int, name: str, out: str, st: os.stat_result, rel: str) -> None:
+    source = os.open(name, _READ_FLAGS, dir_fd=fd)
+    try:
+        _same_entry(source, st, rel)
+        target = os.open(out, _NEW_FLAGS, 0o600)
+        try:
+            _copy_bytes(source, target)
+        finally:
+            os.close(target)
+    finally:
+        os.close(source)
+
+
+def _copy_bytes(source: int, target: int) -> None:
+    """In the kernel (``sendfile``) where it can; else read and write, in chunks small
+    enough not to allocate a fresh mapping per read."""
+    try:
+        while os.sendfile(target, source, None, 1 << 30):
+            pass
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS) or os.lseek(source, 0, os.SEEK_CUR):
+            raise
+    while chunk := os.read(source, 1 << 16):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(target, view) :]
+
+
+def _same_entry(fd: int, st: os.stat_result, rel: str) -> None:
+    """The entry opened is the one examined (not swapped between the two)."""
+    now = os.fstat(fd)
+    if (now.st_dev, now.st_ino, stat.S_IFMT(now.st_mode)) != (
+        st.st_dev,
+        st.st_ino,
+        stat.S_IFMT(st.st_mode),
+    ):
+        raise OSError(errno.EAGAIN, "it changed while it was copied", rel)
+
+
+def _keep_metadata(path: str, st: os.stat_result) -> None:
+    os.chmod(path, stat.S_IMODE(st.st_mode))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def remove_tree(root: Path | str) -> None:
+    """Delete a tree even if something in it made directories unwritable."""
+    pending = [os.fspath(root)]
+    while pending:
+        path = pending.pop()
+        try:
+            os.chmod(path, 0o700)
+            names = os.listdir(path)
+        except OSError:
+            continue
+        for name in names:
+            child = os.path.join(path, name)
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(os.lstat(child).st_mode):
+                    pending.append(child)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def file_sha256(path: str) -> str:
