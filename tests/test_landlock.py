@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -747,23 +748,31 @@ def _with_marker(marker: str) -> list[int]:
     return found
 
 
+@contextlib.contextmanager
+def _killed_after(marker: str) -> Iterator[None]:
+    """Whatever the test finds, no process of ``marker`` is left running after it (on a
+    kernel that let one survive, it is not ours to keep)."""
+    try:
+        yield
+    finally:
+        for pid in _with_marker(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
 @needs_landlock
 def test_a_daemon_a_tool_starts_ends_with_its_call(tmp_path: Path) -> None:
     marker = f"evidence-survivor-{uuid.uuid4().hex}"
     script = tmp_path / "daemon.py"
     script.write_text(DAEMON)
     confinement = Confinement.of("landlock", read=[str(script)])
-    try:
+    with _killed_after(marker):
         run = run_command(
             [sys.executable, str(script), marker], cwd=tmp_path, timeout_s=20,
             confinement=confinement,
         )  # fmt: skip
         assert run.exit_code == 0 and run.stdout.strip() == b"started", run.stderr
         assert _with_marker(marker) == []
-    finally:
-        for pid in _with_marker(marker):  # on a kernel that let it survive: not ours to keep
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
 
 
 @needs_landlock
@@ -776,16 +785,11 @@ def test_without_namespaces_the_launcher_ends_the_daemon_itself(tmp_path: Path) 
     argv = wrap(
         [sys.executable, str(script), marker], Confinement.of("landlock", read=[str(script)])
     )
-    launcher = argv.index("--")
-    argv.insert(launcher, "no-namespaces")
-    try:
+    argv.insert(argv.index("--"), "no-namespaces")
+    with _killed_after(marker):
         done = subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=20)
         assert done.returncode == 0 and done.stdout.strip() == b"started", done.stderr
         assert _with_marker(marker) == []
-    finally:
-        for pid in _with_marker(marker):  # on a kernel that let it survive: not ours to keep
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
 
 
 @needs_landlock
