@@ -22,6 +22,7 @@ from commands.plane import CommandRefused, Plane
 from commands.plane.attachments import attach, detach
 from commands.plane.authority import TamperedPlan
 from commands.plane.credentials import (
+    IssuedCredential,
     Unauthenticated,
     authenticate,
     issue_credential,
@@ -210,11 +211,16 @@ def _credential_plan(plane: Plane) -> None:
     create_plan(plane, "P-1", project="p", resources=["repo:x"])
 
 
+def _issued(plane: Plane) -> tuple[IssuedCredential, RecordedEvent]:
+    """Plan P-1 and an agent credential for it: the token and its signed issuance."""
+    _credential_plan(plane)
+    issued = issue_credential(plane, "P-1", ttl=HOUR)
+    return issued, last(plane.store, f"credential:{issued.credential_id}")
+
+
 def test_a_revoked_credential_copied_under_a_new_id_authenticates_nobody(db_url: str) -> None:
     with Plane.open(db_url) as plane:
-        _credential_plan(plane)
-        issued = issue_credential(plane, "P-1", ttl=HOUR)
-        issuance = last(plane.store, f"credential:{issued.credential_id}")
+        issued, issuance = _issued(plane)
         revoke_credential(plane, issued.credential_id)
         new_id = "01J00000000000000000000001"
         copied = copy_event(plane.store, issuance, f"credential:{new_id}")
@@ -227,9 +233,7 @@ def test_a_revoked_credential_copied_under_a_new_id_authenticates_nobody(db_url:
 
 def test_a_credential_issuance_replayed_after_its_revocation_stays_revoked(db_url: str) -> None:
     with Plane.open(db_url) as plane:
-        _credential_plan(plane)
-        issued = issue_credential(plane, "P-1", ttl=HOUR)
-        issuance = last(plane.store, f"credential:{issued.credential_id}")
+        issued, issuance = _issued(plane)
         revoke_credential(plane, issued.credential_id)
         copied = copy_event(plane.store, issuance)
         with pytest.raises(Unauthenticated, match="revoked"):
@@ -245,9 +249,7 @@ def test_the_service_refuses_a_revived_credential(
     from commands.service import create_app
 
     with Plane.open(sqlite_url) as plane:
-        _credential_plan(plane)
-        issued = issue_credential(plane, "P-1", ttl=HOUR)
-        issuance = last(plane.store, f"credential:{issued.credential_id}")
+        issued, issuance = _issued(plane)
         revoke_credential(plane, issued.credential_id)
         new_id = "01J00000000000000000000002"
         copy_event(plane.store, issuance, f"credential:{new_id}")
@@ -436,9 +438,8 @@ def test_a_revoked_key_signed_in_again_stays_revoked(db_url: str, tmp_path: Path
 
 def test_a_credentials_secret_is_issued_under_one_id(db_url: str) -> None:
     with Plane.open(db_url) as plane:
-        _credential_plan(plane)
-        issued = issue_credential(plane, "P-1", ttl=HOUR)
-        first = last(plane.store, f"credential:{issued.credential_id}").payload
+        issued, first_event = _issued(plane)
+        first = first_event.payload
         new_id = "01J00000000000000000000004"
         reused = msgspec.structs.replace(first, credential_id=new_id, signed=msgspec.UNSET)
         position = signed_here(plane, f"credential:{new_id}", reused)
@@ -452,9 +453,8 @@ def test_a_credentials_secret_is_issued_under_one_id(db_url: str) -> None:
 def test_an_event_stands_in_its_own_stream(db_url: str) -> None:
     """An issuance naming credential A, signed for credential B's stream: not B's."""
     with Plane.open(db_url) as plane:
-        _credential_plan(plane)
-        issued = issue_credential(plane, "P-1", ttl=HOUR)
-        issuance = last(plane.store, f"credential:{issued.credential_id}").payload
+        issued, issuance_event = _issued(plane)
+        issuance = issuance_event.payload
         elsewhere = "01J00000000000000000000005"
         unsigned = msgspec.structs.replace(issuance, signed=msgspec.UNSET)
         position = signed_here(plane, f"credential:{elsewhere}", unsigned)
