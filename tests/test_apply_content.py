@@ -231,6 +231,26 @@ def test_a_hard_link_in_the_sandbox_is_refused_before_a_call(db_url: str, tmp_pa
         assert (project / "status.txt").read_text() == "bad\n"
 
 
+def test_a_hard_link_put_in_after_the_pass_is_refused_at_apply(db_url: str, tmp_path: Path) -> None:
+    """The validated file replaced by a hard link to a file outside with the same bytes:
+    the trees still match, but the file's other name is the agent's to rewrite while
+    Apply reads; Apply refuses the sandbox as calls and runs do."""
+    with Plane.open(db_url) as plane:
+        project, token = _passed(plane, tmp_path)
+        outside = tmp_path / "outside.txt"
+        outside.write_text("good\n")
+        sandboxed = work(plane) / "status.txt"
+        sandboxed.unlink()
+        os.link(outside, sandboxed)
+        before = _size(plane)
+        result = invoke("apply", "P-1", "--token", token, "--db", plane.store.url)
+        assert result.exit_code == 2 and result.stderr.count("error:") == 1, result.output
+        assert "hard link at status.txt" in result.stderr
+        assert _size(plane) == before
+        assert (project / "status.txt").read_text() == "bad\n"
+        assert plane.state("plan:P-1").doc.token.status == "minted"
+
+
 def test_symlinks_and_deletions_are_part_of_the_applied_tree(db_url: str, tmp_path: Path) -> None:
     """The applied tree is the validated tree: a symlink made in the sandbox is applied
     as a link, a file removed there is removed, and what the snapshot never held (a file

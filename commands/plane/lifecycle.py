@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -65,7 +65,7 @@ from commands.runner.sandbox import (
     real_entry,
     write_change,
 )
-from commands.runner.trees import Entry, ResourceKind, entries
+from commands.runner.trees import Entry, ResourceKind, entries, hard_links
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
@@ -193,6 +193,7 @@ def apply_plan(
         trees_sha256 = claims.trees_sha256
         validated, snapshot = _trees_of(plane, plan, trees_sha256)
         copies = sandbox.existing()
+        refuse_hard_links(plan_id, copies)
         current = sandbox.trees({r: k for r, (k, _t) in validated.items()}, _scan_copies(copies))
         drift = _drift(validated, current)
         if drift:
@@ -368,6 +369,20 @@ def _trees_of(plane: Plane, plan: PlanState, trees_sha256: str | None) -> tuple[
 
 def _kinds(trees: Trees) -> dict[str, ResourceKind]:
     return {r: kind for r, (kind, _tree) in trees.items()}
+
+
+def refuse_hard_links(plan_id: str, copies: Mapping[str, Path]) -> None:
+    """Refused when a regular file in the sandbox has another link: its other name may
+    be anywhere (the real resource, a file the agent rewrites at will), and a write or
+    read through the sandbox would reach it."""
+    for resource, copy in copies.items():
+        linked = hard_links(copy)
+        if linked:
+            raise CommandRefused(
+                f"the sandbox of plan {plan_id} holds a hard link at {linked[0]} "
+                f"(resource {resource}): a file with another name is never written "
+                "through or applied; replace it with a copy"
+            )
 
 
 def _scan_copies(copies: dict[str, Path]) -> dict[str, dict[str, Entry]]:

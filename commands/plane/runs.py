@@ -57,7 +57,7 @@ from commands.runner.process import (
 )
 from commands.runner.results import RESULT_SCHEMA
 from commands.runner.sandbox import RunSnapshot, decode_trees, encode_trees, resource_kind
-from commands.runner.trees import ResourceKind, hard_links, manifest_digest, manifest_of
+from commands.runner.trees import ResourceKind, manifest_digest, manifest_of
 from commands.schemas.prepare import prepare_schema
 from ledger import RecordedEvent
 from ledger.events import (
@@ -84,7 +84,7 @@ from .confinement import validation_confinement, work_confinement
 from .core import CommandRefused, Plane, StreamState
 from .failure_loop import after_blocker, authorize_hint, escalation
 from .gates import GateOutcome, as_bytes, gate_input, gate_output
-from .lifecycle import token_for_pass
+from .lifecycle import refuse_hard_links, token_for_pass
 from .phases import require_no_pending_decision, require_plan
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -122,18 +122,10 @@ Sandbox = Mapping[str, Path]  # resource -> the directory work on it happens in
 
 def sandbox_of(plane: Plane, plan: PlanState, sandbox: Sandbox | None = None) -> Sandbox:
     """Where the plan's work happens until Apply: its sandbox (made on first use if the
-    plan entered Execute elsewhere), never the real resource. Refused when a regular
-    file in it has another link: its other name may be anywhere (the real resource), and
-    a write through the sandbox would land there."""
+    plan entered Execute elsewhere), never the real resource; refused when it holds a
+    hard link (``refuse_hard_links``)."""
     copies = sandbox if sandbox is not None else plane.sandbox(plan).ensure().copies
-    for resource, copy in copies.items():
-        linked = hard_links(copy)
-        if linked:
-            raise CommandRefused(
-                f"the sandbox of plan {plan.plan_id} holds a hard link at {linked[0]} "
-                f"(resource {resource}): a file with another name is never written through; "
-                "replace it with a copy"
-            )
+    refuse_hard_links(plan.plan_id, copies)
     return copies
 
 
