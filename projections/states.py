@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from ledger.events import Finding, GlobalConfig, ResolvedAttachment, SkillPin
+from ledger.events import Finding, GlobalConfig, NetworkAccess, ResolvedAttachment, SkillPin
 
 __all__ = [
     "ApplyingState",
@@ -81,6 +81,7 @@ class ToolSpec(_Doc, frozen=True, kw_only=True):
     mcp_url: str | UnsetType = UNSET
     timeout_ms: int | None = None
     max_output_bytes: int | UnsetType = UNSET
+    network: NetworkAccess | UnsetType = UNSET
     idempotent: bool = False
     writes: bool = False
     # a validation's (absent from a tool's spec)

@@ -91,6 +91,11 @@ def attempt(op, *args):
         import socket
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect("\0" + args[0])
+    elif op in ("connect-tcp", "bind-tcp"):
+        import socket
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            address = ("127.0.0.1", int(args[0]))
+            sock.connect(address) if op == "connect-tcp" else sock.bind(address)
     return "ok"
 
 results = {}

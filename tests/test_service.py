@@ -51,7 +51,7 @@ from commands.plane.proxy_verbs import PLANE_TOOLS
 from commands.plane.registry import register_tool, register_validation
 from commands.service import create_app
 from commands.service.routes import ENDPOINTS, ERROR
-from tests.helpers import assert_refused, run_cli
+from tests.helpers import assert_refused, invoke, run_cli
 
 HOUR = timedelta(hours=1)
 
@@ -789,6 +789,28 @@ def test_serve_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
     operated = f"sqlite:///{tmp_path / 'o.db'}"
     assert run_cli("init", "--operator", "ops", "--db", operated).returncode == 0
     assert_refused(run_cli("serve", "--db", operated, "--host", "\u202e"), "not a host name")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("postgresql+psycopg://plane:s3cret@127.0.0.1:1/evidence", id="user-info"),
+        pytest.param("postgresql+psycopg://plane@127.0.0.1:1/evidence?password=s3cret", id="query"),
+    ],
+)
+def test_serve_refuses_a_password_on_its_command_line(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every local user reads a process's command line (/proc/PID/cmdline): the
+    service's database password never goes there; in EVIDENCE_DB it may."""
+    refused = invoke("serve", "--db", url)
+    assert refused.exit_code == 2 and refused.stderr.count("error:") == 1, refused.output
+    assert "holds a password" in refused.stderr and "EVIDENCE_DB" in refused.stderr
+    assert "s3cret" not in refused.output
+    monkeypatch.setenv("EVIDENCE_DB", url)
+    from_env = invoke("serve")
+    assert from_env.exit_code == 2 and "holds a password" not in from_env.stderr
+    assert "s3cret" not in from_env.output
 
 
 def test_loopback_is_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:

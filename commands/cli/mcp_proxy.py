@@ -67,7 +67,7 @@ from commands.plane.proxy import (
 from commands.plane.proxy_verbs import INSTRUCTIONS, PLANE_TOOLS
 from commands.rules.vocabulary import terminal_state
 from commands.runner.bounded_stdio import BoundedStdio, bounded_stdio_client
-from commands.runner.confine import Confinement, launched, program_files
+from commands.runner.confine import Confinement, launched
 from commands.runner.process import TreeGuard, output_cap
 from ledger import LedgerError
 from projections.states import PlanState
@@ -281,8 +281,11 @@ def _upstream_confinement(
 ) -> Confinement:
     """A stdio upstream is confined as the plan's tools are: it writes the plan's
     sandbox copies (made when the plan entered Execute: an upstream started before has
-    none to write) and reads the allow-list and the files its command names. Refused
-    (nothing recorded) where the kernel cannot confine it and the plan did not opt out."""
+    none to write) and reads the allow-list and the files its command names. Over TCP
+    it reaches what the operator declared (``network``) on the tools registered with
+    this very command (``mcp_command``), nothing else: whoever starts the proxy names the
+    command, but only a registration grants reach. Refused (nothing recorded) where the
+    kernel cannot confine it and the plan did not opt out."""
     if plan is None:  # a plan stream with no plan.created: no sandbox, no opt-out
         require_confinement(plan_policy(None), "the MCP server")
         confinement = Confinement.of("landlock", protected=protected_paths(plane))
@@ -291,7 +294,21 @@ def _upstream_confinement(
         if plan.snapshot_sha256 is not msgspec.UNSET:
             write = list(plane.sandbox(plan).ensure().copies.values())
         confinement = work_confinement(plane, plan, write, "the MCP server")
-    return confinement.adding(read=program_files(command))
+    return confinement.running(command, _declared_network(plane, command))
+
+
+def _declared_network(plane: Plane, command: Sequence[str]) -> dict[str, list[int]]:
+    """The TCP ports the operator's registrations of ``command`` declare, together."""
+    found: dict[str, set[int]] = {"connect": set(), "bind": set()}
+    for doc in plane.log().registered_tools():
+        spec = doc.spec
+        if spec.mcp_command != list(command) or spec.network is msgspec.UNSET:
+            continue
+        if spec.source.startswith("mcp:"):
+            continue  # registered from the server's own listing: not the operator's word
+        found["connect"].update(spec.network.connect)
+        found["bind"].update(spec.network.bind)
+    return {key: sorted(ports) for key, ports in found.items()}
 
 
 SANDBOX_PLACEHOLDER = "{sandbox}"
@@ -336,8 +353,8 @@ async def serve(
         raise CommandRefused(f"plan {plan_id} has ended ({ended}): no call can be made in it")
     workdir = _upstream_workdir(plane, plan_id) if url is None else None
     upstream_id = url if url is not None else shlex.join(command)
-    command = _in_sandbox(command, workdir)
-    confinement = _upstream_confinement(plane, doc, command) if url is None else None
+    template, command = command, _in_sandbox(command, workdir)
+    confinement = _upstream_confinement(plane, doc, template) if url is None else None
     async with contextlib.AsyncExitStack() as stack:
         read, write, bounded = await stack.enter_async_context(
             _connect(command, url, workdir, confinement)

@@ -115,6 +115,16 @@ def _seconds(millis: int | None) -> str:
     return "-" if millis is None else f"{millis / 1000:g}s"
 
 
+def _network(access: Any) -> str:
+    """What its confined program may reach over TCP (nothing unless declared)."""
+    parts = [
+        f"{key} {','.join(str(p) for p in access.get(key, []))}"
+        for key in ("connect", "bind")
+        if isinstance(access, dict) and access.get(key)
+    ]
+    return "; ".join(parts) or "- (no TCP)"
+
+
 def _show_rows(view: Document) -> list[list[str]]:
     spec = view["spec"]
     version = str(view["version"])
@@ -142,6 +152,7 @@ def _show_rows(view: Document) -> list[list[str]]:
             if "max_output_bytes" in spec
             else "- (the plane's default)",
         ],
+        ["network", _network(spec.get("network"))],
         ["capability", spec.get("capability") or "-"],
         ["source", spec.get("source") or "-"],
         ["lifecycle", _compact(spec.get("lifecycle"))],

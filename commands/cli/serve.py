@@ -137,6 +137,19 @@ def _graceful_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _holds_password(url: str | None) -> bool:
+    """A database URL given with a password (``user:secret@`` or ``?password=``)."""
+    if not url:
+        return False
+    import sqlalchemy
+
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except (ValueError, sqlalchemy.exc.ArgumentError):
+        return False  # not a URL: opening it says so
+    return bool(parsed.password) or "password" in parsed.query
+
+
 @click.command()
 @click.option(
     "--host",
@@ -183,7 +196,14 @@ def serve(host: str, port: int, max_in_flight: int | None, workers: int) -> None
     from commands.service import DEFAULT_MAX_IN_FLIGHT, create_app
 
     url = db_url()
-    workdir = click.get_current_context().find_root().meta.get("evidence.workdir")
+    root = click.get_current_context().find_root()
+    workdir = root.meta.get("evidence.workdir")
+    if _holds_password(root.meta.get("evidence.db")):
+        fail(
+            "the --db URL holds a password, and a service's command line is readable by "
+            "every local user (/proc/PID/cmdline): give the URL in EVIDENCE_DB instead, or "
+            "the password in PGPASSWORD or ~/.pgpass"
+        )
     ledger.open(url, create=False).close()  # a missing ledger: refused, nothing made
     key = plane_key_path(url)
     if not os.path.lexists(key):

@@ -59,7 +59,7 @@ from commands.runner.results import (
 from commands.schemas.prepare import InvalidSchemaError, PreparedSchema, prepare_schema
 from ledger import RecordedEvent
 from ledger.canonical import MAX_SAFE_INTEGER, CanonicalizationError, canonical_json
-from ledger.events import SkillDefined, ToolRegistered, ValidationRegistered
+from ledger.events import NetworkAccess, SkillDefined, ToolRegistered, ValidationRegistered
 from projections.documents import Document, fold_skill, to_json, tool_spec
 from projections.states import SkillState, ToolState
 
@@ -109,6 +109,11 @@ _URL_TEXT = re.compile(r"[!-~]{1,2048}")  # printable ASCII, no spaces
 # -- registration files ----------------------------------------------------------------
 
 
+class NetworkSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    connect: list[int] = []
+    bind: list[int] = []
+
+
 class _Definition(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Fields shared by tools and validations (a validation has every field a tool has)."""
 
@@ -128,6 +133,9 @@ class _Definition(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # A cap in bytes on each of stdout and stderr of its program (default: the plane's,
     # EVIDENCE_MAX_OUTPUT_BYTES or 4 MiB); output beyond it is counted, never kept.
     max_output_bytes: int | None = None
+    # The TCP ports its confined program may connect to / bind: {"connect": [443]}.
+    # Absent: none (where the kernel has Landlock's TCP rules, ABI 4).
+    network: NetworkSpec | None = None
 
 
 class ToolSpec(_Definition, kw_only=True, forbid_unknown_fields=True):
@@ -360,7 +368,7 @@ def _check_mcp_input(fields: Mapping[str, JSON]) -> None:
         )
 
 
-def _common_fields(spec: _Definition) -> dict[str, JSON]:
+def _common_fields(spec: _Definition) -> dict[str, Any]:
     """The ToolRegistered fields every definition sets itself."""
     if (spec.mcp_server is None) != (spec.mcp_tool_name is None):
         raise CommandRefused("keys `mcp_server` and `mcp_tool_name` go together")
@@ -376,7 +384,24 @@ def _common_fields(spec: _Definition) -> dict[str, JSON]:
         "mcp_tool_name": spec.mcp_tool_name,
         "idempotent": spec.idempotent,
         **_max_output_bytes(spec.max_output_bytes),
+        **_network(spec.network),
     }
+
+
+def _network(spec: NetworkSpec | None) -> dict[str, Any]:
+    """The ``network`` field when the file sets it: each port once, in order (a
+    connect port 1-65535; a bind port 0-65535, 0 the kernel's choice)."""
+    if spec is None:
+        return {}
+    found: dict[str, list[int]] = {}
+    for key, low in (("connect", 1), ("bind", 0)):
+        ports = getattr(spec, key)
+        if any(not low <= p <= 65535 for p in ports):
+            raise CommandRefused(
+                f"key `network.{key}`: a list of TCP port numbers from {low} to 65535"
+            )
+        found[key] = sorted(set(ports))
+    return {"network": NetworkAccess(**found)}
 
 
 def _max_output_bytes(value: int | None) -> dict[str, int]:
@@ -642,12 +667,12 @@ def _refuse_redefinition(name: str, spec: ValidationSpec) -> None:
         key
         for key in ("input_schema", "resource_slots", "timeout")
         if getattr(spec, key) is not msgspec.UNSET
-    ]
+    ] + (["network"] if spec.network is not None else [])
     if redefined:
         keys = ", ".join(f"`{k}`" for k in redefined)
         raise CommandRefused(
             f"validation {name!r} wraps {spec.wraps!r} and inherits input_schema, "
-            f"resource_slots and timeout from it: remove {keys}"
+            f"resource_slots, timeout and network from it: remove {keys}"
         )
     if spec.transform is None:
         raise CommandRefused(
@@ -683,6 +708,7 @@ def _inherit(state: StreamState, name: str, target: str) -> dict[str, JSON]:
         "input_schema_sha256": spec.input_schema_sha256,
         "resource_slots": list(spec.resource_slots or []),
         "timeout_ms": spec.timeout_ms,
+        **({} if spec.network is msgspec.UNSET else {"network": spec.network}),
     }
 
 

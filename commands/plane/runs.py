@@ -34,7 +34,7 @@ import msgspec
 from ulid import ULID
 
 from commands.rules.verdicts import results_digest
-from commands.runner.confine import Confinement, program_files
+from commands.runner.confine import Confinement
 from commands.runner.mcp_client import (
     LEGACY_MCP_TOOL_RESULT_SHA256,
     call_mcp_tool,
@@ -434,7 +434,8 @@ def _call_confinement(
         return None
     template = given(spec.mcp_command) if launches_mcp(spec) else spec.command
     confinement = work_confinement(plane, plan, copies.values())
-    return confinement.adding(read=program_files(template))
+    network = None if spec.network is msgspec.UNSET else msgspec.to_builtins(spec.network)
+    return confinement.running(template, network)
 
 
 def launches_mcp(spec: ToolSpec) -> bool:

@@ -41,13 +41,14 @@ What else a confined program gets and does not get:
   Where the kernel grants no namespace (user namespaces disabled), the launcher is the
   subreaper of everything the program starts and kills what is left when it ends; a
   launcher killed outright (``SIGKILL``) then cannot;
-- **no abstract unix socket and no signal** outside its Landlock domain (ABI 6).
+- **no abstract unix socket and no signal** outside its Landlock domain (ABI 6);
+- **TCP only to the ports its registration declares** (``network``; ``running``):
+  connect to ``connect``, bind ``bind``, nothing else (Landlock ABI 4; ports, not
+  hosts; before ABI 4 TCP is open).
 
-Not confined: TCP (an MCP server or a tool may need it; Landlock's TCP rules need a
-registration that declares the ports, not built yet), pathname unix sockets (Landlock
-does not mediate ``connect`` to them: keep the database's socket and any other service's
-out of reach by file mode or a directory the service's user alone may enter), and reads
-of the allow-list.
+Not confined: UDP, pathname unix sockets (Landlock does not mediate ``connect`` to
+them: keep the database's socket and any other service's out of reach by file mode or
+a directory the service's user alone may enter), and reads of the allow-list.
 """
 
 from __future__ import annotations
@@ -134,6 +135,9 @@ class Confinement:
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     protected: tuple[str, ...] = ()  # never reachable through the allow-list
+    # The TCP ports it may connect to and bind (Landlock ABI 4); nothing else over TCP.
+    connect: tuple[int, ...] = ()
+    bind: tuple[int, ...] = ()
 
     @property
     def confined(self) -> bool:
@@ -141,6 +145,19 @@ class Confinement:
 
     def adding(self, *, read: Iterable[str] = (), write: Iterable[str] = ()) -> Confinement:
         return replace(self, read=(*self.read, *read), write=(*self.write, *write))
+
+    def running(
+        self, template: Iterable[object] | None, network: Mapping[str, object] | None
+    ) -> Confinement:
+        """This confinement for one registered program: it also reads the files its
+        command names (``program_files``) and reaches the TCP ports its registration
+        declares (``network``: ``{"connect": [...], "bind": [...]}``), nothing more."""
+        ports = {key: _ports((network or {}).get(key)) for key in ("connect", "bind")}
+        return replace(
+            self.adding(read=program_files(template)),
+            connect=(*self.connect, *ports["connect"]),
+            bind=(*self.bind, *ports["bind"]),
+        )
 
     @classmethod
     def of(
@@ -178,6 +195,12 @@ class ConfinementUnavailable(Exception):
             "the plane cannot confine the programs it runs; a plan created with "
             "global_config `confinement: none` runs them unconfined, and is reported so"
         )
+
+
+def _ports(value: object) -> tuple[int, ...]:
+    if not isinstance(value, list | tuple):
+        return ()
+    return tuple(p for p in value if isinstance(p, int) and not isinstance(p, bool))
 
 
 # -- the allow-list --------------------------------------------------------------------
@@ -252,7 +275,12 @@ def wrap(argv: Sequence[str], confinement: Confinement) -> list[str]:
     write_real = {os.path.realpath(p) for p in write}
     read = _existing([*allow_list(protected), *confinement.read], protected)
     read = [p for p in read if p not in write_real]
-    policy = [*(f"r:{p}" for p in read), *(f"w:{p}" for p in [*write, *_DEVICES])]
+    policy = [
+        *(f"r:{p}" for p in read),
+        *(f"w:{p}" for p in [*write, *_DEVICES]),
+        *(f"tcp-connect:{p}" for p in sorted(set(confinement.connect))),
+        *(f"tcp-bind:{p}" for p in sorted(set(confinement.bind))),
+    ]
     return [sys.executable, "-I", "-S", os.fspath(LAUNCHER), *policy, "--", *argv]
 
 

@@ -1,7 +1,8 @@
 """Run a program confined by Landlock: the launcher every confined process of the plane
 starts through (``commands.runner.confine.wrap``).
 
-    python -I -S landlock_exec.py [r:PATH | w:PATH]... [no-namespaces] -- PROGRAM ARG...
+    python -I -S landlock_exec.py [r:PATH | w:PATH | tcp-connect:PORT | tcp-bind:PORT]...
+        [no-namespaces] -- PROGRAM ARG...
 
 Each ``r:PATH`` allows reading (and executing) beneath PATH, each ``w:PATH`` writing
 too (one argument a path: any byte but NUL, no quoting; the policy is not JSON because
@@ -10,10 +11,11 @@ ruleset that handles every file-system right the running kernel's ABI knows
 (ABI 1 the base set; 2 ``REFER``; 3 ``TRUNCATE``; 5 ``IOCTL_DEV``), allows read and
 execute beneath each ``r:`` path and every right but making device nodes beneath each
 ``w:`` path (a path that does not exist is skipped; a file gets the file rights of
-its list), scopes signals to the domain (ABI 6: the program cannot signal the plane),
-sets ``PR_SET_NO_NEW_PRIVS``, restricts itself, then ``execvp``s the program. Network
-access is not restricted. Everything the program starts inherits the confinement; it
-can only be narrowed further.
+its list), handles TCP (ABI 4: the program connects to the ``tcp-connect:`` ports and
+binds the ``tcp-bind:`` ports, no others), scopes abstract unix sockets and signals to
+the domain (ABI 6: the program cannot signal the plane), sets ``PR_SET_NO_NEW_PRIVS``,
+restricts itself, then ``execvp``s the program. Everything the program starts inherits
+the confinement; it can only be narrowed further.
 
 It imports the standard library only and runs with ``-I -S`` (no site, no user or
 working-directory path), so nothing of the tree it confines can stand in for it. A
@@ -44,6 +46,9 @@ _SYS_ADD_RULE = 445
 _SYS_RESTRICT_SELF = 446
 _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
+_RULE_NET_PORT = 2  # ABI 4
+BIND_TCP = 1 << 0  # ABI 4 (handled_access_net)
+CONNECT_TCP = 1 << 1  # ABI 4
 _PR_SET_NO_NEW_PRIVS = 38
 
 # Access rights (include/uapi/linux/landlock.h)
@@ -107,6 +112,10 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 _LIBC: list[ctypes.CDLL] = []  # loaded on first use
 
 
@@ -138,15 +147,18 @@ def abi_version() -> int:
         return 0
 
 
-def restrict_self(read: list[str], write: list[str]) -> None:
-    """Confine this process (and everything it starts) to ``read`` and ``write``;
-    ``OSError`` when the kernel refuses. Single-threaded callers only: the restriction
-    applies to the calling thread."""
+def restrict_self(
+    read: list[str], write: list[str], connect: tuple[int, ...] = (), bind: tuple[int, ...] = ()
+) -> None:
+    """Confine this process (and everything it starts) to ``read`` and ``write``, and
+    over TCP to ``connect`` and ``bind`` (ABI 4); ``OSError`` when the kernel refuses.
+    Single-threaded callers only: the restriction applies to the calling thread."""
     abi = abi_version()
     if abi < 1:
         raise OSError(errno.EOPNOTSUPP, "Landlock is not available in this kernel")
     scoped = SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
-    attr = _RulesetAttr(handled_rights(abi), 0, scoped)
+    net = BIND_TCP | CONNECT_TCP if abi >= 4 else 0
+    attr = _RulesetAttr(handled_rights(abi), net, scoped)
     # The struct grew with the ABI: pass only the part this kernel knows.
     size = 8 if abi < 4 else 16 if abi < 6 else 24
     ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), size, 0)
@@ -154,6 +166,11 @@ def restrict_self(read: list[str], write: list[str]) -> None:
         for paths, rights in ((read, read_rights(abi)), (write, write_rights(abi))):
             for path in paths:
                 _add_rule(ruleset, path, rights)
+        if net:
+            for ports, right in ((connect, CONNECT_TCP), (bind, BIND_TCP)):
+                for port in ports:
+                    port_attr = _NetPortAttr(right, port)
+                    _syscall(_SYS_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.addressof(port_attr), 0)
         if _libc().prctl(*(ctypes.c_long(a) for a in (_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))) != 0:
             code = ctypes.get_errno()
             raise OSError(code, f"PR_SET_NO_NEW_PRIVS: {os.strerror(code)}")
@@ -189,14 +206,16 @@ def main(argv: list[str]) -> int:
     except ValueError:
         end = -1
     if end < 0 or end == len(argv) - 1:
-        _say("usage: landlock_exec.py [r:PATH | w:PATH]... -- PROGRAM ARG...")
+        _say("usage: landlock_exec.py [r:PATH | w:PATH | tcp-connect:PORT]... -- PROGRAM ARG...")
         return SETUP_FAILED
-    read = [item[2:] for item in argv[:end] if item.startswith("r:")]
-    write = [item[2:] for item in argv[:end] if item.startswith("w:")]
+    policy = argv[:end]
+    read = [item[2:] for item in policy if item.startswith("r:")]
+    write = [item[2:] for item in policy if item.startswith("w:")]
+    connect, bind = _ports(policy, "tcp-connect:"), _ports(policy, "tcp-bind:")
     # "no-namespaces": the fallback a kernel without them gets (tests ask for it).
-    namespaces = "no-namespaces" not in argv[:end]
-    if len(read) + len(write) + (not namespaces) != end:
-        _say("setup failed: a policy item is neither r:PATH nor w:PATH")
+    namespaces = "no-namespaces" not in policy
+    if len(read) + len(write) + len(connect) + len(bind) + (not namespaces) != end:
+        _say("setup failed: a policy item is not r:PATH, w:PATH or tcp-*:PORT")
         return SETUP_FAILED
     os.get_exec_path()  # imports what execvp needs while the library is still readable
     program = argv[end + 1 :]
@@ -212,7 +231,7 @@ def main(argv: list[str]) -> int:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # this supervisor gone: so is the run
         if isolated:
             _own_proc()
-        os._exit(_init(program, read, write, report_w))
+        os._exit(_init(program, (read, write, connect, bind), report_w))
     os.close(report_w)
     _forward_signals(first)
     os.waitpid(first, 0)
@@ -279,7 +298,17 @@ def _own_proc() -> None:
     )
 
 
-def _init(program: list[str], read: list[str], write: list[str], report: int) -> int:
+def _ports(policy: list[str], prefix: str) -> tuple[int, ...]:
+    """The ports of the ``prefix`` items (one that is not a port 0-65535 is left out,
+    so the count check refuses the policy)."""
+    found = [item[len(prefix) :] for item in policy if item.startswith(prefix)]
+    return tuple(int(p) for p in found if p.isascii() and p.isdigit() and int(p) <= 65535)
+
+
+_Rules = tuple[list[str], list[str], tuple[int, ...], tuple[int, ...]]
+
+
+def _init(program: list[str], rules: _Rules, report: int) -> int:
     """The program's parent: confine and start it, reap every process re-parented
     here, and report the program's wait status on ``report`` when it has ended."""
     child = os.fork()
@@ -288,7 +317,7 @@ def _init(program: list[str], read: list[str], write: list[str], report: int) ->
         for sig in _FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
         try:
-            restrict_self(read, write)
+            restrict_self(*rules)
         except OSError as exc:
             _say(f"setup failed: cannot confine the program with Landlock: {exc}")
             os._exit(SETUP_FAILED)

@@ -87,7 +87,7 @@ from ledger.events import Truncation
 from ledger.intake import LIMITS, InputError, check_json_value, parse_json
 from ledger.timestamps import utc_now
 
-from .confine import Confinement, exec_failure, launched, program_files
+from .confine import Confinement, exec_failure, launched
 from .results import TransformError, apply_transform, check_validation_result
 from .trees import Entry, tree_digest
 from .trees import changed_paths as _changed
@@ -709,11 +709,17 @@ def _execute(
     raise _Internal(f"unknown executor {executor!r} (expected command, python, wrapped or mcp)")
 
 
-def _with_program(confinement: Confinement | None, template: Any) -> Confinement | None:
-    """The confinement, reading what the registered command names literally too."""
-    if confinement is None or not isinstance(template, list):
-        return confinement
-    return confinement.adding(read=program_files(template))
+def _with_program(
+    confinement: Confinement | None, spec: Mapping[str, Any], key: str
+) -> Confinement | None:
+    """The confinement of ``spec``'s program (its argv template at ``key``): reading what
+    the command names literally too, reaching the TCP ports the spec declares."""
+    if confinement is None:
+        return None
+    template = spec.get(key)
+    return confinement.running(
+        template if isinstance(template, list) else None, spec.get("network")
+    )
 
 
 def _argv(template: Any, args: Mapping[str, Any], what: str) -> list[str]:
@@ -750,7 +756,7 @@ def _run_command_validation(
         timeout_s=_timeout_s(spec, default_timeout_s),
         env=_validation_env(),
         max_output_bytes=output_cap(spec),
-        confinement=_with_program(confinement, spec.get("command")),
+        confinement=_with_program(confinement, spec, "command"),
     )
     return _streams(run, _judge_command_validation(run))
 
@@ -816,7 +822,7 @@ def _run_wrapped_validation(
         timeout_s=timeout,
         env=_validation_env(),
         max_output_bytes=output_cap(spec, tool),
-        confinement=_with_program(confinement, tool.get("command")),
+        confinement=_with_program(confinement, tool, "command"),
     )
     return _streams(run, _judge_wrapped(spec, run, what))
 
@@ -940,7 +946,7 @@ def _run_python_validation(
         stdin=request,
         env=_validation_env(),
         max_output_bytes=output_cap(spec),
-        confinement=confinement,
+        confinement=_with_program(confinement, spec, "python"),
     )
     return _streams(run, _judge_python(run, target))
 
@@ -1011,7 +1017,7 @@ def _run_mcp_validation(
         cwd=cwd,
         env=_validation_env(),
         timeout_s=_timeout_s(spec, default_timeout_s),
-        confinement=_with_program(confinement, spec.get("mcp_command")),
+        confinement=_with_program(confinement, spec, "mcp_command"),
         cap=output_cap(spec),
     )
     if call.truncation is not None and call.kept is not None:  # drained: never judged

@@ -87,6 +87,9 @@ class PostgresBackend(Backend):
             ) from None
 
     def display_url(self, url: sa.URL) -> str:
+        # libpq takes a password in the query too (`?password=`): hidden like the other.
+        if "password" in url.query:
+            url = url.update_query_dict({"password": "***"})
         return url.render_as_string(hide_password=True)
 
     def transaction_options(self, *, write: bool, snapshot: bool) -> dict[str, Any]:

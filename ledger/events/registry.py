@@ -39,6 +39,14 @@ class PolicySignature(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_
     place: SignedPlace | msgspec.UnsetType = msgspec.UNSET
 
 
+class NetworkAccess(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The TCP ports a tool's or validation's confined program may connect to and bind
+    (Landlock ABI 4; nothing else over TCP). Absent from a registration: none."""
+
+    connect: list[int] = []
+    bind: list[int] = []
+
+
 class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True, frozen=True):
     """A tool was registered, or re-registered with a change (a new version)."""
 
@@ -74,6 +82,9 @@ class ToolRegistered(EventPayload, tag="tool.registered", kw_only=True, frozen=T
     # A cap on each of stdout and stderr in bytes; absent: the plane's default
     # (EVIDENCE_MAX_OUTPUT_BYTES, 4 MiB). Absent (not null) so older payloads keep their bytes.
     max_output_bytes: int | msgspec.UnsetType = msgspec.UNSET
+    # What its confined program may reach over TCP; absent: nothing (and older payloads
+    # keep their bytes).
+    network: NetworkAccess | msgspec.UnsetType = msgspec.UNSET
     idempotent: bool = False
     writes: bool = False
     # The operator's (see PolicySignature); absent when unsigned, so old bytes stay.
