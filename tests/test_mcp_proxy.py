@@ -820,3 +820,50 @@ def test_the_plane_explains_itself_at_initialize(sqlite_url: str, tmp_path: Path
         assert outcome in instructions, outcome
         assert outcome in (validate.description or ""), outcome
     assert "Strategize -> Execute -> Apply" in instructions
+
+
+# A stdio upstream that starts a daemon (its own session, a double fork, deaf to polite
+# signals) and then becomes the test server: the agent's session with the proxy is
+# the upstream's session, and nothing of it may outlive that session.
+SPAWN_THEN_SERVE = r"""
+import os, signal, sys
+marker, server, log = sys.argv[1:4]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", marker])
+    os._exit(0)
+os.execv(sys.executable, [sys.executable, server, log])
+"""
+
+
+@slow
+def test_what_an_upstream_starts_ends_with_the_agents_session(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    import uuid
+
+    from tests.test_landlock import _killed_after, _with_marker
+
+    _setup(sqlite_url)
+    marker = f"evidence-session-{uuid.uuid4().hex}"
+    spawner = tmp_path / "spawner.py"
+    spawner.write_text(SPAWN_THEN_SERVE)
+    upstream = ["--", sys.executable, str(spawner), marker, str(SERVER)]
+    upstream.append(str(_logged(tmp_path / "calls.jsonl")))
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        result = await agent.call_tool("add", {"a": 2, "b": 3})
+        seen["sum"] = result.structured_content
+        seen["during"] = _with_marker(marker)
+
+    with _killed_after(marker):
+        _with_agent(_proxy(sqlite_url, tmp_path / "work", upstream), session)
+        assert seen["sum"] == {"sum": 5} and seen["during"], seen  # it ran meanwhile
+        deadline = time.monotonic() + 10
+        while _with_marker(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _with_marker(marker) == []

@@ -38,12 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from commands.plane.confinement import (
-    plan_policy,
-    protected_paths,
-    require_confinement,
-    work_confinement,
-)
+from commands.plane.confinement import upstream_confinement, work_confinement
 from commands.plane.core import CommandRefused, Plane
 from commands.plane.mcp_answers import (
     call_verb,
@@ -287,8 +282,7 @@ def _upstream_confinement(
     command, but only a registration grants reach. Refused (nothing recorded) where the
     kernel cannot confine it and the plan did not opt out."""
     if plan is None:  # a plan stream with no plan.created: no sandbox, no opt-out
-        require_confinement(plan_policy(None), "the MCP server")
-        confinement = Confinement.of("landlock", protected=protected_paths(plane))
+        confinement = upstream_confinement(plane)
     else:
         write: list[Path] = []
         if plan.snapshot_sha256 is not msgspec.UNSET:

@@ -44,6 +44,7 @@ __all__ = [
     "protected_paths",
     "require_confinement",
     "review_confinement",
+    "upstream_confinement",
     "validation_confinement",
     "work_confinement",
 ]
@@ -91,14 +92,20 @@ def _of(
     policy: Policy,
     what: str,
     *,
-    read: Iterable[str | os.PathLike[str]] = (),
     write: Iterable[str | os.PathLike[str]] = (),
+    lend: Iterable[str | os.PathLike[str]] = (),
 ) -> Confinement:
     require_confinement(policy, what)
     try:
-        return Confinement.of(policy, read=read, write=write, protected=protected_paths(plane))
-    except ConfinementUnavailable as exc:  # (checked above; a kernel does not lose it)
+        return Confinement.of(policy, write=write, lend=lend, protected=protected_paths(plane))
+    except ConfinementUnavailable as exc:  # no Landlock was refused above: the user
         raise CommandRefused(str(exc)) from None
+
+
+def upstream_confinement(plane: Plane) -> Confinement:
+    """An MCP server started for a stream that is no plan: confined whenever the kernel
+    can (no opt-out), writing nothing but its temporary directory."""
+    return _of(plane, plan_policy(None), "the MCP server")
 
 
 def work_confinement(
@@ -121,4 +128,4 @@ def review_confinement(
     """A hosted review's program: reads ``read`` (a candidate's copy of the scope; the
     evaluator, repair and merger get none), writes nothing but its temporary directory.
     A review of no plan is confined whenever the kernel can."""
-    return _of(plane, plan_policy(plan), "the reviewer programs", read=read)
+    return _of(plane, plan_policy(plan), "the reviewer programs", lend=read)

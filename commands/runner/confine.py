@@ -42,6 +42,9 @@ What else a confined program gets and does not get:
   subreaper of everything the program starts and kills what is left when it ends; a
   launcher killed outright (``SIGKILL``) then cannot;
 - **no abstract unix socket and no signal** outside its Landlock domain (ABI 6);
+- **its own OS user**, where the operator names one (``EVIDENCE_CONFINE_USER``,
+  ``confine_user``; the plane must be root): no supplementary group, no capability;
+  what it works on (``write``, ``lent``) is handed to that user first (``give_tree``);
 - **TCP only to the ports its registration declares** (``network``; ``running``):
   connect to ``connect``, bind ``bind``, nothing else (Landlock ABI 4; ports, not
   hosts; before ABI 4 TCP is open).
@@ -57,6 +60,7 @@ import contextlib
 import errno
 import functools
 import os
+import pwd
 import shutil
 import sys
 import tempfile
@@ -66,17 +70,20 @@ from pathlib import Path
 from typing import Literal
 
 from . import landlock_exec
+from .trees import give_tree
 
 __all__ = [
     "ENV_BASE",
     "ENV_PASS",
     "LAUNCHER",
     "READ_ENV",
+    "USER_ENV",
     "WRITE_ENV",
     "Confinement",
     "Level",
     "Policy",
     "allow_list",
+    "confine_user",
     "confined_env",
     "exec_failure",
     "landlock_abi",
@@ -91,6 +98,7 @@ Level = Literal["landlock", "unconfined"]  # what a run was: recorded on its eve
 Policy = Literal["landlock", "none"]  # what a plan asks for (global_config.confinement)
 
 READ_ENV = "EVIDENCE_CONFINE_READ"
+USER_ENV = "EVIDENCE_CONFINE_USER"  # the OS user confined programs run as
 ENV_PASS = "EVIDENCE_CONFINE_ENV"  # variables the operator passes to confined programs
 # What every confined program gets of the plane's environment (and nothing else).
 ENV_BASE = frozenset(
@@ -138,13 +146,27 @@ class Confinement:
     # The TCP ports it may connect to and bind (Landlock ABI 4); nothing else over TCP.
     connect: tuple[int, ...] = ()
     bind: tuple[int, ...] = ()
+    # The OS user (uid, gid) it runs as (EVIDENCE_CONFINE_USER); None: the plane's own.
+    user: tuple[int, int] | None = None
+    # Plane-made trees it reads (a validation's copy): handed to ``user`` with ``write``.
+    lent: tuple[str, ...] = ()
 
     @property
     def confined(self) -> bool:
         return self.level == "landlock"
 
-    def adding(self, *, read: Iterable[str] = (), write: Iterable[str] = ()) -> Confinement:
-        return replace(self, read=(*self.read, *read), write=(*self.write, *write))
+    def adding(
+        self, *, read: Iterable[str] = (), write: Iterable[str] = (), lend: Iterable[str] = ()
+    ) -> Confinement:
+        """More to read or write; ``lend``: plane-made trees it reads, which become its
+        user's (when it runs as one) so that it can read them whatever their modes."""
+        lend = tuple(lend)
+        return replace(
+            self,
+            read=(*self.read, *read, *lend),
+            write=(*self.write, *write),
+            lent=(*self.lent, *lend),
+        )
 
     def running(
         self, template: Iterable[object] | None, network: Mapping[str, object] | None
@@ -166,10 +188,12 @@ class Confinement:
         *,
         read: Iterable[str | os.PathLike[str]] = (),
         write: Iterable[str | os.PathLike[str]] = (),
+        lend: Iterable[str | os.PathLike[str]] = (),
         protected: Iterable[str | os.PathLike[str]] = (),
     ) -> Confinement:
         """The confinement a plan's ``policy`` gives: ``none`` runs unconfined. Raises
-        ``ConfinementUnavailable`` for ``landlock`` on a kernel without it."""
+        ``ConfinementUnavailable`` for ``landlock`` on a kernel without it, or with an
+        ``EVIDENCE_CONFINE_USER`` the plane cannot run programs as."""
         if policy == "none":
             return unconfined()
         if landlock_abi() < 1:
@@ -179,7 +203,8 @@ class Confinement:
             read=tuple(os.fspath(p) for p in read),
             write=tuple(os.fspath(p) for p in write),
             protected=tuple(os.path.realpath(p) for p in protected),
-        )
+            user=confine_user(),
+        ).adding(lend=(os.fspath(p) for p in lend))
 
 
 def unconfined() -> Confinement:
@@ -187,14 +212,38 @@ def unconfined() -> Confinement:
 
 
 class ConfinementUnavailable(Exception):
-    """The kernel has no Landlock, and the plan did not opt out of confinement."""
+    """The kernel has no Landlock, and the plan did not opt out of confinement (or the
+    plane cannot run programs as the user the operator named)."""
 
-    def __init__(self) -> None:
+    def __init__(self, message: str = "") -> None:
         super().__init__(
-            "this kernel has no Landlock (Linux 5.13 or later, enabled at boot), so "
+            message
+            or "this kernel has no Landlock (Linux 5.13 or later, enabled at boot), so "
             "the plane cannot confine the programs it runs; a plan created with "
             "global_config `confinement: none` runs them unconfined, and is reported so"
         )
+
+
+def confine_user() -> tuple[int, int] | None:
+    """The user (uid, gid) ``EVIDENCE_CONFINE_USER`` names (a name or a number), the
+    user every confined program runs as; None when unset. ``ConfinementUnavailable``
+    when it names no user, names root, or the plane is not root (only root can start a
+    program as another user and leave it no capability)."""
+    named = os.environ.get(USER_ENV, "").strip()
+    if not named:
+        return None
+    try:
+        entry = pwd.getpwuid(int(named)) if named.isdigit() else pwd.getpwnam(named)
+    except (KeyError, ValueError, OverflowError):
+        raise ConfinementUnavailable(f"{USER_ENV}={named!r} names no user of this host") from None
+    if entry.pw_uid == 0:
+        raise ConfinementUnavailable(f"{USER_ENV}={named!r} is root: name an unprivileged user")
+    if os.geteuid() != 0:
+        raise ConfinementUnavailable(
+            f"{USER_ENV}={named!r} needs the plane to run as root (it starts every program "
+            "as that user, with no capability); unset it to run them as the plane's user"
+        )
+    return entry.pw_uid, entry.pw_gid
 
 
 def _ports(value: object) -> tuple[int, ...]:
@@ -280,6 +329,7 @@ def wrap(argv: Sequence[str], confinement: Confinement) -> list[str]:
         *(f"w:{p}" for p in [*write, *_DEVICES]),
         *(f"tcp-connect:{p}" for p in sorted(set(confinement.connect))),
         *(f"tcp-bind:{p}" for p in sorted(set(confinement.bind))),
+        *([f"as:{confinement.user[0]}:{confinement.user[1]}"] if confinement.user else []),
     ]
     return [sys.executable, "-I", "-S", os.fspath(LAUNCHER), *policy, "--", *argv]
 
@@ -298,9 +348,23 @@ def launched(
     try:
         child = confined_env(os.environ if env is None else env)
         child.update(TMPDIR=temp, TMP=temp, TEMP=temp)
-        yield wrap(argv, confinement.adding(write=(temp,))), child
+        confinement = confinement.adding(write=(temp,))
+        if confinement.user is not None:
+            child.update(_hand_over(confinement))
+        yield wrap(argv, confinement), child
     finally:
         _remove(temp)
+
+
+def _hand_over(confinement: Confinement) -> dict[str, str]:
+    """Make the program's user the owner of what it writes and of the plane-made trees
+    it reads; its ``HOME``, ``USER`` and ``LOGNAME``."""
+    assert confinement.user is not None
+    uid, gid = confinement.user
+    for tree in (*confinement.write, *confinement.lent):
+        give_tree(tree, uid, gid)
+    entry = pwd.getpwuid(uid)
+    return {"HOME": entry.pw_dir, "USER": entry.pw_name, "LOGNAME": entry.pw_name}
 
 
 def confined_env(base: Mapping[str, str]) -> dict[str, str]:

@@ -2,7 +2,7 @@
 starts through (``commands.runner.confine.wrap``).
 
     python -I -S landlock_exec.py [r:PATH | w:PATH | tcp-connect:PORT | tcp-bind:PORT]...
-        [no-namespaces] -- PROGRAM ARG...
+        [as:UID:GID] [no-namespaces] -- PROGRAM ARG...
 
 Each ``r:PATH`` allows reading (and executing) beneath PATH, each ``w:PATH`` writing
 too (one argument a path: any byte but NUL, no quoting; the policy is not JSON because
@@ -13,9 +13,10 @@ execute beneath each ``r:`` path and every right but making device nodes beneath
 ``w:`` path (a path that does not exist is skipped; a file gets the file rights of
 its list), handles TCP (ABI 4: the program connects to the ``tcp-connect:`` ports and
 binds the ``tcp-bind:`` ports, no others), scopes abstract unix sockets and signals to
-the domain (ABI 6: the program cannot signal the plane), sets ``PR_SET_NO_NEW_PRIVS``,
-restricts itself, then ``execvp``s the program. Everything the program starts inherits
-the confinement; it can only be narrowed further.
+the domain (ABI 6: the program cannot signal the plane), becomes the ``as:`` user (no
+supplementary group, no capability left; the launcher must be root), sets
+``PR_SET_NO_NEW_PRIVS``, restricts itself, then ``execvp``s the program. Everything
+the program starts inherits the confinement; it can only be narrowed further.
 
 It imports the standard library only and runs with ``-I -S`` (no site, no user or
 working-directory path), so nothing of the tree it confines can stand in for it. A
@@ -153,6 +154,15 @@ def restrict_self(
     """Confine this process (and everything it starts) to ``read`` and ``write``, and
     over TCP to ``connect`` and ``bind`` (ABI 4); ``OSError`` when the kernel refuses.
     Single-threaded callers only: the restriction applies to the calling thread."""
+    enforce(ruleset(read, write, connect, bind))
+
+
+def ruleset(
+    read: list[str], write: list[str], connect: tuple[int, ...] = (), bind: tuple[int, ...] = ()
+) -> int:
+    """A ruleset (its descriptor) allowing ``read``, ``write``, ``connect`` and ``bind``:
+    each path opened now, by whoever this process is (root, before it becomes the
+    program's user, reaches paths that user could not name)."""
     abi = abi_version()
     if abi < 1:
         raise OSError(errno.EOPNOTSUPP, "Landlock is not available in this kernel")
@@ -161,22 +171,31 @@ def restrict_self(
     attr = _RulesetAttr(handled_rights(abi), net, scoped)
     # The struct grew with the ABI: pass only the part this kernel knows.
     size = 8 if abi < 4 else 16 if abi < 6 else 24
-    ruleset = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), size, 0)
+    found = _syscall(_SYS_CREATE_RULESET, ctypes.addressof(attr), size, 0)
     try:
         for paths, rights in ((read, read_rights(abi)), (write, write_rights(abi))):
             for path in paths:
-                _add_rule(ruleset, path, rights)
+                _add_rule(found, path, rights)
         if net:
             for ports, right in ((connect, CONNECT_TCP), (bind, BIND_TCP)):
                 for port in ports:
                     port_attr = _NetPortAttr(right, port)
-                    _syscall(_SYS_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.addressof(port_attr), 0)
+                    _syscall(_SYS_ADD_RULE, found, _RULE_NET_PORT, ctypes.addressof(port_attr), 0)
+    except BaseException:
+        os.close(found)
+        raise
+    return found
+
+
+def enforce(ruleset_fd: int) -> None:
+    """Set ``PR_SET_NO_NEW_PRIVS`` and restrict this process to the ruleset (closed)."""
+    try:
         if _libc().prctl(*(ctypes.c_long(a) for a in (_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))) != 0:
             code = ctypes.get_errno()
             raise OSError(code, f"PR_SET_NO_NEW_PRIVS: {os.strerror(code)}")
-        _syscall(_SYS_RESTRICT_SELF, ruleset, 0)
+        _syscall(_SYS_RESTRICT_SELF, ruleset_fd, 0)
     finally:
-        os.close(ruleset)
+        os.close(ruleset_fd)
 
 
 def _add_rule(ruleset: int, path: str, rights: int) -> None:
@@ -212,10 +231,12 @@ def main(argv: list[str]) -> int:
     read = [item[2:] for item in policy if item.startswith("r:")]
     write = [item[2:] for item in policy if item.startswith("w:")]
     connect, bind = _ports(policy, "tcp-connect:"), _ports(policy, "tcp-bind:")
+    user = _user(policy)
     # "no-namespaces": the fallback a kernel without them gets (tests ask for it).
     namespaces = "no-namespaces" not in policy
-    if len(read) + len(write) + len(connect) + len(bind) + (not namespaces) != end:
-        _say("setup failed: a policy item is not r:PATH, w:PATH or tcp-*:PORT")
+    counted = len(read) + len(write) + len(connect) + len(bind) + len(user) // 2
+    if counted + (not namespaces) != end:
+        _say("setup failed: a policy item is not r:PATH, w:PATH, tcp-*:PORT or as:UID:GID")
         return SETUP_FAILED
     os.get_exec_path()  # imports what execvp needs while the library is still readable
     program = argv[end + 1 :]
@@ -231,7 +252,7 @@ def main(argv: list[str]) -> int:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # this supervisor gone: so is the run
         if isolated:
             _own_proc()
-        os._exit(_init(program, (read, write, connect, bind), report_w))
+        os._exit(_init(program, user, (read, write, connect, bind), report_w))
     os.close(report_w)
     _forward_signals(first)
     os.waitpid(first, 0)
@@ -255,6 +276,7 @@ _CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
@@ -308,7 +330,30 @@ def _ports(policy: list[str], prefix: str) -> tuple[int, ...]:
 _Rules = tuple[list[str], list[str], tuple[int, ...], tuple[int, ...]]
 
 
-def _init(program: list[str], rules: _Rules, report: int) -> int:
+def _user(policy: list[str]) -> tuple[int, ...]:
+    """The ``as:UID:GID`` item's ids (empty: none, or one that is not two numbers, so
+    the count check refuses the policy)."""
+    found = [item[3:].split(":") for item in policy if item.startswith("as:")]
+    if len(found) != 1 or len(found[0]) != 2:
+        return ()
+    if not all(part.isascii() and part.isdigit() for part in found[0]):
+        return ()
+    return int(found[0][0]), int(found[0][1])
+
+
+def _become(user: tuple[int, ...]) -> None:
+    """Run as ``user`` (uid, gid): no supplementary group, no ambient capability (an
+    exec then leaves a process of another uid none at all); ``OSError`` when this
+    process may not."""
+    uid, gid = user
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    if _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL) != 0 or os.getuid() != uid:
+        raise OSError(errno.EPERM, "the user did not change")
+
+
+def _init(program: list[str], user: tuple[int, ...], rules: _Rules, report: int) -> int:
     """The program's parent: confine and start it, reap every process re-parented
     here, and report the program's wait status on ``report`` when it has ended."""
     child = os.fork()
@@ -316,10 +361,16 @@ def _init(program: list[str], rules: _Rules, report: int) -> int:
         os.close(report)
         for sig in _FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
+        stage = "confine the program with Landlock"
         try:
-            restrict_self(*rules)
+            rules_fd = ruleset(*rules)  # before the user changes: the paths are opened now
+            if user:
+                stage = f"run the program as uid {user[0]}"
+                _become(user)
+                stage = "confine the program with Landlock"
+            enforce(rules_fd)
         except OSError as exc:
-            _say(f"setup failed: cannot confine the program with Landlock: {exc}")
+            _say(f"setup failed: cannot {stage}: {exc}")
             os._exit(SETUP_FAILED)
         try:
             os.execvp(program[0], program)

@@ -627,7 +627,7 @@ def run_validation(
         else:
             shutil.copytree(workdir, copy, symlinks=True, copy_function=_copy_entry)
         before = _entries(copy)
-        confined = confinement.adding(read=(str(copy),)) if confinement is not None else None
+        confined = confinement.adding(lend=(str(copy),)) if confinement is not None else None
         outcome = _execute(spec, args, resource, copy, wrapped_tool, default_timeout_s, confined)
         # The program's process group is dead by now (run_command), so this is final.
         changed = _changed(before, _entries(copy))

@@ -41,6 +41,7 @@ __all__ = [
     "copy_tree",
     "entries",
     "file_sha256",
+    "give_tree",
     "hard_links",
     "manifest_bytes",
     "manifest_digest",
@@ -138,6 +139,32 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _Frame = tuple[int, str, str, list[str], os.stat_result]  # dir fd, copy, rel path, names, stat
+
+
+def give_tree(root: Path | str, uid: int, gid: int) -> None:
+    """Make ``uid``:``gid`` the owner of the tree at ``root`` and of everything in it,
+    following no link at any depth (directories opened with ``O_NOFOLLOW`` and walked
+    by descriptor; a symlink's own owner changes, never its target's), so an entry
+    swapped for a link meanwhile hands nothing outside the tree to the user."""
+    stack = [os.open(root, _DIR_FLAGS)]
+    try:
+        os.fchown(stack[0], uid, gid)
+        while stack:
+            fd = stack.pop()
+            try:
+                for name in os.listdir(fd):
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if stat.S_ISDIR(st.st_mode):
+                        child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                        stack.append(child)
+                        os.fchown(child, uid, gid)
+                    else:
+                        os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+            finally:
+                os.close(fd)
+    finally:
+        for fd in stack:
+            os.close(fd)
 
 
 def copy_tree(src: Path | str, dst: Path | str) -> dict[str, Entry]:
