@@ -136,8 +136,45 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_exit() -> None:
-    """The ``evidence-hook`` console script."""
-    raise SystemExit(main())
+    """The ``evidence-hook`` console script: the answer's status, and 2 on every other
+    way out (a signal, an exception that escaped, a failed flush at exit)."""
+    block_on_signals()
+    try:
+        code = main()
+    except BaseException:  # whatever it is, the call must not go on
+        _write("error: evidence-hook failed: the call is blocked")
+        code = EXIT_BLOCK
+    # Not SystemExit: the interpreter's shutdown could still end with another status
+    # (120 when flushing a closed stdout fails); _write has flushed what it wrote.
+    os._exit(code)
+
+
+# The signals whose default action ends a process, sent to it from outside: an agent CLI
+# lets a call through on every exit status but 2, so each one ends the hook with 2. Not
+# SIGKILL or SIGSTOP (nothing can catch them: the agent CLI sees the kill), not SIGPIPE
+# (ignored: a write to a closed pipe is an error the hook handles), not the faults
+# (SIGSEGV, SIGBUS, SIGFPE, SIGILL: a handler would return to the faulting instruction).
+ENDING_SIGNALS = (
+    "SIGHUP", "SIGINT", "SIGQUIT", "SIGTERM", "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGXCPU",
+    "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGPWR", "SIGSYS", "SIGTRAP", "SIGABRT",
+    "SIGSTKFLT",
+)  # fmt: skip
+
+
+def block_on_signals() -> None:
+    """From now on, each of ``ENDING_SIGNALS`` ends this process with status 2 and one
+    ``error:`` line (the C module: ``signal`` would import ``enum`` at every hook)."""
+    import _signal  # type: ignore[import-not-found]  # no stub: the C module
+
+    names = {getattr(_signal, name): name for name in ENDING_SIGNALS if hasattr(_signal, name)}
+
+    def ended(number: int, _frame: object) -> None:
+        name = names.get(number, str(number))
+        _write(f"error: evidence-hook ended by {name} before its answer: the call is blocked")
+        os._exit(EXIT_BLOCK)
+
+    for number in names:
+        _signal.signal(number, ended)
 
 
 # -- options, server, credential, input -------------------------------------------------

@@ -759,3 +759,50 @@ def test_against_a_real_evidence_serve(tmp_path: Path) -> None:
         "toolu_02",
         "toolu_03",
     ]
+
+
+# -- every way out blocks ----------------------------------------------------------------
+
+_ENDINGS = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGALRM"]
+
+
+def _signalled_while_waiting(stub: Stub, argv: list[str], name: str) -> tuple[int, str, str]:
+    """``argv`` (a real process) holding its hook request at the stub, sent ``name``."""
+    import signal
+
+    arrived = threading.Event()
+
+    def hold(handler: BaseHTTPRequestHandler) -> None:
+        arrived.set()
+        stub.release.wait(60)
+
+    stub.reply = hold
+    full = {k: v for k, v in os.environ.items() if k not in CLIENT_ENV}
+    full.update({"EVIDENCE_CREDENTIAL": TOKEN, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(HOOK_INPUT)
+    proc.stdin.close()
+    assert arrived.wait(30), "the request never arrived"
+    proc.send_signal(getattr(signal, name))
+    proc.stdin = None  # written and closed above
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize("name", _ENDINGS)
+def test_a_signal_while_waiting_blocks_the_call(stub: Stub, name: str) -> None:
+    """An agent CLI lets a call through on every exit but 2: a hook ended by a signal
+    (the agent CLI's own SIGINT, a SIGTERM at shutdown, a hangup) blocks with 2."""
+    argv = [sys.executable, "-m", "commands.hook_client", "pre-tool", "--server", stub.url]
+    line = blocked(_signalled_while_waiting(stub, argv, name), f"ended by {name}")
+    assert "the call is blocked" in line
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_evidence_hook_relaying_blocks_on_a_signal_too(stub: Stub, name: str) -> None:
+    """`evidence hook --server`, the same client inside the full CLI."""
+    argv = [sys.executable, "-m", "commands.cli", "hook", "pre-tool", "--server", stub.url]
+    blocked(_signalled_while_waiting(stub, argv, name), f"ended by {name}")

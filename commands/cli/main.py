@@ -13,10 +13,12 @@ tests/test_startup.py keeps the short help here equal to each command's own.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import import_module
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -269,6 +271,8 @@ def _not_utf8(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    if argv is None and args[:1] == ["hook"]:
+        _hook_main(args)
     if (problem := _not_utf8(args)) is not None:
         click.echo(f"error: {problem}", err=True)
         sys.exit(EXIT_REFUSED)
@@ -295,3 +299,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         click.echo(f"error: {inert(where + (exc.strerror or str(exc)))}", err=True)
         sys.exit(EXIT_REFUSED)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _hook_main(args: list[str]) -> NoReturn:
+    """``evidence hook`` as an agent CLI runs it: an agent CLI lets the call through on
+    every exit status but 2, so every way out but the answer's 0 — a signal, a refusal,
+    an exception that escaped — is 2 (``commands.hook_client`` does the same)."""
+    from commands.hook_client import block_on_signals
+
+    block_on_signals()
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = 0 if exc.code in (0, None) else 2
+    except BaseException as exc:  # a bug must block the call too, and show no traceback
+        click.echo(
+            f"error: evidence hook failed ({type(exc).__name__}): the call is blocked", err=True
+        )
+        code = 2
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
