@@ -558,21 +558,24 @@ def test_a_refusal_of_a_tool_with_an_output_schema_is_a_tool_error_for_typescrip
 
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("server", ["time"])
-def test_the_upstreams_own_error_reaches_the_agent_and_is_not_a_deviation(
+def test_the_upstreams_own_error_reaches_the_agent_and_spends_an_iteration(
     session: Session,
 ) -> None:
     """(c) mcp-server-time answers an unknown timezone with its own tool error
-    (``isError``, "Invalid timezone"): the agent reads the upstream's text, and the ledger
-    counts no deviation of the agent for it (no failed gate check, no attempt failed)."""
+    (``isError``, "Invalid timezone"): the agent reads the upstream's text and how it was
+    routed; the ledger counts no deviation for it (every gate check passes) but a failed
+    iteration of the attempt (an error is a failure: never an endless try)."""
     result = session.results["upstream-error"]
     assert "error" not in result, f"{result['error']}{session.why()}"
     assert result["is_error"], result
     assert "Invalid timezone" in result["text"] and "Not/AZone" in result["text"], result["text"]
+    assert "routed: retry in the next iteration" in result["text"], result["text"]
     events = session.step("upstream-error")
     checks = _checks(events)
     assert checks[:1] == [("input", "pass")], _types(events)  # it was forwarded
     assert all(verdict == "pass" for _, verdict in checks), _types(events)
-    assert "plan.attempt_failed" not in _types(events), _types(events)
+    failed = [e.payload for e in events if e.type == "plan.attempt_failed"]
+    assert len(failed) == 1 and "an error of its own (isError)" in failed[0].reason
 
 
 # -- the TypeScript SDK through `evidence serve` ------------------------------------------

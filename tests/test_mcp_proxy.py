@@ -296,10 +296,11 @@ def test_an_upstream_tool_error_through_the_proxy_and_the_service(
     sqlite_url: str, tmp_path: Path, through: Transport, name: Names, executor: str
 ) -> None:
     """An upstream's own tool error (``isError``: "Invalid timezone") reaches the agent
-    as the upstream said it, and is recorded as the upstream's failure: checked as an MCP
-    tool result, no deviation counted against the agent, nothing kept in the sandbox. A
-    tool without an output schema may answer ``structuredContent``: the MCP tool result's
-    shape comes from the SDK's types."""
+    as the upstream said it, then the plane's routing line, and is recorded as the
+    upstream's failure: checked as an MCP tool result (no deviation), a failed iteration
+    of the attempt (every failure counts), nothing kept in the sandbox. A tool without an
+    output schema may answer ``structuredContent``: the MCP tool result's shape comes
+    from the SDK's types."""
     _setup(sqlite_url)
     count = tmp_path / "calls.jsonl"
     seen: dict[str, Any] = {}
@@ -313,12 +314,22 @@ def test_an_upstream_tool_error_through_the_proxy_and_the_service(
 
     fail = seen["fail"]
     assert fail.is_error and fail.structured_content is None
-    assert _text(fail) == "Invalid timezone: Not/AZone"
-    assert fail.meta["evidence/refusal"] == {"upstream_error": True}
+    said, routing = [c.text for c in fail.content]
+    assert said == "Invalid timezone: Not/AZone"
+    assert (
+        routing
+        == "evidence: routed: retry in the next iteration (9 iteration(s) left in this attempt)"
+    )
+    assert fail.meta["evidence/refusal"] == {
+        "upstream_error": True, "routed": "retry", "iterations_left": 9,
+    }  # fmt: skip
     loose = seen["loose"]
     assert not loose.is_error and loose.structured_content == {"any": ["thing"]}
     events = _plan_events(sqlite_url)
-    assert not [e for e in events if e.type == "plan.attempt_failed"]
+    failed = [e.payload for e in events if e.type == "plan.attempt_failed"]
+    assert [f.reason for f in failed] == [
+        "the tool answered an error of its own (isError) at the output gate (test-upstream.fail)"
+    ]
     checks = [e.payload for e in events if e.type == "gate.checked"]
     assert [(c.gate, c.verdict) for c in checks] == [("input", "pass"), ("output", "pass")] * 2
     called = {e.payload.tool: e.payload for e in events if e.type == "tool.called"}
@@ -326,7 +337,7 @@ def test_an_upstream_tool_error_through_the_proxy_and_the_service(
     assert called["test-upstream.loose"].tool_error is msgspec.UNSET
     assert {c.executor for c in called.values()} == {executor}
     plan = _refusal_free_plan(seen["status"])
-    assert plan["gate_failures"] == 0 and plan["iteration"] == 1
+    assert plan["gate_failures"] == 0 and plan["iteration"] == 2
     (sandbox,) = seen["status"].structured_content["sandbox"].values()
     assert not (Path(sandbox) / "fail-was-here.txt").exists()  # a failed call keeps nothing
     _audit_clean(sqlite_url)

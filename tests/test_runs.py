@@ -434,3 +434,39 @@ def test_a_validation_called_as_a_tool_may_return_data(plane: Plane, project: Pa
     report = call_tool(plane, "P-1", "check", {"mode": "fail"})
     assert report.ok, report.to_json()
     assert json.loads(report.output)["data"] == {"failed": 2}
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_a_tools_own_errors_spend_the_attempt_and_enter_the_failure_loop(
+    db: str, request: pytest.FixtureRequest
+) -> None:
+    """An agent whose MCP server (its own, or a misbehaving upstream) answers every call
+    with ``isError`` got endless tries: a tool error passes its gate as the MCP result
+    it is, so nothing counted. Every failure counts: each spends an iteration, and the
+    last enters the failure loop (here a strategy revision, then an escalation)."""
+    url = request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url")
+    error = {"content": [{"type": "text", "text": "nope"}], "isError": True}
+    with Plane.open(url) as plane:
+        register_tool(
+            plane,
+            {
+                "name": "srv.fail",
+                "mcp_server": "srv",
+                "mcp_tool_name": "fail",
+                "input_schema": {"type": "object"},
+            },
+        )
+        config = {"max_iterations": 2, "max_strategy_revisions": 1}
+        create_plan(plane, "P-1", project="api", resources=["repo:api"], config=config)
+        record_strategy(plane, "P-1", "call it")
+        enter_execute(plane, "P-1")
+        routes = []
+        for _ in range(2):
+            report = call_tool(
+                plane, "P-1", "srv.fail", {}, recorded_output=json.dumps(error),
+                recorded_tool_error=True,
+            )  # fmt: skip
+            assert report.tool_failed and report.output_gate.passed
+            routes.append(report.output_gate.routed)
+        assert routes == ["retry", "revised"]
+        assert get_plan(plane, "P-1").phase == "strategize"

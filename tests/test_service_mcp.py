@@ -464,9 +464,13 @@ def test_an_output_deviation_and_a_tools_own_error(sqlite_url: str, tmp_path: Pa
     assert _text(rejected).startswith("rejected: the output gate failed for tool 'bad-output'")
     # the call wrote in the sandbox, then failed its output gate: nothing kept
     assert not (_sandbox(sqlite_url, agent) / "bad-was-here.txt").exists()
-    # the tool's own error is passed on as it said it, marked as the tool's
-    assert failed.is_error and _text(failed) == "no such file: missing.txt"
-    assert failed.meta == {REFUSAL_META: {"upstream_error": True}}
+    # the tool's own error is passed on as it said it, marked as the tool's, and spends
+    # an iteration (the plane's routing line after it)
+    said, routing = [c.text for c in failed.content]
+    assert failed.is_error and said == "no such file: missing.txt"
+    assert routing.startswith("evidence: routed: retry in the next iteration")
+    assert failed.meta[REFUSAL_META]["upstream_error"] is True
+    assert failed.meta[REFUSAL_META]["routed"] == "retry"
     # an answer over the tool's output cap: its prefix kept, never parsed, never passed on
     over = _refusal(huge)
     assert (over["gate"], over["deviations"][0]["actual_type"]) == ("output", "invalid_json")

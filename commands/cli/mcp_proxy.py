@@ -210,8 +210,8 @@ class GateProxy:
                     guard.discard()
                 else:
                     guard.restore_if_changed()
-        if report.tool_failed:
-            return upstream_failed(result)
+        if report.tool_failed and report.output_gate is not None:
+            return upstream_failed(result, report.output_gate)
         if not report.ok:
             failed = report.output_gate or report.input_gate
             return gate_failed(failed, "rejected", "the output does not become state")

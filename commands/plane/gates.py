@@ -339,7 +339,8 @@ def _record(
             checked_sha256=_sha256_hex(raw),
             **found,
         )
-        routed, events = _route(checked, doc, len(found["deviations"]))
+        tool_error = any(isinstance(e, ToolCalled) and e.tool_error is True for e in before)
+        routed, events = _route(checked, doc, len(found["deviations"]), tool_error)
         left = config.max_iterations - iteration if routed == "retry" else 0
         decided.update(
             check=checked,
@@ -362,15 +363,22 @@ def _record(
 
 
 def _route(
-    checked: GateChecked, doc: PlanState, count: int
+    checked: GateChecked, doc: PlanState, count: int, tool_error: bool = False
 ) -> tuple[Routed | None, list[EventPayload]]:
-    if checked.verdict == "pass":
+    """What a check leads to: nothing for a pass; a failed iteration for a deviation —
+    or for a call whose tool answered an error of its own (``isError``), which passes
+    its gate as the MCP result it is but fails the call: every failure spends from the
+    attempt's ``max_iterations``, so no error is an endless try."""
+    if checked.verdict == "pass" and not tool_error:
         return None, []
     config = doc.global_config
     plan_id, attempt, iteration = checked.plan_id, checked.attempt, checked.iteration
     where = f"{checked.gate} gate ({checked.tool or checked.step})"
-    reason = f"{count} structural deviation(s) at the {where}"
-    if config.strict_mode:
+    if checked.verdict == "pass":
+        reason = f"the tool answered an error of its own (isError) at the {where}"
+    else:
+        reason = f"{count} structural deviation(s) at the {where}"
+    if config.strict_mode and checked.verdict != "pass":
         return "compensation", [
             CompensationRequested(plan_id=plan_id, reason=reason),
             PlanHalted(

@@ -121,14 +121,21 @@ def refused(message: str) -> types.CallToolResult:
     return tool_error(f"error: {message}", {"error": message})
 
 
-def upstream_failed(result: types.CallToolResult) -> types.CallToolResult:
-    """The tool's own error, passed on as it said it (its content), recorded as its
-    failure: no deviation of the agent's. Its ``structuredContent`` stays behind (a
-    client may check it against the tool's output schema)."""
+def upstream_failed(result: types.CallToolResult, gate: GateOutcome) -> types.CallToolResult:
+    """The tool's own error, passed on as it said it (its content), then one line of
+    the plane's: how the failed call was routed (it spends an iteration, as a deviation
+    does). Its ``structuredContent`` stays behind (a client may check it against the
+    tool's output schema)."""
     return types.CallToolResult(
-        content=list(result.content),
+        content=[*result.content, types.TextContent(text=f"evidence: {routing_line(gate)}")],
         is_error=True,
-        _meta={REFUSAL_META: {"upstream_error": True}},
+        _meta={
+            REFUSAL_META: {
+                "upstream_error": True,
+                "routed": gate.routed,
+                "iterations_left": gate.iterations_left,
+            }
+        },
     )
 
 

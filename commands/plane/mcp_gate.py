@@ -170,8 +170,8 @@ def _answered(name: str, report: CallReport) -> GateCall:
             fault=f"{halt.reason}; the plan is halted with {halt.halt_type} ({halt.hint})",
             gates=gates,
         )
-    if report.tool_failed:
-        return GateCall(upstream_failed(_result_of(report)), gates=gates)
+    if report.tool_failed and report.output_gate is not None:
+        return GateCall(upstream_failed(_result_of(report), report.output_gate), gates=gates)
     if not report.ok:  # the output gate failed (an answer over the cap among others)
         failed = report.output_gate or report.input_gate
         rejected = gate_failed(failed, "rejected", "the output does not become state")
