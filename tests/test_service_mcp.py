@@ -420,6 +420,10 @@ def test_refusals_are_tool_errors_and_reach_no_server(sqlite_url: str, tmp_path:
             "calc", {"a": 1, "b": 2}, meta={"evidence/step": "../x"}
         )
         seen["verb_args"] = await session.call_tool("evidence.record_fix", {"note": ""})
+        # a schema of the agent's own: never compiled by the service every agent shares
+        seen["own_schema"] = await session.call_tool(
+            "calc", {"a": 1, "b": 2}, meta={"evidence/output_schema": {"enum": list(range(10**5))}}
+        )
         heads["after"] = _head(sqlite_url)
         return seen
 
@@ -434,10 +438,11 @@ def test_refusals_are_tool_errors_and_reach_no_server(sqlite_url: str, tmp_path:
     assert _refusal(seen["extra"])["deviations"][0]["kind"] == "extra_field"
     for invented in ("invented", "authorize"):
         assert _refusal(seen[invented])["deviations"][0]["kind"] == "invented_tool"
-    for name in ("command_tool", "recorded_only", "validation", "bad_step"):
+    for name in ("command_tool", "recorded_only", "validation", "bad_step", "own_schema"):
         assert _text(seen[name]).startswith("error: "), (name, seen[name])
         assert set(_refusal(seen[name])) == {"error"}
     assert "not offered here" in _text(seen["command_tool"])
+    assert "not accepted through the service" in _text(seen["own_schema"])
     assert _refusal(seen["verb_args"])["deviations"][0]["pointer"] == "/note"
     assert heads["after"] == heads["before"]
     assert _calls(tmp_path) == []  # nothing reached a server

@@ -43,6 +43,7 @@ from .core import CommandRefused, Plane
 from .gates import NO_PARAMETERS, GateOutcome
 from .hooks import MAX_TOOL_NAME, json_bytes, open_for_calls
 from .mcp_answers import (
+    OUTPUT_SCHEMA_META,
     call_verb,
     gate_failed,
     plane_tools,
@@ -139,22 +140,31 @@ def gate_call(
         return GateCall(refused(str(exc)))
 
 
+AGENT_SCHEMA_REFUSED = (
+    f"_meta {OUTPUT_SCHEMA_META!r}: a step's own output declaration is not accepted "
+    "through the service; the registry's output schema judges (an operator narrows it "
+    "by registering the tool again)"
+)
+
+
 def _call(
     plane: Plane, plan_id: str, name: str, arguments: Any, meta: Mapping[str, Any] | None
 ) -> GateCall:
     if not 0 < len(name) <= MAX_TOOL_NAME or not name.isprintable():
         raise CommandRefused(f"a tool's name is 1 to {MAX_TOOL_NAME} printable characters")
     open_for_calls(plane, plan_id, GATE)
-    step, output_schema = step_of(meta)
+    if meta is not None and OUTPUT_SCHEMA_META in meta:
+        # Never compiled here: a schema of the agent's making is work of its choosing
+        # (a 15 MiB enum, thousands of patterns) in the one process every agent shares.
+        raise CommandRefused(AGENT_SCHEMA_REFUSED)
+    step, _none = step_of(meta)
     doc = plane.log().tool(name)
     if doc is not None and not offers(doc):
         raise CommandRefused(
             f"{doc.kind} {name!r} is not offered here: only tools whose MCP server the "
             "plane launches are called through its MCP gate"
         )
-    report = call_tool(
-        plane, plan_id, name, json_bytes(arguments), step=step, output_schema=output_schema
-    )
+    report = call_tool(plane, plan_id, name, json_bytes(arguments), step=step)
     return _answered(name, report)
 
 

@@ -99,7 +99,6 @@ STEP = {
 }
 TOOL = {"type": "string", "minLength": 1, "maxLength": MAX_TOOL_NAME}
 ANY = {"description": "Any JSON value: its structure is the gate's to judge."}
-SCHEMA = {"type": ["object", "boolean"], "description": "A JSON Schema."}
 UNKNOWN_TOOLS = {
     "enum": ["deny", "record"],
     "description": "A tool the registry does not know: deny (default) blocks it as an "
@@ -215,7 +214,7 @@ def _gate_input(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
 
 def _gate_output(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
     output = json_bytes(body["output"])
-    found = gate_output(plane, plan_id, body["step"], output, schema=body.get("schema"))
+    found = gate_output(plane, plan_id, body["step"], output)
     return Outcome({"gate": found.to_json()}, gates=(found,))
 
 
@@ -226,7 +225,6 @@ def _call(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
         body["tool"],
         json_bytes(body["params"]),
         step=body.get("step"),
-        output_schema=body.get("output_schema"),
     )
     return Outcome(report.to_json(), gates=(report.input_gate, report.output_gate))
 
@@ -328,12 +326,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "/v1/gate/output",
         "gate_output",
         "The output gate on a step's returned structure, recorded (as `evidence gate "
-        "output --json`); `schema` is the step's own declaration.",
+        "output --json`), against the registry's output schema of the step's tool: a "
+        "schema of the agent's own is not accepted through the service.",
         "agent",
         ok=closed({"gate": GATE}, ["gate"]),
-        body=closed(
-            {"step": STEP, "output": ANY, "schema": SCHEMA, "plan": PLAN}, ["step", "output"]
-        ),
+        body=closed({"step": STEP, "output": ANY, "plan": PLAN}, ["step", "output"]),
         run=_gate_output,
     ),
     Endpoint(
@@ -357,7 +354,6 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                 "tool": TOOL,
                 "params": ANY,
                 "step": STEP,
-                "output_schema": SCHEMA,
                 "plan": PLAN,
             },
             ["tool", "params"],
