@@ -509,6 +509,13 @@ def test_query_and_size_refusals(
     assert big.status_code == 413 and "EVIDENCE_MAX_AGENT_BYTES" in big.json()["error"]
     big_hook = client.post(hook, headers=h, json={**body, "tool_input": {"query": "x" * 100}})
     assert big_hook.status_code == 413 and big_hook.json()["exit"] == 2
+    # a token nobody issued: 401 before its body is looked at (it holds no place)
+    stranger = client.post(
+        "/v1/gate/input",
+        headers={"Authorization": "Bearer evc_agent.nobody-issued-this"},
+        json={"tool": "search", "params": {"query": "x" * 100}},
+    )
+    assert stranger.status_code == 401, stranger.text
     assert served.head() == before
 
 
@@ -867,6 +874,94 @@ def real(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     url = f"sqlite:///{tmp_path / 'evidence.db'}"
     _setup_ledger(url, tmp_path)
     yield url, tmp_path
+
+
+def _stalled(base: str, token: str, path: str = "/v1/call") -> socket.socket:
+    """A client that sends its headers and the start of a body, then nothing: the slow
+    body of a stranger (any token of the right form) or of an agent."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+            'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"tool"'
+        ).encode()
+    )
+    return sock
+
+
+def _status_of(sock: socket.socket) -> int:
+    """The status of the answer on ``sock`` (0: closed without one)."""
+    line = sock.makefile("rb").readline()
+    return int(line.split()[1]) if line.startswith(b"HTTP/1.1 ") else 0
+
+
+@pytest.mark.slow
+def test_strangers_with_slow_bodies_hold_no_place(real: tuple[str, Path]) -> None:
+    """Clients with a token nobody issued, sending slow bodies, held every place of the
+    in-flight bound while the service waited for their bodies: the agent got 503. Now
+    the credential is checked before a byte of the body is read: a stranger is refused
+    at once, and the agent is served."""
+    url, root = real
+    with Plane.open(url) as plane:
+        agent = _new_plan(plane, root, "R-1")
+    server = Server(url, {"EVIDENCE_BODY_TIMEOUT": "60"}, "--max-in-flight", "2")
+    strangers: list[socket.socket] = []
+    try:
+        strangers = [_stalled(server.base, "evc_agent.not-issued-" + str(i)) for i in range(6)]
+        for _ in range(5):
+            status, report = _http(
+                "POST", server.base + "/v1/call", {"tool": "echo", "params": {"text": "hi"}},
+                agent.token,
+            )  # fmt: skip
+            assert status == 200, (status, report)
+        assert [_status_of(s) for s in strangers] == [401] * 6  # without their bodies
+    finally:
+        for sock in strangers:
+            sock.close()
+        assert server.stop() == 0, server.logged()
+
+
+@pytest.mark.slow
+def test_a_stalled_body_gives_its_place_up_and_one_agent_has_half_the_bound(
+    real: tuple[str, Path],
+) -> None:
+    """An agent's own slow bodies: each holds a place for at most the body deadline
+    (408), and one credential holds at most half the bound (429 past it), so another
+    agent is served meanwhile."""
+    url, root = real
+    with Plane.open(url) as plane:
+        greedy = _new_plan(plane, root, "R-1")
+        other = _new_plan(plane, root, "R-2")
+    server = Server(url, {"EVIDENCE_BODY_TIMEOUT": "2"}, "--max-in-flight", "4")
+    held: list[socket.socket] = []
+    try:
+        held = [_stalled(server.base, greedy.token) for _ in range(2)]
+        _wait_for(lambda: _metric(server.base, "evidence_in_flight") == 2)
+        status, body = _http(
+            "POST", server.base + "/v1/call", {"tool": "echo", "params": {"text": "x"}},
+            greedy.token,
+        )  # fmt: skip
+        assert status == 429 and "its share" in body["error"], (status, body)
+        status, report = _http(
+            "POST", server.base + "/v1/call", {"tool": "echo", "params": {"text": "hi"}},
+            other.token,
+        )  # fmt: skip
+        assert status == 200, (status, report)
+        assert [_status_of(s) for s in held] == [408, 408]  # within the deadline
+        _wait_for(lambda: _metric(server.base, "evidence_in_flight") == 0)
+    finally:
+        for sock in held:
+            sock.close()
+        assert server.stop() == 0, server.logged()
+
+
+def _metric(base: str, name: str) -> float | None:
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
 
 
 # Schemas an agent could send to make the service work for it: huge, wide, deep.

@@ -9,20 +9,25 @@ existing handlers (``routes.py``), in a worker thread, with a ``Plane`` from a s
 A request to an agent route goes through, in order, and stops at the first refusal:
 
 1. the bearer token's presence and form (401, no database touched);
-2. the in-flight bound: beyond it 503 with ``Retry-After``, before anything starts;
-3. the query, checked against the route's closed set (422);
-4. the body, read through the cap on agent bytes (413: never more than the cap is read,
-   whoever sends it);
-5. in one worker thread, with one look at the policy: the credential, checked by the
-   plane (401) — reads only; the plan the query names (403); the body through the input
-   layer, checked against the route's closed schema with the project's checker, no
-   coercion (422), and the plan it names (403); then the plane operation: a
+2. the credential, checked by the plane (401; reads only) before a byte of the body is
+   read — ``AUTH_POOL`` such checks at once, the others waiting their turn (at most
+   ``AUTH_QUEUE`` in all: 503 beyond), so requests nobody vouches for hold nothing else;
+3. the in-flight bounds: the service's (503 with ``Retry-After``) and the credential's
+   share of it, half the bound (429 with ``Retry-After``): one agent cannot take every
+   place;
+4. the query, checked against the route's closed set (422);
+5. the body, read through the cap on agent bytes (413: never more than the cap is read,
+   whoever sends it) within the body deadline (408: a stalled body gives its place up);
+6. in one worker thread, with one look at the policy: the credential again (a
+   revocation binds at once), the plan the query names (403); the body through the
+   input layer, checked against the route's closed schema with the project's checker,
+   no coercion (422), and the plan it names (403); then the plane operation: a
    ``CommandRefused`` is 409, and what it recorded is the answer.
 
-``POST /mcp`` (the plane's MCP gate, ``mcp.py``) checks the token, the bound, the
-credential and the query's plan first; then the SDK's transport reads the message, and a
-refusal inside it (a gate's deviation, a plan state that allows no call) is an MCP tool
-error in a 200, as the stdio proxy answers it.
+``POST /mcp`` (the plane's MCP gate, ``mcp.py``) goes through steps 1-5 (its message
+read within the deadline, then handed to the SDK's transport); a refusal inside it (a
+gate's deviation, a plan state that allows no call) is an MCP tool error in a 200, as
+the stdio proxy answers it.
 
 Every refusal appends nothing (the plane's handlers refuse before their one
 transaction). The service's planes leave the read models to a follower thread
@@ -81,6 +86,10 @@ __all__ = ["DEFAULT_MAX_IN_FLIGHT", "RETRY_AFTER_S", "Service", "create_app"]
 
 DEFAULT_MAX_IN_FLIGHT = 8
 RETRY_AFTER_S = 1
+AUTH_POOL = 4  # credential checks at once for requests not yet authenticated
+AUTH_QUEUE = 64  # requests waiting for (or in) a credential check; 503 beyond
+BODY_TIMEOUT_ENV = "EVIDENCE_BODY_TIMEOUT"  # seconds a request body may take to arrive
+DEFAULT_BODY_TIMEOUT_S = 10.0
 BODY_SOURCE = "the request body"
 log = logging.getLogger("evidence.service")
 T = TypeVar("T")
@@ -102,7 +111,14 @@ class Service:
             raise ValueError("max_in_flight must be at least 1")
         self.db_url = db_url
         self.max_in_flight = max_in_flight
-        self.in_flight = 0  # changed on the event loop's thread only
+        # Changed on the event loop's thread only: operations in flight, in all and by
+        # credential (each at most half the bound), and credential checks under way.
+        self.in_flight = 0
+        self.max_per_credential = max(1, max_in_flight // 2)
+        self.held: dict[str, int] = {}
+        self.authenticating = 0
+        self._checks = anyio.Semaphore(AUTH_POOL)
+        self.body_timeout_s = body_timeout()
         self.committer = GroupCommitter(
             lambda: Plane.open(db_url, create=False, workdir=workdir, inline_read_models=False)
         )
@@ -133,7 +149,7 @@ class Service:
         self.plane_key_fingerprint = fingerprint(load_private_key(path).public_key())
         # A ledger the first release wrote is identified before any request is served.
         self.pool.run(lambda plane: plane.identify())
-        self._limiter = anyio.CapacityLimiter(self.max_in_flight + 2)
+        self._limiter = anyio.CapacityLimiter(self.max_in_flight + AUTH_POOL + 2)
         self.committer.start()
         self.follower.start()
 
@@ -218,48 +234,87 @@ class Service:
 
     # -- the agent routes -------------------------------------------------------------
 
-    def _admitted(self, endpoint: Endpoint, request: Request) -> str | Response:
-        """Steps 1 and 2: the bearer token, or the refusal (401 without one, 503 past the
-        in-flight bound). Admitted, the request holds a place in the bound: the caller
-        gives it back."""
+    async def _admitted(
+        self, endpoint: Endpoint, request: Request
+    ) -> tuple[str, CredentialState] | Response:
+        """Steps 1-3: the token and its credential, or the refusal (401; 503 when too
+        many checks or operations are under way; 429 past the credential's share).
+        Admitted, the request holds a place in both bounds: ``_leave`` gives it back."""
         try:
             token = bearer_token(request.headers.get("authorization"))
         except Unauthenticated as exc:
             return self.error(
                 endpoint, 401, str(exc), headers={"WWW-Authenticate": challenge(False)}
             )
+        if self.authenticating >= AUTH_QUEUE:
+            return self._overloaded(
+                endpoint, 503, f"{self.authenticating} credentials waiting to be checked"
+            )
+        self.authenticating += 1
+        try:
+            async with self._checks:
+                credential = await self.in_thread(lambda plane: credential_for(plane, token))
+        except Exception as exc:
+            return self.refusal(endpoint, exc)
+        finally:
+            self.authenticating -= 1
         if self.in_flight >= self.max_in_flight:
-            self.metrics.overloaded.inc()
-            return self.error(
-                endpoint,
-                503,
-                f"{self.in_flight} plane operations in flight (the service's bound): retry "
-                f"after {RETRY_AFTER_S} s",
-                headers={"Retry-After": str(RETRY_AFTER_S)},
+            return self._overloaded(
+                endpoint, 503, f"{self.in_flight} plane operations in flight (the service's bound)"
+            )
+        held = self.held.get(credential.credential_id, 0)
+        if held >= self.max_per_credential:
+            return self._overloaded(
+                endpoint, 429, f"{held} operations of this credential in flight (its share)"
             )
         self.in_flight += 1
-        return token
+        self.held[credential.credential_id] = held + 1
+        return token, credential
 
-    def _leave(self) -> None:
+    def _overloaded(self, endpoint: Endpoint, status: int, what: str) -> Response:
+        self.metrics.overloaded.inc()
+        return self.error(
+            endpoint,
+            status,
+            f"{what}: retry after {RETRY_AFTER_S} s",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+
+    def _leave(self, credential_id: str) -> None:
         self.in_flight -= 1
+        left = self.held.pop(credential_id) - 1
+        if left:
+            self.held[credential_id] = left
+
+    async def _body_within(self, request: Request) -> bytes:
+        """Step 5: the body within the deadline (408 when it stalls)."""
+        try:
+            with anyio.fail_after(self.body_timeout_s):
+                return await _read_body(request)
+        except TimeoutError:
+            raise BadRequest(
+                408, f"the request body did not arrive within {self.body_timeout_s:g} s"
+            ) from None
 
     async def agent(self, endpoint: Endpoint, request: Request) -> Response:
-        token = self._admitted(endpoint, request)
-        if isinstance(token, Response):
-            return token
+        admitted = await self._admitted(endpoint, request)
+        if isinstance(admitted, Response):
+            return admitted
+        token, credential = admitted
         try:
             return await self._serve(endpoint, request, token)
         except Exception as exc:
             return self.refusal(endpoint, exc)
         finally:
-            self._leave()
+            self._leave(credential.credential_id)
 
     async def mcp_request(
         self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send
     ) -> int:
-        """``POST /mcp``: checked as an agent route (token, bound, credential, the plan
-        a query names), then served by the MCP gate for the credential's plan. Answers
-        the HTTP status sent (0: none, the client went away first)."""
+        """``POST /mcp``: checked as an agent route (token, credential, bounds, the plan
+        a query names, the message read within the deadline), then served by the MCP
+        gate for the credential's plan. Answers the HTTP status sent (0: none, the client
+        went away first)."""
         status = 0
 
         async def sending(message: Message) -> None:
@@ -269,30 +324,28 @@ class Service:
             await send(message)
 
         request = Request(scope, receive)
-        token = self._admitted(endpoint, request)
-        if isinstance(token, Response):
-            await token(scope, receive, sending)
+        admitted = await self._admitted(endpoint, request)
+        if isinstance(admitted, Response):
+            await admitted(scope, receive, sending)
             return status
-        slot = Slot(self._leave)
+        _token, credential = admitted
+        slot = Slot(lambda: self._leave(credential.credential_id))
         try:
             try:
-                query = _query(endpoint, request)
-                credential: CredentialState = await self.in_thread(
-                    lambda plane: credential_for(plane, token)
-                )
-                check_plan(credential, query.get("plan"))
+                check_plan(credential, _query(endpoint, request).get("plan"))
+                message = await self._body_within(request)
             except Exception as exc:
                 await self.refusal(endpoint, exc)(scope, receive, sending)
                 return status
             checked = {**scope, SCOPE_PLAN: credential.plan_id, SCOPE_SLOT: slot}
-            await self.mcp.handle(checked, receive, sending)
+            await self.mcp.handle(checked, _replayed(message, receive), sending)
             return status
         finally:
             slot.release()
 
     async def _serve(self, endpoint: Endpoint, request: Request, token: str) -> Response:
         query = _query(endpoint, request)
-        data = await _read_body(request)
+        data = await self._body_within(request)
         hook, unknown = endpoint.hook, _unknown_tools(query)
         run = endpoint.run
 
@@ -345,6 +398,33 @@ class Service:
 
     async def openapi_json(self, _request: Request) -> Response:
         return Response(self.openapi, media_type="application/json")
+
+
+def body_timeout() -> float:
+    """``EVIDENCE_BODY_TIMEOUT`` (seconds, > 0), else ``DEFAULT_BODY_TIMEOUT_S``."""
+    given = os.environ.get(BODY_TIMEOUT_ENV, "").strip()
+    try:
+        seconds = float(given) if given else DEFAULT_BODY_TIMEOUT_S
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise LedgerOpenError(f"{BODY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600")
+    return seconds
+
+
+def _replayed(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` (read already) as the request's one message,
+    then whatever the connection says next (its disconnect)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 def _unknown_tools(query: dict[str, str]) -> UnknownTools:

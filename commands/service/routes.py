@@ -188,12 +188,11 @@ JSONRPC_ERROR = {
         },
     },
 }
-# What the MCP transport (the SDK's) answers itself on /mcp, with a JSON-RPC error body
-# (413: plain text), before any message reaches the gate; nothing appended.
+# What the MCP transport (the SDK's) answers itself on /mcp, with a JSON-RPC error body,
+# before any message reaches the gate; nothing appended.
 MCP_TRANSPORT_ERRORS: dict[int, str] = {
     400: "not a JSON-RPC message of MCP (a parse error, an invalid request); nothing appended",
     406: "the Accept header does not include application/json and text/event-stream",
-    413: "the body is larger than the cap on agent bytes (EVIDENCE_MAX_AGENT_BYTES); text/plain",
     415: "the body is not application/json",
 }
 
@@ -439,17 +438,22 @@ ERRORS: dict[Access, dict[int, str]] = {
         401: "no credential, or one the plane does not accept (malformed, unknown, revoked, "
         "expired, not signed by an operator); nothing appended",
         403: "the request names a plan other than the credential's; nothing appended",
+        408: "the body did not arrive within EVIDENCE_BODY_TIMEOUT seconds; nothing appended",
         409: "refused: a step the plan's state does not allow (or a forged or spent token); "
         "nothing appended",
         413: "the body is larger than the cap on agent bytes (EVIDENCE_MAX_AGENT_BYTES)",
         422: "the body or the query breaks the input rules or its closed schema (the "
         "deviations listed); nothing appended",
-        500: "a defect of the service (see its log)",
-        503: "too many operations in flight (Retry-After), or the database does not answer; "
+        429: "the credential already holds its share of the in-flight bound (Retry-After); "
         "nothing started",
+        500: "a defect of the service (see its log)",
+        503: "too many operations in flight or requests waiting for their credential's check "
+        "(Retry-After), or the database does not answer; nothing started",
     },
 }
-ERRORS["mcp"] = {status: ERRORS["agent"][status] for status in (401, 403, 422, 500, 503)} | {
+ERRORS["mcp"] = {
+    status: ERRORS["agent"][status] for status in (401, 403, 408, 413, 422, 429, 500, 503)
+} | {
     422: "the query names a parameter other than plan; nothing appended",
     500: "a defect of the service (see its log); a fault inside a message's handling is a "
     "JSON-RPC error instead",
