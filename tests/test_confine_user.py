@@ -74,20 +74,26 @@ def secret(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(where)
 
 
-def _whoami(plane: Plane) -> dict[str, str]:
+def _called(plane: Plane, name: str, command: list[str], **extra: object) -> dict[str, str]:
+    """Register ``command`` as tool ``name`` (its output: an object of strings), call it
+    in P-1 and answer what it printed."""
     register_tool(
         plane,
         {
-            "name": "whoami",
-            "command": ["/bin/sh", "-c", WHOAMI],
+            "name": name,
+            "command": command,
             "input_schema": {"type": "object"},
             "output_schema": {"type": "object", "additionalProperties": {"type": "string"}},
-            "writes": True,
+            **extra,
         },
     )
-    report = call_tool(plane, "P-1", "whoami", {})
+    report = call_tool(plane, "P-1", name, {})
     assert report.ok, report
     return json.loads(report.output or b"")
+
+
+def _whoami(plane: Plane) -> dict[str, str]:
+    return _called(plane, "whoami", ["/bin/sh", "-c", WHOAMI], writes=True)
 
 
 def test_without_the_setting_a_program_runs_as_the_plane_and_reads_its_secret(
@@ -255,15 +261,5 @@ def test_the_services_own_unix_socket_is_out_of_reach_as_another_user(
         server.bind(str(path))
         server.listen(4)
         status_plan(plane, tmp_path, {})
-        register_tool(
-            plane,
-            {
-                "name": "dial",
-                "command": ["/usr/bin/python3", "-c", CONNECT_UNIX],
-                "input_schema": {"type": "object"},
-                "output_schema": {"type": "object", "additionalProperties": {"type": "string"}},
-            },
-        )
-        report = call_tool(plane, "P-1", "dial", {})
-        assert report.ok, report
-    assert json.loads(report.output or b"") == {"connect": expected}
+        found = _called(plane, "dial", ["/usr/bin/python3", "-c", CONNECT_UNIX])
+    assert found == {"connect": expected}

@@ -730,19 +730,22 @@ def test_run_validation_is_read_only_under_confinement(tmp_path: Path, probe: Pa
 
 # -- nothing outlives its call (issue 42) ------------------------------------------------
 
-DAEMON = r"""
-import os, signal, sys, time
-marker = sys.argv[1]
-if os.fork() == 0:  # a daemon: its own session, a second fork, deaf to polite signals
+# Starts a daemon holding ``marker`` in its command line: its own session, a second
+# fork, deaf to polite signals (a script's part: it needs os, signal, sys and marker).
+START_DAEMON = r"""
+if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)
         os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", marker])
     os._exit(0)
-time.sleep(0.2)
-print("started")
 """
+DAEMON = (
+    "import os, signal, sys, time\nmarker = sys.argv[1]\n"
+    + START_DAEMON
+    + 'time.sleep(0.2)\nprint("started")\n'
+)
 
 
 def _with_marker(marker: str) -> list[int]:

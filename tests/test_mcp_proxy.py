@@ -836,18 +836,14 @@ def test_the_plane_explains_itself_at_initialize(sqlite_url: str, tmp_path: Path
 # A stdio upstream that starts a daemon (its own session, a double fork, deaf to polite
 # signals) and then becomes the test server: the agent's session with the proxy is
 # the upstream's session, and nothing of it may outlive that session.
-SPAWN_THEN_SERVE = r"""
-import os, signal, sys
-marker, server, log = sys.argv[1:4]
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(sig, signal.SIG_IGN)
-        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", marker])
-    os._exit(0)
-os.execv(sys.executable, [sys.executable, server, log])
-"""
+def _spawn_then_serve() -> str:
+    from tests.test_landlock import START_DAEMON
+
+    return (
+        "import os, signal, sys\nmarker, server, log = sys.argv[1:4]\n"
+        + START_DAEMON
+        + "os.execv(sys.executable, [sys.executable, server, log])\n"
+    )
 
 
 @slow
@@ -861,7 +857,7 @@ def test_what_an_upstream_starts_ends_with_the_agents_session(
     _setup(sqlite_url)
     marker = f"evidence-session-{uuid.uuid4().hex}"
     spawner = tmp_path / "spawner.py"
-    spawner.write_text(SPAWN_THEN_SERVE)
+    spawner.write_text(_spawn_then_serve())
     upstream = ["--", sys.executable, str(spawner), marker, str(SERVER)]
     upstream.append(str(_logged(tmp_path / "calls.jsonl")))
     seen: dict[str, Any] = {}

@@ -21,20 +21,15 @@ from commands.plane import CommandRefused, Plane
 from commands.plane.registry import register_tool, register_validation
 from commands.plane.runs import call_tool, validate_plan
 from commands.runner.confine import Confinement, landlock_abi
+from tests import test_landlock
 from tests.helpers import invoke, status_plan
-from tests.test_landlock import OPS, PROBE, RESULTS, _probe
+from tests.test_landlock import OPS, RESULTS, _probe
+
+probe = test_landlock.probe  # the probe script's fixture, shared
 
 needs_tcp_rules = pytest.mark.skipif(
     landlock_abi() < 4, reason="Landlock's TCP rules need ABI 4 (Linux 6.7); this kernel's is older"
 )
-
-
-@pytest.fixture
-def probe(tmp_path: Path) -> Path:
-    tools = tmp_path / "tools"
-    tools.mkdir()
-    (tools / "probe.py").write_text(PROBE)
-    return tools / "probe.py"
 
 
 @pytest.fixture
@@ -222,29 +217,19 @@ def test_a_proxy_upstream_reaches_what_the_operator_declared_for_its_command(
     operator's registration of that very command grants it reach."""
     server = [sys.executable, "-m", "some_mcp_server"]
     with Plane.open(sqlite_url) as plane:
-        register_tool(
-            plane,
-            {
-                "name": "fetch",
-                "mcp_server": "web",
-                "mcp_tool_name": "fetch",
-                "mcp_command": server,
-                "input_schema": {"type": "object"},
-                "network": {"connect": [443]},
-            },
-        )
-        register_tool(
-            plane,
-            {
-                "name": "listed",
-                "source": "mcp:web",
-                "mcp_server": "web",
-                "mcp_tool_name": "listed",
-                "mcp_command": server,
-                "input_schema": {"type": "object"},
-                "network": {"connect": [5432]},
-            },
-        )
+        for name, source, port in (("fetch", "", 443), ("listed", "mcp:web", 5432)):
+            register_tool(
+                plane,
+                {
+                    "name": name,
+                    "source": source,  # "mcp:…": listed by the server itself
+                    "mcp_server": "web",
+                    "mcp_tool_name": name,
+                    "mcp_command": server,
+                    "input_schema": {"type": "object"},
+                    "network": {"connect": [port]},
+                },
+            )
         declared = _upstream_confinement(plane, None, server)
         other = _upstream_confinement(plane, None, [*server, "--more"])
     assert (declared.connect, declared.bind) == ((443,), ())
