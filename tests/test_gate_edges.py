@@ -91,11 +91,18 @@ def test_the_service_gates_an_output_by_the_registered_schema_first(
     with _plane_with(sqlite_url, search={"type": "object"}) as plane:
         assert gate_input(plane, "P-1", "search", {}, step="s1").passed
         token = issue_credential(plane, "P-1", ttl=timedelta(hours=1)).token
+    auth = {"Authorization": f"Bearer {token}"}
     with TestClient(create_app(sqlite_url)) as client:
-        answer = client.post(
+        # a step's own schema (`{}` would pass anything) is not accepted through the
+        # service at all: refused, nothing compiled, nothing recorded
+        own = client.post(
             "/v1/gate/output",
-            headers={"Authorization": f"Bearer {token}"},
+            headers=auth,
             json={"step": "s1", "output": {"hits": 3}, "schema": {}},
+        )
+        assert own.status_code == 422 and "/schema" in own.text, own.text
+        answer = client.post(
+            "/v1/gate/output", headers=auth, json={"step": "s1", "output": {"hits": 3}}
         )
     gate = answer.json()["gate"]
     assert gate["verdict"] == "fail", gate
