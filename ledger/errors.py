@@ -1,5 +1,18 @@
-"""Errors a caller can cause. Every one of them leaves the ledger unchanged; the CLI
-prints ``error: <message>`` and exits 2 for all of them."""
+"""Errors a caller can cause, and the database's conditions the ledger names itself.
+Every one of them leaves the ledger unchanged; the CLI prints ``error: <message>`` and
+exits 2 for all of them; the service answers 409, or 503 with ``Retry-After`` for a
+``LedgerUnavailable``.
+
+    LedgerError
+    ├── LedgerURLError, LedgerOpenError (LedgerSchemaError), InvalidEventError,
+    │   ConcurrencyError, DuplicateEventError, UnknownEventTypeError …
+    ├── LedgerUnavailable       the database cannot serve now: retry
+    │   └── LedgerBusy          another writer held the lock past the wait
+    └── LedgerStorageError      the storage refuses (a read-only file, a full disk)
+
+A driver's error (sqlite3, psycopg, SQLAlchemy's wrappers) becomes one of the last three
+where the store touches the driver (``Backend.translate``); one it does not know is a
+defect and goes up as it is."""
 
 from __future__ import annotations
 
@@ -44,3 +57,19 @@ class DuplicateEventError(LedgerError):
 
 class UnknownEventTypeError(LedgerError):
     """A stored event's type (or version) is not one this code knows how to read."""
+
+
+class LedgerUnavailable(LedgerError):
+    """The database cannot serve the request now (a lost connection, a lock held past
+    the wait): nothing was changed, and the same request may succeed later."""
+
+    retry_after_s = 1
+
+
+class LedgerBusy(LedgerUnavailable):
+    """Another writer held the ledger's lock past the wait (``EVIDENCE_LOCK_WAIT``)."""
+
+
+class LedgerStorageError(LedgerError):
+    """The storage refuses the write (the database file is read-only here, the disk is
+    full): nothing was changed; retrying will not help until it is fixed."""

@@ -707,7 +707,7 @@ class Store:
     def _transaction(self, *, write: bool = False, snapshot: bool = False) -> Iterator[Connection]:
         """A transaction; ``snapshot`` when several statements must see one moment;
         ``write`` takes the write lock at BEGIN where the database needs it (SQLite)."""
-        with self.engine.connect() as conn:
+        with self._driver_errors(), self.engine.connect() as conn:
             options = self._backend.transaction_options(write=write, snapshot=snapshot)
             if options:
                 conn = conn.execution_options(**options)
@@ -737,7 +737,7 @@ class Store:
         # microseconds, several times that right after the previous commit's fsync.
         tx: WriteTx | None = None
         try:
-            with self._write_cursor() as (cursor, aux):
+            with self._driver_errors(), self._write_cursor() as (cursor, aux):
                 tx = WriteTx(self, cursor, aux)
                 rows = tx._append_prepared(appends, prepared, blob_list)
         except self._integrity_error as exc:
@@ -757,7 +757,7 @@ class Store:
         tx: WriteTx | None = None
         view = tails.claim() if tails is not None else None
         try:
-            with self._write_cursor() as (cursor, aux):
+            with self._driver_errors(), self._write_cursor() as (cursor, aux):
                 tx = WriteTx(self, cursor, aux, view)
                 yield tx
         except BaseException as exc:
@@ -775,6 +775,21 @@ class Store:
         """A unique violation on ``event_id``: which of the ids are already stored."""
         if "event_id" in str(exc) and tx is not None and tx._event_ids:
             raise DuplicateEventError(self._existing_ids(tx._event_ids)) from None
+
+    @contextmanager
+    def _driver_errors(self) -> Iterator[None]:
+        """The one place a driver's error becomes the ledger's own (``Backend.translate``:
+        a lock held past the wait, a lost connection, a read-only file, a full disk); one
+        the backend does not know goes up as it is (a defect)."""
+        try:
+            yield
+        except LedgerError:
+            raise
+        except Exception as exc:
+            mapped = self._backend.translate(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
 
     @contextmanager
     def _write_cursor(self) -> Iterator[tuple[Any, Any]]:
@@ -1055,7 +1070,8 @@ class Store:
         driver = driver_connection(raw)
         if not self._backend.in_transaction(driver):
             try:
-                return self._backend.read_statement(driver, sql, params)
+                with self._driver_errors():
+                    return self._backend.read_statement(driver, sql, params)
             except BaseException:
                 if getattr(driver, "broken", False) or getattr(driver, "closed", False):
                     self._drop_writer(raw)

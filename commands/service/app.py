@@ -67,7 +67,7 @@ from commands.rules.signing import plane_key_path
 from commands.schemas.checker import check
 from commands.text import inert
 from ledger import LedgerError
-from ledger.errors import LedgerOpenError
+from ledger.errors import LedgerOpenError, LedgerUnavailable
 from ledger.events import Deviation
 from ledger.intake import LIMITS, InputError, limit_bytes, parse_json
 from ledger.keys import fingerprint, load_private_key
@@ -208,6 +208,10 @@ class Service:
             return self.error(endpoint, 413 if exc.rule == "size" else 422, str(exc))
         if isinstance(exc, LedgerOpenError):
             return self.error(endpoint, 503, str(exc))
+        if isinstance(exc, LedgerUnavailable):  # transient: the same request may pass later
+            return self.error(
+                endpoint, 503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}
+            )
         if isinstance(exc, LedgerError):  # CommandRefused and the store's refusals
             return self.error(endpoint, 409, str(exc))
         if isinstance(exc, sqlalchemy.exc.DBAPIError):

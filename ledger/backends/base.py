@@ -10,6 +10,7 @@ sees one moment, how the raw log is scanned, and the schema's backend-only extra
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -19,9 +20,24 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ..errors import LedgerError
+from ..errors import LedgerError, LedgerURLError
 
-__all__ = ["HEAD_SQL", "Backend", "HeadAndVersions", "driver_connection"]
+__all__ = ["HEAD_SQL", "Backend", "HeadAndVersions", "driver_connection", "lock_wait_s"]
+
+LOCK_WAIT_ENV = "EVIDENCE_LOCK_WAIT"  # seconds a writer waits for the ledger's lock
+
+
+def lock_wait_s() -> float:
+    """``EVIDENCE_LOCK_WAIT`` (seconds, 0 to 3600), else 60."""
+    given = os.environ.get(LOCK_WAIT_ENV, "").strip()
+    try:
+        seconds = float(given) if given else 60.0
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise LedgerURLError(f"{LOCK_WAIT_ENV} must be a number of seconds from 0 to 3600")
+    return seconds
+
 
 HEAD_SQL = "SELECT size, chain_hash, frontier FROM ledger_head WHERE id = 1"
 
@@ -58,6 +74,12 @@ class Backend(ABC):
     @abstractmethod
     def display_url(self, url: sa.URL) -> str:
         """Where the ledger lives, as shown to people: never with a password."""
+
+    def translate(self, exc: BaseException) -> LedgerError | None:
+        """The ledger's own error for a driver error of this backend (``exc``, or the
+        driver's error SQLAlchemy wraps as its ``orig``); None for one it does not know
+        (a defect: it goes up as it is)."""
+        return None
 
     @abstractmethod
     def transaction_options(self, *, write: bool, snapshot: bool) -> dict[str, Any]:

@@ -8,6 +8,7 @@ database's one write lock from its first statement: that lock is the ledger lock
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -17,8 +18,8 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
 
 from .. import tables
-from ..errors import LedgerOpenError, LedgerURLError
-from .base import HEAD_SQL, Backend, HeadAndVersions
+from ..errors import LedgerBusy, LedgerError, LedgerOpenError, LedgerStorageError, LedgerURLError
+from .base import HEAD_SQL, LOCK_WAIT_ENV, Backend, HeadAndVersions, lock_wait_s
 
 __all__ = ["APPEND_ONLY_DDL", "SQLiteBackend"]
 
@@ -61,6 +62,7 @@ class SQLiteBackend(Backend):
             parent = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(parent):
                 raise LedgerOpenError(f"cannot create {path}: directory {parent} does not exist")
+        wait_ms = lock_wait_s() * 1000
         engine = sa.create_engine(
             url.set(drivername="sqlite+pysqlite"),
             poolclass=sa.pool.StaticPool if memory else sa.pool.QueuePool,
@@ -72,7 +74,7 @@ class SQLiteBackend(Backend):
             # Take transaction control from the driver so BEGIN is ours (see _on_begin).
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA busy_timeout = 60000")
+            cur.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
             if not memory:
                 cur.execute("PRAGMA journal_mode = WAL")
             cur.execute("PRAGMA synchronous = FULL")
@@ -85,6 +87,22 @@ class SQLiteBackend(Backend):
             conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
         return engine
+
+    def translate(self, exc: BaseException) -> LedgerError | None:
+        found = getattr(exc, "orig", exc)
+        if not isinstance(found, sqlite3.OperationalError):
+            return None
+        text = str(found)
+        if "locked" in text or "busy" in text:
+            return LedgerBusy(
+                f"the ledger is locked by another writer past the wait ({lock_wait_s():g} s, "
+                f"{LOCK_WAIT_ENV}): retry"
+            )
+        if "readonly" in text:
+            return LedgerStorageError(f"the ledger's database cannot be written here ({text})")
+        if "full" in text or "disk I/O" in text:
+            return LedgerStorageError(f"the ledger's storage refused the write ({text})")
+        return None
 
     def display_url(self, url: sa.URL) -> str:
         path = url.database or ":memory:"
