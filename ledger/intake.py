@@ -124,6 +124,20 @@ class InputError(LedgerError):
         super().__init__(f"{source}{where}: {detail}")
 
 
+def env_seconds(name: str, default: float, *, zero: bool = False) -> float:
+    """The seconds the environment variable ``name`` sets (more than 0, or 0 too where
+    ``zero``; at most an hour), else ``default``; refused (``LedgerError``) otherwise."""
+    given = os.environ.get(name, "").strip()
+    try:
+        seconds = float(given) if given else default
+    except ValueError:
+        seconds = math.nan
+    if not ((seconds >= 0 if zero else seconds > 0) and seconds <= 3600):
+        low = "0" if zero else "more than 0"
+        raise LedgerError(f"{name} must be a number of seconds from {low} to 3600")
+    return seconds
+
+
 # -- bytes ------------------------------------------------------------------------------
 
 

@@ -69,7 +69,7 @@ from commands.text import inert
 from ledger import LedgerError
 from ledger.errors import LedgerOpenError, LedgerUnavailable
 from ledger.events import Deviation
-from ledger.intake import LIMITS, InputError, limit_bytes, parse_json
+from ledger.intake import LIMITS, InputError, env_seconds, limit_bytes, parse_json
 from ledger.keys import fingerprint, load_private_key
 from ledger.store import url_identity
 
@@ -406,14 +406,7 @@ class Service:
 
 def body_timeout() -> float:
     """``EVIDENCE_BODY_TIMEOUT`` (seconds, > 0), else ``DEFAULT_BODY_TIMEOUT_S``."""
-    given = os.environ.get(BODY_TIMEOUT_ENV, "").strip()
-    try:
-        seconds = float(given) if given else DEFAULT_BODY_TIMEOUT_S
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds <= 3600:
-        raise LedgerOpenError(f"{BODY_TIMEOUT_ENV} must be a number of seconds from 0 to 3600")
-    return seconds
+    return env_seconds(BODY_TIMEOUT_ENV, DEFAULT_BODY_TIMEOUT_S)
 
 
 def _replayed(body: bytes, receive: Receive) -> Receive:

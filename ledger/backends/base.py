@@ -10,7 +10,6 @@ sees one moment, how the raw log is scanned, and the schema's backend-only extra
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -20,7 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ..errors import LedgerError, LedgerURLError
+from ..errors import LedgerError
+from ..intake import env_seconds
 
 __all__ = ["HEAD_SQL", "Backend", "HeadAndVersions", "driver_connection", "lock_wait_s"]
 
@@ -29,14 +29,7 @@ LOCK_WAIT_ENV = "EVIDENCE_LOCK_WAIT"  # seconds a writer waits for the ledger's 
 
 def lock_wait_s() -> float:
     """``EVIDENCE_LOCK_WAIT`` (seconds, 0 to 3600), else 60."""
-    given = os.environ.get(LOCK_WAIT_ENV, "").strip()
-    try:
-        seconds = float(given) if given else 60.0
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 3600:
-        raise LedgerURLError(f"{LOCK_WAIT_ENV} must be a number of seconds from 0 to 3600")
-    return seconds
+    return env_seconds(LOCK_WAIT_ENV, 60.0, zero=True)
 
 
 HEAD_SQL = "SELECT size, chain_hash, frontier FROM ledger_head WHERE id = 1"
