@@ -39,16 +39,17 @@ import importlib.util
 import json
 import os
 import resource
+import socket
+import socketserver
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,12 @@ def hook_command() -> list[str]:
     """The ``evidence-hook`` console script of this environment, else ``python -m``."""
     script = Path(sys.executable).with_name("evidence-hook")
     return [str(script)] if script.exists() else [sys.executable, "-m", "commands.hook_client"]
+
+
+class _UnixStub(socketserver.UnixStreamServer):
+    def get_request(self) -> tuple[Any, Any]:
+        conn, _ = self.socket.accept()
+        return conn, ("local", 0)  # BaseHTTPRequestHandler wants a (host, port)
 
 
 class _Stub(BaseHTTPRequestHandler):
@@ -116,11 +123,12 @@ def cases(url: str, stub: str, service: str | None) -> dict[str, list[str]]:
 
 
 @contextmanager
-def service(url: str, cwd: str, env: dict[str, str]) -> Iterator[str]:
-    """``evidence serve`` on the ledger ``url`` (a free loopback port): its base URL,
-    once it is ready; stopped (SIGTERM, drained) at the end."""
+def service(url: str, cwd: str, env: dict[str, str], path: Path) -> Iterator[str]:
+    """``evidence serve`` on the ledger ``url`` at the unix socket ``path`` (the hook
+    sends its credential to no plain http port): its URL, once it is ready; stopped
+    (SIGTERM, drained) at the end."""
     proc = subprocess.Popen(
-        [*evidence_command(), "serve", "--db", url, "--port", "0"],
+        [*evidence_command(), "serve", "--db", url, "--uds", str(path)],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -130,17 +138,19 @@ def service(url: str, cwd: str, env: dict[str, str]) -> Iterator[str]:
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        if not line.startswith("listening on http://"):
+        if not line.startswith("listening on unix:"):
             raise SystemExit(f"evidence serve did not start: {line!r}")
-        base = line.split(" ", 2)[2].strip()
         for _ in range(600):
             try:
-                with urllib.request.urlopen(base + "/readyz", timeout=5) as ready:
-                    if ready.status == 200:
+                with socket.socket(socket.AF_UNIX) as probe:
+                    probe.connect(str(path))
+                    probe.sendall(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                    if probe.recv(64).startswith(b"HTTP/1.1 200"):
                         break
             except OSError:
-                time.sleep(0.05)
-        yield base
+                pass
+            time.sleep(0.05)
+        yield f"unix:{path}"
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -208,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     env["PYTHONPATH"] = REPO  # the checkout this script is in, as the other benches
     env["EVIDENCE_CREDENTIAL"] = "bench-token"  # the stub takes any
-    stub = HTTPServer(("127.0.0.1", 0), _Stub)
+    # the sockets in a directory only this user may write, as evidence-hook demands
+    private = tempfile.TemporaryDirectory(prefix="evb-", dir=Path.home())
+    stub = _UnixStub(str(Path(private.name) / "stub.sock"), _Stub)
     threading.Thread(target=stub.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         with tempfile.TemporaryDirectory(prefix="evb-") as tmp, ExitStack() as stack:
@@ -217,8 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             served = None
             if with_service:
                 env["EVIDENCE_CREDENTIAL"] = issue_credential(url, tmp, env)
-                served = stack.enter_context(service(url, tmp, env))
-            commands = cases(url, f"http://127.0.0.1:{stub.server_address[1]}", served)
+                served = stack.enter_context(
+                    service(url, tmp, env, Path(private.name) / "serve.sock")
+                )
+            commands = cases(url, f"unix:{stub.server_address}", served)
             samples: dict[str, list[float]] = {name: [] for name in commands}
             cpu: dict[str, list[float]] = {name: [] for name in commands}
             for round_ in range(args.warmup + args.runs):
@@ -230,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stub.shutdown()
         stub.server_close()
+        private.cleanup()
 
     base = statistics.median(samples["python -c pass"])
     rows: list[dict[str, Any]] = []

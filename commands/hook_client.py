@@ -18,6 +18,14 @@ The token comes from ``$EVIDENCE_CREDENTIAL`` or the file ``$EVIDENCE_CREDENTIAL
 names, never from the command line (every user sees argv in ``ps``). Redirects are not
 followed (the token goes to the server named and nowhere else), and no proxy is used.
 
+The token goes only to a server that has shown who it is, since any local user may bind
+a free port first: to a unix socket (``unix:PATH``) that only its owner or root could
+have put there — every directory the path goes through belongs to root or that owner
+and no one else may write to it — and whose listening process the kernel says runs as
+that owner or root (``SO_PEERCRED``); or over https, to a certificate the system's
+authorities or the one ``$EVIDENCE_SERVER_CA`` names vouch for. Plain ``http://`` is
+refused before anything is sent.
+
 Start-up is the point of this module: an agent CLI starts one hook process per tool
 call and hook, so it imports only the standard library modules a socket needs
 (``socket``, ``json``; ``os``, ``sys``, ``time`` and ``urllib.parse`` are loaded by
@@ -33,6 +41,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from urllib.parse import urlsplit
@@ -47,6 +56,7 @@ EXIT_BLOCK = 2
 
 _KIB = 1024
 _MIB = 1024 * _KIB
+SERVER_CA_ENV = "EVIDENCE_SERVER_CA"  # the one authority an https service is checked by
 AGENT_CAP_ENV = "EVIDENCE_MAX_AGENT_BYTES"  # the in-process hook's cap on its stdin, too
 DEFAULT_AGENT_CAP = 16 * _MIB
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -67,7 +77,8 @@ and records the call; exit 0 lets the call go on, exit 2 blocks it (the reasons 
 stderr). Any failure to get the service's answer blocks the call too.
 
 options:
-  --server URL            the evidence service (default: $EVIDENCE_SERVER)
+  --server URL            the evidence service: unix:PATH or https://… (default:
+                          $EVIDENCE_SERVER)
   --unknown-tools MODE    a tool the registry does not know: deny (default) blocks it,
                           record lets it through and records its call
   --timeout S             seconds to wait for the answer (default {DEFAULT_TIMEOUT:g}); keep it
@@ -75,7 +86,8 @@ options:
   -h, --help              this text
 
 environment:
-  EVIDENCE_SERVER           the service's URL (http:// or https://)
+  EVIDENCE_SERVER           the service: unix:PATH (its socket) or https://HOST…
+  EVIDENCE_SERVER_CA        trust only this certificate (PEM) for an https service
   EVIDENCE_CREDENTIAL       the agent credential an operator issued for the plan
   EVIDENCE_CREDENTIAL_FILE  or a file holding it (never on the command line)
   EVIDENCE_MAX_AGENT_BYTES  the cap on the hook input (default 16 MiB)
@@ -99,14 +111,17 @@ class _Options:
 
 
 class _Server:
-    """Where the hook is posted: ``url`` as shown in messages, the socket address, the
-    ``Host`` header and the path prefix the hook paths go under."""
+    """Where the hook is posted: ``url`` as shown in messages, the socket address (a
+    unix socket's path, or host and port), the ``Host`` header and the path prefix the
+    hook paths go under."""
 
-    __slots__ = ("host", "netloc", "path", "port", "tls", "url")
+    __slots__ = ("host", "netloc", "path", "port", "tls", "unix", "url")
 
-    def __init__(self, url: str, tls: bool, host: str, port: int, netloc: str, path: str):
+    def __init__(
+        self, url: str, tls: bool, host: str, port: int, netloc: str, path: str, unix: str = ""
+    ):
         self.url, self.tls, self.host, self.port = url, tls, host, port
-        self.netloc, self.path = netloc, path
+        self.netloc, self.path, self.unix = netloc, path, unix
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,6 +252,13 @@ def _server(given: str | None) -> _Server:
     where = "--server" if given is not None else "EVIDENCE_SERVER"
     if not url.isascii() or any(c <= " " or c == "\x7f" for c in url):
         raise Blocked(f"{where} {url[:200]!r} is not a URL (spaces, controls or non-ASCII)")
+    if url.startswith("unix:"):
+        if not url.startswith("unix:/"):
+            raise Blocked(
+                f"{where} {url[:200]!r}: unix: takes an absolute path "
+                "(unix:/run/evidence/serve.sock)"
+            )
+        return _Server(url, False, "localhost", 0, "localhost", "", unix=url[len("unix:") :])
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -248,7 +270,13 @@ def _server(given: str | None) -> _Server:
             "EVIDENCE_CREDENTIAL or EVIDENCE_CREDENTIAL_FILE"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Blocked(f"{where} {url[:200]!r} is not an http:// or https:// URL")
+        raise Blocked(f"{where} {url[:200]!r} is not a unix:PATH or an https:// URL")
+    if parts.scheme == "http":
+        raise Blocked(
+            f"{where} {url[:200]!r} is plain http://: the credential would go to whatever "
+            "listens on that port, another user's program if it bound the port first; use "
+            "unix:PATH (evidence serve --uds PATH) or https://"
+        )
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         raise Blocked(f"{where} {url[:200]!r} must not carry a query or a fragment")
     tls = parts.scheme == "https"
@@ -413,7 +441,7 @@ def _exchange(
         "Accept: application/json\r\nUser-Agent: evidence-hook\r\nConnection: close\r\n\r\n"
     ).encode("ascii")
     try:
-        sock = socket.create_connection((server.host, server.port), timeout=options.timeout)
+        sock = _connect(server, options.timeout)
     except TimeoutError:
         raise Blocked(f"{where} is unreachable (no connection in {options.timeout:g} s)") from None
     except OSError as exc:
@@ -451,12 +479,104 @@ def _tls(sock: socket.socket, server: _Server, deadline: float) -> socket.socket
     import ssl  # only an https server pays for it
 
     where = f"the evidence service at {server.url}"
+    pinned = os.environ.get(SERVER_CA_ENV, "")
+    try:  # a pinned authority replaces the system's: the service's certificate, or its CA
+        context = ssl.create_default_context(cafile=pinned or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise Blocked(f"cannot load {SERVER_CA_ENV} {pinned[:200]!r} ({_why(exc)})") from None
     sock.settimeout(_left(deadline))
     try:
-        return ssl.create_default_context().wrap_socket(sock, server_hostname=server.host)
+        return context.wrap_socket(sock, server_hostname=server.host)
     except ssl.SSLError as exc:
         reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
         raise Blocked(f"{where}: the TLS handshake failed ({reason})") from None
+
+
+# -- who answers: a unix socket only its service's user could have put there ------------
+
+
+def _connect(server: _Server, timeout: float) -> socket.socket:
+    """A connection to the service, over TCP or to its unix socket; the socket only if no
+    one but its owner (or root) could have put it where it is, and only if the process
+    listening on it runs as that owner (or root). Nothing has been sent yet."""
+    if not server.unix:
+        return socket.create_connection((server.host, server.port), timeout=timeout)
+    where = f"the evidence service at {server.url}"
+    try:
+        path, directories = resolve(server.unix)
+    except FileNotFoundError:
+        raise Blocked(f"{where} is unreachable (no socket at {server.unix})") from None
+    info = os.lstat(path)
+    if not stat.S_ISSOCK(info.st_mode):
+        raise Blocked(f"{where} is unreachable ({path} is not a socket)")
+    why = untrusted(directories, info.st_uid)
+    if why is not None:
+        raise Blocked(f"{where} is not trusted: {why}; nothing was sent")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        peer = peer_uid(sock)
+        if peer not in (info.st_uid, 0):
+            raise Blocked(
+                f"{where} is not trusted: the process listening runs as uid {peer}, not as "
+                f"the socket's owner (uid {info.st_uid}); nothing was sent"
+            )
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def resolve(path: str) -> tuple[str, list[str]]:
+    """The absolute ``path`` with every symbolic link followed, and each directory the
+    lookup read an entry of: whoever may write one of them could have pointed the path
+    at a socket of their own. ``OSError`` if a part is missing or the links loop."""
+    current, todo, hops = "/", [part for part in path.split("/") if part], 0
+    directories = ["/"]
+    while todo:
+        name = todo.pop(0)
+        if name in (".", ".."):
+            current = current if name == "." else os.path.dirname(current)
+            continue
+        if current not in directories:
+            directories.append(current)
+        candidate = os.path.join(current, name)
+        if not stat.S_ISLNK(os.lstat(candidate).st_mode):
+            current = candidate
+            continue
+        hops += 1
+        if hops > 40:
+            raise OSError(f"too many symbolic links in {path}")
+        target = os.readlink(candidate)
+        current = "/" if target.startswith("/") else current
+        todo[:0] = [part for part in target.split("/") if part]
+    return current, directories
+
+
+def untrusted(directories: list[str], owner: int) -> str | None:
+    """Why another user than ``owner`` (and root) could place or replace a socket under
+    ``directories``: one of them belongs to someone else, or its group or everyone may
+    write to it (a sticky ``/tmp`` too: a name there is whoever's takes it first). None
+    when no one else could."""
+    for directory in directories:
+        info = os.lstat(directory)
+        if info.st_uid not in (0, owner):
+            return (
+                f"{directory} belongs to uid {info.st_uid}, neither root nor the socket's "
+                f"owner (uid {owner})"
+            )
+        if info.st_mode & 0o022:
+            who = "everyone" if info.st_mode & 0o002 else "its group"
+            return f"{directory} is writable by {who} (mode {info.st_mode & 0o7777:o})"
+    return None
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The user the process at the other end of a unix socket ran as when it listened
+    (or connected): the kernel's word, ``SO_PEERCRED``'s pid, uid, gid."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    return int.from_bytes(creds[4:8], sys.byteorder)
 
 
 def _why(exc: OSError) -> str:

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -157,6 +160,29 @@ def _plane_key(tmp_path_factory, monkeypatch) -> None:
     monkeypatch.setenv("EVIDENCE_PLANE_KEY", str(key_dir / "plane.key"))
     # and its state directory (plans' sandboxes) too
     monkeypatch.setenv("EVIDENCE_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    """A fresh directory no other user could put a socket in (what ``evidence serve
+    --uds`` and ``evidence-hook`` demand): under the home directory, since a temp
+    directory's ``/tmp`` is writable by everyone."""
+    from commands.hook_client import resolve, untrusted
+
+    for base in (Path.home(), Path(f"/run/user/{os.geteuid()}")):
+        try:
+            real, directories = resolve(str(base))
+        except OSError:
+            continue
+        if untrusted([*directories, real], os.geteuid()) is None:
+            break
+    else:
+        pytest.fail("no directory only this user can write: home and /run/user are not")
+    directory = Path(tempfile.mkdtemp(prefix="evidence-test-", dir=real))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 # Under CI=true every property test is derandomized (the same examples on every run, no

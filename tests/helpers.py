@@ -38,6 +38,38 @@ def strategy(plan_id: str = "P-1", text: str = "fix the tests", revision: int = 
     return NewEvent(payload=StrategyRecorded(plan_id=plan_id, revision=revision, strategy=text))
 
 
+def unix_get(path: Path, target: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """``GET target`` from an HTTP server on the unix socket ``path``: status and body."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(
+            f"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
+        )
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def wait_ready(path: Path, seconds: float = 30.0) -> None:
+    """Until ``evidence serve --uds path`` answers ``/readyz`` with 200."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if unix_get(path, "/readyz")[0] == 200:
+                return
+        except (OSError, IndexError, ValueError):
+            pass
+        assert time.monotonic() < deadline, f"the service at {path} never became ready"
+        time.sleep(0.05)
+
+
 def run_cli(
     *args: str,
     cwd: Path | None = None,

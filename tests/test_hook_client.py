@@ -16,11 +16,11 @@ import io
 import ipaddress
 import json
 import os
+import socketserver
 import ssl
 import subprocess
 import sys
 import threading
-import time
 import tomllib
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from commands import hook_client
-from tests.helpers import run_cli
+from tests.helpers import run_cli, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "evc_agent.s3cr3t-Token_value"
@@ -52,11 +52,12 @@ Reply = Callable[[BaseHTTPRequestHandler], None]
 
 
 class Stub:
-    """A real HTTP/1.1 server on 127.0.0.1 answering with ``reply`` (default: let the
-    call go on); it keeps every request it got, and, while a client's ``pid`` is known,
-    that process's argv as ``ps`` shows it."""
+    """A real HTTP/1.1 server answering with ``reply`` (default: let the call go on): on
+    a unix socket in ``directory``, or with ``tls`` on 127.0.0.1 (the two ways a client
+    sends a credential). It keeps every request it got, and, while a client's ``pid``
+    is known, that process's argv as ``ps`` shows it."""
 
-    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, directory: Path | None = None, tls: ssl.SSLContext | None = None):
         self.requests: list[dict[str, Any]] = []
         self.reply: Reply = answer(200, {"exit": 0, "stderr": ""})
         self.release = threading.Event()  # ends every reply that waits
@@ -84,15 +85,25 @@ class Stub:
             def log_message(self, *args: object) -> None:
                 pass
 
-        class Server(ThreadingHTTPServer):
+        class Quiet:
             daemon_threads = True
 
             def handle_error(self, *args: object) -> None:
                 pass  # a client that left, a refused handshake: the test looks at the client
 
-        self.httpd = Server(("127.0.0.1", 0), Handler)
+        class Server(Quiet, ThreadingHTTPServer):
+            pass
+
+        class UnixServer(Quiet, socketserver.ThreadingUnixStreamServer):
+            pass
+
+        self.httpd: socketserver.BaseServer
         if tls is not None:
+            self.httpd = Server(("127.0.0.1", 0), Handler)
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        else:
+            assert directory is not None
+            self.httpd = UnixServer(str(directory / "serve.sock"), Handler)
         self.thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
@@ -100,8 +111,10 @@ class Stub:
 
     @property
     def url(self) -> str:
-        scheme = "https" if isinstance(self.httpd.socket, ssl.SSLSocket) else "http"
-        return f"{scheme}://127.0.0.1:{self.httpd.server_address[1]}"
+        address = self.httpd.server_address
+        if isinstance(address, str):
+            return f"unix:{address}"
+        return f"https://127.0.0.1:{address[1]}"
 
     def close(self) -> None:
         self.release.set()
@@ -129,15 +142,33 @@ def raw(data: bytes) -> Reply:
 
 
 @pytest.fixture
-def stub() -> Iterator[Stub]:
-    server = Stub()
+def stub(socket_dir: Path) -> Iterator[Stub]:
+    server = Stub(socket_dir)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def tls_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stub]:
+    """The stub over https with a certificate of its own, the one the client trusts."""
+    cert = _self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, tmp_path / "key.pem")
+    monkeypatch.setenv("EVIDENCE_SERVER_CA", str(cert))
+    server = Stub(tls=tls)
     yield server
     server.close()
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (*CLIENT_ENV, "EVIDENCE_MAX_AGENT_BYTES", "SSL_CERT_FILE", "SSL_CERT_DIR"):
+    for name in (
+        *CLIENT_ENV,
+        "EVIDENCE_MAX_AGENT_BYTES",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "EVIDENCE_SERVER_CA",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("EVIDENCE_CREDENTIAL", TOKEN)
 
@@ -277,8 +308,9 @@ def test_the_hook_input_is_posted_unchanged_with_the_bearer_token(
 
 
 def test_the_server_from_the_environment_under_its_path_and_record(
-    stub: Stub, monkeypatch: pytest.MonkeyPatch
+    tls_stub: Stub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    stub = tls_stub  # a path prefix is a web server's (a TLS proxy's), not a socket's
     monkeypatch.setenv("EVIDENCE_SERVER", stub.url + "/plane/")
     assert hook(monkeypatch, "post-tool", "--unknown-tools", "record")[0] == 0
     assert stub.requests[0]["path"] == "/plane/v1/hooks/post-tool?unknown_tools=record"
@@ -403,15 +435,20 @@ def test_a_refusal_never_shows_the_credential(stub: Stub, monkeypatch: pytest.Mo
     assert TOKEN not in line
 
 
-def test_no_server_listening_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_server_listening_blocks(monkeypatch: pytest.MonkeyPatch, socket_dir: Path) -> None:
     import socket
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{free.getsockname()[1]}"
+        url = f"https://127.0.0.1:{free.getsockname()[1]}"
     blocked(hook(monkeypatch, "pre-tool", "--server", url), f"at {url} is unreachable (")
-    line = blocked(hook(monkeypatch, "pre-tool", "--server", "http://a..b"), "not a valid host")
-    assert "http://a..b is unreachable" in line
+    line = blocked(hook(monkeypatch, "pre-tool", "--server", "https://a..b"), "not a valid host")
+    assert "https://a..b is unreachable" in line
+    gone = f"unix:{socket_dir / 'serve.sock'}"
+    blocked(hook(monkeypatch, "pre-tool", "--server", gone), f"at {gone} is unreachable (no socket")
+    with socket.socket(socket.AF_UNIX) as stale:  # a socket file nothing listens on any more
+        stale.bind(str(socket_dir / "serve.sock"))
+    blocked(hook(monkeypatch, "pre-tool", "--server", gone), f"at {gone} is unreachable (")
 
 
 def test_no_answer_within_the_timeout_blocks(stub: Stub, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -458,7 +495,7 @@ def test_https_with_a_trusted_certificate_and_without(
     cert = _self_signed(tmp_path)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, tmp_path / "key.pem")
-    server = Stub(tls)
+    server = Stub(tls=tls)
     try:
         blocked(hook(monkeypatch, "pre-tool", "--server", server.url), "TLS handshake failed")
         assert server.requests == []
@@ -524,21 +561,23 @@ def test_over_the_cap_nothing_is_sent(stub: Stub, monkeypatch: pytest.MonkeyPatc
     [
         ((), {}, ("pre-tool or post-tool",)),
         (("pre-tool",), {}, ("no evidence service", "EVIDENCE_SERVER")),
-        (("pre-tool", "--server", "ftp://h"), {}, ("not an http:// or https:// URL",)),
+        (("pre-tool", "--server", "ftp://h"), {}, ("not a unix:PATH or an https:// URL",)),
         (("pre-tool", "--server", "http://u:pw@h"), {}, ("must not hold a user",)),
-        (("pre-tool", "--server", "http://h/?x=1"), {}, ("query",)),
-        (("pre-tool", "--server", "http://h:99999"), {}, ("not a URL",)),
-        (("pre-tool", "--server", "http://h/\x1b[2J"), {}, ("\\x1b[2J",)),
-        (("pre-tool", "--server", "http://h", "--timeout", "nan"), {}, ("--timeout",)),
-        (("pre-tool", "--server", "http://h", "--unknown-tools", "allow"), {}, ("deny or record",)),
+        (("pre-tool", "--server", "https://h/?x=1"), {}, ("query",)),
+        (("pre-tool", "--server", "https://h:99999"), {}, ("not a URL",)),
+        (("pre-tool", "--server", "https://h/\x1b[2J"), {}, ("\\x1b[2J",)),
+        (("pre-tool", "--server", "https://h", "--timeout", "nan"), {}, ("--timeout",)),
+        (("pre-tool", "--server", "https://h", "--unknown-tools", "all"), {}, ("deny or record",)),
+        (("pre-tool", "--server", "http://127.0.0.1:8750"), {}, ("plain http://", "unix:PATH")),
+        (("pre-tool", "--server", "unix:serve.sock"), {}, ("absolute path",)),
         (("pre-tool", "--token", "hunter2"), {}, ("no such option '--token'",)),
         (("pre-tool", "--token=hunter2"), {}, ("no such option '--token'",)),
         (("pre-tool", "post-tool"), {}, ("unexpected argument 'post-tool'",)),
         (("pre-tool", "--server"), {}, ("--server needs a value",)),
-        (("pre-tool", "--server=http://h"), {"EVIDENCE_CREDENTIAL": ""}, ("no credential",)),
-        (("pre-tool", "--server=http://h"), {"EVIDENCE_CREDENTIAL": "a b"}, ("not a bearer",)),
-        (("pre-tool", "--server=http://h"), {"EVIDENCE_CREDENTIAL_FILE": "/x"}, ("both",)),
-        (("pre-tool", "--server=http://h"), {"EVIDENCE_MAX_AGENT_BYTES": "lots"}, ("whole",)),
+        (("pre-tool", "--server=https://h"), {"EVIDENCE_CREDENTIAL": ""}, ("no credential",)),
+        (("pre-tool", "--server=https://h"), {"EVIDENCE_CREDENTIAL": "a b"}, ("not a bearer",)),
+        (("pre-tool", "--server=https://h"), {"EVIDENCE_CREDENTIAL_FILE": "/x"}, ("both",)),
+        (("pre-tool", "--server=https://h"), {"EVIDENCE_MAX_AGENT_BYTES": "lots"}, ("whole",)),
     ],
 )  # fmt: skip
 def test_a_bad_command_line_or_environment_blocks(
@@ -559,11 +598,11 @@ def test_an_unreadable_credential_file_blocks(
     monkeypatch.delenv("EVIDENCE_CREDENTIAL")
     monkeypatch.setenv("EVIDENCE_CREDENTIAL_FILE", str(tmp_path / "missing"))
     blocked(
-        hook(monkeypatch, "pre-tool", "--server", "http://h"), "cannot read the credential file"
+        hook(monkeypatch, "pre-tool", "--server", "https://h"), "cannot read the credential file"
     )
     (tmp_path / "empty").write_text("\n")
     monkeypatch.setenv("EVIDENCE_CREDENTIAL_FILE", str(tmp_path / "empty"))
-    blocked(hook(monkeypatch, "pre-tool", "--server", "http://h"), "is empty")
+    blocked(hook(monkeypatch, "pre-tool", "--server", "https://h"), "is empty")
 
 
 def test_a_fault_of_the_client_itself_blocks(stub: Stub, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -596,7 +635,7 @@ def test_a_real_process_exits_with_the_answer(stub: Stub) -> None:
 
 
 def test_a_real_process_blocks_when_nothing_answers() -> None:
-    code, out, err = finish(process("pre-tool", "--server", "http://127.0.0.1:9"))
+    code, out, err = finish(process("pre-tool", "--server", "https://127.0.0.1:9"))
     assert (code, out) == (2, "") and err.startswith("error: ") and err.count("\n") == 1
 
 
@@ -676,12 +715,11 @@ def _call(kind: str, use_id: str, query: Any, response: Any = None) -> bytes:
 
 
 @pytest.mark.slow  # a real `evidence serve` (uvicorn) in a subprocess
-def test_against_a_real_evidence_serve(tmp_path: Path) -> None:
+def test_against_a_real_evidence_serve(tmp_path: Path, socket_dir: Path) -> None:
     """The thin hook against ``evidence serve`` on a real ledger: a pass, a deviation
     blocked with the in-process hook's words, a recorded call, a replayed one refused,
     a bad credential refused; and the plan's stream holds what the hooks recorded."""
     import signal
-    import urllib.request
 
     import ledger
     from commands.plane import Plane
@@ -699,8 +737,9 @@ def test_against_a_real_evidence_serve(tmp_path: Path) -> None:
     assert issued.returncode == 0, issued.stderr
     token = json.loads(issued.stdout)["credential"]["token"]
     env = {k: v for k, v in os.environ.items() if k not in ("EVIDENCE_DB", *CLIENT_ENV)}
+    path = socket_dir / "serve.sock"
     serve = subprocess.Popen(
-        [sys.executable, "-m", "commands.cli", "serve", "--db", url, "--port", "0"],
+        [sys.executable, "-m", "commands.cli", "serve", "--db", url, "--uds", str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -709,16 +748,9 @@ def test_against_a_real_evidence_serve(tmp_path: Path) -> None:
     try:
         assert serve.stdout is not None
         line = serve.stdout.readline()
-        assert line.startswith("listening on http://"), line
-        base = line.split(" ", 2)[2].strip()
-        for _ in range(300):
-            try:
-                with urllib.request.urlopen(base + "/readyz", timeout=5) as ready:
-                    if ready.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.05)
-        client = {"EVIDENCE_SERVER": base, "EVIDENCE_CREDENTIAL": token}
+        assert line == f"listening on unix:{path}\n", line
+        wait_ready(path)
+        client = {"EVIDENCE_SERVER": f"unix:{path}", "EVIDENCE_CREDENTIAL": token}
 
         def thin(kind: str, stdin: bytes, **env: str) -> tuple[int, str, str]:
             return finish(process(kind, env={**client, **env}), stdin)

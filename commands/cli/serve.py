@@ -9,8 +9,10 @@ without one no credential can be issued or verified, and the service would be op
 whoever reaches the port with nothing to check them by.
 
 The socket is bound here (not by uvicorn) so a busy port is a refused start and
-``--port 0`` serves on a free port; the one line ``listening on http://HOST:PORT`` on
-stdout says where. Logs (uvicorn's and the service's) go to stderr.
+``--port 0`` serves on a free port; the one line ``listening on http://HOST:PORT`` (or
+``https://…``, or ``unix:PATH`` with ``--uds``) on stdout says where. Logs (uvicorn's
+and the service's) go to stderr. A unix socket is placed only where no other user could
+have put one (``commands.hook_client.untrusted``: the check its clients make too).
 
 SIGTERM or SIGINT: uvicorn stops accepting, waits for every request in flight (their
 plane transactions finish), the pool is closed, and the command exits 0.
@@ -28,6 +30,7 @@ import ipaddress
 import os
 import signal
 import socket
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -108,6 +111,68 @@ def _bind_one(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     return sock
 
 
+def _bind_unix(path: str) -> socket.socket:
+    """A listening unix socket at ``path``, refused where another user could put a
+    socket of their own in its place (the check ``evidence-hook`` makes before it
+    sends a credential), and where a service already listens. A socket file left by a
+    service that is gone is replaced. Every user may connect (mode 0666): who reaches
+    it is the directory's to say, and what they may do is their credential's."""
+    from commands.hook_client import resolve, untrusted
+
+    path = os.path.abspath(path)
+    directory = os.path.dirname(path)
+    try:
+        real, directories = resolve(directory)
+        if not os.path.isdir(real):
+            raise NotADirectoryError(f"{directory} is not a directory")
+        why = untrusted([*directories, real], os.geteuid())
+    except OSError as exc:
+        fail(f"--uds {inert(path)}: {exc.strerror or exc}")
+    if why is not None:
+        fail(
+            f"--uds {inert(path)}: {inert(why)}, so another user could put a socket of their "
+            "own there and receive the agents' credentials; use a directory only this user "
+            "or root can write (systemd's RuntimeDirectory=evidence makes /run/evidence)"
+        )
+    path = os.path.join(real, os.path.basename(path))
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            fail(f"--uds {inert(path)}: there is a file there that is not a socket")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # nothing listens: a stopped service's socket
+            else:
+                fail(f"cannot listen on {inert(path)}: a service is listening there")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o666)
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on {inert(path)}: {exc.strerror or exc}")
+    sock.set_inheritable(True)
+    sock.listen(2048)
+    return sock
+
+
+def _tls_files(cert: str | None, key: str | None) -> tuple[str, str] | None:
+    """The certificate chain and key for https, loaded once here so that a bad pair is a
+    refused start, not a failure in uvicorn's start-up."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        fail("--tls-cert and --tls-key go together: the certificate chain and its key")
+    import ssl
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        fail(f"cannot load --tls-cert {inert(cert)} with --tls-key {inert(key)}: {exc}")
+    return cert, key
+
+
 def _log_config() -> dict[str, object]:
     """uvicorn's logging, all of it on stderr (stdout carries the one listening line),
     with the service's own logger beside uvicorn's."""
@@ -177,17 +242,41 @@ def _holds_password(url: str | None) -> bool:
     show_default=True,
     help="Service processes sharing the port (one core of Python each).",
 )
+@click.option(
+    "--uds",
+    metavar="PATH",
+    default=None,
+    help="Listen on a unix socket at PATH instead of TCP; its directory writable by "
+    "this user or root only (clients check it before they send a credential).",
+)
+@click.option(
+    "--tls-cert",
+    metavar="FILE",
+    default=None,
+    help="Serve https on TCP with this certificate chain (PEM); with --tls-key.",
+)
+@click.option("--tls-key", metavar="FILE", default=None, help="The private key of --tls-cert.")
 @db_option
 @workdir_option
-def serve(host: str, port: int, max_in_flight: int | None, workers: int) -> None:
+def serve(
+    host: str,
+    port: int,
+    max_in_flight: int | None,
+    workers: int,
+    uds: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+) -> None:
     """Serve the plane over HTTP to agents holding a credential.
 
     Holds the plane key and the database; an agent calls its plan's gates, tools,
-    validations and hooks with `Authorization: Bearer TOKEN` (docs/service.md).
+    validations and hooks with `Authorization: Bearer TOKEN` (docs/service.md). Clients
+    send a credential only to a service that shows who it is: on a unix socket (--uds)
+    in a directory no one else can write, or over https (--tls-cert, or a TLS proxy).
 
     \b
     Examples:
-      evidence serve --db sqlite:////srv/evidence/evidence.db
+      evidence serve --db sqlite:////srv/evidence/evidence.db --uds /run/evidence/serve.sock
       evidence serve --db postgresql+psycopg://plane@db/evidence --workers 2
     """
     import uvicorn
@@ -211,16 +300,29 @@ def serve(host: str, port: int, max_in_flight: int | None, workers: int) -> None
             f"no plane key at {key}: run `evidence init` as the service's user, or set "
             "EVIDENCE_PLANE_KEY to the ledger's plane key"
         )
-    if not is_loopback(host) and not _has_operator(url, workdir):
+    context = click.get_current_context()
+    if uds is not None and any(
+        context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        for name in ("host", "port", "tls_cert", "tls_key")
+    ):
+        fail("--uds listens on a unix socket: give it without --host, --port or --tls-*")
+    tls = _tls_files(tls_cert, tls_key)
+    if uds is None and not is_loopback(host) and not _has_operator(url, workdir):
         fail(
             f"--host {inert(host)} is not loopback and the ledger has no active operator key: no "
             "credential can be issued or checked (run `evidence init --operator NAME`), "
             "so the service listens on loopback only"
         )
     limit = max_in_flight or DEFAULT_MAX_IN_FLIGHT
-    sockets = _bind(host, port, workers)
-    bound_host, bound_port = sockets[0].getsockname()[:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    if uds is not None:
+        # one socket all workers accept on (a unix socket has no SO_REUSEPORT spreading)
+        sockets = [_bind_unix(uds)] * workers
+        where = f"unix:{sockets[0].getsockname()}"
+    else:
+        sockets = _bind(host, port, workers)
+        bound_host, bound_port = sockets[0].getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        where = f"{'https' if tls else 'http'}://{shown}:{bound_port}"
 
     def run(sock: socket.socket) -> None:
         """One service process on its socket, until a stop has drained it."""
@@ -231,12 +333,20 @@ def serve(host: str, port: int, max_in_flight: int | None, workers: int) -> None
             # None: a stop waits for every request in flight, however long its tool runs.
             timeout_graceful_shutdown=None,
             server_header=False,
+            ssl_certfile=tls[0] if tls else None,
+            ssl_keyfile=tls[1] if tls else None,
         )
         with _graceful_signals():
             uvicorn.Server(config).run(sockets=[sock])
 
-    click.echo(f"listening on http://{shown}:{bound_port}")
+    click.echo(f"listening on {where}")
     sys.stdout.flush()
+    if uds is None and tls is None:
+        click.echo(
+            "note: plain http: evidence-hook sends no credential over it (any local user "
+            "who binds the port first would get it); serve agents with --uds or https",
+            err=True,
+        )
     try:
         if workers == 1:
             run(sockets[0])
@@ -249,6 +359,9 @@ def serve(host: str, port: int, max_in_flight: int | None, workers: int) -> None
     finally:
         for sock in sockets:
             sock.close()
+        if uds is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(where[len("unix:") :])
 
 
 def _run_workers(sockets: list[socket.socket], run: Callable[[socket.socket], None]) -> int:
