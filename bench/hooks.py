@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="evb-") as tmp, ExitStack() as stack:
             url = f"sqlite:///{Path(tmp) / 'ledger.db'}"
+            # the key where a deployment names it: the service refuses the developer layout
+            env["EVIDENCE_PLANE_KEY"] = os.environ["EVIDENCE_PLANE_KEY"] = f"{tmp}/plane.key"
             plan_in_execute(url, args.history)
             served = None
             if with_service:

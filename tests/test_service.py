@@ -956,6 +956,47 @@ def test_a_stalled_body_gives_its_place_up_and_one_agent_has_half_the_bound(
         assert server.stop() == 0, server.logged()
 
 
+@pytest.mark.slow
+def test_a_dripping_head_is_cut_at_the_header_deadline(real: tuple[str, Path]) -> None:
+    """A client sending its request line and headers a byte now and then holds a socket
+    before any admission can look at it: the head is due within EVIDENCE_HEADER_TIMEOUT
+    (408, closed), on a new connection and after each answer on a kept-alive one; a
+    whole head in time is served as ever."""
+    url, _root = real
+    server = Server(url, {"EVIDENCE_HEADER_TIMEOUT": "1"})
+    host, port = server.base.removeprefix("http://").rsplit(":", 1)
+
+    def dripped(sock: socket.socket, head: bytes) -> tuple[float, bytes]:
+        start = time.monotonic()
+        answer = b""
+        for byte in head:
+            try:
+                sock.sendall(bytes([byte]))
+                time.sleep(0.2)
+            except OSError:
+                break  # closed on us
+        sock.settimeout(10)
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return time.monotonic() - start, answer
+
+    head = b"GET /readyz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"y" * 40 + b"\r\n\r\n"
+    try:
+        with socket.create_connection((host, int(port))) as sock:
+            took, answer = dripped(sock, head)
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        assert b"EVIDENCE_HEADER_TIMEOUT" in answer and 0.9 < took < 5, took
+        with socket.create_connection((host, int(port))) as sock:  # kept alive, then slow
+            sock.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.settimeout(10)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            took, answer = dripped(sock, head)
+        assert answer.startswith(b"HTTP/1.1 408 ") and took < 5, answer
+        assert _get(server.base + "/readyz")[0] == 200
+    finally:
+        assert server.stop() == 0, server.logged()
+
+
 def _metric(base: str, name: str) -> float | None:
     with urllib.request.urlopen(base + "/metrics", timeout=30) as answer:
         for line in answer.read().decode().splitlines():

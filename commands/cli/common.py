@@ -78,11 +78,36 @@ def open_store(*, create: bool = False) -> ledger.Store:
         note_fresh_ledger(db_url())
     store = ledger.open(db_url(), create=create)
     click.get_current_context().call_on_close(store.close)
+    note_single_user_layout()
     return store
 
 
-def open_plane(*, create: bool = False) -> Plane:
-    """The store with its read models (opening them may rebuild or catch them up).
+def note_single_user_layout() -> None:
+    """One line on stderr, once per command, when the ledger is in the developer's
+    single-user layout (``signing.single_user_layout``): what it does not protect."""
+    import getpass
+
+    from commands.rules.signing import SINGLE_USER_DOC, single_user_layout
+
+    meta = click.get_current_context().find_root().meta
+    key = None if meta.get("evidence.layout-noted") else single_user_layout(db_url())
+    if key is None:
+        return
+    meta["evidence.layout-noted"] = True
+    user = getpass.getuser()
+    click.echo(
+        f"note: single-user layout: the plane key {key} and the operator key beside it "
+        f"are {user}'s, so anything running as {user}, an agent too, can sign as the "
+        f"plane and the operator; keep an agent to another user, or deploy with "
+        f"EVIDENCE_PLANE_KEY ({SINGLE_USER_DOC})",
+        err=True,
+    )
+
+
+def open_plane(*, create: bool = False, layout_note: bool = True) -> Plane:
+    """The store with its read models (opening them may rebuild or catch them up), and
+    the developer layout's note on stderr unless ``layout_note`` is false (a hook: its
+    stderr is what the agent is told).
 
     One rule for a missing ledger: only a command that starts something (``init``,
     ``run``, ``demo``, registering, defining, creating a plan, adding a key, starting a
@@ -104,6 +129,8 @@ def open_plane(*, create: bool = False) -> Plane:
             progress=progress,
         )
     click.get_current_context().call_on_close(plane.close)
+    if layout_note:
+        note_single_user_layout()
     return plane
 
 

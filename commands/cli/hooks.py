@@ -81,7 +81,9 @@ def pre_tool_(plan_id: str | None, unknown_tools: UnknownTools, server: str | No
     plan_id = _plan_here("pre-tool", plan_id, server, unknown_tools)
     from commands.plane.hooks import pre_tool
 
-    verdict = pre_tool(open_plane(), plan_id, _read_call("pre"), unknown=unknown_tools)
+    verdict = pre_tool(
+        open_plane(layout_note=False), plan_id, _read_call("pre"), unknown=unknown_tools
+    )
     _answer(verdict, plan_id, "pre")
 
 
@@ -100,7 +102,9 @@ def post_tool_(plan_id: str | None, unknown_tools: UnknownTools, server: str | N
     plan_id = _plan_here("post-tool", plan_id, server, unknown_tools)
     from commands.plane.hooks import post_tool
 
-    verdict = post_tool(open_plane(), plan_id, _read_call("post"), unknown=unknown_tools)
+    verdict = post_tool(
+        open_plane(layout_note=False), plan_id, _read_call("post"), unknown=unknown_tools
+    )
     _answer(verdict, plan_id, "post")
 
 

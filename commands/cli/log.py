@@ -26,6 +26,7 @@ from .common import (
     fail,
     format_option,
     json_option,
+    note_single_user_layout,
     open_plane,
     open_store,
     print_table,
@@ -71,6 +72,7 @@ def init(operator: str | None, as_json: bool) -> None:
     # first policy command (the single-user bootstrap), so a fresh ledger stays empty.
     first = init_operator(plane, operator, register=operator is not None)
     plane.identify()  # a ledger the first release wrote: its old signatures stay put
+    note_single_user_layout()  # the keys exist now: say what their place does not protect
     if as_json:
         emit_json(
             {

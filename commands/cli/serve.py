@@ -256,6 +256,12 @@ def _holds_password(url: str | None) -> bool:
     help="Serve https on TCP with this certificate chain (PEM); with --tls-key.",
 )
 @click.option("--tls-key", metavar="FILE", default=None, help="The private key of --tls-cert.")
+@click.option(
+    "--insecure-single-user",
+    is_flag=True,
+    help="Serve the developer's layout (the keys beside the ledger, this user's): an "
+    "agent running as this user reads them and signs as the plane and the operator.",
+)
 @db_option
 @workdir_option
 def serve(
@@ -266,6 +272,7 @@ def serve(
     uds: str | None,
     tls_cert: str | None,
     tls_key: str | None,
+    insecure_single_user: bool,
 ) -> None:
     """Serve the plane over HTTP to agents holding a credential.
 
@@ -281,8 +288,9 @@ def serve(
     """
     import uvicorn
 
-    from commands.rules.signing import plane_key_path
+    from commands.rules.signing import plane_key_path, single_user_layout
     from commands.service import DEFAULT_MAX_IN_FLIGHT, create_app
+    from commands.service.head_deadline import head_deadline_protocol, header_timeout
 
     url = db_url()
     root = click.get_current_context().find_root()
@@ -300,6 +308,16 @@ def serve(
             f"no plane key at {key}: run `evidence init` as the service's user, or set "
             "EVIDENCE_PLANE_KEY to the ledger's plane key"
         )
+    single_user = single_user_layout(url)
+    if single_user is not None and not insecure_single_user:
+        fail(
+            f"the plane key {single_user} is this user's and in its default place beside "
+            "the ledger: the developer's single-user layout, where an agent running as this "
+            "user reads the keys and signs as the plane and the operator, and nothing "
+            "the service checks would stop it; deploy with the keys where EVIDENCE_PLANE_KEY "
+            'names (docs/service.md, "Setting it up"), or start with --insecure-single-user '
+            "to serve this layout knowingly"
+        )
     context = click.get_current_context()
     if uds is not None and any(
         context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
@@ -307,6 +325,7 @@ def serve(
     ):
         fail("--uds listens on a unix socket: give it without --host, --port or --tls-*")
     tls = _tls_files(tls_cert, tls_key)
+    protocol = head_deadline_protocol(header_timeout())  # a bad setting: a refused start
     if uds is None and not is_loopback(host) and not _has_operator(url, workdir):
         fail(
             f"--host {inert(host)} is not loopback and the ledger has no active operator key: no "
@@ -335,12 +354,19 @@ def serve(
             server_header=False,
             ssl_certfile=tls[0] if tls else None,
             ssl_keyfile=tls[1] if tls else None,
+            http=protocol,
         )
         with _graceful_signals():
             uvicorn.Server(config).run(sockets=[sock])
 
     click.echo(f"listening on {where}")
     sys.stdout.flush()
+    if single_user is not None:
+        click.echo(
+            "note: --insecure-single-user: the keys are readable by whatever runs as this "
+            "user; credentials keep honest agents apart, not an agent of this user",
+            err=True,
+        )
     if uds is None and tls is None:
         click.echo(
             "note: plain http: evidence-hook sends no credential over it (any local user "

@@ -335,6 +335,26 @@ def _config_dir() -> Path:
     return Path.home() / ".config" / "evidence-ledger"
 
 
+SINGLE_USER_DOC = 'docs/service.md, "What the single-user developer mode does not protect"'
+
+
+def single_user_layout(db_url: str) -> Path | None:
+    """The plane key's path when the ledger is in the developer's single-user layout,
+    else None: the key is where ``evidence init`` puts it unless told otherwise (beside
+    the SQLite file, or in ``~/.config/evidence-ledger/``: ``$EVIDENCE_PLANE_KEY`` is not
+    set) and belongs to the user running this process. Whatever else runs as that user
+    — an agent started by the same developer — reads the keys and signs as the plane and
+    the operator; a deployment names its key's place (docs/service.md)."""
+    if os.environ.get(PLANE_KEY_ENV):
+        return None
+    try:
+        path = plane_key_path(db_url)
+        owner = os.stat(path).st_uid
+    except (OSError, SigningError):
+        return None
+    return path if owner == os.geteuid() else None
+
+
 def operator_key_path(db_url: str) -> Path:
     """Where this process's operator key for the ledger at ``db_url`` lives: the file
     ``$EVIDENCE_OPERATOR_KEY`` names, else beside the plane key (``plane_key_path``):
