@@ -369,6 +369,8 @@ def _body_of(path: str) -> dict[str, Any]:
         "/v1/gate/input": {"tool": "search", "params": {"query": "a"}},
         "/v1/gate/output": {"step": "s", "output": {"hits": []}},
         "/v1/call": {"tool": "echo", "params": {"text": "a"}},
+        "/v1/strategy": {"strategy": "s"},
+        "/v1/execute": {},
         "/v1/validate": {},
         "/v1/fix": {"note": "n"},
         "/v1/apply": {"token": "t"},
@@ -578,6 +580,10 @@ def _positionless(text: str) -> str:
     return re.sub(r"\(position \d+\)", "(position N)", text)
 
 
+def _doorless(text: str) -> str:
+    return re.sub(r" \(next: .*\)$", " (next: …)", text, flags=re.MULTILINE)
+
+
 def test_the_hooks_answer_exactly_what_evidence_hook_exits_with_and_prints(served: Served) -> None:
     """The same hook inputs, one by one, to `evidence hook` on one plan and to the service
     on an identical one: the same exit, the same stderr (the plan's id aside), and the
@@ -597,9 +603,12 @@ def test_the_hooks_answer_exactly_what_evidence_hook_exits_with_and_prints(serve
         got = answer.json()
         assert cli.stdout == ""
         assert got["exit"] == cli.returncode, (kind, stdin, cli.stderr, got)
-        # the plan's id aside, and where in the shared log an event of its landed
+        # the plan's id aside, where in the shared log an event of its landed, and the
+        # next step of a refusal, which each door names in its own terms
         expected = _positionless(cli.stderr.replace(cli_plan.plan_id, svc_plan.plan_id))
-        assert _positionless(got["stderr"]) == expected, (kind, stdin)
+        assert _doorless(_positionless(got["stderr"])) == _doorless(expected), (kind, stdin)
+        if "(next: evidence " in cli.stderr:
+            assert "(next: POST /v1/" in got["stderr"], got["stderr"]
         # a verdict is a 200; a refused command carries the CLI's answer in its refusal
         assert answer.status_code == (409 if "error" in got else 200) or (
             answer.status_code == 422 and got["stderr"].startswith("error: stdin")

@@ -524,12 +524,43 @@ def test_a_plan_state_that_allows_no_call_is_a_tool_error(sqlite_url: str, tmp_p
     called, validated, status = _as_agent(sqlite_url, agent.token, work)
     assert _text(called) == (
         "error: plan P-1 is in Strategize: the plane's MCP gate makes tool calls only in "
-        "Execute (evidence plan execute)"
+        "Execute (next: evidence.execute)"  # the door's own verb, never a CLI command
     )
     assert _refusal(validated)["error"].startswith("plan P-1 is in Strategize")
     assert not status.is_error and status.structured_content is not None
     assert status.structured_content["plan"]["phase"] == "strategize"
     assert _head(sqlite_url) == before and _calls(tmp_path) == []
+
+
+def test_the_agent_enters_execute_and_revises_its_strategy_through_the_gate(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The failure loop's revision is the agent's: evidence.record_strategy and
+    evidence.execute, each refused (in the gate's own terms) where the plan's state
+    does not allow it."""
+    _register(sqlite_url, tmp_path)
+    agent = _plan(sqlite_url, tmp_path, "P-1", execute=False)
+
+    async def work(session: ClientSession) -> tuple[types.CallToolResult, ...]:
+        return (
+            await session.call_tool("evidence.record_strategy", {"strategy": "add, then check"}),
+            await session.call_tool("evidence.execute", {}),
+            await session.call_tool("evidence.execute", {}),
+            await session.call_tool("evidence.record_strategy", {"strategy": "again"}),
+            await session.call_tool("calc", {"a": 1, "b": 2}),
+        )
+
+    recorded, entered, twice, late, called = _as_agent(sqlite_url, agent.token, work)
+    assert not recorded.is_error and recorded.structured_content is not None
+    assert recorded.structured_content["plan"]["strategy"] == "add, then check"
+    assert not entered.is_error and entered.structured_content is not None
+    assert entered.structured_content["plan"]["phase"] == "execute"
+    assert entered.structured_content["sandbox"]
+    assert _refusal(twice)["error"] == "plan P-1 is in Execute, not Strategize"
+    assert _refusal(late)["error"].startswith("plan P-1 is in Execute: a strategy is recorded")
+    assert not called.is_error, _text(called)
+    actors = {e.type: e.actor for e in _events(sqlite_url, "P-1")}
+    assert actors["plan.execute_entered"] == "agent"
 
 
 # -- the plane's verbs --------------------------------------------------------------------

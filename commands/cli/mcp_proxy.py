@@ -38,6 +38,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
+from commands.errors import said_by
 from commands.plane.confinement import upstream_confinement, work_confinement
 from commands.plane.core import CommandRefused, Plane
 from commands.plane.mcp_answers import (
@@ -154,7 +155,7 @@ class GateProxy:
                 return call_verb(self.plane, self.plan_id, verb, arguments)
             return await self._forward(params, arguments)
         except LedgerError as exc:
-            return refused(str(exc))
+            return refused(said_by(exc, "mcp"))
 
     async def _forward(
         self, params: types.CallToolRequestParams, arguments: Any

@@ -283,7 +283,7 @@ def serve(
 
     \b
     Examples:
-      evidence serve --db sqlite:////srv/evidence/evidence.db --uds /run/evidence/serve.sock
+      evidence serve --db sqlite:////srv/ev.db --uds /run/evidence/serve.sock
       evidence serve --db postgresql+psycopg://plane@db/evidence --workers 2
     """
     import uvicorn

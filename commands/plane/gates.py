@@ -52,7 +52,7 @@ from projections.states import PlanState, StepState
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
 from .failure_loop import after_iterations
-from .phases import require_no_pending_decision, require_plan
+from .phases import require_execute, require_no_pending_decision, require_plan
 
 # retry: the next iteration; revised: back to Strategize; escalated: a human decides;
 # compensation: strict_mode ended the plan.
@@ -319,10 +319,7 @@ def _record(
     def decide(state: StreamState) -> list[EventPayload]:
         doc = require_plan(state, plan_id)
         require_no_pending_decision(doc, plan_id)
-        if doc.phase != "execute":
-            raise CommandRefused(
-                f"plan {plan_id} is in {doc.phase.capitalize()}: gate checks happen only in Execute"
-            )
+        require_execute(doc, plan_id, "gate checks happen")
         used, found = schema, fields
         changed = refine(doc) if refine is not None else None
         if changed is not None:

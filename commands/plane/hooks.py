@@ -34,7 +34,7 @@ from projections.states import PlanState
 
 from .core import CommandRefused, Plane
 from .gates import GateOutcome, as_bytes, gate_input, routing_line
-from .phases import require_no_pending_decision, require_plan
+from .phases import require_execute, require_no_pending_decision, require_plan
 from .runs import CallReport, call_tool, record_unregistered_call
 
 UnknownTools = Literal["record", "deny"]
@@ -297,11 +297,7 @@ def open_for_calls(plane: Plane, plan_id: str, who: str) -> PlanState:
     door then blocks the call); ``who`` names the door in the refusal."""
     doc = require_plan(plane.log().state(f"plan:{plan_id}"), plan_id)
     require_no_pending_decision(doc, plan_id)
-    if doc.phase != "execute":
-        raise CommandRefused(
-            f"plan {plan_id} is in {doc.phase.capitalize()}: {who} tool calls only in "
-            "Execute (evidence plan execute)"
-        )
+    require_execute(doc, plan_id, f"{who} tool calls")
     return doc
 
 

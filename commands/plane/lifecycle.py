@@ -34,6 +34,7 @@ from typing import Any, Literal
 import msgspec
 from ulid import ULID
 
+from commands.errors import NextStep
 from commands.names import check_identifier
 from commands.rules.signing import (
     SigningError,
@@ -88,7 +89,7 @@ from projections.states import ApproverState, PlanState
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
 from .failure_loop import DECISION_OPTIONS
-from .phases import require_no_pending_decision, require_plan
+from .phases import require_execute, require_no_pending_decision, require_plan
 
 TOKEN_TTL = timedelta(hours=1)
 
@@ -107,10 +108,7 @@ def record_fix(
     def decide(state: StreamState) -> list[FixRecorded]:
         doc = require_plan(state, plan_id)
         require_no_pending_decision(doc, plan_id)
-        if doc.phase != "execute":
-            raise CommandRefused(
-                f"plan {plan_id} is in {doc.phase.capitalize()}: fixes are recorded in Execute"
-            )
+        require_execute(doc, plan_id, "fixes are recorded")
         return [
             FixRecorded(
                 plan_id=plan_id,
@@ -289,9 +287,7 @@ def _complete(plane: Plane, plan_id: str, *, actor: str, progress: Progress) -> 
         return doc
     applying = doc.applying
     if applying is None:
-        raise CommandRefused(
-            f"plan {plan_id} has no Apply under way (evidence apply {plan_id} --token TOKEN)"
-        )
+        raise CommandRefused(f"plan {plan_id} has no Apply under way", NextStep("apply", plan_id))
     recorded = next(
         e.payload
         for e in reversed(plane.store.read_stream(stream))

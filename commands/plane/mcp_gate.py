@@ -36,6 +36,7 @@ from typing import Any
 
 import mcp_types as types
 
+from commands.errors import said_by
 from ledger import LedgerError
 from projections.states import PlanState, ToolState
 
@@ -137,7 +138,7 @@ def gate_call(
             return GateCall(result, validation=found.get("outcome") if found else None)
         return _call(plane, plan_id, name, arguments, meta)
     except LedgerError as exc:
-        return GateCall(refused(str(exc)))
+        return GateCall(refused(said_by(exc, "mcp")))
 
 
 AGENT_SCHEMA_REFUSED = (

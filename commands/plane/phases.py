@@ -8,6 +8,7 @@ import shutil
 
 from msgspec import UNSET, UnsetType
 
+from commands.errors import NextStep
 from commands.runner.sandbox import encode_trees
 from ledger.events import ExecuteEntered, ResolvedAttachment, SkillPin, StrategyRecorded
 from projections.resolution import pin_binding
@@ -33,9 +34,22 @@ def require_no_pending_decision(doc: PlanState, plan_id: str) -> None:
     pending = doc.pending_decision
     if pending is not None:
         raise CommandRefused(
-            f"plan {plan_id} awaits a human decision: evidence authorize "
-            f"{pending.decision_id} --key FILE (--revise TEXT | --abandon)"
+            f"plan {plan_id} awaits a human decision",
+            NextStep("authorize", plan_id, pending.decision_id),
         )
+
+
+def require_execute(doc: PlanState, plan_id: str, what: str) -> None:
+    """Refused unless the plan is in Execute, where ``what`` happens; from Strategize
+    the refusal names the step that leads there."""
+    if doc.phase == "execute":
+        return
+    step = None
+    if doc.phase == "strategize":
+        step = NextStep("execute" if doc.strategy else "record_strategy", plan_id)
+    raise CommandRefused(
+        f"plan {plan_id} is in {doc.phase.capitalize()}: {what} only in Execute", step
+    )
 
 
 def record_strategy(
@@ -47,6 +61,7 @@ def record_strategy(
 
     def decide(state: StreamState) -> list[StrategyRecorded]:
         doc = require_plan(state, plan_id)
+        require_no_pending_decision(doc, plan_id)  # an escalation is a human's to answer
         if doc.phase != "strategize":
             raise CommandRefused(
                 f"plan {plan_id} is in {doc.phase.capitalize()}: a "
@@ -97,12 +112,12 @@ def enter_execute(plane: Plane, plan_id: str, *, actor: str = "system") -> PlanS
 
     def decide(state: StreamState) -> list[ExecuteEntered]:
         doc = require_plan(state, plan_id)
+        require_no_pending_decision(doc, plan_id)
         if doc.phase != "strategize":
             raise CommandRefused(f"plan {plan_id} is in {doc.phase.capitalize()}, not Strategize")
         if not doc.strategy:
             raise CommandRefused(
-                f"plan {plan_id} has no strategy: record one with "
-                f"`evidence plan strategize {plan_id} --strategy TEXT`"
+                f"plan {plan_id} has no strategy", NextStep("record_strategy", plan_id)
             )
         if (doc.snapshot_sha256 is UNSET) != (digest is not None):
             raise CommandRefused(f"plan {plan_id} moved on meanwhile; enter Execute again")

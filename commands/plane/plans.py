@@ -85,6 +85,16 @@ def get_plan(plane: Plane, plan_id: str) -> PlanState | None:
     return found[0]
 
 
+def current_plan(plane: Plane, plan_id: str) -> PlanState | None:
+    """The plan's state folded from its stream now, as ``get_plan`` answers it: what
+    the last committed answer left, however far a read model lags behind it (the
+    service's follower catches them up a moment after its answers)."""
+    state = plane.state(f"plan:{plan_id}")
+    if not state.exists:
+        raise CommandRefused(f"unknown plan {plan_id!r}")
+    return state.of(PlanState)
+
+
 def sandbox_paths(plane: Plane, doc: PlanState | None) -> dict[str, str]:
     """Where the plan's work happens until Apply, by resource (none before Execute)."""
     if doc is None or not doc.plan_id or doc.attempt == 0:

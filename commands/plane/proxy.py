@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from commands.errors import said_by
 from commands.runner.mcp_client import (
     capped,
     is_tool_error,
@@ -142,7 +143,7 @@ def register_upstream_tools(
                 actor=actor,
             )
         except LedgerError as exc:
-            done.refused[tool.name] = str(exc)
+            done.refused[tool.name] = said_by(exc, "mcp")
             continue
         done.names[tool.name] = name
         if structured:

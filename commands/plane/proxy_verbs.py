@@ -1,8 +1,12 @@
 """The plane's agent-side verbs the MCP gate proxy offers beside the upstream's tools:
-the plan's status, validate, record a fix, apply with a token.
+the plan's status, record a (revised) strategy, enter Execute, validate, record a fix,
+apply with a token.
 
-These are the verbs an agent may run from the CLI too (``plan show``, ``validate``,
-``fix``, ``apply``); each answers the JSON its CLI verb prints with ``--json``.
+These are the verbs an agent may run from the CLI too (``plan show``, ``plan
+strategize``, ``plan execute``, ``validate``, ``fix``, ``apply``); each answers the JSON
+its CLI verb prints with ``--json``. The strategy is the agent's to revise when the
+failure loop sends its plan back to Strategize (within ``max_strategy_revisions``); an
+escalation stays a human's (no verb here records a decision).
 ``authorize`` is never offered, nor any verb that records a decision, registers or
 attaches: what decides stays with a human's key and the operator.
 
@@ -23,7 +27,8 @@ from projections.documents import to_json
 
 from .core import Plane
 from .lifecycle import apply_plan, record_fix
-from .plans import get_plan, sandbox_paths
+from .phases import enter_execute, record_strategy
+from .plans import current_plan, sandbox_paths
 from .runs import validate_plan
 
 PREFIX = "evidence."
@@ -49,7 +54,7 @@ def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 def _status(plane: Plane, plan_id: str, _args: dict[str, Any]) -> dict[str, Any]:
-    doc = get_plan(plane, plan_id)
+    doc = current_plan(plane, plan_id)  # never older than the agent's last answer
     return {"plan": to_json(doc), "sandbox": sandbox_paths(plane, doc)}
 
 
@@ -65,8 +70,19 @@ INSTRUCTIONS = (
     "validator_error (a validation gave no verdict), environment_error (a program could "
     "not be invoked: install what the hint names, then retry unchanged) or internal_error. "
     "Only Apply, with a token from a pass, changes the real files, and only to the "
-    "content that passed."
+    "content that passed. When an attempt's iterations or retries are spent the plan goes "
+    "back to Strategize: record a revised strategy with evidence.record_strategy, then "
+    "evidence.execute starts a fresh attempt (evidence.plan_status shows where it is)."
 )
+
+
+def _strategy(plane: Plane, plan_id: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"plan": to_json(record_strategy(plane, plan_id, args["strategy"], actor="agent"))}
+
+
+def _execute(plane: Plane, plan_id: str, _args: dict[str, Any]) -> dict[str, Any]:
+    doc = enter_execute(plane, plan_id, actor="agent")
+    return {"plan": to_json(doc), "sandbox": sandbox_paths(plane, doc)}
 
 
 def _validate(plane: Plane, plan_id: str, _args: dict[str, Any]) -> dict[str, Any]:
@@ -96,6 +112,23 @@ PLANE_TOOLS: dict[str, PlaneTool] = {
             "its sandbox is (the copies to work in until Apply).",
             _closed({}, []),
             _status,
+        ),
+        PlaneTool(
+            f"{PREFIX}record_strategy",
+            "Record the plan's strategy in Strategize: the first one, or a revised one "
+            "after the failure loop sent the plan back (its attempt's iterations or "
+            "retries spent). Then evidence.execute.",
+            _closed(
+                {"strategy": {**_TEXT, "description": "How the plan will be done."}}, ["strategy"]
+            ),
+            _strategy,
+        ),
+        PlaneTool(
+            f"{PREFIX}execute",
+            "Enter Execute with the recorded strategy: a fresh attempt, the plan's "
+            "validations pinned, its sandbox ready. Answers the plan and its sandbox.",
+            _closed({}, []),
+            _execute,
         ),
         PlaneTool(
             f"{PREFIX}validate",

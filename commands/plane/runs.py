@@ -33,6 +33,7 @@ from typing import Any, Literal
 import msgspec
 from ulid import ULID
 
+from commands.errors import NextStep
 from commands.rules.verdicts import results_digest
 from commands.runner.confine import Confinement
 from commands.runner.mcp_client import (
@@ -85,7 +86,7 @@ from .core import CommandRefused, Plane, StreamState
 from .failure_loop import after_blocker, authorize_hint, escalation
 from .gates import GateOutcome, as_bytes, gate_input, gate_output
 from .lifecycle import refuse_hard_links, token_for_pass
-from .phases import require_no_pending_decision, require_plan
+from .phases import require_execute, require_no_pending_decision, require_plan
 
 DEFAULT_TIMEOUT_S = 300.0
 # The raw halt type of an MCP server that fails a call (environment_error), the same as
@@ -142,11 +143,7 @@ def workdir_of(plan: PlanState, sandbox: Sandbox) -> Path | None:
 def _execute_plan(state: StreamState, plan_id: str) -> PlanState:
     doc = require_plan(state, plan_id)
     require_no_pending_decision(doc, plan_id)
-    if doc.phase != "execute":
-        raise CommandRefused(
-            f"plan {plan_id} is in {doc.phase.capitalize()}: tool calls "
-            "and validations happen only in Execute"
-        )
+    require_execute(doc, plan_id, "tool calls and validations happen")
     return doc
 
 
@@ -915,8 +912,8 @@ def _validatable(state: StreamState, plan_id: str) -> PlanState:
     doc = _execute_plan(state, plan_id)
     if doc.needs_fix:
         raise CommandRefused(
-            f"plan {plan_id}'s last validation failed: record the fix "
-            f"before re-validating (evidence fix {plan_id} --note TEXT)"
+            f"plan {plan_id}'s last validation failed: record the fix before re-validating",
+            NextStep("record_fix", plan_id),
         )
     return doc
 

@@ -59,7 +59,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from commands.errors import CommandRefused
+from commands.errors import CommandRefused, said_by
 from commands.plane.core import Plane
 from commands.plane.credentials import CredentialState
 from commands.plane.hooks import HookCall, UnknownTools, read_hook_input, refused_answer
@@ -213,7 +213,7 @@ class Service:
                 endpoint, 503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}
             )
         if isinstance(exc, LedgerError):  # CommandRefused and the store's refusals
-            return self.error(endpoint, 409, str(exc))
+            return self.error(endpoint, 409, said_by(exc, "api"))
         if isinstance(exc, sqlalchemy.exc.DBAPIError):
             log.warning("database error on %s: %s", endpoint.path, exc)
             return self.error(endpoint, 503, "the database does not answer; retry later")

@@ -361,6 +361,28 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "POST",
+        "/v1/strategy",
+        "record_strategy",
+        "Record the plan's strategy in Strategize, the first or a revised one after the "
+        "failure loop sent the plan back (as evidence.record_strategy); then /v1/execute.",
+        "agent",
+        ok=closed({"plan": OBJECT}, ["plan"]),
+        body=_verb_schema("record_strategy"),
+        run=_verb("record_strategy"),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/execute",
+        "execute",
+        "Enter Execute with the recorded strategy: a fresh attempt, the validations pinned, "
+        "the sandbox ready (as evidence.execute). The body is {} (or empty).",
+        "agent",
+        ok=closed({"plan": OBJECT, "sandbox": OBJECT}, ["plan", "sandbox"]),
+        body=_verb_schema("execute"),
+        run=_verb("execute"),
+    ),
+    Endpoint(
+        "POST",
         "/v1/validate",
         "validate",
         "Run the plan's pinned validations and classify the outcome (as evidence.validate); "
