@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -37,6 +38,7 @@ from .common import (
     db_option,
     emit_json,
     emit_listing,
+    fail,
     format_option,
     json_option,
     open_plane,
@@ -170,7 +172,7 @@ def _show_rows(view: Document) -> list[list[str]]:
 
 @click.group()
 def tool() -> None:
-    """Tools: register, list, show.
+    """Tools: register, import from an MCP server, list, show.
 
     Validations are tools too: one namespace, so a name is a tool or a validation."""
 
@@ -196,6 +198,83 @@ def tool_register(file: str, as_json: bool) -> None:
     with _about(file):
         result = register_tool(plane, spec)
     _report(result, as_json)
+
+
+@tool.command("import", context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--mcp",
+    "server",
+    required=True,
+    metavar="NAME",
+    help="The MCP server's name in the registry: its tools become NAME.TOOL.",
+)
+@click.option(
+    "--url",
+    default=None,
+    metavar="URL",
+    help="The server is a streamable-HTTP MCP server at URL (instead of a command after --).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=60.0,
+    show_default=True,
+    help="Seconds the server may take to start and list its tools.",
+)
+@click.option("--dry-run", is_flag=True, help="Review what would change; register nothing.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@db_option
+@json_option
+def tool_import(
+    server: str,
+    url: str | None,
+    timeout: float,
+    dry_run: bool,
+    command: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Register an MCP server's tools from its own declaration.
+
+    Starts the server COMMAND (after --; as this user, like running it by hand) or
+    reaches --url, reads every tool it lists, and registers each as NAME.TOOL with its
+    schemas exactly as declared and how the plane reaches the server, signed by the
+    operator key. Run again, it reviews: added, changed (which fields), unchanged,
+    refused, and gone (no longer listed; its registration stays).
+
+    \b
+    Examples:
+      evidence tool import --mcp time -- python -m mcp_server_time
+      evidence tool import --mcp web --url https://mcp.example.org/mcp --dry-run
+    """
+    from commands.plane.tool_import import import_tools
+    from commands.runner.mcp_client import McpListError, list_mcp_tools
+
+    if (url is None) == (not command):
+        raise click.UsageError("give the MCP server: a command after --, or --url URL")
+    if url is not None and (
+        urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc
+    ):
+        raise click.BadParameter(f"{url!r}: an http:// or https:// URL", param_hint="--url")
+    plane = open_plane(create=not dry_run)
+    try:
+        listed = list_mcp_tools(command=list(command) or None, url=url, timeout_s=timeout)
+    except McpListError as exc:
+        fail(f"cannot list the tools of {inert(url or command[0])}: {inert(str(exc))}")
+    done = import_tools(
+        plane, server, listed, command=list(command) or None, url=url, dry_run=dry_run
+    )
+    if as_json:
+        emit_json({"server": server, "dry_run": dry_run, "tools": [d.to_json() for d in done]})
+        return
+    for d in done:
+        detail = f"version {d.version}" if d.version is not None else ""
+        if d.changed:
+            detail = f"{detail} ({', '.join(d.changed)})".strip()
+        if d.why:
+            detail = f"{detail}: {d.why}".strip(": ")
+        click.echo(f"{d.action:<10} {inert(d.name)}  {inert(detail)}".rstrip())
+    if dry_run:
+        click.echo("dry run: nothing registered", err=True)
 
 
 @tool.command("list")

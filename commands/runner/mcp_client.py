@@ -136,6 +136,37 @@ class McpCall(msgspec.Struct, kw_only=True):
     duration_ms: int
 
 
+class ListedTool(msgspec.Struct, frozen=True):
+    """A tool as its server declares it (``tools/list``)."""
+
+    name: str
+    description: str
+    input_schema: Any
+    output_schema: Any
+
+
+def list_mcp_tools(
+    *,
+    command: Sequence[str] | None = None,
+    url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float,
+) -> list[ListedTool]:
+    """Every tool the server launched by ``command`` (stdio) or reached at ``url``
+    declares, as it declares it, every page of ``tools/list`` read. ``McpListError``
+    (one line: what failed, the end of the server's stderr) when it cannot be had."""
+    done = call_mcp_tool(
+        "", {}, command=command, url=url, env=env, timeout_s=timeout_s, listing=True
+    )
+    if done.result is None:
+        raise McpListError(done.error or "the server listed no tools")
+    return [ListedTool(**t) for t in done.result["tools"]]
+
+
+class McpListError(Exception):
+    """A server's tools could not be listed."""
+
+
 def call_mcp_tool(
     tool: str,
     arguments: Mapping[str, Any],
@@ -148,6 +179,7 @@ def call_mcp_tool(
     confinement: Confinement | None = None,
     declared: tuple[Any, Any] | None = None,
     cap: int | None = None,
+    listing: bool = False,
 ) -> McpCall:
     """Call ``tool`` with ``arguments`` on the server launched by ``command`` (stdio) or
     reached at ``url`` (streamable HTTP). ``env`` (default: this process's environment)
@@ -183,6 +215,7 @@ def call_mcp_tool(
     ):
         call = _Call(tool, dict(arguments), argv, url, cwd, child_env, timeout_s, stderr)
         call.declared = declared
+        call.listing = listing
         call.launch = launch
         call.cap = cap
         fields = _run_blocking(call.run, log)
@@ -247,6 +280,7 @@ class _Call:
         self.launch = argv  # what is started: argv, or its confined form
         self.stage: Literal["start", "initialize", "call"] = "start"
         self.declared: tuple[Any, Any] | None = None  # (input, output) as registered
+        self.listing = False  # list the server's tools instead of calling one
         self.protocol_error: str | None = None
         self.scope: Any = None
         self.cap: int | None = None  # a stdio server's answers beyond it are drained
@@ -292,6 +326,9 @@ class _Call:
             self.stage = "initialize"
             try:
                 await session.initialize()
+                if self.listing:
+                    listed = await self._listed(session)
+                    return {"result": {"tools": [_declared(t) for t in listed.values()]}}
                 if self.declared is not None:
                     drift = await self._drift(session)
                     if drift is not None:
@@ -328,15 +365,7 @@ class _Call:
         """How the server's own declaration of the tool differs from the registered one
         (None when it is the same): missing, or another input or output schema."""
         assert self.declared is not None
-        listed: dict[str, Any] = {}
-        cursor = None
-        for _ in range(1000):  # a server that pages forever is answered, not followed
-            page = await session.list_tools(cursor) if cursor else await session.list_tools()
-            listed.update({t.name: t for t in page.tools})
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        found = listed.get(self.tool)
+        found = (await self._listed(session)).get(self.tool)
         if found is None:
             return f"the server no longer lists the tool {self.tool!r}"
         for what, registered, now in (
@@ -350,6 +379,18 @@ class _Call:
                     "checks against a stale copy)"
                 )
         return None
+
+    async def _listed(self, session: Any) -> dict[str, Any]:
+        """The server's tools by name, every page of ``tools/list`` read."""
+        listed: dict[str, Any] = {}
+        cursor = None
+        for _ in range(1000):  # a server that pages forever is answered, not followed
+            page = await session.list_tools(cursor) if cursor else await session.list_tools()
+            listed.update({t.name: t for t in page.tools})
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return listed
 
     async def on_message(self, message: Any) -> None:
         """A transport-level exception (a line that is no MCP message) ends the call."""
@@ -413,6 +454,15 @@ class _Call:
             "initialize": "initializing",
             "call": f"calling {self.tool!r}",
         }[self.stage]
+
+
+def _declared(tool: Any) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description or "",
+        "input_schema": tool.input_schema,
+        "output_schema": tool.output_schema,
+    }
 
 
 def _leaf(exc: BaseException) -> BaseException:
