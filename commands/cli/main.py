@@ -143,7 +143,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Validation pass rates, flaky validations, outcomes, halts.",
     ),
     "tail": ("commands.cli.analytics:tail", "Print events in position order as they arrive."),
-    "tool": ("commands.cli.registry:tool", "Tools: register, import, list, show."),
+    "tool": ("commands.cli.registry:tool", "Tools: register, import, pack, list, show."),
     "validate": (
         "commands.cli.runs:validate",
         "Run the plan's pinned validations; classify the outcome.",

@@ -172,7 +172,7 @@ def _show_rows(view: Document) -> list[list[str]]:
 
 @click.group()
 def tool() -> None:
-    """Tools: register, import from an MCP server, list, show.
+    """Tools: register, import from an MCP server, pack, list, show.
 
     Validations are tools too: one namespace, so a name is a tool or a validation."""
 
@@ -263,8 +263,37 @@ def tool_import(
     done = import_tools(
         plane, server, listed, command=list(command) or None, url=url, dry_run=dry_run
     )
+    _print_review({"server": server}, done, dry_run, as_json)
+
+
+@tool.command("pack")
+@click.argument("name")
+@click.option("--dry-run", is_flag=True, help="Review what would change; register nothing.")
+@db_option
+@json_option
+def tool_pack(name: str, dry_run: bool, as_json: bool) -> None:
+    """Register an agent CLI's built-in tools (NAME: claude-code).
+
+    Each tool under the name the CLI's hooks give it, with the input schema of its
+    arguments, signed by the operator key: a hook with the matcher "*" then gates the
+    CLI's own tools instead of refusing each as invented. Run again, it reviews.
+
+    \b
+    Examples:
+      evidence tool pack claude-code
+      evidence tool pack claude-code --dry-run --json
+    """
+    from commands.plane.packs import PACKS, register_pack
+
+    plane = open_plane(create=not dry_run)
+    done = register_pack(plane, name, dry_run=dry_run)
+    _print_review({"pack": name, "version": PACKS[name]["version"]}, done, dry_run, as_json)
+
+
+def _print_review(head: dict[str, Any], done: Sequence[Any], dry_run: bool, as_json: bool) -> None:
+    """What an import or a pack did to each tool: a line each, or one JSON document."""
     if as_json:
-        emit_json({"server": server, "dry_run": dry_run, "tools": [d.to_json() for d in done]})
+        emit_json({**head, "dry_run": dry_run, "tools": [d.to_json() for d in done]})
         return
     for d in done:
         detail = f"version {d.version}" if d.version is not None else ""

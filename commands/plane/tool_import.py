@@ -81,7 +81,7 @@ def import_tools(
             "input_schema": tool.input_schema,
             **({"output_schema": tool.output_schema} if tool.output_schema is not None else {}),
         }
-        done.append(_one(plane, spec, dry_run))
+        done.append(register_reviewed(plane, spec, dry_run))
     listed = {t.name for t in tools}
     for view in list_tools(plane, kind="tool"):
         found = view["spec"]
@@ -94,15 +94,19 @@ def import_tools(
     return done
 
 
-def _one(plane: Plane, spec: dict[str, Any], dry_run: bool) -> Imported:
-    name, tool_name = spec["name"], spec["mcp_tool_name"]
+def register_reviewed(plane: Plane, spec: dict[str, Any], dry_run: bool) -> Imported:
+    """Register the tool ``spec`` unless the registry holds it already, saying which
+    (``added``, ``changed`` and how, ``unchanged``, ``refused``); ``dry_run`` registers
+    nothing."""
+    name, tool_name = spec["name"], spec.get("mcp_tool_name", "")
     try:
         before = get_tool(plane, name)
     except CommandRefused:
         before = None
     old = before["spec"] if before is not None else None
-    if old is not None and old.get("mcp_tool_name") != tool_name:
-        why = f"{name} is registered already, for another tool ({old.get('mcp_tool_name')!r})"
+    if old is not None and _other_tool(old, spec):
+        how = _executor_of(old)
+        why = f"{name} is registered already as another tool ({how}); it is left as it is"
         return Imported(name, tool_name, "refused", why=why)
     changed = [f for f in _COMPARED if old is not None and _differ(_stored(old, f), spec.get(f))]
     if old is not None and not changed:
@@ -126,3 +130,18 @@ def _stored(spec: dict[str, Any], name: str) -> Any:
     """A field of a registered tool's view as it was given (a schema as declared)."""
     declared = spec.get(f"declared_{name}")
     return declared if declared is not None else spec.get(name)
+
+
+def _executor_of(spec: dict[str, Any]) -> str:
+    if spec.get("mcp_server"):
+        return f"MCP server {spec['mcp_server']}'s {spec.get('mcp_tool_name')!r}"
+    for key in ("command", "python", "wraps"):
+        if spec.get(key):
+            return f"with a {key}"
+    return "recorded only"
+
+
+def _other_tool(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """The registered tool is another than the one to register: another server's or
+    tool's, or one the plane runs itself where the new one is only gated."""
+    return _executor_of(old) != _executor_of(new)
