@@ -56,3 +56,30 @@ def test_init_creates_it(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "evidence.db").exists()
     assert run_cli("plan", "list", cwd=tmp_path).returncode == 0
+
+
+def test_a_new_ledger_file_and_its_wal_are_the_owners_alone(tmp_path: Path) -> None:
+    """docs/service.md's table: the log is mode 0600 from its first byte, whatever the
+    umask, and SQLite's -wal and -shm files take the database file's mode."""
+    import os
+
+    import ledger
+
+    url = f"sqlite:///{tmp_path / 'evidence.db'}"
+    before = os.umask(0o022)
+    try:
+        store = ledger.open(url)
+        try:
+            store.append("plan:P-1", [])  # a write: the WAL is there while the store is open
+            modes = {
+                p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir() if "evidence" in p.name
+            }
+        finally:
+            store.close()
+    finally:
+        os.umask(before)
+    assert modes["evidence.db"] == 0o600 and "evidence.db-wal" in modes, modes
+    assert all(mode == 0o600 for mode in modes.values()), modes
+    (tmp_path / "old.db").touch(mode=0o640)  # an existing file keeps its mode
+    ledger.open(f"sqlite:///{tmp_path / 'old.db'}").close()
+    assert (tmp_path / "old.db").stat().st_mode & 0o777 == 0o640

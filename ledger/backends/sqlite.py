@@ -39,6 +39,19 @@ APPEND_ONLY_DDL = [
 ]
 
 
+def _create_private(path: str) -> None:
+    """A new ledger file, readable and writable by its owner only (0600) from its first
+    byte: the log is the service's alone, and SQLite gives its ``-wal`` and ``-shm``
+    files the database file's mode. An existing file is left as it is."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    except PermissionError:
+        raise LedgerOpenError(f"cannot create {path}: permission denied") from None
+    os.close(fd)
+
+
 class SQLiteBackend(Backend):
     name = "sqlite"
     placeholder = "?"
@@ -62,6 +75,8 @@ class SQLiteBackend(Backend):
             parent = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(parent):
                 raise LedgerOpenError(f"cannot create {path}: directory {parent} does not exist")
+            if not must_exist:
+                _create_private(path)
         wait_ms = lock_wait_s() * 1000
         engine = sa.create_engine(
             url.set(drivername="sqlite+pysqlite"),
