@@ -97,3 +97,19 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -> None
     assert page.returncode == 0, page.stderr
     assert page.stdout.startswith(site) and Path(page.stdout.strip()).is_file(), page.stdout
     assert list(empty.iterdir()) == []
+    # The README's commands from the wheel in an empty directory: the examples copied out
+    # first (there is no checkout), then the plan file run and the Python walk-through.
+    readme = tmp_path / "readme"
+    readme.mkdir()
+    bin_ = venv / "bin"
+    for argv in (
+        [str(bin_ / "evidence"), "examples"],
+        [str(bin_ / "evidence"), "run", "examples/green-after-fix/plan.yaml"],
+        [str(python), "examples/quickstart.py"],
+        [str(bin_ / "evidence"), "verify"],
+    ):
+        done = subprocess.run(
+            argv, cwd=readme, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+    assert (readme / "examples" / "green-after-fix" / "plan.yaml").is_file()

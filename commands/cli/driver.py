@@ -253,6 +253,41 @@ def demo(keep: Path | None, db_option_: str | None) -> None:
 DEMO_DB = "demo.db"
 
 
+@click.command("examples")
+@click.argument("directory", required=False, default="examples", type=click.Path(path_type=Path))
+def examples(directory: Path) -> None:
+    """Copy the shipped examples into DIRECTORY (./examples).
+
+    The plan files (green-after-fix, escalation, strict-output-deviation, actor-graph)
+    and quickstart.py, as a checkout has them, so the README's commands run after a
+    plain install: `evidence run examples/green-after-fix/plan.yaml`, `python
+    examples/quickstart.py`. A DIRECTORY that holds anything is refused (nothing is
+    overwritten).
+
+    \b
+    Examples:
+      evidence examples
+      evidence examples ~/evidence-examples
+    """
+    source = examples_dir()
+    shipped = sorted(p for p in source.iterdir() if not p.name.startswith((".", "__")))
+    if not shipped:
+        fail(f"the examples in {source} are missing: this installation is incomplete")
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        fail(f"{inert(directory)} exists and is not an empty directory: nothing was copied")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for item in shipped:
+            if item.is_dir():
+                _copy_example(item, directory)
+            else:
+                shutil.copy2(item, directory / item.name)
+    except OSError as exc:
+        fail(f"cannot copy the examples into {inert(directory)}: {exc.strerror or exc}")
+    names = ", ".join(p.name for p in shipped)
+    click.echo(f"copied the examples into {inert(directory)}: {names}")
+
+
 def _reset_kept_demo(root: Path) -> None:
     """A rerun of ``demo --keep DIR`` starts over: the previous demo's ledger, key, state
     and copy in DIR go (nothing else in DIR is touched)."""

@@ -72,6 +72,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run the green-after-fix example on a fresh SQLite ledger.",
     ),
     "detach": ("commands.cli.attachments:detach", "Detach an attachment."),
+    "examples": (
+        "commands.cli.driver:examples",
+        "Copy the shipped examples into a directory.",
+    ),
     "docs": (
         "commands.cli.help:docs",
         "Show the documentation that ships with evidence-ledger.",
@@ -163,7 +167,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("The log", ("init", "events", "event", "verify", "projections")),
     ("Registry", ("tool", "validation", "skill", "attach", "detach", "resolve")),
-    ("Plans and runs", ("plan", "call", "validate", "fix", "halt", "run", "demo")),
+    ("Plans and runs", ("plan", "call", "validate", "fix", "halt", "run", "demo", "examples")),
     ("Gates", ("gate",)),
     ("Decisions and Apply", ("authorize", "keys", "credential", "apply")),
     ("Auditing", ("audit", "replay", "checkpoint", "prove", "report")),
