@@ -1052,7 +1052,7 @@ class _Reader:
             _blob_refs(payload, refs)
             for field in decoded.BLOB_FIELDS:  # decoded.blob_refs(), inline: a hot loop
                 blob = getattr(decoded, field)
-                if blob is not None:
+                if blob is not None and blob is not msgspec.UNSET:  # UNSET: absent
                     wanted.append((position, e.type, field, blob))
             if isinstance(decoded, ApproverKeyAdded):
                 self.approver_keys.append(

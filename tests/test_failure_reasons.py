@@ -206,3 +206,83 @@ def test_a_python_validation_failure_shows_its_stderr_too(sqlite_url: str, tmp_p
     shown = run_cli("validate", "P-1", "--db", sqlite_url)
     assert "no verdict (malformed)" in shown.stdout and "boom" in shown.stdout
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+
+
+# -- a command validation's stderr: kept, and shown by every door ---------------------------
+
+# A command validation returns its verdict on stdout; why it failed is on stderr.
+COMMAND_CHILD = (
+    "import json, sys\n"
+    "sys.stderr.write('Traceback (most recent call last):\\n')\n"
+    "sys.stderr.write('ModuleNotFoundError: No module named pytest\\x07\\x1b[2J\\n')\n"
+    "print(json.dumps({'passed': False, 'message': 'pytest exit code 1'}))\n"
+)
+STDERR_TAIL = (
+    "Traceback (most recent call last):\nModuleNotFoundError: No module named pytest\x07\x1b[2J"
+)
+
+
+def _failing_command_plan(db_url: str, tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "child.py").write_text(COMMAND_CHILD)
+    with Plane.open(db_url) as plane:
+        register_validation(
+            plane, {"name": "tests", "mode": "required", "command": ["python", "child.py"]}
+        )
+        create_plan(plane, "P-1", project="api", resources=[str(project)])
+        attach(plane, "tests", resource=str(project))
+        record_strategy(plane, "P-1", "make the tests pass")
+        enter_execute(plane, "P-1")
+
+
+def test_a_command_validations_stderr_is_kept_and_shown(sqlite_url: str, tmp_path: Path) -> None:
+    import ledger
+
+    _failing_command_plan(sqlite_url, tmp_path)
+    shown = run_cli("validate", "P-1", "--db", sqlite_url)
+    assert shown.returncode == 1, shown.stderr
+    _assert_inert_reason(shown.stdout)
+    assert "stderr, last 2 line(s):" in shown.stdout
+    with ledger.open(sqlite_url, create=False) as store:
+        (result,) = [
+            e.payload
+            for e in store.read_stream("plan:P-1")
+            if e.type == "validation.result_recorded"
+        ]
+        assert result.stderr_sha256 and store.get_blob(result.stderr_sha256) is not None
+    for argv in (["plan", "show", "P-1"], ["plan", "history", "P-1"]):
+        _assert_inert_reason(run_cli(*argv, "--db", sqlite_url).stdout)
+    out = tmp_path / "report.html"
+    assert run_cli("report", "P-1", "--html", str(out), "--db", sqlite_url).returncode == 0
+    _assert_inert_reason(out.read_text(encoding="utf-8"))
+    assert run_cli("verify", "--db", sqlite_url).returncode == 0  # the blob is the log's
+
+
+def test_every_door_answers_a_failures_tails(sqlite_url: str, tmp_path: Path) -> None:
+    """The CLI's --json, the MCP gate's evidence.validate and the service's
+    POST /v1/validate answer the same results, tails and all."""
+    from datetime import timedelta
+
+    from starlette.testclient import TestClient
+
+    from commands.plane.credentials import issue_credential
+    from commands.plane.proxy_verbs import PLANE_TOOLS
+    from commands.service import create_app
+
+    _failing_command_plan(sqlite_url, tmp_path)
+    cli = json.loads(run_cli("validate", "P-1", "--json", "--db", sqlite_url).stdout)
+    (result,) = cli["validation"]["results"]
+    assert result["stderr_tail"] == STDERR_TAIL and result["stdout_tail"] is None
+    with Plane.open(sqlite_url) as plane:
+        record_fix_then = PLANE_TOOLS["evidence.record_fix"].run
+        record_fix_then(plane, "P-1", {"note": "nothing yet"})
+        (mcp,) = PLANE_TOOLS["evidence.validate"].run(plane, "P-1", {})["validation"]["results"]
+        record_fix_then(plane, "P-1", {"note": "still nothing"})
+        token = issue_credential(plane, "P-1", ttl=timedelta(hours=1)).token
+    with TestClient(create_app(sqlite_url)) as client:
+        answer = client.post("/v1/validate", headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 200, answer.text
+    (api,) = answer.json()["validation"]["results"]
+    for door in (mcp, api):
+        assert (door["stderr_tail"], door["stdout_tail"]) == (STDERR_TAIL, None), door

@@ -211,7 +211,10 @@ def failure_of(event: RecordedEvent, get_blob: BlobReader) -> Failure | None:
     if not isinstance(p, ValidationResultRecorded) or p.verdict is True:
         return None
     raw = get_blob(p.raw_output_sha256) if p.raw_output_sha256 else None
-    stdout_tail, stderr_tail = output_tails(bytes(raw) if raw is not None else None)
+    stderr = get_blob(p.stderr_sha256) if p.stderr_sha256 else None
+    stdout_tail, stderr_tail = output_tails(
+        bytes(raw) if raw is not None else None, bytes(stderr) if stderr is not None else None
+    )
     return Failure(
         position=event.position,
         run_id=p.run_id,

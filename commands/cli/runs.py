@@ -132,8 +132,8 @@ def validate(plan_id: str, as_json: bool) -> None:
     """
     plane = open_plane()
     report = validate_plan(plane, plan_id)
-    doc = report.to_json()
-    # Why each one failed: its message or error, and the tails of what it printed.
+    doc = report.to_json()  # each result with the tails of what it printed, as every door
+    # Why each one failed, as `plan show` says it: its message or error, and those tails.
     failures = {
         f.position: f
         for f in (failure_of(e, plane.store.get_blob) for e in report.events)
@@ -144,10 +144,6 @@ def validate(plan_id: str, as_json: bool) -> None:
         for e in report.events
         if e.position in failures and isinstance(e.payload, ValidationResultRecorded)
     }
-    for result in doc["results"]:
-        failure = by_attachment.get(result["attachment_id"])
-        result["stdout_tail"] = failure.stdout_tail if failure is not None else None
-        result["stderr_tail"] = failure.stderr_tail if failure is not None else None
     if as_json:
         emit_json({"validation": doc})
     else:

@@ -56,7 +56,7 @@ from commands.runner.process import (
     run_validation,
     tool_output,
 )
-from commands.runner.results import RESULT_SCHEMA
+from commands.runner.results import RESULT_SCHEMA, output_tails
 from commands.runner.sandbox import RunSnapshot, decode_trees, encode_trees, resource_kind
 from commands.runner.trees import ResourceKind, manifest_digest, manifest_of
 from commands.schemas.prepare import prepare_schema
@@ -628,6 +628,8 @@ class ValidationReport:
     results: list[ValidationResultRecorded] = field(default_factory=list)
     events: list[RecordedEvent] = field(default_factory=list)
     token: str | None = None  # handed to the agent on a pass; the log keeps its digest
+    # attachment -> (stdout tail, stderr tail) of each result that is no pass
+    tails: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
 
     @property
     def informational_failures(self) -> list[str]:
@@ -671,7 +673,12 @@ class ValidationReport:
             ),
             "informational_failures": self.informational_failures,
             "results": [
-                {**msgspec.to_builtins(r), "scope": scopes.get(r.attachment_id)}
+                {
+                    **msgspec.to_builtins(r),
+                    "scope": scopes.get(r.attachment_id),
+                    "stdout_tail": self.tails.get(r.attachment_id, (None, None))[0],
+                    "stderr_tail": self.tails.get(r.attachment_id, (None, None))[1],
+                }
                 for r in self.results
             ],
         }
@@ -758,6 +765,7 @@ def validate_plan(
             error=run.error,
             changed_paths=run.changed_paths,
             raw_output_sha256=_sha256(run.raw_output) if run.raw_output is not None else None,
+            stderr_sha256=_sha256(run.stderr) if run.stderr else msgspec.UNSET,
             started_at=run.started_at,
             ended_at=run.ended_at,
             duration_ms=run.duration_ms,
@@ -770,6 +778,11 @@ def validate_plan(
         (msgspec.to_builtins(r) for r in results), require_validation=require
     )
     report = ValidationReport(plan_id, run_id, attempt, outcome, raw, reason, binding, results)
+    report.tails = {  # why each one failed, as every door answers it
+        r.attachment_id: output_tails(run.raw_output, run.stderr)
+        for r, run in zip(binding, runs, strict=True)
+        if run.verdict is not True
+    }
     completed = ValidationRunCompleted(
         plan_id=plan_id,
         run_id=run_id,
@@ -834,6 +847,7 @@ def validate_plan(
         )
 
     outputs = [run.raw_output for run in runs if run.raw_output is not None]
+    outputs += [run.stderr for run in runs if run.stderr]
     report.events = plane.run(f"plan:{plan_id}", finish, actor=actor, blobs=outputs)
     if any(e.type == "plan.escalated" for e in report.events):
         report.outcome, report.raw_halt_type = "escalate", "escalated"

@@ -546,6 +546,7 @@ class ValidationRun(msgspec.Struct, kw_only=True):
     error: str | None = None
     changed_paths: list[str] = []
     raw_output: bytes | None = None  # what the program/tool printed (for the blob store)
+    stderr: bytes | None = None  # what the program wrote on stderr (within its cap), if any
     started_at: str
     ended_at: str
     duration_ms: int
@@ -563,14 +564,19 @@ class _Outcome(msgspec.Struct, kw_only=True):
     cause: Cause | None = None
     error: str | None = None
     raw_output: bytes | None = None
+    stderr: bytes | None = None
     stdout_truncated: Truncation | None = None
     stderr_truncated: Truncation | None = None
 
 
 def _streams(run: RunResult, outcome: _Outcome) -> _Outcome:
-    """The outcome, with what the run records of its streams over the cap."""
+    """The outcome, with the program's stderr (kept: a failure's reason is often there)
+    and what the run records of its streams over the cap."""
     return msgspec.structs.replace(
-        outcome, stdout_truncated=run.stdout_truncated, stderr_truncated=run.stderr_truncated
+        outcome,
+        stderr=run.stderr or None,
+        stdout_truncated=run.stdout_truncated,
+        stderr_truncated=run.stderr_truncated,
     )
 
 
@@ -641,6 +647,7 @@ def run_validation(
             outcome = _Outcome(
                 cause="read_only_violation",
                 raw_output=outcome.raw_output,
+                stderr=outcome.stderr,
                 stdout_truncated=outcome.stdout_truncated,
                 stderr_truncated=outcome.stderr_truncated,
                 error=f"the validation changed {len(changed)} path(s) of its working tree "
@@ -668,6 +675,7 @@ def _finish(outcome: _Outcome, started: str, clock: float, changed: list[str]) -
         error=outcome.error,
         changed_paths=changed,
         raw_output=outcome.raw_output,
+        stderr=outcome.stderr,
         started_at=started,
         ended_at=utc_now(),
         duration_ms=_elapsed_ms(clock),

@@ -176,17 +176,24 @@ TAIL_CHARS = 2000  # and at most this many characters of them
 _STREAMS = frozenset({"exit_code", "stdout", "stderr"})
 
 
-def output_tails(raw: bytes | None) -> tuple[str | None, str | None]:
-    """(stdout tail, stderr tail) of a validation's recorded raw output (its blob), for a
-    person reading why it failed: the last ``TAIL_LINES`` lines, at most ``TAIL_CHARS``
-    characters, as text (UTF-8, undecodable bytes replaced). None for a stream with
-    nothing to show.
+def output_tails(raw: bytes | None, stderr: bytes | None = None) -> tuple[str | None, str | None]:
+    """(stdout tail, stderr tail) of a validation's recorded raw output (its blob) and
+    its recorded stderr (its own blob, when the program wrote any), for a person reading
+    why it failed: the last ``TAIL_LINES`` lines, at most ``TAIL_CHARS`` characters, as
+    text (UTF-8, undecodable bytes replaced). None for a stream with nothing to show.
 
     The blob is what the runner kept: a wrapped validation's tool output, which for a
     command that printed no JSON is ``{exit_code, stdout, stderr}`` (both streams); a
     command validation's stdout; a python or MCP validation's return. A blob that is a
     well-formed structured return (``{passed, message?, data?}``) adds nothing to the
-    message shown with it: no tail."""
+    message shown with it: no stdout tail."""
+    out, err = _raw_tails(raw)
+    if stderr:
+        err = _tail(stderr.decode("utf-8", errors="replace"))
+    return out, err
+
+
+def _raw_tails(raw: bytes | None) -> tuple[str | None, str | None]:
     if not raw:
         return None, None
     try:

@@ -29,7 +29,8 @@ class EventPayload(
     SCHEMA_VERSION: ClassVar[int] = 1
     STREAM: ClassVar[str] = ""
     DELTA: ClassVar[str] = ""
-    # Fields holding the digest of a blob stored with the event (None: no blob). verify
+    # Fields holding the digest of a blob stored with the event (None or absent: no
+    # blob). verify
     # reports a referenced blob that is missing; bundles carry exactly these blobs.
     BLOB_FIELDS: ClassVar[tuple[str, ...]] = ()
 
@@ -43,7 +44,7 @@ class EventPayload(
         return [
             (field, digest)
             for field in self.BLOB_FIELDS
-            if (digest := getattr(self, field)) is not None
+            if (digest := getattr(self, field)) is not None and digest is not msgspec.UNSET
         ]
 
     def default_stream(self) -> str:

@@ -61,7 +61,7 @@ class ValidationResultRecorded(
 
     STREAM = "plan:{plan_id}"
     DELTA = "adds the result under /current_run/results/<attachment_id>"
-    BLOB_FIELDS = ("raw_output_sha256",)
+    BLOB_FIELDS = ("raw_output_sha256", "stderr_sha256")
 
     plan_id: str
     run_id: str
@@ -81,6 +81,10 @@ class ValidationResultRecorded(
     # Set only when the program's stdout / stderr went over its cap; absent otherwise.
     stdout_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
     stderr_truncated: Truncation | msgspec.UnsetType = msgspec.UNSET
+    # The blob of what the program wrote on stderr (within its cap), when it wrote any:
+    # a failure's reason often is there. Absent when empty, and on results recorded
+    # before the field.
+    stderr_sha256: str | msgspec.UnsetType = msgspec.UNSET
     # How the validation's program ran: ``landlock`` (confined by the kernel, read-only)
     # or ``unconfined`` (the plan opted out: ``confinement: none``). Absent on results
     # recorded before the field.
