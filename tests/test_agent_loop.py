@@ -93,6 +93,20 @@ def _world(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 yield World(root, env, plane, client, itertools.count(1))
 
 
+def _brief(plan: dict[str, Any]) -> dict[str, Any]:
+    """What a plan's answer and a plan's read must agree on."""
+    pending = plan.get("pending_decision")
+    if isinstance(pending, dict):
+        pending = pending["decision_id"]
+    return {
+        "phase": plan["phase"],
+        "revision": plan["revision"],
+        "attempt": plan["attempt"],
+        "terminal": plan["terminal"],
+        "pending_decision": pending,
+    }
+
+
 class Loop:
     """One plan, driven by its agent through the service (and by alice, the approver)."""
 
@@ -126,6 +140,10 @@ class Loop:
             return None
         assert answer.status_code == 200, (path, answer.status_code, answer.text)
         found: dict[str, Any] = answer.json()
+        # Read your writes: the state an answer carries is the one a read shows next.
+        said = found.get("plan_state") or (found.get("plan") and _brief(found["plan"]))
+        if said:
+            assert _brief(self.plan()) == _brief(said), (path, said)
         return found
 
     def plan(self) -> dict[str, Any]:

@@ -1006,6 +1006,52 @@ def test_a_dripping_head_is_cut_at_the_header_deadline(real: tuple[str, Path]) -
         assert server.stop() == 0, server.logged()
 
 
+@pytest.mark.slow
+def test_two_services_never_answer_an_older_plan_than_either_answered(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Read your writes across processes: a step answered by one service, the plan read
+    from the other at once, on one ledger (SQLite and PostgreSQL) — each answer's
+    plan_state is what the other service's GET /v1/plan shows next."""
+    _setup_ledger(db_url, tmp_path)
+    with Plane.open(db_url) as plane:
+        project = tmp_path / "projects" / "T-1"
+        project.mkdir(parents=True)
+        create_plan(
+            plane, "T-1", project="T-1", resources=[str(project)],
+            config={"max_iterations": 1, "max_strategy_revisions": 3},
+        )  # fmt: skip
+        record_strategy(plane, "T-1", "s")
+        enter_execute(plane, "T-1")
+        token = issue_credential(plane, "T-1", ttl=HOUR).token
+    env = {"EVIDENCE_PLANE_KEY": os.environ["EVIDENCE_PLANE_KEY"]}
+    env["EVIDENCE_STATE_DIR"] = os.environ["EVIDENCE_STATE_DIR"]
+    one, two = Server(db_url, env), Server(db_url, env)
+    try:
+
+        def read(server: Server) -> dict[str, Any]:
+            status, body = _get(server.base + "/v1/plan", token)
+            assert status == 200, body
+            plan: dict[str, Any] = body["plan"]
+            return {k: plan[k] for k in ("phase", "revision", "attempt")}
+
+        for writer, reader in ((one, two), (two, one), (one, two)):
+            status, body = _http(
+                "POST", writer.base + "/v1/gate/input",
+                {"tool": "search", "params": {"query": 1}}, token,
+            )  # fmt: skip
+            assert status == 200 and body["gate"]["routed"] == "revised", body
+            said = {k: body["plan_state"][k] for k in ("phase", "revision", "attempt")}
+            assert said["phase"] == "strategize" and read(reader) == said
+            for path, payload in (("/v1/strategy", {"strategy": "again"}), ("/v1/execute", {})):
+                status, body = _http("POST", writer.base + path, payload, token)
+                assert status == 200, body
+                assert read(reader) == {k: body["plan"][k] for k in said}
+    finally:
+        assert one.stop() == 0, one.logged()
+        assert two.stop() == 0, two.logged()
+
+
 def _metric(base: str, name: str) -> float | None:
     with urllib.request.urlopen(base + "/metrics", timeout=30) as answer:
         for line in answer.read().decode().splitlines():

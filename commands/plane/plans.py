@@ -95,6 +95,24 @@ def current_plan(plane: Plane, plan_id: str) -> PlanState | None:
     return state.of(PlanState)
 
 
+def plan_brief(plane: Plane, plan_id: str) -> dict[str, Any]:
+    """Where the plan stands now, in brief (``current_plan``): what every answer that
+    may have moved it carries, so an agent never acts on an older state than the one
+    its own last step left."""
+    doc = current_plan(plane, plan_id)
+    if doc is None:
+        raise CommandRefused(f"unknown plan {plan_id!r}")
+    pending = doc.pending_decision
+    return {
+        "phase": doc.phase,
+        "revision": doc.revision,
+        "attempt": doc.attempt,
+        "needs_fix": doc.needs_fix,
+        "terminal": doc.terminal,
+        "pending_decision": pending.decision_id if pending is not None else None,
+    }
+
+
 def sandbox_paths(plane: Plane, doc: PlanState | None) -> dict[str, str]:
     """Where the plan's work happens until Apply, by resource (none before Execute)."""
     if doc is None or not doc.plan_id or doc.attempt == 0:

@@ -30,6 +30,7 @@ from commands.plane.hooks import (
     post_tool,
     pre_tool,
 )
+from commands.plane.plans import plan_brief
 from commands.plane.proxy_verbs import PLANE_TOOLS, PREFIX
 from commands.plane.runs import call_tool
 
@@ -106,6 +107,21 @@ UNKNOWN_TOOLS = {
 }
 
 OBJECT = {"type": "object"}
+# Where the plan stands once the answer's step is recorded (commands.plane.plans.plan_brief)
+PLAN_STATE = {
+    "type": "object",
+    "description": "The plan as the step left it: an agent never acts on an older state.",
+    "required": ["phase", "revision", "attempt", "needs_fix", "terminal", "pending_decision"],
+    "properties": {
+        "phase": {"enum": ["strategize", "execute", "apply"]},
+        "revision": {"type": "integer"},
+        "attempt": {"type": "integer"},
+        "needs_fix": {"type": "boolean"},
+        "terminal": {"enum": [None, "failed", "applied"]},
+        "pending_decision": {"type": ["string", "null"]},
+    },
+    "additionalProperties": False,
+}
 GATE = {
     "type": "object",
     "required": ["gate", "verdict", "deviations", "routed", "iterations_left", "positions"],
@@ -208,13 +224,13 @@ def with_plan(schema: dict[str, Any]) -> dict[str, Any]:
 def _gate_input(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
     params = json_bytes(body["params"])  # the bytes checked and kept: compact JSON
     found = gate_input(plane, plan_id, body["tool"], params, step=body.get("step"))
-    return Outcome({"gate": found.to_json()}, gates=(found,))
+    return Outcome({"gate": found.to_json(), **_state(plane, plan_id)}, gates=(found,))
 
 
 def _gate_output(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
     output = json_bytes(body["output"])
     found = gate_output(plane, plan_id, body["step"], output)
-    return Outcome({"gate": found.to_json()}, gates=(found,))
+    return Outcome({"gate": found.to_json(), **_state(plane, plan_id)}, gates=(found,))
 
 
 def _call(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
@@ -225,7 +241,13 @@ def _call(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
         json_bytes(body["params"]),
         step=body.get("step"),
     )
-    return Outcome(report.to_json(), gates=(report.input_gate, report.output_gate))
+    answer = {**report.to_json(), **_state(plane, plan_id)}
+    return Outcome(answer, gates=(report.input_gate, report.output_gate))
+
+
+def _state(plane: Plane, plan_id: str) -> dict[str, Any]:
+    """``plan_brief``: where the plan stands now that the step is recorded."""
+    return {"plan_state": plan_brief(plane, plan_id)}
 
 
 def _verb(name: str) -> Operation:
@@ -234,6 +256,8 @@ def _verb(name: str) -> Operation:
 
     def run(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
         answer = verb.run(plane, plan_id, {k: v for k, v in body.items() if k != "plan"})
+        if name == "validate":
+            answer = {**answer, **_state(plane, plan_id)}
         found = answer.get("validation")
         return Outcome(answer, validation=found["outcome"] if found is not None else None)
 
@@ -316,7 +340,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "The input gate on a proposed call, recorded (as `evidence gate input --json`): a "
         "deviation is a verdict in the answer, routed by the plan's strict_mode.",
         "agent",
-        ok=closed({"gate": GATE}, ["gate"]),
+        ok=closed({"gate": GATE, "plan_state": PLAN_STATE}, ["gate", "plan_state"]),
         body=closed({"tool": TOOL, "params": ANY, "step": STEP, "plan": PLAN}, ["tool", "params"]),
         run=_gate_input,
     ),
@@ -328,7 +352,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "output --json`), against the registry's output schema of the step's tool: a "
         "schema of the agent's own is not accepted through the service.",
         "agent",
-        ok=closed({"gate": GATE}, ["gate"]),
+        ok=closed({"gate": GATE, "plan_state": PLAN_STATE}, ["gate", "plan_state"]),
         body=closed({"step": STEP, "output": ANY, "plan": PLAN}, ["step", "output"]),
         run=_gate_output,
     ),
@@ -345,8 +369,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                 "call": {"type": ["object", "null"]},
                 "output_gate": {"anyOf": [GATE, {"type": "null"}]},
                 "halt": {"type": ["object", "null"]},
+                "plan_state": PLAN_STATE,
             },
-            ["input_gate", "call", "output_gate", "halt"],
+            ["input_gate", "call", "output_gate", "halt", "plan_state"],
         ),
         body=closed(
             {
@@ -388,7 +413,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Run the plan's pinned validations and classify the outcome (as evidence.validate); "
         "a pass carries the token. The body is {} (or empty).",
         "agent",
-        ok=closed({"validation": OBJECT}, ["validation"]),
+        ok=closed({"validation": OBJECT, "plan_state": PLAN_STATE}, ["validation", "plan_state"]),
         body=_verb_schema("validate"),
         run=_verb("validate"),
     ),
