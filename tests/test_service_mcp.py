@@ -559,6 +559,13 @@ def test_the_agent_enters_execute_and_revises_its_strategy_through_the_gate(
     assert _refusal(twice)["error"] == "plan P-1 is in Execute, not Strategize"
     assert _refusal(late)["error"].startswith("plan P-1 is in Execute: a strategy is recorded")
     assert not called.is_error, _text(called)
+    # each answer says where the plan stands now
+    assert entered.meta is not None and called.meta is not None
+    assert entered.meta["evidence/plan_state"]["phase"] == "execute"
+    assert called.meta["evidence/plan_state"] == {
+        "phase": "execute", "revision": 0, "attempt": 1, "needs_fix": False,
+        "terminal": None, "pending_decision": None,
+    }  # fmt: skip
     actors = {e.type: e.actor for e in _events(sqlite_url, "P-1")}
     assert actors["plan.execute_entered"] == "agent"
 

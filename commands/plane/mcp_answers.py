@@ -59,6 +59,8 @@ __all__ = [
 # protocol error instead of the deviations.
 REFUSAL_META = "evidence/refusal"
 STEP_META = "evidence/step"
+# Where an answer says where the plan stands after the call (commands.plane.plans.plan_brief).
+PLAN_STATE_META = "evidence/plan_state"
 OUTPUT_SCHEMA_META = "evidence/output_schema"
 
 

@@ -31,7 +31,7 @@ refuses a tool it cannot run: it is never run through this door.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mcp_types as types
@@ -45,6 +45,7 @@ from .gates import NO_PARAMETERS, GateOutcome
 from .hooks import MAX_TOOL_NAME, json_bytes, open_for_calls
 from .mcp_answers import (
     OUTPUT_SCHEMA_META,
+    PLAN_STATE_META,
     call_verb,
     gate_failed,
     plane_tools,
@@ -52,6 +53,7 @@ from .mcp_answers import (
     step_of,
     upstream_failed,
 )
+from .plans import plan_brief
 from .proxy_verbs import PLANE_TOOLS
 from .proxy_verbs import PREFIX as PLANE_PREFIX
 from .runs import CallReport, call_tool, declares_output, launches_mcp
@@ -135,10 +137,21 @@ def gate_call(
             result = call_verb(plane, plan_id, verb, arguments)
             data = result.structured_content or {}
             found = data.get("validation") if not result.is_error else None
-            return GateCall(result, validation=found.get("outcome") if found else None)
-        return _call(plane, plan_id, name, arguments, meta)
+            done = GateCall(result, validation=found.get("outcome") if found else None)
+        else:
+            done = _call(plane, plan_id, name, arguments, meta)
     except LedgerError as exc:
         return GateCall(refused(said_by(exc, "mcp")))
+    return _with_state(done, plane, plan_id)
+
+
+def _with_state(done: GateCall, plane: Plane, plan_id: str) -> GateCall:
+    """The answer with where the plan stands now (``_meta`` ``evidence/plan_state``):
+    an agent never acts on an older state than its own last call left."""
+    if done.result is None:
+        return done
+    meta = {**(done.result.meta or {}), PLAN_STATE_META: plan_brief(plane, plan_id)}
+    return replace(done, result=done.result.model_copy(update={"meta": meta}))
 
 
 AGENT_SCHEMA_REFUSED = (
