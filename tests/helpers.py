@@ -38,6 +38,32 @@ def strategy(plan_id: str = "P-1", text: str = "fix the tests", revision: int = 
     return NewEvent(payload=StrategyRecorded(plan_id=plan_id, revision=revision, strategy=text))
 
 
+def build_wheel(where: Path) -> Path:
+    """The project's wheel, built under ``where`` from a copy of the tracked files (a
+    build writes build/ and *.egg-info into the tree it builds: the checkout stays as
+    it was)."""
+    import shutil
+
+    root = Path(__file__).resolve().parent.parent
+    source, dist = where / "source", where / "dist"
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, tracked):
+        target = source / name.decode()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name.decode(), target)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = dist.glob("evidence_ledger-*.whl")
+    return wheel
+
+
 def unix_get(path: Path, target: str, timeout: float = 5.0) -> tuple[int, bytes]:
     """``GET target`` from an HTTP server on the unix socket ``path``: status and body."""
     import socket

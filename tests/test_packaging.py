@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from setuptools import find_packages
+
+from tests.helpers import build_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,26 +27,9 @@ def test_the_package_list_is_every_package_in_the_tree() -> None:
 
 @pytest.mark.slow  # builds a wheel and a virtualenv
 def test_a_wheel_installed_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -> None:
-    dist, venv, empty = tmp_path / "dist", tmp_path / "venv", tmp_path / "empty"
+    venv, empty = tmp_path / "venv", tmp_path / "empty"
     empty.mkdir()
-    # Built from a copy of the tracked files: a build writes build/ and *.egg-info into
-    # the tree it builds, and the checkout stays as it was.
-    source = tmp_path / "source"
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.split(b"\0")
-    for name in filter(None, tracked):
-        target = source / name.decode()
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name.decode(), target)
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert build.returncode == 0, build.stderr
-    (wheel,) = dist.glob("evidence_ledger-*.whl")
+    wheel = build_wheel(tmp_path)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
     # The dependencies come from this environment (no download); the package itself

@@ -256,10 +256,11 @@ DEMO_DB = "demo.db"
 @click.command("examples")
 @click.argument("directory", required=False, default="examples", type=click.Path(path_type=Path))
 def examples(directory: Path) -> None:
-    """Copy the shipped examples into DIRECTORY (./examples).
+    """Copy the shipped examples into a directory.
 
-    The plan files (green-after-fix, escalation, strict-output-deviation, actor-graph)
-    and quickstart.py, as a checkout has them, so the README's commands run after a
+    Into DIRECTORY (./examples by default): the plan files (green-after-fix, escalation,
+    strict-output-deviation, actor-graph) and quickstart.py, as a checkout has them,
+    so the README's commands run after a
     plain install: `evidence run examples/green-after-fix/plan.yaml`, `python
     examples/quickstart.py`. A DIRECTORY that holds anything is refused (nothing is
     overwritten).

@@ -172,7 +172,7 @@ def _show_rows(view: Document) -> list[list[str]]:
 
 @click.group()
 def tool() -> None:
-    """Tools: register, import from an MCP server, pack, list, show.
+    """Tools: register, import, pack, list, show.
 
     Validations are tools too: one namespace, so a name is a tool or a validation."""
 

@@ -102,6 +102,20 @@ def state_dir(db_url: str) -> Path:
     return Path.home() / ".local" / "state" / "evidence-ledger" / digest
 
 
+def private_dirs(path: Path) -> None:
+    """``path`` and every missing directory above it, each made 0700: the state
+    directory and its sandboxes are the plane's (an agent changes them only through
+    calls the plane gates), whatever the umask leaves to others."""
+    missing = []
+    for found in (path, *path.parents):
+        if found.exists():
+            break
+        missing.append(found)
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            directory.mkdir(0o700)
+
+
 def sandboxes_dir(db_url: str, workdir: Path | None = None) -> Path:
     """Where the plans of the ledger at ``db_url`` keep their sandboxes: under
     ``workdir`` or the state directory, one folder per ledger (two ledgers sharing a
@@ -269,7 +283,7 @@ class PlanSandbox:
         """Make each copy that does not exist yet (a strategy revision keeps the work)."""
         for resource, copy in self.copies.items():
             if not copy.exists():
-                copy.parent.mkdir(parents=True, exist_ok=True)
+                private_dirs(copy.parent)
                 partial = copy.with_name(copy.name + ".partial")
                 if partial.exists():
                     shutil.rmtree(partial)
@@ -315,7 +329,7 @@ class PlanSandbox:
     def apply_lock(self) -> Iterator[None]:
         """Held for the whole of an Apply: a second Apply (or resume) of the same plan
         on this machine is refused at once (``ApplyBusy``) instead of racing it."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.root)
         fd = os.open(self.root / "apply.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
@@ -381,7 +395,7 @@ class RunSnapshot:
 def _claim(base: Path, root: Path) -> int:
     """Make ``root`` and lock it for the run (the descriptor is held until the run ends),
     first removing the snapshots no run holds any longer (their run was killed)."""
-    base.mkdir(parents=True, exist_ok=True)
+    private_dirs(base)
     guard = os.open(base / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(guard, fcntl.LOCK_EX)  # one claim or sweep at a time

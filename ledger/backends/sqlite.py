@@ -68,8 +68,15 @@ class SQLiteBackend(Backend):
         path = url.database or ""
         memory = path in ("", ":memory:")
         if not memory:
-            if must_exist and not os.path.exists(path):
-                raise LedgerOpenError(f"no ledger at {path}: run `evidence init` first")
+            try:
+                os.stat(path)
+            except PermissionError:  # a directory on the way is closed to this user
+                raise LedgerOpenError(f"cannot open {path}: permission denied") from None
+            except OSError:
+                if must_exist:
+                    raise LedgerOpenError(
+                        f"no ledger at {path}: run `evidence init` first"
+                    ) from None
             if os.path.isdir(path):
                 raise LedgerOpenError(f"cannot open {path}: it is a directory")
             parent = os.path.dirname(os.path.abspath(path))
