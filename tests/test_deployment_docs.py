@@ -41,15 +41,26 @@ USERS = ["agent", "evidence"]
 MARKER = Path("/etc/evidence-test-deployment")  # this test made what is there
 SOCKET = Path("/run/evidence/serve.sock")
 INSTALL = "'evidence-ledger[postgres]'"
+INIT = "# the ledger, the plane key and the first operator, as the service's user\n"
 
 
-def block(heading: str) -> str:
-    """The first ```sh block after ``## heading`` in the page, as bash runs it."""
+def block(heading: str, nth: int = 0) -> str:
+    """The ``nth`` ```sh block after ``## heading`` in the page, as bash runs it."""
     text = PAGE.read_text(encoding="utf-8")
     after = text[text.index(f"## {heading}\n") :]
-    found = re.search(r"```sh\n(.*?)```", after, re.DOTALL)
-    assert found is not None, heading
-    return found.group(1)
+    found: list[str] = re.findall(r"```sh\n(.*?)```", after, re.DOTALL)
+    return found[nth]
+
+
+def setup(backend: str, wheel: Path) -> str:
+    """The page's setup as it says to run it for ``backend``: PostgreSQL's block goes
+    after the settings file, before `evidence init`."""
+    script = block("Setting it up").replace(INSTALL, f"'/tmp/{wheel.name}[postgres]'")
+    if backend == "postgresql":
+        before, marker, rest = script.partition(INIT)
+        assert marker, "the setup no longer says where the ledger is made"
+        script = before + block("Setting it up", 1) + marker + rest
+    return script
 
 
 def _exists(user: str) -> bool:
@@ -71,6 +82,8 @@ def _clean() -> None:
     for link in LINKS:
         Path(link).unlink(missing_ok=True)
     MARKER.unlink(missing_ok=True)
+    for drop in (["dropdb", "--if-exists", "evidence"], ["dropuser", "--if-exists", "evidence"]):
+        subprocess.run(["sudo", "-u", "postgres", *drop], capture_output=True, check=False)
 
 
 @pytest.fixture
@@ -113,13 +126,15 @@ def _hook(tool: str, arguments: object, use_id: str) -> subprocess.CompletedProc
     return _as_agent("evidence-hook", "pre-tool", stdin=json.dumps(call))
 
 
-def test_the_deployment_docs_run_as_written(machine: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_deployment_docs_run_as_written(machine: None, tmp_path: Path, backend: str) -> None:
     wheel = build_wheel(tmp_path)
     shutil.copy(wheel, "/tmp")  # readable by sudo's pip wherever tmp_path is
-    setup = block("Setting it up")
-    assert setup.count(INSTALL) == 1
-    done = _bash(setup.replace(INSTALL, f"'/tmp/{wheel.name}[postgres]'"), cwd="/")
+    assert block("Setting it up").count(INSTALL) == 1
+    done = _bash(setup(backend, wheel), cwd="/")
     assert done.returncode == 0, done.stdout + done.stderr
+    settings = Path("/etc/evidence/env").read_text()
+    assert ("postgresql+psycopg:///evidence" in settings) == (backend == "postgresql")
     serve = subprocess.Popen(
         ["bash", "-euo", "pipefail", "-c", block("Running the service")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
@@ -149,15 +164,13 @@ def test_the_deployment_docs_run_as_written(machine: None, tmp_path: Path) -> No
         os.killpg(serve.pid, signal.SIGTERM)
         assert serve.wait(timeout=120) == 0, serve.stderr.read() if serve.stderr else ""
     # the table's modes, and the operator's view of the same plan (one state directory)
-    modes = {p: os.stat(p).st_mode & 0o777 for p in (
-        "/var/lib/evidence", "/var/lib/evidence/keys", "/var/lib/evidence/evidence.db",
-        "/var/lib/evidence/keys/plane.key", "/var/lib/evidence/state",
-    )}  # fmt: skip
-    assert modes == {
+    table = {
         "/var/lib/evidence": 0o700, "/var/lib/evidence/keys": 0o700,
-        "/var/lib/evidence/evidence.db": 0o600, "/var/lib/evidence/keys/plane.key": 0o600,
-        "/var/lib/evidence/state": 0o700,
+        "/var/lib/evidence/keys/plane.key": 0o600, "/var/lib/evidence/state": 0o700,
     }  # fmt: skip
+    if backend == "sqlite":
+        table["/var/lib/evidence/evidence.db"] = 0o600
+    assert {p: os.stat(p).st_mode & 0o777 for p in table} == table
     operator = "sudo -u evidence env $(cat /etc/evidence/env) evidence"
     shown = _bash(f"{operator} plan history P-17 --json", cwd="/")
     assert shown.returncode == 0, shown.stderr
