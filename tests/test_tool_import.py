@@ -27,6 +27,7 @@ from commands.plane.registry import register_tool
 from commands.plane.runs import call_tool
 from tests.conftest import IN_CI
 from tests.helpers import assert_refused, run_cli
+from tests.test_mcp_proxy import http_upstream  # noqa: F401  (a fixture: a real HTTP server)
 
 TIME = [sys.executable, "-m", "mcp_server_time"]
 FILESYSTEM = Path(__file__).parent / "interop/node_modules/@modelcontextprotocol/server-filesystem"
@@ -166,3 +167,17 @@ def test_the_filesystem_servers_tools_pass_the_gate_as_imported(
     assert answer["input_gate"]["verdict"] == "pass", answer
     assert answer["halt"] is None and answer["output_gate"]["verdict"] == "pass", answer
     assert answer["call"]["executor"] == "mcp" and not answer["call"].get("tool_error")
+
+
+def test_a_streamable_http_servers_tools_by_url(
+    sqlite_url: str, request: pytest.FixtureRequest
+) -> None:
+    """--url: the tools of a server the plane reaches over HTTP, with mcp_url."""
+    url, _log = request.getfixturevalue("http_upstream")
+    assert run_cli("init", "--db", sqlite_url).returncode == 0
+    found = _imported(sqlite_url, "--mcp", "web", "--url", url)
+    added = {t["name"] for t in found["tools"] if t["action"] == "added"}
+    assert "web.add" in added, found
+    shown = json.loads(run_cli("tool", "show", "web.add", "--json", "--db", sqlite_url).stdout)
+    assert shown["tool"]["spec"]["mcp_url"] == url
+    assert "mcp_command" not in shown["tool"]["spec"] or not shown["tool"]["spec"]["mcp_command"]
