@@ -290,6 +290,7 @@ def serve(
 
     from commands.rules.signing import plane_key_path, single_user_layout
     from commands.service import DEFAULT_MAX_IN_FLIGHT, create_app
+    from commands.service.door import service_hosts
     from commands.service.head_deadline import head_deadline_protocol, header_timeout
 
     url = db_url()
@@ -337,16 +338,18 @@ def serve(
         # one socket all workers accept on (a unix socket has no SO_REUSEPORT spreading)
         sockets = [_bind_unix(uds)] * workers
         where = f"unix:{sockets[0].getsockname()}"
+        hosts = service_hosts(None, None)  # the Host names a request may give
     else:
         sockets = _bind(host, port, workers)
         bound_host, bound_port = sockets[0].getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         where = f"{'https' if tls else 'http'}://{shown}:{bound_port}"
+        hosts = service_hosts(bound_host, bound_port)
 
     def run(sock: socket.socket) -> None:
         """One service process on its socket, until a stop has drained it."""
         config = uvicorn.Config(
-            create_app(url, max_in_flight=limit, workdir=workdir),
+            create_app(url, max_in_flight=limit, workdir=workdir, hosts=hosts),
             lifespan="on",
             log_config=_log_config(),
             # None: a stop waits for every request in flight, however long its tool runs.

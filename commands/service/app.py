@@ -54,6 +54,7 @@ import msgspec
 import sqlalchemy.exc
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -75,6 +76,7 @@ from ledger.store import url_identity
 
 from .auth import Forbidden, Unauthenticated, bearer_token, challenge, check_plan, credential_for
 from .committer import GroupCommitter
+from .door import DoorChecks
 from .follower import ReadModelFollower
 from .mcp import SCOPE_PLAN, SCOPE_SLOT, McpGate, Slot
 from .metrics import CONTENT_TYPE, Metrics
@@ -491,10 +493,16 @@ def _deviations_line(what: str, deviations: list[Deviation]) -> str:
 
 
 def create_app(
-    db_url: str, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, workdir: Path | None = None
+    db_url: str,
+    *,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    workdir: Path | None = None,
+    hosts: list[str] | None = None,
 ) -> Starlette:
     """The service for the ledger at ``db_url``: at most ``max_in_flight`` plane
-    operations at once (503 beyond); ``workdir`` as ``--workdir`` (plans' sandboxes)."""
+    operations at once (503 beyond); ``workdir`` as ``--workdir`` (plans' sandboxes);
+    a request with a foreign ``Origin`` refused before anything else, and one whose
+    ``Host`` is none of ``hosts`` (None: any) too (``door.DoorChecks``)."""
     service = Service(db_url, max_in_flight=max_in_flight, workdir=workdir)
     open_routes: dict[str, Callable[[Request], Any]] = {
         "healthz": service.healthz,
@@ -566,6 +574,7 @@ def create_app(
         routes=[mount(e) for e in ENDPOINTS],
         exception_handlers={HTTPException: not_routed},
         lifespan=lifespan,
+        middleware=[Middleware(DoorChecks, hosts=hosts)],
     )
     app.state.service = service
     return app
