@@ -833,10 +833,15 @@ class Store:
         return raw
 
     def _drop_writer(self, raw: Any) -> None:
+        """Forget this thread's driver connection, which the server ended (or which
+        broke): and the pool's idle ones with it — a session the server ended (a
+        restart, a failover, a terminated backend) leaves the pooled ones as likely
+        gone, and the next request must get a live one, not fail again."""
         self._local.writer = None
         with self._writers_lock:
             self._writers = [w for w in self._writers if w[2] is not raw]
         raw.invalidate()
+        self.engine.dispose(close=False)  # a new pool; connections in use go on
 
     def _prepare_rows(self, appends: Sequence[StreamAppend]) -> list[list[tuple[Any, ...]]]:
         """Validate and encode outside the lock: event id, payload and delta bytes, and

@@ -15,12 +15,20 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy import event as sa_event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import NoSuchModuleError
 
 from .. import tables
-from ..errors import LedgerOpenError, LedgerURLError
-from .base import HEAD_SQL, Backend, HeadAndVersions
+from ..errors import (
+    LedgerBusy,
+    LedgerError,
+    LedgerOpenError,
+    LedgerStorageError,
+    LedgerUnavailable,
+    LedgerURLError,
+)
+from .base import HEAD_SQL, LOCK_WAIT_ENV, Backend, HeadAndVersions, lock_wait_s
 
 __all__ = ["APPEND_ONLY_DDL", "NOTIFY_DDL", "PostgresBackend"]
 
@@ -80,11 +88,36 @@ class PostgresBackend(Backend):
                 f"unsupported PostgreSQL driver {url.drivername!r}: use {DRIVER}://"
             )
         try:
-            return sa.create_engine(url)
+            engine = sa.create_engine(url)
         except (ImportError, NoSuchModuleError):
             raise LedgerOpenError(
                 "PostgreSQL support needs psycopg: pip install 'evidence-ledger[postgres]'"
             ) from None
+        wait_ms = int(lock_wait_s() * 1000)
+
+        @sa_event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # A lock held by another session past the wait ends the statement (55P03,
+            # LedgerBusy) instead of waiting for ever, as SQLite's busy_timeout does.
+            dbapi_conn.execute(f"SET lock_timeout = {wait_ms}")
+            dbapi_conn.commit()
+
+        return engine
+
+    def translate(self, exc: BaseException) -> LedgerError | None:
+        import psycopg
+
+        found = getattr(exc, "orig", exc)
+        if isinstance(found, psycopg.errors.LockNotAvailable):
+            return LedgerBusy(
+                f"the ledger is locked by another writer past the wait ({lock_wait_s():g} s, "
+                f"{LOCK_WAIT_ENV}): retry"
+            )
+        if isinstance(found, (psycopg.errors.DiskFull, psycopg.errors.ReadOnlySqlTransaction)):
+            return LedgerStorageError(f"the database refused the write ({_said(found)})")
+        if isinstance(found, psycopg.OperationalError):  # the connection lost, the server gone
+            return LedgerUnavailable(f"the database does not answer ({_said(found)}): retry")
+        return None
 
     def display_url(self, url: sa.URL) -> str:
         # libpq takes a password in the query too (`?password=`): hidden like the other.
@@ -149,3 +182,8 @@ class PostgresBackend(Backend):
             self.lock_schema(conn)
             for ddl in NOTIFY_DDL:
                 conn.execute(sa.DDL(ddl))
+
+
+def _said(exc: BaseException) -> str:
+    """The driver's message, one line."""
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
