@@ -719,9 +719,11 @@ _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def _inert(text: str, *, multiline: bool = False) -> str:
-    """``text`` safe for a terminal, as ``commands.text.inert`` makes it (not imported:
-    it costs ``unicodedata``): every control, format or separator character written as
-    a visible escape (``\\x1b``, ``\\u202e``), a newline kept with ``multiline``."""
+    """``text`` safe for a terminal, exactly as ``commands.text.inert`` makes it (the
+    same rule, not imported: this module imports nothing of the house): every character
+    Python does not call printable written as a visible escape (``\\x1b``,
+    ``\\u202e``), a newline kept with ``multiline``. tests/test_terminal_text.py compares the two
+    on every code point."""
     lines = text.split("\n") if multiline else [text]
     out = []
     for line in lines:

@@ -12,16 +12,20 @@ and the HTML report (``commands.auditor.report``) both show text through it, and
 from __future__ import annotations
 
 import re
-import unicodedata
 
 __all__ = ["inert", "json_inert"]
 
 # Anything but printable ASCII is looked at (and, in multi-line text, but a newline).
 _SUSPECT = re.compile(r"[^\x20-\x7e]")
 _SUSPECT_MULTILINE = re.compile(r"[^\x20-\x7e\n]")
-# Controls (C0, DEL, C1), format characters (bidi embeddings, overrides and isolates,
-# marks, zero-width spaces, BOM), lone surrogates, line and paragraph separators.
-_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# What is escaped: every character Python does not call printable (``str.isprintable``):
+# controls (C0, DEL, C1), format characters (bidi embeddings, overrides and isolates,
+# marks, zero-width spaces, BOM), lone surrogates, private-use and unassigned code
+# points, and every separator but the space (line and paragraph separators, no-break and
+# other wide spaces, which can disguise a line). One rule, with no table of categories,
+# so ``commands.hook_client`` (which may import nothing but the standard library's
+# fastest modules) applies exactly the same; tests/test_terminal_text.py compares the two on
+# every code point.
 # Zero-width (non-)joiners are format characters that some scripts and emoji need.
 _JOINERS = frozenset({"\u200c", "\u200d"})
 _NAMED = {"\t": r"\t", "\n": r"\n", "\r": r"\r"}
@@ -29,7 +33,7 @@ _NAMED = {"\t": r"\t", "\n": r"\n", "\r": r"\r"}
 
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
-    if char in _JOINERS or unicodedata.category(char) not in _HIDDEN:
+    if char.isprintable() or char in _JOINERS:
         return char
     if char in _NAMED:
         return _NAMED[char]
@@ -45,9 +49,10 @@ def _escape(match: re.Match[str]) -> str:
 
 def inert(text: object, *, multiline: bool = False) -> str:
     """``str(text)`` (as an f-string shows it, ``None`` included) safe to show on a
-    terminal: every control character (``\\t``, ``\\r``, ESC, BEL, DEL, C1 ...), bidi
-    control and other invisible formatting character as a visible escape, as Python
-    writes it (``\\x1b``, ``\\u202e``); all else unchanged. With ``multiline`` a newline
+    terminal: every character Python does not call printable — control characters
+    (``\\t``, ``\\r``, ESC, BEL, DEL, C1 ...), bidi controls and other invisible
+    formatting, separators but the space — as a visible escape, as Python writes it
+    (``\\x1b``, ``\\u202e``); all else unchanged. With ``multiline`` a newline
     stays a newline (never a carriage return).
 
     Idempotent. Not markup-safe by itself: print the result with rich markup off (or
@@ -61,7 +66,7 @@ def inert(text: object, *, multiline: bool = False) -> str:
 
 def _json_escape(match: re.Match[str]) -> str:
     char = match.group()
-    if char == "\n" or char in _JOINERS or unicodedata.category(char) not in _HIDDEN:
+    if char == "\n" or char.isprintable() or char in _JOINERS:
         return char
     code = ord(char)
     if code <= 0xFFFF:

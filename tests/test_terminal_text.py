@@ -79,6 +79,27 @@ def test_inert_multiline_keeps_newlines_only() -> None:
     assert inert("a\nb\r\nc\x1b", multiline=True) == "a\nb\\r\nc\\x1b"
 
 
+def test_one_rule_every_code_point_as_the_hook_client_escapes_it() -> None:
+    """``commands.text.inert`` and ``evidence-hook``'s own copy (which may import nothing
+    of the house) escape exactly the same characters the same way: every code point,
+    lone surrogates included, single-line and multi-line. And ``json_inert`` escapes
+    the same characters, as JSON does."""
+    from commands import hook_client
+    from commands.text import json_inert
+
+    every = "".join(map(chr, range(0x110000)))
+    for multiline in (False, True):
+        assert inert(every, multiline=multiline) == hook_client._inert(every, multiline=multiline)
+    hidden = [c for c in every if not c.isprintable() and c not in "\u200c\u200d\n"]
+    assert {"\u00a0", "\u2028", "\ue000", "\U000e0001", "\ud800"} <= set(hidden)
+    shown = json.loads(
+        json_inert(
+            json.dumps(hidden[:60_000], ensure_ascii=False).encode("utf-8", "surrogatepass")
+        ).decode("ascii")
+    )  # every one of them escaped: ASCII
+    assert shown == hidden[:60_000]
+
+
 # ------------------------------------------------------------ in process, real entry point
 
 
