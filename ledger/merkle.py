@@ -38,6 +38,18 @@ def node_hash(left: bytes, right: bytes) -> bytes:
     return sha256(b"\x01" + left + right).digest()
 
 
+def merge_up(hashes: list[bytes], carry: int) -> None:
+    """The one merge step of the compact range (the tree's right edge): a node was just
+    pushed onto ``hashes``; merge it with each perfect subtree of its height that it
+    completes — one per trailing 1 bit of ``carry``, the tree's size before it counted
+    in nodes of its size. ``Frontier.append`` and ``extend``, the store's append and
+    verify's scan all grow a tree with it."""
+    while carry & 1:
+        right = hashes.pop()
+        hashes[-1] = sha256(b"\x01" + hashes[-1] + right).digest()
+        carry >>= 1
+
+
 class Frontier:
     """The compact right edge of a Merkle tree: enough to append and to compute the root."""
 
@@ -62,15 +74,8 @@ class Frontier:
 
     def append(self, leaf: bytes) -> None:
         """Add one leaf hash (already ``leaf_hash``-ed)."""
-        hashes = self.hashes
-        hashes.append(leaf)
-        carry = self.size
-        # Each trailing 1 bit of the old size is a perfect subtree of equal height that
-        # the new leaf's subtree now completes.
-        while carry & 1:
-            right = hashes.pop()
-            hashes[-1] = node_hash(hashes[-1], right)
-            carry >>= 1
+        self.hashes.append(leaf)
+        merge_up(self.hashes, self.size)
         self.size += 1
 
     def extend(self, other: Frontier) -> None:
@@ -89,11 +94,7 @@ class Frontier:
         levels = [k for k in range(other.size.bit_length() - 1, -1, -1) if other.size >> k & 1]
         for level, subtree in zip(levels, other.hashes, strict=True):
             hashes.append(subtree)
-            carry = self.size >> level  # as ``append``, from the subtree's height up
-            while carry & 1:
-                right = hashes.pop()
-                hashes[-1] = node_hash(hashes[-1], right)
-                carry >>= 1
+            merge_up(hashes, self.size >> level)  # as ``append``, from its height up
             self.size += 1 << level
 
     def root(self) -> bytes:
@@ -120,9 +121,7 @@ def root_of(leaves: Sequence[bytes]) -> bytes:
         return EMPTY_ROOT
     level = list(leaves)
     while len(level) > 1:
-        pairs = [
-            sha256(b"\x01" + level[i] + level[i + 1]).digest() for i in range(0, len(level) - 1, 2)
-        ]
+        pairs = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
         if len(level) & 1:
             pairs.append(level[-1])
         level = pairs

@@ -43,7 +43,7 @@ from .errors import (
 )
 from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
 from .ids import is_ulid, new_ulid, new_ulids
-from .merkle import Frontier
+from .merkle import Frontier, merge_up
 from .tails import CATCH_UP_LIMIT, StreamTails, TailsView
 from .timestamps import utc_now
 
@@ -472,14 +472,8 @@ class WriteTx:
                 # the 0x00 prefix formatted in: one buffer, no copy behind the prefix.
                 leaf = sha256(_LEAF_INPUT % (head, position, middle, version, tail)).digest()
                 chain = sha256(chain + leaf).digest()  # chain_next
-                # Frontier.append, inline: one perfect subtree merged per trailing 1 bit
-                # of the size before this leaf (position - 1).
-                hashes.append(leaf)
-                carry = position - 1
-                while carry & 1:
-                    right = hashes.pop()
-                    hashes[-1] = sha256(b"\x01" + hashes[-1] + right).digest()
-                    carry >>= 1
+                hashes.append(leaf)  # as Frontier.append: the size before it is position - 1
+                merge_up(hashes, position - 1)
                 rows.append(
                     (
                         position,

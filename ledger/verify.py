@@ -34,7 +34,7 @@ from .backends import make_engine
 from .envelope import GENESIS_CHAIN, LEAF_TEMPLATE, json_string
 from .errors import LedgerError
 from .events import Catalog
-from .merkle import Frontier
+from .merkle import Frontier, merge_up
 from .store import Store
 
 __all__ = [
@@ -329,13 +329,8 @@ def _scan(
                     if digest is not None and digest not in present:
                         _missing(report, position, type_name, reader[2], values, present)
                         break
-            # Frontier.append, inline: merge one perfect subtree per trailing 1 bit.
-            hashes.append(leaf)
-            carry = size
-            while carry & 1:
-                right = hashes.pop()
-                hashes[-1] = sha256(b"\x01" + hashes[-1] + right).digest()
-                carry >>= 1
+            hashes.append(leaf)  # as Frontier.append
+            merge_up(hashes, size)
             size += 1
             if size == against_size:
                 at_against = Frontier(size, hashes)
