@@ -157,3 +157,19 @@ def test_postgres_connection_lost_is_unavailable_and_the_next_request_works(
             create_plan(plane, "P-1", project="api", resources=["repo:api"])
         create_plan(plane, "P-1", project="api", resources=["repo:api"])  # a new session
     killer.dispose()
+
+
+def test_postgres_sessions_wait_bounded_and_plan_each_run(pg_url: str, short_wait: None) -> None:
+    """Every session the store opens says how long a lock may be waited for, and plans
+    each statement for its parameters: a generic plan chosen while the table was tiny
+    is never kept (docs/performance.md, "A plan for every parameter")."""
+    store = ledger.open(pg_url)
+    try:
+        with store.read_transaction() as conn:
+            settings = {
+                name: conn.exec_driver_sql(f"SHOW {name}").scalar()
+                for name in ("lock_timeout", "plan_cache_mode")
+            }
+    finally:
+        store.close()
+    assert settings == {"lock_timeout": "200ms", "plan_cache_mode": "force_custom_plan"}

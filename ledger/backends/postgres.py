@@ -100,6 +100,12 @@ class PostgresBackend(Backend):
             # A lock held by another session past the wait ends the statement (55P03,
             # LedgerBusy) instead of waiting for ever, as SQLite's busy_timeout does.
             dbapi_conn.execute(f"SET lock_timeout = {wait_ms}")
+            # psycopg prepares a statement after its fifth run, and PostgreSQL may then
+            # keep a generic plan chosen while the table was tiny (a sequential scan)
+            # until autovacuum analyses it: a young ledger's checks slowed from the
+            # first minute (docs/performance.md, "A plan for every parameter"). Plan
+            # each run for its own parameters instead.
+            dbapi_conn.execute("SET plan_cache_mode = force_custom_plan")
             dbapi_conn.commit()
 
         return engine
