@@ -65,7 +65,11 @@ async def measure(url: str, calls: int, warmup: int, work: Path) -> dict[str, li
     env["PYTHONPATH"] = REPO
     env["EVIDENCE_PLANE_KEY"] = str(work / "plane.key")
     env["EVIDENCE_STATE_DIR"] = str(work / "state")
-    server = [str(SERVER), str(work / "calls.jsonl")]
+    # The upstream runs confined: it writes its call log only where the operator allows
+    # (EVIDENCE_CONFINE_WRITE), never beside the plane key.
+    (work / "upstream").mkdir()
+    env["EVIDENCE_CONFINE_WRITE"] = str(work / "upstream")
+    server = [str(SERVER), str(work / "upstream" / "calls.jsonl")]
     direct = StdioServerParameters(command=sys.executable, args=server, env=env)
     proxied = StdioServerParameters(
         command=sys.executable,
