@@ -35,20 +35,11 @@ from commands.plane.plans import create_plan
 from commands.plane.registry import register_tool, register_validation
 from commands.service import create_app
 from ledger.keys import generate_key_pair
+from tests.helpers import STATUS_CHECK
+from tests.test_hook_client import SEARCH as HOOK_SEARCH
 
-SEARCH = {
-    "name": "search",
-    "input_schema": {
-        "type": "object",
-        "required": ["query"],
-        "properties": {"query": {"type": "string"}},
-    },
-}
-CHECK = """
-import json
-ok = open("status.txt").read().strip() == "good"
-print(json.dumps({"passed": ok, "message": "status is good" if ok else "status is bad"}))
-"""
+SEARCH = {"name": "search", "input_schema": HOOK_SEARCH["input_schema"]}
+CHECK = STATUS_CHECK
 # One deviation spends an attempt; one revision, then an escalation.
 CONFIG = {"max_iterations": 1, "max_strategy_revisions": 1, "retry_limit": 0}
 CLI_COMMAND = re.compile(r"\bevidence (plan|fix|apply|authorize|validate|call|gate)\b|--[a-z]")
