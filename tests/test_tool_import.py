@@ -106,6 +106,12 @@ def test_a_hand_copied_schema_drifts_and_the_import_mends_it(
     mended = next(t for t in review["tools"] if t["name"] == "time.get_current_time")
     assert mended["action"] == "changed" and "input_schema" in mended["changed"]
     assert "output_schema" in mended["changed"] and mended["version"] is None
+    # the review is a diff: RFC 6902 operations from the registered to the declared
+    ops = mended["patch"]["input_schema"]
+    assert any(op["path"].startswith("/properties/timezone/") for op in ops), ops
+    assert mended["patch"]["output_schema"][0]["op"] == "replace"
+    text = run_cli("tool", "import", "--mcp", "time", "--dry-run", "--db", sqlite_url, "--", *TIME)
+    assert "    input_schema: add /properties/timezone/" in text.stdout, text.stdout
 
 
 def test_a_tool_the_server_stopped_listing_is_reported_gone(sqlite_url: str) -> None:

@@ -302,6 +302,12 @@ def _print_review(head: dict[str, Any], done: Sequence[Any], dry_run: bool, as_j
         if d.why:
             detail = f"{detail}: {d.why}".strip(": ")
         click.echo(f"{d.action:<10} {inert(d.name)}  {inert(detail)}".rstrip())
+        for what, ops in getattr(d, "patch", {}).items():  # the review: what would change
+            for op in ops:
+                shown = json.dumps(op.get("value"), sort_keys=True) if "value" in op else ""
+                if len(shown) > 200:
+                    shown = shown[:197] + "..."
+                click.echo(inert(f"    {what}: {op['op']} {op['path'] or '/'} {shown}".rstrip()))
     if dry_run:
         click.echo("dry run: nothing registered", err=True)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ledger import LedgerError
+from projections.documents import delta
 
 from .core import CommandRefused, Plane
 from .proxy import server_name
@@ -39,6 +40,8 @@ class Imported:
     changed: list[str] = field(default_factory=list)
     version: int | None = None
     why: str = ""
+    # the review: an RFC 6902 patch from the registered to the declared, per field changed
+    patch: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +51,7 @@ class Imported:
             "changed": self.changed,
             "version": self.version,
             "why": self.why,
+            "patch": self.patch,
         }
 
 
@@ -111,15 +115,16 @@ def register_reviewed(plane: Plane, spec: dict[str, Any], dry_run: bool) -> Impo
     changed = [f for f in _COMPARED if old is not None and _differ(_stored(old, f), spec.get(f))]
     if old is not None and not changed:
         return Imported(name, tool_name, "unchanged", version=before["version"] if before else None)
+    patch = {f: _patch(_stored(old, f), spec.get(f)) for f in changed} if old else {}
     if dry_run:
-        return Imported(name, tool_name, "changed" if old else "added", changed)
+        return Imported(name, tool_name, "changed" if old else "added", changed, patch=patch)
     try:
         result = register_tool(plane, spec)
     except LedgerError as exc:
         return Imported(name, tool_name, "refused", why=str(exc))
     action: Action = "changed" if old is not None else "added"
     return Imported(name, tool_name, action if result.changed else "unchanged", changed,
-                    version=result.version)  # fmt: skip
+                    version=result.version, patch=patch)  # fmt: skip
 
 
 def _differ(old: Any, new: Any) -> bool:
@@ -145,3 +150,11 @@ def _other_tool(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """The registered tool is another than the one to register: another server's or
     tool's, or one the plane runs itself where the new one is only gated."""
     return _executor_of(old) != _executor_of(new)
+
+
+def _patch(old: Any, new: Any) -> list[Any]:
+    """The RFC 6902 operations that make the registered value the declared one (a whole
+    value replaced where either is not an object)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return delta(old, new)
+    return [{"op": "replace", "path": "", "value": new}]
