@@ -40,6 +40,7 @@ from .errors import (
     LedgerError,
     LedgerOpenError,
     LedgerSchemaError,
+    LedgerUnavailable,
 )
 from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
 from .ids import is_ulid, new_ulid, new_ulids
@@ -661,6 +662,11 @@ class Store:
                     self._backend.lock_schema(conn)
                     tables.consumer_checkpoints.create(conn, checkfirst=True)
                 self._backend.upgrade_schema(conn)
+        except LedgerUnavailable as exc:  # no server there, or it ended the session
+            cause = exc.__cause__
+            raise LedgerOpenError(
+                f"cannot open {self.url}: {getattr(cause, 'orig', exc)}"
+            ) from None
         except LedgerError:
             raise
         except DBAPIError as exc:
