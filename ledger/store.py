@@ -663,10 +663,8 @@ class Store:
                     tables.consumer_checkpoints.create(conn, checkfirst=True)
                 self._backend.upgrade_schema(conn)
         except LedgerUnavailable as exc:  # no server there, or it ended the session
-            cause = exc.__cause__
-            raise LedgerOpenError(
-                f"cannot open {self.url}: {getattr(cause, 'orig', exc)}"
-            ) from None
+            said = " ".join(str(getattr(exc.__cause__, "orig", exc)).split())  # one line
+            raise LedgerOpenError(f"cannot open {self.url}: {said}") from None
         except LedgerError:
             raise
         except DBAPIError as exc:
