@@ -37,6 +37,7 @@ from .errors import (
     ConcurrencyError,
     DuplicateEventError,
     InvalidEventError,
+    LedgerBusy,
     LedgerError,
     LedgerOpenError,
     LedgerSchemaError,
@@ -662,6 +663,8 @@ class Store:
                     self._backend.lock_schema(conn)
                     tables.consumer_checkpoints.create(conn, checkfirst=True)
                 self._backend.upgrade_schema(conn)
+        except LedgerBusy:  # another writer holds the lock: the ledger is there
+            raise
         except LedgerUnavailable as exc:  # no server there, or it ended the session
             said = " ".join(str(getattr(exc.__cause__, "orig", exc)).split())  # one line
             raise LedgerOpenError(f"cannot open {self.url}: {said}") from None
