@@ -21,7 +21,7 @@ from commands.plane.lifecycle import add_approver_key, apply_plan, authorize, re
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_validation
-from commands.plane.runs import validate_plan
+from commands.plane.validation_runs import validate_plan
 from ledger import NewEvent, Store
 from ledger.events import EventPayload, PlanCreated, PlanHalted, StrategyRecorded
 from ledger.keys import generate_key_pair

@@ -18,7 +18,7 @@ import pytest
 from commands.auditor.audit import audit
 from commands.plane import CommandRefused, Plane
 from commands.plane.lifecycle import apply_plan, complete_apply
-from commands.plane.runs import validate_plan
+from commands.plane.validation_runs import validate_plan
 from tests._worker_ledger import apply_and_die
 from tests.helpers import invoke, status_plan, work
 

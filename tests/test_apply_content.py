@@ -18,7 +18,7 @@ import pytest
 from commands.auditor.audit import audit
 from commands.plane import CommandRefused, Plane
 from commands.plane.lifecycle import apply_plan, complete_apply
-from commands.plane.runs import validate_plan
+from commands.plane.validation_runs import validate_plan
 from commands.rules.signing import read_token
 from ledger.canonical import canonical_json
 from ledger.events import ChangesRecorded, FileChange, TokenConsumed

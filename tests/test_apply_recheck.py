@@ -28,7 +28,8 @@ from commands.plane.authority import TamperedPlan
 from commands.plane.lifecycle import apply_plan, complete_apply, record_fix
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
-from commands.plane.runs import call_tool, record_halt, validate_plan
+from commands.plane.runs import call_tool, record_halt
+from commands.plane.validation_runs import validate_plan
 from commands.rules.signing import (
     load_or_create_plane_key,
     mint_token,

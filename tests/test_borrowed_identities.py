@@ -15,7 +15,7 @@ from commands.plane.authority import TamperedPlan
 from commands.plane.lifecycle import record_fix
 from commands.plane.proxy import UpstreamTool, register_upstream_tools
 from commands.plane.registry import register_tool
-from commands.plane.runs import validate_plan
+from commands.plane.validation_runs import validate_plan
 from ledger.events import ValidationResultRecorded
 from tests.helpers import forge, status_plan
 

@@ -32,7 +32,8 @@ from commands.plane.lifecycle import (
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_validation
-from commands.plane.runs import call_tool, record_halt, validate_plan
+from commands.plane.runs import call_tool, record_halt
+from commands.plane.validation_runs import validate_plan
 from commands.rules.signing import decision_record, load_or_create_plane_key, sign_record
 from commands.runner.sandbox import encode_trees
 from ledger.bundle import load_bundle, write_bundle

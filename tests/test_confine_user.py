@@ -27,7 +27,8 @@ from commands.plane.lifecycle import apply_plan
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_tool, register_validation
-from commands.plane.runs import call_tool, validate_plan
+from commands.plane.runs import call_tool
+from commands.plane.validation_runs import validate_plan
 from commands.runner import confine
 from commands.runner import landlock_exec as ll
 from commands.runner.confine import READ_ENV, USER_ENV, landlock_abi

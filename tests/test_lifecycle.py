@@ -20,7 +20,7 @@ from commands.plane.lifecycle import (
 )
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan, get_plan
-from commands.plane.runs import validate_plan
+from commands.plane.validation_runs import validate_plan
 from commands.rules.signing import load_or_create_plane_key, mint_token, plane_key_path
 from ledger.keys import generate_key_pair
 from tests.helpers import assert_refused, run_cli, status_plan, work

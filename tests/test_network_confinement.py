@@ -19,7 +19,8 @@ import pytest
 from commands.cli.mcp_proxy import _upstream_confinement
 from commands.plane import CommandRefused, Plane
 from commands.plane.registry import register_tool, register_validation
-from commands.plane.runs import call_tool, validate_plan
+from commands.plane.runs import call_tool
+from commands.plane.validation_runs import validate_plan
 from commands.runner.confine import Confinement, landlock_abi
 from tests import test_landlock
 from tests.helpers import invoke, status_plan

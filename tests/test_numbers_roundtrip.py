@@ -18,7 +18,7 @@ from commands.plane.attachments import attach
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_tool, register_validation
-from commands.plane.runs import validate_plan
+from commands.plane.validation_runs import validate_plan
 from commands.runner.results import TransformError, apply_transform
 from ledger import NewEvent
 from ledger.canonical import CanonicalizationError, canonical_json

@@ -14,7 +14,7 @@ from commands.plane.attachments import attach
 from commands.plane.lifecycle import apply_plan
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
-from commands.plane.runs import validate_plan
+from commands.plane.validation_runs import validate_plan
 from tests.helpers import invoke, status_plan
 
 

@@ -25,7 +25,8 @@ from commands.plane.attachments import attach
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_tool, register_validation
-from commands.plane.runs import call_tool, validate_plan
+from commands.plane.runs import call_tool
+from commands.plane.validation_runs import validate_plan
 from commands.runner.process import run_command, run_validation
 from ledger.canonical import canonical_struct
 from ledger.events import GateChecked, ToolCalled, Truncation, ValidationResultRecorded

@@ -18,7 +18,7 @@ from commands.plane.lifecycle import authorize, revoke_approver
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import define_skill, register_tool, register_validation
-from commands.plane.runs import validate_plan
+from commands.plane.validation_runs import validate_plan
 from commands.rules.signing import OPERATOR_KEY_ENV, load_or_create_plane_key
 from ledger.events import (
     ApproverKeyRevoked,

@@ -32,7 +32,7 @@ from commands.plane.lifecycle import add_approver_key, authorize, revoke_approve
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import define_skill, register_tool, register_validation
-from commands.plane.runs import validate_plan
+from commands.plane.validation_runs import validate_plan
 from commands.rules.signing import (
     Place,
     endorse_key,

@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
-import commands.plane.runs as runs_module
+import commands.plane.validation_runs as runs_module
 from commands.plane import CommandRefused, Plane
 from commands.plane.lifecycle import apply_plan
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
-from commands.plane.runs import ValidationReport, validate_plan
+from commands.plane.validation_runs import ValidationReport, validate_plan
 from commands.runner.trees import scan
 from tests.helpers import status_plan, work
 

@@ -18,7 +18,8 @@ from commands.plane.attachments import attach
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan, get_plan
 from commands.plane.registry import register_tool, register_validation
-from commands.plane.runs import call_tool, record_halt, validate_plan
+from commands.plane.runs import call_tool, record_halt
+from commands.plane.validation_runs import validate_plan
 from ledger.events import ValidationRunCompleted
 from projections.outcomes import canonical_halt, classify
 from tests.helpers import assert_refused, run_cli

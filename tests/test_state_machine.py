@@ -72,7 +72,8 @@ from commands.plane.lifecycle import (
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_tool, register_validation
-from commands.plane.runs import call_tool, record_halt, validate_plan
+from commands.plane.runs import call_tool, record_halt
+from commands.plane.validation_runs import validate_plan
 from commands.rules.signing import load_or_create_plane_key, mint_token
 from ledger import RecordedEvent
 from ledger.events import (

@@ -6,7 +6,8 @@ import click
 import msgspec
 
 from commands.auditor.history import failure_lines, failure_of
-from commands.plane.runs import call_tool, record_halt, validate_plan
+from commands.plane.runs import call_tool, record_halt
+from commands.plane.validation_runs import validate_plan
 from ledger.events import ValidationResultRecorded
 
 from .common import (

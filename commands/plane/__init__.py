@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from .phases import enter_execute, record_strategy
     from .plans import create_plan, get_plan, list_plans
     from .registry import define_skill, register_tool, register_validation
-    from .runs import call_tool, record_halt, validate_plan
+    from .runs import call_tool, record_halt
+    from .validation_runs import validate_plan
 
 # name -> the module of this package that defines it
 _LAZY: dict[str, str] = {
@@ -51,7 +52,7 @@ _LAZY: dict[str, str] = {
     "resolve_attachments": "attachments",
     "resume": "driver",
     "run_plan_file": "driver",
-    "validate_plan": "runs",
+    "validate_plan": "validation_runs",
 }
 
 if not TYPE_CHECKING:  # for mypy every name above is imported; unknown names stay errors

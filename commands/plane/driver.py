@@ -52,7 +52,8 @@ from .phases import enter_execute, record_strategy
 from .planfile import Attempt, OutputSchemaOf, PlanFile, Step, load_plan_file, located
 from .plans import create_plan, parse_global_config, plan_state
 from .registry import define_skill, register_tool, register_validation
-from .runs import MAX_PARALLEL, call_tool, validate_plan
+from .runs import MAX_PARALLEL, call_tool
+from .validation_runs import validate_plan
 
 Say = Callable[[str, str], None]  # (stage, message)
 

@@ -29,7 +29,7 @@ from .core import Plane
 from .lifecycle import apply_plan, record_fix
 from .phases import enter_execute, record_strategy
 from .plans import current_plan, sandbox_paths
-from .runs import validate_plan
+from .validation_runs import validate_plan
 
 PREFIX = "evidence."
 
