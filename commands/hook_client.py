@@ -46,7 +46,15 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-__all__ = ["Blocked", "main", "main_exit"]
+__all__ = [
+    "Blocked",
+    "Server",
+    "connect_checked",
+    "main",
+    "main_exit",
+    "read_credential",
+    "server_of",
+]
 
 KINDS = ("pre-tool", "post-tool")
 UNKNOWN_TOOLS = ("deny", "record")
@@ -110,7 +118,7 @@ class _Options:
         self.timeout = DEFAULT_TIMEOUT
 
 
-class _Server:
+class Server:
     """Where the hook is posted: ``url`` as shown in messages, the socket address (a
     unix socket's path, or host and port), the ``Host`` header and the path prefix the
     hook paths go under."""
@@ -133,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             _write(HELP, err=False)
             return 0
         assert options.kind is not None
-        server = _server(options.server)
-        token = _credential()
+        server = server_of(options.server)
+        token = read_credential()
         body = _read_input(_agent_cap())
         status, headers, answer = _exchange(server, options, token, body)
         code, text = _verdict(server, status, headers, answer)
@@ -245,7 +253,9 @@ def _seconds(value: str) -> float:
     return seconds
 
 
-def _server(given: str | None) -> _Server:
+def server_of(given: str | None) -> Server:
+    """The service named by ``given`` (``--server``) or ``$EVIDENCE_SERVER``: a unix
+    socket or an https URL; ``Blocked`` for anything else, plain http included."""
     url = given if given is not None else os.environ.get("EVIDENCE_SERVER", "")
     if not url:
         raise Blocked("no evidence service: give --server URL or set EVIDENCE_SERVER")
@@ -258,7 +268,7 @@ def _server(given: str | None) -> _Server:
                 f"{where} {url[:200]!r}: unix: takes an absolute path "
                 "(unix:/run/evidence/serve.sock)"
             )
-        return _Server(url, False, "localhost", 0, "localhost", "", unix=url[len("unix:") :])
+        return Server(url, False, "localhost", 0, "localhost", "", unix=url[len("unix:") :])
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -281,7 +291,7 @@ def _server(given: str | None) -> _Server:
         raise Blocked(f"{where} {url[:200]!r} must not carry a query or a fragment")
     tls = parts.scheme == "https"
     base = f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
-    return _Server(
+    return Server(
         base,
         tls,
         parts.hostname,
@@ -291,7 +301,9 @@ def _server(given: str | None) -> _Server:
     )
 
 
-def _credential() -> str:
+def read_credential() -> str:
+    """The agent's credential from ``$EVIDENCE_CREDENTIAL`` or the file
+    ``$EVIDENCE_CREDENTIAL_FILE`` names (never the command line)."""
     value = os.environ.get("EVIDENCE_CREDENTIAL", "")
     path = os.environ.get("EVIDENCE_CREDENTIAL_FILE", "")
     if value and path:
@@ -429,7 +441,7 @@ def _left(deadline: float) -> float:
 
 
 def _exchange(
-    server: _Server, options: _Options, token: str, body: bytes
+    server: Server, options: _Options, token: str, body: bytes
 ) -> tuple[int, dict[str, str], bytes]:
     """POST the hook input; the answer's status, headers (lower-case names) and body."""
     where = f"the evidence service at {server.url}"
@@ -441,7 +453,7 @@ def _exchange(
         "Accept: application/json\r\nUser-Agent: evidence-hook\r\nConnection: close\r\n\r\n"
     ).encode("ascii")
     try:
-        sock = _connect(server, options.timeout)
+        sock = connect_checked(server, options.timeout)
     except TimeoutError:
         raise Blocked(f"{where} is unreachable (no connection in {options.timeout:g} s)") from None
     except OSError as exc:
@@ -475,7 +487,7 @@ def _exchange(
         sock.close()
 
 
-def _tls(sock: socket.socket, server: _Server, deadline: float) -> socket.socket:
+def _tls(sock: socket.socket, server: Server, deadline: float) -> socket.socket:
     import ssl  # only an https server pays for it
 
     where = f"the evidence service at {server.url}"
@@ -495,7 +507,7 @@ def _tls(sock: socket.socket, server: _Server, deadline: float) -> socket.socket
 # -- who answers: a unix socket only its service's user could have put there ------------
 
 
-def _connect(server: _Server, timeout: float) -> socket.socket:
+def connect_checked(server: Server, timeout: float) -> socket.socket:
     """A connection to the service, over TCP or to its unix socket; the socket only if no
     one but its owner (or root) could have put it where it is, and only if the process
     listening on it runs as that owner (or root). Nothing has been sent yet."""
@@ -652,7 +664,7 @@ def _chunked(reader: _Reader) -> bytes:
 # -- the answer -------------------------------------------------------------------------
 
 
-def _verdict(server: _Server, status: int, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+def _verdict(server: Server, status: int, headers: dict[str, str], body: bytes) -> tuple[int, str]:
     """The service's hook answer (exit, stderr); any other answer blocks."""
     where = f"the evidence service at {server.url}"
     if status == 200:

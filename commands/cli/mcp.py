@@ -99,3 +99,46 @@ def _upstream_failure(program: str, exc: BaseException, timeout: float) -> str:
     else:
         why = f"failed: {' '.join(str(exc).split()) or type(exc).__name__}"
     return f"the MCP server {program!r} {why}"
+
+
+@mcp.command("connect")
+@click.option(
+    "--server",
+    "url",
+    default=None,
+    metavar="URL",
+    help="The service: unix:PATH or https://… (default: $EVIDENCE_SERVER).",
+)
+def connect(url: str | None) -> None:
+    """The service's MCP gate as a stdio MCP server.
+
+    Relays every MCP message between stdio and the service's /mcp, adding the agent's
+    credential ($EVIDENCE_CREDENTIAL or $EVIDENCE_CREDENTIAL_FILE) to each request,
+    after checking who answers: a unix socket only where no other user could have put
+    it, https only to a trusted certificate, never plain http (docs/service.md).
+
+    \b
+    Examples:
+      evidence mcp connect --server unix:/run/evidence/serve.sock
+      evidence mcp connect --server https://plane.example.org
+    """
+    import anyio
+
+    from commands.hook_client import Blocked, read_credential, server_of
+
+    from .mcp_bridge import check, relay
+
+    try:
+        server = server_of(url)
+        token = read_credential()
+        check(server)
+    except Blocked as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        anyio.run(relay, server, token)
+    except Exception as exc:  # the service went away or refused: one line, exit 2
+        found: BaseException = exc
+        while isinstance(found, BaseExceptionGroup) and len(found.exceptions) == 1:
+            found = found.exceptions[0]
+        said = " ".join(str(found).split()) or type(found).__name__
+        raise click.ClickException(f"the evidence service at {server.url}: {said}") from None
