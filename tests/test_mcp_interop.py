@@ -64,7 +64,10 @@ INTEROP = ROOT / "tests" / "interop"
 NODE_MODULES = INTEROP / "node_modules"
 TS_CLIENT = INTEROP / "ts_client.mjs"
 PLAN = "P-1"
-VERBS = {"evidence.plan_status", "evidence.validate", "evidence.record_fix", "evidence.apply"}
+VERBS = {
+    "evidence.plan_status", "evidence.record_strategy", "evidence.execute",
+    "evidence.validate", "evidence.record_fix", "evidence.apply",
+}  # fmt: skip
 STEP = "evidence/step"  # the request _meta key naming a call's step (docs/agents.md)
 LIMIT_S = 90  # one whole session, generous on a loaded two-core machine
 

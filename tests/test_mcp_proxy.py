@@ -177,13 +177,17 @@ def test_proxy_offers_the_upstreams_tools_and_a_crash_is_an_error(
     _with_agent(_proxy(db_url, tmp_path / "work", _stdio(count)), session)
 
     upstream = {"add", "bad", "plain", "loose", "fail", "huge", "crash", "slow", "grow"}
-    verbs = {"evidence.plan_status", "evidence.validate", "evidence.record_fix", "evidence.apply"}
+    verbs = {
+        "evidence.plan_status", "evidence.record_strategy", "evidence.execute",
+        "evidence.validate", "evidence.record_fix", "evidence.apply",
+    }  # fmt: skip
     assert set(seen["tools"]) == upstream | verbs
     assert seen["tools"]["add"].output_schema["required"] == ["sum"]
     with Plane.open(db_url) as plane:
         assert plane.log().mcp_tools("test-upstream", "add") == ["test-upstream.add"]
         assert plane.log().mcp_tools("test-upstream", "remote") == []
     assert not seen["ok"].is_error
+    assert seen["ok"].meta["evidence/plan_state"]["phase"] == "execute"  # where it stands
     crash = seen["crash"]
     assert isinstance(crash, MCPError), crash
     assert "environment_error" in crash.message
@@ -260,7 +264,10 @@ def test_the_gate_session_through_the_proxy_and_the_service(
 
     through(db_url, tmp_path, count, session)
 
-    verbs = {"evidence.plan_status", "evidence.validate", "evidence.record_fix", "evidence.apply"}
+    verbs = {
+        "evidence.plan_status", "evidence.record_strategy", "evidence.execute",
+        "evidence.validate", "evidence.record_fix", "evidence.apply",
+    }  # fmt: skip
     assert {name("add"), name("bad"), name("plain")} | verbs <= seen["tools"]
     assert not {"nope", "evidence.authorize"} & seen["tools"]
     ok = seen["ok"]

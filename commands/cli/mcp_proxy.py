@@ -48,6 +48,7 @@ from commands.plane.mcp_answers import (
     refused,
     step_of,
     upstream_failed,
+    with_plan_state,
 )
 from commands.plane.plans import get_plan
 from commands.plane.proxy import (
@@ -152,10 +153,12 @@ class GateProxy:
         verb = PLANE_TOOLS.get(params.name)
         try:
             if verb is not None:
-                return call_verb(self.plane, self.plan_id, verb, arguments)
-            return await self._forward(params, arguments)
+                result = call_verb(self.plane, self.plan_id, verb, arguments)
+            else:
+                result = await self._forward(params, arguments)
         except LedgerError as exc:
             return refused(said_by(exc, "mcp"))
+        return with_plan_state(result, self.plane, self.plan_id)
 
     async def _forward(
         self, params: types.CallToolRequestParams, arguments: Any

@@ -36,6 +36,7 @@ from ledger.events import Deviation
 from .core import CommandRefused, Plane
 from .gates import GateOutcome, routing_line
 from .hooks import STEP_ID
+from .plans import plan_brief
 from .proxy_verbs import PLANE_TOOLS, PlaneTool, check_plane_arguments
 
 __all__ = [
@@ -116,6 +117,16 @@ def arguments_refused(tool: str, deviations: Sequence[Deviation]) -> types.CallT
     found = deviations_json(deviations)
     lines = [f"refused: the arguments of {tool!r} deviate:", *deviation_lines(found)]
     return tool_error("\n".join(lines), {"tool": tool, "deviations": found})
+
+
+def with_plan_state(
+    result: types.CallToolResult, plane: Plane, plan_id: str
+) -> types.CallToolResult:
+    """``result`` with where the plan stands now in its ``_meta`` (``evidence/plan_state``,
+    ``commands.plane.plans.plan_brief``): an agent never acts on an older state than its
+    own last call left. The MCP gate and the stdio proxy answer every call with it."""
+    meta = {**(result.meta or {}), PLAN_STATE_META: plan_brief(plane, plan_id)}
+    return result.model_copy(update={"meta": meta})
 
 
 def refused(message: str) -> types.CallToolResult:

@@ -45,15 +45,14 @@ from .gates import NO_PARAMETERS, GateOutcome
 from .hooks import MAX_TOOL_NAME, json_bytes, open_for_calls
 from .mcp_answers import (
     OUTPUT_SCHEMA_META,
-    PLAN_STATE_META,
     call_verb,
     gate_failed,
     plane_tools,
     refused,
     step_of,
     upstream_failed,
+    with_plan_state,
 )
-from .plans import plan_brief
 from .proxy_verbs import PLANE_TOOLS
 from .proxy_verbs import PREFIX as PLANE_PREFIX
 from .runs import CallReport, call_tool, declares_output, launches_mcp
@@ -146,12 +145,10 @@ def gate_call(
 
 
 def _with_state(done: GateCall, plane: Plane, plan_id: str) -> GateCall:
-    """The answer with where the plan stands now (``_meta`` ``evidence/plan_state``):
-    an agent never acts on an older state than its own last call left."""
+    """The answer with where the plan stands now (``with_plan_state``)."""
     if done.result is None:
         return done
-    meta = {**(done.result.meta or {}), PLAN_STATE_META: plan_brief(plane, plan_id)}
-    return replace(done, result=done.result.model_copy(update={"meta": meta}))
+    return replace(done, result=with_plan_state(done.result, plane, plan_id))
 
 
 AGENT_SCHEMA_REFUSED = (
