@@ -281,6 +281,50 @@ def test_answers_match_the_schemas_the_document_declares(served: Served, agent: 
     jsonschema.Draft202012Validator(ERROR).validate(refused.json())
 
 
+def test_shared_schemas_are_named_once_and_answers_match_the_document(
+    served: Served, agent: Agent
+) -> None:
+    """An error, a gate's check, a deviation, a plan's state: each once under
+    components/schemas, referred to by $ref (a generator makes one type of each); the
+    answers validate against the document itself, every $ref resolved."""
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    doc = served.client.get("/openapi.json").json()
+    shared = doc["components"]["schemas"]
+    assert {"Error", "Gate", "Deviation", "PlanState", "JsonRpcError"} <= set(shared)
+    text = json.dumps(doc["paths"])
+    assert '"required": ["error"]' not in text  # the error schema is never written out
+    assert text.count('"#/components/schemas/Error"') > 20
+    registry = Registry().with_resource(
+        "urn:evidence:openapi", Resource.from_contents(doc, default_specification=DRAFT202012)
+    )
+
+    def answer_schema(path: str, method: str, status: str) -> Any:
+        pointer = path.replace("~", "~0").replace("/", "~1")
+        return {
+            "$ref": f"urn:evidence:openapi#/paths/{pointer}/{method}/responses/{status}"
+            "/content/application~1json/schema"
+        }
+
+    h = agent.auth
+    client_answers = {
+        ("/v1/gate/input", "post", "200"): served.client.post(
+            "/v1/gate/input", headers=h, json={"tool": "search", "params": {"query": 1}}
+        ),
+        ("/v1/gate/input", "post", "422"): served.client.post(
+            "/v1/gate/input", headers=h, json={"tool": 1}
+        ),
+        ("/v1/plan", "get", "401"): served.client.get("/v1/plan"),
+    }
+    for (path, method, status), answer in client_answers.items():
+        assert str(answer.status_code) == status, answer.text
+        validator = jsonschema.Draft202012Validator(
+            answer_schema(path, method, status), registry=registry
+        )
+        validator.validate(answer.json())
+
+
 # -- the agent's verbs --------------------------------------------------------------------
 
 

@@ -4,7 +4,9 @@ Every endpoint appears with its method, its query parameters, its request body's
 (the very schema the body is checked against) and each answer it gives: 200 with its
 schema, and the refusals of its kind of route (``routes.ERRORS``). OpenAPI 3.1 schemas
 are JSON Schema 2020-12, which is what the checker reads, so the schemas go in as they
-are.
+are — but for those several answers share (an error, a gate's check, a deviation, a
+plan's state, a JSON-RPC error): each is named once under ``components/schemas`` and
+referred to by ``$ref`` wherever it appears.
 """
 
 from __future__ import annotations
@@ -14,10 +16,41 @@ from typing import Any
 
 import ledger
 
-from .routes import ERROR, ERRORS, JSONRPC_ERROR, MCP_TRANSPORT_ERRORS, Endpoint
+from .routes import (
+    DEVIATION,
+    ERROR,
+    ERRORS,
+    GATE,
+    JSONRPC_ERROR,
+    MCP_TRANSPORT_ERRORS,
+    PLAN_STATE,
+    Endpoint,
+)
 
 OPENAPI_VERSION = "3.1.0"
 SECURITY_SCHEME = "credential"
+# The schemas several answers share, named once under components/schemas and referred to
+# wherever they appear (a code generator makes one type of each, not one per route).
+SHARED: dict[str, dict[str, Any]] = {
+    "Error": ERROR,
+    "Gate": GATE,
+    "Deviation": DEVIATION,
+    "PlanState": PLAN_STATE,
+    "JsonRpcError": JSONRPC_ERROR,
+}
+
+
+def _referred(value: Any, names: dict[int, str], top: bool = False) -> Any:
+    """``value`` with every shared schema in it (the very object, by identity) replaced by
+    a ``$ref`` to its name; ``top``: ``value`` is itself a shared schema, kept whole."""
+    if isinstance(value, dict):
+        name = None if top else names.get(id(value))
+        if name is not None:
+            return {"$ref": f"#/components/schemas/{name}"}
+        return {k: _referred(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_referred(v, names) for v in value]
+    return value
 
 
 def _responses(endpoint: Endpoint) -> dict[str, Any]:
@@ -85,6 +118,7 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for endpoint in endpoints:
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
+    names = {id(schema): name for name, schema in SHARED.items()}
     return {
         "openapi": OPENAPI_VERSION,
         "info": {
@@ -94,15 +128,18 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
             "validates and applies its plan with a bearer credential an operator issued "
             "for that plan (docs/service.md).",
         },
-        "paths": paths,
+        "paths": _referred(paths, names),
         "components": {
+            "schemas": {
+                name: _referred(schema, names, top=True) for name, schema in SHARED.items()
+            },
             "securitySchemes": {
                 SECURITY_SCHEME: {
                     "type": "http",
                     "scheme": "bearer",
                     "description": "An agent credential (`evidence credential issue`).",
                 }
-            }
+            },
         },
         "security": [{SECURITY_SCHEME: []}],
     }
