@@ -686,6 +686,23 @@ def _metrics(served: Served) -> dict[str, float]:
     return samples
 
 
+def test_counters_export_their_known_series_from_the_start(tmp_path: Path) -> None:
+    """A fresh service exports its counters' known series at 0 (a rate over a series
+    that does not exist yet is no rate): checks by gate and verdict, validations by
+    outcome, hook answers by hook and exit, overload rejections."""
+    url = f"sqlite:///{tmp_path / 'evidence.db'}"
+    assert run_cli("init", "--db", url).returncode == 0
+    with TestClient(create_app(url)) as client:
+        samples = client.get("/metrics").text.splitlines()
+    for series in (
+        'evidence_gate_checks_total{gate="output",verdict="fail"} 0',
+        'evidence_validations_total{outcome="validator_error"} 0',
+        'evidence_hook_answers_total{exit="2",hook="post"} 0',
+        "evidence_overload_rejections_total 0",
+    ):
+        assert series in samples, series
+
+
 def test_metrics_count_requests_checks_deviations_validations_and_hooks(
     served: Served, agent: Agent
 ) -> None:
@@ -1094,6 +1111,28 @@ def test_two_services_never_answer_an_older_plan_than_either_answered(
     finally:
         assert one.stop() == 0, one.logged()
         assert two.stop() == 0, two.logged()
+
+
+@pytest.mark.slow
+def test_a_client_that_leaves_mid_body_is_499_not_a_server_error(
+    real: tuple[str, Path],
+) -> None:
+    """A client gone before its body arrived is nobody's fault here: counted as 499
+    (nginx's "client closed request"), never as a 500."""
+    url, root = real
+    with Plane.open(url) as plane:
+        agent = _new_plan(plane, root, "R-1")
+    server = Server(url)
+    try:
+        _stalled(server.base, agent.token).close()  # the headers, part of a body, gone
+        _wait_for(lambda: (_metric(server.base, _CALLS_499) or 0) == 1, timeout=30)
+        assert _metric(server.base, _CALLS_500) is None
+    finally:
+        assert server.stop() == 0, server.logged()
+
+
+_CALLS_499 = 'evidence_http_requests_total{method="POST",route="/v1/call",status="499"}'
+_CALLS_500 = 'evidence_http_requests_total{method="POST",route="/v1/call",status="500"}'
 
 
 def _metric(base: str, name: str) -> float | None:

@@ -55,7 +55,7 @@ import sqlalchemy.exc
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
@@ -90,6 +90,7 @@ DEFAULT_MAX_IN_FLIGHT = 8
 RETRY_AFTER_S = 1
 AUTH_POOL = 4  # credential checks at once for requests not yet authenticated
 AUTH_QUEUE = 64  # requests waiting for (or in) a credential check; 503 beyond
+CLIENT_CLOSED = 499  # the client went away before its request was whole
 BODY_TIMEOUT_ENV = "EVIDENCE_BODY_TIMEOUT"  # seconds a request body may take to arrive
 DEFAULT_BODY_TIMEOUT_S = 10.0
 BODY_SOURCE = "the request body"
@@ -198,6 +199,9 @@ class Service:
 
     def refusal(self, endpoint: Endpoint, exc: BaseException) -> Response:
         """The answer to what stopped a request (see the module's steps)."""
+        if isinstance(exc, ClientDisconnect):  # nothing to answer, and no fault of ours:
+            # counted as 499, "client closed request" (nginx's), never a server error
+            return Response(status_code=CLIENT_CLOSED)
         if isinstance(exc, Unauthenticated):
             return self.error(
                 endpoint, 401, str(exc), headers={"WWW-Authenticate": challenge(True)}

@@ -18,6 +18,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from commands.rules.vocabulary import OUTCOMES
+
 Labels = tuple[tuple[str, str], ...]
 
 # Request latency buckets (seconds): gate checks take milliseconds, tool calls and
@@ -50,9 +52,14 @@ def _number(value: float) -> str:
 
 
 class Counter:
-    def __init__(self, name: str, help_: str) -> None:
+    """A counter family; ``zeros``: the label sets it exports from the start, at 0 (a
+    rate over a series that does not exist yet is no rate at all)."""
+
+    def __init__(self, name: str, help_: str, zeros: Iterable[Mapping[str, str]] = ()) -> None:
         self.name, self.help = name, help_
         self.values: dict[Labels, float] = defaultdict(float)
+        for labels in zeros:
+            self.values[_labels(labels)] += 0
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
         self.values[_labels(labels)] += amount
@@ -112,6 +119,9 @@ class Metrics:
         self.gate_checks = Counter(
             "evidence_gate_checks_total",
             "Gate checks recorded through the service, by gate and verdict.",
+            zeros=[
+                {"gate": g, "verdict": v} for g in ("input", "output") for v in ("pass", "fail")
+            ],
         )
         self.deviations = Counter(
             "evidence_gate_deviations_total",
@@ -120,14 +130,17 @@ class Metrics:
         self.validations = Counter(
             "evidence_validations_total",
             "Validation runs recorded through the service, by outcome.",
+            zeros=[{"outcome": outcome} for outcome in OUTCOMES],
         )
         self.hook_answers = Counter(
             "evidence_hook_answers_total",
             "Hook answers given (exit 0 lets a call on, 2 blocks it), by hook and exit.",
+            zeros=[{"hook": h, "exit": e} for h in ("pre", "post") for e in ("0", "2")],
         )
         self.overloaded = Counter(
             "evidence_overload_rejections_total",
             "Requests answered 503 because the in-flight bound was reached.",
+            zeros=[{}],
         )
 
     def render(
