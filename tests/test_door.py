@@ -88,3 +88,12 @@ def test_the_service_knows_its_names() -> None:
     names = service_hosts("10.0.0.5", 443)
     assert {"10.0.0.5:443", "10.0.0.5", "127.0.0.1:443", "localhost"} <= set(names)
     assert "[::1]:8750" in service_hosts("::1", 8750)
+
+
+def test_the_openapi_document_says_so(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for client in _client(url, monkeypatch):
+        paths = client.get("/openapi.json").json()["paths"]
+    for path, method in (("/mcp", "post"), ("/healthz", "get"), ("/v1/plan", "get")):
+        answers = paths[path][method]["responses"]
+        assert "Origin" in answers["403"]["description"], path
+        assert "Host" in answers["421"]["description"], path

@@ -505,6 +505,20 @@ ERRORS["mcp"] = {
     500: "a defect of the service (see its log); a fault inside a message's handling is a "
     "JSON-RPC error instead",
 }
+# What every route answers before anything else (commands/service/door.py): a web page's
+# request, and one meant for another name.
+FOREIGN_ORIGIN = "an Origin not on EVIDENCE_ALLOWED_ORIGINS (a web page's request)"
+ERRORS["open"] = {
+    403: FOREIGN_ORIGIN,
+    421: "the Host is none of the service's names (EVIDENCE_ALLOWED_HOSTS adds one)",
+}
+for _access in ("agent", "mcp"):
+    ERRORS[_access] = {
+        **ERRORS[_access],
+        403: f"{FOREIGN_ORIGIN}, before the credential is looked at; or the request names "
+        "a plan other than the credential's; nothing appended",
+        421: ERRORS["open"][421],
+    }
 ERRORS["hook"] = {
     **ERRORS["agent"],
     409: "a refused command (plan not in Execute, a call already recorded, an ambiguous "
