@@ -5,10 +5,9 @@ from __future__ import annotations
 import click
 import msgspec
 
-from commands.auditor.history import failure_lines, failure_of
+from commands.auditor.history import Failure, failure_lines
 from commands.plane.runs import call_tool, record_halt
 from commands.plane.validation_runs import validate_plan
-from ledger.events import ValidationResultRecorded
 
 from .common import (
     EXIT_VERDICT,
@@ -114,6 +113,12 @@ def call(
         click.get_current_context().exit(EXIT_VERDICT)
 
 
+# A result's fields a failure shows (``commands.auditor.history.Failure``).
+FAILURE_FIELDS = (
+    "validation", "mode", "verdict", "cause", "message", "error", "stdout_tail", "stderr_tail",
+)  # fmt: skip
+
+
 @click.command()
 @click.argument("plan_id")
 @workdir_option
@@ -134,17 +139,6 @@ def validate(plan_id: str, as_json: bool) -> None:
     plane = open_plane()
     report = validate_plan(plane, plan_id)
     doc = report.to_json()  # each result with the tails of what it printed, as every door
-    # Why each one failed, as `plan show` says it: its message or error, and those tails.
-    failures = {
-        f.position: f
-        for f in (failure_of(e, plane.store.get_blob) for e in report.events)
-        if f is not None
-    }
-    by_attachment = {
-        e.payload.attachment_id: failures[e.position]
-        for e in report.events
-        if e.position in failures and isinstance(e.payload, ValidationResultRecorded)
-    }
     if as_json:
         emit_json({"validation": doc})
     else:
@@ -164,10 +158,20 @@ def validate(plan_id: str, as_json: bool) -> None:
                 for r in doc["results"]
             ],
         )
-        shown = [f for f in by_attachment.values() if f.stdout_tail or f.stderr_tail or f.error]
+        # Why each one failed, as `plan show` says it: its message or error and the
+        # tails the report carries (read once, by the run, not again from the blobs).
+        shown = [
+            Failure(
+                position=0,
+                run_id=doc["run_id"],
+                **{k: r[k] for k in FAILURE_FIELDS},
+            )
+            for r in doc["results"]
+            if r["verdict"] is not True and (r["stdout_tail"] or r["stderr_tail"] or r["error"])
+        ]
         if shown:
             click.echo("why:")
-            for failure in sorted(shown, key=lambda f: f.position):
+            for failure in shown:
                 for line in failure_lines(failure):
                     click.echo(inert("  " + line, multiline=True))
         if doc["informational_failures"]:
