@@ -478,13 +478,21 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
 )
 
+# What every route answers before anything else (commands/service/door.py): a web page's
+# request, and one meant for another name.
+DOOR_ERRORS = {
+    403: "an Origin not on EVIDENCE_ALLOWED_ORIGINS (a web page's request)",
+    421: "the Host is none of the service's names (EVIDENCE_ALLOWED_HOSTS adds one)",
+}
 # The answers other than 200 each kind of route gives, and what each means.
 ERRORS: dict[Access, dict[int, str]] = {
-    "open": {},
+    "open": DOOR_ERRORS,
     "agent": {
+        **DOOR_ERRORS,
         401: "no credential, or one the plane does not accept (malformed, unknown, revoked, "
         "expired, not signed by an operator); nothing appended",
-        403: "the request names a plan other than the credential's; nothing appended",
+        403: f"{DOOR_ERRORS[403]}, before the credential is looked at; or the request names "
+        "a plan other than the credential's; nothing appended",
         408: "the body did not arrive within EVIDENCE_BODY_TIMEOUT seconds; nothing appended",
         409: "refused: a step the plan's state does not allow (or a forged or spent token); "
         "nothing appended",
@@ -499,26 +507,12 @@ ERRORS: dict[Access, dict[int, str]] = {
     },
 }
 ERRORS["mcp"] = {
-    status: ERRORS["agent"][status] for status in (401, 403, 408, 413, 422, 429, 500, 503)
+    status: ERRORS["agent"][status] for status in (401, 403, 408, 413, 421, 422, 429, 500, 503)
 } | {
     422: "the query names a parameter other than plan; nothing appended",
     500: "a defect of the service (see its log); a fault inside a message's handling is a "
     "JSON-RPC error instead",
 }
-# What every route answers before anything else (commands/service/door.py): a web page's
-# request, and one meant for another name.
-FOREIGN_ORIGIN = "an Origin not on EVIDENCE_ALLOWED_ORIGINS (a web page's request)"
-ERRORS["open"] = {
-    403: FOREIGN_ORIGIN,
-    421: "the Host is none of the service's names (EVIDENCE_ALLOWED_HOSTS adds one)",
-}
-for _access in ("agent", "mcp"):
-    ERRORS[_access] = {
-        **ERRORS[_access],
-        403: f"{FOREIGN_ORIGIN}, before the credential is looked at; or the request names "
-        "a plan other than the credential's; nothing appended",
-        421: ERRORS["open"][421],
-    }
 ERRORS["hook"] = {
     **ERRORS["agent"],
     409: "a refused command (plan not in Execute, a call already recorded, an ambiguous "
