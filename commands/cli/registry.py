@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
@@ -46,6 +46,9 @@ from .common import (
 )
 from .inputs import load_file, whole
 from .terminal import inert
+
+if TYPE_CHECKING:  # the import's module loads only when a verb uses it
+    from commands.plane.tool_import import Imported
 
 VERSION_HELP = "Show this version instead of the latest."
 
@@ -290,7 +293,9 @@ def tool_pack(name: str, dry_run: bool, as_json: bool) -> None:
     _print_review({"pack": name, "version": PACKS[name]["version"]}, done, dry_run, as_json)
 
 
-def _print_review(head: dict[str, Any], done: Sequence[Any], dry_run: bool, as_json: bool) -> None:
+def _print_review(
+    head: dict[str, Any], done: Sequence[Imported], dry_run: bool, as_json: bool
+) -> None:
     """What an import or a pack did to each tool: a line each, or one JSON document."""
     if as_json:
         emit_json({**head, "dry_run": dry_run, "tools": [d.to_json() for d in done]})
@@ -302,7 +307,7 @@ def _print_review(head: dict[str, Any], done: Sequence[Any], dry_run: bool, as_j
         if d.why:
             detail = f"{detail}: {d.why}".strip(": ")
         click.echo(f"{d.action:<10} {inert(d.name)}  {inert(detail)}".rstrip())
-        for what, ops in getattr(d, "patch", {}).items():  # the review: what would change
+        for what, ops in d.patch.items():  # the review: what would change
             for op in ops:
                 shown = json.dumps(op.get("value"), sort_keys=True) if "value" in op else ""
                 if len(shown) > 200:

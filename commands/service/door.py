@@ -67,8 +67,13 @@ class DoorChecks:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        origin = headers.get("origin")
+        origin: str | None = None
+        host = ""
+        for name, value in scope["headers"]:  # lower-case names (ASGI); only these two read
+            if name == b"origin":
+                origin = value.decode("latin-1")
+            elif name == b"host":
+                host = value.decode("latin-1")
         if origin is not None and origin not in self.origins:
             await _refuse(
                 send,
@@ -77,7 +82,6 @@ class DoorChecks:
                 f"requests (an operator lists browser origins in {ORIGINS_ENV})",
             )
             return
-        host = headers.get("host", "")
         if self.hosts is not None and not _allowed_host(host, self.hosts):
             await _refuse(
                 send,
