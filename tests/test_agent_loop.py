@@ -205,6 +205,8 @@ def test_from_the_first_deviation_to_apply_through_the_service_alone(world: Worl
     assert loop.plan()["phase"] == "strategize"
     assert loop.post("/v1/gate/input", {"tool": "search", "params": {"query": "x"}}) is None
     assert "(next: POST /v1/" in loop.refusals[-1]
+    assert loop.post("/v1/strategy", {"strategy": " \n "}) is None  # no CLI words in it
+    assert loop.refusals[-1] == "the strategy is empty"
     loop.revise()
     assert loop.plan()["phase"] == "execute"
     loop.deviate()  # revisions spent too: escalated, a human decides

@@ -103,7 +103,7 @@ def record_fix(
 ) -> PlanState:
     """The agent's fix before it re-validates (the diff, if any, goes to the blob store)."""
     if not note.strip():
-        raise CommandRefused("--note is empty")
+        raise CommandRefused("the fix's note is empty")
 
     def decide(state: StreamState) -> list[FixRecorded]:
         doc = require_plan(state, plan_id)

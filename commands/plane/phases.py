@@ -57,7 +57,7 @@ def record_strategy(
 ) -> PlanState:
     """Record (or replace) the strategy of the current revision, in Strategize."""
     if not strategy.strip():
-        raise CommandRefused("--strategy is empty")
+        raise CommandRefused("the strategy is empty")
 
     def decide(state: StreamState) -> list[StrategyRecorded]:
         doc = require_plan(state, plan_id)
