@@ -288,37 +288,13 @@ def serve(
     """
     import uvicorn
 
-    from commands.rules.signing import plane_key_path, single_user_layout
     from commands.service import DEFAULT_MAX_IN_FLIGHT, create_app
-    from commands.service.door import service_hosts
     from commands.service.head_deadline import head_deadline_protocol, header_timeout
 
     url = db_url()
     root = click.get_current_context().find_root()
     workdir = root.meta.get("evidence.workdir")
-    if _holds_password(root.meta.get("evidence.db")):
-        fail(
-            "the --db URL holds a password, and a service's command line is readable by "
-            "every local user (/proc/PID/cmdline): give the URL in EVIDENCE_DB instead, or "
-            "the password in PGPASSWORD or ~/.pgpass"
-        )
-    ledger.open(url, create=False).close()  # a missing ledger: refused, nothing made
-    key = plane_key_path(url)
-    if not os.path.lexists(key):
-        fail(
-            f"no plane key at {key}: run `evidence init` as the service's user, or set "
-            "EVIDENCE_PLANE_KEY to the ledger's plane key"
-        )
-    single_user = single_user_layout(url)
-    if single_user is not None and not insecure_single_user:
-        fail(
-            f"the plane key {single_user} is this user's and in its default place beside "
-            "the ledger: the developer's single-user layout, where an agent running as this "
-            "user reads the keys and signs as the plane and the operator, and nothing "
-            "the service checks would stop it; deploy with the keys where EVIDENCE_PLANE_KEY "
-            'names (docs/service.md, "Setting it up"), or start with --insecure-single-user '
-            "to serve this layout knowingly"
-        )
+    single_user = _servable(url, root.meta.get("evidence.db"), insecure_single_user)
     context = click.get_current_context()
     if uds is not None and any(
         context.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
@@ -334,17 +310,7 @@ def serve(
             "so the service listens on loopback only"
         )
     limit = max_in_flight or DEFAULT_MAX_IN_FLIGHT
-    if uds is not None:
-        # one socket all workers accept on (a unix socket has no SO_REUSEPORT spreading)
-        sockets = [_bind_unix(uds)] * workers
-        where = f"unix:{sockets[0].getsockname()}"
-        hosts = service_hosts(None, None)  # the Host names a request may give
-    else:
-        sockets = _bind(host, port, workers)
-        bound_host, bound_port = sockets[0].getsockname()[:2]
-        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        where = f"{'https' if tls else 'http'}://{shown}:{bound_port}"
-        hosts = service_hosts(bound_host, bound_port)
+    sockets, where, hosts = _listen(host, port, workers, uds, https=tls is not None)
 
     def run(sock: socket.socket) -> None:
         """One service process on its socket, until a stop has drained it."""
@@ -391,6 +357,57 @@ def serve(
         if uds is not None:
             with contextlib.suppress(OSError):
                 os.unlink(where[len("unix:") :])
+
+
+def _servable(url: str, given: str | None, insecure_single_user: bool) -> Path | None:
+    """Refuse a ledger this service cannot serve (exit 2, one line): a password on the
+    command line (``given``: the ``--db`` as typed), no ledger (none is made), no plane
+    key (none is made), the developer's single-user layout unless told the risk. The
+    layout's plane key when it is that layout, else None."""
+    from commands.rules.signing import plane_key_path, single_user_layout
+
+    if _holds_password(given):
+        fail(
+            "the --db URL holds a password, and a service's command line is readable by "
+            "every local user (/proc/PID/cmdline): give the URL in EVIDENCE_DB instead, or "
+            "the password in PGPASSWORD or ~/.pgpass"
+        )
+    ledger.open(url, create=False).close()  # a missing ledger: refused, nothing made
+    key = plane_key_path(url)
+    if not os.path.lexists(key):
+        fail(
+            f"no plane key at {key}: run `evidence init` as the service's user, or set "
+            "EVIDENCE_PLANE_KEY to the ledger's plane key"
+        )
+    single_user = single_user_layout(url)
+    if single_user is not None and not insecure_single_user:
+        fail(
+            f"the plane key {single_user} is this user's and in its default place beside "
+            "the ledger: the developer's single-user layout, where an agent running as this "
+            "user reads the keys and signs as the plane and the operator, and nothing "
+            "the service checks would stop it; deploy with the keys where EVIDENCE_PLANE_KEY "
+            'names (docs/service.md, "Setting it up"), or start with --insecure-single-user '
+            "to serve this layout knowingly"
+        )
+    return single_user
+
+
+def _listen(
+    host: str, port: int, workers: int, uds: str | None, *, https: bool
+) -> tuple[list[socket.socket], str, list[str]]:
+    """The listening sockets (one per worker), where they listen as the one line says
+    it, and the Host names a request may give (``door.service_hosts``)."""
+    from commands.service.door import service_hosts
+
+    if uds is not None:
+        # one socket all workers accept on (a unix socket has no SO_REUSEPORT spreading)
+        sockets = [_bind_unix(uds)] * workers
+        return sockets, f"unix:{sockets[0].getsockname()}", service_hosts(None, None)
+    sockets = _bind(host, port, workers)
+    bound_host, bound_port = sockets[0].getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    where = f"{'https' if https else 'http'}://{shown}:{bound_port}"
+    return sockets, where, service_hosts(bound_host, bound_port)
 
 
 def _run_workers(sockets: list[socket.socket], run: Callable[[socket.socket], None]) -> int:
