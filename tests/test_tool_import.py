@@ -142,7 +142,16 @@ def test_refused_imports_leave_the_ledger_as_it_was(sqlite_url: str) -> None:
     assert_refused(
         run_cli("tool", "import", "--mcp", "x", "--url", "ftp://h", *db, "--", "a"), "--url"
     )
-    assert_refused(run_cli("tool", "import", "--mcp", "a b", *db, "--", *TIME), "letters, digits")
+    for name in ("a b", "../x", "x\x1b[2J", ""):  # refused before a server is started
+        assert_refused(
+            run_cli("tool", "import", "--mcp", name, *db, "--", "/nonexistent/server"),
+            "letters, digits",
+        )
+    for timeout in ("nan", "inf", "0", "-1"):
+        assert_refused(
+            run_cli("tool", "import", "--mcp", "x", "--timeout", timeout, *db, "--", *TIME),
+            "--timeout",
+        )
     assert_refused(
         run_cli("tool", "import", "--mcp", "x", *db, "--", "/nonexistent/server"),
         "cannot list the tools of /nonexistent/server",

@@ -10,6 +10,7 @@ import click
 from ledger.errors import LedgerError
 
 from .common import db_option, open_plane, workdir_option
+from .inputs import Seconds
 
 
 @click.group()
@@ -36,7 +37,7 @@ def mcp() -> None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(0.1, 604800),
     default=60.0,
     show_default=True,
     help="Seconds the upstream may take to start or to answer one call.",

@@ -44,7 +44,7 @@ from .common import (
     open_plane,
     print_table,
 )
-from .inputs import load_file, whole
+from .inputs import Seconds, load_file, whole
 from .terminal import inert
 
 if TYPE_CHECKING:  # the import's module loads only when a verb uses it
@@ -219,7 +219,7 @@ def tool_register(file: str, as_json: bool) -> None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1, max=3600),
+    type=Seconds(0.1, 3600),
     default=60.0,
     show_default=True,
     help="Seconds the server may take to start and list its tools.",
@@ -249,7 +249,7 @@ def tool_import(
       evidence tool import --mcp time -- python -m mcp_server_time
       evidence tool import --mcp web --url https://mcp.example.org/mcp --dry-run
     """
-    from commands.plane.tool_import import import_tools
+    from commands.plane.tool_import import check_server, import_tools
     from commands.runner.mcp_client import McpListError, list_mcp_tools
 
     if (url is None) == (not command):
@@ -258,6 +258,7 @@ def tool_import(
         urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc
     ):
         raise click.BadParameter(f"{url!r}: an http:// or https:// URL", param_hint="--url")
+    check_server(server)  # before a server is started for nothing
     plane = open_plane(create=not dry_run)
     try:
         listed = list_mcp_tools(command=list(command) or None, url=url, timeout_s=timeout)

@@ -55,6 +55,16 @@ class Imported:
         }
 
 
+def check_server(server: str) -> None:
+    """Refused unless ``server`` can be part of the registered names (asked before a
+    server is started to list its tools)."""
+    if server_name(server) != server:
+        raise CommandRefused(
+            f"--mcp {server!r}: letters, digits, '.', '_' and '-' only, at most 64, not at "
+            "the ends (it becomes part of the registered names)"
+        )
+
+
 def import_tools(
     plane: Plane,
     server: str,
@@ -67,11 +77,7 @@ def import_tools(
     """Register (or, with ``dry_run``, review) every tool of ``tools`` (``ListedTool``:
     what the server declared) as a tool of the MCP server ``server``, reached by
     ``command`` or at ``url``."""
-    if server_name(server) != server:
-        raise CommandRefused(
-            f"--mcp {server!r}: letters, digits, '.', '_' and '-' only, at most 64, not at "
-            "the ends (it becomes part of the registered names)"
-        )
+    check_server(server)
     how: dict[str, Any] = {"mcp_command": list(command)} if command else {"mcp_url": url}
     done: list[Imported] = []
     for tool in tools:
