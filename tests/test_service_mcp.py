@@ -45,6 +45,7 @@ from commands.plane.plans import create_plan
 from commands.plane.proxy_verbs import INSTRUCTIONS, PLANE_TOOLS
 from commands.plane.registry import define_skill, register_tool, register_validation
 from commands.service import create_app
+from commands.service.app import MCP_REFUSED
 from tests.helpers import run_cli
 
 HERE = Path(__file__).parent
@@ -649,9 +650,33 @@ def test_no_accepted_credential_is_401_and_appends_nothing(db_url: str, tmp_path
         assert challenge.startswith('Bearer realm="evidence"'), name
         # a token was given: it is the token that is refused
         assert ('error="invalid_token"' in challenge) == (name not in ("none", "basic")), name
-        assert set(answer.json()) == {"error"} and "\n" not in answer.json()["error"]
+        # where a client learns what it needs (RFC 9728): /mcp's protected-resource metadata
+        assert f'resource_metadata="{BASE}/.well-known/oauth-protected-resource/mcp"' in challenge
+        assert "evidence credential issue" in challenge, name
+        # a JSON-RPC error, one line: the reason and how a credential is obtained
+        error = answer.json()
+        assert set(error) == {"jsonrpc", "id", "error"} and error["id"] is None, name
+        assert error["error"]["code"] == MCP_REFUSED and error["error"]["data"] == {"status": 401}
+        message = error["error"]["message"]
+        assert "\n" not in message and "evidence credential issue" in message, name
     assert set(refused) == set(cases)
+    # the SDK's client surfaces that message (it drops any other body of a non-2xx answer)
+    for name, raised in refused.items():
+        exc = _leaf(raised)  # inside the SDK's task groups
+        assert isinstance(exc, MCPError), (name, raised)
+        assert exc.error.code == MCP_REFUSED, name
+        assert exc.error.message == answers[name].json()["error"]["message"], name
+    assert "revoked" in str(_leaf(refused["revoked"]))
+    assert "expired" in str(_leaf(refused["expired"]))
+    assert "no credential" in str(_leaf(refused["none"]))
     assert _head(db_url) == before and _calls(tmp_path) == []
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The one exception inside the exception groups of the SDK's task groups."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def test_a_credential_acts_for_its_own_plan_only(sqlite_url: str, tmp_path: Path) -> None:
@@ -679,7 +704,10 @@ def test_a_credential_acts_for_its_own_plan_only(sqlite_url: str, tmp_path: Path
                 seen["call"] = await session.call_tool("calc", {"a": 2, "b": 2})
 
     _serve(sqlite_url, drive)
-    assert seen["named"].status_code == 403 and agent.plan_id in seen["named"].json()["error"]
+    assert seen["named"].status_code == 403
+    named = seen["named"].json()  # a JSON-RPC error, as the SDK's transport answers
+    assert named["jsonrpc"] == "2.0" and agent.plan_id in named["error"]["message"]
+    assert named["error"]["data"] == {"status": 403}
     assert seen["unknown_query"].status_code == 422
     assert seen["head_unchanged"]
     assert seen["status"].structured_content["plan"]["plan_id"] == other.plan_id

@@ -8,7 +8,9 @@ existing handlers (``routes.py``), in a worker thread, with a ``Plane`` from a s
 
 A request to an agent route goes through, in order, and stops at the first refusal:
 
-1. the bearer token's presence and form (401, no database touched);
+1. the bearer token's presence and form (401, no database touched; every 401 names
+   the service's protected-resource metadata, RFC 9728, and says how a credential is
+   obtained: ``auth.challenge``);
 2. the credential, checked by the plane (401; reads only) before a byte of the body is
    read — ``AUTH_POOL`` such checks at once, the others waiting their turn (at most
    ``AUTH_QUEUE`` in all: 503 beyond), so requests nobody vouches for hold nothing else;
@@ -25,7 +27,8 @@ A request to an agent route goes through, in order, and stops at the first refus
    ``CommandRefused`` is 409, and what it recorded is the answer.
 
 ``POST /mcp`` (the plane's MCP gate, ``mcp.py``) goes through steps 1-5 (its message
-read within the deadline, then handed to the SDK's transport); a refusal inside it (a
+read within the deadline, then handed to the SDK's transport; each of those refusals
+a JSON-RPC error, ``MCP_REFUSED``, which an MCP client shows); a refusal inside it (a
 gate's deviation, a plan state that allows no call) is an MCP tool error in a 200, as
 the stdio proxy answers it.
 
@@ -74,7 +77,15 @@ from ledger.intake import LIMITS, InputError, env_seconds, limit_bytes, parse_js
 from ledger.keys import fingerprint, load_private_key
 from ledger.store import url_identity
 
-from .auth import Forbidden, Unauthenticated, bearer_token, challenge, check_plan, credential_for
+from .auth import (
+    OBTAIN,
+    Forbidden,
+    Unauthenticated,
+    bearer_token,
+    challenge,
+    check_plan,
+    credential_for,
+)
 from .committer import GroupCommitter
 from .door import DoorChecks
 from .follower import ReadModelFollower
@@ -82,7 +93,7 @@ from .mcp import SCOPE_PLAN, SCOPE_SLOT, McpGate, Slot
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import openapi_document
 from .pool import PlanePool
-from .routes import ENDPOINTS, Endpoint, Outcome, closed
+from .routes import CREDENTIALS_DOC, ENDPOINTS, WELL_KNOWN, Endpoint, Outcome, closed
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "RETRY_AFTER_S", "Service", "create_app"]
 
@@ -94,6 +105,11 @@ CLIENT_CLOSED = 499  # the client went away before its request was whole
 BODY_TIMEOUT_ENV = "EVIDENCE_BODY_TIMEOUT"  # seconds a request body may take to arrive
 DEFAULT_BODY_TIMEOUT_S = 10.0
 BODY_SOURCE = "the request body"
+# The JSON-RPC error code of a request the service refused before MCP read it (401, 403,
+# 408, 413, 422, 429, 503 at /mcp): in the implementation-defined band, -32000..-32019,
+# clear of the SDK's own -32000 and -32001. Its ``data`` holds the HTTP status.
+MCP_REFUSED = -32010
+RESOURCE_NAME = "Evidence Ledger plane service"
 log = logging.getLogger("evidence.service")
 T = TypeVar("T")
 
@@ -191,21 +207,46 @@ class Service:
         body: dict[str, Any] = {"error": line}
         if deviations:
             body["deviations"] = [msgspec.to_builtins(d) for d in deviations]
+        if endpoint is not None and endpoint.access == "mcp":
+            # A JSON-RPC error, as the SDK's transport answers what it refuses: an MCP
+            # client (the official SDK's) then surfaces the reason, which it drops from
+            # any other body of a non-2xx answer.
+            data: dict[str, Any] = {"status": status, **body}
+            del data["error"]
+            body = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": MCP_REFUSED, "message": line, "data": data},
+            }
         if endpoint is not None and endpoint.hook_kind is not None:
             answer = refused_answer(message)
             body.update(answer.to_json())
             self.metrics.hook_answers.inc(hook=endpoint.hook_kind, exit=str(answer.exit))
         return self.json(body, status, headers)
 
-    def refusal(self, endpoint: Endpoint, exc: BaseException) -> Response:
+    def unauthenticated(
+        self, endpoint: Endpoint, request: Request, reason: str, *, token_given: bool
+    ) -> Response:
+        """A 401: the reason, how a credential is obtained, and where the service's
+        protected-resource metadata is (that of /mcp for /mcp), in ``WWW-Authenticate``
+        and in the body."""
+        suffix = endpoint.path if endpoint.access == "mcp" else ""
+        metadata = f"{origin(request)}{WELL_KNOWN}{suffix}"
+        header = challenge(reason, token_given=token_given, resource_metadata=metadata)
+        return self.error(
+            endpoint,
+            401,
+            f"{reason} ({OBTAIN}; see {origin(request)}{CREDENTIALS_DOC})",
+            headers={"WWW-Authenticate": header},
+        )
+
+    def refusal(self, endpoint: Endpoint, request: Request, exc: BaseException) -> Response:
         """The answer to what stopped a request (see the module's steps)."""
         if isinstance(exc, ClientDisconnect):  # nothing to answer, and no fault of ours:
             # counted as 499, "client closed request" (nginx's), never a server error
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(exc, Unauthenticated):
-            return self.error(
-                endpoint, 401, str(exc), headers={"WWW-Authenticate": challenge(True)}
-            )
+            return self.unauthenticated(endpoint, request, str(exc), token_given=True)
         if isinstance(exc, Forbidden):
             return self.error(endpoint, 403, str(exc))
         if isinstance(exc, BadRequest):
@@ -253,9 +294,7 @@ class Service:
         try:
             token = bearer_token(request.headers.get("authorization"))
         except Unauthenticated as exc:
-            return self.error(
-                endpoint, 401, str(exc), headers={"WWW-Authenticate": challenge(False)}
-            )
+            return self.unauthenticated(endpoint, request, str(exc), token_given=False)
         if self.authenticating >= AUTH_QUEUE:
             return self._overloaded(
                 endpoint, 503, f"{self.authenticating} credentials waiting to be checked"
@@ -265,7 +304,7 @@ class Service:
             async with self._checks:
                 credential = await self.in_thread(lambda plane: credential_for(plane, token))
         except Exception as exc:
-            return self.refusal(endpoint, exc)
+            return self.refusal(endpoint, request, exc)
         finally:
             self.authenticating -= 1
         if self.in_flight >= self.max_in_flight:
@@ -314,7 +353,7 @@ class Service:
         try:
             return await self._serve(endpoint, request, token)
         except Exception as exc:
-            return self.refusal(endpoint, exc)
+            return self.refusal(endpoint, request, exc)
         finally:
             self._leave(credential.credential_id)
 
@@ -345,7 +384,7 @@ class Service:
                 check_plan(credential, _query(endpoint, request).get("plan"))
                 message = await self._body_within(request)
             except Exception as exc:
-                await self.refusal(endpoint, exc)(scope, receive, sending)
+                await self.refusal(endpoint, request, exc)(scope, receive, sending)
                 return status
             checked = {**scope, SCOPE_PLAN: credential.plan_id, SCOPE_SLOT: slot}
             await self.mcp.handle(checked, _replayed(message, receive), sending)
@@ -408,6 +447,54 @@ class Service:
 
     async def openapi_json(self, _request: Request) -> Response:
         return Response(self.openapi, media_type="application/json")
+
+    def _protected_resource(self, request: Request, resource: str) -> Response:
+        """RFC 9728's metadata of ``resource``: its bearer credentials go in the header,
+        and an operator issues them (no authorization server: none is named)."""
+        return self.json(
+            {
+                "resource": resource,
+                "resource_name": RESOURCE_NAME,
+                "bearer_methods_supported": ["header"],
+                "resource_documentation": origin(request) + CREDENTIALS_DOC,
+            }
+        )
+
+    async def protected_resource(self, request: Request) -> Response:
+        # The metadata at the root describes the service (RFC 9728 section 3.3: the
+        # resource is the URL with the well-known part taken out): /v1/* and /mcp alike.
+        return self._protected_resource(request, origin(request))
+
+    async def mcp_protected_resource(self, request: Request) -> Response:
+        return self._protected_resource(request, origin(request) + "/mcp")
+
+    async def credentials_doc(self, request: Request) -> Response:
+        return Response(credentials_text(origin(request)), media_type="text/plain")
+
+
+def origin(request: Request) -> str:
+    """The service's origin as the request names it (``https://`` behind a TLS proxy
+    that says so in X-Forwarded-Proto, uvicorn's default for a proxy on loopback): its
+    ``Host`` passed the door's check (``door.py``) when the service has a list."""
+    return f"{request.url.scheme}://{request.url.netloc}"
+
+
+def credentials_text(base: str) -> str:
+    """``GET /docs/credentials``: how an agent comes by its credential."""
+    return (
+        "Evidence Ledger plane service: credentials\n\n"
+        "Every /v1/ route and /mcp need Authorization: Bearer TOKEN, an agent credential\n"
+        "for one plan. No OAuth authorization server issues them: an operator does, on\n"
+        "the service's host, with the operator key:\n\n"
+        "    evidence credential issue --plan PLAN --ttl 8h --json\n\n"
+        "The token (evd_...) is printed once; give it to the agent's user only (a file\n"
+        "only that user reads). `evidence credential revoke ID` ends it at once.\n"
+        "An MCP client sends it on every request to /mcp, as a header its configuration\n"
+        'holds (Claude Code: "headers": {"Authorization": "Bearer ..."}).\n\n'
+        f"Metadata (RFC 9728): {base}{WELL_KNOWN} and {base}{WELL_KNOWN}/mcp\n"
+        f"The API: {base}/openapi.json\n"
+        'More: `evidence docs service` (the sections "Setting it up" and "MCP over HTTP").\n'
+    )
 
 
 def body_timeout() -> float:
@@ -513,6 +600,9 @@ def create_app(
         "readyz": service.readyz,
         "metrics": service.metrics_text,
         "openapi": service.openapi_json,
+        "protected_resource": service.protected_resource,
+        "mcp_protected_resource": service.mcp_protected_resource,
+        "credentials_doc": service.credentials_doc,
     }
 
     def observe(endpoint: Endpoint, started: float, status: int) -> None:

@@ -5,8 +5,10 @@ Every endpoint appears with its method, its query parameters, its request body's
 schema, and the refusals of its kind of route (``routes.ERRORS``). OpenAPI 3.1 schemas
 are JSON Schema 2020-12, which is what the checker reads, so the schemas go in as they
 are — but for those several answers share (an error, a gate's check, a deviation, a
-plan's state, a JSON-RPC error): each is named once under ``components/schemas`` and
-referred to by ``$ref`` wherever it appears.
+plan's state, a JSON-RPC error, a plan, a hook's input and answer …): each is named once
+under ``components/schemas`` and referred to by ``$ref`` wherever it appears, so that a
+client generator (tests/test_openapi_client.py: openapi-python-client) makes one type of
+each, not one per route.
 """
 
 from __future__ import annotations
@@ -18,12 +20,19 @@ import ledger
 
 from .routes import (
     DEVIATION,
+    DOOR_ERRORS,
     ERROR,
     ERRORS,
     GATE,
+    HOOK_ANSWER,
+    HOOK_INPUT,
     JSONRPC_ERROR,
     MCP_TRANSPORT_ERRORS,
+    PLAN_DOC,
     PLAN_STATE,
+    PROTECTED_RESOURCE,
+    SANDBOX,
+    UNKNOWN_TOOLS,
     Endpoint,
 )
 
@@ -37,7 +46,20 @@ SHARED: dict[str, dict[str, Any]] = {
     "Deviation": DEVIATION,
     "PlanState": PLAN_STATE,
     "JsonRpcError": JSONRPC_ERROR,
+    "Plan": PLAN_DOC,
+    "Sandbox": SANDBOX,
+    "HookInput": HOOK_INPUT,
+    "HookAnswer": HOOK_ANSWER,
+    "UnknownTools": UNKNOWN_TOOLS,
+    "ProtectedResourceMetadata": PROTECTED_RESOURCE,
 }
+CHALLENGE = (
+    'Bearer (RFC 6750): the realm, error="invalid_token" when a token was given, '
+    "error_description (the reason, and how a credential is obtained) and "
+    "resource_metadata, the URL of the protected-resource metadata (RFC 9728): "
+    "/.well-known/oauth-protected-resource/mcp for /mcp, else "
+    "/.well-known/oauth-protected-resource."
+)
 
 
 def _referred(value: Any, names: dict[int, str], top: bool = False) -> Any:
@@ -60,14 +82,11 @@ def _responses(endpoint: Endpoint) -> dict[str, Any]:
     for status, why in sorted(errors.items()):
         answer: dict[str, Any] = {
             "description": why,
-            "content": {"application/json": {"schema": ERROR}},
+            "content": {"application/json": {"schema": _error_schema(endpoint, status)}},
         }
         if status == 401:
             answer["headers"] = {
-                "WWW-Authenticate": {
-                    "description": "Bearer (RFC 6750)",
-                    "schema": {"type": "string"},
-                }
+                "WWW-Authenticate": {"description": CHALLENGE, "schema": {"type": "string"}}
             }
         if status == 503 and endpoint.access != "open":
             answer["headers"] = {
@@ -88,6 +107,17 @@ def _responses(endpoint: Endpoint) -> dict[str, Any]:
             answers[str(status)] = {"description": why, "content": {media: {"schema": schema}}}
         answers = dict(sorted(answers.items()))
     return answers
+
+
+def _error_schema(endpoint: Endpoint, status: int) -> dict[str, Any]:
+    """The body of a refusal: ``Error``; at /mcp a JSON-RPC error (what the SDK's client
+    surfaces), but for the door's refusals, made before any route is known (a 403 is
+    either)."""
+    if endpoint.access != "mcp" or (status in DOOR_ERRORS and status != 403):
+        return ERROR
+    if status == 403:
+        return {"anyOf": [ERROR, JSONRPC_ERROR]}
+    return JSONRPC_ERROR
 
 
 def _operation(endpoint: Endpoint) -> dict[str, Any]:

@@ -37,6 +37,9 @@ from commands.plane.runs import call_tool
 # open: no credential; agent, hook: the JSON routes of the credential's plan; mcp: the
 # plane's MCP gate over streamable HTTP (its messages are MCP's: opaque to this table).
 Access = Literal["open", "agent", "hook", "mcp"]
+# RFC 9728's well-known path: the service's metadata, and (suffixed) that of /mcp
+WELL_KNOWN = "/.well-known/oauth-protected-resource"
+CREDENTIALS_DOC = "/docs/credentials"
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,13 @@ UNKNOWN_TOOLS = {
 }
 
 OBJECT = {"type": "object"}
+# The plan as `evidence plan show --json` prints it, and where its sandbox is: named once
+# (components/schemas) so that a client generator makes one type of each, not one per route.
+PLAN_DOC = {
+    "type": "object",
+    "description": "The plan's state, folded from its stream (as `evidence plan show --json`).",
+}
+SANDBOX = {"type": "object", "description": "Where the plan's sandbox is and what it copies."}
 # Where the plan stands once the answer's step is recorded (commands.plane.plans.plan_brief)
 PLAN_STATE = {
     "type": "object",
@@ -122,18 +132,6 @@ PLAN_STATE = {
     },
     "additionalProperties": False,
 }
-GATE = {
-    "type": "object",
-    "required": ["gate", "verdict", "deviations", "routed", "iterations_left", "positions"],
-    "properties": {
-        "gate": {"enum": ["input", "output"]},
-        "verdict": {"enum": ["pass", "fail"]},
-        "deviations": {"type": "array", "items": OBJECT},
-        "routed": {"enum": [None, "retry", "revised", "escalated", "compensation"]},
-        "iterations_left": {"type": ["integer", "null"]},
-        "positions": {"type": "array", "items": {"type": "integer"}},
-    },
-}
 DEVIATION = closed(
     {
         "pointer": {"type": "string"},
@@ -144,6 +142,18 @@ DEVIATION = closed(
     },
     ["pointer", "kind", "expected", "actual_type"],
 )
+GATE = {
+    "type": "object",
+    "required": ["gate", "verdict", "deviations", "routed", "iterations_left", "positions"],
+    "properties": {
+        "gate": {"enum": ["input", "output"]},
+        "verdict": {"enum": ["pass", "fail"]},
+        "deviations": {"type": "array", "items": DEVIATION},
+        "routed": {"enum": [None, "retry", "revised", "escalated", "compensation"]},
+        "iterations_left": {"type": ["integer", "null"]},
+        "positions": {"type": "array", "items": {"type": "integer"}},
+    },
+}
 ERROR = {
     "type": "object",
     "required": ["error"],
@@ -151,7 +161,7 @@ ERROR = {
         "error": {"type": "string", "description": "What was refused and why, in one line."},
         "deviations": {"type": "array", "items": DEVIATION},
         # on the hook routes, every answer is one a hook command can exit with
-        "exit": {"const": 2},
+        "exit": {"enum": [2], "description": "The hook command's exit: 2, a block."},
         "stderr": {"type": "string"},
     },
 }
@@ -200,7 +210,35 @@ JSONRPC_ERROR = {
         "error": {
             "type": "object",
             "required": ["code", "message"],
-            "properties": {"code": {"type": "integer"}, "message": {"type": "string"}},
+            "properties": {
+                "code": {"type": "integer"},
+                "message": {"type": "string"},
+                "data": {"description": "More about the error (the service's: its status)."},
+            },
+        },
+    },
+}
+# RFC 9728 (OAuth 2.0 Protected Resource Metadata), as the MCP authorization
+# specification asks of a server whose 401 names it: the members this service gives. No
+# authorization_servers: no OAuth authorization server issues its credentials, an
+# operator does (docs/service.md, "MCP over HTTP").
+PROTECTED_RESOURCE = {
+    "type": "object",
+    "description": "OAuth 2.0 Protected Resource Metadata (RFC 9728) of the service.",
+    "required": ["resource", "resource_name", "bearer_methods_supported"],
+    "properties": {
+        "resource": {
+            "type": "string",
+            "format": "uri",
+            "description": "The resource's identifier: the URL the metadata was asked for "
+            "with /.well-known/oauth-protected-resource taken out (the service, or its /mcp).",
+        },
+        "resource_name": {"type": "string"},
+        "bearer_methods_supported": {"type": "array", "items": {"enum": ["header"]}},
+        "resource_documentation": {
+            "type": "string",
+            "format": "uri",
+            "description": "How a credential is obtained: an operator issues it.",
         },
     },
 }
@@ -324,12 +362,43 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "GET",
+        WELL_KNOWN,
+        "protected_resource",
+        "The service's protected-resource metadata (RFC 9728): its bearer credentials and "
+        "where to read how one is obtained. No credential needed.",
+        "open",
+        ok=PROTECTED_RESOURCE,
+    ),
+    Endpoint(
+        "GET",
+        WELL_KNOWN + "/mcp",
+        "mcp_protected_resource",
+        "The protected-resource metadata (RFC 9728) of /mcp, which its 401 names in "
+        "WWW-Authenticate (resource_metadata), as the MCP authorization specification asks.",
+        "open",
+        ok=PROTECTED_RESOURCE,
+    ),
+    Endpoint(
+        "GET",
+        CREDENTIALS_DOC,
+        "credentials_doc",
+        "How an agent obtains its credential (an operator issues it): the "
+        "resource_documentation of the protected-resource metadata, in plain text.",
+        "open",
+        ok={"type": "string"},
+        media_type="text/plain; charset=utf-8",
+    ),
+    Endpoint(
+        "GET",
         "/v1/plan",
         "plan_status",
         "The credential's plan: its state and where its sandbox is (as the MCP proxy's "
         "evidence.plan_status and `evidence plan show --json`).",
         "agent",
-        ok=closed({"plan": {"type": ["object", "null"]}, "sandbox": OBJECT}, ["plan", "sandbox"]),
+        ok=closed(
+            {"plan": {"anyOf": [PLAN_DOC, {"type": "null"}]}, "sandbox": SANDBOX},
+            ["plan", "sandbox"],
+        ),
         query={"plan": PLAN},
         run=_verb("plan_status"),
     ),
@@ -391,7 +460,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Record the plan's strategy in Strategize, the first or a revised one after the "
         "failure loop sent the plan back (as evidence.record_strategy); then /v1/execute.",
         "agent",
-        ok=closed({"plan": OBJECT}, ["plan"]),
+        ok=closed({"plan": PLAN_DOC}, ["plan"]),
         body=_verb_schema("record_strategy"),
         run=_verb("record_strategy"),
     ),
@@ -402,7 +471,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Enter Execute with the recorded strategy: a fresh attempt, the validations pinned, "
         "the sandbox ready (as evidence.execute). The body is {} (or empty).",
         "agent",
-        ok=closed({"plan": OBJECT, "sandbox": OBJECT}, ["plan", "sandbox"]),
+        ok=closed({"plan": PLAN_DOC, "sandbox": SANDBOX}, ["plan", "sandbox"]),
         body=_verb_schema("execute"),
         run=_verb("execute"),
     ),
@@ -423,7 +492,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "record_fix",
         "Record the fix made after a failing validation (as evidence.record_fix).",
         "agent",
-        ok=closed({"plan": OBJECT}, ["plan"]),
+        ok=closed({"plan": PLAN_DOC}, ["plan"]),
         body=_verb_schema("record_fix"),
         run=_verb("record_fix"),
     ),
@@ -433,7 +502,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "apply",
         "Apply the plan with the token its passing validation minted (as evidence.apply).",
         "agent",
-        ok=closed({"plan": OBJECT, "files": {"type": "array", "items": OBJECT}}, ["plan", "files"]),
+        ok=closed(
+            {"plan": PLAN_DOC, "files": {"type": "array", "items": OBJECT}}, ["plan", "files"]
+        ),
         body=_verb_schema("apply"),
         run=_verb("apply"),
     ),
@@ -509,6 +580,9 @@ ERRORS: dict[Access, dict[int, str]] = {
 ERRORS["mcp"] = {
     status: ERRORS["agent"][status] for status in (401, 403, 408, 413, 421, 422, 429, 500, 503)
 } | {
+    401: f"{ERRORS['agent'][401]}; WWW-Authenticate names /mcp's protected-resource "
+    "metadata (resource_metadata, RFC 9728). At /mcp every refusal of the service is a "
+    "JSON-RPC error, its message the reason, its data the HTTP status",
     422: "the query names a parameter other than plan; nothing appended",
     500: "a defect of the service (see its log); a fault inside a message's handling is a "
     "JSON-RPC error instead",
