@@ -38,6 +38,7 @@ from ledger.events import (
     ExecuteEntered,
     FixRecorded,
     GateChecked,
+    McpFetched,
     PlanApplied,
     PlanCreated,
     PlanHalted,
@@ -77,6 +78,7 @@ _EXECUTE_WORK = (
 # What may still be recorded while a decision is pending: the end of a run that was
 # already under way, halts, and the decision itself.
 _WHILE_PENDING = (
+    McpFetched,  # a read changes nothing
     ValidationResultRecorded,
     ValidationRunCompleted,
     PlanHalted,

@@ -106,7 +106,9 @@ def test_payloads_decode_through_the_tagged_union() -> None:
 # request_sha256, plan.token_minted token_sha256, and the results digests.
 BLOB_REFERENCES = {
     "gate.checked": ("schema_sha256", "checked_sha256"),  # gates._record: raw + schema
-    "tool.called": ("params_sha256", "output_sha256"),  # runs.call_tool: params + output
+    # runs.call_tool: params + output, and what an MCP server said meanwhile (proxy)
+    "tool.called": ("params_sha256", "output_sha256", "exchange_sha256"),
+    "mcp.fetched": ("content_sha256",),  # proxy.record_fetch: the answer read
     "validation.result_recorded": ("raw_output_sha256", "stderr_sha256"),  # runs: both streams
     "plan.fix_recorded": ("diff_sha256",),  # lifecycle.record_fix: the diff
     "plan.changes_recorded": ("changes_sha256",),  # lifecycle.apply_plan: the change set

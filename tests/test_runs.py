@@ -18,7 +18,7 @@ from commands.plane.attachments import attach
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan, get_plan
 from commands.plane.registry import register_tool, register_validation
-from commands.plane.runs import call_tool, record_halt
+from commands.plane.runs import Recorded, call_tool, record_halt
 from commands.plane.validation_runs import validate_plan
 from ledger.events import ValidationRunCompleted
 from projections.outcomes import canonical_halt, classify
@@ -464,8 +464,8 @@ def test_a_tools_own_errors_spend_the_attempt_and_enter_the_failure_loop(
         routes = []
         for _ in range(2):
             report = call_tool(
-                plane, "P-1", "srv.fail", {}, recorded_output=json.dumps(error),
-                recorded_tool_error=True,
+                plane, "P-1", "srv.fail", {},
+                recorded=Recorded(json.dumps(error), tool_error=True),
             )  # fmt: skip
             assert report.tool_failed and report.output_gate.passed
             routes.append(report.output_gate.routed)

@@ -33,9 +33,10 @@ from commands.plane.driver import run_plan_file
 from commands.plane.gates import gate_input
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
+from commands.plane.proxy import exchanged, record_fetch
 from commands.plane.review_host import host_review, parse_reviewers, run_review
 from commands.plane.reviews import account_review, get_review, start_review, submit_candidate
-from commands.plane.runs import call_tool
+from commands.plane.runs import Recorded, call_tool
 from ledger.bundle import verify_bundle, write_bundle
 from ledger.canonical import canonical_json
 from ledger.envelope import GENESIS_CHAIN, chain_next, leaf_bytes
@@ -570,7 +571,8 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
     """No false positives: a ledger holding every blob-referencing event the plane writes
     (gates with and without a schema, executed and recorded tool calls, raw outputs of
     command, wrapped and review results, a fix with a diff, compensation output, a review
-    report, a hosted review's program outputs) verifies, in the database and as a bundle;
+    report, a hosted review's program outputs, what an MCP server said during a call, a
+    resource read) verifies, in the database and as a bundle;
     and the blobs the events reference are exactly the blobs stored."""
     with Plane.open(db_url) as plane:
         for name in ("green-after-fix", "strict-output-deviation"):  # fix diff, compensation
@@ -582,6 +584,10 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
         assert call_tool(
             plane, "P-R", "inspect-project", {}, recorded_output={"python_files": []}
         ).ok
+        said = exchanged([{"kind": "log", "params": {"level": "info", "data": "x"}}])
+        recorded = Recorded(b'{"python_files": []}', exchange=said)  # a gate's MCP call
+        assert call_tool(plane, "P-R", "inspect-project", {}, recorded=recorded).ok
+        record_fetch(plane, "P-R", "srv", "resource", "test://r", {"contents": []})
         assert not gate_input(plane, "P-R", "ghost", {}).passed  # no schema: no schema blob
         task = start_review(plane, request(), plan_id="P-R")
         submit_candidate(plane, task, candidate(finding("x")), reviewer="amy")

@@ -23,6 +23,7 @@ from ledger.events import (
     ExecuteEntered,
     FixRecorded,
     GateChecked,
+    McpFetched,
     PlanApplied,
     PlanCreated,
     PlanHalted,
@@ -83,6 +84,7 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
     ToolCalled: lambda p: (
         _tool_called(p) + (", UNCONFINED" if p.confinement == "unconfined" else "")
     ),
+    McpFetched: lambda p: f"read {p.what} {_short(p.name)} of {p.server} ({p.size} bytes)",
     ValidationRunStarted: lambda p: (
         f"validation run {p.run_id[-6:]} of attempt {p.attempt}: {len(p.resolved)} attachment(s)"
     ),

@@ -26,13 +26,14 @@ if TYPE_CHECKING:
     from .phases import enter_execute, record_strategy
     from .plans import create_plan, get_plan, list_plans
     from .registry import define_skill, register_tool, register_validation
-    from .runs import call_tool, record_halt
+    from .runs import Recorded, call_tool, record_halt
     from .validation_runs import validate_plan
 
 # name -> the module of this package that defines it
 _LAZY: dict[str, str] = {
     "CommandRefused": "core",
     "Plane": "core",
+    "Recorded": "runs",
     "apply_plan": "lifecycle",
     "attach": "attachments",
     "call_tool": "runs",
@@ -68,6 +69,7 @@ if not TYPE_CHECKING:  # for mypy every name above is imported; unknown names st
 __all__ = [
     "CommandRefused",
     "Plane",
+    "Recorded",
     "apply_plan",
     "attach",
     "call_tool",

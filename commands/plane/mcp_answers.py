@@ -46,6 +46,7 @@ __all__ = [
     "answer",
     "arguments_refused",
     "call_verb",
+    "forwarded_meta",
     "gate_failed",
     "plane_tools",
     "refused",
@@ -63,6 +64,19 @@ STEP_META = "evidence/step"
 # Where an answer says where the plan stands after the call (commands.plane.plans.plan_brief).
 PLAN_STATE_META = "evidence/plan_state"
 OUTPUT_SCHEMA_META = "evidence/output_schema"
+OWN_META = "evidence/"  # the prefix of the plane's own ``_meta`` keys
+
+
+def forwarded_meta(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A request's ``_meta`` as a gate forwards it to the tool's server: without the
+    plane's own keys (``evidence/...``, for the gate alone) nor the progress token (the
+    gate asks for progress itself and relays it to the agent under the agent's token)."""
+    kept = {
+        key: value
+        for key, value in (meta or {}).items()
+        if not key.startswith(OWN_META) and key != "progress_token"
+    }
+    return kept or None
 
 
 def deviations_json(deviations: Sequence[Deviation]) -> list[dict[str, str]]:

@@ -11,6 +11,8 @@
   ``call --record-output`` records it (``tool.called``, executor ``recorded``, the
   output as a blob), then the output gate. What it checks is
   ``commands.runner.mcp_client.tool_output``: as for an MCP tool the plane calls.
+- ``record_fetch``: a resource the agent read or a prompt it got through the proxy
+  (``mcp.fetched``, the answer kept as a blob).
 - ``record_upstream_fault``: the upstream crashed, timed out or broke the protocol: the
   plan halts with ``environment_error`` (raw ``backend_unavailable``), never a verdict.
 
@@ -20,10 +22,14 @@ pending) with ``CommandRefused`` before anything is appended.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from ulid import ULID
 
 from commands.errors import said_by
 from commands.runner.mcp_client import (
@@ -34,15 +40,16 @@ from commands.runner.mcp_client import (
 )
 from commands.runner.process import output_cap
 from ledger.errors import LedgerError
-from ledger.events import PlanHalted, Truncation
+from ledger.events import Exchange, McpFetched, PlanHalted, Truncation
 
 from .authority import Authority
-from .core import CommandRefused, Plane
+from .core import CommandRefused, Plane, StreamState
 from .gates import GateOutcome, gate_input
 from .hooks import MCP_PREFIX, json_bytes, open_for_calls
+from .phases import require_plan
 from .proxy_verbs import PREFIX as PLANE_PREFIX
 from .registry import register_tool
-from .runs import MCP_FAULT, CallReport, call_tool, record_halt
+from .runs import MCP_FAULT, CallReport, Exchanged, Recorded, call_tool, record_halt
 
 _NOT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 # An upstream tool name the proxy offers: printable ASCII without spaces (MCP advises
@@ -196,6 +203,21 @@ def gate_proxy_call(
     return ProxyGate(name, outcome)
 
 
+EXCHANGE_KINDS = ("log", "progress", "sampling", "elicitation")
+
+
+def exchanged(messages: Sequence[Mapping[str, Any]]) -> Exchanged | None:
+    """What the upstream said to the agent's client during a call (each message a
+    ``{"kind": KIND, ...}`` object, a refused request with ``"refused": true``) as the
+    call records it; None when it said nothing besides its result."""
+    if not messages:
+        return None
+    kinds = Counter(str(message.get("kind")) for message in messages)
+    counts = {kind: kinds[kind] for kind in EXCHANGE_KINDS}
+    refused = sum(1 for message in messages if message.get("refused") is True)
+    return Exchanged(json_bytes(list(messages)), Exchange(**counts, refused=refused))
+
+
 def record_proxy_result(
     plane: Plane,
     plan_id: str,
@@ -206,11 +228,13 @@ def record_proxy_result(
     structured: bool,
     step: str,
     output_schema: Any = None,
+    exchange: Sequence[Mapping[str, Any]] = (),
 ) -> CallReport:
     """Record the forwarded call with what ``tool_output`` takes of the upstream's
     result, and gate it (the tool's declaration, narrowed by ``output_schema`` when the
     agent declared the step's output). A result the upstream marks as an error is its
-    own failure: recorded whole and checked as an MCP tool result (``tool_error``).
+    own failure: recorded whole and checked as an MCP tool result (``tool_error``), as is
+    one given after a request of the upstream the gate could not relay (``exchange``).
     Output over the cap keeps its prefix, as a command's stdout does (an upstream on
     stdio never gets here with one: its transport drained it)."""
     assert gate.tool is not None and not gate.blocked
@@ -221,9 +245,7 @@ def record_proxy_result(
         gate.tool,
         json_bytes(arguments),
         step=step,
-        recorded_output=output,
-        recorded_truncation=truncation,
-        recorded_tool_error=is_tool_error(result),
+        recorded=Recorded(output, truncation, is_tool_error(result), exchanged(exchange)),
         output_schema=output_schema,
         input_gate=gate.outcome,
     )
@@ -249,10 +271,34 @@ def record_oversized_result(
         gate.tool,
         json_bytes(arguments),
         step=step,
-        recorded_output=prefix,
-        recorded_truncation=truncation,
+        recorded=Recorded(prefix, truncation),
         input_gate=gate.outcome,
     )
+
+
+def record_fetch(
+    plane: Plane, plan_id: str, server: str, what: str, name: str, answer: Mapping[str, Any]
+) -> McpFetched:
+    """Record what a gate gives the agent to read — a resource's contents or a prompt —
+    before the agent gets it (the answer's JSON kept as a blob). Refused in an unknown or
+    ended plan, and while Apply is under way."""
+    content = json_bytes(answer)
+    fetched = McpFetched(
+        plan_id=plan_id,
+        fetch_id=str(ULID()),
+        server=server,
+        what=what,  # type: ignore[arg-type]  # "resource" or "prompt": the gate's own word
+        name=name,
+        size=len(content),
+        content_sha256=hashlib.sha256(content).hexdigest(),
+    )
+
+    def decide(state: StreamState) -> list[McpFetched]:
+        require_plan(state, plan_id)
+        return [fetched]
+
+    plane.run(f"plan:{plan_id}", decide, actor="agent", blobs=[content])
+    return fetched
 
 
 def record_upstream_fault(

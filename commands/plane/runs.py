@@ -49,6 +49,7 @@ from commands.runner.sandbox import resource_kind
 from commands.schemas.prepare import prepare_schema
 from ledger.events import (
     EventPayload,
+    Exchange,
     PlanHalted,
     ToolCalled,
     Truncation,
@@ -127,6 +128,29 @@ def _execute_plan(state: StreamState, plan_id: str) -> PlanState:
 # -- tool calls --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Exchanged:
+    """What a tool's MCP server sent the agent's client during a call besides its result:
+    the messages as one JSON array (kept as a blob) and their counts."""
+
+    messages: bytes
+    counts: Exchange
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A call's output as the orchestrator that made the call recorded it (the plane did
+    not run it). ``truncation``: ``output`` is the kept prefix of an output over its cap
+    (never parsed). ``tool_error``: the tool's own error (an MCP result with
+    ``isError``), checked as an MCP tool result. ``exchange``: what its MCP server said
+    to the agent's client meanwhile."""
+
+    output: bytes | str | Any
+    truncation: Truncation | None = None
+    tool_error: bool = False
+    exchange: Exchanged | None = None
+
+
 @dataclass
 class CallReport:
     input_gate: GateOutcome
@@ -168,8 +192,7 @@ def call_tool(
     step: str | None = None,
     output_schema: Any = None,
     recorded_output: bytes | str | Any | None = None,
-    recorded_truncation: Truncation | None = None,
-    recorded_tool_error: bool = False,
+    recorded: Recorded | None = None,
     sandbox: Sandbox | None = None,
     actor: str = "agent",
     input_gate: GateOutcome | None = None,
@@ -178,9 +201,10 @@ def call_tool(
 
     ``input_gate``: the passing input gate check already recorded for exactly these
     parameters of this tool at this step (an agent hook's pre-tool check); it is not
-    checked again. With a recorded output: ``recorded_truncation``, it is the kept prefix
-    of an output over its cap (never parsed); ``recorded_tool_error``, it is the tool's
-    own error (an MCP result with ``isError``), checked as an MCP tool result."""
+    checked again. ``recorded_output`` is ``recorded=Recorded(output)``: the output of a
+    call the caller made itself."""
+    if recorded_output is not None:
+        recorded = Recorded(recorded_output)
     raw_params = as_bytes(params)
     call_id = str(ULID())
     step = step or f"call-{call_id}"
@@ -192,7 +216,7 @@ def call_tool(
     tool_doc = log.tool(tool)
     is_validation = tool_doc is not None and tool_doc.kind == "validation"
     if (
-        recorded_output is None
+        recorded is None
         and tool_doc is not None
         and not is_validation
         and not tool_doc.spec.command
@@ -216,7 +240,7 @@ def call_tool(
         # A validation called as a tool returns its structured return: closed, with
         # `data` any object (what the nodes downstream of it read).
         output_schema = RESULT_SCHEMA
-    if recorded_output is None and tool_doc is not None:
+    if recorded is None and tool_doc is not None:
         _cap_of(to_json(tool_doc.spec))  # refused here, before the input gate is recorded
     # Where the call would run, made before anything is recorded: a workdir that cannot
     # hold the sandbox refuses the command with the ledger unchanged.
@@ -224,7 +248,7 @@ def call_tool(
     # How its program would run: refused here, before anything is recorded, where the
     # kernel cannot confine it and the plan did not opt out.
     confinement = None
-    if recorded_output is None and plan is not None and tool_doc is not None and copies is not None:
+    if recorded is None and plan is not None and tool_doc is not None and copies is not None:
         confinement = _call_confinement(plane, plan, tool_doc, copies)
     if input_gate is None:
         input_gate = gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor)
@@ -245,7 +269,7 @@ def call_tool(
             tool_doc,
             raw_params,
             report,
-            (recorded_output, recorded_truncation, recorded_tool_error),
+            recorded,
             copies,
             call_id=call_id,
             step=step,
@@ -271,7 +295,7 @@ def _run_call(
     tool_doc: ToolState,
     raw_params: bytes,
     report: CallReport,
-    recorded: tuple[bytes | str | Any | None, Truncation | None, bool],
+    recorded: Recorded | None,
     copies: Sandbox,
     *,
     call_id: str,
@@ -285,11 +309,12 @@ def _run_call(
     started = ended = utc_now()
     exit_code: int | None = None
     streams: dict[str, Truncation] = {}
-    recorded_output, recorded_truncation, tool_error = recorded
-    if recorded_output is not None:
-        output, executor = as_bytes(recorded_output), "recorded"
-        if recorded_truncation is not None:
-            streams = {"stdout_truncated": recorded_truncation}
+    tool_error = False
+    if recorded is not None:
+        output, executor = as_bytes(recorded.output), "recorded"
+        tool_error = recorded.tool_error
+        if recorded.truncation is not None:
+            streams = {"stdout_truncated": recorded.truncation}
     elif tool_doc.kind == "validation":
         # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
         output, started, ended, streams = _call_validation(
@@ -337,6 +362,9 @@ def _run_call(
         executor, exit_code = "command", result.exit_code
         started, ended = result.started_at, result.ended_at
         streams = _truncations(result)
+    exchange = recorded.exchange if recorded is not None else None
+    if exchange is not None and exchange.counts.refused:
+        tool_error = True  # it answered without what it asked the agent's client for
     if tool_error:
         # The tool's own failure: checked as the MCP tool result it is, never against
         # the tool's declaration (a deviation there would be counted as the agent's).
@@ -359,6 +387,8 @@ def _run_call(
         stderr_truncated=streams.get("stderr_truncated", msgspec.UNSET),
         confinement=confinement.level if confinement is not None else msgspec.UNSET,
         tool_error=True if tool_error else msgspec.UNSET,
+        exchange_sha256=_sha256(exchange.messages) if exchange else msgspec.UNSET,
+        exchange=exchange.counts if exchange else msgspec.UNSET,
     )
 
     # Only a command tool's stdout or an MCP tool's output can be truncated (a
@@ -376,7 +406,7 @@ def _run_call(
         actor=actor,
         truncated=truncated,
         call=called,
-        call_blobs=[raw_params, output],
+        call_blobs=[raw_params, output, *([exchange.messages] if exchange else [])],
         instead_of_registered=True,  # decided above: the registry's, or the MCP result's
     )
     report.call, report.output = called, output

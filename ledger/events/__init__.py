@@ -20,7 +20,7 @@ import msgspec
 from ledger.errors import UnknownEventTypeError
 
 from .base import JSON, EventPayload, NewEvent, RecordedEvent
-from .gates import Deviation, GateChecked, ToolCalled, Truncation
+from .gates import Deviation, Exchange, GateChecked, McpFetched, ToolCalled, Truncation
 from .plans import (
     AttemptFailed,
     ChangesRecorded,
@@ -92,6 +92,7 @@ ALL_EVENT_TYPES: tuple[type[EventPayload], ...] = (
     ExecuteEntered,
     GateChecked,
     ToolCalled,
+    McpFetched,
     AttemptFailed,
     ValidationRunStarted,
     ValidationResultRecorded,
@@ -282,6 +283,7 @@ __all__ = [
     "Deviation",
     "Escalated",
     "EventPayload",
+    "Exchange",
     "ExecuteEntered",
     "FileChange",
     "Finding",
@@ -289,6 +291,7 @@ __all__ = [
     "GateChecked",
     "GlobalConfig",
     "LedgerIdentified",
+    "McpFetched",
     "NetworkAccess",
     "NewEvent",
     "PlanApplied",

@@ -43,6 +43,19 @@ class Truncation(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
     sha256: str  # hex SHA-256 of the full output, every byte of it
 
 
+class Exchange(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """What a tool's MCP server sent the agent's client during one call besides its
+    result, counted by kind; the messages themselves, in order, are the call's
+    ``exchange_sha256`` blob. ``refused``: the server's requests (sampling, elicitation)
+    the gate could not relay because the agent's client does not offer them."""
+
+    log: int
+    progress: int
+    sampling: int
+    elicitation: int
+    refused: int
+
+
 class GateChecked(EventPayload, tag="gate.checked", kw_only=True, frozen=True):
     """An input or output gate check, pass or fail, with every deviation."""
 
@@ -78,7 +91,7 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
 
     STREAM = "plan:{plan_id}"
     DELTA = "appends the call to /calls"
-    BLOB_FIELDS = ("params_sha256", "output_sha256")
+    BLOB_FIELDS = ("params_sha256", "output_sha256", "exchange_sha256")
 
     plan_id: str
     call_id: str
@@ -111,3 +124,28 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
     # tool's declaration: the tool's failure, not the agent's deviation; the call's
     # result never becomes state. Absent otherwise.
     tool_error: bool | msgspec.UnsetType = msgspec.UNSET
+    # An MCP call through a gate: what the server said to the agent's client during the
+    # call besides its result (log and progress notifications, sampling and elicitation
+    # requests with their answers, in order) as one JSON array kept as a blob, and its
+    # counts. An elicitation's answer is a person's input that shaped the call. A request
+    # the gate could not relay makes the call a ``tool_error``: the server answered
+    # without what it asked for. Absent when the server said nothing else.
+    exchange_sha256: str | msgspec.UnsetType = msgspec.UNSET
+    exchange: Exchange | msgspec.UnsetType = msgspec.UNSET
+
+
+class McpFetched(EventPayload, tag="mcp.fetched", kw_only=True, frozen=True):
+    """An agent read a resource or got a prompt of an MCP server through a gate: what it
+    was given to read, kept whole, because it may shape what the agent does next."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "empty: a read changes no plan state"
+    BLOB_FIELDS = ("content_sha256",)
+
+    plan_id: str
+    fetch_id: str
+    server: str  # the MCP server's name, as its tools are registered under
+    what: Literal["resource", "prompt"]
+    name: str  # the resource's URI or the prompt's name, as the agent asked for it
+    size: int  # bytes of the answer's JSON (the blob)
+    content_sha256: str  # blob digest of the answer, as the server gave it
