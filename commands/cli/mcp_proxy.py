@@ -25,24 +25,27 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
+import warnings
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
 import msgspec
-from mcp import ClientSession, stdio_server
+from mcp import ClientSession, MCPDeprecationWarning, stdio_server
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
+from commands.cli.mcp_relay import CallExchange, Relay, forwarding, notification_options
 from commands.errors import said_by
 from commands.plane.confinement import upstream_confinement, work_confinement
 from commands.plane.core import CommandRefused, Plane
 from commands.plane.mcp_answers import (
     call_verb,
+    forwarded_meta,
     gate_failed,
     plane_tools,
     refused,
@@ -55,6 +58,7 @@ from commands.plane.proxy import (
     Registered,
     UpstreamTool,
     gate_proxy_call,
+    record_fetch,
     record_oversized_result,
     record_proxy_result,
     record_upstream_fault,
@@ -93,13 +97,16 @@ async def _list_all(upstream: ClientSession) -> list[types.Tool]:
 class GateProxy:
     """The proxy's state: the upstream's tools as registered, and its fault, if any."""
 
-    def __init__(self, plane: Plane, plan_id: str, upstream: ClientSession, timeout_s: float):
+    def __init__(
+        self, plane: Plane, plan_id: str, upstream: ClientSession, timeout_s: float, relay: Relay
+    ):
         self.plane, self.plan_id, self.upstream, self.timeout_s = (
             plane,
             plan_id,
             upstream,
             timeout_s,
         )
+        self.relay = relay
         self.server = ""
         self.upstream_id = ""  # the upstream's command line (as given) or URL: its identity
         self.offered: list[types.Tool] = []
@@ -110,6 +117,7 @@ class GateProxy:
         self._in_flight: set[anyio.CancelScope] = set()
 
     async def on_upstream_message(self, message: IncomingMessage) -> None:
+        await self.relay.on_notification(message)
         if isinstance(message, types.ToolListChangedNotification):
             self.stale = True
         elif isinstance(message, Exception):  # the upstream broke the protocol
@@ -139,9 +147,18 @@ class GateProxy:
             _warn(f"tool {name[:80]!r} of {self.server!r} is not offered: {why}")
         self.offered = [t for t in listed if t.name in self.registered.names]
 
+    async def fetched(self, what: str, name: str, answer: dict[str, Any]) -> None:
+        """A resource read or a prompt fetch, recorded before the agent gets it (an
+        ended plan refuses it: the agent gets an MCP error instead)."""
+        try:
+            record_fetch(self.plane, self.plan_id, self.server, what, name, answer)
+        except LedgerError as exc:
+            raise MCPError(code=types.INVALID_REQUEST, message=said_by(exc, "mcp")) from None
+
     async def list_tools(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        self.relay.seen(ctx)
         if self.stale and self.fault is None:
             await self.refresh()
         return types.ListToolsResult(tools=[*self.offered, *plane_tools()])
@@ -153,15 +170,17 @@ class GateProxy:
         verb = PLANE_TOOLS.get(params.name)
         try:
             if verb is not None:
+                self.relay.seen(ctx)
                 result = call_verb(self.plane, self.plan_id, verb, arguments)
             else:
-                result = await self._forward(params, arguments)
+                with self.relay.call(ctx) as exchange:
+                    result = await self._forward(params, arguments, exchange)
         except LedgerError as exc:
             return refused(said_by(exc, "mcp"))
         return with_plan_state(result, self.plane, self.plan_id)
 
     async def _forward(
-        self, params: types.CallToolRequestParams, arguments: Any
+        self, params: types.CallToolRequestParams, arguments: Any, exchange: CallExchange
     ) -> types.CallToolResult:
         if self.fault is not None:
             raise MCPError(
@@ -190,7 +209,7 @@ class GateProxy:
         guards = [TreeGuard(copy) for copy in copies.values()]
         report = None
         try:
-            result = await self._send(params.name, arguments)
+            result = await self._send(params, arguments, exchange)
             oversized = self.bounded.take_truncation(result) if self.bounded else None
             if oversized is not None:
                 prefix, truncation = oversized
@@ -207,6 +226,7 @@ class GateProxy:
                     structured=params.name in self.registered.structured,
                     step=step,
                     output_schema=output_schema,
+                    exchange=exchange.messages,
                 )
         finally:
             for guard in guards:
@@ -221,19 +241,30 @@ class GateProxy:
             return gate_failed(failed, "rejected", "the output does not become state")
         return result
 
-    async def _send(self, tool: str, arguments: Any) -> types.CallToolResult:
-        """Forward one call; a crash, a timeout or a protocol error halts the plan with
-        environment_error and is an MCP error for the agent (never a hang)."""
+    async def _send(
+        self, params: types.CallToolRequestParams, arguments: Any, exchange: CallExchange
+    ) -> types.CallToolResult:
+        """Forward one call (with the agent's ``_meta`` but the plane's own keys; its
+        progress relayed when it asked for progress); a crash, a timeout or a protocol
+        error halts the plan with environment_error and is an MCP error for the agent
+        (never a hang)."""
+        tool = params.name
+        meta = cast("types.RequestParamsMeta | None", forwarded_meta(params.meta))
         request = types.CallToolRequest(
-            params=types.CallToolRequestParams(name=tool, arguments=arguments)
+            params=types.CallToolRequestParams(name=tool, arguments=arguments, _meta=meta)
         )
+        asked_progress = params.meta is not None and "progress_token" in params.meta
+        progress = self.relay.progress_of(exchange) if asked_progress else None
         what: str | None = None
         with anyio.CancelScope() as scope:
             self._in_flight.add(scope)
             try:
                 with anyio.fail_after(self.timeout_s):
                     return await self.upstream.send_request(
-                        request, types.CallToolResult, request_read_timeout_seconds=self.timeout_s
+                        request,
+                        types.CallToolResult,
+                        request_read_timeout_seconds=self.timeout_s,
+                        progress_callback=progress,
                     )
             except TimeoutError:
                 what = f"no answer within {self.timeout_s:g} s"
@@ -363,24 +394,35 @@ async def serve(
             if proxy is not None:
                 await proxy.on_upstream_message(message)
 
+        relay = Relay()
         upstream = await stack.enter_async_context(
-            ClientSession(read, write, message_handler=on_message)
+            ClientSession(
+                read,
+                write,
+                message_handler=on_message,
+                logging_callback=relay.on_log,
+                sampling_callback=relay.on_sampling,
+                elicitation_callback=relay.on_elicitation,
+            )
         )
-        proxy = GateProxy(plane, plan_id, upstream, timeout_s)
+        proxy = GateProxy(plane, plan_id, upstream, timeout_s, relay)
         proxy.upstream_id = upstream_id
         proxy.bounded = bounded
         with anyio.fail_after(timeout_s):
             init = await upstream.initialize()
             proxy.server = server or server_name(init.server_info.name)
             await proxy.refresh()
-        agent_side = Server(
-            "evidence-mcp-proxy",
-            version="0.1.0",
-            instructions=INSTRUCTIONS,
-            on_list_tools=proxy.list_tools,
-            on_call_tool=proxy.call_tool,
-        )
-        async with stdio_server() as (agent_read, agent_write):
-            await agent_side.run(
-                agent_read, agent_write, agent_side.create_initialization_options()
+        declared = init.capabilities
+        with warnings.catch_warnings():  # logging is deprecated in 2026-07-28, not before
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            agent_side = Server(
+                "evidence-mcp-proxy",
+                version="0.1.0",
+                instructions=INSTRUCTIONS,
+                on_list_tools=proxy.list_tools,
+                on_call_tool=proxy.call_tool,
+                **forwarding(upstream, declared, relay, proxy.fetched),
             )
+        options = agent_side.create_initialization_options(notification_options(declared))
+        async with stdio_server() as (agent_read, agent_write):
+            await agent_side.run(agent_read, agent_write, options)
