@@ -40,12 +40,11 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, Protocol, TypeVar
 
 import msgspec
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from ledger import EventPayload, Store, WriteTx
 from ledger.timestamps import utc_now
@@ -173,7 +172,15 @@ class ReadModel(Protocol):
 
 
 ROWS_PER_STATEMENT = 5_000  # PostgreSQL: rows sent in one statement (as arrays)
-_PG = postgresql.dialect()
+
+
+@cache
+def _pg_dialect() -> sa.Dialect:
+    """PostgreSQL's dialect, to spell array types: imported on a PostgreSQL ledger only
+    (about 40 ms of start-up a SQLite ledger does not need)."""
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql.dialect()
 
 
 def insert_rows(
@@ -200,7 +207,7 @@ def insert_rows(
         values = ", ".join([tx.ph] * len(columns))
         tx.executemany(f"INSERT INTO {table} ({names}) VALUES ({values}){tail}", rows)
         return
-    arrays = ", ".join(f"%s::{type_.compile(dialect=_PG)}[]" for _, type_ in columns)
+    arrays = ", ".join(f"%s::{type_.compile(dialect=_pg_dialect())}[]" for _, type_ in columns)
     sql = f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays}){tail}"
     for i in range(0, len(rows), ROWS_PER_STATEMENT):
         chunk = rows[i : i + ROWS_PER_STATEMENT]

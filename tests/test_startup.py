@@ -5,9 +5,11 @@ and ``evidence --version``/``--help`` import no database, schema or rendering li
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib import import_module
+from pathlib import Path
 
 import click
 
@@ -95,10 +97,14 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stder
 """
 
 
-def _modules_after(*args: str) -> set[str]:
+def _modules_after(*args: str, env: dict[str, str] | None = None) -> set[str]:
     """The modules a real ``evidence ARGS`` process has imported when it ends."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
     )
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report["code"] in (0, None), done.stderr
@@ -114,3 +120,58 @@ def test_version_and_help_import_no_heavy_module() -> None:
             m for m in loaded if m.startswith("commands.cli.") and m != "commands.cli.main"
         )
         assert set(verbs) <= {"commands.cli.common", "commands.cli.terminal"}, (args, verbs)
+
+
+# What a read command does not need: the schema checker, the auditor, the MCP SDK and
+# the service's server, the plan-file driver (YAML, pydantic), rich, the PostgreSQL
+# dialect on a SQLite ledger, python-ulid (the store opens with the house's ULIDs).
+NOT_FOR_READING = (
+    "jsonschema_rs",
+    "commands.schemas",
+    "commands.auditor.audit",
+    "mcp",
+    "uvicorn",
+    "starlette",
+    "pydantic",
+    "yaml",
+    "rich",
+    "pyarrow",
+    "ulid",
+    "sqlalchemy.dialects.postgresql",
+)
+
+
+def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+def test_a_read_command_imports_only_what_it_reads_with(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert run_cli("init", "--db", url).returncode == 0
+    assert run_cli("plan", "create", "P", "--project", "p", "--resource", "repo:p",
+                   "--db", url).returncode == 0  # fmt: skip
+    for args in (("plan", "list"), ("plan", "history", "P"), ("plan", "show", "P")):
+        loaded = _modules_after(*args, "--db", url)
+        assert "ledger.store" in loaded  # it did open the ledger
+        assert _loaded(loaded, NOT_FOR_READING) == [], args
+
+
+def test_completion_imports_no_plane_nor_store() -> None:
+    """A TAB (click's ``_EVIDENCE_COMPLETE=bash_complete`` protocol) lists verbs from
+    the table, and a group's subcommands from its module, which imports the plane only
+    when a command runs."""
+    for words, cword in (("evidence ", "1"), ("evidence pl", "1"), ("evidence plan s", "2")):
+        env = {"_EVIDENCE_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": cword}
+        loaded = _modules_after(env=env)
+        in_plan = words.startswith("evidence plan ")
+        # `plan`'s options name the outcomes: the event catalog and the plan's document
+        # type (msgspec), no store, no read model.
+        light = ("ledger.events", "projections") if in_plan else ()
+        too_heavy = (*(h for h in HEAVY if h not in light), *NOT_FOR_READING)
+        heavy = _loaded(loaded, (*too_heavy, "projections.engine", "commands.plane"))
+        assert heavy == [], (words, heavy)
+        verbs = {m for m in loaded if m.startswith("commands.cli.")}
+        expected = {"commands.cli.main", "commands.cli.common", "commands.cli.terminal"}
+        if in_plan:
+            expected |= {"commands.cli.plans", "commands.cli.inputs", "commands.cli.progress"}
+        assert verbs <= expected, (words, sorted(verbs - expected))

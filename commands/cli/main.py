@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import import_module
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -31,6 +31,9 @@ from .common import (  # light: no store, no rich until used
     reset_fresh_ledgers,
 )
 from .terminal import inert
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 # Every verb: name -> ("module:attribute", short help). The short help is what
 # `evidence --help` shows without importing the module: the first sentence of the
@@ -205,14 +208,33 @@ class LazyGroup(click.Group):
             raise TypeError(f"{target} is not a click command")
         return command
 
+    def listed(self, cmd_name: str) -> click.Command:
+        """The command as a listing shows it: itself once imported, else a stand-in that
+        carries the table's short help (imports nothing)."""
+        command = self.commands.get(cmd_name)
+        if command is None:
+            command = click.Command(cmd_name, help=self.lazy_commands[cmd_name][1])
+        return command
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """The verbs that start with ``incomplete`` (then what click adds: the options),
+        as click's group completes them but from the table: completing a verb (``evidence
+        pl<TAB>``) imports none of them."""
+        from click.shell_completion import CompletionItem
+
+        results = [
+            CompletionItem(name, help=command.get_short_help_str())
+            for name in self.list_commands(ctx)
+            if name.startswith(incomplete) and not (command := self.listed(name)).hidden
+        ]
+        results.extend(click.Command.shell_complete(self, ctx, incomplete))
+        return results
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The verbs in the sections of ``SECTIONS`` (any other under "Other"), as click
         lists commands (same columns, same shortening), one name column for all; the
         short help from the table for those not imported yet."""
-        commands = {
-            name: self.commands.get(name) or click.Command(name, help=self.lazy_commands[name][1])
-            for name in self.list_commands(ctx)
-        }
+        commands = {name: self.listed(name) for name in self.list_commands(ctx)}
         shown = {name: c for name, c in commands.items() if not c.hidden}
         if not shown:
             return

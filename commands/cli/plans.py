@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 import msgspec
 
-from commands.auditor.audit import retries_left
-from commands.auditor.history import (
-    confinement_summary,
-    failure_lines,
-    failure_of,
-    last_run_failures,
-    plan_history,
-    summaries,
-)
-from commands.plane.core import Plane
-from commands.plane.phases import enter_execute, record_strategy, would_bind
-from commands.plane.plans import (
-    create_plan,
-    current_halt,
-    get_plan,
-    list_plans,
-    plan_state,
-    sandbox_paths,
-)
-from commands.rules.vocabulary import OUTCOMES, terminal_state
+from commands.rules.vocabulary import OUTCOMES, terminal_state  # light: no store
 from ledger.errors import LedgerError
-from ledger.events import ResolvedAttachment
-from projections.documents import to_json
-from projections.states import PlanState
 
 from .common import (
     db_option,
@@ -42,6 +22,15 @@ from .common import (
 )
 from .inputs import json_or_file, text_or_file
 from .terminal import inert
+
+if TYPE_CHECKING:
+    from commands.plane.core import Plane
+    from ledger.events import ResolvedAttachment
+    from projections.states import PlanState
+
+# The plane, the store (SQLAlchemy) and the auditor are imported inside each command, as
+# it runs: `evidence plan --help` and completing `evidence plan <TAB>` import none of
+# them (tests/test_startup.py).
 
 
 @click.group()
@@ -92,6 +81,9 @@ def create(
       evidence plan create P-1 --project api --resource ./src
       evidence plan create P-2 --project api --resource ./src --skill python-dev
     """
+    from commands.plane.plans import create_plan
+    from projections.documents import to_json
+
     raw = json_or_file(config, "--config") if config else None
     if raw is not None and not isinstance(raw, dict):
         raise click.UsageError("--config must be a JSON object")
@@ -131,6 +123,9 @@ def list_(project: str | None, phase: str | None, outcome: str | None, fmt: str)
       evidence plan list --outcome escalate
       evidence plan list --project api --format csv
     """
+    from commands.plane.plans import list_plans
+    from projections.documents import to_json
+
     found = list_plans(open_plane(), project=project)
     plans = [
         (key, doc)
@@ -178,6 +173,15 @@ def show(plan_id: str, as_json: bool) -> None:
       evidence plan show P-1
       evidence plan show P-1 --json
     """
+    from commands.auditor.history import (
+        confinement_summary,
+        failure_lines,
+        last_run_failures,
+        plan_history,
+    )
+    from commands.plane.plans import get_plan, sandbox_paths
+    from projections.documents import to_json
+
     plane = open_plane()
     state = get_plan(plane, plan_id)
     sandbox = sandbox_paths(plane, state)
@@ -235,6 +239,8 @@ def _would_bind(plane: Plane, doc: PlanState | None) -> list[ResolvedAttachment]
     when its log cannot be folded: `plan show` still shows it)."""
     if doc is None or doc.phase != "strategize" or doc.terminal is not None:
         return None
+    from commands.plane.phases import would_bind
+
     try:
         return would_bind(plane, doc.plan_id)
     except LedgerError:
@@ -298,6 +304,10 @@ def plan_rows(plan_id: str, doc: PlanState | None) -> list[tuple[str, str]]:
                 "it; `evidence plan history` shows its events)",
             ),
         ]
+    from commands.auditor.replay import retries_left
+    from commands.plane.plans import current_halt
+    from projections.documents import to_json
+
     config = doc.global_config
     halt, token = current_halt(doc), doc.token
     last_outcome = _text(doc.last_outcome)
@@ -356,6 +366,9 @@ def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
       evidence plan strategize P-1 --strategy "fix the failing parser test"
       evidence plan strategize P-1 --strategy @strategy.md
     """
+    from commands.plane.phases import record_strategy, would_bind
+    from projections.documents import to_json
+
     plane = open_plane()
     doc = record_strategy(plane, plan_id, text_or_file(strategy, "--strategy"))
     would = would_bind(plane, plan_id)
@@ -382,6 +395,10 @@ def execute(plan_id: str, as_json: bool) -> None:
       evidence plan execute P-1
       evidence plan execute P-1 --workdir /srv/sandboxes --json
     """
+    from commands.plane.phases import enter_execute
+    from commands.plane.plans import sandbox_paths
+    from projections.documents import to_json
+
     plane = open_plane()
     doc = enter_execute(plane, plan_id)
     sandbox = sandbox_paths(plane, doc)
@@ -408,6 +425,9 @@ def history(plan_id: str, fmt: str) -> None:
       evidence plan history P-1
       evidence plan history P-1 --format jsonl
     """
+    from commands.auditor.history import failure_lines, failure_of, plan_history, summaries
+    from commands.plane.plans import get_plan, plan_state
+
     plane = open_plane()
     events = plan_history(plane.store, plan_id)
     lines = summaries(events)

@@ -22,7 +22,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
-from ulid import ULID
 
 from commands.errors import CommandRefused
 from commands.rules.signing import (
@@ -52,6 +51,7 @@ from ledger import (
 )
 from ledger import open as open_store
 from ledger.events import ApproverKeyAdded, LedgerIdentified, PolicySignature
+from ledger.ids import new_ulid
 from ledger.keys import fingerprint, public_key_b64
 from ledger.tails import StreamTails
 from projections import ProjectionEngine, delta, fold, open_projections
@@ -298,7 +298,7 @@ class Plane:
         payloads, bootstrap = self._signed(tx, state, payloads)
         doc = state.doc
         events = []
-        cause_id = str(ULID())
+        cause_id = new_ulid()
         for i, payload in enumerate(payloads):
             rule = broken_rule(state.stream, doc, payload)
             if rule is not None:  # a handler's own checks come first, with better words
@@ -379,7 +379,7 @@ class Plane:
         if identity is not None:
             return identity.ledger_id, []
         rows = tx.query(f"SELECT value FROM ledger_meta WHERE key = {tx.ph}", ("ledger_id",))
-        ledger_id = str(rows[0][0]) if rows else str(ULID())
+        ledger_id = str(rows[0][0]) if rows else new_ulid()
         size = tx.head_size()
         stream = log.state(LedgerIdentified.STREAM)
         place = Place(ledger_id, stream.stream, stream.version + 1, LedgerIdentified.type_name())
