@@ -9,7 +9,8 @@ answers in time), ``grow`` (adds a tool
 and says the tool list changed); two tools the proxy must not offer (a name with a
 control character, a schema that reaches outside itself).
 
-Every call it receives is appended to the file named by argv[1]. On stdio by default;
+Every call it receives is appended to the file named by argv[1], with an id of the
+server process that answered it (a warm server answers several). On stdio by default;
 ``--http PORT`` serves streamable HTTP on 127.0.0.1:PORT/mcp instead."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from typing import Any
 
 import anyio
@@ -26,6 +28,7 @@ from mcp import stdio_server
 from mcp.server.lowlevel import Server
 
 COUNT_FILE = sys.argv[1]
+SERVER_ID = uuid.uuid4().hex  # the pid may be another namespace's
 
 TOOLS = [
     types.Tool(
@@ -102,7 +105,8 @@ async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
 
 async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     with open(COUNT_FILE, "a") as f:
-        f.write(json.dumps({"tool": params.name, "arguments": params.arguments}) + "\n")
+        called = {"tool": params.name, "arguments": params.arguments, "server": SERVER_ID}
+        f.write(json.dumps(called) + "\n")
     args = params.arguments or {}
     if params.name == "add":
         total = args["a"] + args["b"]

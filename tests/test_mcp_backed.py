@@ -73,6 +73,11 @@ def _calls(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+def _called(log: Path) -> list[dict[str, Any]]:
+    """The calls the server got, without the server that answered them."""
+    return [{k: v for k, v in call.items() if k != "server"} for call in _calls(log)]
+
+
 def _register(url: str, tmp_path: Path, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     path = tmp_path / f"{spec['name']}.json"
     path.write_text(json.dumps(spec))
@@ -284,7 +289,7 @@ def test_the_plane_calls_an_mcp_tool_through_the_gates(
     assert code == 0 and ok["output_gate"]["verdict"] == "pass", ok
     assert ok["call"]["executor"] == "mcp" and ok["call"]["exit_code"] is None
     assert _blob(db_url, ok["call"]["output_sha256"]) == b'{"sum":5}'  # structuredContent
-    assert _calls(log) == [{"tool": "add", "arguments": {"a": 2, "b": 3}}]
+    assert _called(log) == [{"tool": "add", "arguments": {"a": 2, "b": 3}}]
 
     code, blocked, _ = _call(db_url, "calc", {"a": "two", "b": 3})
     assert code == 1 and blocked["call"] is None and blocked["input_gate"]["verdict"] == "fail"
@@ -504,7 +509,7 @@ def test_streamable_http_servers(
     _plan(db_url, project, ("web-status", {"file": str(good)}))
     code, report, _ = _call(db_url, "calc", {"a": 4, "b": 5})
     assert code == 0 and _blob(db_url, report["call"]["output_sha256"]) == b'{"sum":9}'
-    assert _calls(log) == [{"tool": "add", "arguments": {"a": 4, "b": 5}}]
+    assert _called(log) == [{"tool": "add", "arguments": {"a": 4, "b": 5}}]
     done = run_cli("validate", "P-1", "--json", "--db", db_url)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(done.stdout)["validation"]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -50,7 +50,14 @@ from ledger import (
     WriteTx,
 )
 from ledger import open as open_store
-from ledger.events import ApproverKeyAdded, LedgerIdentified, PolicySignature
+from ledger.events import (
+    ApproverKeyAdded,
+    ExecuteEntered,
+    LedgerIdentified,
+    PlanApplied,
+    PlanHalted,
+    PolicySignature,
+)
 from ledger.ids import new_ulid
 from ledger.keys import fingerprint, public_key_b64
 from ledger.tails import StreamTails
@@ -61,6 +68,9 @@ from projections.states import PlanState
 
 from .authority import Authority, Checked, EventSource, Identity, StoreSource, StreamState
 from .policy import PolicyCache
+
+if TYPE_CHECKING:  # the service's; the plane never starts them itself
+    from commands.runner.mcp_sessions import WarmSessions
 
 __all__ = ["CommandRefused", "Committer", "Decision", "Job", "Plane", "StreamState"]
 
@@ -110,6 +120,8 @@ class Plane:
         self.store = store
         self.inline_read_models = inline_read_models
         self.committer: Committer | None = None
+        # The service's warm MCP servers (None: every MCP call starts its server).
+        self.mcp_sessions: WarmSessions | None = None
         self.sandboxes = sandboxes_dir(store.url, workdir)  # where plans' sandboxes live
         self.projections = projections or open_projections(
             store, progress, catch_up=inline_read_models
@@ -201,15 +213,29 @@ class Plane:
         jobs (``run_batch``)."""
         job = Job(stream, decide, actor, blobs, correlation_id, caused_by)
         if self.committer is not None:
-            return self.committer.submit(job)
+            return self._after(self.committer.submit(job))
         while True:
             with self.store.write(tails=self._tails) as tx:
                 # The read models are kept current in the appending transaction; events
                 # another writer appended without them are applied first: here, under
                 # the lock, when they are few, else outside it (``catch_up``), then again.
                 if not self.inline_read_models or self.projections.catch_up_locked(tx):
-                    return self._run_job(tx, job)
+                    events = self._run_job(tx, job)
+                    break
             self.projections.catch_up()
+        return self._after(events)
+
+    def _after(self, events: list[RecordedEvent]) -> list[RecordedEvent]:
+        """What follows an append outside the log: a plan whose sandbox is made anew (a
+        new Execute) or which ended keeps no warm MCP server (``mcp_sessions``)."""
+        if self.mcp_sessions is not None:
+            for event in events:
+                p = event.payload
+                if isinstance(p, ExecuteEntered | PlanApplied) or (
+                    isinstance(p, PlanHalted) and p.terminal
+                ):
+                    self.mcp_sessions.drop(p.plan_id)
+        return events
 
     def _run_job(self, tx: WriteTx, job: Job) -> list[RecordedEvent]:
         """Fold the job's stream under ``tx``'s lock, decide, append (``run``'s body)."""

@@ -279,11 +279,16 @@ def call_tool(
             confinement=confinement,
         )
     finally:
+        reset = False
         for guard in guards:
             if report.ok:
                 guard.discard()
             else:
-                guard.restore_if_changed()
+                reset = bool(guard.restore_if_changed()) or reset
+        if reset and plane.mcp_sessions is not None:
+            # A server that wrote the sandbox never outlives its reset: the next call
+            # starts it afresh on the restored copy.
+            plane.mcp_sessions.drop(plan_id)
         if sandbox is None:  # a named resource's private directory keeps nothing
             plane.sandbox(plan).clear_names({r: resource_kind(r) for r in plan.resources})
     return report
@@ -499,6 +504,8 @@ def _call_mcp(
         if not spec.source.startswith("mcp:")
         else None,
         cap=cap,
+        warm=plane.mcp_sessions,  # the service's: its server kept open for the plan
+        owner=plan.plan_id,
     )
     if call.truncation is not None and call.kept is not None:
         # Over the cap: the kept prefix of the answer, never parsed (a command's stdout).

@@ -34,10 +34,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, Literal, Protocol, TypeVar
 
 import msgspec
 
@@ -46,6 +46,17 @@ from ledger.events import Truncation
 from ledger.timestamps import utc_now
 
 from .confine import Confinement, launched, launcher_failure
+
+
+class Warm(Protocol):
+    """Servers kept open across calls (``mcp_sessions.WarmSessions``): ``call`` makes
+    ``run`` on the server kept for ``owner`` and this launch, or answers None when it
+    cannot be started warm."""
+
+    def call(
+        self, run: _Call, owner: str, confinement: Confinement | None, cap: int | None
+    ) -> dict[str, Any] | None: ...
+
 
 __all__ = [
     "LEGACY_MCP_TOOL_RESULT_SHA256",
@@ -180,6 +191,8 @@ def call_mcp_tool(
     declared: tuple[Any, Any] | None = None,
     cap: int | None = None,
     listing: bool = False,
+    warm: Warm | None = None,
+    owner: str = "",
 ) -> McpCall:
     """Call ``tool`` with ``arguments`` on the server launched by ``command`` (stdio) or
     reached at ``url`` (streamable HTTP). ``env`` (default: this process's environment)
@@ -188,7 +201,11 @@ def call_mcp_tool(
     output schemas the tool was registered with), the server's own declaration of the
     tool is read first (``tools/list``) and must be the same, else the call is not made:
     fault ``schema_drift`` — the gate never checks against a stale copy. Never raises for
-    the server's sake."""
+    the server's sake.
+
+    With ``warm`` (the service's ``mcp_sessions.WarmSessions``), the call is made on the
+    server kept open for ``owner`` (a plan) and this very launch, started on first use;
+    a server that cannot be started warm is tried as without it, which says why."""
     if (command is None) == (url is None):
         raise ValueError("give exactly one of command and url")
     argv = list(command or [])
@@ -209,6 +226,12 @@ def call_mcp_tool(
         return finish(fault="unavailable", error="empty `mcp_command`: there is no server to run")
     if cwd is not None and not os.path.isdir(cwd):
         return finish(fault="unavailable", error=f"working directory {os.fspath(cwd)!r} is gone")
+    if warm is not None and owner and env is None and not listing:
+        call = _Call(tool, dict(arguments), argv, url, cwd, None, timeout_s, None)
+        call.declared = declared
+        fields = warm.call(call, owner, confinement if url is None else None, cap)
+        if fields is not None:
+            return finish(**fields)
     with (
         tempfile.TemporaryFile() as stderr,
         launched(argv, confinement if url is None else None, env) as (launch, child_env),
@@ -273,7 +296,7 @@ class _Call:
         cwd: Path | None,
         env: Mapping[str, str] | None,
         timeout_s: float,
-        stderr: IO[bytes],
+        stderr: IO[bytes] | None,
     ) -> None:
         self.tool, self.arguments, self.argv, self.url = tool, arguments, argv, url
         self.cwd, self.env, self.timeout_s, self.stderr = cwd, env, timeout_s, stderr
@@ -285,15 +308,34 @@ class _Call:
         self.scope: Any = None
         self.cap: int | None = None  # a stdio server's answers beyond it are drained
         self.bounded: Any = None  # the bounded transport's state (``BoundedStdio``)
+        # Who hears the server's messages when not this call (a warm server: its calls).
+        self.messages: Callable[[Any], Awaitable[None]] | None = None
+        # A warm server's tools as it last listed them (emptied when it says they
+        # changed): the drift check reads them instead of asking again.
+        self.known: dict[str, Any] | None = None
 
     async def run(self) -> dict[str, Any]:
+        """Start (or reach) the server, initialize, call: the call's fields."""
+
+        async def fresh() -> dict[str, Any]:
+            async with self._session() as session:
+                return await self._converse(session)
+
+        return await self._guarded(fresh)
+
+    async def run_on(self, session: Any, bounded: Any) -> dict[str, Any]:
+        """The call on a session already open and initialized (a warm server's,
+        ``mcp_sessions``): the same faults, within the same timeout."""
+        self.bounded = bounded
+        return await self._guarded(lambda: self._converse(session, initialized=True))
+
+    async def _guarded(self, work: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
         import anyio
 
         found: dict[str, Any] = {}
         try:
             with anyio.fail_after(self.timeout_s):
-                async with self._session() as session:
-                    found = await self._converse(session)
+                found = await work()
         except TimeoutError:
             return {
                 "fault": "timeout",
@@ -315,9 +357,9 @@ class _Call:
         said = self.protocol_error or f"the call ended without an answer ({self._doing()})"
         return {"fault": "protocol", "error": said}
 
-    async def _converse(self, session: Any) -> dict[str, Any]:
-        """Initialize, then call; a failure of either is a fault (kept out of the SDK's
-        task groups, which would wrap it)."""
+    async def _converse(self, session: Any, *, initialized: bool = False) -> dict[str, Any]:
+        """Initialize (unless ``initialized``), then call; a failure of either is a fault
+        (kept out of the SDK's task groups, which would wrap it)."""
         import anyio
         import mcp_types as types
         from mcp.shared.exceptions import MCPError
@@ -325,7 +367,8 @@ class _Call:
         with anyio.CancelScope() as self.scope:
             self.stage = "initialize"
             try:
-                await session.initialize()
+                if not initialized:
+                    await session.initialize()
                 if self.listing:
                     listed = await self._listed(session)
                     return {"result": {"tools": [_declared(t) for t in listed.values()]}}
@@ -381,7 +424,10 @@ class _Call:
         return None
 
     async def _listed(self, session: Any) -> dict[str, Any]:
-        """The server's tools by name, every page of ``tools/list`` read."""
+        """The server's tools by name, every page of ``tools/list`` read (a warm
+        server's listing is read once, and again after it said its tools changed)."""
+        if self.known:
+            return self.known
         listed: dict[str, Any] = {}
         cursor = None
         for _ in range(1000):  # a server that pages forever is answered, not followed
@@ -390,6 +436,8 @@ class _Call:
             cursor = page.next_cursor
             if not cursor:
                 break
+        if self.known is not None:
+            self.known.update(listed)
         return listed
 
     async def on_message(self, message: Any) -> None:
@@ -418,7 +466,7 @@ class _Call:
             )
             async with (
                 bounded as (read, write, self.bounded),
-                ClientSession(read, write, message_handler=self.on_message) as session,
+                ClientSession(read, write, message_handler=self._heard()) as session,
             ):
                 yield session
             return
@@ -432,9 +480,12 @@ class _Call:
             transport = stdio_client(params, errlog=self.stderr)  # type: ignore[arg-type]
         async with (
             transport as (read, write),
-            ClientSession(read, write, message_handler=self.on_message) as session,
+            ClientSession(read, write, message_handler=self._heard()) as session,
         ):
             yield session
+
+    def _heard(self) -> Any:  # the SDK's MessageHandlerFnT
+        return self.messages or self.on_message
 
     def _failed(self, exc: BaseException) -> dict[str, Any]:
         leaf = _leaf(exc)

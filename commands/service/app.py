@@ -68,6 +68,7 @@ from commands.plane.core import Plane
 from commands.plane.credentials import CredentialState
 from commands.plane.hooks import HookCall, UnknownTools, read_hook_input, refused_answer
 from commands.rules.signing import plane_key_path
+from commands.runner.mcp_sessions import WarmSessions
 from commands.schemas.checker import check
 from commands.text import inert
 from ledger import LedgerError
@@ -141,7 +142,11 @@ class Service:
         self.committer = GroupCommitter(
             lambda: Plane.open(db_url, create=False, workdir=workdir, inline_read_models=False)
         )
-        self.pool = PlanePool(db_url, workdir=workdir, committer=self.committer)
+        # MCP servers kept open across a plan's calls (started on its first call).
+        self.warm = WarmSessions()
+        self.pool = PlanePool(
+            db_url, workdir=workdir, committer=self.committer, mcp_sessions=self.warm
+        )
         self.follower = ReadModelFollower(db_url)
         self.metrics = Metrics()
         self.plane_key_fingerprint: str | None = None
@@ -174,6 +179,7 @@ class Service:
 
     def stop(self) -> None:
         self.pool.close()
+        self.warm.close()
         self.committer.stop()
         self.follower.stop()
 

@@ -11,6 +11,7 @@ limiter bound how many there are.
 
 A plane's appends go to the group commit (``committer.py``) when one is given, and its
 read models are the follower's (``follower.py``): the service's planes never touch them.
+Its MCP calls go to the service's warm servers (``commands.runner.mcp_sessions``).
 """
 
 from __future__ import annotations
@@ -21,17 +22,24 @@ from pathlib import Path
 from typing import TypeVar
 
 from commands.plane.core import Committer, Plane
+from commands.runner.mcp_sessions import WarmSessions
 
 T = TypeVar("T")
 
 
 class PlanePool:
     def __init__(
-        self, db_url: str, *, workdir: Path | None = None, committer: Committer | None = None
+        self,
+        db_url: str,
+        *,
+        workdir: Path | None = None,
+        committer: Committer | None = None,
+        mcp_sessions: WarmSessions | None = None,
     ) -> None:
         self.db_url = db_url
         self.workdir = workdir
         self.committer = committer
+        self.mcp_sessions = mcp_sessions
         self._planes: dict[threading.Thread, Plane] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -42,6 +50,7 @@ class PlanePool:
             self.db_url, create=False, workdir=self.workdir, inline_read_models=False
         )
         plane.committer = self.committer
+        plane.mcp_sessions = self.mcp_sessions
         return plane
 
     def _mine(self) -> Plane:
