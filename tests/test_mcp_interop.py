@@ -432,6 +432,10 @@ def session(server: str, client: str, tmp_path_factory: pytest.TempPathFactory) 
 _DECLARED: dict[str, dict[str, dict[str, Any]]] = {}
 
 
+async def _never(*args: Any) -> Any:
+    raise AssertionError("listing tools asks the client for nothing")
+
+
 def _declared(server: Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if server.name not in _DECLARED:
         from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -448,7 +452,11 @@ def _declared(server: Server, tmp_path_factory: pytest.TempPathFactory) -> dict[
             with anyio.fail_after(LIMIT_S), open(os.devnull, "w") as quiet:
                 async with (
                     stdio_client(params, errlog=quiet) as (read, write),
-                    ClientSession(read, write) as upstream,
+                    # Offering sampling and elicitation, as the proxy's own client does (it
+                    # relays them to the agent): server-everything lists more tools then.
+                    ClientSession(
+                        read, write, sampling_callback=_never, elicitation_callback=_never
+                    ) as upstream,
                 ):
                     await upstream.initialize()
                     listed = (await upstream.list_tools()).tools

@@ -241,7 +241,10 @@ def test_a_request_the_agents_client_cannot_answer_fails_the_call(
 
 
 def test_the_gate_keeps_its_own_meta_and_the_progress_token_to_itself() -> None:
-    meta = {"progress_token": 7, "evidence/step": "s1", "evidence/x": 1, "trace": "t"}
+    meta = {
+        "progress_token": 7, "evidence/step": "s1", "evidence/x": 1, "trace": "t",
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",  # the agent's connection's
+    }  # fmt: skip
     assert forwarded_meta(meta) == {"trace": "t"}
     assert forwarded_meta({"evidence/step": "s1"}) is None
     assert forwarded_meta(None) is None

@@ -65,16 +65,19 @@ STEP_META = "evidence/step"
 PLAN_STATE_META = "evidence/plan_state"
 OUTPUT_SCHEMA_META = "evidence/output_schema"
 OWN_META = "evidence/"  # the prefix of the plane's own ``_meta`` keys
+RESERVED_META = "io.modelcontextprotocol/"  # MCP's own, per connection
 
 
 def forwarded_meta(meta: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """A request's ``_meta`` as a gate forwards it to the tool's server: without the
-    plane's own keys (``evidence/...``, for the gate alone) nor the progress token (the
-    gate asks for progress itself and relays it to the agent under the agent's token)."""
+    plane's own keys (``evidence/...``, for the gate alone), the progress token (the
+    gate asks for progress itself and relays it to the agent under the agent's token),
+    nor MCP's reserved keys (``io.modelcontextprotocol/...``: the protocol's envelope of
+    the agent's connection, which the gate's own connection to the server sets itself)."""
     kept = {
         key: value
         for key, value in (meta or {}).items()
-        if not key.startswith(OWN_META) and key != "progress_token"
+        if not key.startswith((OWN_META, RESERVED_META)) and key != "progress_token"
     }
     return kept or None
 
