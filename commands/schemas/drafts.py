@@ -246,98 +246,94 @@ class _Upgrade:
     def node(self, node: Any, declared: Path, upgraded: Path) -> Any:
         if not isinstance(node, dict):
             return node  # a boolean schema (the meta-schema refused anything else)
-        renamed: dict[str, str] = {}
-        self.back[upgraded] = (declared, renamed)
-        self.forth[declared] = upgraded
-        keys = list(node)
-        if self.draft in _OLD and "$ref" in node:
-            # "All other properties in a $ref object MUST be ignored" (draft-04 to 07).
-            keys = [k for k in keys if k in ("$ref", "definitions", "$defs")]
-        out: dict[str, Any] = {}
-        # A translated keyword whose 2020-12 name the node declares too (2019-09's
-        # ``$recursiveRef`` beside ``$ref``, ``dependencies`` beside ``dependentSchemas``)
-        # goes into an allOf part appended after the declared ones: applied in place,
-        # as it was.
-        parts: list[dict[str, Any]] = []
-        declared_parts = node.get("allOf") if "allOf" in keys else None
-        base = len(declared_parts) if isinstance(declared_parts, list) else 0
-
-        def slot(keyword: str, source: str) -> tuple[dict[str, Any], Path]:
-            if keyword in node and keyword in self.known:
-                part: dict[str, Any] = {}
-                where = (*upgraded, "allOf", str(base + len(parts)))
-                parts.append(part)
-                self.back[where] = (declared, {keyword: source})
-                return part, where
-            renamed[keyword] = source
-            return out, upgraded
-
-        for key in keys:
+        place = _Place(self, node, declared, upgraded)
+        out, renamed, slot = place.out, place.renamed, place.slot
+        # The translations that rename a keyword are here, in their order; the keywords
+        # kept under their own name (a subschema by shape, a value), or dropped, are
+        # looked up in _KEYWORDS (anything else is copied as it is).
+        for key in place.keys:
             value = node[key]
-            if key == "$schema":
-                if not declared:
-                    continue  # the root's is set by run()
-                if isinstance(value, str) and DRAFT_OF_URI.get(value) is self.draft:
-                    continue  # restates the document's draft
-                out[key] = copy.deepcopy(value)  # another draft: refused (Upgraded.draft)
-            elif key not in self.known:
-                if key not in _MEANINGFUL_2020:
-                    out[key] = copy.deepcopy(value)  # an annotation under both drafts
+            if key == "$schema" or key not in self.known:
+                self._undefined(place, key, value)
             elif key == "items" and isinstance(value, list):
                 renamed["prefixItems"] = key
                 out["prefixItems"] = [
                     self.node(v, (*declared, key, str(i)), (*upgraded, "prefixItems", str(i)))
                     for i, v in enumerate(value)
                 ]
-            elif key == "additionalItems":
-                if isinstance(node.get("items"), list):  # otherwise ignored by its draft
-                    renamed["items"] = key
-                    out["items"] = self.node(value, (*declared, key), (*upgraded, "items"))
             elif key == "dependencies" and isinstance(value, dict):
                 self._dependencies(value, declared, slot)
-            elif key in ("exclusiveMaximum", "exclusiveMinimum") and isinstance(value, bool):
-                pass  # draft-04's form: folded into its bound, below
             elif key in ("maximum", "minimum") and node.get(_EXCLUSIVE[key]) is True:
                 renamed[_EXCLUSIVE[key]] = key
                 out[_EXCLUSIVE[key]] = copy.deepcopy(value)
-            elif key in ("id", "$id"):
-                self._identifier(key, value, out, renamed)
             elif key == "$recursiveRef":
                 holder, _ = slot("$ref", key)
                 holder["$ref"] = copy.deepcopy(value)
-            elif key == "$recursiveAnchor":
-                pass
-            elif key in _SINGLE or key == "items":
-                out[key] = self.node(value, (*declared, key), (*upgraded, key))
-            elif key in _MAPS and isinstance(value, dict):
-                out[key] = {
-                    name: self.node(v, (*declared, key, name), (*upgraded, key, name))
-                    for name, v in value.items()
-                }
-            elif key in _ARRAYS and isinstance(value, list):
-                out[key] = [
-                    self.node(v, (*declared, key, str(i)), (*upgraded, key, str(i)))
-                    for i, v in enumerate(value)
-                ]
             else:
-                out[key] = copy.deepcopy(value)
-        if parts:
-            out.setdefault("allOf", []).extend(parts)
-        self.references.extend(h for h in (out, *parts) if "$ref" in h)
-        return out
+                _KEYWORDS.get(key, _Upgrade._copy)(self, place, key, value)
+        return place.finish()
 
-    def _identifier(
-        self, key: str, value: Any, out: dict[str, Any], renamed: dict[str, str]
-    ) -> None:
+    def _undefined(self, place: _Place, key: str, value: Any) -> None:
+        """``$schema``, or a keyword the declared draft does not define."""
+        if key == "$schema":
+            if not place.declared:
+                return  # the root's is set by run()
+            if isinstance(value, str) and DRAFT_OF_URI.get(value) is self.draft:
+                return  # restates the document's draft
+            place.out[key] = copy.deepcopy(value)  # another draft: refused (Upgraded.draft)
+        elif key not in _MEANINGFUL_2020:
+            place.out[key] = copy.deepcopy(value)  # an annotation under both drafts
+
+    def _copy(self, place: _Place, key: str, value: Any) -> None:
+        place.out[key] = copy.deepcopy(value)
+
+    def _drop(self, place: _Place, key: str, value: Any) -> None:
+        """draft-04's boolean exclusive bounds (folded into their bound by ``node``, or
+        false), and 2019-09's ``$recursiveAnchor``."""
+        if key == "$recursiveAnchor" or isinstance(value, bool):
+            return
+        place.out[key] = copy.deepcopy(value)
+
+    def _additional_items(self, place: _Place, key: str, value: Any) -> None:
+        if isinstance(place.node.get("items"), list):  # otherwise ignored by its draft
+            place.renamed["items"] = key
+            place.out["items"] = self.node(
+                value, (*place.declared, key), (*place.upgraded, "items")
+            )
+
+    def _single(self, place: _Place, key: str, value: Any) -> None:
+        place.out[key] = self.node(value, (*place.declared, key), (*place.upgraded, key))
+
+    def _map(self, place: _Place, key: str, value: Any) -> None:
+        if not isinstance(value, dict):
+            place.out[key] = copy.deepcopy(value)
+            return
+        declared, upgraded = place.declared, place.upgraded
+        place.out[key] = {
+            name: self.node(v, (*declared, key, name), (*upgraded, key, name))
+            for name, v in value.items()
+        }
+
+    def _array(self, place: _Place, key: str, value: Any) -> None:
+        if not isinstance(value, list):
+            place.out[key] = copy.deepcopy(value)
+            return
+        declared, upgraded = place.declared, place.upgraded
+        place.out[key] = [
+            self.node(v, (*declared, key, str(i)), (*upgraded, key, str(i)))
+            for i, v in enumerate(value)
+        ]
+
+    def _identifier(self, place: _Place, key: str, value: Any) -> None:
         keyword, translated = "$id", copy.deepcopy(value)
         if isinstance(value, str) and value.startswith("#") and self.draft in _OLD:
             # Before 2019-09 a plain-name fragment was how a location got a name.
             name = unquote(value[1:])
             if name and _ANCHOR.fullmatch(name):
                 keyword, translated = "$anchor", name
-        out[keyword] = translated
+        place.out[keyword] = translated
         if keyword != key:
-            renamed[keyword] = key
+            place.renamed[keyword] = key
 
     def _dependencies(self, value: dict[str, Any], declared: Path, slot: _Slot) -> None:
         required = {k: copy.deepcopy(v) for k, v in value.items() if isinstance(v, list)}
@@ -368,3 +364,77 @@ class _Upgrade:
                 pointer = "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in moved)
                 # Percent-encoded as a URI fragment: "%" in a name must not read as an escape.
                 holder["$ref"] = "#" + quote(pointer, safe="/~!$&'()*+,;=:@-._")
+
+
+class _Place:
+    """One schema object being upgraded: what it becomes (``out``), where it is in both
+    documents, and which keywords it renames (recorded in ``back`` for the way back)."""
+
+    __slots__ = (
+        "base",
+        "declared",
+        "keys",
+        "node",
+        "out",
+        "parts",
+        "renamed",
+        "upgrade",
+        "upgraded",
+    )
+
+    def __init__(
+        self, upgrade: _Upgrade, node: dict[str, Any], declared: Path, upgraded: Path
+    ) -> None:
+        self.upgrade = upgrade
+        self.node = node
+        self.declared = declared
+        self.upgraded = upgraded
+        self.renamed: dict[str, str] = {}
+        upgrade.back[upgraded] = (declared, self.renamed)
+        upgrade.forth[declared] = upgraded
+        keys = list(node)
+        if upgrade.draft in _OLD and "$ref" in node:
+            # "All other properties in a $ref object MUST be ignored" (draft-04 to 07).
+            keys = [k for k in keys if k in ("$ref", "definitions", "$defs")]
+        self.keys = keys
+        self.out: dict[str, Any] = {}
+        # A translated keyword whose 2020-12 name the node declares too (2019-09's
+        # ``$recursiveRef`` beside ``$ref``, ``dependencies`` beside ``dependentSchemas``)
+        # goes into an allOf part appended after the declared ones: applied in place,
+        # as it was.
+        self.parts: list[dict[str, Any]] = []
+        declared_parts = node.get("allOf") if "allOf" in keys else None
+        self.base = len(declared_parts) if isinstance(declared_parts, list) else 0
+
+    def slot(self, keyword: str, source: str) -> tuple[dict[str, Any], Path]:
+        """Where the translation of ``source`` into ``keyword`` goes (see _Slot)."""
+        if keyword in self.node and keyword in self.upgrade.known:
+            part: dict[str, Any] = {}
+            where = (*self.upgraded, "allOf", str(self.base + len(self.parts)))
+            self.parts.append(part)
+            self.upgrade.back[where] = (self.declared, {keyword: source})
+            return part, where
+        self.renamed[keyword] = source
+        return self.out, self.upgraded
+
+    def finish(self) -> dict[str, Any]:
+        out, parts = self.out, self.parts
+        if parts:
+            out.setdefault("allOf", []).extend(parts)
+        self.upgrade.references.extend(h for h in (out, *parts) if "$ref" in h)
+        return out
+
+
+# The keywords ``_Upgrade.node`` hands on by name (the others are copied as they are).
+_Keyword = Callable[[_Upgrade, _Place, str, Any], None]
+_KEYWORDS: dict[str, _Keyword] = {
+    "additionalItems": _Upgrade._additional_items,
+    "exclusiveMaximum": _Upgrade._drop,
+    "exclusiveMinimum": _Upgrade._drop,
+    "$recursiveAnchor": _Upgrade._drop,
+    "id": _Upgrade._identifier,
+    "$id": _Upgrade._identifier,
+    **dict.fromkeys(_SINGLE | {"items"}, _Upgrade._single),
+    **dict.fromkeys(_MAPS, _Upgrade._map),
+    **dict.fromkeys(_ARRAYS, _Upgrade._array),
+}
