@@ -66,6 +66,7 @@ from projections.engine import Progress
 from projections.plan_rules import broken_rule
 from projections.states import PlanState
 
+from . import tracing
 from .authority import Authority, Checked, EventSource, Identity, StoreSource, StreamState
 from .policy import PolicyCache
 
@@ -227,7 +228,9 @@ class Plane:
 
     def _after(self, events: list[RecordedEvent]) -> list[RecordedEvent]:
         """What follows an append outside the log: a plan whose sandbox is made anew (a
-        new Execute) or which ended keeps no warm MCP server (``mcp_sessions``)."""
+        new Execute) or which ended keeps no warm MCP server (``mcp_sessions``); an open
+        span of the plane (``tracing``) keeps them for its receipt."""
+        tracing.recorded(events)
         if self.mcp_sessions is not None:
             for event in events:
                 p = event.payload

@@ -49,6 +49,7 @@ from ledger.events import (
 from ledger.intake import check_json_value
 from projections.states import PlanState, StepState
 
+from . import tracing
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
 from .failure_loop import after_iterations
@@ -131,6 +132,7 @@ def gate_input(
     actor: str = "agent",
 ) -> GateOutcome:
     """Tool identity and parameters against the tool's registered (closed) schema."""
+    started = tracing.now_ns()
     raw = as_bytes(params)
     found = plane.log().tool(tool)  # the registered schema, from the log
     refine: Refine | None = None
@@ -181,6 +183,7 @@ def gate_input(
             "deviations": deviations,
         },
         refine=refine,
+        started_ns=started,
     )
 
 
@@ -222,6 +225,7 @@ def gate_output(
     cap. It is never parsed — a prefix may happen to be a valid document that is not the
     one printed — and fails as not JSON (``truncated_deviation``); the event records it
     (``checked_truncated``) so an auditor re-derives the same verdict."""
+    started = tracing.now_ns()
     raw = as_bytes(output)
     log = plane.log()
     plan = log.state(f"plan:{plan_id}").of(PlanState)
@@ -277,6 +281,7 @@ def gate_output(
             "deviations": deviations,
             **extra,
         },
+        started_ns=started,
     )
     if first is not None:  # what this call appended: both checks
         outcome = dataclasses.replace(outcome, events=[*first.events, *outcome.events])
@@ -310,10 +315,50 @@ def _record(
     before: Sequence[EventPayload] = (),
     blobs: Sequence[bytes] = (),
     refine: Refine | None = None,
+    started_ns: int = 0,
 ) -> GateOutcome:
     """Append the check (after ``before``, in one transaction) and what it routes to,
     each routed event caused by the check. ``refine`` sees the plan as the transaction
-    folds it, and may replace the check's schema and fields."""
+    folds it, and may replace the check's schema and fields. Traced as ``gate input``
+    or ``gate output`` (``tracing``), from ``started_ns``."""
+    with tracing.operation(
+        f"gate {fields['gate']}",
+        lambda: {
+            "evidence.operation": f"gate_{fields['gate']}",
+            "evidence.plan.id": plan_id,
+            "evidence.step": fields["step"],
+            "gen_ai.tool.name": fields["tool"] or None,
+        },
+        records=GateChecked.type_name(),
+        started_ns=started_ns,
+    ) as op:
+        outcome = _append_check(
+            plane, plan_id, raw, schema, actor=actor, fields=fields, before=before,
+            blobs=blobs, refine=refine,
+        )  # fmt: skip
+        if op is not None:
+            op.set(
+                {
+                    "evidence.gate.verdict": outcome.check.verdict,
+                    "evidence.gate.deviations": len(outcome.check.deviations),
+                    "evidence.gate.routed": outcome.routed,
+                }
+            )
+        return outcome
+
+
+def _append_check(
+    plane: Plane,
+    plan_id: str,
+    raw: bytes,
+    schema: Any,
+    *,
+    actor: str,
+    fields: dict[str, Any],
+    before: Sequence[EventPayload],
+    blobs: Sequence[bytes],
+    refine: Refine | None,
+) -> GateOutcome:
     decided: dict[str, Any] = {}
 
     def decide(state: StreamState) -> list[EventPayload]:

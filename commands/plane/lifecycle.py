@@ -86,6 +86,7 @@ from ledger.keys import fingerprint, load_private_key, load_public_key, public_k
 from ledger.timestamps import rfc3339
 from projections.states import ApproverState, PlanState
 
+from . import tracing
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
 from .failure_loop import DECISION_OPTIONS
@@ -172,7 +173,18 @@ def apply_plan(
     any file is written; then the files are written (temp file + rename each), then
     ``plan.applied``. Killed at any point, ``complete_apply`` (``evidence apply
     --resume``) finishes it, once. Two Applies of one plan never race: the second is
-    refused at once."""
+    refused at once. Traced (``tracing``) as ``apply``."""
+    with tracing.operation(
+        "apply",
+        lambda: {"evidence.operation": "apply", "evidence.plan.id": plan_id},
+        records=PlanApplied.type_name(),
+    ):
+        return _apply_plan(plane, plan_id, token, actor=actor, progress=progress)
+
+
+def _apply_plan(
+    plane: Plane, plan_id: str, token: str, *, actor: str, progress: Progress
+) -> PlanState:
     public = load_or_create_plane_key(plane.store.url).public_key()
     try:
         claims = verify_token(public, token, plan_id=plan_id, now=_now())
@@ -259,7 +271,17 @@ def complete_apply(
     doc = plane.state(f"plan:{plan_id}").of(PlanState)
     if doc is None:
         raise CommandRefused(f"unknown plan {plan_id!r}")
-    with _apply_lock(plane.sandbox(doc), plan_id):
+    with (
+        tracing.operation(
+            "apply",
+            lambda: {
+                "evidence.operation": "apply_resume",
+                "evidence.plan.id": plan_id,
+            },
+            records=PlanApplied.type_name(),
+        ),
+        _apply_lock(plane.sandbox(doc), plan_id),
+    ):
         return _complete(plane, plan_id, actor=actor, progress=progress)
 
 
@@ -686,5 +708,17 @@ def authorize(
 
     done: dict[str, DecisionRecorded] = {}
     known = plane.log().approver_keys().get(print_)
-    plane.run(f"plan:{plan_id}", decide, actor=f"{actor}:{known.name if known else print_[:16]}")
+    with tracing.operation(
+        "decision",
+        lambda: {
+            "evidence.operation": "decision",
+            "evidence.plan.id": plan_id,
+            "evidence.decision.id": decision_id,
+            "evidence.decision.choice": choice,
+        },
+        records=DecisionRecorded.type_name(),
+    ):
+        plane.run(
+            f"plan:{plan_id}", decide, actor=f"{actor}:{known.name if known else print_[:16]}"
+        )
     return done["event"]

@@ -59,6 +59,7 @@ from ledger.timestamps import utc_now
 from projections.outcomes import NEXT_ACTION, canonical_halt
 from projections.states import PlanState, ToolSpec, ToolState, given, to_json
 
+from . import tracing
 from .confinement import validation_confinement, work_confinement
 from .core import CommandRefused, Plane, StreamState
 from .failure_loop import authorize_hint, escalation
@@ -202,12 +203,66 @@ def call_tool(
     ``input_gate``: the passing input gate check already recorded for exactly these
     parameters of this tool at this step (an agent hook's pre-tool check); it is not
     checked again. ``recorded_output`` is ``recorded=Recorded(output)``: the output of a
-    call the caller made itself."""
+    call the caller made itself.
+
+    Traced (``tracing``) as the GenAI tool execution ``execute_tool {tool}``, its
+    gates and its run the spans within it."""
+    call_id = str(ULID())
+    step = step or f"call-{call_id}"
+    with tracing.operation(
+        f"execute_tool {tool}",
+        lambda: {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": call_id,
+            "evidence.operation": "call",
+            "evidence.plan.id": plan_id,
+            "evidence.step": step,
+        },
+        records=ToolCalled.type_name(),
+    ) as op:
+        report = _call_tool(
+            plane, plan_id, tool, params, call_id=call_id, step=step,
+            output_schema=output_schema, recorded_output=recorded_output, recorded=recorded,
+            sandbox=sandbox, actor=actor, input_gate=input_gate,
+        )  # fmt: skip
+        if op is not None:
+            op.set(_call_outcome(report))
+        return report
+
+
+def _call_outcome(report: CallReport) -> dict[str, Any]:
+    """What a traced call's span says of its end (``error.type``: why it did not pass)."""
+    failed = None
+    if not report.input_gate.passed:
+        failed = "input_gate"
+    elif report.halt is not None:
+        failed = "halted"
+    elif report.tool_failed:
+        failed = "tool_error"
+    elif report.output_gate is not None and not report.output_gate.passed:
+        failed = "output_gate"
+    return {"evidence.call.ok": report.ok, "error.type": failed}
+
+
+def _call_tool(
+    plane: Plane,
+    plan_id: str,
+    tool: str,
+    params: bytes | str | Any,
+    *,
+    call_id: str,
+    step: str,
+    output_schema: Any,
+    recorded_output: bytes | str | Any | None,
+    recorded: Recorded | None,
+    sandbox: Sandbox | None,
+    actor: str,
+    input_gate: GateOutcome | None,
+) -> CallReport:
     if recorded_output is not None:
         recorded = Recorded(recorded_output)
     raw_params = as_bytes(params)
-    call_id = str(ULID())
-    step = step or f"call-{call_id}"
     log = plane.log()
     found = log.state(f"plan:{plan_id}")
     plan = found.of(PlanState)
@@ -311,6 +366,7 @@ def _run_call(
     confinement: Confinement | None = None,
 ) -> None:
     plan_id, tool, spec = plan.plan_id, tool_doc.name, tool_doc.spec
+    run_started = tracing.now_ns()
     started = ended = utc_now()
     exit_code: int | None = None
     streams: dict[str, Truncation] = {}
@@ -367,6 +423,7 @@ def _run_call(
         executor, exit_code = "command", result.exit_code
         started, ended = result.started_at, result.ended_at
         streams = _truncations(result)
+    run_ended = tracing.now_ns()
     exchange = recorded.exchange if recorded is not None else None
     if exchange is not None and exchange.counts.refused:
         tool_error = True  # it answered without what it asked the agent's client for
@@ -415,6 +472,22 @@ def _run_call(
         instead_of_registered=True,  # decided above: the registry's, or the MCP result's
     )
     report.call, report.output = called, output
+    if run_started:  # traced: the run, now that its record is appended
+        tracing.past(
+            f"run {tool}",
+            run_started,
+            run_ended,
+            {
+                "evidence.operation": "tool_run",
+                "evidence.plan.id": plan_id,
+                "evidence.step": step,
+                "evidence.executor": executor,
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.id": call_id,
+                "error.type": "tool_error" if tool_error else None,
+            },
+            records=ToolCalled.type_name(),
+        )
     if narrowing is not None and report.output_gate.passed and not tool_error:
         # The caller's declaration narrows what passed the registry's: a second check,
         # recorded on its own (a deviation from it fails the call like any other).

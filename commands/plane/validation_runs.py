@@ -47,6 +47,7 @@ from ledger.events.validation import Outcome
 from projections.outcomes import NEXT_ACTION, RULES_VERSION, classify
 from projections.states import PlanState, given, to_json
 
+from . import tracing
 from .authority import Authority
 from .confinement import validation_confinement
 from .core import CommandRefused, Plane, StreamState
@@ -146,7 +147,30 @@ def validate_plan(
 ) -> ValidationReport:
     """Run the plan's pinned binding set and classify the outcome. The run judges one
     snapshot of the sandbox (``RunSnapshot``): its trees are what the run records and
-    its token binds, and every validation reads a copy of it."""
+    its token binds, and every validation reads a copy of it. Traced (``tracing``) as
+    ``validation run``."""
+    with tracing.operation(
+        "validation run",
+        lambda: {"evidence.operation": "validation_run", "evidence.plan.id": plan_id},
+        records=ValidationRunCompleted.type_name(),
+    ) as op:
+        report = _validate_plan(
+            plane, plan_id, actor=actor, max_workers=max_workers, sandbox=sandbox
+        )
+        if op is not None:
+            op.set(
+                {
+                    "evidence.validation.run_id": report.run_id,
+                    "evidence.validation.outcome": report.outcome,
+                    "error.type": None if report.outcome == "pass" else report.outcome,
+                }
+            )
+        return report
+
+
+def _validate_plan(
+    plane: Plane, plan_id: str, *, actor: str, max_workers: int, sandbox: Sandbox | None
+) -> ValidationReport:
     log = plane.log()
     plan = _validatable(log.state(f"plan:{plan_id}"), plan_id)
     _cap_of(None)  # an invalid EVIDENCE_MAX_OUTPUT_BYTES: refused before the run starts

@@ -61,9 +61,10 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from commands.errors import CommandRefused, said_by
+from commands.plane import tracing
 from commands.plane.core import Plane
 from commands.plane.credentials import CredentialState
 from commands.plane.hooks import HookCall, UnknownTools, read_hook_input, refused_answer
@@ -589,6 +590,32 @@ def _deviations_line(what: str, deviations: list[Deviation]) -> str:
     )
 
 
+class TraceContext:
+    """The caller's W3C trace context (the ``traceparent`` and ``tracestate`` headers)
+    made current for its request when tracing is on (``commands.plane.tracing``): the
+    spans of the operations it starts are children of the caller's span. (An MCP
+    request's own ``params._meta.traceparent`` is the SDK's server span's parent, and so
+    theirs: it comes first.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not tracing.active():
+            await self.app(scope, receive, send)
+            return
+        carrier = {
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in scope["headers"]
+            if name in (b"traceparent", b"tracestate")
+        }
+        token = tracing.continued(carrier)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            tracing.detach(token)
+
+
 def create_app(
     db_url: str,
     *,
@@ -657,6 +684,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        # OTLP export when the `otel` extra is installed and an endpoint is configured
+        # (docs/service.md, "Traces"); else nothing of OpenTelemetry is loaded here.
+        tracing.configure_from_environment()
         service.start()
         log.info(
             "serving %s (plane key %s…), at most %d operations in flight",
@@ -674,7 +704,7 @@ def create_app(
         routes=[mount(e) for e in ENDPOINTS],
         exception_handlers={HTTPException: not_routed},
         lifespan=lifespan,
-        middleware=[Middleware(DoorChecks, hosts=hosts)],
+        middleware=[Middleware(DoorChecks, hosts=hosts), Middleware(TraceContext)],
     )
     app.state.service = service
     return app
