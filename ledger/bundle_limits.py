@@ -96,7 +96,7 @@ def _position(position: int) -> int | None:
 
 
 def _unlike_a_store(e: _Leaf) -> str | None:
-    """What in an event's envelope no ``Store`` appends (``Store._prepare_rows``): a
+    """What in an event's envelope no ``Store`` appends (``RowEncoder.prepare``): a
     stream name that is empty, longer than 512 or not printable, an id that is not a
     ULID, an empty actor."""
     stream = e.stream

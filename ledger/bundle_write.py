@@ -14,7 +14,7 @@ import base64
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import IO, Any
 
 import msgspec
@@ -27,6 +27,7 @@ from .errors import LedgerError
 from .events import Catalog
 from .keys import public_key_b64
 from .merkle import Frontier
+from .rows import Row
 from .store import Store
 
 
@@ -58,8 +59,10 @@ class _Export:
         self.events = 0
         self.plan_seen = plan is None
 
-    def add(self, rows: Iterable[Sequence[Any]], size: int) -> None:
-        """One batch of stored rows, in position order, up to position ``size``."""
+    def add(self, rows: Iterable[Row], size: int) -> None:
+        """One batch of stored rows, in position order, up to position ``size``: each
+        unpacked as the plain tuple it is, in ``StoredRow``'s order (a loop over every
+        row of the log)."""
         for (
             position,
             event_id,

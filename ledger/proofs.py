@@ -35,6 +35,7 @@ from .checkpoints import (
 from .envelope import leaf_bytes
 from .errors import LedgerError
 from .merkle import consistency_proof, leaf_hash, root_of, verify_consistency, verify_inclusion
+from .rows import StoredRow, column_list
 from .store import Store
 from .verify import Problem
 
@@ -50,11 +51,6 @@ __all__ = [
     "read_stored_event",
     "trusted_head",
 ]
-
-_COLUMNS = (
-    "position, event_id, stream, stream_version, type, schema_version, recorded_at, "
-    "actor, correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
-)
 
 
 class StoredEvent(msgspec.Struct, kw_only=True):
@@ -74,72 +70,34 @@ def read_stored_event(store: Store, key: int | str) -> StoredEvent | None:
     where = "position" if isinstance(key, int) else "event_id"
     with store.snapshot() as snap:
         rows = snap.query(
-            f"SELECT {_COLUMNS} FROM events WHERE {where} = {store.placeholder}", (key,)
+            f"SELECT {column_list()} FROM events WHERE {where} = {store.placeholder}", (key,)
         )
     if not rows:
         return None
-    (
-        position,
-        event_id,
-        stream,
-        stream_version,
-        type_name,
-        schema_version,
-        recorded_at,
-        actor,
-        correlation_id,
-        causation_id,
-        payload,
-        delta,
-        stored_leaf,
-        stored_chain,
-    ) = rows[0]
-    payload, delta = bytes(payload), bytes(delta)
-    recomputed = leaf_hash(
-        leaf_bytes(
-            position,
-            event_id,
-            stream,
-            stream_version,
-            type_name,
-            schema_version,
-            recorded_at,
-            actor,
-            correlation_id,
-            causation_id,
-            payload,
-            delta,
-        )
-    )
+    row = StoredRow._make(rows[0])
+    row = row._replace(payload=bytes(row.payload), delta=bytes(row.delta))
+    # The leaf is over every column but the two hashes (the last two), in the row's order.
+    recomputed = leaf_hash(leaf_bytes(*row[:-2]))
     payload_error = None
     try:
         document: Any = msgspec.to_builtins(
-            store.catalog.decode(type_name, schema_version, payload)
+            store.catalog.decode(row.type, row.schema_version, row.payload)
         )
     except (LedgerError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         payload_error = str(exc)
-        document = _raw_json(payload)
+        document = _raw_json(row.payload)
     event = {
-        "position": position,
-        "event_id": event_id,
-        "stream": stream,
-        "stream_version": stream_version,
-        "type": type_name,
-        "schema_version": schema_version,
-        "recorded_at": recorded_at,
-        "actor": actor,
-        "correlation_id": correlation_id,
-        "causation_id": causation_id,
+        **row._asdict(),
         "payload": document,
-        "delta": _raw_json(delta),
-        "leaf_hash": bytes(stored_leaf).hex(),
-        "chain_hash": bytes(stored_chain).hex(),
+        "delta": _raw_json(row.delta),
+        "leaf_hash": bytes(row.leaf_hash).hex(),
+        "chain_hash": bytes(row.chain_hash).hex(),
     }
     return StoredEvent(
         event=event,
         payload_error=payload_error,
         recomputed_leaf_hash=recomputed.hex(),
-        leaf_ok=recomputed == bytes(stored_leaf),
+        leaf_ok=recomputed == bytes(row.leaf_hash),
     )
 
 

@@ -24,6 +24,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from .rows import COLUMNS
+
 SCHEMA_VERSION = 1
 
 metadata = MetaData()
@@ -53,6 +55,8 @@ events = Table(
     UniqueConstraint("stream", "stream_version", name="uq_events_stream_version"),
     Index("ix_events_type", "type"),
 )
+# The row every reader reads (``ledger.rows``) is this table's columns, in this order.
+assert tuple(events.c.keys()) == COLUMNS
 
 blobs = Table(
     "blobs",

@@ -27,12 +27,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+
+from .rows import COLUMNS, Row
 
 __all__ = ["CATCH_UP_LIMIT", "StreamTails", "TailsView"]
 
-Row = tuple[Any, ...]  # the ``events`` columns in ``_EVENT_COLUMNS`` order
-STREAM, VERSION = 2, 3  # where a row holds its stream and its stream version
+# Where a row (``ledger.rows``: a stored row, a plain tuple) holds its stream and its
+# stream version.
+STREAM, VERSION = COLUMNS.index("stream"), COLUMNS.index("stream_version")
 
 # More foreign events than this since the known head: forget, and read as if new.
 CATCH_UP_LIMIT = 64

@@ -35,6 +35,7 @@ from .envelope import GENESIS_CHAIN, LEAF_TEMPLATE, json_string
 from .errors import LedgerError
 from .events import Catalog
 from .merkle import Frontier, merge_up
+from .rows import Row
 from .store import Store
 
 __all__ = [
@@ -196,7 +197,7 @@ def verify_store(
 
 
 def _scan(
-    rows: Iterable[list[tuple[Any, ...]]],
+    rows: Iterable[list[Row]],
     against_size: int | None,
     report: Callable[[int | None, str, str], None],
     catalog: Catalog,
@@ -221,7 +222,9 @@ def _scan(
     updated inline (the same steps as ``Frontier.append``). Payloads are not decoded:
     only a row whose raw ``type`` has ``BLOB_FIELDS`` has just those fields read. A
     payload that cannot be read is left to the leaf check (an edit) and the read path (a
-    type or version this catalog does not know): verify itself needs no decoding.
+    type or version this catalog does not know): verify itself needs no decoding. Each
+    row is unpacked as the plain tuple the driver gives, in ``StoredRow``'s order (the
+    snapshot's SELECT is built from it): no ``StoredRow`` is made per row.
     """
     frontier = Frontier()
     hashes = frontier.hashes
@@ -338,9 +341,7 @@ def _scan(
     return frontier, bytes(previous_chain), at_against, versions
 
 
-def _told(
-    batches: Iterable[list[tuple[Any, ...]]], progress: Progress, total: int
-) -> Iterator[list[tuple[Any, ...]]]:
+def _told(batches: Iterable[list[Row]], progress: Progress, total: int) -> Iterator[list[Row]]:
     """``batches`` as they are, ``progress`` told the rows handed out before each next
     one is read (once a batch: nothing in the loop over rows)."""
     done = 0

@@ -19,6 +19,7 @@ import msgspec
 
 from commands.auditor import analytics
 from ledger import RecordedEvent
+from ledger.rows import COLUMNS
 from ledger.subscriptions import subscribe
 
 from .bundle import export_bundle_command
@@ -82,22 +83,8 @@ class _AlignedLines:
         return lines
 
 
-EVENT_FIELDS = (
-    "position",
-    "event_id",
-    "stream",
-    "stream_version",
-    "type",
-    "schema_version",
-    "recorded_at",
-    "actor",
-    "correlation_id",
-    "causation_id",
-    "payload",
-    "delta",
-    "leaf_hash",
-    "chain_hash",
-)
+# The fields of ``events --format csv``: the stored row's columns, in their order.
+EVENT_FIELDS = COLUMNS
 
 
 def _csv_line(cells: Sequence[str]) -> bytes:

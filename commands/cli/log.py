@@ -13,6 +13,7 @@ from commands.rules.signing import load_or_create_plane_key, plane_key_path
 from ledger.canonical import MAX_SAFE_INTEGER
 from ledger.checkpoints import CheckpointError, InclusionProof, prove_inclusion
 from ledger.proofs import StoredEvent, read_stored_event
+from ledger.rows import COLUMNS
 from ledger.verify import available_cores, parse_tree_head, verify_store
 
 from .audit import verifier_key_option, verify_checkpoint_command
@@ -265,6 +266,10 @@ def event(key: str, as_json: bool) -> None:
         click.get_current_context().exit(EXIT_VERDICT)
 
 
+# The stored columns ``evidence event`` shows after the others, each its own way.
+_SHOWN_APART = ("payload", "delta", "leaf_hash", "chain_hash")
+
+
 def _print_event(stored: StoredEvent, proof: InclusionProof) -> None:
     e = stored.event
     leaf = (
@@ -275,18 +280,8 @@ def _print_event(stored: StoredEvent, proof: InclusionProof) -> None:
     fields = [
         *(
             (name, "-" if e[name] is None else str(e[name]))
-            for name in (
-                "position",
-                "event_id",
-                "stream",
-                "stream_version",
-                "type",
-                "schema_version",
-                "recorded_at",
-                "actor",
-                "correlation_id",
-                "causation_id",
-            )
+            for name in COLUMNS
+            if name not in _SHOWN_APART
         ),
         ("leaf_hash", f"{e['leaf_hash']} ({leaf})"),
         ("chain_hash", e["chain_hash"]),
