@@ -300,3 +300,59 @@ def test_an_answer_given_without_what_the_server_asked_for_is_the_tools_failure(
     assert failed.tool_failed and not failed.ok
     assert failed.call is not None and failed.call.exchange == refused.counts  # type: ignore[union-attr]
     assert passed.ok and passed.call is not None and passed.call.tool_error is msgspec.UNSET
+
+
+# -- the plane's own client (`evidence call`, the service) --------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_request_the_planes_client_never_offered_fails_the_call(
+    sqlite_url: str, warm: bool
+) -> None:
+    """The issue's case: a server asks the plane's client for sampling (which it never
+    offered), is refused, and answers "Sampling failed: …" as ordinary text. Recorded as
+    a normal pass before; now the refusal is kept and the call is the tool's failure —
+    on a server started for the call and on a warm one (the service's)."""
+    from commands.runner.mcp_sessions import warm_sessions
+
+    with Plane.open(sqlite_url) as plane, warm_sessions() as sessions:
+        if warm:
+            plane.mcp_sessions = sessions
+        register_tool(
+            plane,
+            {"name": "fx.sample", "mcp_server": "fx", "mcp_tool_name": "test_sampling",
+             "mcp_command": [sys.executable, str(FIXTURE), "--stdio"], "source": "mcp:fx",
+             "input_schema": {"type": "object", "properties": {"prompt": {"type": "string"}}}},
+        )  # fmt: skip
+        create_plan(plane, "P-1", project="api", resources=["repo:api"])
+        record_strategy(plane, "P-1", "sample")
+        enter_execute(plane, "P-1")
+        report = call_tool(plane, "P-1", "fx.sample", {"prompt": "hi"})
+    assert report.tool_failed and not report.ok
+    assert report.call is not None and report.call.exchange is not msgspec.UNSET
+    assert report.call.exchange.refused == 1 and report.call.exchange.sampling == 1
+    [kept] = _blob(sqlite_url, report.call.exchange_sha256)  # type: ignore[arg-type]
+    assert kept["request"]["messages"][0]["content"]["text"] == "hi"
+    assert "does not offer sampling" in kept["error"]["message"]
+
+
+def test_the_planes_client_refuses_and_records_what_it_never_offered() -> None:
+    from commands.runner.mcp_client import refuse_unoffered
+
+    class Session:  # what the SDK's client session holds: its request handlers
+        _sampling_callback: Any = None
+        _elicitation_callback: Any = None
+
+    session, said = Session(), []  # type: ignore[var-annotated]
+    refuse_unoffered(session, said.append)
+    asked = types.ElicitRequestFormParams(
+        message="who?", requested_schema={"type": "object", "properties": {}}
+    )
+    error = anyio.run(session._elicitation_callback, None, asked)
+    assert error.code == types.INVALID_REQUEST
+    assert said == [
+        {"kind": "elicitation", "refused": True, "request": asked.model_dump(
+            by_alias=True, mode="json", exclude_none=True), "error": error.model_dump(
+            by_alias=True, mode="json", exclude_none=True)}
+    ]  # fmt: skip

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +39,7 @@ from commands.runner.mcp_client import (
 )
 from commands.runner.process import output_cap
 from ledger.errors import LedgerError
-from ledger.events import Exchange, McpFetched, PlanHalted, Truncation
+from ledger.events import McpFetched, PlanHalted, Truncation
 
 from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
@@ -49,7 +48,7 @@ from .hooks import MCP_PREFIX, json_bytes, open_for_calls
 from .phases import require_plan
 from .proxy_verbs import PREFIX as PLANE_PREFIX
 from .registry import register_tool
-from .runs import MCP_FAULT, CallReport, Exchanged, Recorded, call_tool, record_halt
+from .runs import MCP_FAULT, CallReport, Recorded, call_tool, exchanged, record_halt
 
 _NOT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 # An upstream tool name the proxy offers: printable ASCII without spaces (MCP advises
@@ -201,21 +200,6 @@ def gate_proxy_call(
         plane, plan_id, name or agent_name(server, tool), json_bytes(arguments), step=step
     )
     return ProxyGate(name, outcome)
-
-
-EXCHANGE_KINDS = ("log", "progress", "sampling", "elicitation")
-
-
-def exchanged(messages: Sequence[Mapping[str, Any]]) -> Exchanged | None:
-    """What the upstream said to the agent's client during a call (each message a
-    ``{"kind": KIND, ...}`` object, a refused request with ``"refused": true``) as the
-    call records it; None when it said nothing besides its result."""
-    if not messages:
-        return None
-    kinds = Counter(str(message.get("kind")) for message in messages)
-    counts = {kind: kinds[kind] for kind in EXCHANGE_KINDS}
-    refused = sum(1 for message in messages if message.get("refused") is True)
-    return Exchanged(json_bytes(list(messages)), Exchange(**counts, refused=refused))
 
 
 def record_proxy_result(

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -136,6 +137,22 @@ class Exchanged:
 
     messages: bytes
     counts: Exchange
+
+
+EXCHANGE_KINDS = ("log", "progress", "sampling", "elicitation")
+Said = list[dict[str, Any]]  # an MCP server's messages to the client during a call
+
+
+def exchanged(messages: Sequence[Mapping[str, Any]]) -> Exchanged | None:
+    """What the upstream said to the agent's client during a call (each message a
+    ``{"kind": KIND, ...}`` object, a refused request with ``"refused": true``) as the
+    call records it; None when it said nothing besides its result."""
+    if not messages:
+        return None
+    kinds = Counter(str(message.get("kind")) for message in messages)
+    counts = {kind: kinds[kind] for kind in EXCHANGE_KINDS}
+    refused = sum(1 for message in messages if message.get("refused") is True)
+    return Exchanged(json_bytes(list(messages)), Exchange(**counts, refused=refused))
 
 
 @dataclass(frozen=True)
@@ -371,6 +388,7 @@ def _run_call(
     exit_code: int | None = None
     streams: dict[str, Truncation] = {}
     tool_error = False
+    said: Said = []  # what an MCP server asked of the plane's client, refused
     if recorded is not None:
         output, executor = as_bytes(recorded.output), "recorded"
         tool_error = recorded.tool_error
@@ -389,7 +407,7 @@ def _run_call(
         if isinstance(called_mcp, PlanHalted):
             report.halt = called_mcp
             return
-        output, started, ended, streams, tool_error, report.mcp_result = called_mcp
+        output, started, ended, streams, tool_error, report.mcp_result, said = called_mcp
         executor = "mcp"
         if output_schema is None and spec.output_schema is None:
             # No declaration of its own: an MCP tool returns an MCP tool result.
@@ -424,7 +442,7 @@ def _run_call(
         started, ended = result.started_at, result.ended_at
         streams = _truncations(result)
     run_ended = tracing.now_ns()
-    exchange = recorded.exchange if recorded is not None else None
+    exchange = recorded.exchange if recorded is not None else exchanged(said)
     if exchange is not None and exchange.counts.refused:
         tool_error = True  # it answered without what it asked the agent's client for
     if tool_error:
@@ -551,9 +569,10 @@ def _call_mcp(
     *,
     actor: str,
     confinement: Confinement | None = None,
-) -> PlanHalted | tuple[bytes, str, str, dict[str, Truncation], bool, dict[str, Any]]:
+) -> PlanHalted | tuple[bytes, str, str, dict[str, Truncation], bool, dict[str, Any], Said]:
     """Call the tool on its MCP server (a stdio server runs in the sandbox, as a
-    command tool does). Its output, within the tool's output cap, is what the MCP
+    command tool does), with what the server asked of the plane's client and was
+    refused (``Said``). Its output, within the tool's output cap, is what the MCP
     proxy's output gate takes of a result: ``structuredContent`` when the tool declares
     its output, else the whole result. A server that cannot be started, dies, fails or
     hangs halts the plan with ``environment_error``."""
@@ -583,7 +602,7 @@ def _call_mcp(
     if call.truncation is not None and call.kept is not None:
         # Over the cap: the kept prefix of the answer, never parsed (a command's stdout).
         streams = {"stdout_truncated": call.truncation}
-        return call.kept, call.started_at, call.ended_at, streams, False, {}
+        return call.kept, call.started_at, call.ended_at, streams, False, {}, []
     if call.result is None:
         server = spec.mcp_server
         if call.fault == "schema_drift":
@@ -620,7 +639,8 @@ def _call_mcp(
     output, truncation = capped(json_bytes(value), cap)
     streams = {"stdout_truncated": truncation} if truncation is not None else {}
     tool_error = is_tool_error(call.result)
-    return output, call.started_at, call.ended_at, streams, tool_error, call.result
+    said = call.exchange or []
+    return output, call.started_at, call.ended_at, streams, tool_error, call.result, said
 
 
 def record_unregistered_call(

@@ -142,6 +142,9 @@ class McpCall(msgspec.Struct, kw_only=True):
     error: str | None = None
     truncation: Truncation | None = None
     kept: bytes | None = None
+    # The server's requests the plane's client refused during the call (sampling,
+    # elicitation: it offers neither), as ``{"kind", "request", "refused", "error"}``.
+    exchange: list[dict[str, Any]] | None = None
     started_at: str
     ended_at: str
     duration_ms: int
@@ -254,6 +257,39 @@ def call_mcp_tool(
     return finish(**fields)
 
 
+def refuse_unoffered(session: Any, record: Callable[[dict[str, Any]], None]) -> None:
+    """Refuse, and ``record``, a sampling or elicitation request the server sends the
+    plane's client although the client never offered either (its ``initialize`` declared
+    neither). The server may then answer the call with ordinary text made without what
+    it asked for; the record makes the call the tool's failure, never a normal pass.
+
+    Set on the open session after ``initialize``: the SDK's client declares a capability
+    when it is built with a handler for it, and this one must stay undeclared."""
+    import mcp_types as types
+
+    def refuser(kind: str) -> Callable[..., Awaitable[Any]]:
+        async def refuse(context: Any, params: Any) -> Any:
+            error = types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message=f"the plane's client does not offer {kind}: the call is recorded "
+                "as the tool's failure",
+            )
+            record(
+                {
+                    "kind": kind,
+                    "request": params.model_dump(by_alias=True, mode="json", exclude_none=True),
+                    "refused": True,
+                    "error": error.model_dump(by_alias=True, mode="json", exclude_none=True),
+                }
+            )
+            return error
+
+        return refuse
+
+    session._sampling_callback = refuser("sampling")
+    session._elicitation_callback = refuser("elicitation")
+
+
 def _canonical_or_none(schema: Any) -> bytes | None:
     if schema is None:
         return None
@@ -313,6 +349,7 @@ class _Call:
         # A warm server's tools as it last listed them (emptied when it says they
         # changed): the drift check reads them instead of asking again.
         self.known: dict[str, Any] | None = None
+        self.exchange: list[dict[str, Any]] = []  # the server's requests, refused
 
     async def run(self) -> dict[str, Any]:
         """Start (or reach) the server, initialize, call: the call's fields."""
@@ -369,6 +406,7 @@ class _Call:
             try:
                 if not initialized:
                     await session.initialize()
+                    refuse_unoffered(session, self.exchange.append)
                 if self.listing:
                     listed = await self._listed(session)
                     return {"result": {"tools": [_declared(t) for t in listed.values()]}}
@@ -401,7 +439,7 @@ class _Call:
             raw.pop("resultType", None)
             if result.structured_content is not None:  # exactly as sent
                 raw["structuredContent"] = result.structured_content
-            return {"result": raw}
+            return {"result": raw, **({"exchange": self.exchange} if self.exchange else {})}
         return {}  # cancelled by a protocol error (see on_message)
 
     async def _drift(self, session: Any) -> str | None:

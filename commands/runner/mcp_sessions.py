@@ -44,7 +44,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from ledger.intake import env_seconds
 
 from .confine import Confinement, launched
-from .mcp_client import _Call, _tail
+from .mcp_client import _Call, _tail, refuse_unoffered
 
 __all__ = ["DEFAULT_IDLE_S", "IDLE_ENV", "WarmKey", "WarmSessions"]
 
@@ -99,9 +99,16 @@ class _Server:
             async with opener._session() as session:
                 with anyio.fail_after(timeout_s):
                     await session.initialize()
+                refuse_unoffered(session, self.refused)
                 self.session, self.bounded = session, opener.bounded
                 task_status.started()
                 await self.closing.wait()
+
+    def refused(self, entry: dict[str, Any]) -> None:
+        """A request the server sent although the client offers it not: the record of
+        the calls in flight (a server's request names no call)."""
+        for call in self.calls:
+            call.exchange.append(entry)
 
     async def heard(self, message: Any) -> None:
         """A changed tool list is read again before the next call's drift check; a line

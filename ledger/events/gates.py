@@ -124,12 +124,13 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
     # tool's declaration: the tool's failure, not the agent's deviation; the call's
     # result never becomes state. Absent otherwise.
     tool_error: bool | msgspec.UnsetType = msgspec.UNSET
-    # An MCP call through a gate: what the server said to the agent's client during the
-    # call besides its result (log and progress notifications, sampling and elicitation
-    # requests with their answers, in order) as one JSON array kept as a blob, and its
-    # counts. An elicitation's answer is a person's input that shaped the call. A request
-    # the gate could not relay makes the call a ``tool_error``: the server answered
-    # without what it asked for. Absent when the server said nothing else.
+    # An MCP call: what the server said to the client during the call besides its
+    # result (through the proxy: log and progress notifications, sampling and
+    # elicitation requests with their answers; through the plane's own client, which
+    # offers neither: the requests it refused), in order, as one JSON array kept as a
+    # blob, and its counts. An elicitation's answer is a person's input that shaped the
+    # call. A request that was not relayed makes the call a ``tool_error``: the server
+    # answered without what it asked for. Absent when the server said nothing else.
     exchange_sha256: str | msgspec.UnsetType = msgspec.UNSET
     exchange: Exchange | msgspec.UnsetType = msgspec.UNSET
 
