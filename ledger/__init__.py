@@ -9,8 +9,7 @@ does not pay for the database layer.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import (
     ConcurrencyError,
@@ -25,6 +24,7 @@ from .errors import (
     LedgerURLError,
     UnknownEventTypeError,
 )
+from .lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from .events import DEFAULT_CATALOG, Catalog, EventPayload, NewEvent, RecordedEvent
@@ -67,22 +67,7 @@ _LAZY: dict[str, tuple[str, str]] = {
 }
 
 if not TYPE_CHECKING:  # for mypy every name above is imported; unknown names stay errors
-
-    def __getattr__(name: str) -> Any:
-        if name in _LAZY:
-            module, attribute = _LAZY[name]
-            value = getattr(import_module(f"{__name__}.{module}"), attribute)
-            globals()[name] = value
-            return value
-        if name.isidentifier() and not name.startswith("__"):
-            # ``ledger.store``, ``ledger.events`` ...: the submodules the eager package
-            # used to import as a side effect are still reachable as attributes.
-            try:
-                return import_module(f"{__name__}.{name}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{__name__}.{name}":
-                    raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = lazy_getattr(__name__, _LAZY, globals(), submodules=True)
 
 
 __all__ = [

@@ -9,8 +9,9 @@ completion request).
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ledger.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from .documents import delta, fold, fold_all
@@ -30,21 +31,7 @@ _LAZY: dict[str, str] = {
 }
 
 if not TYPE_CHECKING:  # for mypy every name above is imported; unknown names stay errors
-
-    def __getattr__(name: str) -> Any:
-        if name in _LAZY:
-            value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
-            globals()[name] = value
-            return value
-        if name.isidentifier() and not name.startswith("__"):
-            # ``projections.engine`` ...: the submodules the eager package imported as a
-            # side effect are still reachable as attributes.
-            try:
-                return import_module(f"{__name__}.{name}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{__name__}.{name}":
-                    raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = lazy_getattr(__name__, _LAZY, globals(), submodules=True)
 
 
 __all__ = [

@@ -14,8 +14,9 @@ with YAML and pydantic, the runner ...).
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ledger.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from .attachments import attach, detach, resolve_attachments
@@ -57,13 +58,7 @@ _LAZY: dict[str, str] = {
 }
 
 if not TYPE_CHECKING:  # for mypy every name above is imported; unknown names stay errors
-
-    def __getattr__(name: str) -> Any:
-        if name in _LAZY:
-            value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
-            globals()[name] = value
-            return value
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 __all__ = [
