@@ -43,6 +43,7 @@ from ledger.envelope import GENESIS_CHAIN, chain_next, leaf_bytes
 from ledger.events import ALL_EVENT_TYPES
 from ledger.keys import generate_key_pair
 from ledger.merkle import EMPTY_ROOT, Frontier, leaf_hash
+from ledger.rows import column_list
 from ledger.verify import TreeHeadRef, VerifyReport, verify_store
 from tests.helpers import applied_plan, run_cli, strategy
 from tests.test_review_host import reviewers
@@ -72,10 +73,7 @@ TRIGGERS: dict[str, set[tuple[str, str]]] = {
         ("ledger_head_notify", "ledger_head"),
     },
 }
-EVENT_COLUMNS = (
-    "position, event_id, stream, stream_version, type, schema_version, recorded_at, actor, "
-    "correlation_id, causation_id, payload, delta, leaf_hash, chain_hash"
-)
+EVENT_COLUMNS = column_list()  # every column of a stored event row (ledger.rows)
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
