@@ -356,3 +356,29 @@ def test_the_planes_client_refuses_and_records_what_it_never_offered() -> None:
             by_alias=True, mode="json", exclude_none=True), "error": error.model_dump(
             by_alias=True, mode="json", exclude_none=True)}
     ]  # fmt: skip
+
+
+def test_a_plan_with_skills_reads_only_from_servers_its_skills_name(sqlite_url: str) -> None:
+    """The attack: a plan limited to one server's tools reads another server's
+    resources (or gets its prompts) through the proxy. Refused, nothing appended."""
+    from commands.plane.registry import define_skill
+
+    schema = {"type": "object"}
+    with Plane.open(sqlite_url) as plane:
+        for name, server in (("docs.search", "docs"), ("mail.send", "mail")):
+            register_tool(
+                plane,
+                {"name": name, "mcp_server": server, "mcp_tool_name": name.split(".")[1],
+                 "input_schema": schema, "output_schema": mcp_tool_result_schema()},
+            )  # fmt: skip
+        define_skill(plane, {"name": "research", "members": ["docs.search"]})
+        create_plan(plane, "P-1", project="api", resources=["repo:api"], skills=["research"])
+        record_strategy(plane, "P-1", "read the docs")
+        enter_execute(plane, "P-1")
+        record_fetch(plane, "P-1", "docs", "resource", "docs://index", {"contents": []})
+        before = len(_plan_events(sqlite_url))
+        with pytest.raises(CommandRefused, match="skills"):
+            record_fetch(plane, "P-1", "mail", "resource", "mail://inbox", {"contents": []})
+        with pytest.raises(CommandRefused, match="skills"):
+            record_fetch(plane, "P-1", "mail", "prompt", "compose", {"messages": []})
+    assert len(_plan_events(sqlite_url)) == before

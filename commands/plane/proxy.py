@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from ulid import ULID
 
 from commands.errors import said_by
@@ -265,7 +266,8 @@ def record_fetch(
 ) -> McpFetched:
     """Record what a gate gives the agent to read — a resource's contents or a prompt —
     before the agent gets it (the answer's JSON kept as a blob). Refused in an unknown or
-    ended plan, and while Apply is under way."""
+    ended plan, while Apply is under way, and in a plan with skills when none of the
+    server's tools is in them."""
     content = json_bytes(answer)
     fetched = McpFetched(
         plan_id=plan_id,
@@ -278,7 +280,16 @@ def record_fetch(
     )
 
     def decide(state: StreamState) -> list[McpFetched]:
-        require_plan(state, plan_id)
+        plan = require_plan(state, plan_id)
+        if plan.skills is not msgspec.UNSET and state.log is not None:
+            # Reads follow the skills as calls do: from a server only when the plan may
+            # call one of its tools (none before Execute pins the skills).
+            offered = [d.name for d in state.log.registered_tools() if d.spec.mcp_server == server]
+            if not any(plan.may_call(name) for name in offered):
+                raise CommandRefused(
+                    f"a plan with skills reads only from MCP servers whose tools its skills "
+                    f"name: none of {server!r}'s tools is in them"
+                )
         return [fetched]
 
     plane.run(f"plan:{plan_id}", decide, actor="agent", blobs=[content])
