@@ -326,3 +326,25 @@ def test_mcp_continues_the_meta_traceparent(
     )
     assert answer.status_code == 200, answer.text
     _child_of_caller(_named(spans)["execute_tool nowhere"], "1" * 16)
+
+
+def test_a_decision_is_a_span_whose_receipt_is_the_decision(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    """A human's signed decision on an escalation: its span names the decision's event
+    (and the plan's end it causes), as the log holds them."""
+    from commands.plane.lifecycle import authorize
+    from tests.helpers import status_plan
+    from tests.test_lifecycle import _escalate
+
+    with Plane.open(f"sqlite:///{tmp_path / 'decided.db'}") as plane:
+        status_plan(plane, tmp_path, {"retry_limit": 1, "max_strategy_revisions": 1})
+        decision_id = _escalate(plane)
+        spans.clear()
+        authorize(plane, decision_id, tmp_path / "alice.key", choice="abandon", reason="no")
+        [decided] = [s for s in spans.get_finished_spans() if s.name == "decision"]
+        attrs = decided.attributes or {}
+        assert attrs["evidence.event.type"] == "plan.decision_recorded"
+        assert "plan.decision_recorded" in attrs["evidence.event.types"]
+        assert attrs["evidence.plan.id"] == "P-1"
+        _check_receipt(plane, decided)
