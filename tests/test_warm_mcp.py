@@ -8,7 +8,7 @@ and through the plane with its own ``WarmSessions``:
 
 - every call of a plan on one server is answered by the same process;
 - two plans never share a server;
-- a call that did not pass, whose writes were put back, restarts the server;
+- a call that did not pass restarts the server (its writes put back, its memory gone);
 - the plan's end, and a new Execute, stop its servers;
 - a server idle for ``EVIDENCE_MCP_IDLE`` seconds is stopped;
 - a server that crashed is started again for the next call.
@@ -118,6 +118,24 @@ def test_a_call_that_did_not_pass_restarts_the_server(sqlite_url: str, tmp_path:
         assert _running(tmp_path) == one  # the one that wrote is gone
     first, again, bad, after = _servers(tmp_path)
     assert first == again == bad and after != bad
+
+
+@slow
+def test_a_rejected_call_that_wrote_nothing_restarts_the_server_too(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """`huge` answers past its output cap (the output gate fails it) and writes nothing:
+    the server keeps nothing of a rejected call, in memory either."""
+    _register(sqlite_url, tmp_path)
+    _plan(sqlite_url, tmp_path, "P-1")
+    with Plane.open(sqlite_url) as plane, warm_sessions() as warm:
+        plane.mcp_sessions = warm
+        assert _call(plane, "calc", {"a": 1, "b": 1}).ok
+        assert not _call(plane, "huge", {"size": 1000}).ok
+        assert warm.running("P-1") == []
+        assert _call(plane, "calc", {"a": 1, "b": 2}).ok
+    first, rejected, after = _servers(tmp_path)  # `huge` has its own cap: its own server
+    assert after not in (first, rejected)  # the plan's servers were all stopped
 
 
 @slow

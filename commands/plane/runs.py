@@ -351,14 +351,14 @@ def _call_tool(
             confinement=confinement,
         )
     finally:
-        reset = False
         for guard in guards:
             if report.ok:
                 guard.discard()
             else:
-                reset = bool(guard.restore_if_changed()) or reset
-        if reset and plane.mcp_sessions is not None:
-            # A server that wrote the sandbox never outlives its reset: the next call
+                guard.restore_if_changed()
+        if plane.mcp_sessions is not None and report.call is not None and not report.ok:
+            # A server whose call did not pass keeps nothing of it: not what it wrote in
+            # the sandbox (put back above), nor what it holds in memory. The next call
             # starts it afresh on the restored copy.
             plane.mcp_sessions.drop(plan_id)
         if sandbox is None:  # a named resource's private directory keeps nothing

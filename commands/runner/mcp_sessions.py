@@ -12,9 +12,9 @@ drift check), within the call's own timeout.
 It is stopped, and the next call starts a fresh one:
 
 - when a call on it faults (a crash, a timeout, a broken protocol): restarted on failure;
-- when its plan's sandbox is put back or made anew (a call that did not pass, a new
-  Execute): a server that writes the sandbox never outlives a reset of it
-  (``drop``, by the plane);
+- after a call on it that did not pass, and when its plan's sandbox is made anew (a new
+  Execute): it keeps nothing of a rejected call, and a server that writes the sandbox
+  never outlives a reset of it (``drop``, by the plane);
 - when its plan ends (``drop``, by the plane);
 - after ``idle_s`` seconds without a call (``EVIDENCE_MCP_IDLE``, default 300);
 - when the service stops (``close``).
