@@ -12,6 +12,9 @@ orchestrator waits for), with output to /dev/null:
                            protocol, ``_EVIDENCE_COMPLETE``): the verbs from the table
   complete plan's verbs    a TAB after ``evidence plan s``: ``commands.cli.plans`` is
                            imported, the plane and the store are not
+  complete gate's verbs    a TAB after ``evidence gate `` (``commands.cli.gates``)
+  complete tool's verbs    a TAB after ``evidence tool l`` (``commands.cli.registry``)
+  complete review's verbs  a TAB after ``evidence review `` (``commands.cli.reviews``)
   plan list                ``evidence plan list`` on a prepared SQLite ledger (a plan in
                            Execute with one tool): open the store, catch the read models
                            up, read one
@@ -21,8 +24,10 @@ orchestrator waits for), with output to /dev/null:
                            check the input against the tool's schema, decide, append
   floor: SQLAlchemy        ``python -c "import sqlalchemy, sqlalchemy.dialects.sqlite"``:
                            what opening the store costs before it does anything
-  floor: gate imports      ``python -c "import commands.cli.gates"``: every import a gate
-                           check makes, and no work
+  floor: gate imports      ``python -c "import commands.cli.gates, commands.plane.gates"``:
+                           every import a gate check makes, and no work (the CLI module
+                           alone no longer imports the plane: it does so as the command
+                           runs)
 
 The cases run round-robin (one of each, N times) so drift in machine load hits them all
 alike; the figures are the median and the 90th percentile in ms, and each median's
@@ -69,6 +74,9 @@ TARGET_MS = {
     for name in (
         "complete a verb",
         "complete plan's verbs",
+        "complete gate's verbs",
+        "complete tool's verbs",
+        "complete review's verbs",
         "plan list",
         "plan show",
         "plan history",
@@ -102,6 +110,18 @@ def cases(url: str) -> dict[str, tuple[list[str], dict[str, str]]]:
             evidence,
             {**COMPLETE, "COMP_WORDS": "evidence plan s", "COMP_CWORD": "2"},
         ),
+        "complete gate's verbs": (
+            evidence,
+            {**COMPLETE, "COMP_WORDS": "evidence gate ", "COMP_CWORD": "2"},
+        ),
+        "complete tool's verbs": (
+            evidence,
+            {**COMPLETE, "COMP_WORDS": "evidence tool l", "COMP_CWORD": "2"},
+        ),
+        "complete review's verbs": (
+            evidence,
+            {**COMPLETE, "COMP_WORDS": "evidence review ", "COMP_CWORD": "2"},
+        ),
         "plan list": ([*evidence, "plan", "list", "--db", url], {}),
         "plan show": ([*evidence, "plan", "show", "P", "--db", url], {}),
         "plan history": ([*evidence, "plan", "history", "P", "--db", url], {}),
@@ -114,7 +134,10 @@ def cases(url: str) -> dict[str, tuple[list[str], dict[str, str]]]:
             {},
         ),
         "floor: SQLAlchemy": ([py, "-c", "import sqlalchemy, sqlalchemy.dialects.sqlite"], {}),
-        "floor: gate imports": ([py, "-c", "import commands.cli.gates"], {}),
+        "floor: gate imports": (
+            [py, "-c", "import commands.cli.gates, commands.plane.gates"],
+            {},
+        ),
     }
 
 

@@ -158,20 +158,36 @@ def test_a_read_command_imports_only_what_it_reads_with(tmp_path: Path) -> None:
 
 def test_completion_imports_no_plane_nor_store() -> None:
     """A TAB (click's ``_EVIDENCE_COMPLETE=bash_complete`` protocol) lists verbs from
-    the table, and a group's subcommands from its module, which imports the plane only
-    when a command runs."""
-    for words, cword in (("evidence ", "1"), ("evidence pl", "1"), ("evidence plan s", "2")):
+    the table, and a group's subcommands (or a verb's options) from its module, which
+    imports the plane, the store and the rest only when a command runs."""
+    cases = [("evidence ", "1"), ("evidence pl", "1"), ("evidence plan s", "2")]
+    # Every verb (a group's subcommands, a command's arguments), and a group's option.
+    cases += [(f"evidence {name} ", "2") for name in sorted(COMMANDS)]
+    cases += [("evidence tool list --", "3"), ("evidence export --format ", "3")]
+    for words, cword in cases:
         env = {"_EVIDENCE_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": cword}
         loaded = _modules_after(env=env)
-        in_plan = words.startswith("evidence plan ")
-        # `plan`'s options name the outcomes: the event catalog and the plan's document
-        # type (msgspec), no store, no read model.
-        light = ("ledger.events", "projections") if in_plan else ()
+        # A verb's options may name the outcomes and the event types (the event catalog
+        # and the plan's document type, msgspec): no store, no read model.
+        light = ("ledger.events", "projections") if cword != "1" else ()
         too_heavy = (*(h for h in HEAVY if h not in light), *NOT_FOR_READING)
-        heavy = _loaded(loaded, (*too_heavy, "projections.engine", "commands.plane"))
+        heavy = _loaded(
+            loaded, (*too_heavy, "projections.engine", "commands.plane", "commands.auditor")
+        )
         assert heavy == [], (words, heavy)
         verbs = {m for m in loaded if m.startswith("commands.cli.")}
+        verb = words.split()[1] if cword != "1" else None
         expected = {"commands.cli.main", "commands.cli.common", "commands.cli.terminal"}
-        if in_plan:
-            expected |= {"commands.cli.plans", "commands.cli.inputs", "commands.cli.progress"}
+        if verb is not None:
+            module = COMMANDS[verb][0].partition(":")[0]
+            # Its module and the CLI's helpers (inputs, output, bundles, the verbs whose
+            # options it shares); never a transport (the MCP proxy, relay, bridge).
+            expected |= {module, *(m for m in verbs if not m.startswith("commands.cli.mcp_"))}
         assert verbs <= expected, (words, sorted(verbs - expected))
+
+
+def test_export_formats_are_the_auditors() -> None:
+    from commands.auditor.analytics import FORMATS
+    from commands.cli.analytics import EXPORT_FORMATS
+
+    assert EXPORT_FORMATS == FORMATS

@@ -12,15 +12,11 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import msgspec
 
-from commands.auditor import analytics
-from ledger import RecordedEvent
 from ledger.rows import COLUMNS
-from ledger.subscriptions import subscribe
 
 from .bundle import export_bundle_command
 from .common import (
@@ -43,6 +39,14 @@ from .inputs import Seconds, whole
 from .log import payload_summary
 from .progress import progress_bar
 from .terminal import inert
+
+# `export`'s formats, as commands.auditor.analytics.FORMATS (tests/test_startup.py checks
+# they agree): the auditor's module, with the store and SQLAlchemy, loads only when a
+# command runs, so completing `evidence export <TAB>` imports neither.
+EXPORT_FORMATS = ("jsonl", "csv", "parquet")
+
+if TYPE_CHECKING:
+    from ledger import RecordedEvent
 
 
 class _AlignedLines:
@@ -145,6 +149,10 @@ def tail(
       evidence tail --follow --type plan.halted
       evidence tail --consumer warehouse --format jsonl
     """
+    import msgspec
+
+    from ledger.subscriptions import subscribe
+
     if from_position is not None and consumer is not None:
         fail("give --from or --consumer, not both")
     store = open_store()
@@ -194,7 +202,7 @@ def tail(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(analytics.FORMATS),
+    type=click.Choice(EXPORT_FORMATS),
     default=None,
     help="jsonl, csv, or parquet (needs the analytics extra).",
 )
@@ -261,6 +269,8 @@ def export(
       evidence export --format csv --type gate.checked --out - > gates.csv
       evidence export --bundle p1.bundle --plan P-1
     """
+    from commands.auditor import analytics
+
     to_stdout = STDOUT in (out, str(bundle_out) if bundle_out is not None else None)
     if to_stdout and as_json:
         fail("--json prints a summary on standard output, which `-` fills with the export")
@@ -353,6 +363,8 @@ def stats(project: str | None, since: int, fmt: str) -> None:
       evidence stats --project api
       evidence stats --format csv > stats.csv
     """
+    from commands.auditor import analytics
+
     store = open_store()
     report = analytics.stats(store, project=project, since=since)
     emit_listing(fmt, report, _stats_rows(report), lambda: _print_stats(report, project))
@@ -396,6 +408,8 @@ def _stats_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _print_stats(report: dict[str, Any], project: str | None) -> None:
+    import msgspec
+
     click.echo(
         f"events {report['since']}..{report['tree_size']}"
         + (f", project {inert(project)}" if project else "")

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import click
-import msgspec
+from typing import TYPE_CHECKING
 
-from commands.plane.attachments import attach as attach_validation
-from commands.plane.attachments import detach as detach_attachment
-from commands.plane.attachments import pinned_binding, resolve_attachments
-from ledger.events import ResolvedAttachment
-from projections.states import to_json
+import click
 
 from .common import (
     db_option,
@@ -23,6 +18,9 @@ from .common import (
 )
 from .inputs import json_or_file, whole
 from .terminal import inert
+
+if TYPE_CHECKING:
+    from ledger.events import ResolvedAttachment
 
 
 @click.command()
@@ -57,6 +55,9 @@ def attach(
       evidence attach tests-pass --resource ./src
       evidence attach lint --resource ./src --plan P-1 --args '{"path": "src"}'
     """
+    from commands.plane.attachments import attach as attach_validation
+    from projections.states import to_json
+
     if project and plan:
         fail("give --project or --plan, not both (an attachment has one scope)")
     raw = json_or_file(args, "--args") if args is not None else {}
@@ -86,6 +87,9 @@ def detach(attachment_id: str, reason: str, as_json: bool) -> None:
       evidence detach 01M8N0Q6Z4RVC5J9W3X2B7TQ1D
       evidence detach 01M8N0Q6Z4RVC5J9W3X2B7TQ1D --reason "replaced by lint-v2"
     """
+    from commands.plane.attachments import detach as detach_attachment
+    from projections.states import to_json
+
     doc = detach_attachment(open_plane(), attachment_id, reason=reason)
     if as_json:
         emit_json({"attachment": to_json(doc)})
@@ -115,6 +119,9 @@ def resolve(
       evidence resolve --resource ./src --project api
       evidence resolve --resource ./src --plan P-1 --format csv
     """
+    from commands.plane.attachments import pinned_binding, resolve_attachments
+    from projections.states import to_json
+
     plane = open_plane()
     rows = resolve_attachments(plane, resource=resource, project=project, plan=plan, as_of=as_of)
     pinned = pinned_binding(plane, plan, as_of=as_of) if plan is not None else None
@@ -134,6 +141,8 @@ def resolve(
 
 
 def _rows(rows: list[ResolvedAttachment]) -> list[list[str]]:
+    import msgspec
+
     return [
         [
             r.attachment_id,

@@ -5,51 +5,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-import ledger
-from commands.auditor.audit import audit as run_audit
-from commands.auditor.audit import check_files, replay_plan
-from commands.rules.signing import plane_key_path
+import ledger  # light: the errors and the version; the store loads on first use
 from commands.rules.vocabulary import terminal_label
-from ledger.bundle import Bundle
 from ledger.canonical import MAX_SAFE_INTEGER
-from ledger.checkpoints import (
-    Checkpoint,
-    CheckpointError,
-    CheckpointReport,
-    InclusionProof,
-    Verifier,
-    parse_verifier_key,
-    prove_inclusion,
-    sign_checkpoint,
-    stored_leaves,
-    verifier_key,
-    verify_against_checkpoint,
-)
 from ledger.intake import read_text
-from ledger.keys import (
-    SigningError,
-    fingerprint,
-    load_private_key,
-    load_public_key,
-    public_key_b64,
-)
-from ledger.merkle import root_of
-from ledger.proofs import (
-    ConsistencyCheck,
-    ConsistencyProof,
-    InclusionCheck,
-    TrustedHead,
-    check_consistency,
-    check_inclusion,
-    prove_consistency,
-    trusted_head,
-)
-from ledger.verify import Problem, TreeHeadRef, parse_tree_head
 
 from .bundle import (
     bundle_option,
@@ -73,12 +36,18 @@ from .common import (
 from .inputs import whole
 from .terminal import inert
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from ledger.checkpoints import CheckpointReport, InclusionProof, Verifier
+    from ledger.proofs import ConsistencyCheck, ConsistencyProof, InclusionCheck, TrustedHead
+    from ledger.verify import Problem, TreeHeadRef
+
 __all__ = [
     "audit",
     "checkpoint",
     "prove",
     "replay",
-    "verify_against_checkpoint",
     "verify_checkpoint_command",
 ]
 
@@ -114,6 +83,8 @@ def replay(
       evidence replay P-1
       evidence replay P-1 --as-of 120 --bundle p1.bundle --format csv
     """
+    from commands.auditor.audit import replay_plan
+
     log = (
         open_verified_bundle(bundle_file, public_key_file, fmt in ("json", "jsonl"))
         if bundle_file
@@ -204,6 +175,9 @@ def audit(
       evidence audit
       evidence audit --plan P-1 --files ./src --json
     """
+    from commands.auditor.audit import audit as run_audit
+    from commands.auditor.audit import check_files
+
     if files_dir is not None and plan_id is None:
         fail("--files needs --plan P")
     log = (
@@ -278,6 +252,9 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
       evidence checkpoint > kept.checkpoint
       evidence checkpoint --key auditor.key --origin example.org/ledger --json
     """
+    from ledger.checkpoints import Checkpoint, CheckpointError, sign_checkpoint, verifier_key
+    from ledger.keys import fingerprint, public_key_b64
+
     store = open_store()
     key = signing_key(store, key_file)
     origin = default_origin(store) if origin is None else origin
@@ -386,6 +363,9 @@ def prove(
       evidence prove 42 --verify --checkpoint kept.checkpoint
       evidence prove --consistency "$(cat kept-head.txt)" --verify
     """
+    from ledger.checkpoints import CheckpointError
+    from ledger.proofs import check_consistency, check_inclusion
+
     if (position is None) == (old_head is None):
         fail("give POSITION (an inclusion proof) or --consistency OLD_SIZE, one of them")
     if (against is not None or checkpoint_file is not None) and not check:
@@ -429,6 +409,8 @@ def prove(
 
 def _old_head(text: str, check: bool) -> TreeHeadRef:
     """``--consistency OLD_SIZE[:ROOT_HEX]``: a root only with --verify, and needed then."""
+    from ledger.verify import TreeHeadRef, parse_tree_head
+
     if ":" not in text:
         if check:
             fail("--consistency: give the tree head you kept, OLD_SIZE:ROOT_HEX, to --verify it")
@@ -454,6 +436,9 @@ def _trusted(
     verifier: str | None,
 ) -> tuple[TrustedHead | None, list[Problem]]:
     """The tree head given to check against (with what was wrong with it), or none."""
+    from ledger.proofs import TrustedHead, trusted_head
+    from ledger.verify import parse_tree_head
+
     if against is not None:
         try:
             head = parse_tree_head(against)
@@ -472,6 +457,10 @@ def checkpoint_verifier(
     """What a kept checkpoint is checked with: the verifier key given (``--verifier-key``,
     or a ``--public-key`` file holding one), else the public key given or the plane key's,
     standing for the verifier key named after the checkpoint's origin."""
+    from commands.rules.signing import plane_key_path
+    from ledger.checkpoints import CheckpointError, parse_verifier_key
+    from ledger.keys import load_private_key
+
     if verifier is not None and public_key_file is not None:
         fail("give --verifier-key or --public-key, not both")
     if verifier is not None:
@@ -497,6 +486,9 @@ def checkpoint_verifier(
 
 def load_verifier(path: Path) -> Verifier:
     """A ``--public-key`` file: a PEM or base64 public key, or a C2SP verifier key."""
+    from ledger.checkpoints import CheckpointError, parse_verifier_key
+    from ledger.keys import SigningError, load_public_key
+
     try:
         return load_public_key(path)
     except SigningError as exc:
@@ -515,6 +507,10 @@ def load_verifier(path: Path) -> Verifier:
 def _log_head(store: ledger.Store, size: int | None) -> TrustedHead:
     """The log's own tree head (of its first ``size`` events): the newer end of a
     consistency check when no trusted one is given."""
+    from ledger.checkpoints import stored_leaves
+    from ledger.merkle import root_of
+    from ledger.proofs import TrustedHead
+
     head = store.head()
     if size is None:
         return TrustedHead(source="log", size=head.size, root=head.root.hex())
@@ -524,6 +520,8 @@ def _log_head(store: ledger.Store, size: int | None) -> TrustedHead:
 
 
 def _log_truncated(kept: int, held: int) -> Problem:
+    from ledger.verify import Problem
+
     return Problem(
         None,
         "log_truncated",
@@ -538,6 +536,9 @@ def _print_proof(
     size: int | None,
     as_json: bool,
 ) -> None:
+    from ledger.checkpoints import CheckpointError, InclusionProof, prove_inclusion
+    from ledger.proofs import prove_consistency
+
     try:
         proof: InclusionProof | ConsistencyProof = (
             prove_inclusion(store, position, size)
@@ -571,6 +572,8 @@ def _report_check(
 ) -> None:
     """Print a proof check (or, with no check made, the problems that prevented it);
     exit 1 unless it holds."""
+    from ledger.proofs import InclusionCheck
+
     ok = result.ok if result is not None else False
     if as_json:
         emit_json(
@@ -610,6 +613,10 @@ def _plane_public_key(log: Any, plane_key_file: Path | None) -> Ed25519PublicKey
     """The key tokens are checked against: the one given, else the plane key of the
     database when it is on this machine. A bundle names no plane key of its own (its
     checkpoint may be signed by any key): None, and token signatures go unchecked."""
+    from commands.rules.signing import plane_key_path
+    from ledger.bundle import Bundle
+    from ledger.keys import load_private_key, load_public_key
+
     if plane_key_file is not None:
         return load_public_key(plane_key_file)
     if isinstance(log, Bundle):
@@ -631,6 +638,8 @@ def verify_checkpoint_command(
     FILE]``: check the note's signature (under the verifier key given, else the public
     key given or the plane key's, named after the origin) and that the log extends its
     tree head; print the report; exit 1 if anything failed."""
+    from ledger.checkpoints import verify_against_checkpoint
+
     text = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
     store = open_store()
     report = verify_against_checkpoint(

@@ -10,26 +10,19 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-import ledger
-from commands.rules.signing import plane_key_path
-from ledger.bundle import (
-    Bundle,
-    BundleError,
-    BundleReport,
-    load_bundle,
-    verify_bundle,
-    write_bundle,
-)
+import ledger  # light: the errors and the version; the store loads on first use
 from ledger.intake import read_text
-from ledger.keys import load_private_key, load_public_key
 
 from .common import EXIT_VERDICT, STDOUT, console, emit_json, fail, open_store
 from .progress import progress_bar
 from .terminal import inert
+
+if TYPE_CHECKING:
+    from ledger.bundle import Bundle, BundleReport
 
 __all__ = [
     "bundle_option",
@@ -77,6 +70,9 @@ def public_key_option(fn: F) -> F:
 
 def signing_key(store: ledger.Store, key_file: Path | None) -> Any:
     """``--key FILE``, else the ledger's plane key (refused if there is none)."""
+    from commands.rules.signing import plane_key_path
+    from ledger.keys import load_private_key
+
     if key_file is None:
         key_file = plane_key_path(store.url)
         if not os.path.lexists(key_file):
@@ -94,6 +90,8 @@ def export_bundle_command(
     """``export --bundle FILE``; ``-`` writes the bundle to standard output (made in a
     temporary directory first, as a file is: the bundle is assembled at one snapshot
     and written whole) and the summary to standard error."""
+    from ledger.bundle import BundleError, write_bundle
+
     store = open_store()
     key = signing_key(store, key_file)
     to_stdout = str(out) == STDOUT
@@ -129,6 +127,9 @@ def export_bundle_command(
 def load_bundle_or_refuse(bundle_file: Path, public_key_file: Path | None) -> Bundle:
     """The bundle read and checked (``Bundle.report`` says how it fared); an unreadable
     file or key is a refused command."""
+    from ledger.bundle import BundleError, load_bundle
+    from ledger.keys import load_public_key
+
     public_key = load_public_key(public_key_file) if public_key_file is not None else None
     try:
         return load_bundle(bundle_file, public_key=public_key)
@@ -174,6 +175,9 @@ def verify_bundle_command(
     as_json: bool,
     jobs: int,
 ) -> None:
+    from ledger.bundle import BundleError, verify_bundle
+    from ledger.keys import load_public_key
+
     public_key = load_public_key(public_key_file) if public_key_file is not None else None
     kept = None
     if checkpoint_file is not None:

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
-
-from commands.plane.credentials import (
-    MAX_TTL,
-    CredentialState,
-    credentials_of,
-    issue_credential,
-    revoke_credential,
-)
 
 from .common import (
     db_option,
@@ -26,11 +19,16 @@ from .common import (
 )
 from .terminal import inert
 
+if TYPE_CHECKING:
+    from commands.plane.credentials import CredentialState
+
 _TTL = re.compile(r"([1-9][0-9]{0,6})([mhd])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
 
 def _ttl(_ctx: click.Context, _param: click.Parameter, value: str) -> timedelta:
+    from commands.plane.credentials import MAX_TTL
+
     found = _TTL.fullmatch(value)
     if found is None:
         raise click.BadParameter(f"{value!r}: a number of m, h or d, such as 30m, 8h or 7d")
@@ -82,6 +80,8 @@ def issue(plan_id: str, ttl: timedelta, as_json: bool) -> None:
       evidence credential issue --plan P-17
       evidence credential issue --plan P-17 --ttl 30m --json
     """
+    from commands.plane.credentials import issue_credential
+
     issued = issue_credential(open_plane(), plan_id, ttl=ttl)
     if as_json:
         emit_json(
@@ -112,6 +112,8 @@ def revoke(credential_id: str, reason: str, as_json: bool) -> None:
     Examples:
       evidence credential revoke 01JF3Q9V4X2M8N6P5R7S9T1W3Y --reason rotated
     """
+    from commands.plane.credentials import revoke_credential
+
     state = revoke_credential(open_plane(), credential_id, reason)
     if as_json:
         emit_json({"credential": _listed(state, True)})
@@ -131,6 +133,8 @@ def list_(plan_id: str | None, fmt: str) -> None:
       evidence credential list --plan P-17
       evidence credential list --format jsonl
     """
+    from commands.plane.credentials import credentials_of
+
     rows = [_listed(v.state, v.trusted) for v in credentials_of(open_plane(), plan_id)]
     emit_listing(
         fmt,

@@ -8,24 +8,17 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.text import Text
-from ulid import ULID
-
-from commands.auditor.history import (
-    Failure,
-    failure_lines,
-    last_run_failures,
-    plan_history,
-    summarize,
-)
-from commands.plane.core import Plane
-from commands.plane.driver import RunSummary, resume, run_plan_file
 
 from .common import db_option, emit_json, fail, json_option, open_plane, workdir_option
 from .terminal import inert, no_color
+
+if TYPE_CHECKING:
+    from commands.auditor.history import Failure
+    from commands.plane.core import Plane
+    from commands.plane.driver import RunSummary
 
 CHECKOUT_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -62,6 +55,9 @@ def _say_factory(as_json: bool):
     """Progress: coloured on a terminal, plain lines when piped, silent with --json. The
     message carries the agent's text (strategies, notes, messages): shown ``inert``, and
     never read as markup (``[required]`` is a label)."""
+    from rich.console import Console
+    from rich.text import Text
+
     if as_json:
         return lambda _stage, _message: None
     styled = sys.stdout.isatty() and not no_color()
@@ -79,12 +75,16 @@ def _say_factory(as_json: bool):
 
 def _failures(plane: Plane, summary: RunSummary) -> list[Failure]:
     """Why the plan's last validation run failed, unless the plan was applied."""
+    from commands.auditor.history import last_run_failures, plan_history
+
     if summary.state == "applied":
         return []
     return last_run_failures(plan_history(plane.store, summary.plan_id), plane.store.get_blob)
 
 
 def _print_summary(summary: RunSummary, failures: Sequence[Failure] = ()) -> None:
+    from commands.auditor.history import failure_lines
+
     click.echo("")
     click.echo(
         f"plan {inert(summary.plan_id)}: {summary.state}"
@@ -146,6 +146,8 @@ def run(
       evidence run examples/green-after-fix/plan.yaml
       evidence run --resume green-after-fix
     """
+    from commands.plane.driver import resume, run_plan_file
+
     if (plan_file is None) == (resume_id is None):
         fail("give PLAN_FILE or --resume PLAN_ID")
     say = _say_factory(as_json)
@@ -207,6 +209,11 @@ def demo(keep: Path | None, db_option_: str | None) -> None:
       evidence demo
       evidence demo --keep ./demo
     """
+    from ulid import ULID
+
+    from commands.auditor.history import plan_history, summarize
+    from commands.plane.driver import run_plan_file
+
     source = examples_dir() / "green-after-fix"
     if not (source / "plan.yaml").is_file():
         fail(f"the example {source} is missing: this installation is incomplete")

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import click
+from typing import TYPE_CHECKING
 
-# routing_line lives with the gates (the hooks' answers, here and in the service, use it).
-from commands.plane.gates import GateOutcome, gate_input, gate_output, routing_line
+import click
 
 from .common import EXIT_VERDICT, db_option, emit_json, json_option, open_plane, print_table
 from .inputs import json_or_file, raw_bytes
 from .terminal import inert
 
+# The plane and the store load inside each command, as it runs: completing `evidence gate
+# <TAB>` or `gate --help` imports neither (tests/test_startup.py).
+if TYPE_CHECKING:
+    from commands.plane.gates import GateOutcome
+
 
 def _report(outcome: GateOutcome, as_json: bool) -> None:
+    # routing_line lives with the gates (the hooks' answers, here and in the service, use it).
+    from commands.plane.gates import routing_line
+
     check = outcome.check
     if as_json:
         emit_json({"gate": outcome.to_json()})
@@ -55,6 +62,8 @@ def input_(plan_id: str, tool: str, params: str, step: str | None, as_json: bool
       evidence gate input --plan P-1 --tool search --params '{"q": "x"}'
       evidence gate input --plan P-1 --tool search --params @params.json --step s1
     """
+    from commands.plane.gates import gate_input
+
     _report(
         gate_input(open_plane(), plan_id, tool, raw_bytes(params, "--params"), step=step), as_json
     )
@@ -75,6 +84,8 @@ def output(plan_id: str, step: str, output: str, schema: str | None, as_json: bo
       evidence gate output --plan P-1 --step s1 --output @result.json
       evidence gate output --plan P-1 --step s2 --output @r.json --schema @s.json
     """
+    from commands.plane.gates import gate_output
+
     declared = json_or_file(schema, "--schema") if schema is not None else None
     _report(
         gate_output(open_plane(), plan_id, step, raw_bytes(output, "--output"), schema=declared),

@@ -3,22 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import msgspec
-
-from commands.plane.lifecycle import (
-    add_approver_key,
-    apply_plan,
-    authorize,
-    complete_apply,
-    pending_decisions,
-    record_fix,
-    revoke_approver,
-)
-from commands.rules.signing import SigningError
-from ledger.keys import fingerprint, generate_key_pair
-from projections.states import ApproverState, to_json
 
 from .common import (
     db_option,
@@ -34,6 +21,9 @@ from .common import (
 )
 from .inputs import raw_bytes, text_or_file
 from .terminal import inert
+
+if TYPE_CHECKING:
+    from projections.states import ApproverState
 
 
 @click.command()
@@ -53,6 +43,9 @@ def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
       evidence fix P-1 --note "handle empty input in the parser"
       evidence fix P-1 --note @note.txt --diff @fix.diff
     """
+    from commands.plane.lifecycle import record_fix
+    from projections.states import to_json
+
     if diff is not None and not diff.startswith("@"):
         fail("--diff takes @file")
     doc = record_fix(
@@ -92,6 +85,9 @@ def generate(out: Path, as_json: bool) -> None:
       evidence keys generate --out alice.key
       evidence keys generate --out ~/.keys/bob.key --json
     """
+    from commands.rules.signing import SigningError
+    from ledger.keys import fingerprint, generate_key_pair
+
     refuse_stdout(out, "--out", "a private key goes to a file only its owner can read")
     try:
         pair = generate_key_pair(out)
@@ -131,6 +127,9 @@ def add(name: str, pubkey_file: Path, role: str, as_json: bool) -> None:
       evidence keys add alice alice.key.pub
       evidence keys add ops-bob bob.key.pub --role operator --json
     """
+    from commands.plane.lifecycle import add_approver_key
+    from projections.states import to_json
+
     doc = add_approver_key(open_plane(create=True), name, pubkey_file, role=role)  # type: ignore[arg-type]
     if as_json:
         emit_json({"approver": to_json(doc), "role": role})
@@ -153,6 +152,9 @@ def revoke(name: str, reason: str, as_json: bool) -> None:
       evidence keys revoke alice --reason "laptop lost"
       evidence keys revoke bob --json
     """
+    from commands.plane.lifecycle import revoke_approver
+    from projections.states import to_json
+
     doc = revoke_approver(open_plane(), name, reason=reason)
     if as_json:
         emit_json({"approver": to_json(doc)})
@@ -171,6 +173,8 @@ def list_keys(fmt: str) -> None:
       evidence keys list
       evidence keys list --format jsonl
     """
+    from projections.states import to_json
+
     approvers: list[ApproverState] = [
         d for d in open_plane().projections.documents("approvers") if d is not None
     ]
@@ -218,6 +222,10 @@ def authorize_(
       evidence authorize
       evidence authorize 01M8N0Q6Z4 --key alice.key --revise "split the change"
     """
+    import msgspec
+
+    from commands.plane.lifecycle import authorize, pending_decisions
+
     if decision_id is not None and fmt in ("jsonl", "csv"):
         fail(f"--format {fmt} lists the pending decisions: give no DECISION_ID")
     plane = open_plane()
@@ -286,6 +294,9 @@ def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None
       evidence apply P-1 --token @token.txt
       evidence apply P-1 --resume
     """
+    from commands.plane.lifecycle import apply_plan, complete_apply
+    from projections.states import to_json
+
     if (token is None) == (not resume):
         fail("give --token TOKEN, or --resume")
     plane = open_plane()

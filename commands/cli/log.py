@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import msgspec
 
-from commands.plane.lifecycle import init_operator
-from commands.rules.signing import load_or_create_plane_key, plane_key_path
 from ledger.canonical import MAX_SAFE_INTEGER
-from ledger.checkpoints import CheckpointError, InclusionProof, prove_inclusion
-from ledger.proofs import StoredEvent, read_stored_event
-from ledger.rows import COLUMNS
-from ledger.verify import available_cores, parse_tree_head, verify_store
 
 from .audit import verifier_key_option, verify_checkpoint_command
 from .bundle import bundle_option, verify_bundle_command
@@ -35,6 +29,12 @@ from .common import (
 from .inputs import whole
 from .progress import progress_bar
 from .terminal import inert
+
+if TYPE_CHECKING:
+    import msgspec
+
+    from ledger.checkpoints import InclusionProof
+    from ledger.proofs import StoredEvent
 
 
 @click.command()
@@ -64,6 +64,9 @@ def init(operator: str | None, as_json: bool) -> None:
       evidence init --operator ops-alice
       evidence init --db postgresql+psycopg://postgres@127.0.0.1/evidence
     """
+    from commands.plane.lifecycle import init_operator
+    from commands.rules.signing import load_or_create_plane_key, plane_key_path
+
     plane = open_plane(create=True)
     store = plane.store
     head = store.head()
@@ -114,6 +117,8 @@ def init(operator: str | None, as_json: bool) -> None:
 def payload_summary(payload: msgspec.Struct) -> str:
     """A one-line view of a payload for a table: ``key=value`` for each field that is set.
     Never cut here: a table cuts its lines to a terminal's width, piped output is whole."""
+    import msgspec
+
     fields = msgspec.structs.asdict(payload)
     parts = []
     for key, value in fields.items():
@@ -239,6 +244,9 @@ def event(key: str, as_json: bool) -> None:
       evidence event 42
       evidence event 01M8MF3X4R6C1S268ZFR55Z0KN --json
     """
+    from ledger.checkpoints import CheckpointError, prove_inclusion
+    from ledger.proofs import read_stored_event
+
     wanted = _event_key(key)
     store = open_store()
     stored = read_stored_event(store, wanted)
@@ -271,6 +279,8 @@ _SHOWN_APART = ("payload", "delta", "leaf_hash", "chain_hash")
 
 
 def _print_event(stored: StoredEvent, proof: InclusionProof) -> None:
+    from ledger.rows import COLUMNS
+
     e = stored.event
     leaf = (
         "matches the stored bytes"
@@ -307,6 +317,8 @@ def _print_event(stored: StoredEvent, proof: InclusionProof) -> None:
 
 
 def _indented_json(value: object) -> str:
+    import msgspec
+
     text = msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
     return inert("\n".join(f"  {line}" for line in text.splitlines()), multiline=True)
 
@@ -359,6 +371,8 @@ def verify(
       evidence verify
       evidence verify --checkpoint kept.checkpoint --verifier-key @kept.vkey
     """
+    from ledger.verify import available_cores, parse_tree_head, verify_store
+
     if verifier is not None and checkpoint_file is None:
         fail("--verifier-key checks a --checkpoint: give one")
     if bundle_file is not None:

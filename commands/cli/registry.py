@@ -15,25 +15,6 @@ from urllib.parse import urlsplit
 
 import click
 
-from commands.plane.core import CommandRefused
-from commands.plane.registry import (
-    Registered,
-    define_skill,
-    get_skill,
-    get_tool,
-    get_validation,
-    list_skills,
-    list_tools,
-    list_validations,
-    parse_skill_spec,
-    parse_tool_spec,
-    parse_validation_spec,
-    register_tool,
-    register_validation,
-)
-from ledger import LedgerError
-from projections.documents import Document, to_json
-
 from .common import (
     db_option,
     emit_json,
@@ -47,8 +28,10 @@ from .common import (
 from .inputs import Seconds, load_file, whole
 from .terminal import inert
 
-if TYPE_CHECKING:  # the import's module loads only when a verb uses it
+if TYPE_CHECKING:  # each module loads only when a verb uses it
+    from commands.plane.registry import Registered
     from commands.plane.tool_import import Imported
+    from projections.documents import Document
 
 VERSION_HELP = "Show this version instead of the latest."
 
@@ -56,6 +39,9 @@ VERSION_HELP = "Show this version instead of the latest."
 @contextmanager
 def _about(path: str) -> Iterator[None]:
     """Name the file in every refusal, so the one error line says where to look."""
+    from commands.plane.core import CommandRefused
+    from ledger.errors import LedgerError
+
     try:
         yield
     except LedgerError as exc:
@@ -64,6 +50,8 @@ def _about(path: str) -> Iterator[None]:
 
 def _load(path: str, what: str) -> Mapping[str, Any]:
     """The file's document; ``load_file``'s refusals already name the file."""
+    from commands.plane.core import CommandRefused
+
     raw = load_file(path, f"{what} file")
     if not isinstance(raw, Mapping):
         raise CommandRefused(f"{path}: a {what} file holds one mapping of keys to values")
@@ -194,6 +182,8 @@ def tool_register(file: str, as_json: bool) -> None:
       evidence tool register tools/pytest.yaml
       evidence tool register tools/calc.json --json
     """
+    from commands.plane.registry import parse_tool_spec, register_tool
+
     raw = _load(file, "tool")
     with _about(file):
         spec = parse_tool_spec(raw)
@@ -334,6 +324,8 @@ def tool_list(kind: str | None, fmt: str) -> None:
       evidence tool list
       evidence tool list --kind tool --format csv
     """
+    from commands.plane.registry import list_tools
+
     views = list_tools(open_plane(), kind=kind)  # type: ignore[arg-type]
     emit_listing(fmt, {"tools": views}, views, lambda: _print_tools(views))
 
@@ -367,6 +359,8 @@ def tool_show(name: str, version: int | None, as_json: bool) -> None:
       evidence tool show pytest
       evidence tool show pytest --version 1 --json
     """
+    from commands.plane.registry import get_tool
+
     view = get_tool(open_plane(), name, version=version)
     if as_json:
         emit_json({"tool": view})
@@ -398,6 +392,8 @@ def validation_register(file: str, as_json: bool) -> None:
       evidence validation register validations/tests-pass.toml
       evidence validation register validations/lint.yaml --json
     """
+    from commands.plane.registry import parse_validation_spec, register_validation
+
     raw = _load(file, "validation")
     with _about(file):
         spec = parse_validation_spec(raw)
@@ -418,6 +414,8 @@ def validation_list(fmt: str) -> None:
       evidence validation list
       evidence validation list --format jsonl
     """
+    from commands.plane.registry import list_validations
+
     views = list_validations(open_plane())
     emit_listing(fmt, {"validations": views}, views, lambda: _print_validations(views))
 
@@ -451,6 +449,8 @@ def validation_show(name: str, version: int | None, as_json: bool) -> None:
       evidence validation show tests-pass
       evidence validation show tests-pass --version 2 --json
     """
+    from commands.plane.registry import get_validation
+
     view = get_validation(open_plane(), name, version=version)
     if as_json:
         emit_json({"validation": view})
@@ -483,6 +483,8 @@ def skill_define(file: str, as_json: bool) -> None:
       evidence skill define skills/qa.json
       evidence skill define skills/python-dev.yaml --json
     """
+    from commands.plane.registry import define_skill, parse_skill_spec
+
     raw = _load(file, "skill")
     with _about(file):
         spec = parse_skill_spec(raw)
@@ -503,6 +505,9 @@ def skill_list(fmt: str) -> None:
       evidence skill list
       evidence skill list --format csv
     """
+    from commands.plane.registry import list_skills
+    from projections.documents import to_json
+
     skills = list_skills(open_plane())
     documents = [to_json(s) for s in skills]
     emit_listing(
@@ -528,6 +533,9 @@ def skill_show(name: str, as_json: bool) -> None:
       evidence skill show qa
       evidence skill show qa --json
     """
+    from commands.plane.registry import get_skill, list_tools
+    from projections.documents import to_json
+
     plane = open_plane()
     doc = get_skill(plane, name)
     if as_json:

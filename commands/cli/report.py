@@ -10,9 +10,6 @@ from pathlib import Path
 
 import click
 
-from commands.auditor.report import gather_report, render_html
-from ledger.verify import verify_store
-
 from .bundle import bundle_option, load_bundle_or_refuse, public_key_option
 from .common import STDOUT, data_to_stdout, db_option, fail, open_store
 from .terminal import inert
@@ -46,6 +43,9 @@ def report(plan_id: str, out: Path, bundle_file: Path | None, public_key_file: P
       evidence report P-1 --html p1.html
       evidence report P-1 --bundle p1.bundle --html - > p1.html
     """
+    from commands.auditor.report import gather_report, render_html
+    from ledger.verify import verify_store
+
     to_stdout = str(out) == STDOUT
     if to_stdout:
         data_to_stdout("--html")

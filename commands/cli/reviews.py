@@ -3,24 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from commands.plane.reviews import (
-    AlreadyHandedOut,
-    ReportVerificationError,
-    ReviewRequestInvalid,
-    account_review,
-    get_review,
-    list_reviews,
-    review_result,
-    source_findings,
-    start_review,
-    submit_candidate,
-)
 from ledger.intake import read_bytes
-from projections.states import HandOutState, HostState, ReviewState, to_json
 
 from .common import (
     EXIT_VERDICT,
@@ -34,6 +21,9 @@ from .common import (
 )
 from .inputs import Seconds
 from .terminal import inert
+
+if TYPE_CHECKING:
+    from projections.states import ReviewState
 
 
 def _read(path: str, what: str) -> bytes:
@@ -77,6 +67,7 @@ def run(file: str, config: str, repo: Path, plan_id: str | None, as_json: bool) 
       evidence review run request.json --reviewers reviewers.yaml --repo .
     """
     from commands.plane.review_host import HostNotStarted, load_reviewers, run_review
+    from commands.plane.reviews import ReviewRequestInvalid
 
     data = _read(file, "REQUEST_FILE")
     reviewers = load_reviewers(config)
@@ -172,6 +163,8 @@ def start(file: str, plan_id: str | None, as_json: bool) -> None:
     Examples:
       evidence review start request.json --plan P-1
     """
+    from commands.plane.reviews import ReviewRequestInvalid, start_review
+
     data = _read(file, "FILE")
     try:
         task_id = start_review(open_plane(create=True), data, plan_id=plan_id)
@@ -199,6 +192,8 @@ def submit(task_id: str, file: str, reviewer: str, as_json: bool) -> None:
     Examples:
       evidence review submit TASK candidate.json --reviewer alice
     """
+    from commands.plane.reviews import submit_candidate
+
     result = submit_candidate(open_plane(), task_id, _read(file, "FILE"), reviewer=reviewer)
     if as_json:
         emit_json({"submission": result.to_json()})
@@ -232,6 +227,8 @@ def account(task_id: str, file: str, as_json: bool) -> None:
     Examples:
       evidence review account TASK accounting.json
     """
+    from commands.plane.reviews import account_review
+
     outcome = account_review(open_plane(), task_id, _read(file, "FILE"))
     if as_json:
         emit_json({"accounting": outcome.to_json()})
@@ -271,6 +268,8 @@ def result(task_id: str, recipient: str | None, as_json: bool) -> None:
     Examples:
       evidence review result TASK --as auditor --json
     """
+    from commands.plane.reviews import AlreadyHandedOut, ReportVerificationError, review_result
+
     try:
         found = review_result(open_plane(), task_id, recipient=recipient)
     except AlreadyHandedOut as exc:
@@ -350,6 +349,8 @@ def list_(plan_id: str | None, status: str | None, fmt: str) -> None:
       evidence review list --status completed
       evidence review list --plan P-1 --format csv
     """
+    from commands.plane.reviews import list_reviews
+
     reviews = [_summary(doc) for doc in list_reviews(open_plane(), plan_id=plan_id, status=status)]
     emit_listing(fmt, {"reviews": reviews}, reviews, lambda: _review_table(reviews))
 
@@ -372,6 +373,8 @@ def _review_table(reviews: list[dict[str, Any]]) -> None:
 
 
 def _summary(doc: ReviewState) -> dict[str, Any]:
+    from projections.states import HandOutState, HostState, to_json
+
     handed = doc.handed_out
     return {
         "task_id": doc.task_id,
@@ -397,6 +400,9 @@ def show(task_id: str, as_json: bool) -> None:
     Examples:
       evidence review show TASK
     """
+    from commands.plane.reviews import get_review, source_findings
+    from projections.states import HandOutState, HostState, to_json
+
     doc = get_review(open_plane(), task_id)
     if as_json:
         emit_json({"review": to_json(doc), "source_findings": source_findings(doc)})

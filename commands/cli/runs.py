@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import click
-import msgspec
-
-from commands.auditor.history import Failure, failure_lines
-from commands.plane.runs import call_tool, record_halt
-from commands.plane.validation_runs import validate_plan
 
 from .common import (
     EXIT_VERDICT,
@@ -55,6 +50,8 @@ def call(
       evidence call P-1 --tool pytest --params '{"path": "tests"}'
       evidence call P-1 --tool search --params @p.json --record-output @out.json
     """
+    from commands.plane.runs import call_tool
+
     schema = json_or_file(output_schema, "--output-schema") if output_schema else None
     recorded = raw_bytes(record_output, "--record-output") if record_output is not None else None
     report = call_tool(
@@ -136,6 +133,9 @@ def validate(plan_id: str, as_json: bool) -> None:
       evidence validate P-1
       evidence validate P-1 --json
     """
+    from commands.auditor.history import Failure, failure_lines
+    from commands.plane.validation_runs import validate_plan
+
     plane = open_plane()
     report = validate_plan(plane, plan_id)
     doc = report.to_json()  # each result with the tails of what it printed, as every door
@@ -220,6 +220,10 @@ def halt(
       evidence halt P-1 --raw-type timeout --reason "the build hung"
       evidence halt P-1 --raw-type needs_decision --reason @why.txt
     """
+    import msgspec
+
+    from commands.plane.runs import record_halt
+
     event = record_halt(
         open_plane(),
         plan_id,
