@@ -18,7 +18,7 @@ import functools
 import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -286,32 +286,8 @@ def _call_tool(
     if plan is not None:  # refuse before recording anything when no call is possible
         _execute_plan(found, plan_id)
     tool_doc = log.tool(tool)
-    is_validation = tool_doc is not None and tool_doc.kind == "validation"
-    if (
-        recorded is None
-        and tool_doc is not None
-        and not is_validation
-        and not tool_doc.spec.command
-        and not launches_mcp(tool_doc.spec)
-    ):
-        raise CommandRefused(
-            f"tool {tool!r} has no command to run here, nor an MCP server the plane can "
-            "launch (`mcp_command` or `mcp_url`): record the output of the call you made "
-            "with --record-output"
-        )
-    # The output is judged by the registry: the tool's own output schema (a validation's
-    # structured return, an MCP tool result for an MCP tool declaring none). A schema the
-    # caller gives (`call --output-schema`, a plan file step's `output`, the proxy's
-    # `_meta`) only narrows: it is checked after the registry's, never instead of it.
-    narrowing, output_schema = output_schema, None
-    if tool_doc is not None and not is_validation and tool_doc.spec.output_schema is None:
-        # The registry declares nothing for it (an MCP tool gets the MCP result shape
-        # below): the caller's declaration is the only one, as before.
-        narrowing, output_schema = None, narrowing
-    if is_validation:
-        # A validation called as a tool returns its structured return: closed, with
-        # `data` any object (what the nodes downstream of it read).
-        output_schema = RESULT_SCHEMA
+    _refuse_unrunnable(tool, tool_doc, recorded)
+    output_schema, narrowing = _judged_by(tool_doc, output_schema)
     if recorded is None and tool_doc is not None:
         _cap_of(to_json(tool_doc.spec))  # refused here, before the input gate is recorded
     # Where the call would run, made before anything is recorded: a workdir that cannot
@@ -322,13 +298,7 @@ def _call_tool(
     confinement = None
     if recorded is None and plan is not None and tool_doc is not None and copies is not None:
         confinement = _call_confinement(plane, plan, tool_doc, copies)
-    if input_gate is None:
-        input_gate = gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor)
-    elif not (
-        input_gate.passed and input_gate.check.tool == tool and input_gate.check.step == step
-    ):
-        raise CommandRefused(f"the input gate given is no pass of tool {tool!r} at step {step!r}")
-    report = CallReport(input_gate)
+    report = CallReport(_input_gate(plane, plan_id, tool, raw_params, step, actor, input_gate))
     if not report.input_gate.passed:
         return report  # an invented tool or bad parameters: the call is never made
     assert plan is not None and tool_doc is not None and copies is not None  # it passed
@@ -351,19 +321,78 @@ def _call_tool(
             confinement=confinement,
         )
     finally:
-        for guard in guards:
-            if report.ok:
-                guard.discard()
-            else:
-                guard.restore_if_changed()
-        if plane.mcp_sessions is not None and report.call is not None and not report.ok:
-            # A server whose call did not pass keeps nothing of it: not what it wrote in
-            # the sandbox (put back above), nor what it holds in memory. The next call
-            # starts it afresh on the restored copy.
-            plane.mcp_sessions.drop(plan_id)
-        if sandbox is None:  # a named resource's private directory keeps nothing
-            plane.sandbox(plan).clear_names({r: resource_kind(r) for r in plan.resources})
+        _after_call(plane, plan, guards, report, keep_names=sandbox is not None)
     return report
+
+
+def _refuse_unrunnable(tool: str, tool_doc: ToolState | None, recorded: Recorded | None) -> None:
+    """A registered tool the plane has no way to run, and no recorded output: refused
+    before anything is recorded."""
+    if recorded is not None or tool_doc is None or tool_doc.kind == "validation":
+        return
+    if not tool_doc.spec.command and not launches_mcp(tool_doc.spec):
+        raise CommandRefused(
+            f"tool {tool!r} has no command to run here, nor an MCP server the plane can "
+            "launch (`mcp_command` or `mcp_url`): record the output of the call you made "
+            "with --record-output"
+        )
+
+
+def _judged_by(tool_doc: ToolState | None, given: Any) -> tuple[Any, Any]:
+    """(the schema the output is judged by, the caller's narrowing of it).
+
+    The output is judged by the registry: the tool's own output schema (a validation's
+    structured return, an MCP tool result for an MCP tool declaring none). A schema the
+    caller gives (`call --output-schema`, a plan file step's `output`, the proxy's
+    `_meta`) only narrows: it is checked after the registry's, never instead of it."""
+    if tool_doc is not None and tool_doc.kind == "validation":
+        # A validation called as a tool returns its structured return: closed, with
+        # `data` any object (what the nodes downstream of it read).
+        return RESULT_SCHEMA, given
+    if tool_doc is not None and tool_doc.spec.output_schema is None:
+        # The registry declares nothing for it (an MCP tool gets the MCP result shape
+        # later): the caller's declaration is the only one, as before.
+        return given, None
+    return None, given
+
+
+def _input_gate(
+    plane: Plane,
+    plan_id: str,
+    tool: str,
+    raw_params: bytes,
+    step: str,
+    actor: str,
+    given: GateOutcome | None,
+) -> GateOutcome:
+    """The call's input gate: checked and recorded now, or the passing check a hook
+    already recorded for exactly this tool and step (anything else is refused)."""
+    if given is None:
+        return gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor)
+    if not (given.passed and given.check.tool == tool and given.check.step == step):
+        raise CommandRefused(f"the input gate given is no pass of tool {tool!r} at step {step!r}")
+    return given
+
+
+def _after_call(
+    plane: Plane, plan: PlanState, guards: list[TreeGuard], report: CallReport, *,
+    keep_names: bool,
+) -> None:  # fmt: skip
+    """The sandbox as the call leaves it: kept if the call passed, else put back; a
+    named resource's private directory keeps nothing (unless the caller gave its own
+    sandbox)."""
+    for guard in guards:
+        if report.ok:
+            guard.discard()
+        else:
+            guard.restore_if_changed()
+    if plane.mcp_sessions is not None and report.call is not None and not report.ok:
+        # A server whose call did not pass keeps nothing of it: not what it wrote in
+        # the sandbox (put back above), nor what it holds in memory. The next call
+        # starts it afresh on the restored copy.
+        plane.mcp_sessions.drop(plan.plan_id)
+    if not keep_names:
+        plane.sandbox(plan).clear_names({r: resource_kind(r) for r in plan.resources})
 
 
 def _run_call(
@@ -384,63 +413,14 @@ def _run_call(
 ) -> None:
     plan_id, tool, spec = plan.plan_id, tool_doc.name, tool_doc.spec
     run_started = tracing.now_ns()
-    started = ended = utc_now()
-    exit_code: int | None = None
-    streams: dict[str, Truncation] = {}
-    tool_error = False
-    said: Said = []  # what an MCP server asked of the plane's client, refused
-    if recorded is not None:
-        output, executor = as_bytes(recorded.output), "recorded"
-        tool_error = recorded.tool_error
-        if recorded.truncation is not None:
-            streams = {"stdout_truncated": recorded.truncation}
-    elif tool_doc.kind == "validation":
-        # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
-        output, started, ended, streams = _call_validation(
-            plane, plan, tool_doc, raw_params, copies, confinement
-        )
-        executor = "validation"
-    elif launches_mcp(spec):
-        called_mcp = _call_mcp(
-            plane, plan, tool_doc, raw_params, copies, actor=actor, confinement=confinement
-        )
-        if isinstance(called_mcp, PlanHalted):
-            report.halt = called_mcp
-            return
-        output, started, ended, streams, tool_error, report.mcp_result, said = called_mcp
-        executor = "mcp"
-        if output_schema is None and spec.output_schema is None:
-            # No declaration of its own: an MCP tool returns an MCP tool result.
-            output_schema = mcp_tool_result_schema()
-    else:
-        try:
-            argv = fill_argv(spec.command or [], msgspec.json.decode(raw_params))
-        except ArgvError as exc:
-            raise CommandRefused(f"cannot build the command line of {tool!r}: {exc}") from None
-        timeout = spec.timeout_ms / 1000 if spec.timeout_ms else DEFAULT_TIMEOUT_S
-        result = run_command(
-            argv,
-            cwd=workdir_of(plan, copies),
-            timeout_s=timeout,
-            max_output_bytes=_cap_of(to_json(spec)),
-            confinement=confinement,
-        )
-        if result.missing_program is not None:
-            report.halt = record_halt(
-                plane,
-                plan_id,
-                "program_missing",
-                f"tool {tool!r} could not be invoked: {result.missing_program!r} was not found",
-                hint=f"install `{result.missing_program}` where the plan runs "
-                "(it is not on PATH), then re-run unchanged",
-                actor=actor,
-            )
-            return
-        # A stdout over the cap is its kept bytes, never parsed: the gate finds no JSON.
-        output, _value = tool_output(result)
-        executor, exit_code = "command", result.exit_code
-        started, ended = result.started_at, result.ended_at
-        streams = _truncations(result)
+    ran = _execute(plane, plan, tool_doc, raw_params, report, recorded, copies, actor, confinement)
+    if ran is None:
+        return  # halted: the program or its server could not be had
+    output, executor, tool_error, said = ran.output, ran.executor, ran.tool_error, ran.said
+    started, ended, streams, exit_code = ran.started, ran.ended, ran.streams, ran.exit_code
+    if executor == "mcp" and output_schema is None and spec.output_schema is None:
+        # No declaration of its own: an MCP tool returns an MCP tool result.
+        output_schema = mcp_tool_result_schema()
     run_ended = tracing.now_ns()
     exchange = recorded.exchange if recorded is not None else exchanged(said)
     if exchange is not None and exchange.counts.refused:
@@ -519,6 +499,99 @@ def _run_call(
             truncated=truncated,
             instead_of_registered=True,
         )
+
+
+@dataclass
+class _Ran:
+    """What running a call gave, whichever way it ran (``_execute``)."""
+
+    output: bytes
+    executor: str  # command, validation, mcp or recorded (``ToolCalled.executor``)
+    started: str
+    ended: str
+    streams: dict[str, Truncation] = field(default_factory=dict)
+    exit_code: int | None = None
+    tool_error: bool = False
+    said: Said = field(default_factory=list)  # an MCP server's requests, refused
+
+
+def _execute(
+    plane: Plane,
+    plan: PlanState,
+    tool_doc: ToolState,
+    raw_params: bytes,
+    report: CallReport,
+    recorded: Recorded | None,
+    copies: Sandbox,
+    actor: str,
+    confinement: Confinement | None,
+) -> _Ran | None:
+    """Run the call its way: take the recorded output, run a validation in its copy,
+    call the MCP server, or run the command. None when it halted the plan
+    (``report.halt``)."""
+    if recorded is not None:
+        now = utc_now()
+        streams = {"stdout_truncated": recorded.truncation} if recorded.truncation else {}
+        return _Ran(as_bytes(recorded.output), "recorded", now, now, streams,
+                    tool_error=recorded.tool_error)  # fmt: skip
+    if tool_doc.kind == "validation":
+        # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
+        output, started, ended, streams = _call_validation(
+            plane, plan, tool_doc, raw_params, copies, confinement
+        )
+        return _Ran(output, "validation", started, ended, streams)
+    if launches_mcp(tool_doc.spec):
+        called = _call_mcp(
+            plane, plan, tool_doc, raw_params, copies, actor=actor, confinement=confinement
+        )
+        if isinstance(called, PlanHalted):
+            report.halt = called
+            return None
+        output, started, ended, streams, tool_error, report.mcp_result, said = called
+        return _Ran(output, "mcp", started, ended, streams, tool_error=tool_error, said=said)
+    return _run_command_tool(plane, plan, tool_doc, raw_params, report, copies, actor, confinement)
+
+
+def _run_command_tool(
+    plane: Plane,
+    plan: PlanState,
+    tool_doc: ToolState,
+    raw_params: bytes,
+    report: CallReport,
+    copies: Sandbox,
+    actor: str,
+    confinement: Confinement | None,
+) -> _Ran | None:
+    """The tool's command as a real subprocess in the sandbox; a program that is not
+    there halts the plan (``program_missing``) and answers None."""
+    tool, spec = tool_doc.name, tool_doc.spec
+    try:
+        argv = fill_argv(spec.command or [], msgspec.json.decode(raw_params))
+    except ArgvError as exc:
+        raise CommandRefused(f"cannot build the command line of {tool!r}: {exc}") from None
+    timeout = spec.timeout_ms / 1000 if spec.timeout_ms else DEFAULT_TIMEOUT_S
+    result = run_command(
+        argv,
+        cwd=workdir_of(plan, copies),
+        timeout_s=timeout,
+        max_output_bytes=_cap_of(to_json(spec)),
+        confinement=confinement,
+    )
+    if result.missing_program is not None:
+        report.halt = record_halt(
+            plane,
+            plan.plan_id,
+            "program_missing",
+            f"tool {tool!r} could not be invoked: {result.missing_program!r} was not found",
+            hint=f"install `{result.missing_program}` where the plan runs "
+            "(it is not on PATH), then re-run unchanged",
+            actor=actor,
+        )
+        return None
+    # A stdout over the cap is its kept bytes, never parsed: the gate finds no JSON.
+    output, _value = tool_output(result)
+    return _Ran(output, "command", result.started_at, result.ended_at, _truncations(result),
+                exit_code=result.exit_code)  # fmt: skip
 
 
 def _call_confinement(
