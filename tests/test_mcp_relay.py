@@ -382,3 +382,19 @@ def test_a_plan_with_skills_reads_only_from_servers_its_skills_name(sqlite_url: 
         with pytest.raises(CommandRefused, match="skills"):
             record_fetch(plane, "P-1", "mail", "prompt", "compose", {"messages": []})
     assert len(_plan_events(sqlite_url)) == before
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["test://" + "a" * 5000, "test://a\x1b[2J", "test://a\nb"],
+    ids=["huge", "escape", "newline"],
+)
+def test_a_read_whose_name_is_hostile_is_refused_and_recorded_nowhere(
+    sqlite_url: str, name: str
+) -> None:
+    with Plane.open(sqlite_url) as plane:
+        create_plan(plane, "P-1", project="api", resources=["repo:api"])
+        before = len(_plan_events(sqlite_url))
+        with pytest.raises(CommandRefused, match="printable characters"):
+            record_fetch(plane, "P-1", "srv", "resource", name, {"contents": []})
+    assert len(_plan_events(sqlite_url)) == before

@@ -51,6 +51,9 @@ from .proxy_verbs import PREFIX as PLANE_PREFIX
 from .registry import register_tool
 from .runs import MCP_FAULT, CallReport, Recorded, call_tool, exchanged, record_halt
 
+# The longest resource URI or prompt name a read records (the agent chooses it: one event
+# each, so the log keeps no megabyte of it).
+MAX_FETCHED_NAME = 4096
 _NOT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 # An upstream tool name the proxy offers: printable ASCII without spaces (MCP advises
 # letters, digits and ``_-.``); anything else could pass for another name on a terminal.
@@ -268,6 +271,10 @@ def record_fetch(
     before the agent gets it (the answer's JSON kept as a blob). Refused in an unknown or
     ended plan, while Apply is under way, and in a plan with skills when none of the
     server's tools is in them."""
+    if len(name) > MAX_FETCHED_NAME or not name.isprintable():
+        raise CommandRefused(
+            f"a {what}'s name or URI is at most {MAX_FETCHED_NAME} printable characters"
+        )
     content = json_bytes(answer)
     fetched = McpFetched(
         plan_id=plan_id,
