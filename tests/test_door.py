@@ -52,15 +52,34 @@ def test_a_foreign_origin_is_403_before_the_credential_is_looked_at(
         assert "Origin 'http://evil.example.com' is not allowed" in answer.json()["error"]
         for path in ("/v1/plan", "/healthz"):
             assert client.get(path, headers=evil).status_code == 403
-        # a page served from loopback itself is a web page as well
-        loop = {"Origin": "http://127.0.0.1:8750"}
-        assert (
-            client.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **loop}).status_code == 403
-        )
+        # a page of another server on loopback (another port, or the bare name of
+        # port 80) is a web page as well; a rebound name with its port too
+        for page in (
+            {"Origin": "http://127.0.0.1:8751"},
+            {"Origin": "http://localhost", "Host": "localhost:8750"},
+            {"Origin": "https://127.0.0.1:8750"},
+            {"Origin": "http://evil.example.com:8750", "Host": "evil.example.com:8750"},
+        ):
+            answer = client.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **page})
+            assert answer.status_code == 403, page
+        # the service's own origin, as the request names it: no page of another's (the
+        # MCP conformance suite's dns-rebinding-protection asks this of a localhost door)
+        for own in ("127.0.0.1:8750", "localhost:8750"):
+            same = {"Origin": f"http://{own}", "Host": own}
+            answer = client.post("/mcp", json=INITIALIZE, headers={**MCP_HEADERS, **same})
+            assert answer.status_code == 401, own
         # no Origin: a client that is no browser, on to the credential (401)
         assert client.post("/mcp", json=INITIALIZE, headers=MCP_HEADERS).status_code == 401
         assert client.get("/healthz").status_code == 200
     assert _head(url) == head
+
+
+def test_without_a_host_check_no_origin_is_the_services_own(url: str) -> None:
+    """An app a test drives in process checks no Host: a rebound name would pass as its
+    own origin, so no Origin does."""
+    with TestClient(create_app(url), base_url="http://evil.example.com:8750") as client:
+        page = {"Origin": "http://evil.example.com:8750"}
+        assert client.get("/healthz", headers=page).status_code == 403
 
 
 def test_an_operator_allows_a_console_origin(url: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,11 @@ request comes from (``Origin``) and names the site it meant (``Host``). So:
   exact origins such as ``https://console.example.org``; none by default: the service
   has no browser clients) is answered ``403`` before its credential is looked at, as
   the MCP specification requires of ``/mcp``; no ``Origin`` is a client that is no
-  browser, and passes;
+  browser, and passes; so does the service's own origin (``Origin`` exactly the
+  request's scheme and ``Host``, that ``Host`` one of the service's names): only a page
+  the service served could send it, and it serves none that runs code. A rebound name
+  is never one of its names, so its page, same-origin to the browser, is still
+  refused;
 - a request whose ``Host`` is not one of the service's names is answered ``421``
   (Misdirected Request): the loopback names (``localhost``, ``127.0.0.1``, ``[::1]``),
   bare or with the service's port, the address it is bound to with its port, and what
@@ -74,7 +78,7 @@ class DoorChecks:
                 origin = value.decode("latin-1")
             elif name == b"host":
                 host = value.decode("latin-1")
-        if origin is not None and origin not in self.origins:
+        if origin is not None and origin not in self.origins and not self._own(origin, host, scope):
             await _refuse(
                 send,
                 403,
@@ -91,6 +95,13 @@ class DoorChecks:
             )
             return
         await self.app(scope, receive, send)
+
+    def _own(self, origin: str, host: str, scope: Scope) -> bool:
+        """``origin`` is the service's own, as this request names the service (never
+        without a Host check: a rebound name is same-origin to its page)."""
+        if self.hosts is None or not _allowed_host(host, self.hosts):
+            return False
+        return origin == f"{scope.get('scheme', 'http')}://{host}"
 
 
 async def _refuse(send: Send, status: int, message: str) -> None:
