@@ -298,6 +298,7 @@ def register_mcp_server(url: str, server: str, command: list[str]) -> list[str]:
                         "mcp_server": server,
                         "mcp_tool_name": tool.name,
                         "mcp_command": command,
+                        **({"description": tool.description} if tool.description else {}),
                         "input_schema": tool.input_schema,
                         # as the server declares it: the plane compares before each call
                         **({"output_schema": tool.output_schema} if tool.output_schema else {}),

@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import re
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 import ledger
 from commands.plane import Plane
+from commands.plane.credentials import issue_credential
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from ledger.events import McpFetched, ToolCalled
 from tests.conformance import harness
 from tests.conftest import IN_CI
-from tests.helpers import run_cli
+from tests.helpers import register_mcp_server, run_cli
 
 pytestmark = pytest.mark.slow  # real processes: node (the suite) and the fixture server
 
@@ -95,6 +97,43 @@ def test_the_proxy_passes_what_the_fixture_passes(
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
+def test_the_services_server_door_passes_what_the_fixture_passes(
+    suite: None, sqlite_url: str, tmp_path: Path
+) -> None:
+    """`evidence serve` (a real uvicorn) with the fixture registered as MCP server `fx`
+    (its tools registered from its own declarations, the server launched by the plane
+    on stdio in the plan's sandbox, kept warm); the suite at `/mcp/fx` through a
+    forwarder that adds the plan's credential. Same pass set as the fixture's own, but
+    the exceptions docs/agents.md lists for the service; the ledger holds the calls,
+    with the log and progress messages relayed, and the reads."""
+    fixture = [sys.executable, str(harness.ROOT / "tests/conformance/fixture_server.py"), "--stdio"]
+    register_mcp_server(sqlite_url, "fx", fixture)
+    _plan_in_execute(sqlite_url)
+    with Plane.open(sqlite_url) as plane:
+        token = issue_credential(plane, "P-1", ttl=timedelta(hours=1)).token
+    with harness.service_door(sqlite_url, "fx", token, stderr=tmp_path / "serve.log") as url:
+        results = harness.run_scenarios(url, workdir=tmp_path)
+    failing = {name: r.failures for name, r in results.items() if name not in SERVICE_EXCEPTIONS}
+    assert {name: why for name, why in failing.items() if why} == {}
+    assert harness.passing(results) == set(harness.SCENARIOS) - set(SERVICE_EXCEPTIONS)
+    assert all(not results[name].passed for name in SERVICE_EXCEPTIONS)  # none is stale
+    with ledger.open(sqlite_url, create=False) as store:
+        events = list(store.read_stream("plan:P-1"))
+    calls = {e.payload.tool: e.payload for e in events if isinstance(e.payload, ToolCalled)}
+    assert {"fx.test_simple_text", "fx.test_tool_with_logging", "fx.test_sampling"} <= set(calls)
+    logged, progressed = calls["fx.test_tool_with_logging"], calls["fx.test_tool_with_progress"]
+    assert logged.exchange and logged.exchange.log == 3
+    assert progressed.exchange and progressed.exchange.progress == 3
+    sampled = calls["fx.test_sampling"]  # refused (stateless), recorded: the tool's failure
+    assert sampled.exchange and sampled.exchange.refused == 1 and sampled.tool_error
+    fetched = {
+        (e.payload.what, e.payload.name) for e in events if isinstance(e.payload, McpFetched)
+    }
+    assert {("resource", "test://static-text"), ("prompt", "test_simple_prompt")} <= fetched
+    audit = run_cli("audit", "--db", sqlite_url)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
 def _exceptions(gate: str) -> dict[str, str]:
     """The scenarios docs/agents.md says ``gate`` does not pass, with their reasons: the
     ``- `scenario`: reason`` lines between its markers."""
@@ -107,8 +146,10 @@ def _exceptions(gate: str) -> dict[str, str]:
 
 AGENTS_DOC = Path(__file__).resolve().parent.parent / "docs" / "agents.md"
 PROXY_EXCEPTIONS = _exceptions("proxy")
+SERVICE_EXCEPTIONS = _exceptions("service")
 
 
-def test_every_listed_exception_is_a_scenario_with_a_reason() -> None:
-    assert set(PROXY_EXCEPTIONS) <= set(harness.SCENARIOS)
-    assert all(len(why.split()) >= 3 for why in PROXY_EXCEPTIONS.values())
+@pytest.mark.parametrize("listed", [PROXY_EXCEPTIONS, SERVICE_EXCEPTIONS])
+def test_every_listed_exception_is_a_scenario_with_a_reason(listed: dict[str, str]) -> None:
+    assert set(listed) <= set(harness.SCENARIOS)
+    assert all(len(why.split()) >= 3 for why in listed.values())

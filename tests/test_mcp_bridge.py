@@ -30,13 +30,14 @@ from tests.helpers import run_cli, wait_ready
 TIME = [sys.executable, "-m", "mcp_server_time"]
 
 
-def _bridge(url: str, token: str) -> StdioServerParameters:
+def _bridge(url: str, token: str, *more: str) -> StdioServerParameters:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVIDENCE_SERVER")}
     env["EVIDENCE_CREDENTIAL"] = token
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "commands.cli", "mcp", "connect", "--server", url],
+        command=sys.executable,
+        args=["-m", "commands.cli", "mcp", "connect", "--server", url, *more],
         env=env,
-    )  # fmt: skip
+    )
 
 
 def test_an_agent_cli_reaches_the_gate_through_the_socket(
@@ -73,6 +74,16 @@ def test_an_agent_cli_reaches_the_gate_through_the_socket(
                     "time.get_current_time", {"timezone": "Europe/Paris"}
                 )
                 seen["status"] = await session.call_tool("evidence.plan_status", {})
+            # one server's door: its tools under the server's own names
+            async with (
+                stdio_client(_bridge(f"unix:{path}", token, "--mcp-server", "time")) as (r, w),
+                ClientSession(r, w) as session,
+            ):
+                await session.initialize()
+                seen["door"] = {t.name for t in (await session.list_tools()).tools}
+                seen["door_time"] = await session.call_tool(
+                    "get_current_time", {"timezone": "Europe/Paris"}
+                )
 
         anyio.run(drive)
     finally:
@@ -84,6 +95,8 @@ def test_an_agent_cli_reaches_the_gate_through_the_socket(
     assert not seen["time"].is_error, seen["time"]
     assert "Europe/Paris" in json.dumps(seen["time"].model_dump(mode="json"))
     assert seen["status"].structured_content["plan"]["phase"] == "execute"
+    assert {"get_current_time", "evidence.plan_status"} <= seen["door"]
+    assert not seen["door_time"].is_error, seen["door_time"]
 
 
 def test_the_bridge_sends_nothing_to_a_service_it_cannot_trust(socket_dir: Path) -> None:
@@ -96,12 +109,13 @@ def test_the_bridge_sends_nothing_to_a_service_it_cannot_trust(socket_dir: Path)
         listener.bind(str(squatted / "serve.sock"))
         listener.listen()
         listener.settimeout(0.5)
-        for url, said in (
+        for url, said, *more in (
             (f"unix:{squatted}/serve.sock", "is not trusted"),
             ("http://127.0.0.1:8750", "plain http://"),
+            ("http://127.0.0.1:8750", "Invalid value for --mcp-server", "--mcp-server", "a/b"),
         ):
             done = subprocess.run(
-                [sys.executable, "-m", "commands.cli", "mcp", "connect", "--server", url],
+                [sys.executable, "-m", "commands.cli", "mcp", "connect", "--server", url, *more],
                 env={**os.environ, "EVIDENCE_CREDENTIAL": "evd_x_secret"},
                 capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
             )  # fmt: skip

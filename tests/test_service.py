@@ -672,7 +672,8 @@ def test_the_hooks_answer_exactly_what_evidence_hook_exits_with_and_prints(serve
 
 # -- metrics ------------------------------------------------------------------------------
 
-_SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (\S+)$")
+# A label value is quoted and may hold braces (a route's template: /mcp/{server}).
+_SAMPLE = re.compile(r'^([a-z_]+)(\{(?:[^}"]|"(?:[^"\\]|\\.)*")*\})? (\S+)$')
 
 
 def _metrics(served: Served) -> dict[str, float]:

@@ -110,25 +110,42 @@ def _upstream_failure(program: str, exc: BaseException, timeout: float) -> str:
     metavar="URL",
     help="The service: unix:PATH or https://… (default: $EVIDENCE_SERVER).",
 )
-def connect(url: str | None) -> None:
+@click.option(
+    "--mcp-server",
+    "mcp_server",
+    default=None,
+    metavar="NAME",
+    help="One registered MCP server's door (/mcp/NAME): its tools under its own names, "
+    "its resources and prompts.",
+)
+def connect(url: str | None, mcp_server: str | None) -> None:
     """The service's MCP gate as a stdio MCP server.
 
-    Relays every MCP message between stdio and the service's /mcp, adding the agent's
-    credential ($EVIDENCE_CREDENTIAL or $EVIDENCE_CREDENTIAL_FILE) to each request,
-    after checking who answers: a unix socket only where no other user could have put
-    it, https only to a trusted certificate, never plain http (docs/service.md).
+    Relays every MCP message between stdio and the service's /mcp (or /mcp/NAME),
+    adding the agent's credential ($EVIDENCE_CREDENTIAL or $EVIDENCE_CREDENTIAL_FILE)
+    to each request, after checking who answers: a unix socket only where no other user
+    could have put it, https only to a trusted certificate, never plain http
+    (docs/service.md).
 
     \b
     Examples:
       evidence mcp connect --server unix:/run/evidence/serve.sock
-      evidence mcp connect --server https://plane.example.org
+      evidence mcp connect --server https://plane.example.org --mcp-server files
     """
+    import re
+
     import anyio
 
     from commands.hook_client import Blocked, read_credential, server_of
 
     from .mcp_bridge import check, relay
 
+    if mcp_server is not None and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", mcp_server):
+        raise click.BadParameter(
+            "letters, digits and . _ - (at most 64): a registered server's name",
+            param_hint="--mcp-server",
+        )
+    door = f"/mcp/{mcp_server}" if mcp_server else "/mcp"
     try:
         server = server_of(url)
         token = read_credential()
@@ -136,7 +153,7 @@ def connect(url: str | None) -> None:
     except Blocked as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        anyio.run(relay, server, token)
+        anyio.run(relay, server, token, door)
     except Exception as exc:  # the service went away or refused: one line, exit 2
         found: BaseException = exc
         while isinstance(found, BaseExceptionGroup) and len(found.exceptions) == 1:

@@ -21,9 +21,10 @@ from commands.hook_client import Server, connect_checked
 CONNECT_TIMEOUT_S = 30.0
 
 
-async def relay(server: Server, token: str) -> None:
-    """Relay MCP between this process's stdio and the service's ``/mcp`` at ``server``
-    (already checked to be who it says), with ``Authorization: Bearer token``."""
+async def relay(server: Server, token: str, door: str = "/mcp") -> None:
+    """Relay MCP between this process's stdio and the service's ``door`` (``/mcp`` or
+    ``/mcp/SERVER``) at ``server`` (already checked to be who it says), with
+    ``Authorization: Bearer token``."""
     import anyio
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -39,7 +40,7 @@ async def relay(server: Server, token: str) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     async with (
         httpx2.AsyncClient(transport=transport, headers=headers, timeout=None) as http,
-        streamable_http_client(f"{base}/mcp", http_client=http) as (from_service, to_service),
+        streamable_http_client(f"{base}{door}", http_client=http) as (from_service, to_service),
         stdio_server() as (from_client, to_client),
         anyio.create_task_group() as group,
     ):

@@ -26,6 +26,14 @@ A name the registry does not know is an invented tool (recorded as such: a faile
 iteration); a registered tool the gate does not offer (a command tool, a validation, an
 MCP tool the plane cannot launch) is refused with nothing recorded, as ``evidence call``
 refuses a tool it cannot run: it is never run through this door.
+
+**One server's door** (``/mcp/{server}``: ``server_tools``, ``server_call``,
+``server_request``) is what ``evidence mcp proxy`` is for one upstream, without the
+agent holding the plane: that server's tools under the names the server gives them (as
+an MCP client that was configured with the server itself expects), the same gate on
+every call, and the server's resources, prompts, completions and log level forwarded
+on the plan's server, each resource read and prompt fetch recorded (``mcp.fetched``)
+before the agent gets it.
 """
 
 from __future__ import annotations
@@ -53,11 +61,23 @@ from .mcp_answers import (
     upstream_failed,
     with_plan_state,
 )
+from .phases import require_execute, require_plan
+from .proxy import MCP_TOOL_NAME, agent_name, check_fetched_name, record_fetch
 from .proxy_verbs import PLANE_TOOLS
 from .proxy_verbs import PREFIX as PLANE_PREFIX
-from .runs import CallReport, call_tool, declares_output, launches_mcp
+from .runs import CallReport, call_tool, declares_output, forward_to_server, launches_mcp
 
-__all__ = ["GATE", "GateCall", "gate_call", "offered_tools", "offers"]
+__all__ = [
+    "GATE",
+    "Forwarded",
+    "GateCall",
+    "gate_call",
+    "offered_tools",
+    "offers",
+    "server_call",
+    "server_request",
+    "server_tools",
+]
 
 # How the gate names itself in a refusal of a plan state ("… tool calls only in Execute").
 GATE = "the plane's MCP gate makes"
@@ -205,3 +225,108 @@ def _result_of(report: CallReport) -> types.CallToolResult:
     called on its MCP server: the result is there once it answered within its cap)."""
     assert report.mcp_result is not None
     return types.CallToolResult.model_validate(report.mcp_result)
+
+
+# -- one server's door ---------------------------------------------------------------------
+
+# The requests a server's door records (what the agent reads): method -> (what, the
+# parameter naming it).
+FETCHES = {"resources/read": ("resource", "uri"), "prompts/get": ("prompt", "name")}
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """The server's answer to a forwarded request (its result as JSON), or the JSON-RPC
+    error the agent gets instead (``code``, ``message``)."""
+
+    result: dict[str, Any] | None
+    code: int = 0
+    message: str = ""
+
+
+def _server_docs(plane: Plane, server: str) -> dict[str, ToolState]:
+    """The tools of MCP server ``server`` the gate offers (the plan's skills aside), by
+    the names the server gives them. A name the proxy would not offer (not printable
+    ASCII, a plane verb's) is left out; of two tools with one MCP name, the first by
+    registered name."""
+    found: dict[str, ToolState] = {}
+    for doc in sorted(plane.log().registered_tools(), key=lambda d: d.name):
+        name = doc.spec.mcp_tool_name or ""
+        if (
+            doc.spec.mcp_server == server
+            and offers(doc)
+            and MCP_TOOL_NAME.fullmatch(name)
+            and not name.startswith(PLANE_PREFIX)
+        ):
+            found.setdefault(name, doc)
+    return found
+
+
+def server_tools(plane: Plane, plan_id: str, server: str) -> list[types.Tool]:
+    """What ``/mcp/{server}`` offers: the server's tools the plan may call, under the
+    server's names for them and with their registered schemas, then the plane's verbs."""
+    plan = plane.log().state(f"plan:{plan_id}").of(PlanState)
+    tools = [
+        _as_mcp_tool(doc).model_copy(update={"name": name})
+        for name, doc in _server_docs(plane, server).items()
+        if plan is None or plan.may_call(doc.name)
+    ]
+    return [*tools, *plane_tools()]
+
+
+def server_call(
+    plane: Plane,
+    plan_id: str,
+    server: str,
+    name: str,
+    arguments: Any,
+    meta: Mapping[str, Any] | None = None,
+) -> GateCall:
+    """One ``tools/call`` at ``/mcp/{server}``: ``name`` is the server's name of the
+    tool, gated as ``gate_call`` gates its registered name; a name the server's door
+    does not know is an invented tool, recorded as an agent CLI names it
+    (``mcp__SERVER__NAME``), as the proxy records one."""
+    if name in PLANE_TOOLS:
+        return gate_call(plane, plan_id, name, arguments, meta)
+    doc = _server_docs(plane, server).get(name)
+    registered = doc.name if doc is not None else agent_name(server, name)
+    return gate_call(plane, plan_id, registered, arguments, meta)
+
+
+def server_request(
+    plane: Plane, plan_id: str, server: str, request: Any, result_type: Any
+) -> Forwarded:
+    """A request of the agent's to MCP server ``server`` other than a tool call
+    (``request``, a model of ``mcp_types``; ``result_type`` its result's), forwarded as
+    it came to the plan's server, launched and confined as for a call of one of its
+    tools the plan may call. Only in Execute (a server the plane launches runs in the
+    plan's sandbox); a pending decision does not stop it (it changes nothing). A
+    resource read or a prompt fetch is recorded before the agent gets it. A server that
+    fails the request halts nothing (no step rests on it): the agent gets the error."""
+    method = str(request.method)
+    fetch = FETCHES.get(method)
+    try:
+        name = str(getattr(request.params, fetch[1])) if fetch else ""
+        if fetch:
+            check_fetched_name(fetch[0], name)
+        plan = require_plan(plane.state(f"plan:{plan_id}"), plan_id)
+        require_execute(plan, plan_id, "the MCP servers the plane launches answer")
+        docs = [d for d in _server_docs(plane, server).values() if plan.may_call(d.name)]
+        if not docs:
+            raise CommandRefused(
+                f"no tool of MCP server {server!r} is offered to plan {plan_id}: the door "
+                "forwards only to a server of the plan's tools"
+            )
+
+        async def forward(session: Any) -> Any:
+            return await session.send_request(request, result_type)
+
+        called = forward_to_server(plane, plan, docs[0], method, forward)
+        if called.result is None:
+            said = called.error or "its answer is larger than the tool's output cap"
+            return Forwarded(None, called.error_code or types.INTERNAL_ERROR, said)
+        if fetch:
+            record_fetch(plane, plan_id, server, fetch[0], name, called.result)
+    except LedgerError as exc:
+        return Forwarded(None, types.INVALID_REQUEST, said_by(exc, "mcp"))
+    return Forwarded(called.result)

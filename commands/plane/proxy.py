@@ -57,7 +57,7 @@ MAX_FETCHED_NAME = 4096
 _NOT_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 # An upstream tool name the proxy offers: printable ASCII without spaces (MCP advises
 # letters, digits and ``_-.``); anything else could pass for another name on a terminal.
-_TOOL_NAME = re.compile(r"[!-~]{1,128}")
+MCP_TOOL_NAME = re.compile(r"[!-~]{1,128}")
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def register_upstream_tools(
     for tool in tools:
         if by_operator and _operators(log, server, tool, done):
             continue
-        if not _TOOL_NAME.fullmatch(tool.name):
+        if not MCP_TOOL_NAME.fullmatch(tool.name):
             done.refused[tool.name] = "its name is not 1-128 printable ASCII characters"
             continue
         if tool.name.startswith(PLANE_PREFIX):
@@ -264,6 +264,15 @@ def record_oversized_result(
     )
 
 
+def check_fetched_name(what: str, name: str) -> None:
+    """Refused unless ``name``, a resource's URI or a prompt's name of the agent's
+    choosing, is short and printable (one event records it)."""
+    if len(name) > MAX_FETCHED_NAME or not name.isprintable():
+        raise CommandRefused(
+            f"a {what}'s name or URI is at most {MAX_FETCHED_NAME} printable characters"
+        )
+
+
 def record_fetch(
     plane: Plane, plan_id: str, server: str, what: str, name: str, answer: Mapping[str, Any]
 ) -> McpFetched:
@@ -271,10 +280,7 @@ def record_fetch(
     before the agent gets it (the answer's JSON kept as a blob). Refused in an unknown or
     ended plan, while Apply is under way, and in a plan with skills when none of the
     server's tools is in them."""
-    if len(name) > MAX_FETCHED_NAME or not name.isprintable():
-        raise CommandRefused(
-            f"a {what}'s name or URI is at most {MAX_FETCHED_NAME} printable characters"
-        )
+    check_fetched_name(what, name)
     content = json_bytes(answer)
     fetched = McpFetched(
         plan_id=plan_id,

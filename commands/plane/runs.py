@@ -29,6 +29,8 @@ from ulid import ULID
 from commands.runner.confine import Confinement
 from commands.runner.mcp_client import (
     LEGACY_MCP_TOOL_RESULT_SHA256,
+    Forward,
+    McpCall,
     call_mcp_tool,
     capped,
     is_tool_error,
@@ -653,24 +655,17 @@ def _call_mcp(
     arguments = msgspec.json.decode(raw_params)
     if not isinstance(arguments, dict):  # the registry keeps MCP tools' inputs objects
         raise CommandRefused(f"the arguments of MCP tool {tool!r} must be an object")
-    command, url = given(spec.mcp_command), given(spec.mcp_url)
-    timeout = spec.timeout_ms / 1000 if spec.timeout_ms else DEFAULT_TIMEOUT_S
-    cap = _cap_of(to_json(spec))
+    command = given(spec.mcp_command)
+    launch = _mcp_launch(plane, plan, tool_doc, copies, confinement)
+    cap = launch["cap"]
     call = call_mcp_tool(
         spec.mcp_tool_name or "",
         arguments,
-        command=command,
-        url=url,
-        cwd=workdir_of(plan, copies),
-        timeout_s=timeout,
-        confinement=confinement,
         # Registered from a file: its copy of the schemas must still be the server's.
         declared=(spec.declared_input_schema, spec.declared_output_schema)
         if not spec.source.startswith("mcp:")
         else None,
-        cap=cap,
-        warm=plane.mcp_sessions,  # the service's: its server kept open for the plan
-        owner=plan.plan_id,
+        **launch,
     )
     if call.truncation is not None and call.kept is not None:
         # Over the cap: the kept prefix of the answer, never parsed (a command's stdout).
@@ -714,6 +709,42 @@ def _call_mcp(
     tool_error = is_tool_error(call.result)
     said = call.exchange or []
     return output, call.started_at, call.ended_at, streams, tool_error, call.result, said
+
+
+def _mcp_launch(
+    plane: Plane,
+    plan: PlanState,
+    tool_doc: ToolState,
+    copies: Sandbox,
+    confinement: Confinement | None,
+) -> dict[str, Any]:
+    """How the plane reaches a tool's MCP server for ``plan`` (``call_mcp_tool``'s
+    launch arguments): its command in the plan's sandbox, confined, or its URL; on the
+    server the service keeps open for the plan, when it keeps servers."""
+    spec = tool_doc.spec
+    return {
+        "command": given(spec.mcp_command),
+        "url": given(spec.mcp_url),
+        "cwd": workdir_of(plan, copies),
+        "timeout_s": spec.timeout_ms / 1000 if spec.timeout_ms else DEFAULT_TIMEOUT_S,
+        "confinement": confinement,
+        "cap": _cap_of(to_json(spec)),
+        "warm": plane.mcp_sessions,  # the service's: its server kept open for the plan
+        "owner": plan.plan_id,
+    }
+
+
+def forward_to_server(
+    plane: Plane, plan: PlanState, tool_doc: ToolState, method: str, forward: Forward
+) -> McpCall:
+    """Ask the MCP server of ``tool_doc`` a request other than a tool call (``forward``:
+    a resource read, a prompt, a completion, a log level) for ``plan``, launched and
+    confined exactly as for a call of that tool, on the same kept server. Nothing is
+    recorded here (a gate records what it gives the agent to read)."""
+    copies = sandbox_of(plane, plan)
+    confinement = _call_confinement(plane, plan, tool_doc, copies)
+    launch = _mcp_launch(plane, plan, tool_doc, copies, confinement)
+    return call_mcp_tool(method, {}, forward=forward, **launch)
 
 
 def record_unregistered_call(

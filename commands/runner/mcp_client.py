@@ -36,8 +36,10 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol, TypeVar
+from typing import IO, Any, Literal, Protocol, TypeVar, cast
 
 import msgspec
 
@@ -58,8 +60,32 @@ class Warm(Protocol):
     ) -> dict[str, Any] | None: ...
 
 
+@dataclass(frozen=True)
+class Backchannel:
+    """The agent's side of the request a call serves, when a gate's MCP door makes the
+    call for an MCP client (``commands.service.mcp``): what of the client's ``_meta``
+    goes on to the server (``meta``, without the gate's own keys), whether the client
+    asked for progress, and ``send``, which takes the server's log and progress messages
+    to the client while the call runs (called from any thread, in order; it never
+    blocks).
+
+    Set for the request by the door (``BACKCHANNEL``), read where the call is made: the
+    worker thread that makes it runs in a copy of the request's context."""
+
+    meta: dict[str, Any] | None
+    progress: bool
+    send: Callable[[dict[str, Any]], None]
+
+
+BACKCHANNEL: ContextVar[Backchannel | None] = ContextVar("evidence_backchannel", default=None)
+# A request a gate forwards to the server instead of a tool call (``resources/read``,
+# ``prompts/get`` …): given the open session, it answers the server's result (a model).
+Forward = Callable[[Any], Awaitable[Any]]
+
 __all__ = [
+    "BACKCHANNEL",
     "LEGACY_MCP_TOOL_RESULT_SHA256",
+    "Backchannel",
     "Fault",
     "McpCall",
     "call_mcp_tool",
@@ -140,10 +166,14 @@ class McpCall(msgspec.Struct, kw_only=True):
     result: dict[str, Any] | None = None
     fault: Fault | None = None
     error: str | None = None
+    # The JSON-RPC error's code, when the server answered with one (fault ``error``).
+    error_code: int | None = None
     truncation: Truncation | None = None
     kept: bytes | None = None
-    # The server's requests the plane's client refused during the call (sampling,
-    # elicitation: it offers neither), as ``{"kind", "request", "refused", "error"}``.
+    # What the server said to the client during the call besides its result, in order:
+    # its log and progress messages (``{"kind": "log" | "progress", "params"}``) and the
+    # requests the plane's client refused (sampling, elicitation: it offers neither),
+    # as ``{"kind", "request", "refused", "error"}``.
     exchange: list[dict[str, Any]] | None = None
     started_at: str
     ended_at: str
@@ -196,6 +226,7 @@ def call_mcp_tool(
     listing: bool = False,
     warm: Warm | None = None,
     owner: str = "",
+    forward: Forward | None = None,
 ) -> McpCall:
     """Call ``tool`` with ``arguments`` on the server launched by ``command`` (stdio) or
     reached at ``url`` (streamable HTTP). ``env`` (default: this process's environment)
@@ -208,7 +239,10 @@ def call_mcp_tool(
 
     With ``warm`` (the service's ``mcp_sessions.WarmSessions``), the call is made on the
     server kept open for ``owner`` (a plan) and this very launch, started on first use;
-    a server that cannot be started warm is tried as without it, which says why."""
+    a server that cannot be started warm is tried as without it, which says why.
+
+    With ``forward``, the server is asked that request instead of a tool call (``tool``
+    names its method, for the errors): a gate's resource read or prompt fetch."""
     if (command is None) == (url is None):
         raise ValueError("give exactly one of command and url")
     argv = list(command or [])
@@ -231,7 +265,7 @@ def call_mcp_tool(
         return finish(fault="unavailable", error=f"working directory {os.fspath(cwd)!r} is gone")
     if warm is not None and owner and env is None and not listing:
         call = _Call(tool, dict(arguments), argv, url, cwd, None, timeout_s, None)
-        call.declared = declared
+        call.declared, call.forward = declared, forward
         fields = warm.call(call, owner, confinement if url is None else None, cap)
         if fields is not None:
             return finish(**fields)
@@ -240,7 +274,7 @@ def call_mcp_tool(
         launched(argv, confinement if url is None else None, env) as (launch, child_env),
     ):
         call = _Call(tool, dict(arguments), argv, url, cwd, child_env, timeout_s, stderr)
-        call.declared = declared
+        call.declared, call.forward = declared, forward
         call.listing = listing
         call.launch = launch
         call.cap = cap
@@ -349,7 +383,9 @@ class _Call:
         # A warm server's tools as it last listed them (emptied when it says they
         # changed): the drift check reads them instead of asking again.
         self.known: dict[str, Any] | None = None
-        self.exchange: list[dict[str, Any]] = []  # the server's requests, refused
+        self.exchange: list[dict[str, Any]] = []  # what the server said meanwhile
+        self.forward: Forward | None = None  # a request to make instead of tools/call
+        self.back = BACKCHANNEL.get()  # the agent's client, when a door makes the call
 
     async def run(self) -> dict[str, Any]:
         """Start (or reach) the server, initialize, call: the call's fields."""
@@ -415,18 +451,14 @@ class _Call:
                     if drift is not None:
                         return {"fault": "schema_drift", "error": drift}
                 self.stage = "call"
-                request = types.CallToolRequest(
-                    params=types.CallToolRequestParams(name=self.tool, arguments=self.arguments)
-                )
-                result = await session.send_request(
-                    request, types.CallToolResult, request_read_timeout_seconds=self.timeout_s
-                )
+                result = await (self.forward(session) if self.forward else self._call(session))
             except MCPError as exc:
                 if self.stage == "call" and exc.error.code != types.CONNECTION_CLOSED:
                     return {
                         "fault": "error",
                         "error": f"MCP server answered the call of {self.tool!r} with "
                         f"error {exc.error.code}: {_one_line(exc.error.message)}",
+                        "error_code": exc.error.code,
                     }
                 return self._failed(exc)
             except Exception as exc:
@@ -437,10 +469,39 @@ class _Call:
                 return {"truncation": truncation, "kept": kept}
             raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             raw.pop("resultType", None)
-            if result.structured_content is not None:  # exactly as sent
+            if getattr(result, "structured_content", None) is not None:  # exactly as sent
                 raw["structuredContent"] = result.structured_content
             return {"result": raw, **({"exchange": self.exchange} if self.exchange else {})}
         return {}  # cancelled by a protocol error (see on_message)
+
+    async def _call(self, session: Any) -> Any:
+        """``tools/call``, with the agent's ``_meta`` and its progress relayed when a
+        door makes the call for a client that asked for progress."""
+        import mcp_types as types
+
+        back = self.back
+        params = types.CallToolRequestParams(
+            name=self.tool,
+            arguments=self.arguments,
+            _meta=cast("types.RequestParamsMeta | None", back.meta if back else None),
+        )
+        return await session.send_request(
+            types.CallToolRequest(params=params),
+            types.CallToolResult,
+            request_read_timeout_seconds=self.timeout_s,
+            progress_callback=self._progress if back is not None and back.progress else None,
+        )
+
+    async def _progress(self, progress: float, total: float | None, message: str | None) -> None:
+        found = {"progress": progress, "total": total, "message": message}
+        self.said({"kind": "progress", "params": {k: v for k, v in found.items() if v is not None}})
+
+    def said(self, entry: dict[str, Any]) -> None:
+        """A message of the server's to the client during the call: kept for the call's
+        record, and passed on to the agent's client when a door makes the call."""
+        self.exchange.append(entry)
+        if self.back is not None:
+            self.back.send(entry)
 
     async def _drift(self, session: Any) -> str | None:
         """How the server's own declaration of the tool differs from the registered one
@@ -479,7 +540,13 @@ class _Call:
         return listed
 
     async def on_message(self, message: Any) -> None:
-        """A transport-level exception (a line that is no MCP message) ends the call."""
+        """A log message is the call's (``said``); a transport-level exception (a line
+        that is no MCP message) ends the call."""
+        import mcp_types as types
+
+        if isinstance(message, types.LoggingMessageNotification):
+            params = message.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+            self.said({"kind": "log", "params": params})
         if isinstance(message, Exception) and self.protocol_error is None:
             self.protocol_error = (
                 f"MCP server broke the protocol ({self._doing()}): "

@@ -79,7 +79,7 @@ class _Server:
     bounded: Any = None
     stderr: IO[bytes] | None = None
     closing: anyio.Event | None = None
-    calls: set[_Call] = field(default_factory=set)
+    calls: list[_Call] = field(default_factory=list)  # in flight, in the order begun
     last_used: float = field(default_factory=time.monotonic)
     held: Future[None] | None = None  # the holding task: done once the server is stopped
     # Its tools as it listed them, for the drift check; emptied when it says they changed.
@@ -112,21 +112,26 @@ class _Server:
 
     async def heard(self, message: Any) -> None:
         """A changed tool list is read again before the next call's drift check; a line
-        that is no MCP message ends every call in flight (``_Call.on_message``)."""
+        that is no MCP message ends every call in flight; a log message is the latest
+        call's (the server's connection names no call: ``_Call.on_message``)."""
         import mcp_types as types
 
         if isinstance(message, types.ToolListChangedNotification):
             self.tools.clear()
-        for call in list(self.calls):
+        if isinstance(message, types.LoggingMessageNotification):
+            hearers = self.calls[-1:]
+        else:
+            hearers = list(self.calls)
+        for call in hearers:
             await call.on_message(message)
 
     async def call(self, run: _Call) -> dict[str, Any]:
-        self.calls.add(run)
+        self.calls.append(run)
         run.known = self.tools
         try:
             return await run.run_on(self.session, self.bounded)
         finally:
-            self.calls.discard(run)
+            self.calls.remove(run)
             self.last_used = time.monotonic()
 
     def close(self) -> None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -91,11 +92,11 @@ from .auth import (
 from .committer import GroupCommitter
 from .door import DoorChecks
 from .follower import ReadModelFollower
-from .mcp import SCOPE_PLAN, SCOPE_SLOT, McpGate, Slot
+from .mcp import SCOPE_PLAN, SCOPE_SERVER, SCOPE_SLOT, McpGate, Slot
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import openapi_document
 from .pool import PlanePool
-from .routes import CREDENTIALS_DOC, ENDPOINTS, WELL_KNOWN, Endpoint, Outcome, closed
+from .routes import CREDENTIALS_DOC, ENDPOINTS, SERVER, WELL_KNOWN, Endpoint, Outcome, closed
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "RETRY_AFTER_S", "Service", "create_app"]
 
@@ -237,7 +238,7 @@ class Service:
         """A 401: the reason, how a credential is obtained, and where the service's
         protected-resource metadata is (that of /mcp for /mcp), in ``WWW-Authenticate``
         and in the body."""
-        suffix = endpoint.path if endpoint.access == "mcp" else ""
+        suffix = _mcp_path(request) if endpoint.access == "mcp" else ""
         metadata = f"{origin(request)}{WELL_KNOWN}{suffix}"
         header = challenge(reason, token_given=token_given, resource_metadata=metadata)
         return self.error(
@@ -389,11 +390,17 @@ class Service:
         try:
             try:
                 check_plan(credential, _query(endpoint, request).get("plan"))
+                server = _path(endpoint, request).get("server")
                 message = await self._body_within(request)
             except Exception as exc:
                 await self.refusal(endpoint, request, exc)(scope, receive, sending)
                 return status
-            checked = {**scope, SCOPE_PLAN: credential.plan_id, SCOPE_SLOT: slot}
+            checked = {
+                **scope,
+                SCOPE_PLAN: credential.plan_id,
+                SCOPE_SLOT: slot,
+                SCOPE_SERVER: server,
+            }
             await self.mcp.handle(checked, _replayed(message, receive), sending)
             return status
         finally:
@@ -473,10 +480,20 @@ class Service:
         return self._protected_resource(request, origin(request))
 
     async def mcp_protected_resource(self, request: Request) -> Response:
-        return self._protected_resource(request, origin(request) + "/mcp")
+        # /mcp's, and /mcp/{server}'s (the resource: the path after the well-known part)
+        return self._protected_resource(request, origin(request) + _mcp_path(request))
 
     async def credentials_doc(self, request: Request) -> Response:
         return Response(credentials_text(origin(request)), media_type="text/plain")
+
+
+def _mcp_path(request: Request) -> str:
+    """``/mcp``, or ``/mcp/SERVER`` for a request naming a server by a valid name (the
+    name goes into a header: nothing else of the path does)."""
+    server = request.path_params.get("server")
+    if isinstance(server, str) and re.fullmatch(SERVER["pattern"], server):
+        return f"/mcp/{server}"
+    return "/mcp"
 
 
 def origin(request: Request) -> str:
@@ -549,6 +566,15 @@ def _query(endpoint: Endpoint, request: Request) -> dict[str, str]:
     deviations = check(closed(endpoint.query), found)
     if deviations:
         raise BadRequest(422, _deviations_line("the query", deviations), deviations)
+    return found
+
+
+def _path(endpoint: Endpoint, request: Request) -> dict[str, str]:
+    """The path's parameters, checked against the route's schemas."""
+    found = {name: str(value) for name, value in request.path_params.items()}
+    deviations = check(closed(endpoint.path_params, list(endpoint.path_params)), found)
+    if deviations:
+        raise BadRequest(422, _deviations_line("the path", deviations), deviations)
     return found
 
 
@@ -635,6 +661,7 @@ def create_app(
         "openapi": service.openapi_json,
         "protected_resource": service.protected_resource,
         "mcp_protected_resource": service.mcp_protected_resource,
+        "mcp_server_protected_resource": service.mcp_protected_resource,
         "credentials_doc": service.credentials_doc,
     }
 

@@ -10,29 +10,58 @@ credential's plan, to the official SDK's transport (``StreamableHTTPSessionManag
 and this module's MCP server, whose handlers call the plane (``commands.plane.mcp_gate``)
 in the service's worker threads with a pooled plane.
 
-The transport is **stateless, with JSON answers**: every POST is one JSON-RPC message
-answered on its own (no ``Mcp-Session-Id``, no SSE stream, no GET), so any of several
-services on one PostgreSQL can answer any request, each request carries (and is
-checked with) its credential, and no stream holds a slot of the in-flight bound open.
-The gate keeps no state between requests: the plan, the registry and the sandbox are
-the ledger's.
+The transport is **stateless**: every POST is one JSON-RPC message answered on its own
+(no ``Mcp-Session-Id``, no GET stream), so any of several services on one PostgreSQL can
+answer any request, each request carries (and is checked with) its credential, and no
+stream outlives its request's slot of the in-flight bound. The gate keeps no state
+between requests: the plan, the registry and the sandbox are the ledger's.
+
+Two doors share it:
+
+- ``/mcp``: every MCP tool of the plan by its registered name, JSON answers.
+- ``/mcp/{server}``: one registered server as an MCP client configured with that server
+  itself expects it (``mcp_gate.server_tools``): its tools under its own names, its
+  resources, prompts, completions and log level forwarded to the plan's server. A tool
+  call is answered as an SSE stream when the client accepts one, carrying the server's
+  log and progress messages while the call runs (``Backchannel``: the call runs in a
+  worker thread and the server on the warm servers' loop; ``send`` brings each message
+  to this loop in order); a client that accepts only JSON gets the result alone.
+  What a stateless door cannot carry — a server's sampling and elicitation requests
+  (the client's answer would come back as another request, to any service), resource
+  subscriptions (no stream outlives a request) — is refused and recorded, or not
+  declared (docs/agents.md lists what the conformance suite finds).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+import math
+import warnings
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import anyio
 import mcp_types as types
 import sqlalchemy.exc
+from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
 import ledger
 from commands.plane.core import Plane
-from commands.plane.mcp_gate import GateCall, gate_call, offered_tools
+from commands.plane.mcp_answers import forwarded_meta
+from commands.plane.mcp_gate import (
+    Forwarded,
+    GateCall,
+    gate_call,
+    offered_tools,
+    server_call,
+    server_request,
+    server_tools,
+)
 from commands.plane.proxy_verbs import INSTRUCTIONS
+from commands.runner.mcp_client import BACKCHANNEL, Backchannel
 from ledger.errors import LedgerOpenError
 from ledger.intake import LIMITS
 
@@ -46,7 +75,7 @@ if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-__all__ = ["SCOPE_PLAN", "SCOPE_SLOT", "McpGate", "Slot"]
+__all__ = ["SCOPE_PLAN", "SCOPE_SERVER", "SCOPE_SLOT", "McpGate", "Slot"]
 
 T = TypeVar("T")
 log = logging.getLogger("evidence.service")
@@ -55,6 +84,8 @@ SERVER_NAME = "evidence-plane"
 # which the SDK's transport hands each handler (``ctx.request``).
 SCOPE_PLAN = "evidence.plan"
 SCOPE_SLOT = "evidence.slot"
+SCOPE_SERVER = "evidence.server"  # /mcp/{server}: the server's name
+R = TypeVar("R", bound=BaseModel)
 
 
 class Slot:
@@ -85,11 +116,11 @@ class Host(Protocol):
 
 
 class McpGate:
-    """The MCP server the service offers at ``/mcp``, and its transport."""
+    """The MCP servers the service offers at ``/mcp`` and ``/mcp/{server}``, and their
+    transports."""
 
     def __init__(self, host: Host) -> None:
         from mcp.server.lowlevel import Server
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
         self.host = host
         self.server: Server[Any] = Server(
@@ -99,25 +130,59 @@ class McpGate:
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
-        self.manager: StreamableHTTPSessionManager = StreamableHTTPSessionManager(
-            self.server,
-            json_response=True,
-            stateless=True,
-            # The same cap as every body an agent sends (the SDK answers 413 beyond it).
-            max_request_body_size=LIMITS["agent"].cap,
-            # No DNS-rebinding check of Host and Origin: every request needs the bearer
-            # credential, which a page in a browser does not hold; and behind a reverse
-            # proxy the Host is the proxy's to set.
-            security_settings=None,
+        # One server's door: what it forwards is declared whatever the server declares
+        # (an initialize may reach any service, which starts no server for it); a
+        # server without it answers the forwarded request with its own error. (The SDK
+        # warns that logging is deprecated in 2026-07-28: the door speaks 2025-11-25.)
+        from mcp.shared.exceptions import MCPDeprecationWarning
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.door = self._door()
+        self.manager = _manager(self.server, json_response=True)
+        self.door_sse = _manager(self.door, json_response=False)
+        self.door_json = _manager(self.door, json_response=True)
+
+    def _door(self) -> Server[Any]:
+        from mcp.server.lowlevel import Server
+
+        return Server(
+            SERVER_NAME,
+            version=ledger.__version__,
+            instructions=INSTRUCTIONS,
+            on_list_tools=self.door_tools,
+            on_call_tool=self.door_call,
+            on_list_resources=self._forwarding(
+                types.ListResourcesRequest, types.ListResourcesResult
+            ),
+            on_list_resource_templates=self._forwarding(
+                types.ListResourceTemplatesRequest, types.ListResourceTemplatesResult
+            ),
+            on_read_resource=self._forwarding(types.ReadResourceRequest, types.ReadResourceResult),
+            on_list_prompts=self._forwarding(types.ListPromptsRequest, types.ListPromptsResult),
+            on_get_prompt=self._forwarding(types.GetPromptRequest, types.GetPromptResult),
+            on_completion=self._forwarding(types.CompleteRequest, types.CompleteResult),
+            on_set_logging_level=self._forwarding(types.SetLevelRequest, types.EmptyResult),
         )
 
-    def running(self) -> AbstractAsyncContextManager[None]:
-        """The transport's life (its task group): entered in the app's lifespan."""
-        return self.manager.run()
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The transports' life (their task groups): entered in the app's lifespan."""
+        async with self.manager.run(), self.door_sse.run(), self.door_json.run():
+            yield
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one checked request (``SCOPE_PLAN`` and ``SCOPE_SLOT`` in its scope)."""
-        await self.manager.handle_request(scope, receive, send)
+        """Serve one checked request (``SCOPE_PLAN`` and ``SCOPE_SLOT`` in its scope, and
+        ``SCOPE_SERVER`` at one server's door)."""
+        if scope.get(SCOPE_SERVER) is None:
+            await self.manager.handle_request(scope, receive, send)
+            return
+        from mcp.server.streamable_http import check_accept_headers
+        from starlette.requests import Request
+
+        _json, sse = check_accept_headers(Request(scope))
+        door = self.door_sse if sse else self.door_json
+        await door.handle_request(scope, receive, send)
 
     # -- the handlers ---------------------------------------------------------------------
 
@@ -126,7 +191,7 @@ class McpGate:
         request's slot until the thread ends."""
         from mcp.shared.exceptions import MCPError
 
-        scope = getattr(ctx.request, "scope", None) or {}
+        scope = _scope(ctx)
         plan_id, slot = scope.get(SCOPE_PLAN), scope.get(SCOPE_SLOT)
         if not isinstance(plan_id, str) or not isinstance(slot, Slot):
             # Never: the app checks every request before the transport sees it.
@@ -156,13 +221,130 @@ class McpGate:
         def operate(plane: Plane, plan_id: str) -> GateCall:
             return gate_call(plane, plan_id, params.name, arguments, meta)
 
-        called = await self._plane(ctx, operate)
+        return self._answer(await self._plane(ctx, operate))
+
+    def _answer(self, called: GateCall) -> types.CallToolResult:
         self.host.count(Outcome({}, gates=called.gates, validation=called.validation))
         if called.result is None:  # the tool's server could not serve the call
             from mcp.shared.exceptions import MCPError
 
             raise MCPError(code=types.INTERNAL_ERROR, message=called.fault or "no result")
         return called.result
+
+    # -- one server's door ----------------------------------------------------------------
+
+    async def door_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        server = _server(ctx)
+        tools = await self._plane(ctx, lambda plane, plan_id: server_tools(plane, plan_id, server))
+        return types.ListToolsResult(tools=tools)
+
+    async def door_call(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """A call at the server's door, with what the server says meanwhile relayed on
+        the request's stream (``_relayed``)."""
+        server = _server(ctx)
+        arguments: Any = params.arguments if params.arguments is not None else {}
+        meta = params.meta
+
+        def operate(plane: Plane, plan_id: str) -> GateCall:
+            return server_call(plane, plan_id, server, params.name, arguments, meta)
+
+        async with _relayed(ctx, meta):
+            called = await self._plane(ctx, operate)
+        return self._answer(called)
+
+    def _forwarding(self, request_type: Any, result_type: type[R]) -> Callable[[Any, Any], Any]:
+        """The handler of a request the server's door forwards as it came."""
+
+        async def handler(ctx: Any, params: Any) -> R:
+            from mcp.shared.exceptions import MCPError
+
+            server, request = _server(ctx), request_type(params=params)
+
+            def forward(plane: Plane, plan_id: str) -> Forwarded:
+                return server_request(plane, plan_id, server, request, result_type)
+
+            answer = await self._plane(ctx, forward)
+            if answer.result is None:
+                raise MCPError(code=answer.code, message=answer.message)
+            return result_type.model_validate(answer.result)
+
+        return handler
+
+
+def _manager(server: Any, *, json_response: bool) -> StreamableHTTPSessionManager:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    return StreamableHTTPSessionManager(
+        server,
+        json_response=json_response,
+        stateless=True,
+        # The same cap as every body an agent sends (the SDK answers 413 beyond it).
+        max_request_body_size=LIMITS["agent"].cap,
+        # The door (``door.py``) checks Host and Origin before anything else, for every
+        # route; behind a reverse proxy the Host is the proxy's to set.
+        security_settings=None,
+    )
+
+
+def _scope(ctx: Any) -> Scope:
+    return getattr(ctx.request, "scope", None) or {}
+
+
+def _server(ctx: Any) -> str:
+    return str(_scope(ctx).get(SCOPE_SERVER) or "")
+
+
+@contextlib.asynccontextmanager
+async def _relayed(ctx: Any, meta: Any) -> AsyncIterator[None]:
+    """While a call runs: its ``Backchannel`` (the client's ``_meta`` for the server,
+    whether it asked for progress) in the context the call's worker thread copies, and
+    a task passing what the server says to the client on the request's stream, in
+    order, until the call is answered (what came before its end, included)."""
+    loop = asyncio.get_running_loop()
+    sending, said = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+
+    def put(entry: dict[str, Any]) -> None:  # on the loop, in the order sent
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            sending.send_nowait(entry)
+
+    def send(entry: dict[str, Any]) -> None:  # from the call's threads
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+            loop.call_soon_threadsafe(put, entry)
+
+    asked = dict(meta or {})
+    back = Backchannel(forwarded_meta(asked), "progress_token" in asked, send)
+    token = BACKCHANNEL.set(back)
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_relay, ctx, said)
+            try:
+                yield
+            finally:
+                sending.close()
+    finally:
+        BACKCHANNEL.reset(token)
+
+
+async def _relay(ctx: Any, said: Any) -> None:
+    """Each log and progress message to the client, on the call's stream (a client that
+    went away misses the rest; the record keeps them all)."""
+    async with said:
+        async for entry in said:
+            params = entry.get("params") or {}
+            with contextlib.suppress(Exception):
+                if entry.get("kind") == "log":
+                    notice = types.LoggingMessageNotification(
+                        params=types.LoggingMessageNotificationParams.model_validate(params)
+                    )
+                    await ctx.session.send_notification(notice, ctx.request_id)
+                elif entry.get("kind") == "progress":
+                    await ctx.session.report_progress(
+                        params.get("progress", 0), params.get("total"), params.get("message")
+                    )
 
 
 def _internal(exc: BaseException) -> str:

@@ -131,11 +131,15 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     }
     if endpoint.access == "open":
         operation["security"] = []  # no credential needed
-    if endpoint.query:
-        operation["parameters"] = [
-            {"name": name, "in": "query", "required": False, "schema": schema}
-            for name, schema in endpoint.query.items()
-        ]
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": schema}
+        for name, schema in endpoint.path_params.items()
+    ] + [
+        {"name": name, "in": "query", "required": False, "schema": schema}
+        for name, schema in endpoint.query.items()
+    ]
+    if parameters:
+        operation["parameters"] = parameters
     if endpoint.body is not None:
         operation["requestBody"] = {
             "required": endpoint.access in ("hook", "mcp"),

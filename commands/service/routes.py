@@ -68,6 +68,7 @@ class Endpoint:
     ok: dict[str, Any]  # the schema of a 200 answer (JSON), or of its text
     body: dict[str, Any] | None = None  # the closed schema of a JSON body, checked
     query: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> schema
+    path_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> schema
     run: Operation | None = None
     hook: HookOperation | None = None
     hook_kind: HookKind | None = None
@@ -95,6 +96,11 @@ PLAN = {
     "maxLength": 256,
     "description": "The plan the request is for: must be the credential's (it may be left "
     "out; the credential names the plan).",
+}
+SERVER = {
+    "type": "string",
+    "pattern": "^[A-Za-z0-9._-]{1,64}$",
+    "description": "A registered MCP server's name (its tools' mcp_server).",
 }
 STEP = {
     "type": "string",
@@ -198,8 +204,9 @@ MCP_MESSAGE = {
 }
 MCP_ANSWER = {
     "type": "object",
-    "description": "The JSON-RPC response (application/json): a tool call refused by a "
-    "gate is a result with isError and the deviations, never an HTTP error.",
+    "description": "The JSON-RPC response (application/json; at /mcp/{server} a tool "
+    "call is answered as text/event-stream when the client accepts it): a tool call "
+    "refused by a gate is a result with isError and the deviations, never an HTTP error.",
 }
 JSONRPC_ERROR = {
     "type": "object",
@@ -380,6 +387,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "GET",
+        WELL_KNOWN + "/mcp/{server}",
+        "mcp_server_protected_resource",
+        "The protected-resource metadata (RFC 9728) of /mcp/{server}, which its 401 names.",
+        "open",
+        ok=PROTECTED_RESOURCE,
+        path_params={"server": SERVER},
+    ),
+    Endpoint(
+        "GET",
         CREDENTIALS_DOC,
         "credentials_doc",
         "How an agent obtains its credential (an operator issues it): the "
@@ -523,6 +539,24 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     ),
     Endpoint(
         "POST",
+        "/mcp/{server}",
+        "mcp_server",
+        "One registered MCP server through the plane's MCP gate (streamable HTTP, "
+        "stateless): the server's tools the plan may call under the server's own names "
+        "and their registered schemas, beside the plane's evidence.* verbs, each "
+        "tools/call gated, called and recorded as at /mcp; its resources, prompts, "
+        "completions and log level forwarded to the plan's server, every resource read "
+        "and prompt fetch recorded. A tool call is answered as an SSE stream (with the "
+        "server's log and progress messages) when the client accepts one "
+        "(docs/service.md, One server's door).",
+        "mcp",
+        ok=MCP_ANSWER,
+        body=MCP_MESSAGE,
+        query={"plan": PLAN},
+        path_params={"server": SERVER},
+    ),
+    Endpoint(
+        "POST",
         "/v1/hooks/pre-tool",
         "hook_pre_tool",
         "PreToolUse: the input gate on the agent's proposed call. The answer is the exit "
@@ -583,7 +617,8 @@ ERRORS["mcp"] = {
     401: f"{ERRORS['agent'][401]}; WWW-Authenticate names /mcp's protected-resource "
     "metadata (resource_metadata, RFC 9728). At /mcp every refusal of the service is a "
     "JSON-RPC error, its message the reason, its data the HTTP status",
-    422: "the query names a parameter other than plan; nothing appended",
+    422: "the query names a parameter other than plan, or the server's name is not one; "
+    "nothing appended",
     500: "a defect of the service (see its log); a fault inside a message's handling is a "
     "JSON-RPC error instead",
 }

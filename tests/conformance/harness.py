@@ -134,9 +134,12 @@ def fixture_http_server(*, stderr: Path | None = None) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serving(argv: list[str], *, stderr: Path | None = None) -> Iterator[str]:
-    """Start a process that prints its URL as its first line of stdout (the fixture, the
-    bridge) and yield that URL; the process is stopped on exit."""
+def serving(
+    argv: list[str], *, stderr: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Start a process that prints its URL in its first line of stdout (the fixture, the
+    bridge, `evidence serve`'s ``listening on URL``) and yield that URL; the process is
+    stopped on exit."""
     with contextlib.ExitStack() as stack:
         if stderr is not None:
             stderr.parent.mkdir(parents=True, exist_ok=True)
@@ -147,9 +150,46 @@ def serving(argv: list[str], *, stderr: Path | None = None) -> Iterator[str]:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=log if log is not None else subprocess.DEVNULL,
+            env=env,
         )
         stack.callback(_stop, proc)
         yield _read_url(proc)
+
+
+@contextlib.contextmanager
+def service_door(
+    db_url: str, server: str, token: str, *, stderr: Path | None = None
+) -> Iterator[str]:
+    """`evidence serve` on the ledger at ``db_url`` (a real uvicorn on a free port),
+    reached through tests/conformance/bearer.py, which adds ``token`` to every request:
+    yields the forwarder's URL of ``/mcp/SERVER``."""
+    env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
+    # The forwarder passes the suite's Host on (its own port): names an operator adds
+    # for a proxy in front of the service.
+    env["EVIDENCE_ALLOWED_HOSTS"] = "127.0.0.1:*,localhost:*"
+    serve = [sys.executable, "-m", "commands.cli", "serve", "--db", db_url, "--port", "0"]
+    with serving(serve, stderr=stderr, env=env) as base:
+        _wait_ready(base)
+        forward = [
+            sys.executable, "-m", "tests.conformance.bearer",
+            "--to", base.removeprefix("http://"), "--path", f"/mcp/{server}",
+        ]  # fmt: skip
+        with serving(forward, stderr=stderr, env={**env, "EVIDENCE_BEARER": token}) as url:
+            yield url
+
+
+def _wait_ready(base: str) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/readyz", timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -170,9 +210,10 @@ def _read_url(proc: subprocess.Popen[bytes]) -> str:
         if not selector.select(START_TIMEOUT_S):
             raise RuntimeError(f"{proc.args!r} printed no URL in {START_TIMEOUT_S} s")
     line = proc.stdout.readline().decode().strip()
-    if not line.startswith("http://"):
+    url = line.removeprefix("listening on ")
+    if not url.startswith("http://"):
         raise RuntimeError(f"{proc.args!r} did not start (exit {proc.poll()}): {line!r}")
-    return line
+    return url
 
 
 def run_scenarios(
