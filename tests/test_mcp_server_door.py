@@ -318,3 +318,61 @@ def test_a_refusal_at_the_door_names_its_own_metadata(url: str) -> None:
     answer = _as_agent(url, "not-a-credential", work)
     assert answer.status_code == 401
     assert "/.well-known/oauth-protected-resource/mcp/fx" in answer.headers["www-authenticate"]
+
+
+def test_a_2026_07_28_request_is_answered_and_its_envelope_stays_at_the_door(url: str) -> None:
+    """The stateless revision (no initialize: each request carries the protocol's
+    envelope in its ``_meta``): the door answers it, and forwards the read to the
+    plan's server, whose connection is the plane's own, without that envelope (a
+    server on the handshake era refuses a request carrying it)."""
+    token = _plan(url)
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "stateless", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2026-07-28",
+    }
+
+    async def work(http: httpx2.AsyncClient) -> list[httpx2.Response]:
+        answers = []
+        for number, (method, params) in enumerate(
+            [
+                ("server/discover", {}),
+                ("resources/read", {"uri": "test://static-text"}),
+                ("tools/call", {"name": "test_simple_text", "arguments": {}}),
+            ]
+        ):
+            body = {
+                "jsonrpc": "2.0",
+                "id": number,
+                "method": method,
+                "params": {**params, "_meta": envelope},
+            }
+            routing = {"Mcp-Method": method}  # the revision's routing header
+            if method == "tools/call":
+                routing["Mcp-Name"] = params["name"]
+            elif method == "resources/read":
+                routing["Mcp-Name"] = params["uri"]
+            answers.append(await http.post(DOOR, json=body, headers={**headers, **routing}))
+        return answers
+
+    discovered, read, called = (_message(a) for a in _as_agent(url, token, work))
+    assert "tools" in discovered["result"]["capabilities"], discovered
+    assert read["result"]["contents"][0]["text"].startswith("This is the content"), read
+    assert read["result"]["resultType"] == "complete"
+    assert called["result"]["content"][0]["text"].startswith("This is a simple text"), called
+    fetched = [e.payload for e in _events(url) if isinstance(e.payload, McpFetched)]
+    assert [f.name for f in fetched] == ["test://static-text"]
+
+
+def _message(answer: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC answer of a response, as JSON or as the last event of its stream."""
+    assert answer.status_code == 200, answer.text
+    if answer.headers["content-type"].startswith("application/json"):
+        return dict(answer.json())
+    events = [line[5:].strip() for line in answer.text.splitlines() if line.startswith("data:")]
+    return dict(json.loads([e for e in events if e][-1]))

@@ -262,6 +262,10 @@ class McpGate:
         async def handler(ctx: Any, params: Any) -> R:
             from mcp.shared.exceptions import MCPError
 
+            # the client's _meta without the plane's keys nor the protocol's envelope (a
+            # 2026-07-28 request's; the plane's own session to the server is its own)
+            if params is not None and getattr(params, "meta", None):
+                params = params.model_copy(update={"meta": forwarded_meta(params.meta)})
             server, request = _server(ctx), request_type(params=params)
 
             def forward(plane: Plane, plan_id: str) -> Forwarded:

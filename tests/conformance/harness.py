@@ -36,6 +36,12 @@ INTEROP = ROOT / "tests" / "interop"
 SUITE = INTEROP / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 NODE20_SHIM = INTEROP / "node20" / "register.mjs"
 VERSION = "0.1.16"  # tests/interop/package.json pins exactly this
+# The stateless revision's scenarios come with the suite's 0.2.0 alphas, installed beside
+# the release under an alias (tests/interop/package.json): `--requirements 2026-07-28`
+# runs exactly the scenarios that revision requires (and, unscored, its extensions').
+REVISION_2026 = "2026-07-28"
+SUITE_2026 = INTEROP / "node_modules" / "conformance-2026-07-28" / "dist" / "index.js"
+VERSION_2026 = "0.2.0-alpha.12"
 
 # The server scenarios of 0.1.16, in the suite's order (`... list`; checked by
 # tests/test_conformance.py). json-schema-2020-12 and server-sse-polling are in its
@@ -90,10 +96,10 @@ class Result:
     warnings: list[str] = field(default_factory=list)
 
 
-def node_command() -> list[str]:
+def node_command(suite: Path = SUITE) -> list[str]:
     """The node command line the suite runs with (the CLI's arguments follow)."""
     node = shutil.which("node") or "node"
-    return [node, "--import", NODE20_SHIM.as_uri(), str(SUITE)]
+    return [node, "--import", NODE20_SHIM.as_uri(), str(suite)]
 
 
 def conformance_available() -> str | None:
@@ -105,11 +111,12 @@ def conformance_available() -> str | None:
     match = re.match(r"v(\d+)\.", version.stdout.strip())
     if match is None or int(match[1]) < 20:
         return f"the MCP conformance suite needs node >= 20, found {version.stdout.strip()!r}"
-    if not SUITE.is_file():
-        return (
-            f"@modelcontextprotocol/conformance is not installed ({SUITE} is missing): "
-            "run `npm ci --prefix tests/interop`"
-        )
+    for suite in (SUITE, SUITE_2026):
+        if not suite.is_file():
+            return (
+                f"@modelcontextprotocol/conformance is not installed ({suite} is missing): "
+                "run `npm ci --prefix tests/interop`"
+            )
     if not NODE20_SHIM.is_file():
         return f"the Node 20 shim {NODE20_SHIM} is missing"
     return None
@@ -242,7 +249,7 @@ def run_scenarios(
         jobs = {"all": ["--suite", "all"]}
     else:
         jobs = {name: ["--scenario", name] for name in wanted}
-    notes = _run_jobs(url, jobs, run_dir, results_dir, timeout)
+    notes = _run_jobs(url, jobs, run_dir, results_dir, timeout, SUITE)
     found = _read_results(results_dir)
     results: dict[str, Result] = {}
     for name in wanted:
@@ -252,6 +259,23 @@ def run_scenarios(
             note = notes.get(name) or notes.get("all") or "the suite wrote no checks.json"
             results[name] = Result(passed=False, failures=[f"no result: {note}"])
     return results
+
+
+def run_requirements(
+    url: str, *, workdir: Path, timeout: float = SUITE_TIMEOUT_S
+) -> dict[str, Result]:
+    """Every scenario revision 2026-07-28 requires, against ``url`` (the alpha suite's
+    ``--requirements``: the list is the suite's); scenario -> Result. A run that wrote
+    nothing raises, with the suite's log."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="conformance-2026-", dir=workdir))
+    results_dir = run_dir / "results"
+    jobs = {"requirements": ["--requirements", REVISION_2026]}
+    notes = _run_jobs(url, jobs, run_dir, results_dir, timeout, SUITE_2026)
+    found = _read_results(results_dir)
+    if not found:
+        raise RuntimeError(notes.get("requirements") or f"no results (see {run_dir})")
+    return found
 
 
 def run_suite(
@@ -272,7 +296,12 @@ def passing(results: dict[str, Result]) -> set[str]:
 
 
 def _run_jobs(
-    url: str, jobs: dict[str, list[str]], run_dir: Path, results_dir: Path, timeout: float
+    url: str,
+    jobs: dict[str, list[str]],
+    run_dir: Path,
+    results_dir: Path,
+    timeout: float,
+    suite: Path,
 ) -> dict[str, str]:
     """Start one suite process per job, wait for them all (bounded); job -> what went wrong."""
     env = {**os.environ, "NO_COLOR": "1", "FORCE_COLOR": "0"}
@@ -282,7 +311,7 @@ def _run_jobs(
         with open(log, "wb") as out:
             procs[job] = (
                 subprocess.Popen(
-                    [*node_command(), "server", "--url", url, *args, "-o", str(results_dir)],
+                    [*node_command(suite), "server", "--url", url, *args, "-o", str(results_dir)],
                     cwd=run_dir,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
