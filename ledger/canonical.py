@@ -240,6 +240,10 @@ def _utf16_key(key: str) -> bytes:
 
 
 def _emit(value: Any, out: Any, safe_numbers: bool = False) -> None:
+    """Write ``value`` canonically (RFC 8785) through ``out``.
+
+    Kept whole: one type dispatch per JSON value of every event hashed; a function
+    per type would add a call per value."""
     kind = type(value)
     if kind is str:
         out(_encode_str(value))

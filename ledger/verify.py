@@ -209,6 +209,10 @@ def _scan(
 ) -> tuple[Frontier, bytes, Frontier | None, dict[str, int]]:
     """Check every row; return the recomputed tree, the last stored chain hash, the tree
     at ``against_size`` leaves (if given and reached) and each stream's last version.
+
+    Kept whole: the loop's body runs once per event of the log, with every check's
+    state in locals; ``verify`` is bounded by its hashes (docs/performance.md), and a
+    call per check per row would not be.
     With ``stored`` (the digests in the blob store), also check that every blob a row
     references is among them.
 

@@ -321,7 +321,11 @@ class WriteTx:
         blob_list: list[bytes],
     ) -> list[Row]:
         """Lock, check versions, hash, insert ``appends``, their events ``prepared``
-        (``RowEncoder.prepare``, outside the lock); returns the stored rows."""
+        (``RowEncoder.prepare``, outside the lock); returns the stored rows.
+
+        Kept whole: everything here happens under the ledger's lock, once per event, in
+        one pass with the hashing bound to locals; each split would add a call per event
+        to the time the lock is held (``bench/append.py``)."""
         path, cursor = self._path, self._cursor
         for stream_rows in prepared:
             self._event_ids.extend(row[0] for row in stream_rows)
