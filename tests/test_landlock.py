@@ -50,7 +50,8 @@ from commands.runner.confine import (
     unconfined,
     wrap,
 )
-from commands.runner.process import run_command, run_validation
+from commands.runner.process import run_command
+from commands.runner.validations import run_validation
 from ledger.events import PlanCreated, ToolCalled, ValidationResultRecorded
 from tests.helpers import assert_refused, run_cli, work
 

@@ -27,7 +27,8 @@ from commands.plane.plans import create_plan
 from commands.plane.registry import register_tool, register_validation
 from commands.plane.runs import call_tool
 from commands.plane.validation_runs import validate_plan
-from commands.runner.process import run_command, run_validation
+from commands.runner.process import run_command
+from commands.runner.validations import run_validation
 from ledger.canonical import canonical_struct
 from ledger.events import GateChecked, ToolCalled, Truncation, ValidationResultRecorded
 from tests.helpers import forge, invoke

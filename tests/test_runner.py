@@ -25,14 +25,12 @@ import pytest
 from commands.runner.process import (
     ArgvError,
     RunResult,
-    ValidationRun,
     fill_argv,
     run_command,
-    run_parallel,
-    run_validation,
     tool_output,
     tree_digest,
 )
+from commands.runner.validations import ValidationRun, run_parallel, run_validation
 
 PY = sys.executable
 MISSING = "definitely-not-a-program-xyz"

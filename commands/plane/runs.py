@@ -44,11 +44,11 @@ from commands.runner.process import (
     fill_argv,
     output_cap,
     run_command,
-    run_validation,
     tool_output,
 )
 from commands.runner.results import RESULT_SCHEMA
 from commands.runner.sandbox import resource_kind
+from commands.runner.validations import run_validation
 from commands.schemas.prepare import prepare_schema
 from ledger.events import (
     EventPayload,
