@@ -20,7 +20,8 @@ import pytest
 
 import ledger
 from commands.auditor.audit import Violation, audit
-from commands.auditor.report import gather_report, render_html
+from commands.auditor.report import gather_report
+from commands.auditor.report_html import render_html
 from commands.plane import CommandRefused, Plane
 from commands.plane.gates import gate_input
 from commands.plane.phases import enter_execute, record_strategy

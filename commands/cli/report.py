@@ -43,7 +43,8 @@ def report(plan_id: str, out: Path, bundle_file: Path | None, public_key_file: P
       evidence report P-1 --html p1.html
       evidence report P-1 --bundle p1.bundle --html - > p1.html
     """
-    from commands.auditor.report import gather_report, render_html
+    from commands.auditor.report import gather_report
+    from commands.auditor.report_html import render_html
     from ledger.verify import verify_store
 
     to_stdout = str(out) == STDOUT
