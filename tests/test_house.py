@@ -75,7 +75,6 @@ NOT_YET = {
     "commands/plane/authority.py Authority._plan",
     "commands/plane/driver.py _drive",
     "commands/plane/lifecycle.py authorize",
-    "commands/plane/registry.py _mcp_launch",
     "commands/plane/review_host.py",
     "commands/plane/runs.py _run_call",
     "commands/plane/validation_runs.py _validate_plan",

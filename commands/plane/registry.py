@@ -332,14 +332,22 @@ def _mcp_launch(spec: _Definition) -> dict[str, JSON]:
     if not spec.mcp_tool_name or not _MCP_TOOL_NAME.fullmatch(spec.mcp_tool_name):
         raise CommandRefused("key `mcp_tool_name`: 1-128 printable ASCII characters without spaces")
     if spec.mcp_command is not None:
-        argv = spec.mcp_command
-        if not argv or not argv[0].strip():
-            raise CommandRefused("key `mcp_command`: needs at least a program name as first item")
-        for index, arg in enumerate(argv):
-            if "\0" in arg:
-                raise CommandRefused(f"key `mcp_command[{index}]`: contains a NUL character")
-        return {"mcp_command": list(argv)}
-    url = spec.mcp_url or ""
+        return {"mcp_command": _mcp_command(spec.mcp_command)}
+    return {"mcp_url": _mcp_url(spec.mcp_url or "")}
+
+
+def _mcp_command(argv: list[str]) -> list[str]:
+    """A server's command line: a program name first, no NUL anywhere."""
+    if not argv or not argv[0].strip():
+        raise CommandRefused("key `mcp_command`: needs at least a program name as first item")
+    for index, arg in enumerate(argv):
+        if "\0" in arg:
+            raise CommandRefused(f"key `mcp_command[{index}]`: contains a NUL character")
+    return list(argv)
+
+
+def _mcp_url(url: str) -> str:
+    """A server's URL: http or https, with a host and a valid port, no spaces."""
     try:
         parts = urllib.parse.urlsplit(url) if _URL_TEXT.fullmatch(url) else None
         _port = parts.port if parts is not None else None  # raises on a bad port
@@ -350,7 +358,7 @@ def _mcp_launch(spec: _Definition) -> dict[str, JSON]:
             "key `mcp_url`: must be an http:// or https:// URL with a host, e.g. "
             "http://127.0.0.1:8000/mcp (at most 2048 characters, no spaces)"
         )
-    return {"mcp_url": url}
+    return url
 
 
 def _check_mcp_input(fields: Mapping[str, JSON]) -> None:

@@ -656,7 +656,7 @@ def _call_mcp(
     if not isinstance(arguments, dict):  # the registry keeps MCP tools' inputs objects
         raise CommandRefused(f"the arguments of MCP tool {tool!r} must be an object")
     command = given(spec.mcp_command)
-    launch = _mcp_launch(plane, plan, tool_doc, copies, confinement)
+    launch = _mcp_reach(plane, plan, tool_doc, copies, confinement)
     cap = launch["cap"]
     call = call_mcp_tool(
         spec.mcp_tool_name or "",
@@ -711,7 +711,7 @@ def _call_mcp(
     return output, call.started_at, call.ended_at, streams, tool_error, call.result, said
 
 
-def _mcp_launch(
+def _mcp_reach(
     plane: Plane,
     plan: PlanState,
     tool_doc: ToolState,
@@ -743,7 +743,7 @@ def forward_to_server(
     recorded here (a gate records what it gives the agent to read)."""
     copies = sandbox_of(plane, plan)
     confinement = _call_confinement(plane, plan, tool_doc, copies)
-    launch = _mcp_launch(plane, plan, tool_doc, copies, confinement)
+    launch = _mcp_reach(plane, plan, tool_doc, copies, confinement)
     return call_mcp_tool(method, {}, forward=forward, **launch)
 
 
