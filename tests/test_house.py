@@ -76,7 +76,6 @@ NOT_YET = {
     "commands/plane/driver.py _drive",
     "commands/plane/lifecycle.py authorize",
     "commands/plane/review_host.py",
-    "commands/plane/runs.py _run_call",
     "commands/plane/validation_runs.py _validate_plan",
     "commands/runner/process.py _run_command",
     "commands/schemas/plan.py _Planner._fill",

@@ -419,7 +419,7 @@ def _run_call(
     if ran is None:
         return  # halted: the program or its server could not be had
     output, executor, tool_error, said = ran.output, ran.executor, ran.tool_error, ran.said
-    started, ended, streams, exit_code = ran.started, ran.ended, ran.streams, ran.exit_code
+    streams = ran.streams
     if executor == "mcp" and output_schema is None and spec.output_schema is None:
         # No declaration of its own: an MCP tool returns an MCP tool result.
         output_schema = mcp_tool_result_schema()
@@ -431,26 +431,8 @@ def _run_call(
         # The tool's own failure: checked as the MCP tool result it is, never against
         # the tool's declaration (a deviation there would be counted as the agent's).
         output_schema, narrowing = mcp_tool_result_schema(), None
-    called = ToolCalled(
-        plan_id=plan_id,
-        call_id=call_id,
-        tool=tool,
-        tool_version=tool_doc.version,
-        step=step,
-        attempt=plan.attempt,
-        executor=executor,  # type: ignore[arg-type]
-        params_sha256=_sha256(raw_params),
-        output_sha256=_sha256(output),
-        exit_code=exit_code,
-        started_at=started,
-        ended_at=ended,
-        duration_ms=_duration_ms(started, ended),
-        stdout_truncated=streams.get("stdout_truncated", msgspec.UNSET),
-        stderr_truncated=streams.get("stderr_truncated", msgspec.UNSET),
-        confinement=confinement.level if confinement is not None else msgspec.UNSET,
-        tool_error=True if tool_error else msgspec.UNSET,
-        exchange_sha256=_sha256(exchange.messages) if exchange else msgspec.UNSET,
-        exchange=exchange.counts if exchange else msgspec.UNSET,
+    called = _called(
+        plan, tool_doc, call_id, step, raw_params, ran, tool_error, exchange, confinement
     )
 
     # Only a command tool's stdout or an MCP tool's output can be truncated (a
@@ -501,6 +483,41 @@ def _run_call(
             truncated=truncated,
             instead_of_registered=True,
         )
+
+
+def _called(
+    plan: PlanState,
+    tool_doc: ToolState,
+    call_id: str,
+    step: str,
+    raw_params: bytes,
+    ran: _Ran,
+    tool_error: bool,
+    exchange: Exchanged | None,
+    confinement: Confinement | None,
+) -> ToolCalled:
+    """The call's record: what was called, with what, how it ran and what it said."""
+    return ToolCalled(
+        plan_id=plan.plan_id,
+        call_id=call_id,
+        tool=tool_doc.name,
+        tool_version=tool_doc.version,
+        step=step,
+        attempt=plan.attempt,
+        executor=ran.executor,  # type: ignore[arg-type]
+        params_sha256=_sha256(raw_params),
+        output_sha256=_sha256(ran.output),
+        exit_code=ran.exit_code,
+        started_at=ran.started,
+        ended_at=ran.ended,
+        duration_ms=_duration_ms(ran.started, ran.ended),
+        stdout_truncated=ran.streams.get("stdout_truncated", msgspec.UNSET),
+        stderr_truncated=ran.streams.get("stderr_truncated", msgspec.UNSET),
+        confinement=confinement.level if confinement is not None else msgspec.UNSET,
+        tool_error=True if tool_error else msgspec.UNSET,
+        exchange_sha256=_sha256(exchange.messages) if exchange else msgspec.UNSET,
+        exchange=exchange.counts if exchange else msgspec.UNSET,
+    )
 
 
 @dataclass
