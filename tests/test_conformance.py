@@ -110,7 +110,8 @@ def test_the_services_server_door_passes_what_the_fixture_passes(
     on stdio in the plan's sandbox, kept warm); the suite at `/mcp/fx` through a
     forwarder that adds the plan's credential. Same pass set as the fixture's own, but
     the exceptions docs/agents.md lists for the service; the ledger holds the calls,
-    with the log and progress messages relayed, and the reads."""
+    with the log and progress messages and the sampling and elicitation asked of the
+    suite's client, and the reads."""
     fixture = [sys.executable, str(harness.ROOT / "tests/conformance/fixture_server.py"), "--stdio"]
     register_mcp_server(sqlite_url, "fx", fixture)
     _plan_in_execute(sqlite_url)
@@ -129,8 +130,11 @@ def test_the_services_server_door_passes_what_the_fixture_passes(
     logged, progressed = calls["fx.test_tool_with_logging"], calls["fx.test_tool_with_progress"]
     assert logged.exchange and logged.exchange.log == 3
     assert progressed.exchange and progressed.exchange.progress == 3
-    sampled = calls["fx.test_sampling"]  # refused (stateless), recorded: the tool's failure
-    assert sampled.exchange and sampled.exchange.refused == 1 and sampled.tool_error
+    sampled = calls["fx.test_sampling"]  # asked of the suite's client, recorded
+    assert sampled.exchange and (sampled.exchange.sampling, sampled.exchange.refused) == (1, 0)
+    assert not sampled.tool_error
+    elicited = calls["fx.test_elicitation"]
+    assert elicited.exchange and elicited.exchange.elicitation == 1
     fetched = {
         (e.payload.what, e.payload.name) for e in events if isinstance(e.payload, McpFetched)
     }

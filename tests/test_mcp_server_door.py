@@ -19,7 +19,8 @@ import contextlib
 import hashlib
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -376,3 +377,148 @@ def _message(answer: httpx2.Response) -> dict[str, Any]:
         return dict(answer.json())
     events = [line[5:].strip() for line in answer.text.splitlines() if line.startswith("data:")]
     return dict(json.loads([e for e in events if e][-1]))
+
+
+@contextlib.contextmanager
+def _uvicorn(url: str) -> Iterator[str]:
+    """The app on a real uvicorn in a thread of this process, on a free loopback port
+    (an MCP session's server-to-client request needs a streamed answer, which the ASGI
+    test transport, buffering each response whole, cannot give): its base URL."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    config = uvicorn.Config(create_app(url), log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(500):
+            if server.started:
+                break
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def test_sampling_and_elicitation_are_asked_of_the_agents_client_and_kept(url: str) -> None:
+    """On a session (the client accepts event streams), a server's sampling and
+    elicitation requests during a call reach the agent's client, which declared both;
+    its answers go back to the server, and request and answer are kept with the call,
+    which passes. A client that declared neither is never asked: refused, recorded,
+    the call is the tool's failure."""
+    token = _plan(url)
+    asked: list[str] = []
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        asked.append("sampling")
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="four"),
+            model="agent-model",
+        )
+
+    async def elicitation(context: Any, params: Any) -> Any:
+        asked.append("elicitation")
+        return types.ElicitResult(action="accept", content={"username": "ada", "email": "a@b.c"})
+
+    async def drive(base: str) -> tuple[Any, ...]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+            async with _session(
+                http, f"{base}/mcp/fx", sampling_callback=sampling, elicitation_callback=elicitation
+            ) as session:
+                sampled = await session.call_tool("test_sampling", {"prompt": "2+2?"})
+                elicited = await session.call_tool("test_elicitation", {"message": "who?"})
+            async with _session(http, f"{base}/mcp/fx") as plain:
+                refused = await plain.call_tool("test_sampling", {"prompt": "2+2?"})
+        return sampled, elicited, refused
+
+    with _uvicorn(url) as base:
+        sampled, elicited, refused = anyio.run(drive, base)
+    assert asked == ["sampling", "elicitation"]
+    assert not sampled.is_error and "four" in sampled.content[0].text, sampled
+    assert not elicited.is_error and "ada" in json.dumps(elicited.model_dump(mode="json"))
+    assert refused.is_error
+    calls = [e.payload for e in _events(url) if isinstance(e.payload, ToolCalled)]
+    first, second, third = calls
+    assert first.exchange is not None and (first.exchange.sampling, first.exchange.refused) == (
+        1,
+        0,
+    )
+    assert not first.tool_error
+    assert second.exchange is not None and second.exchange.elicitation == 1
+    assert third.exchange is not None and third.exchange.refused == 1 and third.tool_error
+    with ledger.open(url, create=False) as store:
+        kept = json.loads(store.get_blob(first.exchange_sha256) or b"[]")
+    assert kept[0]["kind"] == "sampling" and kept[0]["answer"]["content"]["text"] == "four"
+
+
+def test_a_session_serves_only_the_credential_that_opened_it(url: str) -> None:
+    """A session id is no credential: another plan's agent that learns it gets 404 (as
+    for a session that does not exist), and nothing is appended."""
+    mine, theirs = _plan(url, "P-1"), _plan(url, "P-2")
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "owner", "version": "0"},
+        },
+    }
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+    async def work(http: httpx2.AsyncClient) -> tuple[int, int, str]:
+        opened = await http.post(DOOR, json=init, headers=accept)
+        session = opened.headers["mcp-session-id"]
+        theirs_headers = {**accept, "Mcp-Session-Id": session, "Authorization": f"Bearer {theirs}"}
+        stolen = await http.post(DOOR, json=listing, headers=theirs_headers)
+        own = await http.post(DOOR, json=listing, headers={**accept, "Mcp-Session-Id": session})
+        return stolen.status_code, own.status_code, own.text
+
+    head = _head(url)
+    stolen, own, listed = _as_agent(url, mine, work)
+    assert (stolen, own) == (404, 200)
+    assert "test_simple_text" in listed
+    assert _head(url) == head
+
+
+def test_a_stateless_request_is_never_asked_and_its_call_cannot_pass(url: str) -> None:
+    """A 2026-07-28 request declares sampling in its envelope, but a stateless request
+    has no way back for an answer: the server's request is refused and recorded, and
+    the call is the tool's failure, never a normal pass."""
+    token = _plan(url)
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "stateless", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "test_sampling", "arguments": {"prompt": "2+2?"}, "_meta": envelope},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "test_sampling",
+    }
+
+    async def work(http: httpx2.AsyncClient) -> httpx2.Response:
+        return await http.post(DOOR, json=body, headers=headers)
+
+    answer = _message(_as_agent(url, token, work))
+    assert answer["result"]["isError"] is True, answer
+    [call] = [e.payload for e in _events(url) if isinstance(e.payload, ToolCalled)]
+    assert call.exchange is not None and (call.exchange.sampling, call.exchange.refused) == (1, 1)
+    assert call.tool_error

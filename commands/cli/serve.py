@@ -315,7 +315,11 @@ def serve(
     def run(sock: socket.socket) -> None:
         """One service process on its socket, until a stop has drained it."""
         config = uvicorn.Config(
-            create_app(url, max_in_flight=limit, workdir=workdir, hosts=hosts),
+            # A server door's MCP session lives in the process that opened it: with
+            # several, a session's next request could reach another (stateless there).
+            create_app(
+                url, max_in_flight=limit, workdir=workdir, hosts=hosts, mcp_sessions=workers == 1
+            ),
             lifespan="on",
             log_config=_log_config(),
             # None: a stop waits for every request in flight, however long its tool runs.
@@ -330,18 +334,7 @@ def serve(
 
     click.echo(f"listening on {where}")
     sys.stdout.flush()
-    if single_user is not None:
-        click.echo(
-            "note: --insecure-single-user: the keys are readable by whatever runs as this "
-            "user; credentials keep honest agents apart, not an agent of this user",
-            err=True,
-        )
-    if uds is None and tls is None:
-        click.echo(
-            "note: plain http: evidence-hook sends no credential over it (any local user "
-            "who binds the port first would get it); serve agents with --uds or https",
-            err=True,
-        )
+    _say_notes(single_user=single_user is not None, workers=workers, plain=uds is None and not tls)
     try:
         if workers == 1:
             run(sockets[0])
@@ -390,6 +383,28 @@ def _servable(url: str, given: str | None, insecure_single_user: bool) -> Path |
             "to serve this layout knowingly"
         )
     return single_user
+
+
+def _say_notes(*, single_user: bool, workers: int, plain: bool) -> None:
+    """What the operator should know of how the service runs, on stderr."""
+    if single_user:
+        click.echo(
+            "note: --insecure-single-user: the keys are readable by whatever runs as this "
+            "user; credentials keep honest agents apart, not an agent of this user",
+            err=True,
+        )
+    if workers > 1:
+        click.echo(
+            "note: --workers: the server doors (/mcp/NAME) keep no MCP sessions, so a "
+            "tool server's sampling and elicitation requests are refused, not relayed",
+            err=True,
+        )
+    if plain:
+        click.echo(
+            "note: plain http: evidence-hook sends no credential over it (any local user "
+            "who binds the port first would get it); serve agents with --uds or https",
+            err=True,
+        )
 
 
 def _listen(

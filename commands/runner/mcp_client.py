@@ -75,6 +75,28 @@ class Backchannel:
     meta: dict[str, Any] | None
     progress: bool
     send: Callable[[dict[str, Any]], None]
+    # A server's request to the client (``"sampling"``, ``"elicitation"``: those in
+    # ``offers``, what the agent's client declared), asked of the agent's client on
+    # the request's stream and awaited from any event loop: the answer as JSON, or
+    # ``Declined`` with the client's error. None: the door has no way back.
+    ask: Ask | None = None
+    offers: frozenset[str] = frozenset()
+
+
+class Declined(Exception):
+    """The agent's client answered a relayed request with an error (``error``: its
+    JSON-RPC error object), or, not ``asked``, could not be asked at all (the call is
+    then the tool's failure, as for a request the door cannot relay)."""
+
+    def __init__(self, error: dict[str, Any], *, asked: bool = True) -> None:
+        super().__init__(str(error.get("message", "")))
+        self.error, self.asked = error, asked
+
+
+# What the plane's client relays to the agent's client, when the door can and the agent
+# offered it: an MCP server's requests made during a call.
+RELAYED = ("sampling", "elicitation")
+Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 BACKCHANNEL: ContextVar[Backchannel | None] = ContextVar("evidence_backchannel", default=None)
@@ -86,6 +108,7 @@ __all__ = [
     "BACKCHANNEL",
     "LEGACY_MCP_TOOL_RESULT_SHA256",
     "Backchannel",
+    "Declined",
     "Fault",
     "McpCall",
     "call_mcp_tool",
@@ -291,14 +314,17 @@ def call_mcp_tool(
     return finish(**fields)
 
 
-def refuse_unoffered(session: Any, record: Callable[[dict[str, Any]], None]) -> None:
+def refuse_unoffered(
+    session: Any, record: Callable[[dict[str, Any]], None], offered: frozenset[str] = frozenset()
+) -> None:
     """Refuse, and ``record``, a sampling or elicitation request the server sends the
     plane's client although the client never offered either (its ``initialize`` declared
     neither). The server may then answer the call with ordinary text made without what
     it asked for; the record makes the call the tool's failure, never a normal pass.
 
     Set on the open session after ``initialize``: the SDK's client declares a capability
-    when it is built with a handler for it, and this one must stay undeclared."""
+    when it is built with a handler for it, and this one must stay undeclared. What the
+    client ``offered`` (it was built with a handler that relays it) is left alone."""
     import mcp_types as types
 
     def refuser(kind: str) -> Callable[..., Awaitable[Any]]:
@@ -320,8 +346,10 @@ def refuse_unoffered(session: Any, record: Callable[[dict[str, Any]], None]) -> 
 
         return refuse
 
-    session._sampling_callback = refuser("sampling")
-    session._elicitation_callback = refuser("elicitation")
+    if "sampling" not in offered:
+        session._sampling_callback = refuser("sampling")
+    if "elicitation" not in offered:
+        session._elicitation_callback = refuser("elicitation")
 
 
 def _canonical_or_none(schema: Any) -> bytes | None:
@@ -386,6 +414,11 @@ class _Call:
         self.exchange: list[dict[str, Any]] = []  # what the server said meanwhile
         self.forward: Forward | None = None  # a request to make instead of tools/call
         self.back = BACKCHANNEL.get()  # the agent's client, when a door makes the call
+        # What the plane's client offers the server (relays to the agent's client).
+        back = self.back
+        self.offers = back.offers & set(RELAYED) if back and back.ask else frozenset()
+        # Who answers the server's requests: this call, or a warm server's latest call.
+        self.answers: Callable[[str, Any], Awaitable[Any]] | None = None
 
     async def run(self) -> dict[str, Any]:
         """Start (or reach) the server, initialize, call: the call's fields."""
@@ -442,7 +475,7 @@ class _Call:
             try:
                 if not initialized:
                     await session.initialize()
-                    refuse_unoffered(session, self.exchange.append)
+                    refuse_unoffered(session, self.exchange.append, self.offers)
                 if self.listing:
                     listed = await self._listed(session)
                     return {"result": {"tools": [_declared(t) for t in listed.values()]}}
@@ -495,6 +528,44 @@ class _Call:
     async def _progress(self, progress: float, total: float | None, message: str | None) -> None:
         found = {"progress": progress, "total": total, "message": message}
         self.said({"kind": "progress", "params": {k: v for k, v in found.items() if v is not None}})
+
+    async def answer(self, kind: str, params: Any) -> Any:
+        """A request of the server's during the call (``kind``: sampling, elicitation),
+        relayed to the agent's client and its answer given back, request and answer
+        kept with the call; refused and kept as refused when the door cannot ask."""
+        import mcp_types as types
+
+        asked = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        back = self.back
+        if back is None or back.ask is None or kind not in back.offers:
+            error = {
+                "code": types.INVALID_REQUEST,
+                "message": f"the agent's client cannot be asked for {kind} here: the call "
+                "is recorded as the tool's failure",
+            }
+            self.exchange.append({"kind": kind, "request": asked, "refused": True, "error": error})
+            return types.ErrorData.model_validate(error)
+        try:
+            answer = await back.ask(kind, asked)
+        except Declined as declined:
+            entry = {"kind": kind, "request": asked, "error": declined.error}
+            self.exchange.append(entry if declined.asked else {**entry, "refused": True})
+            return types.ErrorData.model_validate(declined.error)
+        self.exchange.append({"kind": kind, "request": asked, "answer": answer})
+        result = types.CreateMessageResult if kind == "sampling" else types.ElicitResult
+        return result.model_validate(answer)
+
+    def _answering(self, kind: str) -> Callable[[Any, Any], Awaitable[Any]]:
+        async def relay(context: Any, params: Any) -> Any:
+            return await (self.answers or self.answer)(kind, params)
+
+        return relay
+
+    def _client_callbacks(self) -> dict[str, Any]:
+        """The SDK client's handlers for what it offers (their presence declares them)."""
+        return {
+            f"{kind}_callback": self._answering(kind) for kind in RELAYED if kind in self.offers
+        }
 
     def said(self, entry: dict[str, Any]) -> None:
         """A message of the server's to the client during the call: kept for the call's
@@ -571,7 +642,9 @@ class _Call:
             )
             async with (
                 bounded as (read, write, self.bounded),
-                ClientSession(read, write, message_handler=self._heard()) as session,
+                ClientSession(
+                    read, write, message_handler=self._heard(), **self._client_callbacks()
+                ) as session,
             ):
                 yield session
             return
@@ -585,7 +658,9 @@ class _Call:
             transport = stdio_client(params, errlog=self.stderr)  # type: ignore[arg-type]
         async with (
             transport as (read, write),
-            ClientSession(read, write, message_handler=self._heard()) as session,
+            ClientSession(
+                read, write, message_handler=self._heard(), **self._client_callbacks()
+            ) as session,
         ):
             yield session
 

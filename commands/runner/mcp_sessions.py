@@ -67,6 +67,9 @@ class WarmKey:
     url: str | None
     cwd: Path | None
     cap: int | None
+    # What its client offers (relays to an agent's client): a server told it may ask
+    # for sampling is not the one a call that cannot relay gets.
+    offers: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -96,10 +99,11 @@ class _Server:
         ):
             opener = _Call("", {}, list(key.argv), key.url, key.cwd, env, timeout_s, self.stderr)
             opener.launch, opener.cap, opener.messages = launch, key.cap, self.heard
+            opener.offers, opener.answers = key.offers, self.answer
             async with opener._session() as session:
                 with anyio.fail_after(timeout_s):
                     await session.initialize()
-                refuse_unoffered(session, self.refused)
+                refuse_unoffered(session, self.refused, key.offers)
                 self.session, self.bounded = session, opener.bounded
                 task_status.started()
                 await self.closing.wait()
@@ -109,6 +113,17 @@ class _Server:
         the calls in flight (a server's request names no call)."""
         for call in self.calls:
             call.exchange.append(entry)
+
+    async def answer(self, kind: str, params: Any) -> Any:
+        """A request the server sends while calls run: the latest call's to answer (the
+        server's connection names no call), refused when none runs."""
+        import mcp_types as types
+
+        if not self.calls:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST, message=f"{kind} is answered only during a call"
+            )
+        return await self.calls[-1].answer(kind, params)
 
     async def heard(self, message: Any) -> None:
         """A changed tool list is read again before the next call's drift check; a line
@@ -160,7 +175,7 @@ class WarmSessions:
         """``run`` on the server kept for ``owner`` and this launch (started if need be);
         None when it could not be started warm (the caller then makes the call cold,
         which says why)."""
-        key = WarmKey(owner, tuple(run.argv), run.url, run.cwd, cap)
+        key = WarmKey(owner, tuple(run.argv), run.url, run.cwd, cap, run.offers)
         server = self._server(key, confinement)
         if server is None:
             return None

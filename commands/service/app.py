@@ -92,7 +92,7 @@ from .auth import (
 from .committer import GroupCommitter
 from .door import DoorChecks
 from .follower import ReadModelFollower
-from .mcp import SCOPE_PLAN, SCOPE_SERVER, SCOPE_SLOT, McpGate, Slot
+from .mcp import SCOPE_PLAN, SCOPE_SERVER, SCOPE_SLOT, McpGate, Slot, session_owner
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import openapi_document
 from .pool import PlanePool
@@ -128,7 +128,14 @@ class BadRequest(Exception):
 class Service:
     """One app's state: the plane pool, the in-flight bound and the metrics."""
 
-    def __init__(self, db_url: str, *, max_in_flight: int, workdir: Path | None) -> None:
+    def __init__(
+        self,
+        db_url: str,
+        *,
+        max_in_flight: int,
+        workdir: Path | None,
+        mcp_sessions: bool = True,
+    ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
         self.db_url = db_url
@@ -156,7 +163,7 @@ class Service:
         # Worker threads for plane work: one per operation in flight, and room for the
         # readiness and metrics reads beside them.
         self._limiter: anyio.CapacityLimiter | None = None
-        self.mcp = McpGate(self)
+        self.mcp = McpGate(self, sessions=mcp_sessions)
 
     # -- life -------------------------------------------------------------------------
 
@@ -400,6 +407,9 @@ class Service:
                 SCOPE_PLAN: credential.plan_id,
                 SCOPE_SLOT: slot,
                 SCOPE_SERVER: server,
+                # who the request is, for the server door's sessions: a session is
+                # served only to the credential that opened it
+                "user": session_owner(credential.credential_id),
             }
             await self.mcp.handle(checked, _replayed(message, receive), sending)
             return status
@@ -648,12 +658,17 @@ def create_app(
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     workdir: Path | None = None,
     hosts: list[str] | None = None,
+    mcp_sessions: bool = True,
 ) -> Starlette:
     """The service for the ledger at ``db_url``: at most ``max_in_flight`` plane
     operations at once (503 beyond); ``workdir`` as ``--workdir`` (plans' sandboxes);
     a request with a foreign ``Origin`` refused before anything else, and one whose
-    ``Host`` is none of ``hosts`` (None: any) too (``door.DoorChecks``)."""
-    service = Service(db_url, max_in_flight=max_in_flight, workdir=workdir)
+    ``Host`` is none of ``hosts`` (None: any) too (``door.DoorChecks``); MCP sessions
+    at the server doors unless not ``mcp_sessions`` (one process of several: a session
+    lives in the process that opened it)."""
+    service = Service(
+        db_url, max_in_flight=max_in_flight, workdir=workdir, mcp_sessions=mcp_sessions
+    )
     open_routes: dict[str, Callable[[Request], Any]] = {
         "healthz": service.healthz,
         "readyz": service.readyz,

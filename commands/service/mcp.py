@@ -26,10 +26,12 @@ Two doors share it:
   log and progress messages while the call runs (``Backchannel``: the call runs in a
   worker thread and the server on the warm servers' loop; ``send`` brings each message
   to this loop in order); a client that accepts only JSON gets the result alone.
-  What a stateless door cannot carry — a server's sampling and elicitation requests
-  (the client's answer would come back as another request, to any service), resource
-  subscriptions (no stream outlives a request) — is refused and recorded, or not
-  declared (docs/agents.md lists what the conformance suite finds).
+  A client that accepts event streams gets an MCP session (the SDK's, served only to
+  the credential that opened it): during a call, the server's sampling and elicitation
+  requests are asked of the agent's client on the call's stream and its answers given
+  back (``Backchannel.ask``, from the warm servers' loop to this one). Without a
+  session (a stateless request) they are refused and recorded. Resource subscriptions
+  are not declared: no stream outlives a request (a GET is 405).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from commands.plane.mcp_gate import (
     server_tools,
 )
 from commands.plane.proxy_verbs import INSTRUCTIONS
-from commands.runner.mcp_client import BACKCHANNEL, Backchannel
+from commands.runner.mcp_client import BACKCHANNEL, Backchannel, Declined
 from ledger.errors import LedgerOpenError
 from ledger.intake import LIMITS
 
@@ -75,7 +77,7 @@ if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-__all__ = ["SCOPE_PLAN", "SCOPE_SERVER", "SCOPE_SLOT", "McpGate", "Slot"]
+__all__ = ["SCOPE_PLAN", "SCOPE_SERVER", "SCOPE_SLOT", "McpGate", "Slot", "session_owner"]
 
 T = TypeVar("T")
 log = logging.getLogger("evidence.service")
@@ -85,6 +87,8 @@ SERVER_NAME = "evidence-plane"
 SCOPE_PLAN = "evidence.plan"
 SCOPE_SLOT = "evidence.slot"
 SCOPE_SERVER = "evidence.server"  # /mcp/{server}: the server's name
+SESSION_IDLE_S = 600.0  # a server door's MCP session unused this long ends
+MAX_SESSIONS = 1000
 R = TypeVar("R", bound=BaseModel)
 
 
@@ -119,7 +123,7 @@ class McpGate:
     """The MCP servers the service offers at ``/mcp`` and ``/mcp/{server}``, and their
     transports."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, *, sessions: bool = True) -> None:
         from mcp.server.lowlevel import Server
 
         self.host = host
@@ -140,7 +144,10 @@ class McpGate:
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             self.door = self._door()
         self.manager = _manager(self.server, json_response=True)
-        self.door_sse = _manager(self.door, json_response=False)
+        # A client that accepts event streams gets a session (Mcp-Session-Id): a
+        # server's request during a call is asked of it on the call's stream and its
+        # answer comes back on the session (``Backchannel.ask``).
+        self.door_sse = _manager(self.door, json_response=False, stateless=not sessions)
         self.door_json = _manager(self.door, json_response=True)
 
     def _door(self) -> Server[Any]:
@@ -279,19 +286,33 @@ class McpGate:
         return handler
 
 
-def _manager(server: Any, *, json_response: bool) -> StreamableHTTPSessionManager:
+def _manager(
+    server: Any, *, json_response: bool, stateless: bool = True
+) -> StreamableHTTPSessionManager:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
     return StreamableHTTPSessionManager(
         server,
         json_response=json_response,
-        stateless=True,
+        stateless=stateless,
+        # A session left unused ends (its client starts a new one); at most so many.
+        session_idle_timeout=SESSION_IDLE_S,
+        max_sessions=MAX_SESSIONS,
         # The same cap as every body an agent sends (the SDK answers 413 beyond it).
         max_request_body_size=LIMITS["agent"].cap,
         # The door (``door.py``) checks Host and Origin before anything else, for every
         # route; behind a reverse proxy the Host is the proxy's to set.
         security_settings=None,
     )
+
+
+def session_owner(credential_id: str) -> Any:
+    """The request's principal as the SDK's transport compares it with a session's
+    opener: the credential (its id; never its secret)."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    return AuthenticatedUser(AccessToken(token=credential_id, client_id=credential_id, scopes=[]))
 
 
 def _scope(ctx: Any) -> Scope:
@@ -320,7 +341,9 @@ async def _relayed(ctx: Any, meta: Any) -> AsyncIterator[None]:
             loop.call_soon_threadsafe(put, entry)
 
     asked = dict(meta or {})
-    back = Backchannel(forwarded_meta(asked), "progress_token" in asked, send)
+    back = Backchannel(
+        forwarded_meta(asked), "progress_token" in asked, send, _asker(ctx, loop), _offers(ctx)
+    )
     token = BACKCHANNEL.set(back)
     try:
         async with anyio.create_task_group() as tasks:
@@ -331,6 +354,58 @@ async def _relayed(ctx: Any, meta: Any) -> AsyncIterator[None]:
                 sending.close()
     finally:
         BACKCHANNEL.reset(token)
+
+
+def _offers(ctx: Any) -> frozenset[str]:
+    """What the agent's client offers that a server may ask of it during a call: only
+    on a session (a stateless request has no way back for the answer)."""
+    if not getattr(ctx.session, "can_send_request", False):
+        return frozenset()
+    offered = {
+        "sampling": types.ClientCapabilities(sampling=types.SamplingCapability()),
+        "elicitation": types.ClientCapabilities(elicitation=types.ElicitationCapability()),
+    }
+    with contextlib.suppress(Exception):  # a session that never said: nothing offered
+        return frozenset(k for k, c in offered.items() if ctx.session.check_client_capability(c))
+    return frozenset()
+
+
+def _asker(ctx: Any, loop: asyncio.AbstractEventLoop) -> Any:
+    """``Backchannel.ask`` for the call ``ctx`` serves: the server's request asked of
+    the agent's client on the call's stream (on this loop), awaited from the loop the
+    server's session runs on."""
+    from mcp.shared.exceptions import MCPError
+    from mcp.shared.message import ServerMessageMetadata
+
+    async def on_this_loop(kind: str, asked: dict[str, Any]) -> dict[str, Any]:
+        related = ServerMessageMetadata(related_request_id=ctx.request_id)
+        request: Any
+        result_type: Any
+        if kind == "sampling":
+            request = types.CreateMessageRequest.model_validate(
+                {"method": "sampling/createMessage", "params": asked}
+            )
+            result_type = types.CreateMessageResult
+        else:
+            request = types.ElicitRequest.model_validate(
+                {"method": "elicitation/create", "params": asked}
+            )
+            result_type = types.ElicitResult
+        try:
+            answer = await ctx.session.send_request(request, result_type, metadata=related)
+        except MCPError as exc:
+            error = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
+            raise Declined(error) from None
+        except Exception as exc:  # no way to ask, or the client went away: not relayed
+            error = {"code": types.INTERNAL_ERROR, "message": type(exc).__name__}
+            raise Declined(error, asked=False) from None
+        return dict(answer.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+    async def ask(kind: str, asked: dict[str, Any]) -> dict[str, Any]:
+        found = asyncio.run_coroutine_threadsafe(on_this_loop(kind, asked), loop)
+        return await asyncio.wrap_future(found)
+
+    return ask
 
 
 async def _relay(ctx: Any, said: Any) -> None:
