@@ -284,6 +284,15 @@ class Store:
             yield conn
 
     @contextmanager
+    def side_write(self) -> Iterator[Connection]:
+        """A write transaction beside the log, for bookkeeping no decision rests on (a
+        named consumer's acknowledged position): SQLite's write lock taken at BEGIN, so
+        it never upgrades a read lock and deadlocks; never the ledger lock, never an
+        event (an append is ``write``'s)."""
+        with self._transaction(write=True) as conn:
+            yield conn
+
+    @contextmanager
     def _transaction(self, *, write: bool = False, snapshot: bool = False) -> Iterator[Connection]:
         """A transaction; ``snapshot`` when several statements must see one moment;
         ``write`` takes the write lock at BEGIN where the database needs it (SQLite)."""

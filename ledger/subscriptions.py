@@ -80,7 +80,7 @@ def _save_position(store: Store, consumer: str, position: int) -> None:
         set_={"position": stmt.excluded.position, "updated_at": stmt.excluded.updated_at},
         where=table.c.position < stmt.excluded.position,
     )
-    with store._transaction(write=True) as conn:
+    with store.side_write() as conn:
         conn.execute(stmt)
 
 
