@@ -72,7 +72,6 @@ NOT_YET = {
     "commands/cli/audit.py prove",
     "commands/cli/reviews.py show",
     "commands/cli/runs.py validate",
-    "commands/plane/authority.py Authority._plan",
     "commands/plane/driver.py _drive",
     "commands/plane/lifecycle.py authorize",
     "commands/plane/review_host.py",

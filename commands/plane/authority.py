@@ -332,33 +332,50 @@ class Authority:
         minted, runs = set(tokens), set(started)
         for event in events:
             p = event.payload
-            rule = broken_rule(stream, doc, p)
-            if rule is None and isinstance(p, ExecuteEntered) and doc is not None:
-                rule = self._binding_problem(doc, p, event.position)
-                rule = rule or self._skills_problem(doc, p, event.position)
-            if rule is None and isinstance(p, PlanCreated) and not self.policy_ok(event):
-                rule = self._policy().problems[event.position]
-            if rule is None and isinstance(p, ChangesRecorded) and doc is not None:
-                rule = change_set_problem(doc, list(p.changes), self.source.get_blob)
-            if rule is None and isinstance(p, TokenMinted):
-                rule = self._token_problem(p, minted)
-                minted.add(p.token_id)
-            if isinstance(p, ValidationRunStarted):
-                runs.add(p.run_id)
-            elif rule is None and isinstance(p, ValidationResultRecorded) and doc is not None:
-                rule = _closed_run_problem(doc, p, runs)
-            if rule is None and isinstance(p, DecisionRecorded):
-                rule = decision_problem(
-                    p,
-                    self._escalation_leaf(stream, p.decision_id),
-                    self.approver_keys(before=event.position).get(p.key_fingerprint),
-                )
+            rule = broken_rule(stream, doc, p) or self._event_problem(
+                stream, doc, event, minted, runs
+            )
             if rule is not None:
                 raise TamperedPlan(plan_id, event.position, rule)
+            if isinstance(p, TokenMinted):
+                minted.add(p.token_id)
+            elif isinstance(p, ValidationRunStarted):
+                runs.add(p.run_id)
             doc = fold_plan(doc, p)
             version = event.stream_version
         self._checked[stream] = (version, doc, frozenset(minted), frozenset(runs))
         return StreamState(stream, doc, version, self)
+
+    def _event_problem(
+        self,
+        stream: str,
+        doc: PlanState | None,
+        event: RecordedEvent,
+        minted: set[str],
+        runs: set[str],
+    ) -> str | None:
+        """What the plane's authority finds wrong with a plan's ``event`` that its
+        transition rule allows (None: nothing), given the plan before it and the tokens
+        minted and runs started so far."""
+        p = event.payload
+        if isinstance(p, ExecuteEntered) and doc is not None:
+            found = self._binding_problem(doc, p, event.position)
+            return found or self._skills_problem(doc, p, event.position)
+        if isinstance(p, PlanCreated) and not self.policy_ok(event):
+            return self._policy().problems[event.position]
+        if isinstance(p, ChangesRecorded) and doc is not None:
+            return change_set_problem(doc, list(p.changes), self.source.get_blob)
+        if isinstance(p, TokenMinted):
+            return self._token_problem(p, minted)
+        if isinstance(p, ValidationResultRecorded) and doc is not None:
+            return _closed_run_problem(doc, p, runs)
+        if isinstance(p, DecisionRecorded):
+            return decision_problem(
+                p,
+                self._escalation_leaf(stream, p.decision_id),
+                self.approver_keys(before=event.position).get(p.key_fingerprint),
+            )
+        return None
 
     def _token_problem(self, p: TokenMinted, minted: set[str]) -> str | None:
         """A token is minted once (a replayed mint would revive a superseded token), and
