@@ -71,7 +71,6 @@ NOT_YET = {
     "commands/auditor/report.py gather_report",
     "commands/cli/audit.py prove",
     "commands/cli/reviews.py show",
-    "commands/cli/runs.py validate",
     "commands/plane/driver.py _drive",
     "commands/plane/lifecycle.py authorize",
     "commands/plane/review_host.py",

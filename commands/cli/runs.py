@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .common import (
@@ -133,7 +135,6 @@ def validate(plan_id: str, as_json: bool) -> None:
       evidence validate P-1
       evidence validate P-1 --json
     """
-    from commands.auditor.history import Failure, failure_lines
     from commands.plane.validation_runs import validate_plan
 
     plane = open_plane()
@@ -142,62 +143,70 @@ def validate(plan_id: str, as_json: bool) -> None:
     if as_json:
         emit_json({"validation": doc})
     else:
-        print_table(
-            ["validation", "scope", "mode", "result", "ms", "message"],
-            [
-                [
-                    r["validation"],
-                    r["scope"] or "-",
-                    r["mode"],
-                    ("pass" if r["verdict"] else "FAIL")
-                    if r["verdict"] is not None
-                    else f"no verdict ({r['cause']})",
-                    str(r["duration_ms"]),
-                    r["message"] or r["error"] or "",
-                ]
-                for r in doc["results"]
-            ],
-        )
-        # Why each one failed, as `plan show` says it: its message or error and the
-        # tails the report carries (read once, by the run, not again from the blobs).
-        shown = [
-            Failure(
-                position=0,
-                run_id=doc["run_id"],
-                **{k: r[k] for k in FAILURE_FIELDS},
-            )
-            for r in doc["results"]
-            if r["verdict"] is not True and (r["stdout_tail"] or r["stderr_tail"] or r["error"])
-        ]
-        if shown:
-            click.echo("why:")
-            for failure in shown:
-                for line in failure_lines(failure):
-                    click.echo(inert("  " + line, multiline=True))
-        if doc["informational_failures"]:
-            click.echo(
-                "informational failures (never block): "
-                + inert(", ".join(doc["informational_failures"]))
-            )
-        click.echo(f"outcome: {doc['outcome']} — {inert(doc['reason'])}")
-        if doc["token"]:
-            click.echo(f"token: {doc['token']}")
-            click.echo(f"next: evidence apply {inert(plan_id)} --token TOKEN")
-        elif doc["escalation"]:
-            click.echo(
-                f"escalated: decision {doc['escalation']['decision_id']} — "
-                f"evidence authorize {doc['escalation']['decision_id']} --key FILE "
-                "(--revise TEXT | --abandon)"
-            )
-        elif doc["strategy_revision"] is not None:
-            click.echo(
-                f"retry limit reached: plan back in Strategize (revision "
-                f"{doc['strategy_revision']}); record a new strategy"
-            )
-        else:
-            click.echo(inert(f"next: {doc['who_acts']}: {doc['next_action']}"))
+        _say_validation(plan_id, doc)
     if report.outcome != "pass":
         click.get_current_context().exit(EXIT_VERDICT)
+
+
+def _say_validation(plan_id: str, doc: dict[str, Any]) -> None:
+    """A validation run as the terminal shows it: each result, why each one failed,
+    the outcome and what comes next."""
+    from commands.auditor.history import Failure, failure_lines
+
+    print_table(
+        ["validation", "scope", "mode", "result", "ms", "message"],
+        [
+            [
+                r["validation"],
+                r["scope"] or "-",
+                r["mode"],
+                ("pass" if r["verdict"] else "FAIL")
+                if r["verdict"] is not None
+                else f"no verdict ({r['cause']})",
+                str(r["duration_ms"]),
+                r["message"] or r["error"] or "",
+            ]
+            for r in doc["results"]
+        ],
+    )
+    # Why each one failed, as `plan show` says it: its message or error and the
+    # tails the report carries (read once, by the run, not again from the blobs).
+    shown = [
+        Failure(
+            position=0,
+            run_id=doc["run_id"],
+            **{k: r[k] for k in FAILURE_FIELDS},
+        )
+        for r in doc["results"]
+        if r["verdict"] is not True and (r["stdout_tail"] or r["stderr_tail"] or r["error"])
+    ]
+    if shown:
+        click.echo("why:")
+        for failure in shown:
+            for line in failure_lines(failure):
+                click.echo(inert("  " + line, multiline=True))
+    if doc["informational_failures"]:
+        click.echo(
+            "informational failures (never block): "
+            + inert(", ".join(doc["informational_failures"]))
+        )
+    click.echo(f"outcome: {doc['outcome']} — {inert(doc['reason'])}")
+    if doc["token"]:
+        click.echo(f"token: {doc['token']}")
+        click.echo(f"next: evidence apply {inert(plan_id)} --token TOKEN")
+    elif doc["escalation"]:
+        click.echo(
+            f"escalated: decision {doc['escalation']['decision_id']} — "
+            f"evidence authorize {doc['escalation']['decision_id']} --key FILE "
+            "(--revise TEXT | --abandon)"
+        )
+    elif doc["strategy_revision"] is not None:
+        click.echo(
+            f"retry limit reached: plan back in Strategize (revision "
+            f"{doc['strategy_revision']}); record a new strategy"
+        )
+    else:
+        click.echo(inert(f"next: {doc['who_acts']}: {doc['next_action']}"))
 
 
 @click.command()
