@@ -366,6 +366,42 @@ def prove(
     from ledger.checkpoints import CheckpointError
     from ledger.proofs import check_consistency, check_inclusion
 
+    _check_prove_options(
+        position, size, old_head, check, against, checkpoint_file, public_key_file, verifier
+    )
+    old = _old_head(old_head, check) if old_head is not None else None
+    store = open_store()
+    if not check:
+        _print_proof(store, position, old, size, as_json)
+        return
+    trusted, problems = _trusted(store, against, checkpoint_file, public_key_file, verifier)
+    result: InclusionCheck | ConsistencyCheck | None = None  # None: a checkpoint unread
+    try:
+        if position is not None and trusted is not None:
+            result = check_inclusion(store, position, trusted, problems)
+        elif old is not None and (trusted is not None or not problems):
+            newer = trusted if trusted is not None else _log_head(store, size)
+            if newer.source == "log" and old.size > newer.size:
+                problems.append(_log_truncated(old.size, newer.size))
+            else:
+                result = check_consistency(store, old.size, old.root, newer, problems)
+    except CheckpointError as exc:
+        fail(str(exc))
+    _report_check(result, problems, "inclusion" if position is not None else "consistency", as_json)
+
+
+def _check_prove_options(
+    position: int | None,
+    size: int | None,
+    old_head: str | None,
+    check: bool,
+    against: str | None,
+    checkpoint_file: Path | None,
+    public_key_file: Path | None,
+    verifier: str | None,
+) -> None:
+    """Refused (exit 2) unless the options name one proof and, with --verify, one tree
+    head to check it against."""
     if (position is None) == (old_head is None):
         fail("give POSITION (an inclusion proof) or --consistency OLD_SIZE, one of them")
     if (against is not None or checkpoint_file is not None) and not check:
@@ -386,25 +422,6 @@ def prove(
             "--size is the trusted tree head's: with --against or --checkpoint the tree is "
             "the one they name"
         )
-    old = _old_head(old_head, check) if old_head is not None else None
-    store = open_store()
-    if not check:
-        _print_proof(store, position, old, size, as_json)
-        return
-    trusted, problems = _trusted(store, against, checkpoint_file, public_key_file, verifier)
-    result: InclusionCheck | ConsistencyCheck | None = None  # None: a checkpoint unread
-    try:
-        if position is not None and trusted is not None:
-            result = check_inclusion(store, position, trusted, problems)
-        elif old is not None and (trusted is not None or not problems):
-            newer = trusted if trusted is not None else _log_head(store, size)
-            if newer.source == "log" and old.size > newer.size:
-                problems.append(_log_truncated(old.size, newer.size))
-            else:
-                result = check_consistency(store, old.size, old.root, newer, problems)
-    except CheckpointError as exc:
-        fail(str(exc))
-    _report_check(result, problems, "inclusion" if position is not None else "consistency", as_json)
 
 
 def _old_head(text: str, check: bool) -> TreeHeadRef:
