@@ -69,7 +69,6 @@ NOT_YET = {
     "commands/auditor/analytics.py export",
     "commands/auditor/analytics.py stats",
     "commands/auditor/report.py gather_report",
-    "commands/cli/reviews.py show",
     "commands/plane/driver.py _drive",
     "commands/plane/lifecycle.py authorize",
     "commands/plane/review_host.py",

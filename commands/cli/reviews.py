@@ -389,24 +389,10 @@ def _summary(doc: ReviewState) -> dict[str, Any]:
     }
 
 
-@review.command("show")
-@click.argument("task_id", metavar="TASK")
-@db_option
-@json_option
-def show(task_id: str, as_json: bool) -> None:
-    """One review: its request, candidates, findings and attempts.
+def _review_rows(doc: Any) -> list[tuple[str, str]]:
+    """A review's fields as ``review show`` lists them, key by key."""
+    from projections.states import HandOutState, HostState
 
-    \b
-    Examples:
-      evidence review show TASK
-    """
-    from commands.plane.reviews import get_review, source_findings
-    from projections.states import HandOutState, HostState, to_json
-
-    doc = get_review(open_plane(), task_id)
-    if as_json:
-        emit_json({"review": to_json(doc), "source_findings": source_findings(doc)})
-        return
     summary = _summary(doc)
     rows = [
         ("task", doc.task_id),
@@ -426,6 +412,29 @@ def show(task_id: str, as_json: bool) -> None:
         rows.append(("reviewers sha256", host.reviewers_sha256))
         taken = f"pid {host.pid} on {host.hostname}" if isinstance(host.pid, int) else "-"
         rows.append(("host", taken))
+    return rows
+
+
+@review.command("show")
+@click.argument("task_id", metavar="TASK")
+@db_option
+@json_option
+def show(task_id: str, as_json: bool) -> None:
+    """One review: its request, candidates, findings and attempts.
+
+    \b
+    Examples:
+      evidence review show TASK
+    """
+    from commands.plane.reviews import get_review, source_findings
+    from projections.states import HostState, to_json
+
+    doc = get_review(open_plane(), task_id)
+    if as_json:
+        emit_json({"review": to_json(doc), "source_findings": source_findings(doc)})
+        return
+    rows = _review_rows(doc)
+    host = doc.host
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key.ljust(width)}  {inert(value)}")
