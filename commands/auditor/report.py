@@ -15,6 +15,7 @@ Content-Security-Policy forbids loading any), every value HTML-escaped and made 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -275,24 +276,9 @@ def gather_report(
         audit_report = run_audit(source, plan=plan_id)
     elif callable(audit_report):
         audit_report = audit_report()
-    changes = (doc.applied or doc.applying) if doc is not None else None
     return PlanReport(
         plan_id=plan_id,
-        project=doc.project if doc else None,
-        resources=list(doc.resources) if doc else [],
-        phase=doc.phase if doc else None,
-        revision=doc.revision if doc else None,
-        attempt=doc.attempt if doc else None,
-        outcome=doc.outcome if doc else None,
-        last_outcome=doc.last_outcome if doc else None,
-        terminal=terminal_state(doc),
-        unvalidated=bool(doc and doc.unvalidated),
-        strict_mode=doc.global_config.strict_mode if doc else None,
-        binding=_binding(doc),
-        applied_files=[
-            AppliedFile(resource=f.resource, path=f.path, sha256=f.sha256)
-            for f in (changes.files if changes is not None else [])
-        ],
+        **_plan_fields(doc),
         source=source_label,
         size=size,
         root=head.root.hex(),
@@ -305,19 +291,56 @@ def gather_report(
         halts=_halts(events),
         confinement=confinement_summary(events),
         verification=_verification(verification),
-        audit=AuditSummary(
-            ok=audit_report.ok,
-            size=audit_report.size,
-            checked=dict(audit_report.checked),
-            violations=[
-                ProblemRow(
-                    position=v.position,
-                    kind=v.invariant,
-                    detail=f"expected {v.expected}; found {v.found}",
-                )
-                for v in audit_report.violations
-            ],
-        ),
+        audit=_audit_summary(audit_report),
+    )
+
+
+def _plan_fields(doc: PlanState | None) -> dict[str, Any]:
+    """What the report says of the plan itself (nothing of a stream that folds to none)."""
+    if doc is None:
+        none = ("project", "phase", "revision", "attempt", "outcome", "last_outcome")
+        return {
+            **dict.fromkeys(none),
+            "resources": [],
+            "terminal": terminal_state(None),
+            "unvalidated": False,
+            "strict_mode": None,
+            "binding": _binding(None),
+            "applied_files": [],
+        }
+    changes = doc.applied or doc.applying
+    return {
+        "project": doc.project,
+        "resources": list(doc.resources),
+        "phase": doc.phase,
+        "revision": doc.revision,
+        "attempt": doc.attempt,
+        "outcome": doc.outcome,
+        "last_outcome": doc.last_outcome,
+        "terminal": terminal_state(doc),
+        "unvalidated": bool(doc.unvalidated),
+        "strict_mode": doc.global_config.strict_mode,
+        "binding": _binding(doc),
+        "applied_files": [
+            AppliedFile(resource=f.resource, path=f.path, sha256=f.sha256)
+            for f in (changes.files if changes is not None else [])
+        ],
+    }
+
+
+def _audit_summary(report: AuditReport) -> AuditSummary:
+    return AuditSummary(
+        ok=report.ok,
+        size=report.size,
+        checked=dict(report.checked),
+        violations=[
+            ProblemRow(
+                position=v.position,
+                kind=v.invariant,
+                detail=f"expected {v.expected}; found {v.found}",
+            )
+            for v in report.violations
+        ],
     )
 
 
