@@ -53,7 +53,7 @@ from .planfile import Attempt, OutputSchemaOf, PlanFile, Step, load_plan_file, l
 from .plans import create_plan, parse_global_config, plan_state
 from .registry import define_skill, register_tool, register_validation
 from .runs import MAX_PARALLEL, call_tool
-from .validation_runs import validate_plan
+from .validation_runs import ValidationReport, validate_plan
 
 Say = Callable[[str, str], None]  # (stage, message)
 
@@ -315,17 +315,7 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
             record_fix(plane, plan_id, f"attempt {doc.attempt}: re-ran {names}")
             say("fix", f"re-ran {names}")
         report = validate_plan(plane, plan_id, sandbox=sandbox)
-        for r in report.results:
-            verdict = (
-                ("pass" if r.verdict else "FAIL")
-                if r.verdict is not None
-                else f"no verdict ({r.cause})"
-            )
-            say(
-                "validate",
-                f"{r.validation} [{r.mode}]: {verdict}" + (f" — {r.message}" if r.message else ""),
-            )
-        say("outcome", report.outcome)
+        _say_results(report, say)
         if report.outcome == "pass":
             return _apply(plane, plan_id, report.token or "", start, say)
         if report.outcome != "blocker":
@@ -334,6 +324,19 @@ def _drive(plane: Plane, pf: PlanFile, plan_id: str, start: int, say: Say) -> Ru
         if doc.phase == "execute" and doc.pending_decision is None and attempt.fix:
             _apply_fix(plane, plan_id, attempt.fix.note, attempt.fix.files, doc, sandbox)
             say("fix", attempt.fix.note)
+
+
+def _say_results(report: ValidationReport, say: Say) -> None:
+    """Each validation's verdict, then the run's outcome."""
+    for r in report.results:
+        verdict = (
+            ("pass" if r.verdict else "FAIL")
+            if r.verdict is not None
+            else f"no verdict ({r.cause})"
+        )
+        message = f" — {r.message}" if r.message else ""
+        say("validate", f"{r.validation} [{r.mode}]: {verdict}{message}")
+    say("outcome", report.outcome)
 
 
 def _run_step(
