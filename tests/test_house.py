@@ -71,7 +71,6 @@ NOT_YET = {
     "commands/plane/lifecycle.py authorize",
     "commands/plane/review_host.py",
     "commands/plane/validation_runs.py _validate_plan",
-    "commands/runner/process.py _run_command",
     "commands/schemas/plan.py _Planner._fill",
     "commands/schemas/translate.py _translate",
     "ledger/verify.py verify_store",

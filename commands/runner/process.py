@@ -382,27 +382,10 @@ def _run_command(
     except ValueError as exc:  # e.g. an embedded NUL byte
         return result(error=f"cannot start {argv[0]!r}: {exc}")
 
-    timed_out = False
     pipes: _Pipes | None = None
     try:
         pipes = _Pipes(proc, stdin, cap)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        try:
-            if not pipes.pump(deadline):
-                raise subprocess.TimeoutExpired(argv, timeout_s or 0)
-            proc.wait(timeout=_remaining(deadline))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc.pid)
-            grace = time.monotonic() + _KILL_GRACE_S
-            try:  # read on: what it printed before the kill is kept
-                if not pipes.pump(grace):
-                    raise subprocess.TimeoutExpired(argv, _KILL_GRACE_S) from None
-                proc.wait(timeout=_remaining(grace))
-            except subprocess.TimeoutExpired:
-                # Something that left the group holds the pipes open: stop reading.
-                proc.kill()
-                proc.wait()
+        timed_out = _wait_or_kill(proc, pipes, argv, timeout_s)
     except BaseException:  # KeyboardInterrupt and the like: leave nothing running
         _kill_group(proc.pid)
         proc.kill()
@@ -439,6 +422,32 @@ def _run_command(
             error=f"killed by signal {-code} ({_signal_name(-code)})",
         )
     return result(exit_code=code, stdout=out, stderr=err, **streams)
+
+
+def _wait_or_kill(
+    proc: subprocess.Popen[bytes], pipes: _Pipes, argv: list[str], timeout_s: float | None
+) -> bool:
+    """Read the program's pipes until it ends, within ``timeout_s``; past it, kill its
+    group and read on for a grace period (what it printed before is kept). Whether it
+    timed out."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        if not pipes.pump(deadline):
+            raise subprocess.TimeoutExpired(argv, timeout_s or 0)
+        proc.wait(timeout=_remaining(deadline))
+        return False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        grace = time.monotonic() + _KILL_GRACE_S
+        try:  # read on: what it printed before the kill is kept
+            if not pipes.pump(grace):
+                raise subprocess.TimeoutExpired(argv, _KILL_GRACE_S) from None
+            proc.wait(timeout=_remaining(grace))
+        except subprocess.TimeoutExpired:
+            # Something that left the group holds the pipes open: stop reading.
+            proc.kill()
+            proc.wait()
+        return True
 
 
 def _kill_group(pgid: int) -> None:
