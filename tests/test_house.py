@@ -68,7 +68,6 @@ def _over(path: Path, root: Path = ROOT) -> dict[str, str]:
 NOT_YET = {
     "commands/auditor/analytics.py export",
     "commands/auditor/analytics.py stats",
-    "commands/plane/lifecycle.py authorize",
     "commands/plane/review_host.py",
     "commands/plane/validation_runs.py _validate_plan",
     "commands/schemas/plan.py _Planner._fill",

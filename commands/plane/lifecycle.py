@@ -67,6 +67,7 @@ from commands.runner.sandbox import (
     write_change,
 )
 from commands.runner.trees import Entry, ResourceKind, entries, hard_links
+from ledger import RecordedEvent
 from ledger.events import (
     ApproverKeyAdded,
     ApproverKeyRevoked,
@@ -618,6 +619,18 @@ def pending_decisions(plane: Plane) -> list[Pending]:
     ]
 
 
+def _escalation(plane: Plane, decision_id: str) -> tuple[RecordedEvent, Escalated]:
+    """The escalation ``decision_id`` names (its event: the decision signs its leaf
+    hash); refused when there is none."""
+    for event in plane.store.read_all(types=[Escalated.type_name()]):
+        if isinstance(event.payload, Escalated) and event.payload.decision_id == decision_id:
+            return event, event.payload
+    raise CommandRefused(
+        f"no pending escalation {decision_id!r}: only a pending escalation can be "
+        "decided (a blocker is never overridable; a decided escalation stays decided)"
+    )
+
+
 def authorize(
     plane: Plane,
     decision_id: str,
@@ -641,20 +654,7 @@ def authorize(
     except SigningError as exc:
         raise CommandRefused(str(exc)) from None
     print_ = fingerprint(private.public_key())
-    found = next(
-        (
-            (e, e.payload)
-            for e in plane.store.read_all(types=[Escalated.type_name()])
-            if isinstance(e.payload, Escalated) and e.payload.decision_id == decision_id
-        ),
-        None,
-    )
-    if found is None:
-        raise CommandRefused(
-            f"no pending escalation {decision_id!r}: only a pending escalation can be "
-            "decided (a blocker is never overridable; a decided escalation stays decided)"
-        )
-    escalation_event, escalated = found
+    escalation_event, escalated = _escalation(plane, decision_id)
     plan_id = escalated.plan_id
     signed_at = rfc3339(_now())
     kept_guidance = guidance if choice == "revise" else None
