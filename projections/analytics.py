@@ -359,17 +359,8 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[Folded]) -> None:
     ]
     if not relevant:
         return  # most appends outside plans cost nothing here
-    ph = tx.ph
-    plans: dict[str, dict[str, Any]] = {}
     touched = list(dict.fromkeys(e.payload.plan_id for e in relevant))  # type: ignore[attr-defined]
-    for i in range(0, len(touched), 500):  # a few statements per batch, not one per plan
-        chunk = touched[i : i + 500]
-        for found in tx.query(
-            f"SELECT {', '.join(PLAN_COLUMNS)} FROM {t['plans']} "
-            f"WHERE plan IN ({', '.join([ph] * len(chunk))})",
-            chunk,
-        ):
-            plans[found[0]] = dict(zip(PLAN_COLUMNS, found, strict=True))
+    plans = _known_plans(tx, t, touched)
     b = _Batch(tx, t)
     late_projects: list[tuple[str, str]] = []
     for event in relevant:
@@ -394,6 +385,39 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[Folded]) -> None:
         step = _STEPS.lookup(type(p))
         if step is not None:
             step(b, plan, plan["project"], position, p)
+    _write_batch(tx, t, b, plans)
+    ph = tx.ph
+    for project, plan_id in late_projects:
+        # A plan stream that began without plan.created (only raw appends do that): its
+        # earlier facts, in this batch or before, get the project as a rebuild gives it.
+        for part in _FACT_TABLES:
+            tx.execute(
+                f"UPDATE {t[part]} SET project = {ph} WHERE plan = {ph} AND project IS NULL",
+                (project, plan_id),
+            )
+
+
+def _known_plans(
+    tx: WriteTx, t: Mapping[str, str], touched: list[str]
+) -> dict[str, dict[str, Any]]:
+    """The rows of the plans ``touched`` already has, by plan."""
+    ph = tx.ph
+    plans: dict[str, dict[str, Any]] = {}
+    for i in range(0, len(touched), 500):  # a few statements per batch, not one per plan
+        chunk = touched[i : i + 500]
+        for found in tx.query(
+            f"SELECT {', '.join(PLAN_COLUMNS)} FROM {t['plans']} "
+            f"WHERE plan IN ({', '.join([ph] * len(chunk))})",
+            chunk,
+        ):
+            plans[found[0]] = dict(zip(PLAN_COLUMNS, found, strict=True))
+    return plans
+
+
+def _write_batch(
+    tx: WriteTx, t: Mapping[str, str], b: _Batch, plans: dict[str, dict[str, Any]]
+) -> None:
+    """The rows a batch gathered, and every plan it touched, written."""
     _upsert(
         tx,
         t,
@@ -451,14 +475,6 @@ def apply(tx: WriteTx, t: Mapping[str, str], events: Sequence[Folded]) -> None:
         ("plan",),
         [tuple(plan[c] for c in PLAN_COLUMNS) for plan in plans.values()],
     )
-    for project, plan_id in late_projects:
-        # A plan stream that began without plan.created (only raw appends do that): its
-        # earlier facts, in this batch or before, get the project as a rebuild gives it.
-        for part in _FACT_TABLES:
-            tx.execute(
-                f"UPDATE {t[part]} SET project = {ph} WHERE plan = {ph} AND project IS NULL",
-                (project, plan_id),
-            )
 
 
 ANALYTICS = AggregateProjection(name="analytics", version=VERSION, parts=PARTS, step=apply)
