@@ -15,15 +15,16 @@ from ledger.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from .documents import delta, fold, fold_all
-    from .engine import Projection, ProjectionEngine, ProjectionStatus
+    from .engine import ProjectionEngine, ProjectionStatus
     from .read_models import ALL_PROJECTIONS, open_projections
+    from .shapes import Projection
 
 # name -> submodule: what ``projections.<name>`` imports on first use.
 _LAZY: dict[str, str] = {
     "delta": "documents",
     "fold": "documents",
     "fold_all": "documents",
-    "Projection": "engine",
+    "Projection": "shapes",
     "ProjectionEngine": "engine",
     "ProjectionStatus": "engine",
     "ALL_PROJECTIONS": "read_models",

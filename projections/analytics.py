@@ -53,8 +53,8 @@ from ledger.events import (
     ValidationRunStarted,
 )
 
-from .engine import AggregateProjection, Folded, Part, insert_rows
 from .folding import Steps
+from .shapes import AggregateProjection, Folded, Part, insert_rows
 
 VERSION = 2  # 2: outcome as the plan document's (halts, revise), revised facts, applies
 # validated or unvalidated

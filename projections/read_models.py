@@ -14,8 +14,9 @@ import sqlalchemy as sa
 from ledger import Store
 
 from .analytics import ANALYTICS
-from .engine import Column, Progress, Projection, ProjectionEngine, ReadModel
+from .engine import Progress, ProjectionEngine
 from .outcomes import RULES_VERSION, fold_outcome
+from .shapes import Column, Projection, ReadModel
 from .states import given
 
 TOOLS = Projection(

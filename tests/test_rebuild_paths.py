@@ -8,10 +8,11 @@ from typing import Any
 
 import ledger
 import projections.engine as engine_module
+import projections.shapes as shapes_module
 from commands.plane.core import Plane
 from ledger.store import BareEvent
 from projections import ALL_PROJECTIONS, ProjectionEngine
-from projections.engine import Batch
+from projections.shapes import Batch
 from tests.helpers import plan_created, strategy
 
 
@@ -68,8 +69,9 @@ def _started(db_url: str) -> None:
 
 def test_catch_up_in_small_batches_leaves_what_a_rebuild_builds(db_url: str, monkeypatch) -> None:
     _started(db_url)
-    monkeypatch.setattr(engine_module, "CATCH_UP_BATCH", 4)  # several transactions
-    monkeypatch.setattr(engine_module, "ROWS_PER_STATEMENT", 3)  # several statements each
+    for module in (engine_module, shapes_module):  # several transactions
+        monkeypatch.setattr(module, "CATCH_UP_BATCH", 4)
+    monkeypatch.setattr(shapes_module, "ROWS_PER_STATEMENT", 3)  # several statements each
     with ledger.open(db_url) as store:
         n = _fill(store, 9)
         engine = ProjectionEngine(store, ALL_PROJECTIONS)
