@@ -116,16 +116,7 @@ def verify_store(
         head_size, head_chain, head_frontier = snap.head_row()
         # The blobs first (their digests are what the scan checks references against);
         # their problems are reported after the rows', as they always were.
-        checked_blobs = 0
-        stored: set[str] | None = None
-        mismatched: list[str] = []
-        if check_blobs:
-            stored = set()
-            for digest, length, data in snap.blobs():
-                checked_blobs += 1
-                stored.add(digest)
-                if sha256(data).hexdigest() != digest or len(data) != length:
-                    mismatched.append(digest)
+        checked_blobs, stored, mismatched = _blobs(snap) if check_blobs else (0, None, [])
         against_size = against.size if against is not None else None
         if rows_per_job < 1 or rows_per_job & (rows_per_job - 1):
             raise ValueError(f"rows_per_job {rows_per_job} is not a power of two")
@@ -151,36 +142,12 @@ def verify_store(
             )
         for digest in mismatched:
             report(None, "blob_mismatch", f"blob {digest} does not hash to its digest")
-    against_root = at_against.root() if at_against is not None else None
     size = frontier.size
     root = frontier.root()
-    if head_size != size:
-        report(None, "head_size", f"the head records {head_size} events, the log holds {size}")
-    if head_chain != last_chain:
-        report(None, "head_chain", "the head's chain hash is not the last row's chain hash")
-    if head_frontier != frontier.to_bytes():
-        report(None, "head_root", "the head's Merkle tree does not match the recomputed one")
-
+    _check_head(report, (head_size, head_chain, head_frontier), frontier, last_chain)
     against_out = None
     if against is not None:
-        if against.size > size:
-            report(
-                None,
-                "against_truncated",
-                f"the kept tree head has {against.size} events but the log holds only "
-                f"{size}: the log was truncated",
-            )
-            ok_against = False
-        else:
-            ok_against = against_root is not None and against_root.hex() == against.root
-            if not ok_against:
-                report(
-                    None,
-                    "against_inconsistent",
-                    f"the first {against.size} events do not hash to the kept root "
-                    f"{against.root}: the log was rewritten since that tree head",
-                )
-        against_out = TreeHeadRef(size=against.size, root=against.root, ok=ok_against)
+        against_out = _check_against(report, against, size, at_against)
 
     positions = [p.position for p in problems if p.position is not None]
     return VerifyReport(
@@ -194,6 +161,64 @@ def verify_store(
         against=against_out,
         problems=problems,
     )
+
+
+def _blobs(snap: Any) -> tuple[int, set[str], list[str]]:
+    """Every stored blob read and hashed: how many, their digests, and those whose bytes
+    do not hash to their digest (or differ from their recorded length)."""
+    checked, stored, mismatched = 0, set(), []
+    for digest, length, data in snap.blobs():
+        checked += 1
+        stored.add(digest)
+        if sha256(data).hexdigest() != digest or len(data) != length:
+            mismatched.append(digest)
+    return checked, stored, mismatched
+
+
+def _check_head(
+    report: Callable[[int | None, str, str], None],
+    head: tuple[int, bytes, bytes],
+    frontier: Frontier,
+    last_chain: bytes,
+) -> None:
+    """The head row (size, chain hash, Merkle frontier) against what the rows give."""
+    head_size, head_chain, head_frontier = head
+    size = frontier.size
+    if head_size != size:
+        report(None, "head_size", f"the head records {head_size} events, the log holds {size}")
+    if head_chain != last_chain:
+        report(None, "head_chain", "the head's chain hash is not the last row's chain hash")
+    if head_frontier != frontier.to_bytes():
+        report(None, "head_root", "the head's Merkle tree does not match the recomputed one")
+
+
+def _check_against(
+    report: Callable[[int | None, str, str], None],
+    against: TreeHeadRef,
+    size: int,
+    at_against: Frontier | None,
+) -> TreeHeadRef:
+    """A kept tree head against the log: the log holds at least its events, and its
+    first ``against.size`` hash to its root."""
+    against_root = at_against.root() if at_against is not None else None
+    if against.size > size:
+        report(
+            None,
+            "against_truncated",
+            f"the kept tree head has {against.size} events but the log holds only "
+            f"{size}: the log was truncated",
+        )
+        ok_against = False
+    else:
+        ok_against = against_root is not None and against_root.hex() == against.root
+        if not ok_against:
+            report(
+                None,
+                "against_inconsistent",
+                f"the first {against.size} events do not hash to the kept root "
+                f"{against.root}: the log was rewritten since that tree head",
+            )
+    return TreeHeadRef(size=against.size, root=against.root, ok=ok_against)
 
 
 def _scan(

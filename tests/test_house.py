@@ -72,7 +72,6 @@ NOT_YET = {
     "commands/plane/validation_runs.py _validate_plan",
     "commands/schemas/plan.py _Planner._fill",
     "commands/schemas/translate.py _translate",
-    "ledger/verify.py verify_store",
 }
 
 
