@@ -330,19 +330,7 @@ def export(
     progress: Progress | None = None,
 ) -> ExportResult:
     """Write the events of ``since..until`` (filtered) to ``out``; see the module doc."""
-    if format not in FORMATS:
-        raise ExportError(f"unknown format {format!r} (one of {', '.join(FORMATS)})")
-    unknown = [t for t in types if t not in store.catalog]
-    if unknown:
-        raise ExportError(f"unknown event type {unknown[0]!r} (see docs/events.md)")
-    if format == "parquet":
-        _pyarrow()  # refuse before touching the file
-    head = store.head().size
-    until = head if until is None else until
-    if until > head:
-        raise ExportError(f"--until {until} is past the head of the log ({head})")
-    if since < 1:
-        raise ExportError(f"--since must be >= 1, got {since}")
+    until = _export_range(store, format, since, until, types)
     root = tree_root(store, until)
     projects = {p.plan_id: p.project for p in _payloads(store, until, plan, PlanCreated)}
     # each validation run's attempt (its validation.run_started)
@@ -358,21 +346,7 @@ def export(
         "evidence.plan": plan or "",
         "evidence.exported_at": _now(),
     }
-    # A file name: written to FILE.partial, renamed over FILE once whole, with the
-    # metadata beside it. An open binary stream (standard output): written as it goes,
-    # the metadata only in the result (a stream has no "beside").
-    if isinstance(out, str):
-        tmp = f"{out}.partial"
-        try:
-            target: BinaryIO = open(tmp, "wb")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from None
-    else:
-        if format == "parquet":
-            raise ExportError(
-                "Parquet is a binary format whose footer is written last: give a file"
-            )
-        target = out
+    target, tmp = _target(out, format)
     rows = 0
     total = max(0, until - since + 1)
     try:
@@ -403,23 +377,56 @@ def export(
     target.close()
     os.replace(tmp, out)
     if format != "parquet":
-        with open(f"{out}.meta.json", "wb") as f:
-            f.write(
-                msgspec.json.format(
-                    _encode(
-                        {
-                            "format": format,
-                            "file": os.path.basename(out),
-                            "columns": COLUMN_NAMES,
-                            **metadata,
-                        }
-                    )
-                )
-                + b"\n"
-            )
+        _write_metadata(out, format, metadata)
     if progress is not None:
         progress(total, total)
     return ExportResult(out, format, rows, metadata)
+
+
+def _export_range(
+    store: ledger.Store, format: str, since: int, until: int | None, types: Sequence[str]
+) -> int:
+    """The last position to export, once the request is one that can be met (the
+    format known and installed, the types known, the range within the log)."""
+    if format not in FORMATS:
+        raise ExportError(f"unknown format {format!r} (one of {', '.join(FORMATS)})")
+    unknown = [t for t in types if t not in store.catalog]
+    if unknown:
+        raise ExportError(f"unknown event type {unknown[0]!r} (see docs/events.md)")
+    if format == "parquet":
+        _pyarrow()  # refuse before touching the file
+    head = store.head().size
+    until = head if until is None else until
+    if until > head:
+        raise ExportError(f"--until {until} is past the head of the log ({head})")
+    if since < 1:
+        raise ExportError(f"--since must be >= 1, got {since}")
+    return until
+
+
+def _target(out: str | BinaryIO, format: str) -> tuple[BinaryIO, str]:
+    """Where the rows go, and the temporary name a file is written under. A file name:
+    written to FILE.partial, renamed over FILE once whole, with the metadata beside it.
+    An open binary stream (standard output): written as it goes, the metadata only in
+    the result (a stream has no "beside")."""
+    if not isinstance(out, str):
+        if format == "parquet":
+            raise ExportError(
+                "Parquet is a binary format whose footer is written last: give a file"
+            )
+        return out, ""
+    tmp = f"{out}.partial"
+    try:
+        return open(tmp, "wb"), tmp  # closed by export
+    except OSError as exc:
+        raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+def _write_metadata(out: str, format: str, metadata: dict[str, str]) -> None:
+    """FILE.meta.json beside a JSONL or CSV export (Parquet keeps it in its footer)."""
+    document = {"format": format, "file": os.path.basename(out), "columns": COLUMN_NAMES}
+    with open(f"{out}.meta.json", "wb") as f:
+        f.write(msgspec.json.format(_encode({**document, **metadata})) + b"\n")
 
 
 # -- stats ----------------------------------------------------------------------------
