@@ -465,61 +465,9 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
             sa.text(f"SELECT position FROM {POSITIONS} WHERE name = :name"),
             {"name": ANALYTICS.name},
         ).scalar_one()
-        counts: dict[str, dict[str, int]] = {}
-        for name, verdict, n in conn.execute(
-            sa.text(
-                f"SELECT validation, verdict, count(*) FROM {t['results']} WHERE {window} "
-                "GROUP BY validation, verdict"
-            ),
-            params,
-        ):
-            counts.setdefault(name, {})[verdict] = int(n)
-        durations: dict[str, list[int]] = {}
-        for name, ms in conn.execute(
-            sa.text(
-                f"SELECT validation, duration_ms FROM {t['results']} WHERE {window} "
-                "ORDER BY validation, duration_ms"
-            ),
-            params,
-        ):
-            durations.setdefault(name, []).append(int(ms))
-        flaky = conn.execute(
-            sa.text(
-                "SELECT validation, args, input_digest, "
-                "sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END), "
-                "sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) "
-                f"FROM {t['results']} WHERE {window} AND args_digest IS NOT NULL "
-                "GROUP BY validation, args_digest, args, input_digest "
-                "HAVING sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END) > 0 "
-                "AND sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) > 0"
-            ),
-            params,
-        ).all()
-        # A plan counts if it has an event in the window (its last one is in it); its
-        # numbers come from its facts in the window.
-        last = (
-            "(SELECT f.value FROM {facts} f WHERE f.plan = p.plan AND f.fact IN ({kinds}) "
-            "AND f.position >= :since ORDER BY f.position DESC LIMIT 1)"
-        )
-        plans = conn.execute(
-            sa.text(
-                "SELECT p.plan, p.project, coalesce(c.attempts, 0), coalesce(c.failed, 0), "
-                "coalesce(c.revisions, 0), "
-                + last.format(facts=t["plan_facts"], kinds="'run_completed', 'halted', 'revised'")
-                + ", "
-                + last.format(facts=t["plan_facts"], kinds="'applied'")
-                + ", "
-                + last.format(facts=t["plan_facts"], kinds="'halted'")
-                + f" FROM {t['plans']} p LEFT JOIN ("
-                "SELECT plan, max(CASE WHEN fact = 'run_started' THEN attempt END) AS attempts, "
-                "sum(CASE WHEN fact = 'attempt_failed' THEN 1 ELSE 0 END) AS failed, "
-                "sum(CASE WHEN fact = 'strategy_revision' THEN 1 ELSE 0 END) AS revisions "
-                f"FROM {t['plan_facts']} WHERE position >= :since GROUP BY plan) c "
-                "ON c.plan = p.plan WHERE p.last_position >= :since"
-                + (" AND p.project = :project" if project is not None else "")
-            ),
-            params,
-        ).all()
+        validations = _validation_stats(conn, t, window, params)
+        flaky = _flaky(conn, t, window, params)
+        plan_rows = _plan_stats(conn, t, params, project)
         halts = _counts(
             conn,
             f"SELECT value, count(*), min(position) FROM {t['plan_facts']} "
@@ -544,39 +492,6 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
             f"{t['deviations']} WHERE {window} GROUP BY tool",
             params,
         )
-    validations = []
-    for name in sorted(counts):
-        c, d = counts[name], durations[name]
-        n = sum(c.values())
-        validations.append(
-            {
-                "validation": name,
-                "runs": n,
-                "pass": c.get("pass", 0),
-                "fail": c.get("fail", 0),
-                "no_verdict": c.get("no_verdict", 0),
-                "pass_rate": c.get("pass", 0) / n,
-                "no_verdict_rate": c.get("no_verdict", 0) / n,
-                "mean_ms": sum(d) / len(d),
-                "p95_ms": _p95(d),
-            }
-        )
-    plan_rows = sorted(
-        (
-            {
-                "plan": plan,
-                "project": proj,
-                "attempts": int(attempts),
-                "failed_attempts": int(failed),
-                "strategy_revisions": int(revisions),
-                "outcome": outcome if outcome in OUTCOMES else None,
-                "applied": applied,
-                "halt_type": halt_type,
-            }
-            for plan, proj, attempts, failed, revisions, outcome, applied, halt_type in plans
-        ),
-        key=lambda p: p["plan"],
-    )
     outcomes = Counter(p["outcome"] for p in plan_rows if p["outcome"] is not None)
     applied = Counter(p["applied"] for p in plan_rows if p["applied"] is not None)
     return {
@@ -604,3 +519,109 @@ def stats(store: ledger.Store, *, project: str | None = None, since: int = 1) ->
         "deviations_by_kind": by_kind,
         "deviations_by_tool": by_tool,
     }
+
+
+def _validation_stats(
+    conn: Any, t: dict[str, str], window: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Each validation's runs in the window: verdicts, rates, mean and p95 durations."""
+    counts: dict[str, dict[str, int]] = {}
+    for name, verdict, n in conn.execute(
+        sa.text(
+            f"SELECT validation, verdict, count(*) FROM {t['results']} WHERE {window} "
+            "GROUP BY validation, verdict"
+        ),
+        params,
+    ):
+        counts.setdefault(name, {})[verdict] = int(n)
+    durations: dict[str, list[int]] = {}
+    for name, ms in conn.execute(
+        sa.text(
+            f"SELECT validation, duration_ms FROM {t['results']} WHERE {window} "
+            "ORDER BY validation, duration_ms"
+        ),
+        params,
+    ):
+        durations.setdefault(name, []).append(int(ms))
+    validations = []
+    for name in sorted(counts):
+        c, d = counts[name], durations[name]
+        n = sum(c.values())
+        validations.append(
+            {
+                "validation": name,
+                "runs": n,
+                "pass": c.get("pass", 0),
+                "fail": c.get("fail", 0),
+                "no_verdict": c.get("no_verdict", 0),
+                "pass_rate": c.get("pass", 0) / n,
+                "no_verdict_rate": c.get("no_verdict", 0) / n,
+                "mean_ms": sum(d) / len(d),
+                "p95_ms": _p95(d),
+            }
+        )
+    return validations
+
+
+def _flaky(conn: Any, t: dict[str, str], window: str, params: dict[str, Any]) -> list[Any]:
+    """The validations that both passed and failed on the same arguments and input."""
+    return conn.execute(
+        sa.text(
+            "SELECT validation, args, input_digest, "
+            "sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END), "
+            "sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) "
+            f"FROM {t['results']} WHERE {window} AND args_digest IS NOT NULL "
+            "GROUP BY validation, args_digest, args, input_digest "
+            "HAVING sum(CASE WHEN verdict = 'pass' THEN 1 ELSE 0 END) > 0 "
+            "AND sum(CASE WHEN verdict = 'fail' THEN 1 ELSE 0 END) > 0"
+        ),
+        params,
+    ).all()
+
+
+def _plan_stats(
+    conn: Any, t: dict[str, str], params: dict[str, Any], project: str | None
+) -> list[dict[str, Any]]:
+    """Each plan with an event in the window: its attempts, failures, revisions, its
+    last outcome, whether it was applied, its last halt."""
+    # A plan counts if it has an event in the window (its last one is in it); its
+    # numbers come from its facts in the window.
+    last = (
+        "(SELECT f.value FROM {facts} f WHERE f.plan = p.plan AND f.fact IN ({kinds}) "
+        "AND f.position >= :since ORDER BY f.position DESC LIMIT 1)"
+    )
+    plans = conn.execute(
+        sa.text(
+            "SELECT p.plan, p.project, coalesce(c.attempts, 0), coalesce(c.failed, 0), "
+            "coalesce(c.revisions, 0), "
+            + last.format(facts=t["plan_facts"], kinds="'run_completed', 'halted', 'revised'")
+            + ", "
+            + last.format(facts=t["plan_facts"], kinds="'applied'")
+            + ", "
+            + last.format(facts=t["plan_facts"], kinds="'halted'")
+            + f" FROM {t['plans']} p LEFT JOIN ("
+            "SELECT plan, max(CASE WHEN fact = 'run_started' THEN attempt END) AS attempts, "
+            "sum(CASE WHEN fact = 'attempt_failed' THEN 1 ELSE 0 END) AS failed, "
+            "sum(CASE WHEN fact = 'strategy_revision' THEN 1 ELSE 0 END) AS revisions "
+            f"FROM {t['plan_facts']} WHERE position >= :since GROUP BY plan) c "
+            "ON c.plan = p.plan WHERE p.last_position >= :since"
+            + (" AND p.project = :project" if project is not None else "")
+        ),
+        params,
+    ).all()
+    return sorted(
+        (
+            {
+                "plan": plan,
+                "project": proj,
+                "attempts": int(attempts),
+                "failed_attempts": int(failed),
+                "strategy_revisions": int(revisions),
+                "outcome": outcome if outcome in OUTCOMES else None,
+                "applied": applied,
+                "halt_type": halt_type,
+            }
+            for plan, proj, attempts, failed, revisions, outcome, applied, halt_type in plans
+        ),
+        key=lambda p: p["plan"],
+    )
