@@ -11,7 +11,7 @@ fix first. (Tool calls and halts: ``commands.plane.runs``.)
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -182,13 +182,7 @@ def _validate_plan(
     # Never the live sandbox: the agent writes it at will, so what was read from it for
     # the record and what a validation's copy was made from could differ.
     with RunSnapshot.taken(plane.sandbox(plan).run_snapshots, run_id, directories) as snap:
-        trees = encode_trees(
-            {
-                r: (kinds[r], manifest_of(snap.judged[r], kinds[r], os.path.basename(r)))
-                for r in directories
-            }
-        )
-        digests = {r: manifest_digest(tree) for r, (_k, tree) in decode_trees(trees).items()}
+        trees, digests = _trees(snap, directories, kinds)
 
         def start(state: StreamState) -> list[EventPayload]:
             doc = _validatable(state, plan_id)
@@ -219,26 +213,7 @@ def _validate_plan(
         jobs = [_job(log, r, snap.copies.get(r.resource), confinement) for r in binding]
         runs = _run_on_snapshot(jobs, binding, snap, guards, max_workers)
     results = [
-        ValidationResultRecorded(
-            plan_id=plan_id,
-            run_id=run_id,
-            attachment_id=r.attachment_id,
-            validation=r.validation,
-            mode=r.mode,
-            verdict=run.verdict,
-            message=run.message,
-            data=run.data,
-            cause=run.cause,
-            error=run.error,
-            changed_paths=run.changed_paths,
-            raw_output_sha256=_sha256(run.raw_output) if run.raw_output is not None else None,
-            stderr_sha256=_sha256(run.stderr) if run.stderr else msgspec.UNSET,
-            started_at=run.started_at,
-            ended_at=run.ended_at,
-            duration_ms=run.duration_ms,
-            **_truncations(run),
-            confinement=_level(log, r, confinement),
-        )
+        _result(plan_id, run_id, r, run, _level(log, r, confinement))
         for r, run in zip(binding, runs, strict=True)
     ]
     outcome, raw, reason = classify(
@@ -272,57 +247,108 @@ def _validate_plan(
             )
         if doc.pending_decision is not None:
             return [*results, completed]  # a decision became pending: it decides first
-        return [*results, completed, *after_run(doc, outcome, raw, reason, minted)]
-
-    def after_run(
-        doc: PlanState, outcome: Outcome, raw: str, reason: str, minted: dict[str, str]
-    ) -> list[EventPayload]:
-        if outcome == "pass":
-            token, event = token_for_pass(
-                plane, doc, run_id, completed.results_digest, _sha256(trees)
-            )
-            minted["token"] = token
-            return [event]
-        who, then = NEXT_ACTION[outcome]
-        halt = PlanHalted(
-            plan_id=plan_id,
-            halt_type=outcome,
-            final_decision=outcome,
-            raw_halt_type=raw,
-            reason=reason,
-            hint=f"{who}: {then}",
-            phase="execute",
-            attempt=attempt,
-            result_refs=[run_id],
-        )
-        if outcome != "blocker":
-            return [halt]
-        failed = AttemptFailed(
-            plan_id=plan_id,
-            attempt=attempt,
-            iteration=doc.iteration,
-            failure_class="validation",
-            reason=reason,
-        )
-        loop = after_blocker(doc, reason, run_id)
-        # An escalation is the run's one halt (escalate, not blocker + escalation): the
-        # outcome tells the reader a human acts next.
-        return (
-            [failed, *loop]
-            if any(isinstance(e, Escalated) for e in loop)
-            else [halt, failed, *loop]
-        )
+        then = _after_run(plane, doc, completed, (outcome, raw, reason), _sha256(trees), minted)
+        return [*results, completed, *then]
 
     outputs = [run.raw_output for run in runs if run.raw_output is not None]
     outputs += [run.stderr for run in runs if run.stderr]
     report.events = plane.run(f"plan:{plan_id}", finish, actor=actor, blobs=outputs)
+    _escalated(report)
+    report.token = minted.get("token")
+    return report
+
+
+def _trees(
+    snap: RunSnapshot, directories: Mapping[str, Path], kinds: Mapping[str, ResourceKind]
+) -> tuple[bytes, dict[str, str]]:
+    """The run's snapshot as the record keeps it: every resource's tree (one blob) and
+    each tree's digest."""
+    trees = encode_trees(
+        {
+            r: (kinds[r], manifest_of(snap.judged[r], kinds[r], os.path.basename(r)))
+            for r in directories
+        }
+    )
+    return trees, {r: manifest_digest(tree) for r, (_k, tree) in decode_trees(trees).items()}
+
+
+def _escalated(report: ValidationReport) -> None:
+    """A blocker that spent the last strategy revision escalated: the report says so."""
     if any(e.type == "plan.escalated" for e in report.events):
         report.outcome, report.raw_halt_type = "escalate", "escalated"
         report.reason = next(
             e.payload.reason for e in report.events if isinstance(e.payload, Escalated)
         )
-    report.token = minted.get("token")
-    return report
+
+
+def _result(
+    plan_id: str, run_id: str, r: ResolvedAttachment, run: ValidationRun, confinement: Any
+) -> ValidationResultRecorded:
+    """One validation's result as the run records it (its outputs kept as blobs)."""
+    return ValidationResultRecorded(
+        plan_id=plan_id,
+        run_id=run_id,
+        attachment_id=r.attachment_id,
+        validation=r.validation,
+        mode=r.mode,
+        verdict=run.verdict,
+        message=run.message,
+        data=run.data,
+        cause=run.cause,
+        error=run.error,
+        changed_paths=run.changed_paths,
+        raw_output_sha256=_sha256(run.raw_output) if run.raw_output is not None else None,
+        stderr_sha256=_sha256(run.stderr) if run.stderr else msgspec.UNSET,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        duration_ms=run.duration_ms,
+        **_truncations(run),
+        confinement=confinement,
+    )
+
+
+def _after_run(
+    plane: Plane,
+    doc: PlanState,
+    completed: ValidationRunCompleted,
+    classified: tuple[Outcome, str, str],
+    trees_sha256: str,
+    minted: dict[str, str],
+) -> list[EventPayload]:
+    """What a completed run leads to (``classified``: its outcome, raw halt type and
+    reason): a pass mints the Apply token (kept in ``minted``), anything else halts,
+    and a blocker fails the attempt and runs the failure loop."""
+    outcome, raw, reason = classified
+    plan_id, run_id, attempt = completed.plan_id, completed.run_id, completed.attempt
+    if outcome == "pass":
+        token, event = token_for_pass(plane, doc, run_id, completed.results_digest, trees_sha256)
+        minted["token"] = token
+        return [event]
+    who, then = NEXT_ACTION[outcome]
+    halt = PlanHalted(
+        plan_id=plan_id,
+        halt_type=outcome,
+        final_decision=outcome,
+        raw_halt_type=raw,
+        reason=reason,
+        hint=f"{who}: {then}",
+        phase="execute",
+        attempt=attempt,
+        result_refs=[run_id],
+    )
+    if outcome != "blocker":
+        return [halt]
+    failed = AttemptFailed(
+        plan_id=plan_id,
+        attempt=attempt,
+        iteration=doc.iteration,
+        failure_class="validation",
+        reason=reason,
+    )
+    loop = after_blocker(doc, reason, run_id)
+    # An escalation is the run's one halt (escalate, not blocker + escalation): the
+    # outcome tells the reader a human acts next.
+    return [failed, *loop] if any(isinstance(e, Escalated) for e in loop) else [halt, failed, *loop]
 
 
 def _run_on_snapshot(
