@@ -291,6 +291,23 @@ class _Node(_Part):
 _NO_PROPERTIES: dict[str, tuple[str, _Node]] = {}  # shared, never written to
 
 
+def _fill_types(node: _Node, schema: dict[str, Any]) -> bool:
+    """The node's declared types (none declared: any); False for a ``type`` that is not
+    one or a list of JSON type names."""
+    declared = schema.get("type")
+    if declared is None:
+        return True
+    names = [declared] if isinstance(declared, str) else declared
+    if not (
+        isinstance(names, list)
+        and names
+        and all(isinstance(t, str) and t in _JSON_TYPES for t in names)
+    ):
+        return False
+    node.types, node.admits = _type_sets(tuple(names))
+    return True
+
+
 @functools.cache
 def _type_sets(names: tuple[str, ...]) -> tuple[frozenset[str], frozenset[type]]:
     """A declared type list and the Python types it admits (shared by every node)."""
@@ -406,18 +423,21 @@ class _Planner:
         allowed = _ANNOTATIONS | _VALUE_KEYWORDS | _STRUCTURE_KEYWORDS
         if not path:
             allowed = allowed | {"$defs", "$schema"}
-        if not set(schema) <= allowed:
+        if not set(schema) <= allowed or not _fill_types(node, schema):
             return  # opaque
-        declared = schema.get("type")
-        if declared is not None:
-            names = [declared] if isinstance(declared, str) else declared
-            if not (
-                isinstance(names, list)
-                and names
-                and all(isinstance(t, str) and t in _JSON_TYPES for t in names)
-            ):
-                return
-            node.types, node.admits = _type_sets(tuple(names))
+        if not self._fill_object(node, path, schema):
+            return
+        if "items" in schema:
+            node.items = self.node((*path, "items"), schema["items"])
+        node.type_only = node.types is not None and set(schema) - _ANNOTATIONS == {"type"}
+        # An array is walked without asking about it first: a validator of the array
+        # would be one more compiled copy of its items' (memory), for one question.
+        node.direct = node.admits is not None and node.admits <= {list, tuple}
+        node.opaque = False
+
+    def _fill_object(self, node: _Node, path: Path, schema: dict[str, Any]) -> bool:
+        """An object's members: closed or not, required, each property's node. False
+        when the schema says them in a way the walk leaves to jsonschema-rs."""
         properties = schema.get("properties", {})
         required = schema.get("required", [])
         closing = schema.get("additionalProperties", True)
@@ -427,7 +447,7 @@ class _Planner:
             and all(isinstance(n, str) for n in required)
             and isinstance(closing, bool)
         ):
-            return
+            return False
         if closing is False:
             if "properties" not in schema or not set(required) <= set(properties):
                 # Left to jsonschema-rs, which reports these its own way: the members of
@@ -435,7 +455,7 @@ class _Planner:
                 # (registration adds an empty properties, so that each member is its own
                 # extra field); a required name a closed object does not declare
                 # (registration refuses it) as missing even when present.
-                return
+                return False
             node.closed = json_pointer((*path, "additionalProperties"))
         node.required = [
             (
@@ -451,13 +471,7 @@ class _Planner:
                 name: ("/" + escape_token(name), self.node((*path, "properties", name), sub))
                 for name, sub in properties.items()
             }
-        if "items" in schema:
-            node.items = self.node((*path, "items"), schema["items"])
-        node.type_only = node.types is not None and set(schema) - _ANNOTATIONS == {"type"}
-        # An array is walked without asking about it first: a validator of the array
-        # would be one more compiled copy of its items' (memory), for one question.
-        node.direct = node.admits is not None and node.admits <= {list, tuple}
-        node.opaque = False
+        return True
 
     def _reference(self, path: Path, schema: dict[str, Any]) -> _Node:
         name = _def_name(schema["$ref"], self.defs)
