@@ -10,6 +10,7 @@ hands to jsonschema-rs whole with the same function.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
@@ -59,97 +60,106 @@ def _translate(
     spath = list(error.schema_path)
     if schema_prefix and not (spath and spath[0] == "$defs"):
         spath = [*schema_prefix, *spath]
-    kind = error.kind
-    name = type(kind).__name__
+    name = type(error.kind).__name__
     value = _value_at(value_root, rel)
+    made = _Made(pointer_prefix)
+    if name in ("AdditionalProperties", "UnevaluatedProperties"):
+        yield from _unexpected(error.kind, name, value, rel, spath, compiled, made)
+        return
+    if name == "Required":
+        field = error.kind.property
+        expected = _required_text(schema_at(compiled.schema, spath[:-1]), field)
+        yield _Found(made([*rel, field], "missing_required", expected, "absent", spath))
+        return
+    actual = json_type(value) if value is not _MISSING else "absent"
+    yield _Found(_of_value(error, name, rel, actual, spath, compiled, made))
 
-    def deviation(
-        tokens: list[Any], kind: DeviationKind, expected: str, actual: str, where: Any
+
+@dataclass(frozen=True)
+class _Made:
+    """Deviations at pointers under ``prefix`` (where the validated value sits)."""
+
+    prefix: str
+
+    def __call__(
+        self, tokens: list[Any], kind: DeviationKind, expected: str, actual: str, where: Any
     ) -> Deviation:
         return Deviation(
-            pointer=pointer_prefix + json_pointer(tokens),
+            pointer=self.prefix + json_pointer(tokens),
             kind=kind,
             expected=expected,
             actual_type=actual,
             schema_pointer=json_pointer(list(where)),
         )
 
-    if name in ("AdditionalProperties", "UnevaluatedProperties"):
-        # jsonschema-rs reports all unexpected names of one object in one error; the
-        # ledger reports each field on its own, with its own pointer.
-        names = [n for n in kind.unexpected if isinstance(value, dict) and n in value]
-        declared: set[str] | None = set()
-        where = None
-        if name == "UnevaluatedProperties":
-            holder = schema_at(compiled.schema, spath[:-1])
-            declared = in_place_property_names(holder, compiled.index)
-            where = (pointer_prefix + json_pointer(rel), json_pointer(spath[:-1]))
-        if not names:  # cannot happen for an object; never lose the verdict
-            yield _Found(deviation(rel, "constraint", "no such property", "object", spath))
-        for field in names:
-            yield _Found(
-                deviation(
-                    [*rel, field],
-                    "extra_field",
-                    "no such property",
-                    json_type(value[field]),
-                    spath,
-                ),
-                unevaluated_in=where,
-                declared=declared is None or field in declared,
-            )
-        return
-    if name == "Required":
-        field = kind.property
-        yield _Found(
-            deviation(
-                [*rel, field],
-                "missing_required",
-                _required_text(schema_at(compiled.schema, spath[:-1]), field),
-                "absent",
-                spath,
-            )
-        )
-        return
 
-    actual = json_type(value) if value is not _MISSING else "absent"
+def _unexpected(
+    kind: Any,
+    name: str,
+    value: Any,
+    rel: list[Any],
+    spath: list[Any],
+    compiled: _CompiledView,
+    made: _Made,
+) -> Iterator[_Found]:
+    """Each member an object may not have, on its own. jsonschema-rs reports all the
+    unexpected names of one object in one error; the ledger reports each field with its
+    own pointer (and, for ``unevaluatedProperties``, whether the schema declares it)."""
+    names = [n for n in kind.unexpected if isinstance(value, dict) and n in value]
+    declared: set[str] | None = set()
+    where = None
+    if name == "UnevaluatedProperties":
+        holder = schema_at(compiled.schema, spath[:-1])
+        declared = in_place_property_names(holder, compiled.index)
+        where = (made.prefix + json_pointer(rel), json_pointer(spath[:-1]))
+    if not names:  # cannot happen for an object; never lose the verdict
+        yield _Found(made(rel, "constraint", "no such property", "object", spath))
+    for field in names:
+        yield _Found(
+            made([*rel, field], "extra_field", "no such property", json_type(value[field]), spath),
+            unevaluated_in=where,
+            declared=declared is None or field in declared,
+        )
+
+
+def _of_value(
+    error: Any,
+    name: str,
+    rel: list[Any],
+    actual: str,
+    spath: list[Any],
+    compiled: _CompiledView,
+    made: _Made,
+) -> Deviation:
+    """The one deviation of an error about the value itself (its type, its value, a
+    constraint on it)."""
+    kind = error.kind
     if name == "Type":
-        yield _Found(deviation(rel, "wrong_type", " or ".join(kind.types), actual, spath))
-    elif name == "Custom" and kind.keyword == INTEGER_TOKEN_KEYWORD:
-        type_spath = [*spath[:-1], "type"]
+        return made(rel, "wrong_type", " or ".join(kind.types), actual, spath)
+    if name == "Custom" and kind.keyword == INTEGER_TOKEN_KEYWORD:
         expected = _type_text(schema_at(compiled.schema, spath[:-1])) or "integer"
-        yield _Found(deviation(rel, "wrong_type", expected, actual, type_spath))
-    elif name == "Enum":
-        yield _Found(
-            deviation(rel, "enum_mismatch", "one of " + _text(kind.options), actual, spath)
-        )
-    elif name == "Constant":
-        yield _Found(
-            deviation(
-                rel, "const_mismatch", "equal to " + _text(kind.expected_value), actual, spath
-            )
-        )
-    elif name == "FalseSchema":
+        return made(rel, "wrong_type", expected, actual, [*spath[:-1], "type"])
+    if name == "Enum":
+        return made(rel, "enum_mismatch", "one of " + _text(kind.options), actual, spath)
+    if name == "Constant":
+        expected = "equal to " + _text(kind.expected_value)
+        return made(rel, "const_mismatch", expected, actual, spath)
+    if name == "FalseSchema":
         if len(spath) >= 2 and spath[-2] in ("properties", "patternProperties"):
-            yield _Found(deviation(rel, "extra_field", "no such property", actual, spath))
-        else:
-            yield _Found(deviation(rel, "constraint", "no value allowed here", actual, spath))
-    elif name in ("AnyOf", "OneOfNotValid"):
+            return made(rel, "extra_field", "no such property", actual, spath)
+        return made(rel, "constraint", "no value allowed here", actual, spath)
+    if name in ("AnyOf", "OneOfNotValid"):
         types = _branch_types(kind.context, rel)
         if types:
-            yield _Found(deviation(rel, "wrong_type", " or ".join(types), actual, spath))
-        else:
-            how = "any" if name == "AnyOf" else "exactly one"
-            expected = f"{how} of {len(kind.context)} alternatives"
-            yield _Found(deviation(rel, "constraint", expected, actual, spath))
-    elif name == "PropertyNames":
+            return made(rel, "wrong_type", " or ".join(types), actual, spath)
+        how = "any" if name == "AnyOf" else "exactly one"
+        return made(rel, "constraint", f"{how} of {len(kind.context)} alternatives", actual, spath)
+    if name == "PropertyNames":
         inner = kind.error
         key = inner.instance  # a property name: structure, shown in pointers anyway
         expected = "property name " + _constraint_text(inner, compiled)
-        yield _Found(deviation([*rel, key], "constraint", expected, "string", spath))
-    else:
-        expected = _constraint_text(error, compiled)
-        yield _Found(deviation(rel, "constraint", expected, actual, spath))
+        return made([*rel, key], "constraint", expected, "string", spath)
+    return made(rel, "constraint", _constraint_text(error, compiled), actual, spath)
 
 
 def _required_text(holder: Any, field: str) -> str:
