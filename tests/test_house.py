@@ -4,8 +4,7 @@ of one concept"): no module over 900 lines, no function over cyclomatic complexi
 that starts with ``Kept whole:`` (a hot loop measured whole, say).
 
 The test reports every function or module over a target without that sentence, so a
-change that grows one past it says so in CI, with its measure. Those over a target
-before the check existed are listed (``NOT_YET``); the list only shrinks.
+change that grows one past it says so in CI, with its measure.
 """
 
 from __future__ import annotations
@@ -62,20 +61,11 @@ def _over(path: Path, root: Path = ROOT) -> dict[str, str]:
     return over
 
 
-# Over a target and not yet cut into named phases or rooms (issue 49): the list only
-# shrinks. One that is within its targets now must leave it (the test says so); one
-# that is not on it must not be over.
-NOT_YET = {
-    "commands/plane/review_host.py",
-}
-
-
 def test_every_module_and_function_is_within_the_targets_or_says_why() -> None:
-    over = {key: measure for path in _modules() for key, measure in _over(path).items()}
-    new = [f"{key}: {measure}" for key, measure in sorted(over.items()) if key not in NOT_YET]
-    assert new == [], "over a target, without a sentence saying why:\n" + "\n".join(new)
-    stale = sorted(NOT_YET - set(over))
-    assert stale == [], f"within the targets now: take them off NOT_YET: {stale}"
+    over = [
+        f"{key}: {measure}" for path in _modules() for key, measure in sorted(_over(path).items())
+    ]
+    assert over == [], "over a target, without a sentence saying why:\n" + "\n".join(over)
 
 
 @pytest.mark.parametrize(

@@ -604,7 +604,8 @@ def test_a_plan_file_run_is_refused_before_the_ledger_sees_it(
 def test_without_landlock_a_review_is_refused_unless_its_plan_opted_out(
     plane: Plane, project: Path, no_landlock: None
 ) -> None:
-    from commands.plane.review_host import parse_reviewers, run_review
+    from commands.plane.review_host import run_review
+    from commands.plane.review_inputs import parse_reviewers
     from tests.test_review_host import request, reviewers
 
     config = parse_reviewers(reviewers(), "test")

@@ -25,13 +25,12 @@ from commands.plane import CommandRefused, Plane
 from commands.plane.plans import create_plan
 from commands.plane.review_host import (
     host_review,
-    load_reviewers,
     lock_path,
-    parse_reviewers,
     preflight_sha256,
     run_review,
     wait_review,
 )
+from commands.plane.review_inputs import load_reviewers, parse_reviewers
 from commands.plane.reviews import (
     AlreadyHandedOut,
     account_review,

@@ -34,7 +34,8 @@ from commands.plane.gates import gate_input
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.proxy import exchanged, record_fetch
-from commands.plane.review_host import host_review, parse_reviewers, run_review
+from commands.plane.review_host import host_review, run_review
+from commands.plane.review_inputs import parse_reviewers
 from commands.plane.reviews import account_review, get_review, start_review, submit_candidate
 from commands.plane.runs import Recorded, call_tool
 from ledger.bundle import verify_bundle, write_bundle

@@ -66,7 +66,8 @@ def run(file: str, config: str, repo: Path, plan_id: str | None, as_json: bool) 
     Examples:
       evidence review run request.json --reviewers reviewers.yaml --repo .
     """
-    from commands.plane.review_host import HostNotStarted, load_reviewers, run_review
+    from commands.plane.review_host import HostNotStarted, run_review
+    from commands.plane.review_inputs import load_reviewers
     from commands.plane.reviews import ReviewRequestInvalid
 
     data = _read(file, "REQUEST_FILE")
