@@ -12,8 +12,10 @@ reason, and fail under ``CI=true``, as the PostgreSQL tests do.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -102,6 +104,20 @@ def test_the_proxy_passes_what_the_fixture_passes(
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
+@contextlib.contextmanager
+def _fixture_behind_the_service(url: str, tmp_path: Path) -> Iterator[str]:
+    """The fixture registered as MCP server `fx` from its own tool list (launched by the
+    plane on stdio), plan P-1 in Execute with its credential, `evidence serve` on the
+    ledger: the URL of `/mcp/fx` through the forwarder that adds the credential."""
+    fixture = [sys.executable, str(harness.ROOT / "tests/conformance/fixture_server.py"), "--stdio"]
+    register_mcp_server(url, "fx", fixture)
+    _plan_in_execute(url)
+    with Plane.open(url) as plane:
+        token = issue_credential(plane, "P-1", ttl=timedelta(hours=1)).token
+    with harness.service_door(url, "fx", token, stderr=tmp_path / "serve.log") as door:
+        yield door
+
+
 def test_the_services_server_door_passes_what_the_fixture_passes(
     suite: None, sqlite_url: str, tmp_path: Path
 ) -> None:
@@ -112,12 +128,7 @@ def test_the_services_server_door_passes_what_the_fixture_passes(
     the exceptions docs/agents.md lists for the service; the ledger holds the calls,
     with the log and progress messages and the sampling and elicitation asked of the
     suite's client, and the reads."""
-    fixture = [sys.executable, str(harness.ROOT / "tests/conformance/fixture_server.py"), "--stdio"]
-    register_mcp_server(sqlite_url, "fx", fixture)
-    _plan_in_execute(sqlite_url)
-    with Plane.open(sqlite_url) as plane:
-        token = issue_credential(plane, "P-1", ttl=timedelta(hours=1)).token
-    with harness.service_door(sqlite_url, "fx", token, stderr=tmp_path / "serve.log") as url:
+    with _fixture_behind_the_service(sqlite_url, tmp_path) as url:
         results = harness.run_scenarios(url, workdir=tmp_path)
     failing = {name: r.failures for name, r in results.items() if name not in SERVICE_EXCEPTIONS}
     assert {name: why for name, why in failing.items() if why} == {}
@@ -158,12 +169,7 @@ def test_the_2026_07_28_revision_passes_the_same_through_the_servers_door(
         "tools-call-simple-text", "tools-call-with-progress", "resources-read-text",
         "prompts-get-with-args", "completion-complete", "caching", "dns-rebinding-protection",
     } <= harness.passing(direct)  # fmt: skip
-    fixture = [sys.executable, str(harness.ROOT / "tests/conformance/fixture_server.py"), "--stdio"]
-    register_mcp_server(sqlite_url, "fx", fixture)
-    _plan_in_execute(sqlite_url)
-    with Plane.open(sqlite_url) as plane:
-        token = issue_credential(plane, "P-1", ttl=timedelta(hours=1)).token
-    with harness.service_door(sqlite_url, "fx", token, stderr=tmp_path / "serve.log") as url:
+    with _fixture_behind_the_service(sqlite_url, tmp_path) as url:
         gated = harness.run_requirements(url, workdir=tmp_path / "door")
     assert set(gated) == set(direct)
     assert harness.passing(gated) == harness.passing(direct) - set(REVISION_EXCEPTIONS)

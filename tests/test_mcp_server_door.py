@@ -57,6 +57,20 @@ def url(sqlite_url: str) -> str:
     return sqlite_url
 
 
+def _initialize(capabilities: dict[str, Any]) -> dict[str, Any]:
+    """A raw ``initialize`` request (2025-11-25) of a client offering ``capabilities``."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": capabilities,
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+
+
 def _plan(url: str, plan_id: str = "P-1", *, execute: bool = True, skills: Any = ()) -> str:
     """A plan (in Execute unless not ``execute``) and its agent's credential."""
     with Plane.open(url) as plane:
@@ -163,16 +177,7 @@ def test_a_client_that_accepts_only_json_gets_the_result_and_the_record_keeps_th
 ) -> None:
     """No SSE stream to carry them: the answer alone; the record is the same."""
     token = _plan(url)
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "json-only", "version": "0"},
-        },
-    }
+    init = _initialize({})
     call = {
         "jsonrpc": "2.0",
         "id": 2,
@@ -464,16 +469,7 @@ def test_a_session_serves_only_the_credential_that_opened_it(url: str) -> None:
     for a session that does not exist), and nothing is appended."""
     mine, theirs = _plan(url, "P-1"), _plan(url, "P-2")
     accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"sampling": {}},
-            "clientInfo": {"name": "owner", "version": "0"},
-        },
-    }
+    init = _initialize({"sampling": {}})
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
     async def work(http: httpx2.AsyncClient) -> tuple[int, int, str]:
