@@ -518,3 +518,33 @@ def test_a_stateless_request_is_never_asked_and_its_call_cannot_pass(url: str) -
     [call] = [e.payload for e in _events(url) if isinstance(e.payload, ToolCalled)]
     assert call.exchange is not None and (call.exchange.sampling, call.exchange.refused) == (1, 1)
     assert call.tool_error
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+def test_a_sessions_reads_and_calls_share_one_kept_server(url: str) -> None:
+    """What the agent's client offers picks the kept server (one that may ask it for
+    sampling is another than one that may not): a session's forwarded requests go to
+    the server its calls use, so a log level it sets is the one its calls run at."""
+    token = _plan(url)
+    app = create_app(url)
+
+    async def sampling(context: Any, params: Any) -> Any:
+        raise AssertionError("not asked here")
+
+    async def main() -> list[Any]:
+        async with app.router.lifespan_context(app):
+            headers = {"Authorization": f"Bearer {token}"}
+            transport = httpx2.ASGITransport(app=app)
+            async with (
+                httpx2.AsyncClient(
+                    transport=transport, base_url=BASE, headers=headers, timeout=60
+                ) as http,
+                _session(http, sampling_callback=sampling) as session,
+            ):
+                await session.call_tool("test_simple_text", {})
+                await session.read_resource("test://static-text")
+                await session.set_logging_level("debug")
+                return app.state.service.warm.running("P-1")
+
+    kept = anyio.run(main)
+    assert len(kept) == 1 and kept[0].offers == frozenset({"sampling"}), kept

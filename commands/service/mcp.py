@@ -271,14 +271,18 @@ class McpGate:
 
             # the client's _meta without the plane's keys nor the protocol's envelope (a
             # 2026-07-28 request's; the plane's own session to the server is its own)
-            if params is not None and getattr(params, "meta", None):
-                params = params.model_copy(update={"meta": forwarded_meta(params.meta)})
+            meta = getattr(params, "meta", None) if params is not None else None
+            if meta:
+                params = params.model_copy(update={"meta": forwarded_meta(meta)})
             server, request = _server(ctx), request_type(params=params)
 
             def forward(plane: Plane, plan_id: str) -> Forwarded:
                 return server_request(plane, plan_id, server, request, result_type)
 
-            answer = await self._plane(ctx, forward)
+            # On the same kept server as the session's calls (what the client offers
+            # picks it), so a log level it sets is the one its calls run at.
+            async with _relayed(ctx, meta):
+                answer = await self._plane(ctx, forward)
             if answer.result is None:
                 raise MCPError(code=answer.code, message=answer.message)
             return result_type.model_validate(answer.result)
