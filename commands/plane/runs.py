@@ -531,7 +531,7 @@ class _Ran:
     streams: dict[str, Truncation] = field(default_factory=dict)
     exit_code: int | None = None
     tool_error: bool = False
-    said: Said = field(default_factory=list)  # an MCP server's requests, refused
+    said: Said = field(default_factory=list)  # what an MCP server said meanwhile
 
 
 def _execute(

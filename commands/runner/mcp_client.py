@@ -325,24 +325,10 @@ def refuse_unoffered(
     Set on the open session after ``initialize``: the SDK's client declares a capability
     when it is built with a handler for it, and this one must stay undeclared. What the
     client ``offered`` (it was built with a handler that relays it) is left alone."""
-    import mcp_types as types
 
     def refuser(kind: str) -> Callable[..., Awaitable[Any]]:
         async def refuse(context: Any, params: Any) -> Any:
-            error = types.ErrorData(
-                code=types.INVALID_REQUEST,
-                message=f"the plane's client does not offer {kind}: the call is recorded "
-                "as the tool's failure",
-            )
-            record(
-                {
-                    "kind": kind,
-                    "request": params.model_dump(by_alias=True, mode="json", exclude_none=True),
-                    "refused": True,
-                    "error": error.model_dump(by_alias=True, mode="json", exclude_none=True),
-                }
-            )
-            return error
+            return _refused(kind, params, "the plane's client does not offer", record)
 
         return refuse
 
@@ -350,6 +336,26 @@ def refuse_unoffered(
         session._sampling_callback = refuser("sampling")
     if "elicitation" not in offered:
         session._elicitation_callback = refuser("elicitation")
+
+
+def _refused(kind: str, params: Any, why: str, record: Callable[[dict[str, Any]], None]) -> Any:
+    """A server's request refused (``why`` the client cannot answer ``kind``), and the
+    refusal recorded: the call it came in is then the tool's failure."""
+    import mcp_types as types
+
+    error = types.ErrorData(
+        code=types.INVALID_REQUEST,
+        message=f"{why} {kind}: the call is recorded as the tool's failure",
+    )
+    record(
+        {
+            "kind": kind,
+            "request": params.model_dump(by_alias=True, mode="json", exclude_none=True),
+            "refused": True,
+            "error": error.model_dump(by_alias=True, mode="json", exclude_none=True),
+        }
+    )
+    return error
 
 
 def _canonical_or_none(schema: Any) -> bytes | None:
@@ -535,16 +541,11 @@ class _Call:
         kept with the call; refused and kept as refused when the door cannot ask."""
         import mcp_types as types
 
-        asked = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         back = self.back
         if back is None or back.ask is None or kind not in back.offers:
-            error = {
-                "code": types.INVALID_REQUEST,
-                "message": f"the agent's client cannot be asked for {kind} here: the call "
-                "is recorded as the tool's failure",
-            }
-            self.exchange.append({"kind": kind, "request": asked, "refused": True, "error": error})
-            return types.ErrorData.model_validate(error)
+            why = "the agent's client cannot be asked here for"
+            return _refused(kind, params, why, self.exchange.append)
+        asked = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         try:
             answer = await back.ask(kind, asked)
         except Declined as declined:

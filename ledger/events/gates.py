@@ -45,9 +45,10 @@ class Truncation(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_field
 
 class Exchange(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """What a tool's MCP server sent the agent's client during one call besides its
-    result, counted by kind; the messages themselves, in order, are the call's
-    ``exchange_sha256`` blob. ``refused``: the server's requests (sampling, elicitation)
-    the gate could not relay because the agent's client does not offer them."""
+    result, counted by kind: its log and progress messages, its sampling and elicitation
+    requests (relayed, with the answers, or refused); the messages themselves, in order,
+    are the call's ``exchange_sha256`` blob. ``refused``: the requests the gate could not
+    relay (the agent's client does not offer them, or the door has no way to ask it)."""
 
     log: int
     progress: int
