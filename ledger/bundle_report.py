@@ -9,7 +9,7 @@ and replay run on it unchanged; it holds the bundle in memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import msgspec
 
@@ -177,3 +177,6 @@ class Bundle:
 
     def get_blob(self, digest: str) -> bytes | None:
         return self._blobs.get(digest)
+
+    def get_blobs(self, digests: Collection[str]) -> dict[str, bytes]:
+        return {d: self._blobs[d] for d in digests if d in self._blobs}

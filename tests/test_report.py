@@ -11,7 +11,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -322,6 +322,9 @@ class MemorySource:
 
     def get_blob(self, digest: str) -> bytes | None:
         return self._blobs.get(digest)
+
+    def get_blobs(self, digests: Collection[str]) -> dict[str, bytes]:
+        return {d: self._blobs[d] for d in digests if d in self._blobs}
 
 
 def test_gather_report_reads_only_the_small_interface(sqlite_url: str, tmp_path: Path) -> None:

@@ -182,6 +182,17 @@ def test_blobs_are_content_addressed(store: ledger.Store) -> None:
     assert verify_store(store).checked_blobs == 2
 
 
+def test_many_blobs_are_read_in_one_call(store: ledger.Store) -> None:
+    """``get_blobs``: those stored, whatever the number asked (500 a statement)."""
+    data = [f"output {i}".encode() for i in range(1200)]
+    store.append("s", [strategy()], blobs=data)
+    digests = [hashlib.sha256(d).hexdigest() for d in data]
+    unknown = ["0" * 64, "f" * 64]
+    found = store.get_blobs([*digests, *unknown, digests[0]])
+    assert found == dict(zip(digests, data, strict=True))
+    assert store.get_blobs([]) == {}
+
+
 def test_reopen_and_init_are_idempotent(db_url: str) -> None:
     with ledger.open(db_url) as first:
         first.append("s", [strategy()])
