@@ -16,6 +16,7 @@ import pytest
 import ledger
 from commands.auditor.audit import audit, replay_plan
 from commands.plane import CommandRefused, Plane
+from commands.schemas.checker import check
 from ledger import NewEvent
 from ledger.canonical import canonical_json
 from ledger.events import (
@@ -275,6 +276,47 @@ def test_a_gate_verdict_that_does_not_follow_from_its_bytes(setup) -> None:
     assert set(gates) == {lied, missing} and honest not in gates
     assert "fail" in gates[lied].expected and "recorded pass" in gates[lied].found
     assert "missing" in gates[missing].found
+
+
+def test_bytes_judged_once_are_judged_against_each_schema_and_each_record(setup) -> None:
+    """The audit judges the same bytes against the same schema once (a cache keyed by
+    both digests): a later record of them is still compared with that judgement, and the
+    same bytes under another schema are judged anew."""
+    plane, _project, _tmp = setup
+    loose_schema = {"type": "object"}
+    strict_schema = {"type": "object", "required": ["m"]}
+    loose, strict = canonical_json(loose_schema), canonical_json(strict_schema)
+    raw = b'{"n": 7}'
+    doc = plane.state("plan:P-1").doc
+
+    def gate(schema: bytes, verdict: str, deviations: list[Deviation]) -> GateChecked:
+        return GateChecked(
+            plan_id="P-1",
+            gate="output",
+            tool="t",
+            tool_version=1,
+            step="s",
+            schema_sha256=hashlib.sha256(schema).hexdigest(),
+            verdict=verdict,
+            deviations=deviations,
+            attempt=doc.attempt,
+            iteration=doc.iteration,
+            strict_mode=True,
+            checked_sha256=hashlib.sha256(raw).hexdigest(),
+        )
+
+    found = check(strict_schema, raw)
+    assert found  # the bytes fail the strict schema, pass the loose one
+    honest, lied_again, other_schema = _forge(
+        plane,
+        gate(strict, "fail", found),
+        gate(strict, "pass", []),
+        gate(loose, "fail", found),
+        blobs=[loose, strict, raw],
+    )
+    report = audit(plane.store)
+    gates = {v.position for v in report.violations if v.invariant == "gate_rederivation"}
+    assert gates == {lied_again, other_schema} and honest not in gates
 
 
 def _failed_check(doc, raw: bytes, *, iteration: int, strict: bool) -> GateChecked:  # type: ignore[no-untyped-def]

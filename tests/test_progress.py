@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import commands.auditor.audit as audit_module
 import ledger
 import projections.engine as engine_module
 from commands.cli import progress as progress_module
@@ -125,3 +126,22 @@ def test_verify_in_one_process_tells_its_progress(sqlite_url: str) -> None:
         calls: list[tuple[int, int]] = []
         report = verify_store(store, jobs=1, progress=lambda d, t: calls.append((d, t)))
         assert report.ok and calls == [(n, n)]
+
+
+def test_the_cli_draws_the_bar_while_auditing(sqlite_url: str, monkeypatch) -> None:
+    _lagging_ledger(sqlite_url, 6)
+    monkeypatch.setattr(progress_module, "SHOW_AFTER_S", 0.0)
+    monkeypatch.setattr(progress_module, "_on_terminal", lambda: True)
+    result = run_cli("--db", sqlite_url, "audit")  # a bare log: the verdict is not the point
+    assert result.returncode in (0, 1), result.stderr
+    assert "audit" in result.stderr and "13/13" in result.stderr
+
+
+def test_the_audit_tells_its_progress_batch_by_batch(sqlite_url: str, monkeypatch) -> None:
+    n = _lagging_ledger(sqlite_url, 6) + 1  # the whole log: the lag and the first event
+    monkeypatch.setattr(audit_module, "_BATCH", 5)
+    calls: list[tuple[int, int]] = []
+    with ledger.open(sqlite_url) as store:
+        report = audit_module.audit(store, progress=lambda d, t: calls.append((d, t)))
+    assert report.size == n
+    assert calls == [(5, n), (10, n), (n, n)]

@@ -13,7 +13,12 @@ from commands.rules.verdicts import truncated_deviation
 from commands.runner.results import TransformError, apply_transform
 from commands.schemas.checker import check
 from ledger import LogReader, RecordedEvent
-from ledger.events import GateChecked, ValidationResultRecorded, ValidationRunCompleted
+from ledger.events import (
+    Deviation,
+    GateChecked,
+    ValidationResultRecorded,
+    ValidationRunCompleted,
+)
 from projections.outcomes import RULES_VERSION, classify
 from projections.states import PlanState, ToolState
 
@@ -22,12 +27,33 @@ from .walk import LogView, PlanWalk, Run
 
 __all__ = ["Rederivation"]
 
+_UNSEEN = object()
+_MISSING = object()  # no blob under the digest
+_SCHEMAS_KEPT = 1024
+_VERDICTS_KEPT = 65536
+
 
 class Rederivation(Reporting):
     def __init__(self, findings: Findings, store: LogReader, log: LogView) -> None:
         super().__init__(findings)
         self.store = store
         self.log = log
+        # Schemas by digest, decoded once: a log's checks share a handful of them.
+        self._schemas: dict[str, Any] = {}
+        # (schema digest, checked bytes' digest) -> deviations: a call made again with
+        # the same parameters is judged once.
+        self._verdicts: dict[tuple[str, str], list[Deviation]] = {}
+
+    def schema(self, digest: str) -> Any:
+        """The schema stored under ``digest``, decoded (``_MISSING``: no such blob)."""
+        found = self._schemas.get(digest, _UNSEEN)
+        if found is _UNSEEN:
+            data = self.store.get_blob(digest)
+            found = _MISSING if data is None else msgspec.json.decode(bytes(data))
+            if len(self._schemas) >= _SCHEMAS_KEPT:
+                self._schemas.clear()  # digests an editor invented: never many kept
+            self._schemas[digest] = found
+        return found
 
     def check_outcome(
         self, plan_id: str, pos: int, run: Run, p: ValidationRunCompleted, doc: PlanState | None
@@ -59,40 +85,9 @@ class Rederivation(Reporting):
         if p.schema_sha256 is None:
             return  # no declaration to check against (an invented tool, no output schema)
         self.count("gate_rederivation")
-        schema_bytes = self.store.get_blob(p.schema_sha256)
-        checked = self.store.get_blob(p.checked_sha256) if p.checked_sha256 else None
-        if schema_bytes is None or checked is None:
-            missing = "schema" if schema_bytes is None else "checked bytes"
-            self.violation(
-                pos,
-                plan_id,
-                "gate_rederivation",
-                f"the gate's {missing} are in the blob store",
-                f"blob {p.schema_sha256 if schema_bytes is None else p.checked_sha256} is missing",
-            )
-            return
-        # A truncated output is never parsed: recorded so (checked_truncated), or the kept
-        # bytes of a call whose stdout went over its cap, checked as its output.
-        truncated = (
-            p.checked_truncated
-            if p.checked_truncated is not msgspec.UNSET
-            else walk.truncated.get((p.step, p.checked_sha256))
-            if p.gate == "output"
-            else None
-        )
-        if truncated is not None:
-            deviations = [truncated_deviation(truncated)]
-            if len(checked) != truncated.kept:
-                self.violation(
-                    pos,
-                    plan_id,
-                    "gate_rederivation",
-                    f"the checked bytes are the {truncated.kept} bytes kept of a truncated output",
-                    f"{len(checked)} bytes",
-                )
-        else:
-            schema = msgspec.json.decode(bytes(schema_bytes))
-            deviations = check(schema, bytes(checked), schema_sha256=p.schema_sha256)
+        deviations = self._rederived(plan_id, pos, p, p.schema_sha256, walk)
+        if deviations is None:
+            return  # a blob is missing: said
         verdict = "fail" if deviations else "pass"
         if verdict != p.verdict or list(deviations) != list(p.deviations):
             self.violation(
@@ -103,6 +98,56 @@ class Rederivation(Reporting):
                 f"recorded {p.verdict} with {len(p.deviations)} deviation(s) "
                 f"{_pointers(p.deviations)}",
             )
+
+    def judged(self, schema_sha256: str, checked_sha256: str) -> bool:
+        """These bytes were checked against this schema already in the walk."""
+        return (schema_sha256, checked_sha256) in self._verdicts
+
+    def _rederived(
+        self, plan_id: str, pos: int, p: GateChecked, digest: str, walk: PlanWalk
+    ) -> list[Deviation] | None:
+        """The deviations of the check's bytes against its schema, computed again (once
+        for the same bytes and schema: the check is a function of the two); None when a
+        blob is missing."""
+        # A truncated output is never parsed: recorded so (checked_truncated), or the kept
+        # bytes of a call whose stdout went over its cap, checked as its output.
+        truncated = (
+            p.checked_truncated
+            if p.checked_truncated is not msgspec.UNSET
+            else walk.truncated.get((p.step, p.checked_sha256))
+            if p.gate == "output"
+            else None
+        )
+        key = (digest, p.checked_sha256)
+        if truncated is None and key in self._verdicts:
+            return self._verdicts[key]
+        schema = self.schema(digest)
+        checked = self.store.get_blob(p.checked_sha256) if p.checked_sha256 else None
+        if schema is _MISSING or checked is None:
+            missing = "schema" if schema is _MISSING else "checked bytes"
+            self.violation(
+                pos,
+                plan_id,
+                "gate_rederivation",
+                f"the gate's {missing} are in the blob store",
+                f"blob {digest if schema is _MISSING else p.checked_sha256} is missing",
+            )
+            return None
+        if truncated is None:
+            deviations = check(schema, bytes(checked), schema_sha256=digest)
+            if len(self._verdicts) >= _VERDICTS_KEPT:
+                self._verdicts.clear()
+            self._verdicts[key] = deviations
+            return deviations
+        if len(checked) != truncated.kept:
+            self.violation(
+                pos,
+                plan_id,
+                "gate_rederivation",
+                f"the checked bytes are the {truncated.kept} bytes kept of a truncated output",
+                f"{len(checked)} bytes",
+            )
+        return [truncated_deviation(truncated)]
 
     def transform_of(self, p: ValidationResultRecorded, run: Run) -> str | None:
         """The transform of the wrapped tool whose result ``p`` is (None: no wrapper)."""

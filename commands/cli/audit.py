@@ -34,6 +34,7 @@ from .common import (
     print_table,
 )
 from .inputs import whole
+from .progress import progress_bar
 from .terminal import inert
 
 if TYPE_CHECKING:
@@ -183,7 +184,13 @@ def audit(
     log = (
         open_verified_bundle(bundle_file, public_key_file, as_json) if bundle_file else open_store()
     )
-    report = run_audit(log, plan=plan_id, plane_public_key=_plane_public_key(log, plane_key_file))
+    with progress_bar("audit") as progress:
+        report = run_audit(
+            log,
+            plan=plan_id,
+            plane_public_key=_plane_public_key(log, plane_key_file),
+            progress=progress,
+        )
     if files_dir is not None and plan_id is not None:
         report.checked["files"] = 1
         report.violations.extend(check_files(log, plan_id, files_dir))
