@@ -71,8 +71,45 @@ positions = sa.Table(
 )
 
 T = TypeVar("T")
-# (position, stream -> (stream version, position, state)): the log walked up to there
-Walked = tuple[int, Mapping[str, tuple[int, int, Any]]]
+
+
+class LogFolds:
+    """Every stream's state as a reader walking the log folds it (the stream state
+    folds), and the states the document read models with folds of their own give the
+    same streams: what a fresh fold of each would hold at the position the walk reached,
+    without reading the log again (``ProjectionEngine.check``)."""
+
+    def __init__(self, projections: Iterable[ReadModel]) -> None:
+        self.position = 0
+        self.streams: dict[str, tuple[int, int, Any]] = {}  # stream -> (version, pos, state)
+        self.own: dict[str, tuple[str, Any, dict[str, Any]]] = {
+            p.name: (p.stream_prefix, p.folder, {})
+            for p in projections
+            if isinstance(p, Projection) and p.fold is not None
+        }
+
+    def take(self, event: Folded, state: Any) -> None:
+        """``event`` walked, its stream's state now ``state``."""
+        stream = event.stream
+        self.position = event.position
+        self.streams[stream] = (event.stream_version, event.position, state)
+        for prefix, folder, states in self.own.values():
+            if stream.startswith(prefix):
+                states[stream] = folder(states.get(stream), event.payload)
+
+    def rows(self, p: ReadModel, position: int) -> dict[str, Any] | None:
+        """``p``'s rows as of ``position`` (None: not a document read model, or the walk
+        is elsewhere)."""
+        if position != self.position or not isinstance(p, Projection):
+            return None
+        prefix, cut = p.stream_prefix, len(p.stream_prefix)
+        if p.fold is None:
+            found = self.streams
+        elif p.name in self.own:
+            found = {s: (*self.streams[s][:2], doc) for s, doc in self.own[p.name][2].items()}
+        else:
+            return None
+        return p.rows_of((s[cut:], f) for s, f in found.items() if s.startswith(prefix))
 
 
 @dataclass(frozen=True)
@@ -345,16 +382,16 @@ class ProjectionEngine:
     # -- checking ---------------------------------------------------------------------
 
     def check(
-        self, name: str, max_differences: int = 10, *, walked: Walked | None = None
+        self, name: str, max_differences: int = 10, *, walked: LogFolds | None = None
     ) -> ReadModelCheck:
         """Compare the stored read model with a fresh fold of the log up to the position
         it claims (its position): rows and position are read in one snapshot, so a
         concurrent append cannot make a sound model look wrong. A model built by another
         version of its projection is ``stale`` (the next open rebuilds it), not compared.
 
-        ``walked``: (position, every stream folded up to it), from a reader that just
-        walked the log (the audit); a document read model at that position is compared
-        with those folds instead of reading the log again."""
+        ``walked``: the folds of a reader that just walked the log (the audit); a
+        document read model at the position it reached is compared with them instead of
+        reading the log again."""
         p = self.projections[name]
         if not self._table_exists(POSITIONS):
             return ReadModelCheck(name, 0, "absent")
@@ -369,9 +406,7 @@ class ProjectionEngine:
             if version != p.version:
                 return ReadModelCheck(name, position, "stale")
             stored = p.rows(snap.query, p.table_names())
-        fresh = None
-        if walked is not None and walked[0] == position and isinstance(p, Projection):
-            fresh = p.rows_from(walked[1])
+        fresh = walked.rows(p, position) if walked is not None else None
         if fresh is None:
             fresh = p.rows_as_of(self.store, position)
         differences = []

@@ -322,18 +322,10 @@ class Projection:
         }
 
     def rows_as_of(self, store: Store, position: int) -> dict[str, Any]:
-        return self._rows(self._folded(store, position).items())
+        return self.rows_of(self._folded(store, position).items())
 
-    def rows_from(self, streams: Mapping[str, tuple[int, int, Any]]) -> dict[str, Any] | None:
-        """``rows_as_of`` from streams someone already folded with the stream state
-        folds (stream -> stream version, position, state; the audit's walk), without
-        reading the log again. None for a projection with a fold of its own."""
-        if self.fold is not None:
-            return None
-        prefix, cut = self.stream_prefix, len(self.stream_prefix)
-        return self._rows((s[cut:], found) for s, found in streams.items() if s.startswith(prefix))
-
-    def _rows(self, docs: Iterable[tuple[str, tuple[int, int, Any]]]) -> dict[str, Any]:
+    def rows_of(self, docs: Iterable[tuple[str, tuple[int, int, Any]]]) -> dict[str, Any]:
+        """The rows of folded documents: (key, (stream version, position, state)) each."""
         return {
             key: (v, pos, doc, *(c.value(doc) for c in self.columns)) for key, (v, pos, doc) in docs
         }

@@ -567,6 +567,7 @@ def test_every_read_model_equals_a_fresh_fold(setup) -> None:
     [
         ("UPDATE rm_plans SET phase = 'strategize' WHERE key = 'P-1'", "plans", "P-1"),
         ("DELETE FROM rm_tools", "tools", "status"),
+        ("DELETE FROM rm_outcomes", "outcomes", "P-1"),
         ("UPDATE rm_analytics_plans SET attempts = attempts + 1", "analytics", "plans/P-1"),
         (
             "DELETE FROM rm_analytics_results WHERE position = (SELECT MIN(position) FROM "

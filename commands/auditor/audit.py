@@ -41,7 +41,7 @@ from ledger.events import (
 )
 from projections import ALL_PROJECTIONS, ProjectionEngine
 from projections.documents import State, fold, to_json
-from projections.engine import ReadModelCheck, Walked
+from projections.engine import LogFolds, ReadModelCheck
 from projections.plan_rules import broken_rule
 from projections.states import ApproverState
 
@@ -85,7 +85,9 @@ def audit(
     if plan is not None and not store.read_stream(f"plan:{plan}", as_of=size):
         raise CommandRefused(f"unknown plan {plan!r}")
     ahead = _BlobsAhead(store)
+    check_models = read_models and plan is None and isinstance(store, Store)
     auditor = _Auditor(ahead, plan, max_violations, plane_public_key)
+    auditor.folds = LogFolds(ALL_PROJECTIONS if check_models else ())
     judged = auditor.plan_checks.rederivation.judged
     batch: list[RecordedEvent] = []
     for event in store.read_all(to_position=size):
@@ -99,8 +101,8 @@ def audit(
         progress(size, size)
     auditor.finish()
     statuses: dict[str, str] = {}
-    if read_models and plan is None and isinstance(store, Store):
-        for check in check_read_models(store, (size, auditor.streams())):
+    if check_models and isinstance(store, Store):
+        for check in check_read_models(store, auditor.folds):
             statuses[check.name] = check.status
             if check.status in ("ok", "differs"):
                 auditor.count("read_model")
@@ -168,7 +170,7 @@ class _BlobsAhead:
         return found if found is not None else self.store.get_blob(digest)
 
 
-def check_read_models(store: Store, walked: Walked | None = None) -> list[ReadModelCheck]:
+def check_read_models(store: Store, walked: LogFolds | None = None) -> list[ReadModelCheck]:
     """Every read model as it is stored (the engine is not opened, so nothing is caught
     up or rebuilt first) against a fresh fold of the log (the audit's own, ``walked``,
     where the read model is at the position the walk reached)."""
@@ -189,7 +191,7 @@ class _Auditor(Reporting):
         self.plane_public_key = plane_public_key
         self.plan = plan
         self.docs: dict[str, State | None] = {}  # stream -> folded state (None: none yet)
-        self.where: dict[str, tuple[int, int]] = {}  # stream -> (its version, position)
+        self.folds = LogFolds(())  # what a read model's fresh fold would hold
         self.rebuilt: dict[str, Any] = {}  # stream -> document rebuilt from deltas
         self.broken: set[str] = set()  # streams whose deltas already diverged
         self.unendorsed: set[str] = set()  # approver keys the plane key did not endorse
@@ -226,7 +228,7 @@ class _Auditor(Reporting):
             self.plan_checks.take(key, event)  # sees the state before the event
         after = fold(stream, before, event.payload)
         self.docs[stream] = after
-        self.where[stream] = (event.stream_version, event.position)
+        self.folds.take(event, after)
         if in_scope:
             self.check_delta(event, after)
         if kind == "plan" and in_scope:
@@ -234,11 +236,6 @@ class _Auditor(Reporting):
 
     def finish(self) -> None:
         self.plan_checks.finish()
-
-    def streams(self) -> dict[str, tuple[int, int, Any]]:
-        """Every stream walked: (its version, the position of its last event, its
-        state), as a read model's fresh fold holds them."""
-        return {s: (*self.where[s], doc) for s, doc in self.docs.items()}
 
     def check_read_only(self, event: RecordedEvent, p: ValidationRegistered) -> None:
         self.count("read_only")
