@@ -271,7 +271,7 @@ class ProjectionEngine:
         applied window by window to each read model from its own position (those
         further behind than ``first`` are left for the next pass); returns events read."""
         applied = 0
-        with _no_gc():
+        with no_gc():
             windows = self.store.read_bare(first, to_position=head, batch_size=CATCH_UP_BATCH)
             # One window is read in this thread: reading ahead pays only past it.
             ahead = head - first >= CATCH_UP_BATCH
@@ -326,7 +326,7 @@ class ProjectionEngine:
                     p.create_tables(tx, fresh[p.name], store.engine.dialect)
             builders = [p.rebuilder(fresh[p.name]) for p in chosen]
             writing = any(builder.writes for builder in builders)
-            with _no_gc():
+            with no_gc():
                 # One pass over the log for all of them; each batch's writes (an
                 # aggregate's rows) in one bounded transaction.
                 for events in self._ahead(
@@ -471,10 +471,10 @@ class ProjectionEngine:
 
 
 @contextmanager
-def _no_gc() -> Iterator[None]:
-    """The cyclic garbage collector off while a rebuild or a catch-up folds: it makes
-    many small objects (states, rows) and no cycles, and each young-generation pass
-    would walk them all again. Reference counting still frees what is dropped."""
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off while a rebuild, a catch-up or an audit folds:
+    it makes many small objects (states, rows) and no cycles, and each young-generation
+    pass would walk them all again. Reference counting still frees what is dropped."""
     enabled = gc.isenabled()
     gc.disable()
     try:

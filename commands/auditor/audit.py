@@ -41,7 +41,7 @@ from ledger.events import (
 )
 from projections import ALL_PROJECTIONS, ProjectionEngine
 from projections.documents import State, fold, to_json
-from projections.engine import LogFolds, ReadModelCheck
+from projections.engine import LogFolds, ReadModelCheck, no_gc
 from projections.plan_rules import broken_rule
 from projections.states import ApproverState
 
@@ -90,16 +90,17 @@ def audit(
     auditor.folds = LogFolds(ALL_PROJECTIONS if check_models else ())
     judged = auditor.plan_checks.rederivation.judged
     batch: list[RecordedEvent] = []
-    for event in store.read_all(to_position=size):
-        batch.append(event)
-        if len(batch) == _BATCH:
-            ahead.walk(batch, auditor.step, judged)
-            if progress is not None:
-                progress(event.position, size)
-    ahead.walk(batch, auditor.step, judged)
-    if progress is not None:
-        progress(size, size)
-    auditor.finish()
+    with no_gc():
+        for event in store.read_all(to_position=size):
+            batch.append(event)
+            if len(batch) == _BATCH:
+                ahead.walk(batch, auditor.step, judged)
+                if progress is not None:
+                    progress(event.position, size)
+        ahead.walk(batch, auditor.step, judged)
+        if progress is not None:
+            progress(size, size)
+        auditor.finish()
     statuses: dict[str, str] = {}
     if check_models and isinstance(store, Store):
         for check in check_read_models(store, auditor.folds):
