@@ -166,7 +166,11 @@ def _new_plan(plane: Plane, root: Path, plan_id: str, *, execute: bool = True) -
 @pytest.fixture(scope="module")
 def _served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("service")
-    env = {"EVIDENCE_PLANE_KEY": str(root / "plane.key"), "EVIDENCE_STATE_DIR": str(root / "state")}
+    env = {
+        "EVIDENCE_PLANE_KEY": str(root / "plane.key"),
+        "EVIDENCE_STATE_DIR": str(root / "state"),
+        "EVIDENCE_ADMISSION_WAIT": "0.3",  # a request waits that long for a place
+    }
     url = f"sqlite:///{root / 'evidence.db'}"
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
@@ -769,12 +773,15 @@ def test_metrics_count_requests_checks_deviations_validations_and_hooks(
 # -- overload -----------------------------------------------------------------------------
 
 
-def test_past_the_in_flight_bound_is_503_with_retry_after_and_nothing_started(
+def test_past_the_in_flight_bound_is_429_or_503_with_retry_after_and_nothing_started(
     served: Served, agent: Agent
 ) -> None:
-    """Two slow calls fill the module app's bound of two: a third request of any agent
-    route is answered 503 at once, appending nothing; the two finish."""
+    """Two slow calls fill the module app's bound of two: another request of one of the
+    two agents is answered 429 at once (its share, half the bound, is taken); a third
+    agent's waits its turn, and with no place freed within the wait it is answered 503
+    (the service is saturated). Nothing is appended; the two finish."""
     other = _new_plan(served.plane, served.root, f"S-{next(_PLANS)}")
+    third = _new_plan(served.plane, served.root, f"S-{next(_PLANS)}")
     results: dict[str, Any] = {}
 
     def slow(who: Agent, step: str) -> None:
@@ -802,8 +809,13 @@ def test_past_the_in_flight_bound_is_503_with_retry_after_and_nothing_started(
         before = served.head()
         for e in AGENT_ROUTES:
             answer = _request(served, e, agent.auth)
-            assert answer.status_code == 503, (e.path, answer.text)
-            assert answer.headers["retry-after"] == "1"
+            assert answer.status_code == 429, (e.path, answer.text)
+            assert answer.headers["retry-after"] == "1" and "its share" in answer.text
+        started = time.monotonic()
+        answer = _request(served, AGENT_ROUTES[0], third.auth)
+        assert answer.status_code == 503 and "saturated" in answer.text, answer.text
+        assert answer.headers["retry-after"] == "1"
+        assert 0.3 <= time.monotonic() - started < 5
         assert served.head() == before
     finally:
         for who in (agent, other):

@@ -233,7 +233,8 @@ def _holds_password(url: str | None) -> bool:
     "--max-in-flight",
     type=click.IntRange(1, 1024),
     default=None,
-    help="Plane operations at once, per worker; beyond it 503 with Retry-After (default 8).",
+    help="Plane operations at once, per worker; beyond it a request waits its turn, "
+    "then 503 with Retry-After (default 8).",
 )
 @click.option(
     "--workers",

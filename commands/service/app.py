@@ -14,9 +14,10 @@ A request to an agent route goes through, in order, and stops at the first refus
 2. the credential, checked by the plane (401; reads only) before a byte of the body is
    read — ``AUTH_POOL`` such checks at once, the others waiting their turn (at most
    ``AUTH_QUEUE`` in all: 503 beyond), so requests nobody vouches for hold nothing else;
-3. the in-flight bounds: the service's (503 with ``Retry-After``) and the credential's
-   share of it, half the bound (429 with ``Retry-After``): one agent cannot take every
-   place;
+3. a place in flight (``admission.py``): given out in turn among the credentials
+   waiting, each holding at most its share, half the bound (429 with ``Retry-After``
+   past it); a request waits at most ``EVIDENCE_ADMISSION_WAIT`` seconds for one (503
+   with ``Retry-After`` after it: the service is saturated);
 4. the query, checked against the route's closed set (422);
 5. the body, read through the cap on agent bytes (413: never more than the cap is read,
    whoever sends it) within the body deadline (408: a stalled body gives its place up);
@@ -80,6 +81,7 @@ from ledger.intake import LIMITS, InputError, env_seconds, limit_bytes, parse_js
 from ledger.keys import fingerprint, load_private_key
 from ledger.store import url_identity
 
+from .admission import WAIT_S, Admission, Overloaded
 from .auth import (
     OBTAIN,
     Forbidden,
@@ -106,6 +108,7 @@ AUTH_POOL = 4  # credential checks at once for requests not yet authenticated
 AUTH_QUEUE = 64  # requests waiting for (or in) a credential check; 503 beyond
 CLIENT_CLOSED = 499  # the client went away before its request was whole
 BODY_TIMEOUT_ENV = "EVIDENCE_BODY_TIMEOUT"  # seconds a request body may take to arrive
+ADMISSION_WAIT_ENV = "EVIDENCE_ADMISSION_WAIT"  # seconds a request may wait for a place
 DEFAULT_BODY_TIMEOUT_S = 10.0
 BODY_SOURCE = "the request body"
 # The JSON-RPC error code of a request the service refused before MCP read it (401, 403,
@@ -140,11 +143,9 @@ class Service:
             raise ValueError("max_in_flight must be at least 1")
         self.db_url = db_url
         self.max_in_flight = max_in_flight
-        # Changed on the event loop's thread only: operations in flight, in all and by
-        # credential (each at most half the bound), and credential checks under way.
-        self.in_flight = 0
-        self.max_per_credential = max(1, max_in_flight // 2)
-        self.held: dict[str, int] = {}
+        # Changed on the event loop's thread only: the places in flight and who waits
+        # for one (each credential at most its share), and credential checks under way.
+        self.admission = Admission(max_in_flight, wait_s=admission_wait())
         self.authenticating = 0
         self._checks = anyio.Semaphore(AUTH_POOL)
         self.body_timeout_s = body_timeout()
@@ -322,17 +323,10 @@ class Service:
             return self.refusal(endpoint, request, exc)
         finally:
             self.authenticating -= 1
-        if self.in_flight >= self.max_in_flight:
-            return self._overloaded(
-                endpoint, 503, f"{self.in_flight} plane operations in flight (the service's bound)"
-            )
-        held = self.held.get(credential.credential_id, 0)
-        if held >= self.max_per_credential:
-            return self._overloaded(
-                endpoint, 429, f"{held} operations of this credential in flight (its share)"
-            )
-        self.in_flight += 1
-        self.held[credential.credential_id] = held + 1
+        try:
+            await self.admission.enter(credential.credential_id)
+        except Overloaded as exc:
+            return self._overloaded(endpoint, exc.status, str(exc))
         return token, credential
 
     def _overloaded(self, endpoint: Endpoint, status: int, what: str) -> Response:
@@ -345,10 +339,7 @@ class Service:
         )
 
     def _leave(self, credential_id: str) -> None:
-        self.in_flight -= 1
-        left = self.held.pop(credential_id) - 1
-        if left:
-            self.held[credential_id] = left
+        self.admission.leave(credential_id)
 
     async def _body_within(self, request: Request) -> bytes:
         """Step 5: the body within the deadline (408 when it stalls)."""
@@ -462,7 +453,8 @@ class Service:
         except Exception:  # the metrics still answer; the head's gauge is left out
             size = None
         text = self.metrics.render(
-            in_flight=self.in_flight,
+            in_flight=self.admission.active,
+            waiting=self.admission.queued,
             limit=self.max_in_flight,
             head_size=size,
             commits=(self.committer.batches, self.committer.jobs),
@@ -534,6 +526,11 @@ def credentials_text(base: str) -> str:
 def body_timeout() -> float:
     """``EVIDENCE_BODY_TIMEOUT`` (seconds, > 0), else ``DEFAULT_BODY_TIMEOUT_S``."""
     return env_seconds(BODY_TIMEOUT_ENV, DEFAULT_BODY_TIMEOUT_S)
+
+
+def admission_wait() -> float:
+    """``EVIDENCE_ADMISSION_WAIT`` (seconds, > 0), else ``admission.WAIT_S``."""
+    return env_seconds(ADMISSION_WAIT_ENV, WAIT_S)
 
 
 def _replayed(body: bytes, receive: Receive) -> Receive:

@@ -147,6 +147,7 @@ class Metrics:
         self,
         *,
         in_flight: int,
+        waiting: int,
         limit: int,
         head_size: int | None,
         commits: tuple[int, int] = (0, 0),
@@ -165,6 +166,9 @@ class Metrics:
         ):
             lines.extend(family.render())
         lines.extend(gauge("evidence_in_flight", "Plane operations in flight now.", in_flight))
+        lines.extend(
+            gauge("evidence_waiting", "Requests waiting for a place in flight now.", waiting)
+        )
         lines.extend(
             gauge("evidence_in_flight_limit", "The bound on plane operations in flight.", limit)
         )
