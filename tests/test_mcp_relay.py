@@ -237,6 +237,28 @@ def test_a_request_the_agents_client_cannot_answer_fails_the_call(
     _audit_clean(sqlite_url)
 
 
+@pytest.mark.slow
+def test_a_refusal_the_server_answers_with_an_error_fails_the_call_not_the_plan(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The same through the proxy: a server answers a refused elicitation with a JSON-RPC
+    error. The agent gets the tool's error; the plan is not halted."""
+    _setup(sqlite_url)
+    answers: dict[str, types.CallToolResult] = {}
+
+    async def session(agent: ClientSession) -> None:
+        answers["elicit"] = await agent.call_tool("test_elicitation", {"message": "who?"})
+        answers["after"] = await agent.call_tool("test_simple_text", {})
+
+    _with_agent(_proxy(sqlite_url, tmp_path, _upstream()), session)
+    assert answers["elicit"].is_error and not answers["after"].is_error
+    elicited = _calls(sqlite_url)["test_elicitation"]
+    assert elicited.tool_error is True
+    assert elicited.exchange and elicited.exchange.refused == 1
+    assert not [e for e in _plan_events(sqlite_url) if e.type == "plan.halted"]
+    _audit_clean(sqlite_url)
+
+
 # -- in-process -------------------------------------------------------------------------
 
 
@@ -335,6 +357,46 @@ def test_a_request_the_planes_client_never_offered_fails_the_call(
     [kept] = _blob(sqlite_url, report.call.exchange_sha256)  # type: ignore[arg-type]
     assert kept["request"]["messages"][0]["content"]["text"] == "hi"
     assert "does not offer sampling" in kept["error"]["message"]
+
+
+def test_a_server_that_fails_the_call_over_a_refusal_fails_the_call_not_the_plan(
+    sqlite_url: str,
+) -> None:
+    """The attack on the agent's own plan: a server asks for an elicitation the plane's
+    client cannot relay, and answers the refusal with a JSON-RPC error instead of a
+    result. That halted the plan (environment_error) before: an agent could strand its
+    plan by calling such a tool. Now the refusal is kept and the call is the tool's own
+    failure (an iteration of the attempt), the error's words in its output."""
+    with Plane.open(sqlite_url) as plane:
+        register_tool(
+            plane,
+            {"name": "fx.elicit", "mcp_server": "fx", "mcp_tool_name": "test_elicitation",
+             "mcp_command": [sys.executable, str(FIXTURE), "--stdio"], "source": "mcp:fx",
+             "input_schema": {"type": "object", "properties": {"message": {"type": "string"}}}},
+        )  # fmt: skip
+        create_plan(plane, "P-1", project="api", resources=["repo:api"])
+        record_strategy(plane, "P-1", "ask")
+        enter_execute(plane, "P-1")
+        report = call_tool(plane, "P-1", "fx.elicit", {"message": "who?"})
+        plan = plane.state("plan:P-1").doc
+        # The same error with nothing refused is still the server's failure: a halt.
+        register_tool(
+            plane,
+            {"name": "fx.gone", "mcp_server": "fx", "mcp_tool_name": "no_such_tool",
+             "mcp_command": [sys.executable, str(FIXTURE), "--stdio"], "source": "mcp:fx",
+             "input_schema": {"type": "object"}},
+        )  # fmt: skip
+        create_plan(plane, "P-2", project="api", resources=["repo:api2"])
+        record_strategy(plane, "P-2", "call")
+        enter_execute(plane, "P-2")
+        failed = call_tool(plane, "P-2", "fx.gone", {})
+    assert report.halt is None and report.tool_failed and not report.ok
+    assert report.call is not None and report.call.exchange is not msgspec.UNSET
+    assert report.call.exchange.refused == 1 and report.call.exchange.elicitation == 1
+    assert b"answered the call" in (report.output or b"")
+    assert plan.halt is None and plan.phase == "execute"  # the agent may call again
+    assert failed.halt is not None and failed.halt.halt_type == "environment_error"
+    assert "answered the call" in failed.halt.reason and failed.call is None
 
 
 def test_the_planes_client_refuses_and_records_what_it_never_offered() -> None:

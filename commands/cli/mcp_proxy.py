@@ -69,6 +69,7 @@ from commands.plane.proxy_verbs import INSTRUCTIONS, PLANE_TOOLS
 from commands.rules.vocabulary import terminal_state
 from commands.runner.bounded_stdio import BoundedStdio, bounded_stdio_client
 from commands.runner.confine import Confinement, launched
+from commands.runner.mcp_client import answered_error, refused_meanwhile
 from commands.runner.process import TreeGuard, output_cap
 from ledger import LedgerError
 from projections.states import PlanState
@@ -268,6 +269,15 @@ class GateProxy:
                     )
             except TimeoutError:
                 what = f"no answer within {self.timeout_s:g} s"
+            except MCPError as exc:
+                if refused_meanwhile(exchange.messages):
+                    # It failed the call over a request the gate could not relay (kept in
+                    # the exchange): the tool's own failure, not a broken upstream.
+                    text = answered_error(tool, exc.error.code, exc.error.message)
+                    return types.CallToolResult(
+                        content=[types.TextContent(type="text", text=text)], is_error=True
+                    )
+                what = f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # the upstream died or answered something else
                 what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             finally:

@@ -36,6 +36,7 @@ from commands.runner.mcp_client import (
     is_tool_error,
     json_bytes,
     mcp_tool_result_schema,
+    refused_meanwhile,
 )
 from commands.runner.mcp_client import tool_output as mcp_tool_output
 from commands.runner.process import (
@@ -688,7 +689,8 @@ def _call_mcp(
         # Over the cap: the kept prefix of the answer, never parsed (a command's stdout).
         streams = {"stdout_truncated": call.truncation}
         return call.kept, call.started_at, call.ended_at, streams, False, {}, []
-    if call.result is None:
+    result = call.result if call.result is not None else refused_error(call)
+    if result is None:
         server = spec.mcp_server
         if call.fault == "schema_drift":
             return record_halt(
@@ -720,12 +722,23 @@ def _call_mcp(
             "failed, timed out or broke the protocol), then re-run unchanged",
             actor=actor,
         )
-    value = mcp_tool_output(call.result, declares_output(spec))
+    value = mcp_tool_output(result, declares_output(spec))
     output, truncation = capped(json_bytes(value), cap)
     streams = {"stdout_truncated": truncation} if truncation is not None else {}
-    tool_error = is_tool_error(call.result)
+    tool_error = is_tool_error(result)
     said = call.exchange or []
-    return output, call.started_at, call.ended_at, streams, tool_error, call.result, said
+    return output, call.started_at, call.ended_at, streams, tool_error, result, said
+
+
+def refused_error(call: McpCall) -> dict[str, Any] | None:
+    """A server that answered the call with a JSON-RPC error after the plane refused a
+    request it made of the agent's client (sampling, elicitation; in the exchange): the
+    tool's own failure, as an MCP tool error result carrying the error, never the
+    environment's (no halt: the agent may call again, with a client that offers what
+    the server asks). None for any other fault."""
+    if call.fault != "error" or not refused_meanwhile(call.exchange):
+        return None
+    return {"content": [{"type": "text", "text": call.error or "error"}], "isError": True}
 
 
 def _mcp_reach(

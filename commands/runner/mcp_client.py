@@ -181,6 +181,17 @@ _STDERR_TAIL = 400  # characters of the server's stderr quoted in an error
 _LOG_LINES = 3  # of the SDK's log lines quoted in an error
 
 
+def answered_error(tool: str, code: int, message: str) -> str:
+    """A server's JSON-RPC error answer to a call of ``tool``, in one line."""
+    return f"MCP server answered the call of {tool!r} with error {code}: {_one_line(message)}"
+
+
+def refused_meanwhile(exchange: Sequence[Mapping[str, Any]] | None) -> bool:
+    """The plane refused a request the server made of the agent's client during the call
+    (a JSON-RPC error the server answered then is the tool's failure: ``refused_error``)."""
+    return any(message.get("refused") is True for message in exchange or ())
+
+
 class McpCall(msgspec.Struct, kw_only=True):
     """One call: ``result`` when the server answered it, else ``fault`` and ``error``;
     or, for a stdio server whose answer went over ``cap``, ``truncation`` and the
@@ -495,9 +506,10 @@ class _Call:
                 if self.stage == "call" and exc.error.code != types.CONNECTION_CLOSED:
                     return {
                         "fault": "error",
-                        "error": f"MCP server answered the call of {self.tool!r} with "
-                        f"error {exc.error.code}: {_one_line(exc.error.message)}",
+                        "error": answered_error(self.tool, exc.error.code, exc.error.message),
                         "error_code": exc.error.code,
+                        # what it asked meanwhile: a refusal there may be the error's cause
+                        **({"exchange": self.exchange} if self.exchange else {}),
                     }
                 return self._failed(exc)
             except Exception as exc:
