@@ -81,7 +81,7 @@ from ledger.intake import LIMITS, InputError, env_seconds, limit_bytes, parse_js
 from ledger.keys import fingerprint, load_private_key
 from ledger.store import url_identity
 
-from .admission import WAIT_S, Admission, Overloaded
+from .admission import QUEUE, WAIT_S, Admission, Overloaded
 from .auth import (
     OBTAIN,
     Forbidden,
@@ -105,7 +105,9 @@ __all__ = ["DEFAULT_MAX_IN_FLIGHT", "RETRY_AFTER_S", "Service", "create_app"]
 DEFAULT_MAX_IN_FLIGHT = 8
 RETRY_AFTER_S = 1
 AUTH_POOL = 4  # credential checks at once for requests not yet authenticated
-AUTH_QUEUE = 64  # requests waiting for (or in) a credential check; 503 beyond
+# Requests waiting for (or in) a credential check; 503 beyond. As many as may wait for a
+# place: 128 agents asking at once are not a flood.
+AUTH_QUEUE = QUEUE
 CLIENT_CLOSED = 499  # the client went away before its request was whole
 BODY_TIMEOUT_ENV = "EVIDENCE_BODY_TIMEOUT"  # seconds a request body may take to arrive
 ADMISSION_WAIT_ENV = "EVIDENCE_ADMISSION_WAIT"  # seconds a request may wait for a place
