@@ -242,6 +242,27 @@ def test_a_token_from_a_failed_run_and_outcome_drift(setup) -> None:
     assert any("results digest" in v.expected for v in token)
 
 
+def _output_check(  # type: ignore[no-untyped-def]
+    doc, schema_sha256: str, raw: bytes, verdict: str, deviations: list[Deviation] | None = None
+) -> GateChecked:
+    """An output check of plan P-1 as recorded: its schema's digest, its bytes' digest,
+    the verdict and deviations it claims."""
+    return GateChecked(
+        plan_id="P-1",
+        gate="output",
+        tool="t",
+        tool_version=1,
+        step="s",
+        schema_sha256=schema_sha256,
+        verdict=verdict,
+        deviations=deviations or [],
+        attempt=doc.attempt,
+        iteration=doc.iteration,
+        strict_mode=True,
+        checked_sha256=hashlib.sha256(raw).hexdigest(),
+    )
+
+
 def test_a_gate_verdict_that_does_not_follow_from_its_bytes(setup) -> None:
     plane, _project, _tmp = setup
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
@@ -249,20 +270,7 @@ def test_a_gate_verdict_that_does_not_follow_from_its_bytes(setup) -> None:
     doc = plane.state("plan:P-1").doc
 
     def gate(raw: bytes, verdict: str, digest: str | None = None) -> GateChecked:
-        return GateChecked(
-            plan_id="P-1",
-            gate="output",
-            tool="t",
-            tool_version=1,
-            step="s",
-            schema_sha256=digest or hashlib.sha256(schema_bytes).hexdigest(),
-            verdict=verdict,
-            deviations=[],
-            attempt=doc.attempt,
-            iteration=doc.iteration,
-            strict_mode=True,
-            checked_sha256=hashlib.sha256(raw).hexdigest(),
-        )
+        return _output_check(doc, digest or hashlib.sha256(schema_bytes).hexdigest(), raw, verdict)
 
     lied, honest, missing = _forge(
         plane,
@@ -290,20 +298,7 @@ def test_bytes_judged_once_are_judged_against_each_schema_and_each_record(setup)
     doc = plane.state("plan:P-1").doc
 
     def gate(schema: bytes, verdict: str, deviations: list[Deviation]) -> GateChecked:
-        return GateChecked(
-            plan_id="P-1",
-            gate="output",
-            tool="t",
-            tool_version=1,
-            step="s",
-            schema_sha256=hashlib.sha256(schema).hexdigest(),
-            verdict=verdict,
-            deviations=deviations,
-            attempt=doc.attempt,
-            iteration=doc.iteration,
-            strict_mode=True,
-            checked_sha256=hashlib.sha256(raw).hexdigest(),
-        )
+        return _output_check(doc, hashlib.sha256(schema).hexdigest(), raw, verdict, deviations)
 
     found = check(strict_schema, raw)
     assert found  # the bytes fail the strict schema, pass the loose one

@@ -327,6 +327,22 @@ def test_an_answer_given_without_what_the_server_asked_for_is_the_tools_failure(
 # -- the plane's own client (`evidence call`, the service) --------------------------------
 
 
+def _fixture_tool_plan(
+    plane: Plane, name: str, mcp_tool: str, argument: str, plan_id: str = "P-1"
+) -> None:
+    """Tool ``name``: the conformance fixture's ``mcp_tool`` (one string argument),
+    launched by the plane; plan ``plan_id`` in Execute."""
+    register_tool(
+        plane,
+        {"name": name, "mcp_server": "fx", "mcp_tool_name": mcp_tool,
+         "mcp_command": [sys.executable, str(FIXTURE), "--stdio"], "source": "mcp:fx",
+         "input_schema": {"type": "object", "properties": {argument: {"type": "string"}}}},
+    )  # fmt: skip
+    create_plan(plane, plan_id, project="api", resources=[f"repo:{plan_id}"])
+    record_strategy(plane, plan_id, "call the fixture")
+    enter_execute(plane, plan_id)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_a_request_the_planes_client_never_offered_fails_the_call(
@@ -341,15 +357,7 @@ def test_a_request_the_planes_client_never_offered_fails_the_call(
     with Plane.open(sqlite_url) as plane, warm_sessions() as sessions:
         if warm:
             plane.mcp_sessions = sessions
-        register_tool(
-            plane,
-            {"name": "fx.sample", "mcp_server": "fx", "mcp_tool_name": "test_sampling",
-             "mcp_command": [sys.executable, str(FIXTURE), "--stdio"], "source": "mcp:fx",
-             "input_schema": {"type": "object", "properties": {"prompt": {"type": "string"}}}},
-        )  # fmt: skip
-        create_plan(plane, "P-1", project="api", resources=["repo:api"])
-        record_strategy(plane, "P-1", "sample")
-        enter_execute(plane, "P-1")
+        _fixture_tool_plan(plane, "fx.sample", "test_sampling", "prompt")
         report = call_tool(plane, "P-1", "fx.sample", {"prompt": "hi"})
     assert report.tool_failed and not report.ok
     assert report.call is not None and report.call.exchange is not msgspec.UNSET
@@ -368,27 +376,11 @@ def test_a_server_that_fails_the_call_over_a_refusal_fails_the_call_not_the_plan
     plan by calling such a tool. Now the refusal is kept and the call is the tool's own
     failure (an iteration of the attempt), the error's words in its output."""
     with Plane.open(sqlite_url) as plane:
-        register_tool(
-            plane,
-            {"name": "fx.elicit", "mcp_server": "fx", "mcp_tool_name": "test_elicitation",
-             "mcp_command": [sys.executable, str(FIXTURE), "--stdio"], "source": "mcp:fx",
-             "input_schema": {"type": "object", "properties": {"message": {"type": "string"}}}},
-        )  # fmt: skip
-        create_plan(plane, "P-1", project="api", resources=["repo:api"])
-        record_strategy(plane, "P-1", "ask")
-        enter_execute(plane, "P-1")
+        _fixture_tool_plan(plane, "fx.elicit", "test_elicitation", "message")
         report = call_tool(plane, "P-1", "fx.elicit", {"message": "who?"})
         plan = plane.state("plan:P-1").doc
         # The same error with nothing refused is still the server's failure: a halt.
-        register_tool(
-            plane,
-            {"name": "fx.gone", "mcp_server": "fx", "mcp_tool_name": "no_such_tool",
-             "mcp_command": [sys.executable, str(FIXTURE), "--stdio"], "source": "mcp:fx",
-             "input_schema": {"type": "object"}},
-        )  # fmt: skip
-        create_plan(plane, "P-2", project="api", resources=["repo:api2"])
-        record_strategy(plane, "P-2", "call")
-        enter_execute(plane, "P-2")
+        _fixture_tool_plan(plane, "fx.gone", "no_such_tool", "x", plan_id="P-2")
         failed = call_tool(plane, "P-2", "fx.gone", {})
     assert report.halt is None and report.tool_failed and not report.ok
     assert report.call is not None and report.call.exchange is not msgspec.UNSET
