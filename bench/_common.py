@@ -475,6 +475,19 @@ def profile_top(fn: Callable[[], object], top: int = 5) -> list[dict[str, Any]]:
     return rows
 
 
+def results_table(title: str, columns: Sequence[str]) -> Table:
+    """A bench's table: its first column (what a row is) to the left, the figures right."""
+    table = Table(title=title, title_justify="left")
+    for i, column in enumerate(columns):
+        table.add_column(column, justify="left" if i == 0 else "right")
+    return table
+
+
+def met_cell(met: bool) -> str:
+    """A target's cell: met or not, in colour."""
+    return "[green]yes[/]" if met else "[red]no[/]"
+
+
 def print_profile(out: Console, title: str, rows: list[dict[str, Any]]) -> None:
     table = Table(title=title, title_justify="left")
     for col in ("function", "ncalls", "tottime s", "share", "cumtime s"):

@@ -33,8 +33,16 @@ import os
 import tempfile
 from typing import Any
 
-from _common import fresh_target, pick, print_profile, profile_top, start_run, timed
-from rich.table import Table
+from _common import (
+    fresh_target,
+    met_cell,
+    pick,
+    print_profile,
+    profile_top,
+    results_table,
+    start_run,
+    timed,
+)
 from service import keys_env
 
 TARGET_EVENTS_PER_S = 20_000
@@ -141,21 +149,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"machine": run.info, "rows": rows}, indent=2))
         return 0
-    table = Table(
-        title=f"audit vs read and verify, events/s ({args.stat} of {args.repeat})",
-        title_justify="left",
-    )
     columns = ("backend", "events", "read", "verify", "walk", "audit", "audit / read",
                f"target >= {TARGET_EVENTS_PER_S:,}")  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="left" if column == "backend" else "right")
+    table = results_table(
+        f"audit vs read and verify, events/s ({args.stat} of {args.repeat})", columns
+    )
     for r in rows:
         table.add_row(
             r["backend"],
             f"{r['events']:,}",
             *(f"{r[f'{k}_events_per_s']:,}" for k in ("read", "verify", "walk", "audit")),
             f"{r['audit_over_read']:.1f}x",
-            "[green]yes[/]" if r["met"] else "[red]no[/]",
+            met_cell(r["met"]),
         )
     out.print(table)
     for backend, top in profiles.items():

@@ -29,9 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import start_run  # bench/ is sys.path[0]
-from rich.table import Table
-from service import HTTP_BODY, Service, check_log, fresh_ledger
+from _common import met_cell, results_table, start_run  # bench/ is sys.path[0]
+from service import Service, check_log, fresh_ledger, gate_request
 
 TARGET_SPREAD = 2.0
 TARGET_WAIT_S = 5.0
@@ -48,11 +47,7 @@ class AgentTally:
 
 async def agent(host: str, port: int, token: str, end: float) -> AgentTally:
     reader, writer = await asyncio.open_connection(host, port)
-    request = (
-        f"POST /v1/gate/input HTTP/1.1\r\nHost: {host}:{port}\r\n"
-        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(HTTP_BODY)}\r\n\r\n"
-    ).encode() + HTTP_BODY
+    request = gate_request(host, port, token)
     tally = AgentTally()
     clock = time.monotonic
     try:
@@ -109,11 +104,15 @@ def run(backend: str, pg_url: str, agents: int, args: argparse.Namespace) -> dic
     # The rate in the run's first and last fifth (a minute of a five-minute run): a
     # young ledger must not decay (issue 46, item 1).
     fifth = args.seconds / 5
-    finished = [t - begin for tally in tallies for t in tally.finished]
-    first = sum(1 for t in finished if t < fifth) / fifth
-    last = sum(1 for t in finished if t >= args.seconds - fifth) / fifth
+    counts = [0] * 5
+    for tally in tallies:
+        for t in tally.finished:
+            counts[min(4, int((t - begin) / fifth))] += 1
+    fifths = [round(n / fifth, 1) for n in counts]
+    first, last = fifths[0], fifths[-1]
     row = {
         "backend": backend,
+        "fifths_per_s": fifths,
         "first_fifth_per_s": round(first, 1),
         "last_fifth_per_s": round(last, 1),
         "change": round(last / first - 1, 3) if first else None,
@@ -156,11 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"machine": started.info, "rows": rows}, indent=2))
         return 0
-    table = Table(title=f"fair under overload ({args.seconds:g} s a run)", title_justify="left")
     columns = ("backend", "agents", "checks/s", "first / last fifth", "fewest / median / most",
                "spread", "longest wait", "p99 wait", "429 / 503", "log", "met")  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="left" if column == "backend" else "right")
+    table = results_table(f"fair under overload ({args.seconds:g} s a run)", columns)
     for r in rows:
         spread = max(r["most_over_median"] or 0, r["median_over_fewest"] or float("inf"))
         table.add_row(
@@ -174,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['p99_wait_s']:.2f} s",
             f"{r['status'].get(429, 0)} / {r['status'].get(503, 0)}",
             "ok" if r["log_ok"] else "[red]BAD[/]",
-            "[green]yes[/]" if r["met"] else "[red]no[/]",
+            met_cell(r["met"]),
         )
     started.out.print(table)
     return 0

@@ -695,16 +695,21 @@ def _get(url: str) -> tuple[int, str]:
         return 0, ""
 
 
+def gate_request(host: str, port: int, token: str) -> bytes:
+    """An agent's passing input check, as raw HTTP/1.1 on a kept-alive connection."""
+    return (
+        f"POST /v1/gate/input HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(HTTP_BODY)}\r\n\r\n"
+    ).encode() + HTTP_BODY
+
+
 async def _agent(
     host: str, port: int, token: str, window: list[float], started: asyncio.Event
 ) -> Tally:
     """One agent: its own keep-alive connection, posting passing input gates."""
     reader, writer = await asyncio.open_connection(host, port)
-    request = (
-        f"POST /v1/gate/input HTTP/1.1\r\nHost: {host}:{port}\r\n"
-        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(HTTP_BODY)}\r\n\r\n"
-    ).encode() + HTTP_BODY
+    request = gate_request(host, port, token)
     tally = Tally()
     await started.wait()
     clock = time.monotonic
