@@ -314,6 +314,27 @@ def test_bytes_judged_once_are_judged_against_each_schema_and_each_record(setup)
     assert gates == {lied_again, other_schema} and honest not in gates
 
 
+def test_a_schema_that_does_not_compile_is_a_violation_not_a_blind_audit(setup) -> None:
+    """The attack on the auditor: a forged check whose schema blob (stored under its own,
+    honest digest: verify finds nothing wrong with the blob) is no JSON Schema the
+    checker compiles. The audit reports it, at its position, and goes on; it never stops
+    with an error that hides the rest of the log."""
+    plane, _project, _tmp = setup
+    broken = b'{"type": 12}'
+    doc = plane.state("plan:P-1").doc
+    raw = b'{"n": 7}'
+    [forged] = _forge(
+        plane,
+        _output_check(doc, hashlib.sha256(broken).hexdigest(), raw, "pass"),
+        blobs=[broken, raw],
+    )
+    report = audit(plane.store)
+    [violation] = [v for v in report.violations if v.invariant == "gate_rederivation"]
+    assert violation.position == forged and "compile" in violation.expected
+    result = run_cli("audit", "--db", plane.store.url)
+    assert result.returncode == 1 and "gate_rederivation" in result.stdout, result.stderr
+
+
 def _failed_check(doc, raw: bytes, *, iteration: int, strict: bool) -> GateChecked:  # type: ignore[no-untyped-def]
     """A failed output check of plan P-1 (no output declaration) at ``iteration``."""
     return GateChecked(

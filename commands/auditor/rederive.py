@@ -12,6 +12,7 @@ import msgspec
 from commands.rules.verdicts import truncated_deviation
 from commands.runner.results import TransformError, apply_transform
 from commands.schemas.checker import check
+from commands.schemas.prepare import InvalidSchemaError
 from ledger import LogReader, RecordedEvent
 from ledger.events import (
     Deviation,
@@ -134,7 +135,17 @@ class Rederivation(Reporting):
             )
             return None
         if truncated is None:
-            deviations = check(schema, bytes(checked), schema_sha256=digest)
+            try:
+                deviations = check(schema, bytes(checked), schema_sha256=digest)
+            except InvalidSchemaError as exc:  # a forged blob: reported, the walk goes on
+                self.violation(
+                    pos,
+                    plan_id,
+                    "gate_rederivation",
+                    "the gate's schema is a JSON Schema the checker compiles",
+                    f"blob {digest} does not compile: {exc}"[:500],
+                )
+                return None
             if len(self._verdicts) >= _VERDICTS_KEPT:
                 self._verdicts.clear()
             self._verdicts[key] = deviations

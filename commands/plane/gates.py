@@ -378,7 +378,7 @@ def _append_check(
             attempt=attempt,
             iteration=iteration,
             strict_mode=config.strict_mode,
-            checked_sha256=_sha256_hex(raw),
+            checked_sha256=sha256_hex(raw),
             **found,
         )
         tool_error = any(isinstance(e, ToolCalled) and e.tool_error is True for e in before)
@@ -450,12 +450,13 @@ def _route(
     return routed, [failed, *loop]
 
 
-def _sha256_hex(data: bytes) -> str:
+def sha256_hex(data: bytes) -> str:
+    """The SHA-256 of ``data``, in hex: how the gates' and calls' records name bytes."""
     return hashlib.sha256(data).hexdigest()
 
 
 def _sha256_of(schema: Any) -> str:
-    return _sha256_hex(canonical_json(schema))
+    return sha256_hex(canonical_json(schema))
 
 
 def _json_type_of(raw: bytes) -> str:

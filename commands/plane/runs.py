@@ -15,7 +15,6 @@ recorded as such, never as a failure or a pass).
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from commands.runner.mcp_client import (
     is_tool_error,
     json_bytes,
     mcp_tool_result_schema,
-    refused_meanwhile,
+    refused_error,
 )
 from commands.runner.mcp_client import tool_output as mcp_tool_output
 from commands.runner.process import (
@@ -67,7 +66,7 @@ from . import tracing
 from .confinement import validation_confinement, work_confinement
 from .core import CommandRefused, Plane, StreamState
 from .failure_loop import authorize_hint, escalation
-from .gates import GateOutcome, as_bytes, gate_input, gate_output
+from .gates import GateOutcome, as_bytes, gate_input, gate_output, sha256_hex
 from .lifecycle import refuse_hard_links
 from .phases import require_execute, require_no_pending_decision, require_plan
 
@@ -76,10 +75,6 @@ DEFAULT_TIMEOUT_S = 300.0
 # the MCP proxy records for its upstream's faults.
 MCP_FAULT = "backend_unavailable"
 MAX_PARALLEL = 4
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _truncations(run: Any) -> dict[str, Truncation]:
@@ -506,8 +501,8 @@ def _called(
         step=step,
         attempt=plan.attempt,
         executor=ran.executor,  # type: ignore[arg-type]
-        params_sha256=_sha256(raw_params),
-        output_sha256=_sha256(ran.output),
+        params_sha256=sha256_hex(raw_params),
+        output_sha256=sha256_hex(ran.output),
         exit_code=ran.exit_code,
         started_at=ran.started,
         ended_at=ran.ended,
@@ -516,7 +511,7 @@ def _called(
         stderr_truncated=ran.streams.get("stderr_truncated", msgspec.UNSET),
         confinement=confinement.level if confinement is not None else msgspec.UNSET,
         tool_error=True if tool_error else msgspec.UNSET,
-        exchange_sha256=_sha256(exchange.messages) if exchange else msgspec.UNSET,
+        exchange_sha256=sha256_hex(exchange.messages) if exchange else msgspec.UNSET,
         exchange=exchange.counts if exchange else msgspec.UNSET,
     )
 
@@ -730,17 +725,6 @@ def _call_mcp(
     return output, call.started_at, call.ended_at, streams, tool_error, result, said
 
 
-def refused_error(call: McpCall) -> dict[str, Any] | None:
-    """A server that answered the call with a JSON-RPC error after the plane refused a
-    request it made of the agent's client (sampling, elicitation; in the exchange): the
-    tool's own failure, as an MCP tool error result carrying the error, never the
-    environment's (no halt: the agent may call again, with a client that offers what
-    the server asks). None for any other fault."""
-    if call.fault != "error" or not refused_meanwhile(call.exchange):
-        return None
-    return {"content": [{"type": "text", "text": call.error or "error"}], "isError": True}
-
-
 def _mcp_reach(
     plane: Plane,
     plan: PlanState,
@@ -808,8 +792,8 @@ def record_unregistered_call(
             step=step or f"call-{call_id}",
             attempt=doc.attempt,
             executor="recorded",
-            params_sha256=_sha256(raw_params),
-            output_sha256=_sha256(raw_output),
+            params_sha256=sha256_hex(raw_params),
+            output_sha256=sha256_hex(raw_output),
             started_at=now,
             ended_at=now,
             duration_ms=0,

@@ -48,13 +48,13 @@ from .authority import Authority
 from .confinement import validation_confinement
 from .core import CommandRefused, Plane, StreamState
 from .failure_loop import after_blocker
+from .gates import sha256_hex
 from .lifecycle import token_for_pass
 from .runs import (
     MAX_PARALLEL,
     Sandbox,
     _cap_of,
     _execute_plan,
-    _sha256,
     _truncations,
     sandbox_of,
 )
@@ -196,7 +196,7 @@ def _validate_plan(
                     revision=doc.revision,
                     resolved=binding,
                     resource_digests=digests,
-                    trees_sha256=_sha256(trees),
+                    trees_sha256=sha256_hex(trees),
                 )
             ]
 
@@ -247,7 +247,7 @@ def _validate_plan(
             )
         if doc.pending_decision is not None:
             return [*results, completed]  # a decision became pending: it decides first
-        then = _after_run(plane, doc, completed, (outcome, raw, reason), _sha256(trees), minted)
+        then = _after_run(plane, doc, completed, (outcome, raw, reason), sha256_hex(trees), minted)
         return [*results, completed, *then]
 
     outputs = [run.raw_output for run in runs if run.raw_output is not None]
@@ -297,8 +297,8 @@ def _result(
         cause=run.cause,
         error=run.error,
         changed_paths=run.changed_paths,
-        raw_output_sha256=_sha256(run.raw_output) if run.raw_output is not None else None,
-        stderr_sha256=_sha256(run.stderr) if run.stderr else msgspec.UNSET,
+        raw_output_sha256=sha256_hex(run.raw_output) if run.raw_output is not None else None,
+        stderr_sha256=sha256_hex(run.stderr) if run.stderr else msgspec.UNSET,
         started_at=run.started_at,
         ended_at=run.ended_at,
         duration_ms=run.duration_ms,

@@ -192,6 +192,17 @@ def refused_meanwhile(exchange: Sequence[Mapping[str, Any]] | None) -> bool:
     return any(message.get("refused") is True for message in exchange or ())
 
 
+def refused_error(call: McpCall) -> dict[str, Any] | None:
+    """A server that answered the call with a JSON-RPC error after the plane refused a
+    request it made of the agent's client (sampling, elicitation; in the exchange): the
+    tool's own failure, as an MCP tool error result carrying the error, never the
+    environment's (no halt: the agent may call again, with a client that offers what
+    the server asks). None for any other fault."""
+    if call.fault != "error" or not refused_meanwhile(call.exchange):
+        return None
+    return {"content": [{"type": "text", "text": call.error or "error"}], "isError": True}
+
+
 class McpCall(msgspec.Struct, kw_only=True):
     """One call: ``result`` when the server answered it, else ``fault`` and ``error``;
     or, for a stdio server whose answer went over ``cap``, ``truncation`` and the
