@@ -243,10 +243,17 @@ def test_a_token_from_a_failed_run_and_outcome_drift(setup) -> None:
 
 
 def _output_check(  # type: ignore[no-untyped-def]
-    doc, schema_sha256: str, raw: bytes, verdict: str, deviations: list[Deviation] | None = None
+    doc,
+    schema_sha256: str | None,
+    raw: bytes,
+    verdict: str,
+    deviations: list[Deviation] | None = None,
+    *,
+    iteration: int | None = None,
+    strict: bool = True,
 ) -> GateChecked:
     """An output check of plan P-1 as recorded: its schema's digest, its bytes' digest,
-    the verdict and deviations it claims."""
+    the verdict and deviations it claims (at the plan's iteration unless given)."""
     return GateChecked(
         plan_id="P-1",
         gate="output",
@@ -257,8 +264,8 @@ def _output_check(  # type: ignore[no-untyped-def]
         verdict=verdict,
         deviations=deviations or [],
         attempt=doc.attempt,
-        iteration=doc.iteration,
-        strict_mode=True,
+        iteration=doc.iteration if iteration is None else iteration,
+        strict_mode=strict,
         checked_sha256=hashlib.sha256(raw).hexdigest(),
     )
 
@@ -337,22 +344,8 @@ def test_a_schema_that_does_not_compile_is_a_violation_not_a_blind_audit(setup) 
 
 def _failed_check(doc, raw: bytes, *, iteration: int, strict: bool) -> GateChecked:  # type: ignore[no-untyped-def]
     """A failed output check of plan P-1 (no output declaration) at ``iteration``."""
-    return GateChecked(
-        plan_id="P-1",
-        gate="output",
-        tool="t",
-        tool_version=1,
-        step="s",
-        schema_sha256=None,
-        verdict="fail",
-        deviations=[
-            Deviation(pointer="", kind="no_output_declaration", expected="x", actual_type="object")
-        ],
-        attempt=doc.attempt,
-        iteration=iteration,
-        strict_mode=strict,
-        checked_sha256=hashlib.sha256(raw).hexdigest(),
-    )
+    found = Deviation(pointer="", kind="no_output_declaration", expected="x", actual_type="object")
+    return _output_check(doc, None, raw, "fail", [found], iteration=iteration, strict=strict)
 
 
 def test_gate_failures_routed_against_strict_mode(setup) -> None:
