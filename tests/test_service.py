@@ -861,6 +861,11 @@ def test_serve_refuses_what_it_cannot_serve(tmp_path: Path) -> None:
         port = str(busy.getsockname()[1])
         assert_refused(run_cli("serve", "--db", served_url, "--port", port), "cannot listen")
     assert run_cli("serve", "--db", served_url, "--max-in-flight", "0").returncode == 2
+    # A bad deadline or wait: refused before anything listens (no "listening on" line).
+    for name in ("EVIDENCE_ADMISSION_WAIT", "EVIDENCE_BODY_TIMEOUT", "EVIDENCE_HEADER_TIMEOUT"):
+        bad = run_cli("serve", "--db", served_url, "--port", "0", env={name: "nan"})
+        assert_refused(bad, name)
+        assert "listening" not in bad.stdout
     # A host name no resolver can encode: one line, no traceback (with an operator, so
     # the name is looked up).
     operated = f"sqlite:///{tmp_path / 'o.db'}"

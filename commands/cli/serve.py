@@ -290,6 +290,7 @@ def serve(
     import uvicorn
 
     from commands.service import DEFAULT_MAX_IN_FLIGHT, create_app
+    from commands.service.app import admission_wait, body_timeout
     from commands.service.head_deadline import head_deadline_protocol, header_timeout
 
     url = db_url()
@@ -303,7 +304,10 @@ def serve(
     ):
         fail("--uds listens on a unix socket: give it without --host, --port or --tls-*")
     tls = _tls_files(tls_cert, tls_key)
-    protocol = head_deadline_protocol(header_timeout())  # a bad setting: a refused start
+    # A bad setting: a refused start, before anything listens.
+    protocol = head_deadline_protocol(header_timeout())
+    body_timeout()
+    admission_wait()
     if uds is None and not is_loopback(host) and not _has_operator(url, workdir):
         fail(
             f"--host {inert(host)} is not loopback and the ledger has no active operator key: no "
