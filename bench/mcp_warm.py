@@ -15,7 +15,10 @@ events and a blob, committed by the group commit).
 
 Reported per backend: the median (or best) and p99 of each side, in ms, the ratio of
 gated to direct for each, against the target (at most 3x, p50 and p99), and the first
-gated call (the server started) apart. Nothing is written into the repository.
+gated call (the server started) apart. Beside them, an MCP ``ping`` on each session,
+timed in the same alternation: the door's ping is what the HTTP door costs before any
+plane work, the floor under which no gated call can go. Nothing is written into the
+repository.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ async def measure(base: str, token: str, calls: int, warmup: int, work: Path) ->
     server = [str(SERVER), str(work / "upstream" / "direct.jsonl")]
     direct = StdioServerParameters(command=sys.executable, args=server, env=dict(os.environ))
     headers = {"Authorization": f"Bearer {token}"}
-    samples: dict[str, list[float]] = {"direct": [], "gated": []}
+    samples: dict[str, list[float]] = {"direct": [], "gated": [], "ping": [], "door_ping": []}
     first = 0.0
     async with (
         stdio_client(direct) as (read, write),
@@ -107,6 +110,11 @@ async def measure(base: str, token: str, calls: int, warmup: int, work: Path) ->
                     first = elapsed
                 if i >= warmup:
                     samples[side].append(elapsed)
+            for side, session in (("ping", plain), ("door_ping", gated)):
+                start = time.perf_counter()
+                await session.send_ping()
+                if i >= warmup:
+                    samples[side].append((time.perf_counter() - start) * 1000)
     return {"samples": samples, "first_ms": first}
 
 
@@ -133,6 +141,7 @@ def run_backend(backend: str, pg_url: str, args: argparse.Namespace) -> dict[str
             finally:
                 service.stop()
     direct, gated = found["samples"]["direct"], found["samples"]["gated"]
+    ping, door_ping = found["samples"]["ping"], found["samples"]["door_ping"]
     row: dict[str, Any] = {
         "backend": backend,
         "direct_ms": round(pick(direct), 3),
@@ -140,6 +149,8 @@ def run_backend(backend: str, pg_url: str, args: argparse.Namespace) -> dict[str
         "gated_ms": round(pick(gated), 3),
         "gated_p99_ms": round(p99(gated), 3),
         "first_gated_ms": round(found["first_ms"], 1),
+        "ping_ms": round(pick(ping), 3),
+        "door_ping_ms": round(pick(door_ping), 3),
     }
     row["ratio"] = round(row["gated_ms"] / row["direct_ms"], 2)
     row["ratio_p99"] = round(row["gated_p99_ms"] / row["direct_p99_ms"], 2)
@@ -161,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         title=f"one MCP tool call, ms ({args.calls} calls per side, alternating; {args.stat})",
         title_justify="left",
     )
-    columns = ("backend", "direct", "direct p99", "gated", "gated p99", "ratio",
-               "ratio p99", "first gated", f"target <= {TARGET_RATIO:g}x")  # fmt: skip
+    columns = ("backend", "direct", "direct p99", "gated", "gated p99", "ratio", "ratio p99",
+               "first gated", "ping", "door ping", f"target <= {TARGET_RATIO:g}x")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "backend" else "right")
     for r in rows:
@@ -172,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['ratio']:.2f}x",
             f"{r['ratio_p99']:.2f}x",
             f"{r['first_gated_ms']:.0f}",
+            f"{r['ping_ms']:.2f}",
+            f"{r['door_ping_ms']:.2f}",
             "[green]yes[/]" if r["met"] else "[red]no[/]",
         )
     run.out.print(table)
