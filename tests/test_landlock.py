@@ -402,7 +402,7 @@ def test_a_tool_writing_the_real_resource_by_absolute_path_gets_a_permission_err
         plane.store.url,
     )
     assert done.returncode == 0, done.stderr
-    call = json.loads(done.stdout)["call"]
+    call = json.loads(done.stdout)
     assert call["output_gate"]["verdict"] == "pass"
     assert call["call"]["confinement"] == "landlock"
     output = plane.store.get_blob(call["call"]["output_sha256"])

@@ -113,7 +113,7 @@ def _call(url: str, tool: str, params: Any) -> tuple[int, dict[str, Any], str]:
         "call", "P-1", "--tool", tool, "--params", json.dumps(params), "--json", "--db", url
     )
     assert "Traceback" not in done.stderr, done.stderr
-    return done.returncode, json.loads(done.stdout)["call"], done.stderr
+    return done.returncode, json.loads(done.stdout), done.stderr
 
 
 def _audit_clean(url: str) -> None:

@@ -20,6 +20,12 @@ from typing import Any
 import msgspec
 
 from commands.errors import CommandRefused
+from commands.rules.plan_runs import (
+    BlobReader,
+    ConfinementSummary,
+    confinement_summary,
+    failure_of,
+)
 from commands.rules.trust import ApproverKey, decision_problem
 from commands.rules.vocabulary import terminal_state
 from ledger import LogReader, RecordedEvent
@@ -45,13 +51,7 @@ from projections.states import ApproverState, PlanState
 
 from .audit import AuditReport, replay_plan
 from .audit import audit as run_audit
-from .history import (
-    BlobReader,
-    ConfinementSummary,
-    confinement_summary,
-    failure_of,
-    summaries,
-)
+from .history import summaries
 
 __all__ = [
     "PlanReport",

@@ -16,9 +16,9 @@ from .common import db_option, emit_json, fail, json_option, open_plane, workdir
 from .terminal import inert, no_color
 
 if TYPE_CHECKING:
-    from commands.auditor.history import Failure
     from commands.plane.core import Plane
     from commands.plane.driver import RunSummary
+    from commands.rules.plan_runs import Failure
 
 CHECKOUT_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -75,7 +75,7 @@ def _say_factory(as_json: bool):
 
 def _failures(plane: Plane, summary: RunSummary) -> list[Failure]:
     """Why the plan's last validation run failed, unless the plan was applied."""
-    from commands.auditor.history import last_run_failures, plan_history
+    from commands.rules.plan_runs import last_run_failures, plan_history
 
     if summary.state == "applied":
         return []
@@ -83,7 +83,7 @@ def _failures(plane: Plane, summary: RunSummary) -> list[Failure]:
 
 
 def _print_summary(summary: RunSummary, failures: Sequence[Failure] = ()) -> None:
-    from commands.auditor.history import failure_lines
+    from commands.rules.plan_runs import failure_lines
 
     click.echo("")
     click.echo(
@@ -211,8 +211,9 @@ def demo(keep: Path | None, db_option_: str | None) -> None:
     """
     from ulid import ULID
 
-    from commands.auditor.history import plan_history, summarize
+    from commands.auditor.history import summarize
     from commands.plane.driver import run_plan_file
+    from commands.rules.plan_runs import plan_history
 
     source = examples_dir() / "green-after-fix"
     if not (source / "plan.yaml").is_file():

@@ -13,16 +13,18 @@ from .terminal import inert
 # The plane and the store load inside each command, as it runs: completing `evidence gate
 # <TAB>` or `gate --help` imports neither (tests/test_startup.py).
 if TYPE_CHECKING:
+    from commands.plane.core import Plane
     from commands.plane.gates import GateOutcome
 
 
-def _report(outcome: GateOutcome, as_json: bool) -> None:
+def _report(plane: Plane, plan_id: str, outcome: GateOutcome, as_json: bool) -> None:
     # routing_line lives with the gates (the hooks' answers, here and in the service, use it).
+    from commands.plane.answers import gate_answer
     from commands.plane.gates import routing_line
 
     check = outcome.check
     if as_json:
-        emit_json({"gate": outcome.to_json()})
+        emit_json(gate_answer(plane, plan_id, outcome))
     else:
         subject = f"tool {check.tool}" if check.gate == "input" else f"step {check.step}"
         click.echo(
@@ -64,9 +66,9 @@ def input_(plan_id: str, tool: str, params: str, step: str | None, as_json: bool
     """
     from commands.plane.gates import gate_input
 
-    _report(
-        gate_input(open_plane(), plan_id, tool, raw_bytes(params, "--params"), step=step), as_json
-    )
+    checked = raw_bytes(params, "--params")
+    plane = open_plane()
+    _report(plane, plan_id, gate_input(plane, plan_id, tool, checked, step=step), as_json)
 
 
 @gate.command("output")
@@ -87,7 +89,6 @@ def output(plan_id: str, step: str, output: str, schema: str | None, as_json: bo
     from commands.plane.gates import gate_output
 
     declared = json_or_file(schema, "--schema") if schema is not None else None
-    _report(
-        gate_output(open_plane(), plan_id, step, raw_bytes(output, "--output"), schema=declared),
-        as_json,
-    )
+    returned = raw_bytes(output, "--output")
+    plane = open_plane()
+    _report(plane, plan_id, gate_output(plane, plan_id, step, returned, schema=declared), as_json)

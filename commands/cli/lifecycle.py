@@ -43,8 +43,8 @@ def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
       evidence fix P-1 --note "handle empty input in the parser"
       evidence fix P-1 --note @note.txt --diff @fix.diff
     """
+    from commands.plane.answers import fix_answer
     from commands.plane.lifecycle import record_fix
-    from projections.states import to_json
 
     if diff is not None and not diff.startswith("@"):
         fail("--diff takes @file")
@@ -55,7 +55,7 @@ def fix(plan_id: str, note: str, diff: str | None, as_json: bool) -> None:
         diff=raw_bytes(diff, "--diff") if diff else None,
     )
     if as_json:
-        emit_json({"plan": to_json(doc)})
+        emit_json(fix_answer(doc))
     else:
         click.echo(f"fix recorded for plan {inert(plan_id)} (attempt {doc.attempt})")
 
@@ -294,8 +294,8 @@ def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None
       evidence apply P-1 --token @token.txt
       evidence apply P-1 --resume
     """
+    from commands.plane.answers import applied_answer
     from commands.plane.lifecycle import apply_plan, complete_apply
-    from projections.states import to_json
 
     if (token is None) == (not resume):
         fail("give --token TOKEN, or --resume")
@@ -306,7 +306,7 @@ def apply_(plan_id: str, token: str | None, resume: bool, as_json: bool) -> None
         doc = apply_plan(plane, plan_id, text_or_file(token or "", "--token", "token").strip())
     files = doc.applied.files if doc.applied is not None else []
     if as_json:
-        emit_json({"plan": to_json(doc), "files": [to_json(f) for f in files]})
+        emit_json(applied_answer(doc))
     else:
         token = doc.token.token_id if doc.token is not None else None
         click.echo(

@@ -8,7 +8,6 @@ import click
 import msgspec
 
 from commands.rules.vocabulary import OUTCOMES, terminal_state  # light: no store
-from ledger.errors import LedgerError
 
 from .common import (
     db_option,
@@ -24,7 +23,6 @@ from .inputs import json_or_file, text_or_file
 from .terminal import inert
 
 if TYPE_CHECKING:
-    from commands.plane.core import Plane
     from ledger.events import ResolvedAttachment
     from projections.states import PlanState
 
@@ -173,36 +171,24 @@ def show(plan_id: str, as_json: bool) -> None:
       evidence plan show P-1
       evidence plan show P-1 --json
     """
-    from commands.auditor.history import (
-        confinement_summary,
-        failure_lines,
-        last_run_failures,
-        plan_history,
-    )
-    from commands.plane.plans import get_plan, sandbox_paths
-    from projections.documents import to_json
+    from commands.plane.answers import plan_status
+    from commands.plane.plans import get_plan
+    from commands.rules.plan_runs import failure_lines
 
-    plane = open_plane()
-    state = get_plan(plane, plan_id)
-    sandbox = sandbox_paths(plane, state)
-    would = _would_bind(plane, state)
-    events = plan_history(plane.store, plan_id)
-    confinement = confinement_summary(events)
-    failures = last_run_failures(events, plane.store.get_blob)
+    # The read model: a plan whose log breaks a rule is still shown (audit reports it).
+    status = plan_status(open_plane(), plan_id, get_plan)
     if as_json:
-        emit_json(
-            {
-                "plan": to_json(state),  # None: {}
-                "sandbox": sandbox,
-                "would_bind": None if would is None else [to_json(b) for b in would],
-                "confinement": confinement,
-                "failures": failures,
-            }
-        )
+        emit_json(status.to_json())
         return
+    state, sandbox, would, failures = (
+        status.plan,
+        status.sandbox,
+        status.would_bind,
+        status.failures,
+    )
     for key, value in plan_rows(plan_id, state):
         click.echo(f"{key.ljust(_WIDTH)}  {inert(value)}")
-    click.echo(f"{'confinement'.ljust(_WIDTH)}  {confinement.text()}")
+    click.echo(f"{'confinement'.ljust(_WIDTH)}  {status.confinement.text()}")
     for resource, copy in sandbox.items():
         click.echo(f"{'sandbox'.ljust(_WIDTH)}  {inert(resource)} -> {inert(copy)}")
     applying = state.applying if state is not None else None
@@ -232,19 +218,6 @@ def show(plan_id: str, as_json: bool) -> None:
         for failure in failures:
             for line in failure_lines(failure):
                 click.echo(inert("  " + line, multiline=True))
-
-
-def _would_bind(plane: Plane, doc: PlanState | None) -> list[ResolvedAttachment] | None:
-    """In Strategize: the validations the plan would pin at Execute now (None else, or
-    when its log cannot be folded: `plan show` still shows it)."""
-    if doc is None or doc.phase != "strategize" or doc.terminal is not None:
-        return None
-    from commands.plane.phases import would_bind
-
-    try:
-        return would_bind(plane, doc.plan_id)
-    except LedgerError:
-        return None
 
 
 def _print_binding(title: str, rows: list[ResolvedAttachment]) -> None:
@@ -366,15 +339,15 @@ def strategize(plan_id: str, strategy: str, as_json: bool) -> None:
       evidence plan strategize P-1 --strategy "fix the failing parser test"
       evidence plan strategize P-1 --strategy @strategy.md
     """
+    from commands.plane.answers import strategy_answer
     from commands.plane.phases import record_strategy, would_bind
-    from projections.documents import to_json
 
     plane = open_plane()
     doc = record_strategy(plane, plan_id, text_or_file(strategy, "--strategy"))
-    would = would_bind(plane, plan_id)
     if as_json:
-        emit_json({"plan": to_json(doc), "would_bind": [to_json(b) for b in would]})
+        emit_json(strategy_answer(plane, doc))
     else:
+        would = would_bind(plane, plan_id)
         click.echo(f"plan {inert(plan_id)}: strategy recorded (revision {doc.revision})")
         _print_binding(f"validations that would bind it at Execute ({len(would)}):", would)
 
@@ -395,21 +368,20 @@ def execute(plan_id: str, as_json: bool) -> None:
       evidence plan execute P-1
       evidence plan execute P-1 --workdir /srv/sandboxes --json
     """
+    from commands.plane.answers import execute_answer
     from commands.plane.phases import enter_execute
     from commands.plane.plans import sandbox_paths
-    from projections.documents import to_json
 
     plane = open_plane()
     doc = enter_execute(plane, plan_id)
-    sandbox = sandbox_paths(plane, doc)
     if as_json:
-        emit_json({"plan": to_json(doc), "sandbox": sandbox})
+        emit_json(execute_answer(plane, doc))
     else:
         click.echo(
             f"plan {inert(plan_id)} entered Execute (attempt {doc.attempt}), "
             f"{len(doc.binding)} validation(s) pinned"
         )
-        for resource, copy in sandbox.items():
+        for resource, copy in sandbox_paths(plane, doc).items():
             click.echo(f"sandbox of {inert(resource)}: {inert(copy)}")
 
 
@@ -425,8 +397,9 @@ def history(plan_id: str, fmt: str) -> None:
       evidence plan history P-1
       evidence plan history P-1 --format jsonl
     """
-    from commands.auditor.history import failure_lines, failure_of, plan_history, summaries
+    from commands.auditor.history import summaries
     from commands.plane.plans import get_plan, plan_state
+    from commands.rules.plan_runs import failure_lines, failure_of, plan_history
 
     plane = open_plane()
     events = plan_history(plane.store, plan_id)

@@ -52,12 +52,14 @@ def call(
       evidence call P-1 --tool pytest --params '{"path": "tests"}'
       evidence call P-1 --tool search --params @p.json --record-output @out.json
     """
+    from commands.plane.answers import call_answer
     from commands.plane.runs import call_tool
 
     schema = json_or_file(output_schema, "--output-schema") if output_schema else None
     recorded = raw_bytes(record_output, "--record-output") if record_output is not None else None
+    plane = open_plane()
     report = call_tool(
-        open_plane(),
+        plane,
         plan_id,
         tool,
         raw_bytes(params, "--params"),
@@ -66,7 +68,7 @@ def call(
         recorded_output=recorded,
     )
     if as_json:
-        emit_json({"call": report.to_json()})
+        emit_json(call_answer(plane, plan_id, report))
     elif not report.input_gate.passed:
         click.echo(
             f"input gate failed: {len(report.input_gate.check.deviations)} "
@@ -135,15 +137,15 @@ def validate(plan_id: str, as_json: bool) -> None:
       evidence validate P-1
       evidence validate P-1 --json
     """
+    from commands.plane.answers import validation_answer
     from commands.plane.validation_runs import validate_plan
 
     plane = open_plane()
     report = validate_plan(plane, plan_id)
-    doc = report.to_json()  # each result with the tails of what it printed, as every door
     if as_json:
-        emit_json({"validation": doc})
+        emit_json(validation_answer(plane, plan_id, report))
     else:
-        _say_validation(plan_id, doc)
+        _say_validation(plan_id, report.to_json())
     if report.outcome != "pass":
         click.get_current_context().exit(EXIT_VERDICT)
 
@@ -151,7 +153,7 @@ def validate(plan_id: str, as_json: bool) -> None:
 def _say_validation(plan_id: str, doc: dict[str, Any]) -> None:
     """A validation run as the terminal shows it: each result, why each one failed,
     the outcome and what comes next."""
-    from commands.auditor.history import Failure, failure_lines
+    from commands.rules.plan_runs import Failure, failure_lines
 
     print_table(
         ["validation", "scope", "mode", "result", "ms", "message"],

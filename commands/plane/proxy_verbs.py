@@ -4,9 +4,10 @@ apply with a token.
 
 These are the verbs an agent may run from the CLI too (``plan show``, ``plan
 strategize``, ``plan execute``, ``validate``, ``fix``, ``apply``); each answers the JSON
-its CLI verb prints with ``--json``. The strategy is the agent's to revise when the
-failure loop sends its plan back to Strategize (within ``max_strategy_revisions``); an
-escalation stays a human's (no verb here records a decision).
+its CLI verb prints with ``--json`` (both built by ``commands.plane.answers``). The
+strategy is the agent's to revise when the failure loop sends its plan back to
+Strategize (within ``max_strategy_revisions``); an escalation stays a human's (no verb
+here records a decision).
 ``authorize`` is never offered, nor any verb that records a decision, registers or
 attaches: what decides stays with a human's key and the operator.
 
@@ -23,12 +24,18 @@ from typing import Any
 
 from commands.schemas.checker import check
 from ledger.events import Deviation
-from projections.documents import to_json
 
+from .answers import (
+    applied_answer,
+    execute_answer,
+    fix_answer,
+    plan_status,
+    strategy_answer,
+    validation_answer,
+)
 from .core import Plane
 from .lifecycle import apply_plan, record_fix
 from .phases import enter_execute, record_strategy
-from .plans import current_plan, sandbox_paths
 from .validation_runs import validate_plan
 
 PREFIX = "evidence."
@@ -54,8 +61,7 @@ def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 
 def _status(plane: Plane, plan_id: str, _args: dict[str, Any]) -> dict[str, Any]:
-    doc = current_plan(plane, plan_id)  # never older than the agent's last answer
-    return {"plan": to_json(doc), "sandbox": sandbox_paths(plane, doc)}
+    return plan_status(plane, plan_id).to_json()
 
 
 # What the proxy tells an agent at `initialize` (MCP `instructions`).
@@ -77,28 +83,25 @@ INSTRUCTIONS = (
 
 
 def _strategy(plane: Plane, plan_id: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {"plan": to_json(record_strategy(plane, plan_id, args["strategy"], actor="agent"))}
+    return strategy_answer(plane, record_strategy(plane, plan_id, args["strategy"], actor="agent"))
 
 
 def _execute(plane: Plane, plan_id: str, _args: dict[str, Any]) -> dict[str, Any]:
-    doc = enter_execute(plane, plan_id, actor="agent")
-    return {"plan": to_json(doc), "sandbox": sandbox_paths(plane, doc)}
+    return execute_answer(plane, enter_execute(plane, plan_id, actor="agent"))
 
 
 def _validate(plane: Plane, plan_id: str, _args: dict[str, Any]) -> dict[str, Any]:
-    return {"validation": validate_plan(plane, plan_id).to_json()}
+    return validation_answer(plane, plan_id, validate_plan(plane, plan_id))
 
 
 def _fix(plane: Plane, plan_id: str, args: dict[str, Any]) -> dict[str, Any]:
     diff = args.get("diff")
     doc = record_fix(plane, plan_id, args["note"], diff=diff.encode() if diff else None)
-    return {"plan": to_json(doc)}
+    return fix_answer(doc)
 
 
 def _apply(plane: Plane, plan_id: str, args: dict[str, Any]) -> dict[str, Any]:
-    doc = apply_plan(plane, plan_id, args["token"].strip())
-    files = doc.applied.files if doc.applied is not None else []
-    return {"plan": to_json(doc), "files": [to_json(f) for f in files]}
+    return applied_answer(apply_plan(plane, plan_id, args["token"].strip()))
 
 
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 1_000_000}

@@ -19,10 +19,12 @@ from typing import Any
 import ledger
 
 from .routes import (
+    CONFINEMENT,
     DEVIATION,
     DOOR_ERRORS,
     ERROR,
     ERRORS,
+    FAILURE,
     GATE,
     HOOK_ANSWER,
     HOOK_INPUT,
@@ -33,6 +35,7 @@ from .routes import (
     PROTECTED_RESOURCE,
     SANDBOX,
     UNKNOWN_TOOLS,
+    WOULD_BIND,
     Endpoint,
 )
 
@@ -48,6 +51,9 @@ SHARED: dict[str, dict[str, Any]] = {
     "JsonRpcError": JSONRPC_ERROR,
     "Plan": PLAN_DOC,
     "Sandbox": SANDBOX,
+    "WouldBind": WOULD_BIND,
+    "Confinement": CONFINEMENT,
+    "Failure": FAILURE,
     "HookInput": HOOK_INPUT,
     "HookAnswer": HOOK_ANSWER,
     "UnknownTools": UNKNOWN_TOOLS,

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from commands.plane.answers import call_answer, gate_answer
 from commands.plane.core import Plane
 from commands.plane.gates import GateOutcome, gate_input, gate_output
 from commands.plane.hooks import (
@@ -30,7 +31,6 @@ from commands.plane.hooks import (
     post_tool,
     pre_tool,
 )
-from commands.plane.plans import plan_brief
 from commands.plane.proxy_verbs import PLANE_TOOLS, PREFIX
 from commands.plane.runs import call_tool
 
@@ -123,6 +123,36 @@ PLAN_DOC = {
     "description": "The plan's state, folded from its stream (as `evidence plan show --json`).",
 }
 SANDBOX = {"type": "object", "description": "Where the plan's sandbox is and what it copies."}
+WOULD_BIND = {
+    "type": "array",
+    "items": {"type": "object"},
+    "description": "The validations the plan would pin if it entered Execute now.",
+}
+CONFINEMENT = closed(
+    {
+        "policy": {"enum": ["landlock", "none"]},
+        "landlock": {"type": "integer"},
+        "unconfined": {"type": "integer"},
+    },
+    ["policy", "landlock", "unconfined"],
+)
+OPTIONAL_TEXT = {"type": ["string", "null"]}
+FAILURE = closed(
+    {
+        "position": {"type": "integer"},
+        "run_id": {"type": "string"},
+        "validation": {"type": "string"},
+        "mode": {"type": "string"},
+        "verdict": {"type": ["boolean", "null"]},
+        "cause": OPTIONAL_TEXT,
+        "message": OPTIONAL_TEXT,
+        "error": OPTIONAL_TEXT,
+        "stdout_tail": OPTIONAL_TEXT,
+        "stderr_tail": OPTIONAL_TEXT,
+    },
+    ["position", "run_id", "validation", "mode", "verdict", "cause", "message", "error",
+     "stdout_tail", "stderr_tail"],
+)  # fmt: skip
 # Where the plan stands once the answer's step is recorded (commands.plane.plans.plan_brief)
 PLAN_STATE = {
     "type": "object",
@@ -269,13 +299,13 @@ def with_plan(schema: dict[str, Any]) -> dict[str, Any]:
 def _gate_input(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
     params = json_bytes(body["params"])  # the bytes checked and kept: compact JSON
     found = gate_input(plane, plan_id, body["tool"], params, step=body.get("step"))
-    return Outcome({"gate": found.to_json(), **_state(plane, plan_id)}, gates=(found,))
+    return Outcome(gate_answer(plane, plan_id, found), gates=(found,))
 
 
 def _gate_output(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
     output = json_bytes(body["output"])
     found = gate_output(plane, plan_id, body["step"], output)
-    return Outcome({"gate": found.to_json(), **_state(plane, plan_id)}, gates=(found,))
+    return Outcome(gate_answer(plane, plan_id, found), gates=(found,))
 
 
 def _call(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
@@ -286,13 +316,8 @@ def _call(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
         json_bytes(body["params"]),
         step=body.get("step"),
     )
-    answer = {**report.to_json(), **_state(plane, plan_id)}
+    answer = call_answer(plane, plan_id, report)
     return Outcome(answer, gates=(report.input_gate, report.output_gate))
-
-
-def _state(plane: Plane, plan_id: str) -> dict[str, Any]:
-    """``plan_brief``: where the plan stands now that the step is recorded."""
-    return {"plan_state": plan_brief(plane, plan_id)}
 
 
 def _verb(name: str) -> Operation:
@@ -301,8 +326,6 @@ def _verb(name: str) -> Operation:
 
     def run(plane: Plane, plan_id: str, body: dict[str, Any]) -> Outcome:
         answer = verb.run(plane, plan_id, {k: v for k, v in body.items() if k != "plan"})
-        if name == "validate":
-            answer = {**answer, **_state(plane, plan_id)}
         found = answer.get("validation")
         return Outcome(answer, validation=found["outcome"] if found is not None else None)
 
@@ -408,12 +431,19 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "GET",
         "/v1/plan",
         "plan_status",
-        "The credential's plan: its state and where its sandbox is (as the MCP proxy's "
-        "evidence.plan_status and `evidence plan show --json`).",
+        "The credential's plan: its state, where its sandbox is, the validations it would "
+        "pin at Execute, how its programs ran and why its last validation run failed (as "
+        "the MCP proxy's evidence.plan_status and `evidence plan show --json`).",
         "agent",
         ok=closed(
-            {"plan": {"anyOf": [PLAN_DOC, {"type": "null"}]}, "sandbox": SANDBOX},
-            ["plan", "sandbox"],
+            {
+                "plan": {"anyOf": [PLAN_DOC, {"type": "null"}]},
+                "sandbox": SANDBOX,
+                "would_bind": {"anyOf": [WOULD_BIND, {"type": "null"}]},
+                "confinement": CONFINEMENT,
+                "failures": {"type": "array", "items": FAILURE},
+            },
+            ["plan", "sandbox", "would_bind", "confinement", "failures"],
         ),
         query={"plan": PLAN},
         run=_verb("plan_status"),
@@ -476,7 +506,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "Record the plan's strategy in Strategize, the first or a revised one after the "
         "failure loop sent the plan back (as evidence.record_strategy); then /v1/execute.",
         "agent",
-        ok=closed({"plan": PLAN_DOC}, ["plan"]),
+        ok=closed({"plan": PLAN_DOC, "would_bind": WOULD_BIND}, ["plan", "would_bind"]),
         body=_verb_schema("record_strategy"),
         run=_verb("record_strategy"),
     ),
