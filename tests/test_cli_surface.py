@@ -14,10 +14,12 @@ from pathlib import Path
 import click
 import pytest
 
+from commands.cli import reference
 from commands.cli.main import COMMANDS, SECTIONS, LazyGroup, cli
 from tests.helpers import run_cli
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+REFERENCE = DOCS.with_name("cli-reference.md")
 
 NOT_OURS: tuple[str, ...] = ()  # every command's help is held to the rules
 
@@ -212,6 +214,22 @@ def test_the_docs_check_sees_a_heading_go_or_a_stray_one_come() -> None:
     stray = text + "\n### `evidence plan forget PLAN`\n"
     assert documented(stray) - documented(text) == {("plan", "forget")}
     assert {("review", "show"), ("hook", "post-tool"), ("keys", "list")} <= documented(text)
+
+
+def test_the_cli_reference_is_the_commands_own_help() -> None:
+    """docs/cli-reference.md is generated from every command's --help: regenerate it
+    with `python -m commands.cli.reference > docs/cli-reference.md`."""
+    assert REFERENCE.read_text() == reference.render()
+
+
+def test_the_reference_check_sees_a_help_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = reference.render()
+    ctx = click.Context(cli)
+    verify = cli.get_command(ctx, "verify")
+    assert verify is not None and verify.help is not None
+    monkeypatch.setattr(verify, "help", verify.help.replace("Merkle", "Merkel"))
+    after = reference.render()
+    assert after != before and after.replace("Merkel", "Merkle") == before
 
 
 # -- shell completion --------------------------------------------------------------------
