@@ -32,7 +32,7 @@ call and hook, so it imports only the standard library modules a socket needs
 any interpreter's start; ``ssl`` only for an https server) — neither ``urllib.request``
 nor ``http.client``, whose ``email`` parsing alone about doubles a bare interpreter's
 start (docs/performance.md, "Thin hooks") — and nothing else of the house: the
-``commands`` package's ``__init__`` imports nothing. tests/test_hook_client.py checks
+``commands`` package's ``__init__`` imports nothing. tests/commands/test_hook_client.py checks
 both in a real process.
 """
 
@@ -734,8 +734,8 @@ def _inert(text: str, *, multiline: bool = False) -> str:
     """``text`` safe for a terminal, exactly as ``commands.text.inert`` makes it (the
     same rule, not imported: this module imports nothing of the house): every character
     Python does not call printable written as a visible escape (``\\x1b``,
-    ``\\u202e``), a newline kept with ``multiline``. tests/test_terminal_text.py compares the two
-    on every code point."""
+    ``\\u202e``), a newline kept with ``multiline``.
+    tests/commands/cli/test_terminal_text.py compares the two on every code point."""
     lines = text.split("\n") if multiline else [text]
     out = []
     for line in lines:

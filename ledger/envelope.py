@@ -61,7 +61,7 @@ def leaf_bytes(
 # ``LEAF_TEMPLATE`` cut around the two members only known under the ledger lock,
 # ``position`` and ``stream_version``: the rest of an event's leaf bytes is made before
 # the lock is taken (``leaf_parts``), and under it three parts and two integers are
-# joined (``LEAF_JOIN``). tests/test_envelope.py checks the join equals ``leaf_bytes``.
+# joined (``LEAF_JOIN``). tests/ledger/test_envelope.py checks the join equals ``leaf_bytes``.
 _before_position, _, _after_position = LEAF_TEMPLATE.partition(b'"position":%d')
 _before_version, _, _LEAF_TAIL = _after_position.partition(b'"stream_version":%d')
 LEAF_HEAD = _before_position + b'"position":'

@@ -119,7 +119,7 @@ class WriteTx:
         in pipeline mode, where a statement's results arrive whenever the server flushes
         them and are handed to the cursor that sent it: a read on the cursor of a long
         ``executemany`` could take one of the insert's late results for its own
-        (tests/test_write_tx.py). A cursor that only ever reads, each read fetched at
+        (tests/ledger/test_write_tx.py). A cursor that only ever reads, each read fetched at
         once, has no result pending but its own. (SQLite has no pipeline: its one cursor
         serves.)"""
         if self._reader is None:

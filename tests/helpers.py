@@ -27,6 +27,10 @@ from ledger.events import EventPayload, PlanCreated, PlanHalted, StrategyRecorde
 from ledger.keys import generate_key_pair
 from projections.documents import delta, fold, fold_all
 
+# Where the tests live (their servers, fixtures and vectors), and the checkout they test.
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
 
 def plan_created(plan_id: str = "P-1", **kw: object) -> NewEvent:
     return NewEvent(
@@ -44,7 +48,7 @@ def build_wheel(where: Path) -> Path:
     it was)."""
     import shutil
 
-    root = Path(__file__).resolve().parent.parent
+    root = REPO
     source, dist = where / "source", where / "dist"
     tracked = subprocess.run(
         ["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True

@@ -1,5 +1,6 @@
 """A small MCP server (official SDK) working on the files of the directory it was started
-in, for tests/test_service_mcp.py: the plane starts it in the plan's sandbox, so what it
+in, for tests/commands/service/test_service_mcp.py: the plane starts it in the plan's sandbox, so
+what it
 writes is the plan's work until Apply.
 
 - ``write_file``: writes ``text`` to the relative ``path`` (declares its output:

@@ -1,4 +1,5 @@
-"""An MCP server that breaks the protocol, for tests/test_mcp_proxy.py: JSON-RPC on stdio
+"""An MCP server that breaks the protocol, for tests/commands/cli/test_mcp_proxy.py: JSON-RPC on
+stdio
 written by hand (the SDK's servers keep their wire clean), with one tool, ``garble``,
 whose call is answered by a line that is no JSON-RPC message, then silence."""
 

@@ -1,4 +1,4 @@
-"""A small MCP server (official SDK) for tests/test_mcp_proxy.py and bench/proxy.py:
+"""A small MCP server (official SDK) for tests/commands/cli/test_mcp_proxy.py and bench/proxy.py:
 ``add`` (input and output schemas), ``bad`` (writes a file in its working directory,
 then returns off-schema structured output),
 ``plain`` (no output schema: a text result), ``loose`` (no output schema: a result

@@ -1,5 +1,5 @@
 """A small MCP server (official SDK) whose tools are validations, for
-tests/test_mcp_backed.py: each returns the structured return ``{passed, message?,
+tests/commands/plane/test_mcp_backed.py: each returns the structured return ``{passed, message?,
 data?}`` in ``structuredContent``, reading the directory it was started in (the plane
 starts it in the validation's throwaway copy of the sandbox).
 

@@ -36,7 +36,7 @@ def test_every_mutant_says_why_and_equivalents_say_why_not() -> None:
 
 def test_every_transition_rule_has_its_mutant() -> None:
     """A new rule in plan_rules lands with its mutant (and its case in
-    tests/test_plan_rules.py, which checks the other half)."""
+    tests/projections/test_plan_rules.py, which checks the other half)."""
     snippets = "\n".join(m.original for m in load() if m.file == "projections/plan_rules.py")
     tree = ast.parse(inspect.getsource(plan_rules))
     unlisted = []

@@ -11,7 +11,7 @@ from .inputs import json_or_file, raw_bytes
 from .terminal import inert
 
 # The plane and the store load inside each command, as it runs: completing `evidence gate
-# <TAB>` or `gate --help` imports neither (tests/test_startup.py).
+# <TAB>` or `gate --help` imports neither (tests/commands/cli/test_startup.py).
 if TYPE_CHECKING:
     from commands.plane.core import Plane
     from commands.plane.gates import GateOutcome

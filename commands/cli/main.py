@@ -8,7 +8,7 @@ The verbs load lazily: ``COMMANDS`` names each one's module and attribute and ke
 short help, so ``evidence --help`` lists every verb and ``evidence --version`` answers
 without importing any verb's module (nor the database, the schema checker, rich ...);
 ``evidence gate input`` imports ``commands.cli.gates`` and what it needs, nothing else.
-tests/test_startup.py keeps the short help here equal to each command's own.
+tests/commands/cli/test_startup.py keeps the short help here equal to each command's own.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 # Every verb: name -> ("module:attribute", short help). The short help is what
 # `evidence --help` shows without importing the module: the first sentence of the
-# command's docstring (tests/test_startup.py checks that they agree), short enough to
-# fit on one line at 80 columns (tests/test_cli_surface.py).
+# command's docstring (tests/commands/cli/test_startup.py checks that they agree), short enough to
+# fit on one line at 80 columns (tests/commands/cli/test_cli_surface.py).
 # A new verb: add its line here, to a section of SECTIONS, and to docs/cli.md.
 COMMANDS: dict[str, tuple[str, str]] = {
     "apply": (

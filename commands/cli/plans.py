@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 # The plane, the store (SQLAlchemy) and the auditor are imported inside each command, as
 # it runs: `evidence plan --help` and completing `evidence plan <TAB>` import none of
-# them (tests/test_startup.py).
+# them (tests/commands/cli/test_startup.py).
 
 
 @click.group()

@@ -44,7 +44,7 @@ SUITE_2026 = INTEROP / "node_modules" / "conformance-2026-07-28" / "dist" / "ind
 VERSION_2026 = "0.2.0-alpha.12"
 
 # The server scenarios of 0.1.16, in the suite's order (`... list`; checked by
-# tests/test_conformance.py). json-schema-2020-12 and server-sse-polling are in its
+# tests/commands/service/test_conformance.py). json-schema-2020-12 and server-sse-polling are in its
 # "pending" suite, the other 30 in "active"; `--suite all` runs the 32.
 SCENARIOS: tuple[str, ...] = (
     "server-initialize",

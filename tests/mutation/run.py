@@ -5,7 +5,7 @@ be killed by a quick test (docs/testing.md "Mutation testing").
     python -m tests.mutation.run --jobs 2         # two at a time (two cores)
     python -m tests.mutation.run --only ID ...    # some (an ID ending in / is a group)
     python -m tests.mutation.run --list           # the list: what each breaks, what kills it
-    python -m tests.mutation.run --only ID --tests tests/test_x.py -k name
+    python -m tests.mutation.run --only ID --tests tests/ledger/test_x.py -k name
                                                   # does this test kill it? (a new test)
     python -m tests.mutation.run --changed main   # only the mutants of files changed
                                                   # since a revision (git diff REV)
