@@ -15,6 +15,7 @@ server process that answered it (a warm server answers several). On stdio by def
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -81,6 +82,14 @@ TOOLS = [
         input_schema={"type": "object", "properties": {"size": {"type": "integer"}}},
     ),
     types.Tool(name="slow", input_schema={"type": "object", "properties": {}}),
+    types.Tool(
+        name="flood",
+        description="Sends `count` log messages of `size` bytes, asks `asks` samplings.",
+        input_schema={
+            "type": "object",
+            "properties": {k: {"type": "integer"} for k in ("count", "size", "asks")},
+        },
+    ),
     types.Tool(name="grow", input_schema={"type": "object", "properties": {}}),
     types.Tool(name="evil\x1b[2Jname", input_schema={"type": "object", "properties": {}}),
     types.Tool(
@@ -139,6 +148,21 @@ async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.C
         return types.CallToolResult(content=[types.TextContent(text="x" * args["size"])])
     if params.name == "crash":
         os._exit(3)
+    if params.name == "flood":  # what an agent could make a server do to a call
+        for _ in range(args.get("count", 0)):
+            await ctx.session.send_log_message(
+                "info", "x" * args.get("size", 0), related_request_id=ctx.request_id
+            )
+        for _ in range(args.get("asks", 0)):
+            with contextlib.suppress(Exception):  # refused: the plane's client offers none
+                await ctx.session.create_message(
+                    messages=[
+                        types.SamplingMessage(role="user", content=types.TextContent(text="hi"))
+                    ],
+                    max_tokens=1,
+                    related_request_id=ctx.request_id,
+                )
+        return types.CallToolResult(content=[types.TextContent(text="flooded")])
     if params.name == "slow":
         time.sleep(30)
     if params.name == "grow":

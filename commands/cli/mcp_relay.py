@@ -30,6 +30,8 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel
 
+from commands.runner.said import Said
+
 R = TypeVar("R", bound=BaseModel)
 # A resource read or a prompt fetch, recorded before its answer reaches the agent:
 # (what: "resource" | "prompt", its URI or name, the answer as JSON).
@@ -47,7 +49,7 @@ class CallExchange:
 
     session: ServerSession
     request_id: types.RequestId | None
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: Said = field(default_factory=Said)  # within its budget (commands.runner.said)
 
     @property
     def related(self) -> ServerMessageMetadata:
@@ -90,8 +92,8 @@ class Relay:
         call = self._current()
         notification = types.LoggingMessageNotification(params=params)
         if call is not None:
-            call.messages.append({"kind": "log", "params": _json(params)})
-            await call.session.send_notification(notification, call.request_id)
+            if call.messages.keep({"kind": "log", "params": _json(params)}):
+                await call.session.send_notification(notification, call.request_id)
         elif self.agent is not None:
             await self.agent.send_notification(notification)
 
@@ -100,10 +102,9 @@ class Relay:
 
         async def relay(progress: float, total: float | None, message: str | None) -> None:
             params = {"progress": progress, "total": total, "message": message}
-            call.messages.append(
-                {"kind": "progress", "params": {k: v for k, v in params.items() if v is not None}}
-            )
-            await call.session.report_progress(progress, total, message)
+            kept = {k: v for k, v in params.items() if v is not None}
+            if call.messages.keep({"kind": "progress", "params": kept}):
+                await call.session.report_progress(progress, total, message)
 
         return relay
 

@@ -15,7 +15,6 @@ recorded as such, never as a failure or a pass).
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,6 +46,7 @@ from commands.runner.process import (
     tool_output,
 )
 from commands.runner.results import RESULT_SCHEMA
+from commands.runner.said import Said
 from commands.runner.sandbox import resource_kind
 from commands.runner.validations import run_validation
 from commands.schemas.prepare import prepare_schema
@@ -138,19 +138,18 @@ class Exchanged:
 
 
 EXCHANGE_KINDS = ("log", "progress", "sampling", "elicitation")
-Said = list[dict[str, Any]]  # an MCP server's messages to the client during a call
 
 
 def exchanged(messages: Sequence[Mapping[str, Any]]) -> Exchanged | None:
     """What the upstream said to the agent's client during a call (each message a
     ``{"kind": KIND, ...}`` object, a refused request with ``"refused": true``) as the
-    call records it; None when it said nothing besides its result."""
-    if not messages:
+    call records it, within the budget of ``Said``; None when it said nothing else."""
+    said = messages if isinstance(messages, Said) else Said.of(messages)
+    if not said:
         return None
-    kinds = Counter(str(message.get("kind")) for message in messages)
-    counts = {kind: kinds[kind] for kind in EXCHANGE_KINDS}
-    refused = sum(1 for message in messages if message.get("refused") is True)
-    return Exchanged(json_bytes(list(messages)), Exchange(**counts, refused=refused))
+    counts = {kind: said.counts[kind] for kind in EXCHANGE_KINDS}
+    found = Exchange(**counts, refused=said.refused, dropped=said.dropped or msgspec.UNSET)
+    return Exchanged(json_bytes(list(said)), found)
 
 
 @dataclass(frozen=True)
@@ -527,7 +526,7 @@ class _Ran:
     streams: dict[str, Truncation] = field(default_factory=dict)
     exit_code: int | None = None
     tool_error: bool = False
-    said: Said = field(default_factory=list)  # what an MCP server said meanwhile
+    said: Said = field(default_factory=Said)  # what an MCP server said meanwhile
 
 
 def _execute(
@@ -683,7 +682,7 @@ def _call_mcp(
     if call.truncation is not None and call.kept is not None:
         # Over the cap: the kept prefix of the answer, never parsed (a command's stdout).
         streams = {"stdout_truncated": call.truncation}
-        return call.kept, call.started_at, call.ended_at, streams, False, {}, []
+        return call.kept, call.started_at, call.ended_at, streams, False, {}, Said()
     result = call.result if call.result is not None else refused_error(call)
     if result is None:
         server = spec.mcp_server
@@ -721,7 +720,7 @@ def _call_mcp(
     output, truncation = capped(json_bytes(value), cap)
     streams = {"stdout_truncated": truncation} if truncation is not None else {}
     tool_error = is_tool_error(result)
-    said = call.exchange or []
+    said = call.exchange if isinstance(call.exchange, Said) else Said()
     return output, call.started_at, call.ended_at, streams, tool_error, result, said
 
 

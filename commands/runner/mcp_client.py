@@ -48,6 +48,7 @@ from ledger.events import Truncation
 from ledger.timestamps import utc_now
 
 from .confine import Confinement, launched, launcher_failure
+from .said import Said
 
 
 class Warm(Protocol):
@@ -188,7 +189,10 @@ def answered_error(tool: str, code: int, message: str) -> str:
 
 def refused_meanwhile(exchange: Sequence[Mapping[str, Any]] | None) -> bool:
     """The plane refused a request the server made of the agent's client during the call
-    (a JSON-RPC error the server answered then is the tool's failure: ``refused_error``)."""
+    (a JSON-RPC error the server answered then is the tool's failure: ``refused_error``).
+    A ``Said`` counts its refusals past its budget too."""
+    if isinstance(exchange, Said):
+        return exchange.refused > 0
     return any(message.get("refused") is True for message in exchange or ())
 
 
@@ -218,7 +222,7 @@ class McpCall(msgspec.Struct, kw_only=True):
     # What the server said to the client during the call besides its result, in order:
     # its log and progress messages (``{"kind": "log" | "progress", "params"}``) and the
     # requests the plane's client refused (sampling, elicitation: it offers neither),
-    # as ``{"kind", "request", "refused", "error"}``.
+    # as ``{"kind", "request", "refused", "error"}``: a ``Said``, within its budget.
     exchange: list[dict[str, Any]] | None = None
     started_at: str
     ended_at: str
@@ -439,7 +443,7 @@ class _Call:
         # A warm server's tools as it last listed them (emptied when it says they
         # changed): the drift check reads them instead of asking again.
         self.known: dict[str, Any] | None = None
-        self.exchange: list[dict[str, Any]] = []  # what the server said meanwhile
+        self.exchange = Said()  # what the server said meanwhile, within its budget
         self.forward: Forward | None = None  # a request to make instead of tools/call
         self.back = BACKCHANNEL.get()  # the agent's client, when a door makes the call
         # What the plane's client offers the server (relays to the agent's client).
@@ -594,9 +598,8 @@ class _Call:
     def said(self, entry: dict[str, Any]) -> None:
         """A message of the server's to the client during the call: kept for the call's
         record, and passed on to the agent's client when a door makes the call."""
-        self.exchange.append(entry)
-        if self.back is not None:
-            self.back.send(entry)
+        if self.exchange.keep(entry) and self.back is not None:
+            self.back.send(entry)  # past the budget a message is counted, not relayed
 
     async def _drift(self, session: Any) -> str | None:
         """How the server's own declaration of the tool differs from the registered one

@@ -48,13 +48,16 @@ class Exchange(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     result, counted by kind: its log and progress messages, its sampling and elicitation
     requests (relayed, with the answers, or refused); the messages themselves, in order,
     are the call's ``exchange_sha256`` blob. ``refused``: the requests the gate could not
-    relay (the agent's client does not offer them, or the door has no way to ask it)."""
+    relay (the agent's client does not offer them, or the door has no way to ask it).
+    ``dropped``: the messages past the call's budget (1 MiB of them kept), counted above
+    but neither kept in the blob nor relayed; absent when none was."""
 
     log: int
     progress: int
     sampling: int
     elicitation: int
     refused: int
+    dropped: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class GateChecked(EventPayload, tag="gate.checked", kw_only=True, frozen=True):

@@ -30,6 +30,7 @@ from commands.plane.attachments import attach
 from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.runner.mcp_client import call_mcp_tool, mcp_tool_result_schema
+from commands.runner.said import EXCHANGE_CAP
 from commands.schemas.prepare import prepare_schema
 from ledger.canonical import canonical_json
 from tests.helpers import TESTS, assert_refused, run_cli, run_cli_process, work
@@ -48,6 +49,7 @@ ADD_INPUT = {
     "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
 }
 SUM = {"type": "object", "required": ["sum"], "properties": {"sum": {"type": "integer"}}}
+FLOOD = ("count", "size", "asks")  # tests/mcp_server.py's flood tool
 
 
 @pytest.fixture(autouse=True)
@@ -707,3 +709,37 @@ def test_a_file_registered_schema_that_drifted_from_the_server_is_never_called(
     ), report
     assert "another input schema" in halt["reason"]
     assert _calls(log) == []  # never called
+
+
+# -- a flooding server -------------------------------------------------------------------
+
+
+def test_a_server_that_floods_a_call_is_kept_within_the_budget_and_counted(
+    sqlite_url: str, tmp_path: Path, project: Path
+) -> None:
+    """An agent steers a server's tool with its arguments: one call that sends 3 MB of
+    log messages, then asks for a sampling the plane's client refuses. The call keeps
+    1 MiB of what the server said (the rest counted as dropped, not held), counts every
+    message, and the refusal still makes the call the tool's failure (one past the
+    budget too: tests/commands/runner/test_said.py)."""
+    server = {"mcp_server": "test-upstream", "mcp_command": _upstream(tmp_path / "calls.jsonl")}
+    flood = {"type": "object", "properties": {k: {"type": "integer"} for k in FLOOD}}
+    spec = {"name": "flood", **server, "mcp_tool_name": "flood", "input_schema": flood}
+    _register(sqlite_url, tmp_path, "tool", spec)
+    _plan(sqlite_url, project)
+
+    code, quiet, _ = _call(sqlite_url, "flood", {"count": 3000, "size": 1000, "asks": 0})
+    assert code == 0 and quiet["output_gate"]["verdict"] == "pass", quiet
+    code, asked, _ = _call(sqlite_url, "flood", {"count": 3000, "size": 1000, "asks": 1})
+    assert code == 1 and asked["halt"] is None, asked
+    assert asked["call"]["tool_error"] is True  # the tool's failure, not a pass
+
+    calls = [e.payload for e in _events(sqlite_url) if e.type == "tool.called"]
+    for called, refused in zip(calls, (0, 1), strict=True):
+        assert called.exchange.log == 3000 and called.exchange.refused == refused
+        assert called.exchange.sampling == refused
+        kept = json.loads(_blob(sqlite_url, called.exchange_sha256))
+        assert len(kept) + called.exchange.dropped == 3000 + refused
+        assert 900 < len(kept) < 1100  # about 1 MiB of the 3 MB
+        assert len(_blob(sqlite_url, called.exchange_sha256)) <= EXCHANGE_CAP
+    _audit_clean(sqlite_url)
