@@ -301,22 +301,10 @@ def _call_tool(
     assert plan is not None and tool_doc is not None and copies is not None  # it passed
     # The sandbox as it was before the call: put back unless the call passes both gates.
     guards = [TreeGuard(copy) for copy in copies.values()]
+    site = _Site(plane, plan, tool_doc, raw_params, copies, recorded, call_id, step, actor,
+                 confinement)  # fmt: skip
     try:
-        _run_call(
-            plane,
-            plan,
-            tool_doc,
-            raw_params,
-            report,
-            recorded,
-            copies,
-            call_id=call_id,
-            step=step,
-            output_schema=output_schema,
-            narrowing=narrowing,
-            actor=actor,
-            confinement=confinement,
-        )
+        _run_call(site, report, output_schema=output_schema, narrowing=narrowing)
     finally:
         _after_call(plane, plan, guards, report, keep_names=sandbox is not None)
     return report
@@ -392,25 +380,31 @@ def _after_call(
         plane.sandbox(plan).clear_names({r: resource_kind(r) for r in plan.resources})
 
 
-def _run_call(
-    plane: Plane,
-    plan: PlanState,
-    tool_doc: ToolState,
-    raw_params: bytes,
-    report: CallReport,
-    recorded: Recorded | None,
-    copies: Sandbox,
-    *,
-    call_id: str,
-    step: str,
-    output_schema: Any,
-    narrowing: Any,
-    actor: str,
-    confinement: Confinement | None = None,
-) -> None:
+@dataclass(frozen=True)
+class _Site:
+    """One call that passed its input gate, as every phase of running and recording it
+    reads it: the plan and tool, the parameters' bytes, where it runs (the sandbox's
+    copies, confined so), the output the caller recorded instead (if any), the call's
+    id and step, and who asked."""
+
+    plane: Plane
+    plan: PlanState
+    tool_doc: ToolState
+    raw_params: bytes
+    copies: Sandbox
+    recorded: Recorded | None
+    call_id: str
+    step: str
+    actor: str
+    confinement: Confinement | None
+
+
+def _run_call(site: _Site, report: CallReport, *, output_schema: Any, narrowing: Any) -> None:
+    plane, plan, tool_doc, recorded = site.plane, site.plan, site.tool_doc, site.recorded
     plan_id, tool, spec = plan.plan_id, tool_doc.name, tool_doc.spec
+    step, actor, call_id, raw_params = site.step, site.actor, site.call_id, site.raw_params
     run_started = tracing.now_ns()
-    ran = _execute(plane, plan, tool_doc, raw_params, report, recorded, copies, actor, confinement)
+    ran = _execute(site, report)
     if ran is None:
         return  # halted: the program or its server could not be had
     output, executor, tool_error, said = ran.output, ran.executor, ran.tool_error, ran.said
@@ -426,9 +420,7 @@ def _run_call(
         # The tool's own failure: checked as the MCP tool result it is, never against
         # the tool's declaration (a deviation there would be counted as the agent's).
         output_schema, narrowing = mcp_tool_result_schema(), None
-    called = _called(
-        plan, tool_doc, call_id, step, raw_params, ran, tool_error, exchange, confinement
-    )
+    called = _called(site, ran, tool_error, exchange)
 
     # Only a command tool's stdout or an MCP tool's output can be truncated (a
     # validation called as a tool gives the plane's own encoding of its result).
@@ -480,27 +472,18 @@ def _run_call(
         )
 
 
-def _called(
-    plan: PlanState,
-    tool_doc: ToolState,
-    call_id: str,
-    step: str,
-    raw_params: bytes,
-    ran: _Ran,
-    tool_error: bool,
-    exchange: Exchanged | None,
-    confinement: Confinement | None,
-) -> ToolCalled:
+def _called(site: _Site, ran: _Ran, tool_error: bool, exchange: Exchanged | None) -> ToolCalled:
     """The call's record: what was called, with what, how it ran and what it said."""
+    plan, tool_doc, confinement = site.plan, site.tool_doc, site.confinement
     return ToolCalled(
         plan_id=plan.plan_id,
-        call_id=call_id,
+        call_id=site.call_id,
         tool=tool_doc.name,
         tool_version=tool_doc.version,
-        step=step,
+        step=site.step,
         attempt=plan.attempt,
         executor=ran.executor,  # type: ignore[arg-type]
-        params_sha256=sha256_hex(raw_params),
+        params_sha256=sha256_hex(site.raw_params),
         output_sha256=sha256_hex(ran.output),
         exit_code=ran.exit_code,
         started_at=ran.started,
@@ -529,20 +512,11 @@ class _Ran:
     said: Said = field(default_factory=Said)  # what an MCP server said meanwhile
 
 
-def _execute(
-    plane: Plane,
-    plan: PlanState,
-    tool_doc: ToolState,
-    raw_params: bytes,
-    report: CallReport,
-    recorded: Recorded | None,
-    copies: Sandbox,
-    actor: str,
-    confinement: Confinement | None,
-) -> _Ran | None:
+def _execute(site: _Site, report: CallReport) -> _Ran | None:
     """Run the call its way: take the recorded output, run a validation in its copy,
     call the MCP server, or run the command. None when it halted the plan
     (``report.halt``)."""
+    plane, plan, tool_doc, recorded = site.plane, site.plan, site.tool_doc, site.recorded
     if recorded is not None:
         now = utc_now()
         streams = {"stdout_truncated": recorded.truncation} if recorded.truncation else {}
@@ -551,34 +525,24 @@ def _execute(
     if tool_doc.kind == "validation":
         # Read-only exactly as in `validate`: it runs in a throwaway copy of the sandbox.
         output, started, ended, streams = _call_validation(
-            plane, plan, tool_doc, raw_params, copies, confinement
+            plane, plan, tool_doc, site.raw_params, site.copies, site.confinement
         )
         return _Ran(output, "validation", started, ended, streams)
     if launches_mcp(tool_doc.spec):
-        called = _call_mcp(
-            plane, plan, tool_doc, raw_params, copies, actor=actor, confinement=confinement
-        )
+        called = _call_mcp(site)
         if isinstance(called, PlanHalted):
             report.halt = called
             return None
         output, started, ended, streams, tool_error, report.mcp_result, said = called
         return _Ran(output, "mcp", started, ended, streams, tool_error=tool_error, said=said)
-    return _run_command_tool(plane, plan, tool_doc, raw_params, report, copies, actor, confinement)
+    return _run_command_tool(site, report)
 
 
-def _run_command_tool(
-    plane: Plane,
-    plan: PlanState,
-    tool_doc: ToolState,
-    raw_params: bytes,
-    report: CallReport,
-    copies: Sandbox,
-    actor: str,
-    confinement: Confinement | None,
-) -> _Ran | None:
+def _run_command_tool(site: _Site, report: CallReport) -> _Ran | None:
     """The tool's command as a real subprocess in the sandbox; a program that is not
     there halts the plan (``program_missing``) and answers None."""
-    tool, spec = tool_doc.name, tool_doc.spec
+    plane, plan, copies, confinement = site.plane, site.plan, site.copies, site.confinement
+    tool, spec, raw_params = site.tool_doc.name, site.tool_doc.spec, site.raw_params
     try:
         argv = fill_argv(spec.command or [], msgspec.json.decode(raw_params))
     except ArgvError as exc:
@@ -599,7 +563,7 @@ def _run_command_tool(
             f"tool {tool!r} could not be invoked: {result.missing_program!r} was not found",
             hint=f"install `{result.missing_program}` where the plan runs "
             "(it is not on PATH), then re-run unchanged",
-            actor=actor,
+            actor=site.actor,
         )
         return None
     # A stdout over the cap is its kept bytes, never parsed: the gate finds no JSON.
@@ -647,28 +611,23 @@ def declares_output(spec: ToolSpec) -> bool:
     )
 
 
-def _call_mcp(
-    plane: Plane,
-    plan: PlanState,
-    tool_doc: ToolState,
-    raw_params: bytes,
-    copies: Sandbox,
-    *,
-    actor: str,
-    confinement: Confinement | None = None,
-) -> PlanHalted | tuple[bytes, str, str, dict[str, Truncation], bool, dict[str, Any], Said]:
+_McpRan = tuple[bytes, str, str, dict[str, Truncation], bool, dict[str, Any], Said]
+
+
+def _call_mcp(site: _Site) -> PlanHalted | _McpRan:
     """Call the tool on its MCP server (a stdio server runs in the sandbox, as a
     command tool does), with what the server asked of the plane's client and was
     refused (``Said``). Its output, within the tool's output cap, is what the MCP
     proxy's output gate takes of a result: ``structuredContent`` when the tool declares
     its output, else the whole result. A server that cannot be started, dies, fails or
     hangs halts the plan with ``environment_error``."""
-    spec, tool = tool_doc.spec, tool_doc.name
+    plane, plan, tool_doc, actor = site.plane, site.plan, site.tool_doc, site.actor
+    spec, tool, raw_params = tool_doc.spec, tool_doc.name, site.raw_params
     arguments = msgspec.json.decode(raw_params)
     if not isinstance(arguments, dict):  # the registry keeps MCP tools' inputs objects
         raise CommandRefused(f"the arguments of MCP tool {tool!r} must be an object")
     command = given(spec.mcp_command)
-    launch = _mcp_reach(plane, plan, tool_doc, copies, confinement)
+    launch = _mcp_reach(plane, plan, tool_doc, site.copies, site.confinement)
     cap = launch["cap"]
     call = call_mcp_tool(
         spec.mcp_tool_name or "",
