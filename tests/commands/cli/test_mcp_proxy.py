@@ -176,7 +176,7 @@ def test_proxy_offers_the_upstreams_tools_and_a_crash_is_an_error(
 
     _with_agent(_proxy(db_url, tmp_path / "work", _stdio(count)), session)
 
-    upstream = {"add", "bad", "plain", "loose", "fail", "huge", "crash", "slow", "grow"}
+    upstream = {"add", "bad", "plain", "loose", "fail", "huge", "crash", "slow", "flood", "grow"}
     verbs = {
         "evidence.plan_status", "evidence.record_strategy", "evidence.execute",
         "evidence.validate", "evidence.record_fix", "evidence.apply",
