@@ -45,7 +45,7 @@ from projections.engine import LogFolds, ReadModelCheck, no_gc
 from projections.plan_rules import broken_rule
 from projections.states import ApproverState
 
-from .deltas import DeltaError, apply_delta
+from .deltas import DeltaError, apply_delta, misplaced
 from .files import check_files
 from .findings import INVARIANTS, AuditReport, Findings, Reporting, Violation
 from .plan_checks import PlanChecks
@@ -271,15 +271,21 @@ class _Auditor(Reporting):
             )
             return
         self.rebuilt[stream] = rebuilt
-        if rebuilt != to_json(after):
-            self.broken.add(stream)
-            self.violation(
-                event.position,
-                _plan_of(stream),
-                "delta_fold",
-                f"{stream} rebuilt from its deltas equals its fold",
-                f"they differ from stream version {event.stream_version} on",
-            )
+        folded = to_json(after)
+        if rebuilt != folded:
+            found = f"they differ from stream version {event.stream_version} on"
+        elif (path := misplaced(event.delta, folded)) is not None:
+            found = f"at {path!r} the delta writes another JSON value (true is no 1)"
+        else:
+            return
+        self.broken.add(stream)
+        self.violation(
+            event.position,
+            _plan_of(stream),
+            "delta_fold",
+            f"{stream} rebuilt from its deltas equals its fold",
+            found,
+        )
 
     def check_review(self, event: RecordedEvent) -> None:
         """A review's report is one the plane ran: its commit carries the plane key's

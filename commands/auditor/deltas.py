@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DeltaError", "apply_delta"]
+__all__ = ["DeltaError", "apply_delta", "misplaced"]
 
 _BAD_ESCAPE = re.compile("~(?![01])")
 
@@ -41,6 +41,87 @@ def apply_delta(doc: Any, patch: Any) -> Any:
         else:
             doc = _by_jsonpatch(doc, op)
     return doc
+
+
+def misplaced(patch: Any, doc: Any) -> str | None:
+    """The path of the first value an ``add`` or ``replace`` of ``patch`` placed that is
+    another JSON value than ``doc`` (the fold) holds there, though Python's ``==`` says
+    they are equal: ``true`` against ``1``, ``false`` against ``0``. None when there is
+    none. Called once the rebuilt document equals the fold by ``==``: only a value the
+    patch placed can differ from it by its JSON type. An operation whose place a later
+    one of the same patch touches is not checked (the later one decides what is there)."""
+    ops = [op for op in patch if type(op) is dict] if isinstance(patch, list) else []
+    for i, op in enumerate(ops):
+        path = op.get("path")
+        if op.get("op") not in ("add", "replace") or not isinstance(path, str):
+            continue
+        try:
+            found, appends, in_list = _placed(doc, path, ops[i + 1 :])
+        except (DeltaError, IndexError, KeyError, TypeError, ValueError):
+            continue
+        later = (o for o in ops[i + 1 :] if o.get("op") != "add" or o.get("path") != appends)
+        if any(_touches(path, o, in_list) for o in later):
+            continue
+        if not _same_json(op.get("value"), found):
+            return path
+    return None
+
+
+def _placed(doc: Any, path: str, later: list[dict[str, Any]]) -> tuple[Any, str | None, bool]:
+    """What ``doc`` holds where an operation at ``path`` placed its value, the pointer
+    of an append to the same array (later appends there move nothing), and whether
+    ``path`` names an array's item. An append (``-``) placed its value before the later
+    appends to that array."""
+    if path == "":
+        return doc, None, False
+    parent_path, _, last = path.rpartition("/")
+    parent = _at(doc, parent_path)
+    if type(parent) is not list:
+        return _at(doc, path), None, False
+    appends = parent_path + "/-"
+    if last != "-":
+        return _at(doc, path), appends, True
+    index = (
+        len(parent) - 1 - sum(1 for o in later if o.get("op") == "add" and o.get("path") == appends)
+    )
+    if index < 0:
+        raise IndexError(path)
+    return parent[index], appends, True
+
+
+def _touches(path: str, op: dict[str, Any], in_list: bool) -> bool:
+    """``op`` reads or writes ``path``, a place above or below it, or (``path`` naming
+    an array's item) another item of that array: an insertion there moves what ``path``
+    names."""
+    parent = path.rpartition("/")[0]
+    for other in (op.get("path"), op.get("from")):
+        if not isinstance(other, str):
+            continue
+        if other == path or other.startswith(path + "/") or path.startswith(other + "/"):
+            return True
+        if in_list and other.rpartition("/")[0] == parent:
+            return True
+    return path == ""
+
+
+def _at(doc: Any, path: str) -> Any:
+    if path == "":
+        return doc
+    for token in _tokens(path):
+        doc = doc[-1 if token == "-" else int(token)] if type(doc) is list else doc[token]
+    return doc
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """The same JSON value: as ``==``, but a boolean is never a number (an integer and a
+    float of the same value are the same JSON number)."""
+    if type(a) is bool or type(b) is bool:
+        return type(a) is type(b) and a == b
+    if type(a) is dict:
+        return type(b) is dict and a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return type(b) is list and len(a) == len(b) and all(map(_same_json, a, b))
+    return bool(a == b)
 
 
 def _by_jsonpatch(doc: Any, op: Any) -> Any:

@@ -451,6 +451,31 @@ def test_a_delta_that_does_not_rebuild_the_fold(setup) -> None:
     assert audit(plane.store, plan="P-1").ok  # another plan's problem
 
 
+def _true_as_one(value):
+    """``value`` with every ``true`` written ``1``: equal to it in Python, not in JSON."""
+    if value is True:
+        return 1
+    if isinstance(value, dict):
+        return {k: _true_as_one(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_true_as_one(v) for v in value]
+    return value
+
+
+def test_a_delta_that_rebuilds_the_fold_only_in_python_equality(setup) -> None:
+    """A forged delta writing ``1`` where the fold has ``true`` (Python says 1 == True):
+    a consumer of the deltas would read another document than the log's."""
+    plane, _project, _tmp = setup
+    real = plane.store.read_stream("tool:status")[0].payload
+    forged = msgspec.structs.replace(real, name="twin")
+    stream = "tool:twin"
+    honest = delta({}, fold(stream, None, forged))
+    assert "true" in json.dumps(honest)  # read_only: a boolean the forgery rewrites
+    [position] = plane.store.append(stream, [NewEvent(payload=forged, delta=_true_as_one(honest))])
+    [violation] = audit(plane.store).violations
+    assert (violation.position, violation.invariant) == (position, "delta_fold")
+
+
 # -- the examples: gate checks and wrapped transforms re-derived ---------------------------
 
 

@@ -1,7 +1,9 @@
 """The audit's own application of a recorded delta (``commands.auditor.deltas``) gives
 ``jsonpatch``'s answer on every patch: the same document, or a refusal where it refuses,
 on patches the plane writes and on hostile ones (bad pointers, bad indexes, missing
-members, operations it never writes)."""
+members, operations it never writes). And what ``==`` cannot see (``true`` is ``1`` to
+Python): a value a patch placed is another JSON value than the fold's, never a false
+alarm on what a patch really placed."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commands.auditor.deltas import DeltaError, apply_delta
+from commands.auditor.deltas import DeltaError, apply_delta, misplaced
 from projections.documents import delta
 
 KEYS = ["a", "b", "a/b", "~", "m~n", "", "0", "-"]
@@ -73,6 +75,37 @@ def test_any_patch_gives_jsonpatchs_answer(doc: dict, patch: list) -> None:
 @given(documents, documents)
 def test_the_planes_own_deltas_rebuild_the_document(before: dict, after: dict) -> None:
     assert _ours(before, delta(before, after)) == _exact(after)
+
+
+@settings(max_examples=600)
+@given(documents, st.lists(operations, min_size=1, max_size=4))
+def test_what_a_patch_placed_is_never_misplaced(doc: dict, patch: list) -> None:
+    try:
+        applied = apply_delta(copy.deepcopy(doc), copy.deepcopy(patch))
+    except DeltaError:
+        return
+    assert misplaced(patch, applied) is None
+
+
+def _as_numbers(value: Any) -> Any:
+    """``value`` with each boolean written as the number Python takes it for."""
+    if type(value) is bool:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _as_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_numbers(v) for v in value]
+    return value
+
+
+@given(documents, documents)
+def test_a_boolean_written_as_a_number_is_found(before: dict, after: dict) -> None:
+    honest = delta(before, after)
+    forged = [{**op, "value": _as_numbers(op["value"])} if "value" in op else op for op in honest]
+    assert misplaced(honest, after) is None
+    assert (misplaced(forged, after) is None) == (
+        forged == honest and _exact(forged) == _exact(honest)
+    )
 
 
 @pytest.mark.parametrize(
