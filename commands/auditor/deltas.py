@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DeltaError", "apply_delta", "misplaced"]
+__all__ = ["DeltaError", "apply_delta", "misplaced", "same_json"]
 
 _BAD_ESCAPE = re.compile("~(?![01])")
 
@@ -62,7 +62,7 @@ def misplaced(patch: Any, doc: Any) -> str | None:
         later = (o for o in ops[i + 1 :] if o.get("op") != "add" or o.get("path") != appends)
         if any(_touches(path, o, in_list) for o in later):
             continue
-        if not _same_json(op.get("value"), found):
+        if not same_json(op.get("value"), found):
             return path
     return None
 
@@ -112,15 +112,15 @@ def _at(doc: Any, path: str) -> Any:
     return doc
 
 
-def _same_json(a: Any, b: Any) -> bool:
+def same_json(a: Any, b: Any) -> bool:
     """The same JSON value: as ``==``, but a boolean is never a number (an integer and a
     float of the same value are the same JSON number)."""
     if type(a) is bool or type(b) is bool:
         return type(a) is type(b) and a == b
     if type(a) is dict:
-        return type(b) is dict and a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+        return type(b) is dict and a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
     if type(a) is list:
-        return type(b) is list and len(a) == len(b) and all(map(_same_json, a, b))
+        return type(b) is list and len(a) == len(b) and all(map(same_json, a, b))
     return bool(a == b)
 
 

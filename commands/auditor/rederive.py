@@ -23,6 +23,7 @@ from ledger.events import (
 from projections.outcomes import RULES_VERSION, classify
 from projections.states import PlanState, ToolState
 
+from .deltas import same_json
 from .findings import Findings, Reporting
 from .walk import LogView, PlanWalk, Run
 
@@ -233,7 +234,7 @@ class Rederivation(Reporting):
                 )
             return
         derived = (result["passed"], result.get("message"), result.get("data"))
-        if derived != (p.verdict, p.message, p.data):
+        if not same_json(list(derived), [p.verdict, p.message, p.data]):  # true is no 1
             self.violation(
                 event.position,
                 plan_id,

@@ -538,6 +538,49 @@ def test_escalation_example_rederives_gates_and_transforms(sqlite_url: str, tmp_
         assert "passed=False" in transform.expected and "passed=True" in transform.found
 
 
+def test_a_transforms_data_rederived_as_json_not_as_python_equals(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A wrapped validation's transform gives ``data: {"flag": 1}``; a forged result
+    recording ``{"flag": true}`` (Python says equal) is another result than the
+    transform's, and the audit says so."""
+    from commands.plane.attachments import attach
+    from commands.plane.phases import enter_execute, record_strategy
+    from commands.plane.plans import create_plan
+    from commands.plane.registry import register_tool, register_validation
+    from commands.plane.validation_runs import validate_plan
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "flag.py").write_text("print('{\"flag\": 1}')\n")
+    with Plane.open(sqlite_url) as plane:
+        register_tool(plane, {"name": "flagger", "command": ["python", "flag.py"]})
+        register_validation(
+            plane,
+            {"name": "flag", "mode": "required", "wraps": "flagger",
+             "transform": "{passed: `true`, data: {flag: flag}}"},
+        )  # fmt: skip
+        create_plan(plane, "P-1", project="api", resources=[str(project)])
+        attach(plane, "flag", resource=str(project))
+        record_strategy(plane, "P-1", "flag it")
+        enter_execute(plane, "P-1")
+        (result,) = validate_plan(plane, "P-1").results
+        assert result.verdict is True and result.data == {"flag": 1}
+        assert audit(plane.store).ok
+        started = _events(plane, ValidationRunStarted)[-1].payload
+        recorded = _events(plane, ValidationResultRecorded)[-1].payload
+        run_id = "01J0000000000000000000000W"
+        lied = forge(
+            plane.store,
+            "plan:P-1",
+            msgspec.structs.replace(started, run_id=run_id),
+            msgspec.structs.replace(recorded, run_id=run_id, data={"flag": True}),
+        )[1]
+        report = audit(plane.store)
+        [transform] = [v for v in report.violations if v.invariant == "transform_rederivation"]
+        assert transform.position == lied
+
+
 def test_strict_output_deviation_example_audits_clean(sqlite_url: str, tmp_path: Path) -> None:
     root = tmp_path / "strict-output-deviation"
     shutil.copytree(EXAMPLES / "strict-output-deviation", root)
