@@ -24,9 +24,8 @@ _SUSPECT_MULTILINE = re.compile(r"[^\x20-\x7e\n]")
 # points, and every separator but the space (line and paragraph separators, no-break and
 # other wide spaces, which can disguise a line). One rule, with no table of categories,
 # so ``commands.hook_client`` (which may import nothing but the standard library's
-# fastest modules) applies exactly the same; tests/commands/cli/test_terminal_text.py compares the
-# two on
-# every code point.
+# fastest modules) applies exactly the same; tests/commands/cli/test_terminal_text.py
+# compares the two on every code point.
 # Zero-width (non-)joiners are format characters that some scripts and emoji need.
 _JOINERS = frozenset({"\u200c", "\u200d"})
 _NAMED = {"\t": r"\t", "\n": r"\n", "\r": r"\r"}

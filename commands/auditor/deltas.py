@@ -7,8 +7,8 @@ patch the plane did not write, but a correct one all the same) is applied by
 ``jsonpatch``, as is everything else the auditor could be given. Why not ``jsonpatch``
 for all of it: it builds an operation object and a pointer object per operation and
 checks each step against the abstract ``Mapping``/``Sequence`` types; on a log of gate
-checks that was half of the audit's time. ``tests/commands/auditor/test_audit_deltas.py`` holds this
-module to ``jsonpatch``'s answers, failures included.
+checks that was half of the audit's time. ``tests/commands/auditor/test_audit_deltas.py``
+holds this module to ``jsonpatch``'s answers, failures included.
 """
 
 from __future__ import annotations

@@ -40,10 +40,10 @@ from .log import payload_summary
 from .progress import progress_bar
 from .terminal import inert
 
-# `export`'s formats, as commands.auditor.analytics.FORMATS (tests/commands/cli/test_startup.py
-# checks
-# they agree): the auditor's module, with the store and SQLAlchemy, loads only when a
-# command runs, so completing `evidence export <TAB>` imports neither.
+# `export`'s formats, as commands.auditor.analytics.FORMATS
+# (tests/commands/cli/test_startup.py checks they agree): the auditor's module, with the
+# store and SQLAlchemy, loads only when a command runs, so completing `evidence export
+# <TAB>` imports neither.
 EXPORT_FORMATS = ("jsonl", "csv", "parquet")
 
 if TYPE_CHECKING:

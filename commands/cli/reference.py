@@ -2,9 +2,9 @@
 
 Every command and group, in the order ``evidence --help`` lists them, with exactly what
 its ``--help`` prints at 80 columns: the reference cannot drift from the code, because
-CI checks the file against this rendering (tests/commands/cli/test_cli_surface.py). docs/cli.md
-keeps
-what help cannot say (output formats, exit codes, the why), written by hand.
+CI checks the file against this rendering (tests/commands/cli/test_cli_surface.py).
+docs/cli.md keeps what help cannot say (output formats, exit codes, the why), written by
+hand.
 
     python -m commands.cli.reference > docs/cli-reference.md
 """

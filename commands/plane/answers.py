@@ -4,8 +4,8 @@ An agent reaches the plane through three doors: the CLI (``--json``), the JSON A
 (``evidence serve``'s ``/v1/*``) and MCP (the stdio proxy and ``/mcp``, whose verbs
 answer this JSON as ``structuredContent``). Each verb's answer is built here, once, and
 every door prints it as it is: a door may add its own envelope (MCP's ``_meta``), never
-change the answer. tests/commands/plane/test_doors_answer_alike.py compares the three for every
-verb.
+change the answer. tests/commands/plane/test_doors_answer_alike.py compares the three for
+every verb.
 
 An answer that records a step the plan counts (a gate check, a call, a validation run)
 carries ``plan_state`` (``commands.plane.plans.plan_brief``): where the plan stands now

@@ -70,10 +70,9 @@ from ledger.intake import LIMITS
 from .routes import Outcome
 
 # The SDK's ``mcp`` package is imported where the gate is built, not here: importing it
-# loads uvicorn's command line (click) through ``sse_starlette``, and importing the
-# service loads no CLI framework (tests/commands/service/test_service.py); a running service has
-# uvicorn
-# loaded anyway. ``mcp_types`` (the protocol's types) loads neither.
+# loads uvicorn's command line (click) through ``sse_starlette``, and importing the service
+# loads no CLI framework (tests/commands/service/test_service.py); a running service has
+# uvicorn loaded anyway. ``mcp_types`` (the protocol's types) loads neither.
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager

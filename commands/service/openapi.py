@@ -7,9 +7,8 @@ are JSON Schema 2020-12, which is what the checker reads, so the schemas go in a
 are — but for those several answers share (an error, a gate's check, a deviation, a
 plan's state, a JSON-RPC error, a plan, a hook's input and answer …): each is named once
 under ``components/schemas`` and referred to by ``$ref`` wherever it appears, so that a
-client generator (tests/commands/service/test_openapi_client.py: openapi-python-client) makes one
-type of
-each, not one per route.
+client generator (tests/commands/service/test_openapi_client.py: openapi-python-client)
+makes one type of each, not one per route.
 """
 
 from __future__ import annotations
