@@ -512,6 +512,16 @@ class Store:
         sql += " ORDER BY stream_version"
         return [self._decode(row) for row in self._read_rows(sql, params)]
 
+    def read_stream_types(self, stream: str, types: Sequence[str]) -> list[RecordedEvent]:
+        """One stream's events of the given types, in stream order: a reader that needs
+        a few kinds of a long stream's events decodes only those."""
+        ph = self.placeholder
+        sql = (
+            f"{_SELECT_ROWS} WHERE stream = {ph} AND type IN ({', '.join([ph] * len(types))}) "
+            "ORDER BY stream_version"
+        )
+        return [self._decode(row) for row in self._read_rows(sql, (stream, *types))]
+
     def read_types(self, types: Sequence[str], after: int = 0) -> list[RecordedEvent]:
         """Every event of the given types after position ``after``, in position order
         (the type index), in one statement: for the few, small types of policy."""

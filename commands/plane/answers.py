@@ -24,7 +24,7 @@ from commands.rules.plan_runs import (
     Failure,
     confinement_summary,
     last_run_failures,
-    plan_history,
+    plan_runs,
 )
 from ledger.errors import LedgerError
 from ledger.events import ResolvedAttachment
@@ -89,7 +89,7 @@ def plan_status(plane: Plane, plan_id: str, read: PlanReader = current_plan) -> 
     a reader of any log (``evidence plan show``) passes ``get_plan``, the read model,
     which shows such a plan (``evidence audit`` reports it)."""
     doc = read(plane, plan_id)
-    events = plan_history(plane.store, plan_id)
+    events = plan_runs(plane.store, plan_id)
     return PlanStatus(
         plan=doc,
         sandbox=sandbox_paths(plane, doc),

@@ -14,7 +14,7 @@ from commands.errors import CommandRefused
 from commands.runner.results import output_tails
 from ledger import RecordedEvent
 from ledger.events import PlanCreated, ToolCalled, ValidationResultRecorded
-from ledger.store import LogReader
+from ledger.store import LogReader, Store
 
 __all__ = [
     "BlobReader",
@@ -25,7 +25,18 @@ __all__ = [
     "failure_of",
     "last_run_failures",
     "plan_history",
+    "plan_runs",
 ]
+
+
+# What a plan's runs say is read from these of its events only (a long plan's stream is
+# mostly gate checks, which neither reads).
+RUN_TYPES = tuple(t.type_name() for t in (PlanCreated, ToolCalled, ValidationResultRecorded))
+
+
+def plan_runs(store: Store, plan_id: str) -> list[RecordedEvent]:
+    """The plan's events that ``confinement_summary`` and ``last_run_failures`` read."""
+    return store.read_stream_types(f"plan:{plan_id}", RUN_TYPES)
 
 
 def plan_history(store: LogReader, plan_id: str) -> list[RecordedEvent]:

@@ -424,3 +424,16 @@ def test_an_append_after_a_locked_read_takes_the_versions_it_read(store) -> None
     assert [e.stream_version for e in store.read_stream("plan:P-1")] == [1, 2, 3]
     assert store.get_blob(hashlib.sha256(b"kept").hexdigest()) == b"kept"
     assert verify_store(store).ok
+
+
+def test_read_stream_types_reads_only_those_kinds_in_stream_order(store: ledger.Store) -> None:
+    store.append("plan:P-1", [plan_created(), strategy(text="a"), strategy(text="b")])
+    store.append("plan:P-2", [plan_created("P-2"), strategy("P-2")])
+    found = store.read_stream_types("plan:P-1", ["plan.strategy_recorded"])
+    assert [(e.stream, e.stream_version, e.payload.strategy) for e in found] == [
+        ("plan:P-1", 2, "a"),
+        ("plan:P-1", 3, "b"),
+    ]
+    both = store.read_stream_types("plan:P-1", ["plan.created", "plan.strategy_recorded"])
+    assert [e.position for e in both] == [e.position for e in store.read_stream("plan:P-1")]
+    assert store.read_stream_types("plan:P-3", ["plan.created"]) == []
