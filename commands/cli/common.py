@@ -371,8 +371,8 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
     header = line(columns)
     click.echo(click.style(header, bold=True) if tty and not no_color() else header)
-    for row in rows:
-        click.echo(line(row))
+    if rows:  # one write: a long table (`plan history` of a long plan) is not a call a line
+        click.echo("\n".join(line(row) for row in rows))
 
 
 def fail(message: str) -> NoReturn:
