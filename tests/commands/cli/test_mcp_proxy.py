@@ -881,3 +881,42 @@ def test_what_an_upstream_starts_ends_with_the_agents_session(
         while _with_marker(marker) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _with_marker(marker) == []
+
+
+@pytest.mark.slow
+def test_a_flooding_upstream_reaches_the_agent_and_the_record_within_the_budget(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A call whose upstream sends 3 MB of log messages: the agent's client gets what the
+    call keeps (about 1 MiB of them), the record counts every one and how many it
+    dropped, and the call passes (nothing was refused)."""
+    from commands.runner.said import EXCHANGE_CAP
+
+    _setup(sqlite_url)
+    logs: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params)
+
+    async def session(agent: ClientSession) -> None:
+        done = await agent.call_tool("flood", {"count": 3000, "size": 1000, "asks": 0})
+        assert not done.is_error, done
+
+    async def drive() -> None:
+        params = _proxy(sqlite_url, tmp_path / "work", _stdio(tmp_path / "calls.jsonl"))
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, logging_callback=on_log) as agent,
+        ):
+            with anyio.fail_after(60):
+                await agent.initialize()
+                await session(agent)
+
+    anyio.run(drive)
+    (called,) = [e.payload for e in _plan_events(sqlite_url) if e.type == "tool.called"]
+    assert called.exchange.log == 3000 and called.exchange.dropped == 3000 - len(logs)
+    assert 900 < len(logs) < 1100  # what was kept is what was relayed
+    with ledger.open(sqlite_url, create=False) as store:
+        kept = store.get_blob(called.exchange_sha256)
+    assert kept is not None and len(kept) <= EXCHANGE_CAP
+    assert len(json.loads(kept)) == len(logs)
