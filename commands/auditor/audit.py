@@ -47,7 +47,7 @@ from projections.states import ApproverState
 
 from .deltas import DeltaError, apply_delta, misplaced
 from .files import check_files
-from .findings import INVARIANTS, AuditReport, Findings, Reporting, Violation
+from .findings import INVARIANTS, NEEDS_PLANE_KEY, AuditReport, Findings, Reporting, Violation
 from .plan_checks import PlanChecks
 from .replay import ReplayStep, plan_state, replay_plan, retries_left
 
@@ -127,6 +127,7 @@ def audit(
         read_models=statuses,
         unvalidated=sorted(plans.unvalidated),
         unconfined=sorted(plans.unconfined),
+        unchecked=list(NEEDS_PLANE_KEY) if plane_public_key is None else [],
     )
 
 

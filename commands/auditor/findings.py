@@ -61,6 +61,20 @@ class AuditReport(msgspec.Struct, kw_only=True):
     # plans that ran programs unconfined (they opted out with confinement: none): not
     # violations either, but never to be mistaken for confined work
     unconfined: list[str] = []
+    # the checks that need the plane's public key, not made without it (a bundle, or a
+    # database whose plane key is not on this machine, and no --plane-key): an audit
+    # that passed them is never to be mistaken for one that checked the signatures
+    unchecked: list[str] = []
+
+
+# What only the plane's public key can check: who signed tokens, endorsed approvers,
+# signed policy (through the operators the plane key endorsed) and vouched for reviews.
+NEEDS_PLANE_KEY = (
+    "token_signature",
+    "approver_endorsement",
+    "policy_signature",
+    "review_signature",
+)
 
 
 class Findings:

@@ -212,6 +212,13 @@ def audit(
                 f"{inert(', '.join(report.unconfined))}",
                 markup=False,
             )
+        if report.unchecked:
+            out.print(
+                "note: signatures UNCHECKED (no plane key: give --plane-key FILE, the "
+                "plane's public key, to check them; forged tokens, approvers, policy or "
+                f"reviews go unfound without it): {', '.join(report.unchecked)}",
+                markup=False,
+            )
         if report.ok:
             out.print(f"ok: {report.size} events audited ({checks})", markup=False)
         else:

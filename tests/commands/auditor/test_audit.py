@@ -476,6 +476,33 @@ def test_a_delta_that_rebuilds_the_fold_only_in_python_equality(setup) -> None:
     assert (violation.position, violation.invariant) == (position, "delta_fold")
 
 
+def test_without_the_plane_key_the_audit_says_which_signatures_went_unchecked(
+    setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An auditor on another machine, with no plane key: the checks only that key can
+    make are not made, and the audit says so (never a clean report that reads as if
+    tokens, approvers, policy and reviews were checked)."""
+    from commands.auditor.findings import NEEDS_PLANE_KEY
+    from ledger.keys import public_key_b64
+
+    plane, _project, tmp = setup
+    keyless = audit(plane.store)
+    assert keyless.ok and keyless.unchecked == list(NEEDS_PLANE_KEY)
+    assert not set(NEEDS_PLANE_KEY) & set(keyless.checked)
+    keyed = audit(plane.store, plane_public_key=plane.plane_public_key())
+    assert keyed.ok and keyed.unchecked == [] and keyed.checked["token_signature"] >= 1
+    url = plane.store.url
+    monkeypatch.setenv("EVIDENCE_PLANE_KEY", str(tmp / "not-here.key"))
+    text = run_cli("audit", "--db", url)
+    assert text.returncode == 0 and "note: signatures UNCHECKED" in text.stdout, text.stdout
+    shown = json.loads(run_cli("audit", "--json", "--db", url).stdout)
+    assert shown["unchecked"] == list(NEEDS_PLANE_KEY)
+    public = tmp / "plane.pub"
+    public.write_text(public_key_b64(plane.plane_public_key()) + "\n")  # raw base64
+    given = run_cli("audit", "--plane-key", str(public), "--db", url)
+    assert given.returncode == 0 and "UNCHECKED" not in given.stdout, given.stdout
+
+
 # -- the examples: gate checks and wrapped transforms re-derived ---------------------------
 
 
