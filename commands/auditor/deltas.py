@@ -49,59 +49,88 @@ def misplaced(patch: Any, doc: Any) -> str | None:
     they are equal: ``true`` against ``1``, ``false`` against ``0``. None when there is
     none. Called once the rebuilt document equals the fold by ``==``: only a value the
     patch placed can differ from it by its JSON type. An operation whose place a later
-    one of the same patch touches is not checked (the later one decides what is there)."""
+    one of the same patch touches is not checked (the later one decides what is there).
+    One pass from the last operation back: on the audit's every event."""
     ops = [op for op in patch if type(op) is dict] if isinstance(patch, list) else []
-    for i, op in enumerate(ops):
+    later = _Later(doc)
+    first = None
+    for op in reversed(ops):
         path = op.get("path")
-        if op.get("op") not in ("add", "replace") or not isinstance(path, str):
-            continue
+        if op.get("op") in ("add", "replace") and isinstance(path, str):
+            try:
+                found = later.placed(path)
+            except (DeltaError, IndexError, KeyError, TypeError, ValueError):
+                found = _UNCHECKED
+            if found is not _UNCHECKED and not same_json(op.get("value"), found):
+                first = path
+        later.add(op)
+    return first
+
+
+_UNCHECKED = object()
+
+
+class _Later:
+    """What the operations after one have touched: their places (``path`` and ``from``),
+    every place above those, the arrays whose items they move, and the appends to each
+    array (which move no item before them)."""
+
+    def __init__(self, doc: Any) -> None:
+        self.doc = doc
+        self.places: set[str] = set()
+        self.above: set[str] = set()
+        self.moved: set[str] = set()
+        self.appends: dict[str, int] = {}
+
+    def add(self, op: dict[str, Any]) -> None:
+        for role, other in (("path", op.get("path")), ("from", op.get("from"))):
+            if not isinstance(other, str):
+                continue
+            parent = other.rpartition("/")[0]
+            if role == "path" and op.get("op") == "add" and self._appends(other):
+                self.appends[parent] = self.appends.get(parent, 0) + 1
+            else:
+                self.places.add(other)
+                self.moved.add(parent)
+            while other:
+                other = other.rpartition("/")[0]
+                self.above.add(other)
+
+    def _appends(self, path: str) -> bool:
+        """``path`` (of an ``add``) appends to an array."""
+        if not path.endswith("/-"):
+            return False
         try:
-            found, appends, in_list = _placed(doc, path, ops[i + 1 :])
+            return type(_at(self.doc, path[:-2])) is list
         except (DeltaError, IndexError, KeyError, TypeError, ValueError):
-            continue
-        later = (o for o in ops[i + 1 :] if o.get("op") != "add" or o.get("path") != appends)
-        if any(_touches(path, o, in_list) for o in later):
-            continue
-        if not same_json(op.get("value"), found):
-            return path
-    return None
+            return False
 
-
-def _placed(doc: Any, path: str, later: list[dict[str, Any]]) -> tuple[Any, str | None, bool]:
-    """What ``doc`` holds where an operation at ``path`` placed its value, the pointer
-    of an append to the same array (later appends there move nothing), and whether
-    ``path`` names an array's item. An append (``-``) placed its value before the later
-    appends to that array."""
-    if path == "":
-        return doc, None, False
-    parent_path, _, last = path.rpartition("/")
-    parent = _at(doc, parent_path)
-    if type(parent) is not list:
-        return _at(doc, path), None, False
-    appends = parent_path + "/-"
-    if last != "-":
-        return _at(doc, path), appends, True
-    index = (
-        len(parent) - 1 - sum(1 for o in later if o.get("op") == "add" and o.get("path") == appends)
-    )
-    if index < 0:
-        raise IndexError(path)
-    return parent[index], appends, True
-
-
-def _touches(path: str, op: dict[str, Any], in_list: bool) -> bool:
-    """``op`` reads or writes ``path``, a place above or below it, or (``path`` naming
-    an array's item) another item of that array: an insertion there moves what ``path``
-    names."""
-    parent = path.rpartition("/")[0]
-    for other in (op.get("path"), op.get("from")):
-        if not isinstance(other, str):
-            continue
-        if other == path or other.startswith(path + "/") or path.startswith(other + "/"):
-            return True
-        if in_list and other.rpartition("/")[0] == parent:
-            return True
-    return path == ""
+    def placed(self, path: str) -> Any:
+        """What ``doc`` holds where an operation at ``path`` placed its value, or
+        ``_UNCHECKED`` when a later operation touches that place: the place itself, one
+        above or below it, or (an array's item) another item of that array, which moves
+        it. An append placed its value before the later appends to that array."""
+        if path in self.places or path in self.above:
+            return _UNCHECKED
+        above = path
+        while above:
+            above = above.rpartition("/")[0]
+            if above in self.places:
+                return _UNCHECKED
+        if path == "":
+            return self.doc
+        parent_path, _, last = path.rpartition("/")
+        parent = _at(self.doc, parent_path)
+        if type(parent) is not list:
+            return _at(self.doc, path)
+        if parent_path in self.moved:
+            return _UNCHECKED
+        if last != "-":
+            return _at(self.doc, path)
+        index = len(parent) - 1 - self.appends.get(parent_path, 0)
+        if index < 0:
+            raise IndexError(path)
+        return parent[index]
 
 
 def _at(doc: Any, path: str) -> Any:
