@@ -38,6 +38,8 @@ from ledger.events import (
     ExecuteEntered,
     FixRecorded,
     GateChecked,
+    McpInputGiven,
+    McpInputRequired,
     PlanApplied,
     PlanCreated,
     PlanHalted,
@@ -67,6 +69,7 @@ from .states import (
     PendingDecision,
     PlanState,
     ReviewState,
+    RoundState,
     SkillState,
     StepState,
     TokenState,
@@ -212,6 +215,21 @@ def _gate_checked(doc: PlanState, p: GateChecked) -> PlanState:
         gate_failures=doc.gate_failures + (p.verdict == "fail"),
         steps=steps,
     )
+
+
+@fold_plan.on(McpInputRequired)
+def _input_required(doc: PlanState, p: McpInputRequired) -> PlanState:
+    rounds = doc.rounds if doc.rounds is not msgspec.UNSET else {}
+    asked = RoundState(tool=p.tool, params_sha256=p.params_sha256)
+    return replace(doc, rounds={**rounds, p.round_id: asked})
+
+
+@fold_plan.on(McpInputGiven)
+def _input_given(doc: PlanState, p: McpInputGiven) -> PlanState:
+    if p.round_id is msgspec.UNSET or doc.rounds is msgspec.UNSET:
+        return doc
+    rounds = {k: v for k, v in doc.rounds.items() if k != p.round_id}
+    return replace(doc, rounds=rounds or msgspec.UNSET)
 
 
 @fold_plan.on(AttemptFailed)

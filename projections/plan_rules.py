@@ -39,6 +39,8 @@ from ledger.events import (
     FixRecorded,
     GateChecked,
     McpFetched,
+    McpInputGiven,
+    McpInputRequired,
     PlanApplied,
     PlanCreated,
     PlanHalted,
@@ -66,6 +68,8 @@ __all__ = ["broken_rule", "pins_kept"]
 _EXECUTE_WORK = (
     GateChecked,
     ToolCalled,
+    McpInputRequired,
+    McpInputGiven,
     FixRecorded,
     ValidationRunStarted,
     AttemptFailed,
@@ -226,16 +230,41 @@ def _revision(doc: PlanState, p: StrategyRevisionRequested) -> str | None:
     return None
 
 
+def _outside_skills(doc: PlanState, tool: str) -> str | None:
+    if not doc.may_call(tool):
+        return f"a plan with skills calls only their members ({tool!r} is in none)"
+    return None
+
+
 @rule_for(ToolCalled)
 def _tool_called(doc: PlanState, p: ToolCalled) -> str | None:
-    if not doc.may_call(p.tool):
-        return f"a plan with skills calls only their members ({p.tool!r} is in none)"
+    if (outside := _outside_skills(doc, p.tool)) is not None:
+        return outside
     if p.unregistered is False:
         return "`unregistered` is true or absent"
     if (p.unregistered is True) != (p.tool_version is None):
         return "a call names its tool's version, unless it records an unregistered tool"
     if p.unregistered is True and p.executor != "recorded":
         return "an unregistered tool's call is recorded, never run by the plane"
+    return None
+
+
+@rule_for(McpInputRequired)
+def _input_required(doc: PlanState, p: McpInputRequired) -> str | None:
+    if (outside := _outside_skills(doc, p.tool)) is not None:
+        return outside
+    if doc.rounds is not msgspec.UNSET and p.round_id in doc.rounds:
+        return "a round of questions is asked once"
+    return None
+
+
+@rule_for(McpInputGiven)
+def _input_given(doc: PlanState, p: McpInputGiven) -> str | None:
+    if p.round_id is msgspec.UNSET:
+        return None
+    asked = doc.rounds.get(p.round_id) if doc.rounds is not msgspec.UNSET else None
+    if asked is None or (asked.tool, asked.params_sha256) != (p.tool, p.params_sha256):
+        return "a round is answered once, by a call of its tool with its arguments"
     return None
 
 

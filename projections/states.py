@@ -175,6 +175,14 @@ class StepState(_Doc, frozen=True, kw_only=True):
     tool_version: int | None
 
 
+class RoundState(_Doc, frozen=True, kw_only=True):
+    """A call whose MCP server asked the agent's client for input (``mcp.input_required``)
+    and whose answer has not been given: the tool, and the arguments it must come with."""
+
+    tool: str
+    params_sha256: str
+
+
 class HaltState(_Doc, frozen=True, kw_only=True):
     halt_type: str
     raw_halt_type: str
@@ -261,6 +269,9 @@ class PlanState(_Doc, frozen=True, kw_only=True):
     # The blob of the resources as the sandbox copied them at the first Execute (absent
     # before it, and on plans recorded before snapshots).
     snapshot_sha256: str | UnsetType = UNSET
+    # The rounds of questions an MCP server asked and nobody answered yet, by round id
+    # (absent when there are none, so a plan without any keeps its document).
+    rounds: dict[str, RoundState] | UnsetType = UNSET
 
     def may_call(self, tool: str) -> bool:
         """Whether the plan's skills let it call ``tool``: any tool for a plan without

@@ -19,6 +19,8 @@ from ledger.events import (
     FixRecorded,
     GateChecked,
     McpFetched,
+    McpInputGiven,
+    McpInputRequired,
     PlanApplied,
     PlanCreated,
     PlanHalted,
@@ -79,6 +81,16 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
         _tool_called(p) + (", UNCONFINED" if p.confinement == "unconfined" else "")
     ),
     McpFetched: lambda p: f"read {p.what} {_short(p.name)} of {p.server} ({p.size} bytes)",
+    McpInputRequired: lambda p: (
+        f"tool {p.tool} asked the agent's client first (round {p.round_id[-6:]}): "
+        + ", ".join(f"{key} ({method})" for key, method in sorted(p.asked.items()))
+    ),
+    McpInputGiven: lambda p: (
+        f"answers given to {p.tool}"
+        + (f" (round {p.round_id[-6:]})" if isinstance(p.round_id, str) else "")
+        + ": "
+        + (", ".join(p.given) or "none")
+    ),
     ValidationRunStarted: lambda p: (
         f"validation run {p.run_id[-6:]} of attempt {p.attempt}: {len(p.resolved)} attachment(s)"
     ),

@@ -38,6 +38,7 @@ before the agent gets it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -45,9 +46,11 @@ from typing import Any
 import mcp_types as types
 
 from commands.errors import said_by
+from commands.runner.mcp_client import BACKCHANNEL
 from ledger import LedgerError
 from projections.states import PlanState, ToolState
 
+from . import input_rounds
 from .core import CommandRefused, Plane
 from .gates import NO_PARAMETERS, GateOutcome
 from .hooks import MAX_TOOL_NAME, json_bytes, open_for_calls
@@ -71,9 +74,11 @@ __all__ = [
     "GATE",
     "Forwarded",
     "GateCall",
+    "asked_of",
     "gate_call",
     "offered_tools",
     "offers",
+    "round_of",
     "server_call",
     "server_request",
     "server_tools",
@@ -89,7 +94,7 @@ class GateCall:
     ``fault`` (the tool's server could not serve it: a JSON-RPC error's message). The
     checks it recorded and a validation's outcome are for the service's metrics."""
 
-    result: types.CallToolResult | None
+    result: types.CallToolResult | types.InputRequiredResult | None
     fault: str | None = None
     gates: tuple[GateOutcome | None, ...] = ()
     validation: str | None = None
@@ -166,7 +171,7 @@ def gate_call(
 
 def _with_state(done: GateCall, plane: Plane, plan_id: str) -> GateCall:
     """The answer with where the plan stands now (``with_plan_state``)."""
-    if done.result is None:
+    if not isinstance(done.result, types.CallToolResult):
         return done
     return replace(done, result=with_plan_state(done.result, plane, plan_id))
 
@@ -195,12 +200,21 @@ def _call(
             f"{doc.kind} {name!r} is not offered here: only tools whose MCP server the "
             "plane launches are called through its MCP gate"
         )
-    report = call_tool(plane, plan_id, name, json_bytes(arguments), step=step)
+    raw_params = json_bytes(arguments)
+    back = BACKCHANNEL.get()
+    resume = back.resume if back is not None else None
+    if resume is not None and (resume.responses is not None or resume.round_id is not None):
+        # the agent's answers, recorded (and their round closed) before the server has them
+        input_rounds.given(plane, plan_id, name, raw_params, resume.responses or {},
+                           resume.round_id)  # fmt: skip
+    report = call_tool(plane, plan_id, name, raw_params, step=step)
     return _answered(name, report)
 
 
 def _answered(name: str, report: CallReport) -> GateCall:
     gates = (report.input_gate, report.output_gate)
+    if report.asked is not None and report.mcp_result is not None:
+        return GateCall(asked_of(report.asked.round_id, report.mcp_result), gates=gates)
     if not report.input_gate.passed:
         blocked = gate_failed(report.input_gate, "blocked", "the call was not forwarded")
         return GateCall(blocked, gates=gates)
@@ -218,6 +232,33 @@ def _answered(name: str, report: CallReport) -> GateCall:
         rejected = gate_failed(failed, "rejected", "the output does not become state")
         return GateCall(rejected, gates=gates)
     return GateCall(_result_of(report), gates=gates)
+
+
+def asked_of(round_id: str | None, result: dict[str, Any]) -> types.InputRequiredResult:
+    """A server's questions as the gate passes them on: its ``requestState`` replaced by
+    the gate's own (``ROUND``: the round the answers will close, the server's state),
+    which the door seals, bound to the agent's credential and the call's arguments."""
+    inner = {"round": round_id, "state": result.get("requestState")}
+    questions = {**result, "requestState": json.dumps(inner, separators=(",", ":"))}
+    return types.InputRequiredResult.model_validate(questions)
+
+
+def round_of(state: str | None) -> tuple[str | None, str | None]:
+    """The round and the server's state in a gate's own state (``asked_of``; the door
+    checked that it sealed it): (None, None) without one."""
+    if state is None:
+        return None, None
+    try:
+        inner = json.loads(state)
+    except ValueError:
+        inner = None
+    if not isinstance(inner, dict):
+        raise CommandRefused("requestState: not a state this gate gave")
+    found, upstream = inner.get("round"), inner.get("state")
+    return (
+        found if isinstance(found, str) else None,
+        upstream if isinstance(upstream, str) else None,
+    )
 
 
 def _result_of(report: CallReport) -> types.CallToolResult:
@@ -322,6 +363,8 @@ def server_request(
             return await session.send_request(request, result_type)
 
         called = forward_to_server(plane, plan, docs[0], method, forward)
+        if called.input_required is not None:  # questions first: nothing to record yet
+            return Forwarded(called.input_required)
         if called.result is None:
             said = called.error or "its answer is larger than the tool's output cap"
             return Forwarded(None, called.error_code or types.INTERNAL_ERROR, said)

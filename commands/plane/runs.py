@@ -53,6 +53,7 @@ from commands.schemas.prepare import prepare_schema
 from ledger.events import (
     EventPayload,
     Exchange,
+    McpInputRequired,
     PlanHalted,
     ToolCalled,
     Truncation,
@@ -62,7 +63,7 @@ from ledger.timestamps import utc_now
 from projections.outcomes import NEXT_ACTION, canonical_halt
 from projections.states import PlanState, ToolSpec, ToolState, given, to_json
 
-from . import tracing
+from . import input_rounds, tracing
 from .confinement import validation_confinement, work_confinement
 from .core import CommandRefused, Plane, StreamState
 from .failure_loop import authorize_hint, escalation
@@ -174,8 +175,10 @@ class CallReport:
     halt: PlanHalted | None = None
     output: bytes | None = None
     # The MCP tool result as the server answered it, for a call the plane made on the
-    # tool's MCP server (what an MCP gate passes on to the agent once the call passed).
+    # tool's MCP server (what an MCP gate passes on to the agent once the call passed);
+    # or its questions for the agent's client, when it asked instead (``asked``).
     mcp_result: dict[str, Any] | None = None
+    asked: McpInputRequired | None = None
 
     @property
     def ok(self) -> bool:
@@ -371,6 +374,8 @@ def _after_call(
             guard.discard()
         else:
             guard.restore_if_changed()
+    # (A server that asked for input is kept: the agent's answer comes back to it, and
+    # a server of the stateless revision keeps what it needs in the state it sent.)
     if plane.mcp_sessions is not None and report.call is not None and not report.ok:
         # A server whose call did not pass keeps nothing of it: not what it wrote in
         # the sandbox (put back above), nor what it holds in memory. The next call
@@ -533,6 +538,9 @@ def _execute(site: _Site, report: CallReport) -> _Ran | None:
         if isinstance(called, PlanHalted):
             report.halt = called
             return None
+        if isinstance(called, _Asked):  # questions instead of a result: no output yet
+            report.asked, report.mcp_result = called.event, called.result
+            return None
         output, started, ended, streams, tool_error, report.mcp_result, said = called
         return _Ran(output, "mcp", started, ended, streams, tool_error=tool_error, said=said)
     return _run_command_tool(site, report)
@@ -614,7 +622,15 @@ def declares_output(spec: ToolSpec) -> bool:
 _McpRan = tuple[bytes, str, str, dict[str, Truncation], bool, dict[str, Any], Said]
 
 
-def _call_mcp(site: _Site) -> PlanHalted | _McpRan:
+@dataclass(frozen=True)
+class _Asked:
+    """The server asked the agent's client for input instead of answering (recorded)."""
+
+    event: McpInputRequired
+    result: dict[str, Any]
+
+
+def _call_mcp(site: _Site) -> PlanHalted | _Asked | _McpRan:
     """Call the tool on its MCP server (a stdio server runs in the sandbox, as a
     command tool does), with what the server asked of the plane's client and was
     refused (``Said``). Its output, within the tool's output cap, is what the MCP
@@ -642,6 +658,10 @@ def _call_mcp(site: _Site) -> PlanHalted | _McpRan:
         # Over the cap: the kept prefix of the answer, never parsed (a command's stdout).
         streams = {"stdout_truncated": call.truncation}
         return call.kept, call.started_at, call.ended_at, streams, False, {}, Said()
+    if call.input_required is not None:
+        asked = input_rounds.asked(plane, plan, tool, site.step, raw_params,
+                                   call.input_required, call.duration_ms)  # fmt: skip
+        return _Asked(asked, call.input_required)
     result = call.result if call.result is not None else refused_error(call)
     if result is None:
         server = spec.mcp_server

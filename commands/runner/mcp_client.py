@@ -82,6 +82,24 @@ class Backchannel:
     # ``Declined`` with the client's error. None: the door has no way back.
     ask: Ask | None = None
     offers: frozenset[str] = frozenset()
+    # The agent's client speaks the stateless revision (2026-07-28): a server's
+    # questions come back to it as an ``input_required`` result, never as requests of
+    # the server's mid-call; the plane's session to the server speaks it too, declaring
+    # what the agent's client declared (``offers``: sampling, elicitation, roots).
+    modern: bool = False
+    # The agent's answers to a server's questions, with the server's own state echoed
+    # (a retry of an ``input_required`` call or read): given to the server as they came.
+    resume: Resume | None = None
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A retry's ``inputResponses`` (as JSON) and the server's ``requestState``."""
+
+    responses: dict[str, Any] | None
+    state: str | None
+    # The round of questions they answer (the plane's record: never sent to the server).
+    round_id: str | None = None
 
 
 class Declined(Exception):
@@ -97,6 +115,9 @@ class Declined(Exception):
 # What the plane's client relays to the agent's client, when the door can and the agent
 # offered it: an MCP server's requests made during a call.
 RELAYED = ("sampling", "elicitation")
+# What a server of the stateless revision may ask an agent's client for, in an
+# ``input_required`` result (the plane's session declares those the agent declared).
+ASKABLE = ("sampling", "elicitation", "roots")
 Ask = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -112,6 +133,7 @@ __all__ = [
     "Declined",
     "Fault",
     "McpCall",
+    "Resume",
     "call_mcp_tool",
     "capped",
     "is_tool_error",
@@ -224,6 +246,9 @@ class McpCall(msgspec.Struct, kw_only=True):
     # requests the plane's client refused (sampling, elicitation: it offers neither),
     # as ``{"kind", "request", "refused", "error"}``: a ``Said``, within its budget.
     exchange: list[dict[str, Any]] | None = None
+    # The server answered with questions for the agent's client instead of a result
+    # (2026-07-28 ``input_required``: its JSON, the server's ``requestState`` in it).
+    input_required: dict[str, Any] | None = None
     started_at: str
     ended_at: str
     duration_ms: int
@@ -448,7 +473,12 @@ class _Call:
         self.back = BACKCHANNEL.get()  # the agent's client, when a door makes the call
         # What the plane's client offers the server (relays to the agent's client).
         back = self.back
-        self.offers = back.offers & set(RELAYED) if back and back.ask else frozenset()
+        self.modern = bool(back and back.modern)
+        if self.modern:
+            assert back is not None
+            self.offers = back.offers & set(ASKABLE)
+        else:
+            self.offers = back.offers & set(RELAYED) if back and back.ask else frozenset()
         # Who answers the server's requests: this call, or a warm server's latest call.
         self.answers: Callable[[str, Any], Awaitable[Any]] | None = None
 
@@ -489,7 +519,7 @@ class _Call:
             return self._failed(exc)
         except Exception as exc:  # the transport's own failure, in the SDK's task groups
             return self._failed(exc)
-        if "result" in found or "fault" in found or "truncation" in found:
+        if found.keys() & {"result", "fault", "truncation", "input_required"}:
             return found
         # Cancelled before an answer: only a protocol error cancels the call.
         said = self.protocol_error or f"the call ended without an answer ({self._doing()})"
@@ -506,7 +536,7 @@ class _Call:
             self.stage = "initialize"
             try:
                 if not initialized:
-                    await session.initialize()
+                    await open_session(session, self.modern)
                     refuse_unoffered(session, self.exchange.append, self.offers)
                 if self.listing:
                     listed = await self._listed(session)
@@ -534,6 +564,9 @@ class _Call:
                 kept, truncation = oversized
                 return {"truncation": truncation, "kept": kept}
             raw = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if isinstance(result, types.InputRequiredResult):
+                asked = {"input_required": raw}
+                return {**asked, **({"exchange": self.exchange} if self.exchange else {})}
             raw.pop("resultType", None)
             if getattr(result, "structured_content", None) is not None:  # exactly as sent
                 raw["structuredContent"] = result.structured_content
@@ -546,14 +579,17 @@ class _Call:
         import mcp_types as types
 
         back = self.back
+        resume = back.resume if back is not None else None
         params = types.CallToolRequestParams(
             name=self.tool,
             arguments=self.arguments,
             _meta=cast("types.RequestParamsMeta | None", back.meta if back else None),
+            input_responses=cast("Any", resume.responses) if resume else None,
+            request_state=resume.state if resume else None,
         )
         return await session.send_request(
             types.CallToolRequest(params=params),
-            types.CallToolResult,
+            answers_of(types.CallToolResult) if self.modern else types.CallToolResult,
             request_read_timeout_seconds=self.timeout_s,
             progress_callback=self._progress if back is not None and back.progress else None,
         )
@@ -590,10 +626,15 @@ class _Call:
         return relay
 
     def _client_callbacks(self) -> dict[str, Any]:
-        """The SDK client's handlers for what it offers (their presence declares them)."""
-        return {
+        """The SDK client's handlers for what it offers (their presence declares them).
+        A server of the stateless revision asks in its results instead: the handlers are
+        never called, they declare what the agent's client answers."""
+        found = {
             f"{kind}_callback": self._answering(kind) for kind in RELAYED if kind in self.offers
         }
+        if "roots" in self.offers:
+            found["list_roots_callback"] = self._answering("roots")
+        return found
 
     def said(self, entry: dict[str, Any]) -> None:
         """A message of the server's to the client during the call: kept for the call's
@@ -712,6 +753,29 @@ class _Call:
             "initialize": "initializing",
             "call": f"calling {self.tool!r}",
         }[self.stage]
+
+
+@functools.cache
+def answers_of(result_type: Any) -> Any:
+    """The answers a request of the stateless revision may get: ``result_type``'s, or
+    questions for the client (``input_required``)."""
+    import mcp_types as types
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(result_type | types.InputRequiredResult)
+
+
+async def open_session(session: Any, modern: bool) -> None:
+    """Open the plane's session to a server: ``initialize``, or for an agent of the
+    stateless revision ``server/discover`` (a server that does not speak it is
+    initialized as before, and its requests mid-call are refused as before)."""
+    from mcp.shared.exceptions import MCPError
+
+    if modern:
+        with contextlib.suppress(MCPError):
+            await session.discover()
+            return
+    await session.initialize()
 
 
 def _declared(tool: Any) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from ledger.intake import env_seconds
 
 from .confine import Confinement, launched
-from .mcp_client import _Call, _tail, refuse_unoffered
+from .mcp_client import _Call, _tail, open_session, refuse_unoffered
 
 __all__ = ["DEFAULT_IDLE_S", "IDLE_ENV", "WarmKey", "WarmSessions"]
 
@@ -70,6 +70,9 @@ class WarmKey:
     # What its client offers (relays to an agent's client): a server told it may ask
     # for sampling is not the one a call that cannot relay gets.
     offers: frozenset[str] = frozenset()
+    # Opened for an agent of the stateless revision (``server/discover``; its questions
+    # come back as results): not the session a call of an earlier revision gets.
+    modern: bool = False
 
 
 @dataclass
@@ -99,10 +102,10 @@ class _Server:
         ):
             opener = _Call("", {}, list(key.argv), key.url, key.cwd, env, timeout_s, self.stderr)
             opener.launch, opener.cap, opener.messages = launch, key.cap, self.heard
-            opener.offers, opener.answers = key.offers, self.answer
+            opener.offers, opener.answers, opener.modern = key.offers, self.answer, key.modern
             async with opener._session() as session:
                 with anyio.fail_after(timeout_s):
-                    await session.initialize()
+                    await open_session(session, key.modern)
                 refuse_unoffered(session, self.refused, key.offers)
                 self.session, self.bounded = session, opener.bounded
                 task_status.started()
@@ -175,7 +178,7 @@ class WarmSessions:
         """``run`` on the server kept for ``owner`` and this launch (started if need be);
         None when it could not be started warm (the caller then makes the call cold,
         which says why)."""
-        key = WarmKey(owner, tuple(run.argv), run.url, run.cwd, cap, run.offers)
+        key = WarmKey(owner, tuple(run.argv), run.url, run.cwd, cap, run.offers, run.modern)
         server = self._server(key, confinement)
         if server is None:
             return None

@@ -44,6 +44,7 @@ every request in flight before the pool is closed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -120,6 +121,7 @@ MCP_REFUSED = -32010
 RESOURCE_NAME = "Evidence Ledger plane service"
 log = logging.getLogger("evidence.service")
 T = TypeVar("T")
+ROUND_SECRET = b"evidence/mcp-request-state/v1\0"  # the derivation's label
 
 
 class BadRequest(Exception):
@@ -182,7 +184,11 @@ class Service:
                 f"no plane key at {path}: run `evidence init` as the service's user, or "
                 "set EVIDENCE_PLANE_KEY to the ledger's plane key"
             )
-        self.plane_key_fingerprint = fingerprint(load_private_key(path).public_key())
+        key = load_private_key(path)
+        self.plane_key_fingerprint = fingerprint(key.public_key())
+        # The door's requestState is sealed under a secret every service of this ledger
+        # derives alike, and no agent can: it holds no plane key.
+        self.mcp.seal_rounds(hashlib.sha256(ROUND_SECRET + key.private_bytes_raw()).digest())
         # A ledger the first release wrote is identified before any request is served.
         self.pool.run(lambda plane: plane.identify())
         self._limiter = anyio.CapacityLimiter(self.max_in_flight + AUTH_POOL + 2)

@@ -30,8 +30,13 @@ Two doors share it:
   the credential that opened it): during a call, the server's sampling and elicitation
   requests are asked of the agent's client on the call's stream and its answers given
   back (``Backchannel.ask``, from the warm servers' loop to this one). Without a
-  session (a stateless request) they are refused and recorded. Resource subscriptions
-  are not declared: no stream outlives a request (a GET is 405).
+  session (a stateless request) they are refused and recorded. A request of the
+  stateless revision (2026-07-28) is answered in it: the plane speaks it to the server
+  too, a server's questions come back as ``input_required`` with a ``requestState`` the
+  door seals (``seal_rounds``: bound to the request and to who asked) around the
+  server's own and the round it answers, and a retry's answers are recorded, once per
+  round, before the server has them (``commands.plane.input_rounds``). Resource
+  subscriptions are not declared: no stream outlives a request (a GET is 405).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import anyio
 import mcp_types as types
 import sqlalchemy.exc
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 from starlette.types import Receive, Scope, Send
 
@@ -56,14 +62,24 @@ from commands.plane.mcp_answers import forwarded_meta
 from commands.plane.mcp_gate import (
     Forwarded,
     GateCall,
+    asked_of,
     gate_call,
     offered_tools,
+    round_of,
     server_call,
     server_request,
     server_tools,
 )
 from commands.plane.proxy_verbs import INSTRUCTIONS
-from commands.runner.mcp_client import BACKCHANNEL, Backchannel, Declined
+from commands.runner.mcp_client import (
+    ASKABLE,
+    BACKCHANNEL,
+    Backchannel,
+    Declined,
+    Resume,
+    answers_of,
+)
+from ledger import LedgerError
 from ledger.errors import LedgerOpenError
 from ledger.intake import LIMITS
 
@@ -88,6 +104,8 @@ SCOPE_PLAN = "evidence.plan"
 SCOPE_SLOT = "evidence.slot"
 SCOPE_SERVER = "evidence.server"  # /mcp/{server}: the server's name
 SESSION_IDLE_S = 600.0  # a server door's MCP session unused this long ends
+STATE_TTL_S = 600.0  # a door's requestState is answered within this, or asked anew
+CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"  # 2026-07-28 envelope
 MAX_SESSIONS = 1000
 R = TypeVar("R", bound=BaseModel)
 
@@ -221,7 +239,7 @@ class McpGate:
 
     async def call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         arguments: Any = params.arguments if params.arguments is not None else {}
         meta = params.meta
 
@@ -230,7 +248,7 @@ class McpGate:
 
         return self._answer(await self._plane(ctx, operate))
 
-    def _answer(self, called: GateCall) -> types.CallToolResult:
+    def _answer(self, called: GateCall) -> types.CallToolResult | types.InputRequiredResult:
         self.host.count(Outcome({}, gates=called.gates, validation=called.validation))
         if called.result is None:  # the tool's server could not serve the call
             from mcp.shared.exceptions import MCPError
@@ -249,9 +267,10 @@ class McpGate:
 
     async def door_call(
         self, ctx: Any, params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """A call at the server's door, with what the server says meanwhile relayed on
-        the request's stream (``_relayed``)."""
+        the request's stream (``_relayed``); for an agent of the stateless revision, the
+        server's questions answered as ``input_required`` and its answers given back."""
         server = _server(ctx)
         arguments: Any = params.arguments if params.arguments is not None else {}
         meta = params.meta
@@ -259,14 +278,15 @@ class McpGate:
         def operate(plane: Plane, plan_id: str) -> GateCall:
             return server_call(plane, plan_id, server, params.name, arguments, meta)
 
-        async with _relayed(ctx, meta):
+        async with _relayed(ctx, meta, _resumed(ctx, params, rounds=True)):
             called = await self._plane(ctx, operate)
         return self._answer(called)
 
     def _forwarding(self, request_type: Any, result_type: type[R]) -> Callable[[Any, Any], Any]:
-        """The handler of a request the server's door forwards as it came."""
+        """The handler of a request the server's door forwards as it came (for an agent
+        of the stateless revision, a read's questions and answers too: ``asked_of``)."""
 
-        async def handler(ctx: Any, params: Any) -> R:
+        async def handler(ctx: Any, params: Any) -> R | types.InputRequiredResult:
             from mcp.shared.exceptions import MCPError
 
             # the client's _meta without the plane's keys nor the protocol's envelope (a
@@ -274,20 +294,40 @@ class McpGate:
             meta = getattr(params, "meta", None) if params is not None else None
             if meta:
                 params = params.model_copy(update={"meta": forwarded_meta(meta)})
+            resume = _resumed(ctx, params, rounds=False)
+            if resume is not None:  # the server's own state, out of the door's
+                params = params.model_copy(update={"request_state": resume.state})
             server, request = _server(ctx), request_type(params=params)
+            asks = _modern(ctx) and hasattr(params, "request_state")  # a read that may ask
+            expected: Any = answers_of(result_type) if asks else result_type
 
             def forward(plane: Plane, plan_id: str) -> Forwarded:
-                return server_request(plane, plan_id, server, request, result_type)
+                return server_request(plane, plan_id, server, request, expected)
 
             # On the same kept server as the session's calls (what the client offers
             # picks it), so a log level it sets is the one its calls run at.
-            async with _relayed(ctx, meta):
+            async with _relayed(ctx, meta, resume):
                 answer = await self._plane(ctx, forward)
             if answer.result is None:
                 raise MCPError(code=answer.code, message=answer.message)
+            if answer.result.get("resultType") == "input_required":
+                return asked_of(None, answer.result)
             return result_type.model_validate(answer.result)
 
         return handler
+
+    def seal_rounds(self, secret: bytes) -> None:
+        """Seal the ``requestState`` the server's door gives an agent of the stateless
+        revision (the SDK's ``RequestStateBoundary``: AES-GCM under a key derived from
+        ``secret``, which every service of the ledger derives alike from the plane key),
+        bound to the request's method, name and arguments and to who asked (credential,
+        plan, server), for ``STATE_TTL_S``; a state it did not seal, or sealed for
+        another, is refused (-32602) before any handler runs. Called once the service
+        has its key."""
+        from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+
+        security = RequestStateSecurity(keys=[secret], ttl=STATE_TTL_S, bind_principal=_principal)
+        self.door.middleware.append(RequestStateBoundary(security, default_audience=SERVER_NAME))
 
 
 def _manager(
@@ -319,6 +359,46 @@ def session_owner(credential_id: str) -> Any:
     return AuthenticatedUser(AccessToken(token=credential_id, client_id=credential_id, scopes=[]))
 
 
+def _principal(ctx: Any) -> str | None:
+    """Who a door's ``requestState`` is for: the credential, its plan, the server."""
+    scope = _scope(ctx)
+    user = scope.get("user")
+    credential = getattr(getattr(user, "access_token", None), "client_id", None)
+    if not isinstance(credential, str):
+        return None  # never: the app checks every request's credential first
+    return "\n".join((credential, str(scope.get(SCOPE_PLAN)), str(scope.get(SCOPE_SERVER))))
+
+
+def _modern(ctx: Any) -> bool:
+    """The request speaks the stateless revision (its questions come back as results)."""
+    return getattr(ctx, "protocol_version", None) in MODERN_PROTOCOL_VERSIONS
+
+
+def _resumed(ctx: Any, params: Any, *, rounds: bool) -> Resume | None:
+    """A stateless revision's retry: the agent's answers, the server's state out of the
+    door's (which the door's boundary unsealed: it sealed it), and, for a tool call
+    (``rounds``), the round they close. None for any other request."""
+    from mcp.shared.exceptions import MCPError
+
+    if not _modern(ctx) or params is None:
+        return None
+    given = getattr(params, "input_responses", None)
+    state = getattr(params, "request_state", None)
+    if given is None and state is None:
+        return None
+    try:
+        round_id, upstream = round_of(state)
+    except LedgerError as exc:
+        raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+    answers = {
+        str(key): value.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if isinstance(value, BaseModel)
+        else value
+        for key, value in (given or {}).items()
+    }
+    return Resume(answers if given is not None else None, upstream, round_id if rounds else None)
+
+
 def _scope(ctx: Any) -> Scope:
     return getattr(ctx.request, "scope", None) or {}
 
@@ -328,7 +408,7 @@ def _server(ctx: Any) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _relayed(ctx: Any, meta: Any) -> AsyncIterator[None]:
+async def _relayed(ctx: Any, meta: Any, resume: Resume | None = None) -> AsyncIterator[None]:
     """While a call runs: its ``Backchannel`` (the client's ``_meta`` for the server,
     whether it asked for progress) in the context the call's worker thread copies, and
     a task passing what the server says to the client on the request's stream, in
@@ -345,8 +425,15 @@ async def _relayed(ctx: Any, meta: Any) -> AsyncIterator[None]:
             loop.call_soon_threadsafe(put, entry)
 
     asked = dict(meta or {})
+    modern = _modern(ctx)
     back = Backchannel(
-        forwarded_meta(asked), "progress_token" in asked, send, _asker(ctx, loop), _offers(ctx)
+        forwarded_meta(asked),
+        "progress_token" in asked,
+        send,
+        None if modern else _asker(ctx, loop),
+        _declared(asked) if modern else _offers(ctx),
+        modern=modern,
+        resume=resume,
     )
     token = BACKCHANNEL.set(back)
     try:
@@ -358,6 +445,15 @@ async def _relayed(ctx: Any, meta: Any) -> AsyncIterator[None]:
                 sending.close()
     finally:
         BACKCHANNEL.reset(token)
+
+
+def _declared(meta: dict[str, Any]) -> frozenset[str]:
+    """What the agent's client of the stateless revision declares it answers (its
+    request's envelope): the plane's session to the server declares the same."""
+    found = meta.get(CLIENT_CAPABILITIES)
+    if not isinstance(found, dict):
+        return frozenset()
+    return frozenset(kind for kind in ASKABLE if isinstance(found.get(kind), dict))
 
 
 def _offers(ctx: Any) -> frozenset[str]:

@@ -20,7 +20,16 @@ import msgspec
 from ledger.errors import UnknownEventTypeError
 
 from .base import JSON, EventPayload, NewEvent, RecordedEvent
-from .gates import Deviation, Exchange, GateChecked, McpFetched, ToolCalled, Truncation
+from .gates import (
+    Deviation,
+    Exchange,
+    GateChecked,
+    McpFetched,
+    McpInputGiven,
+    McpInputRequired,
+    ToolCalled,
+    Truncation,
+)
 from .plans import (
     AttemptFailed,
     ChangesRecorded,
@@ -93,6 +102,8 @@ ALL_EVENT_TYPES: tuple[type[EventPayload], ...] = (
     GateChecked,
     ToolCalled,
     McpFetched,
+    McpInputRequired,
+    McpInputGiven,
     AttemptFailed,
     ValidationRunStarted,
     ValidationResultRecorded,
@@ -292,6 +303,8 @@ __all__ = [
     "GlobalConfig",
     "LedgerIdentified",
     "McpFetched",
+    "McpInputGiven",
+    "McpInputRequired",
     "NetworkAccess",
     "NewEvent",
     "PlanApplied",

@@ -154,3 +154,42 @@ class McpFetched(EventPayload, tag="mcp.fetched", kw_only=True, frozen=True):
     name: str  # the resource's URI or the prompt's name, as the agent asked for it
     size: int  # bytes of the answer's JSON (the blob)
     content_sha256: str  # blob digest of the answer, as the server gave it
+
+
+class McpInputRequired(EventPayload, tag="mcp.input_required", kw_only=True, frozen=True):
+    """A tool's MCP server answered a call with questions for the agent's client instead
+    of its result (the stateless revision's ``input_required``): the call is not over,
+    nothing it did is kept, and the agent answers by calling the tool again with the same
+    arguments and its answers — once (``mcp.input_given`` closes the round)."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "adds /rounds/<round_id> = {tool, params_sha256}"
+    BLOB_FIELDS = ("params_sha256", "asked_sha256")
+
+    plan_id: str
+    round_id: str
+    tool: str
+    step: str | None = None
+    attempt: int
+    params_sha256: str  # the call's arguments (its answer must come with the same)
+    asked_sha256: str  # blob digest of the server's answer: its questions, as it sent them
+    asked: dict[str, str]  # each question's key and its method (elicitation/create …)
+    duration_ms: int
+
+
+class McpInputGiven(EventPayload, tag="mcp.input_given", kw_only=True, frozen=True):
+    """The agent's client gave a tool's MCP server its answers (``inputResponses``),
+    recorded before the server gets them: an elicitation's answer is a person's input
+    that shapes the call. With ``round_id``, they answer that round, which it closes: a
+    round is answered once, by a call of its tool with its arguments."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "removes /rounds/<round_id> (when it answers a round)"
+    BLOB_FIELDS = ("params_sha256", "given_sha256")
+
+    plan_id: str
+    tool: str
+    params_sha256: str
+    round_id: str | msgspec.UnsetType = msgspec.UNSET
+    given_sha256: str  # blob digest of the answers' JSON, as the agent's client sent them
+    given: list[str]  # the answers' keys, sorted

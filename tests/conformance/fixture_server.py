@@ -32,10 +32,16 @@ import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import JSONRPCMessage
+
+try:
+    from tests.conformance import input_required
+except ImportError:  # run as a script (the plane launches it so): its sibling module
+    import input_required  # type: ignore[no-redef,import-not-found]
 
 # Logging, client-to-server progress and the like are deprecated by the SDK for the
 # 2026-07-28 protocol; the scenarios test the 2025 protocols, where they are current.
@@ -127,6 +133,7 @@ TOOLS = [
             "additionalProperties": False,
         },
     ),
+    *input_required.TOOLS,  # input-required-result-* (2026-07-28)
 ]
 
 ELICITATION_SCHEMA = {  # tools-call-elicitation
@@ -202,8 +209,12 @@ def _elicited(result: types.ElicitResult) -> str:
     return f"action={result.action}, content={json.dumps(result.content)}"
 
 
-async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+async def call_tool(
+    ctx: Ctx, params: types.CallToolRequestParams
+) -> types.CallToolResult | types.InputRequiredResult:
     name, args = params.name, params.arguments or {}
+    if name.startswith(input_required.PREFIX) and name in {t.name for t in TOOLS}:
+        return input_required.call(name, params)
     session, request_id = ctx.session, ctx.request_id
     content: list[Any]
     if name == "test_simple_text":  # tools-call-simple-text
@@ -395,6 +406,7 @@ PROMPTS = [
         arguments=[_argument("resourceUri", "URI of the resource to embed")],
     ),
     types.Prompt(name="test_prompt_with_image", description="A prompt with an image"),
+    *input_required.PROMPTS,
 ]
 
 
@@ -409,8 +421,12 @@ def _user(content: Any) -> types.PromptMessage:
     return types.PromptMessage(role="user", content=content)
 
 
-async def get_prompt(ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+async def get_prompt(
+    ctx: Ctx, params: types.GetPromptRequestParams
+) -> types.GetPromptResult | types.InputRequiredResult:
     args = params.arguments or {}
+    if params.name == input_required.PROMPT:  # input-required-result-non-tool-request
+        return input_required.get_prompt(params)
     if params.name == "test_simple_prompt":  # prompts-get-simple
         messages = [_user(_text("This is a simple prompt for testing."))]
     elif params.name == "test_prompt_with_arguments":  # prompts-get-with-args
@@ -452,7 +468,7 @@ async def set_logging_level(ctx: Ctx, params: types.SetLevelRequestParams) -> ty
 
 
 def build_server() -> Server[Any]:
-    return Server(
+    server: Server[Any] = Server(
         "conformance-fixture",
         version="1.0.0",
         on_list_tools=list_tools,
@@ -467,6 +483,11 @@ def build_server() -> Server[Any]:
         on_completion=complete,
         on_set_logging_level=set_logging_level,
     )
+    # input-required-result-tampered-state: a requestState this process did not seal is
+    # refused (-32602) before any handler sees it.
+    security = RequestStateSecurity.ephemeral()
+    server.middleware.append(RequestStateBoundary(security, default_audience="conformance-fixture"))
+    return server
 
 
 # -- transports ----------------------------------------------------------------------------

@@ -109,6 +109,9 @@ BLOB_REFERENCES = {
     # runs.call_tool: params + output, and what an MCP server said meanwhile (proxy)
     "tool.called": ("params_sha256", "output_sha256", "exchange_sha256"),
     "mcp.fetched": ("content_sha256",),  # proxy.record_fetch: the answer read
+    # input_rounds: the call's arguments, the server's questions / the agent's answers
+    "mcp.input_required": ("params_sha256", "asked_sha256"),
+    "mcp.input_given": ("params_sha256", "given_sha256"),
     "validation.result_recorded": ("raw_output_sha256", "stderr_sha256"),  # runs: both streams
     "plan.fix_recorded": ("diff_sha256",),  # lifecycle.record_fix: the diff
     "plan.changes_recorded": ("changes_sha256",),  # lifecycle.apply_plan: the change set

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 import ledger
 from commands.cli import cli
-from commands.plane import Plane
+from commands.plane import Plane, input_rounds
 from commands.plane.driver import run_plan_file
 from commands.plane.gates import gate_input
 from commands.plane.phases import enter_execute, record_strategy
@@ -46,6 +46,7 @@ from ledger.keys import generate_key_pair
 from ledger.merkle import EMPTY_ROOT, Frontier, leaf_hash
 from ledger.rows import column_list
 from ledger.verify import TreeHeadRef, VerifyReport, verify_store
+from projections.states import PlanState
 from tests.commands.plane.test_review_host import reviewers
 from tests.commands.plane.test_reviews import accounting, candidate, finding, request
 from tests.helpers import REPO, applied_plan, run_cli, strategy
@@ -587,6 +588,15 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
         recorded = Recorded(b'{"python_files": []}', exchange=said)  # a gate's MCP call
         assert call_tool(plane, "P-R", "inspect-project", {}, recorded=recorded).ok
         record_fetch(plane, "P-R", "srv", "resource", "test://r", {"contents": []})
+        # a server's round of questions, and the agent's answers to it
+        plan = plane.state("plan:P-R").of(PlanState)
+        assert plan is not None
+        question = {
+            "resultType": "input_required",
+            "inputRequests": {"ok": {"method": "roots/list"}},
+        }
+        round_ = input_rounds.asked(plane, plan, "inspect-project", None, b"{}", question, 1)
+        input_rounds.given(plane, "P-R", "inspect-project", b"{}", {"ok": {}}, round_.round_id)
         assert not gate_input(plane, "P-R", "ghost", {}).passed  # no schema: no schema blob
         task = start_review(plane, request(), plan_id="P-R")
         submit_candidate(plane, task, candidate(finding("x")), reviewer="amy")

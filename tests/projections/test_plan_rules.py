@@ -58,6 +58,8 @@ from ledger.events import (
     FixRecorded,
     GateChecked,
     GlobalConfig,
+    McpInputGiven,
+    McpInputRequired,
     PlanApplied,
     PlanCreated,
     PlanHalted,
@@ -366,6 +368,30 @@ class Plan:
             unregistered=unregistered,
         )
 
+    def asked(self, round_id: str = "R1", tool: str = "read") -> McpInputRequired:
+        return McpInputRequired(
+            plan_id=self.id,
+            round_id=round_id,
+            tool=tool,
+            attempt=1,
+            params_sha256=DIGEST,
+            asked_sha256=DIGEST,
+            asked={"confirm": "elicitation/create"},
+            duration_ms=1,
+        )
+
+    def given(
+        self, round_id: str = "R1", tool: str = "read", params: str = DIGEST
+    ) -> McpInputGiven:
+        return McpInputGiven(
+            plan_id=self.id,
+            tool=tool,
+            params_sha256=params,
+            round_id=round_id,
+            given_sha256=DIGEST,
+            given=["confirm"],
+        )
+
     def compensation(self) -> CompensationRequested:
         return CompensationRequested(plan_id=self.id, reason="strict mode")
 
@@ -548,6 +574,37 @@ PLAN_CASES: list[Case] = [
         "an-unregistered-call-is-recorded",
         "an unregistered tool's call is recorded, never run by the plane",
         lambda p: [*p.executing(), p.called(version=None, unregistered=True)],
+    ),
+    # -- a server's rounds of questions ------------------------------------------------------
+    Case(
+        "asks-within-skills",
+        "a plan with skills calls only their members",
+        lambda p: [*p.executing(skills=True), p.asked(tool="rm")],
+    ),
+    Case(
+        "a-round-is-asked-once",
+        "a round of questions is asked once",
+        lambda p: [*p.executing(), p.asked(), p.asked()],
+    ),
+    Case(
+        "a-round-is-answered-once",
+        "a round is answered once, by a call of its tool with its arguments",
+        lambda p: [*p.executing(), p.asked(), p.given(), p.given()],
+    ),
+    Case(
+        "a-round-answered-by-its-tool",
+        "a round is answered once, by a call of its tool with its arguments",
+        lambda p: [*p.executing(), p.asked(), p.given(tool="rm")],
+    ),
+    Case(
+        "a-round-answered-with-its-arguments",
+        "a round is answered once, by a call of its tool with its arguments",
+        lambda p: [*p.executing(), p.asked(), p.given(params=hashlib.sha256(b"x").hexdigest())],
+    ),
+    Case(
+        "a-round-never-asked",
+        "a round is answered once, by a call of its tool with its arguments",
+        lambda p: [*p.executing(), p.given()],
     ),
     # -- validation runs and the failure loop ------------------------------------------------
     Case(

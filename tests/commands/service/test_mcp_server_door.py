@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -39,8 +40,8 @@ from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import define_skill, register_tool
 from commands.service import create_app
-from ledger.events import McpFetched, ToolCalled
-from tests.helpers import TESTS, register_mcp_server
+from ledger.events import McpFetched, McpInputGiven, McpInputRequired, ToolCalled
+from tests.helpers import TESTS, forge, register_mcp_server, run_cli
 
 FIXTURE = TESTS / "conformance" / "fixture_server.py"
 BASE = "http://plane.test"
@@ -487,27 +488,18 @@ def test_a_session_serves_only_the_credential_that_opened_it(url: str) -> None:
 
 
 def test_a_stateless_request_is_never_asked_and_its_call_cannot_pass(url: str) -> None:
-    """A 2026-07-28 request declares sampling in its envelope, but a stateless request
-    has no way back for an answer: the server's request is refused and recorded, and
-    the call is the tool's failure, never a normal pass."""
+    """A 2025-11-25 request without a session (a client that accepts only JSON) has no
+    way back for an answer: the server's request during the call is refused and
+    recorded, and the call is the tool's failure, never a normal pass. (A request of the
+    2026-07-28 revision is answered in the revision: a server asks it in its results.)"""
     token = _plan(url)
-    envelope = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "stateless", "version": "0"},
-        "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
-    }
     body = {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "tools/call",
-        "params": {"name": "test_sampling", "arguments": {"prompt": "2+2?"}, "_meta": envelope},
+        "params": {"name": "test_sampling", "arguments": {"prompt": "2+2?"}},
     }
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2026-07-28",
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": "test_sampling",
-    }
+    headers = {"Accept": "application/json", "MCP-Protocol-Version": "2025-11-25"}
 
     async def work(http: httpx2.AsyncClient) -> httpx2.Response:
         return await http.post(DOOR, json=body, headers=headers)
@@ -547,3 +539,120 @@ def test_a_sessions_reads_and_calls_share_one_kept_server(url: str) -> None:
 
     kept = anyio.run(main)
     assert len(kept) == 1 and kept[0].offers == frozenset({"sampling"}), kept
+
+
+# -- the stateless revision's rounds of questions (input_required) -------------------------
+
+MODERN = {
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+    "MCP-Protocol-Version": "2026-07-28",
+}
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "stateless", "version": "0"},
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+}
+ASKS = "test_input_required_result_request_state"  # the fixture's: asks, keeps a state
+YES = {"confirm": {"action": "accept", "content": {"ok": True}}}
+
+
+def _call(arguments: dict[str, Any], **more: Any) -> dict[str, Any]:
+    params = {"name": ASKS, "arguments": arguments, "_meta": ENVELOPE, **more}
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+
+
+async def _post(http: httpx2.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a 2026-07-28 ``tools/call`` (a refusal's error is a 400's body)."""
+    routing = {"Mcp-Method": "tools/call", "Mcp-Name": body["params"]["name"]}
+    answer = await http.post(DOOR, json=body, headers={**MODERN, **routing})
+    return dict(answer.json()) if answer.status_code == 400 else _message(answer)
+
+
+def test_a_servers_questions_reach_the_agent_and_its_answers_act_once(url: str) -> None:
+    """The server answers a 2026-07-28 call with a question and a state of its own: the
+    agent gets the question and a state the door sealed (the server's inside it, and the
+    round it answers); its answers, given with it, are recorded before the server has
+    them, and the call then passes as any other. The same answers and state sent again
+    — a person's "yes" replayed to act twice — are refused before the server is asked:
+    a round is answered once."""
+    token = _plan(url)
+
+    async def work(http: httpx2.AsyncClient) -> list[dict[str, Any]]:
+        asked = await _post(http, _call({}))
+        state = asked["result"]["requestState"]
+        retry = _call({}, inputResponses=YES, requestState=state)
+        return [asked, await _post(http, retry), await _post(http, retry)]
+
+    asked, answered, replayed = _as_agent(url, token, work)
+    result = asked["result"]
+    assert result["resultType"] == "input_required"
+    assert result["inputRequests"]["confirm"]["method"] == "elicitation/create"
+    assert result["requestState"].startswith("v1.")  # sealed: neither readable nor forgeable
+    assert "round" not in result["requestState"]
+    assert "state-ok" in answered["result"]["content"][0]["text"], answered
+    assert replayed["result"]["isError"], replayed
+    assert "answered already" in replayed["result"]["content"][0]["text"]
+    payloads = [e.payload for e in _events(url)]
+    calls = (McpInputRequired, McpInputGiven, ToolCalled)
+    kinds = [type(p).__name__ for p in payloads if isinstance(p, calls)]
+    assert kinds == ["McpInputRequired", "McpInputGiven", "ToolCalled"]  # the replay: nothing
+    round_, given = (p for p in payloads if isinstance(p, McpInputRequired | McpInputGiven))
+    assert isinstance(round_, McpInputRequired) and isinstance(given, McpInputGiven)
+    assert given.round_id == round_.round_id and given.given == ["confirm"]
+    assert round_.asked == {"confirm": "elicitation/create"}
+    with ledger.open(url, create=False) as store:
+        assert json.loads(store.get_blob(given.given_sha256)) == YES  # the person's answer
+    audit = _audit(url)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_a_sealed_state_is_bound_to_its_arguments_and_its_credential(url: str) -> None:
+    """The state the door gives is good for the same call by the same credential only:
+    with other arguments, from another plan's credential, or as plain JSON the agent
+    wrote (naming a round itself), it is refused (-32602) and nothing is recorded."""
+    token = _plan(url)
+    other = _plan(url, "P-2")
+    forged = json.dumps({"round": "01HZZZZZZZZZZZZZZZZZZZZZZZ", "state": "round-1"})
+
+    async def first(http: httpx2.AsyncClient) -> tuple[str, list[dict[str, Any]]]:
+        state = (await _post(http, _call({})))["result"]["requestState"]
+        tries = [
+            _call({"more": 1}, inputResponses=YES, requestState=state),
+            _call({}, inputResponses=YES, requestState=forged),
+        ]
+        return state, [await _post(http, body) for body in tries]
+
+    state, refused = _as_agent(url, token, first)
+
+    async def elsewhere(http: httpx2.AsyncClient) -> dict[str, Any]:
+        return await _post(http, _call({}, inputResponses=YES, requestState=state))
+
+    refused.append(_as_agent(url, other, elsewhere))
+    assert [answer.get("error", {}).get("code") for answer in refused] == [-32602] * 3, refused
+    for plan_id in ("P-1", "P-2"):
+        assert not [e for e in _events(url, plan_id) if isinstance(e.payload, McpInputGiven)]
+
+
+def test_a_forged_second_answer_to_a_round_is_found_by_the_audit(url: str) -> None:
+    """An agent holding the database file appends a second answer to a round the plane
+    closed (well-formed, its delta right): the plan's rule that a round is answered once
+    finds it."""
+    token = _plan(url)
+
+    async def work(http: httpx2.AsyncClient) -> None:
+        asked = await _post(http, _call({}))
+        state = asked["result"]["requestState"]
+        await _post(http, _call({}, inputResponses=YES, requestState=state))
+
+    _as_agent(url, token, work)
+    given = next(e.payload for e in _events(url) if isinstance(e.payload, McpInputGiven))
+    with ledger.open(url, create=False) as store:
+        forge(store, "plan:P-1", given)
+    audit = _audit(url)
+    assert audit.returncode == 1, audit.stdout + audit.stderr
+    assert "answered once" in audit.stdout
+
+
+def _audit(url: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("audit", "--db", url)
