@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
+import msgspec
 
 from .common import (
     db_option,
@@ -15,6 +16,7 @@ from .common import (
     json_option,
     open_plane,
     print_table,
+    server_options,
 )
 from .inputs import json_or_file, whole
 from .terminal import inert
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     help="Arguments, checked against the validation's input schema.",
 )
 @db_option
+@server_options
 @json_option
 def attach(
     validation: str,
@@ -42,6 +45,8 @@ def attach(
     project: str | None,
     plan: str | None,
     args: str | None,
+    server: str | None,
+    operator_key: str | None,
     as_json: bool,
 ) -> None:
     """Attach VALIDATION to a resource; print the attachment's ULID.
@@ -63,13 +68,37 @@ def attach(
     raw = json_or_file(args, "--args") if args is not None else {}
     if not isinstance(raw, dict):
         fail("--args must be a JSON object")
-    doc = attach_validation(
-        open_plane(), validation, resource=resource, project=project, plan=plan, args=raw
-    )
+    if server is not None:
+        scope = {"project": project} if project else {"plan": plan} if plan else {}
+        wanted = {"validation": validation, "resource": resource, "args": raw, **scope}
+        doc = _attach_remotely(server, operator_key, wanted)
+    else:
+        doc = attach_validation(
+            open_plane(), validation, resource=resource, project=project, plan=plan, args=raw
+        )
     if as_json:
         emit_json({"attachment": to_json(doc)})
     else:
         click.echo(doc.attachment_id)
+
+
+def _attach_remotely(server: str, operator_key: str | None, wanted: dict[str, Any]) -> Any:
+    """The attachment made through the service, signed here: its document."""
+    from ledger.events import AttachmentCreated
+    from projections.documents import fold
+
+    from .operator_remote import act, remote
+
+    def expect(p: object) -> str | None:
+        if not isinstance(p, AttachmentCreated):
+            return "another event than an attachment"
+        if p.validation != wanted["validation"]:
+            return "an attachment of another validation"
+        return None
+
+    answer = act(remote(server, operator_key), "attachment.attach", wanted, expect)
+    created = msgspec.convert(answer["prepared"][0]["payload"], AttachmentCreated)
+    return fold(f"attachment:{created.attachment_id}", None, created)
 
 
 @click.command()

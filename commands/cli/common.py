@@ -203,6 +203,26 @@ def discard_fresh_ledgers() -> None:
                     os.unlink(path)
 
 
+def server_options(fn: F) -> F:
+    """``--server URL`` and ``--operator-key PATH``: an operator's command through the
+    evidence service, signed here (``operator_remote``): no database, no plane key."""
+    fn = click.option(
+        "--operator-key",
+        "operator_key",
+        metavar="PATH",
+        default=None,
+        help="With --server: the operator key that signs here (default $EVIDENCE_OPERATOR_KEY).",
+    )(fn)
+    return click.option(
+        "--server",
+        "server",
+        metavar="URL",
+        default=None,
+        help="Act through the evidence service at URL (unix:PATH or https://…), the "
+        "events signed here with the operator key: no database, no plane key needed.",
+    )(fn)
+
+
 def json_option(fn: F) -> F:
     return click.option(
         "--json", "as_json", is_flag=True, help="Print one JSON document (see docs/cli.md)."

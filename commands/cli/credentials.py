@@ -16,11 +16,12 @@ from .common import (
     json_option,
     open_plane,
     print_table,
+    server_options,
 )
 from .terminal import inert
 
 if TYPE_CHECKING:
-    from commands.plane.credentials import CredentialState
+    from commands.plane.credentials import CredentialState, IssuedCredential
 
 _TTL = re.compile(r"([1-9][0-9]{0,6})([mhd])")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
@@ -69,20 +70,27 @@ def credential() -> None:
     help="How long it is valid: 30m, 8h, 7d (at most 30d).",
 )
 @db_option
+@server_options
 @json_option
-def issue(plan_id: str, ttl: timedelta, as_json: bool) -> None:
+def issue(
+    plan_id: str, ttl: timedelta, server: str | None, operator_key: str | None, as_json: bool
+) -> None:
     """Issue a credential for PLAN; print its token (once).
 
-    Policy: signed with this process's operator key.
+    Policy: signed with this process's operator key. With --server, through the
+    service: the secret is made here and never sent (the ledger keeps its digest).
 
     \b
     Examples:
-      evidence credential issue --plan P-17
       evidence credential issue --plan P-17 --ttl 30m --json
+      evidence credential issue --plan P-17 --server unix:/run/evidence/serve.sock
     """
     from commands.plane.credentials import issue_credential
 
-    issued = issue_credential(open_plane(), plan_id, ttl=ttl)
+    if server is not None:
+        issued = _issue_remotely(server, operator_key, plan_id, ttl)
+    else:
+        issued = issue_credential(open_plane(), plan_id, ttl=ttl)
     if as_json:
         emit_json(
             {
@@ -98,6 +106,41 @@ def issue(plan_id: str, ttl: timedelta, as_json: bool) -> None:
         click.echo(f"credential {issued.credential_id} for plan {inert(plan_id)}")
         click.echo(f"expires {issued.expires_at}")
         click.echo(f"token (shown once): {issued.token}")
+
+
+def _issue_remotely(
+    server: str, operator_key: str | None, plan_id: str, ttl: timedelta
+) -> IssuedCredential:
+    """The credential made here (its id and secret), issued through the service."""
+    import hashlib
+    import secrets
+
+    from ulid import ULID
+
+    from commands.plane.credentials import PREFIX, IssuedCredential
+    from ledger.events import CredentialIssued
+
+    from .operator_remote import act, remote
+
+    credential_id, secret = str(ULID()), secrets.token_urlsafe(32)
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+
+    def expect(p: object) -> str | None:
+        if not isinstance(p, CredentialIssued):
+            return "another event than a credential's issuance"
+        if (p.credential_id, p.plan_id, p.secret_sha256) != (credential_id, plan_id, digest):
+            return "another credential than the one asked for"
+        return None
+
+    args = {
+        "plan_id": plan_id,
+        "ttl_s": int(ttl.total_seconds()),
+        "credential_id": credential_id,
+        "secret_sha256": digest,
+    }
+    answer = act(remote(server, operator_key), "credential.issue", args, expect)
+    expires_at = str(answer["prepared"][0]["payload"]["expires_at"])
+    return IssuedCredential(credential_id, plan_id, f"{PREFIX}{credential_id}_{secret}", expires_at)
 
 
 @credential.command("revoke")

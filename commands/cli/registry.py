@@ -24,6 +24,7 @@ from .common import (
     json_option,
     open_plane,
     print_table,
+    server_options,
 )
 from .inputs import Seconds, load_file, whole
 from .terminal import inert
@@ -171,26 +172,57 @@ def tool() -> None:
 @tool.command("register")
 @click.argument("file")
 @db_option
+@server_options
 @json_option
-def tool_register(file: str, as_json: bool) -> None:
+def tool_register(file: str, server: str | None, operator_key: str | None, as_json: bool) -> None:
     """Register the tool in FILE (JSON, YAML or TOML).
 
-    Registering it again with a change appends its next version.
+    Registering it again with a change appends its next version. With --server, through
+    the service, signed here with the operator key.
 
     \b
     Examples:
-      evidence tool register tools/pytest.yaml
-      evidence tool register tools/calc.json --json
+      evidence tool register tools/pytest.yaml --json
+      evidence tool register calc.json --server unix:/run/evidence/serve.sock
     """
     from commands.plane.registry import parse_tool_spec, register_tool
 
     raw = _load(file, "tool")
     with _about(file):
         spec = parse_tool_spec(raw)
+    if server is not None:
+        _register_remotely(server, operator_key, "tool", spec, as_json)
+        return
     plane = open_plane(create=True)
     with _about(file):
         result = register_tool(plane, spec)
     _report(result, as_json)
+
+
+def _register_remotely(
+    server: str, operator_key: str | None, kind: str, spec: Any, as_json: bool
+) -> None:
+    """Register ``spec`` (a parsed tool's) through the service, signed here."""
+    import msgspec
+
+    from ledger.events import ToolRegistered
+
+    from .operator_remote import act, remote
+
+    def expect(p: object) -> str | None:
+        ok = isinstance(p, ToolRegistered) and p.name == spec.name
+        return None if ok else f"another event than the registration of {spec.name!r}"
+
+    args = {"spec": msgspec.to_builtins(spec)}
+    answer = act(remote(server, operator_key), f"{kind}.register", args, expect)
+    prepared = answer.get("prepared") or []
+    version = prepared[0]["payload"].get("version") if prepared else None
+    if as_json:
+        emit_json({kind: {"name": spec.name, "version": version}, "changed": bool(prepared)})
+    elif prepared:
+        click.echo(f"registered {kind} {inert(spec.name)} version {version}")
+    else:
+        click.echo(f"{kind} {inert(spec.name)} unchanged")
 
 
 @tool.command("import", context_settings={"ignore_unknown_options": True})

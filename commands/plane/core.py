@@ -69,6 +69,7 @@ from projections.states import PlanState
 from . import tracing
 from .authority import Authority, Checked, EventSource, Identity, StoreSource, StreamState
 from .policy import PolicyCache
+from .signers import SIGNER, Signer
 
 if TYPE_CHECKING:  # the service's; the plane never starts them itself
     from commands.runner.mcp_sessions import WarmSessions
@@ -88,6 +89,8 @@ class Job:
     blobs: Iterable[bytes] | Callable[[], Iterable[bytes]] = ()
     correlation_id: str | None = None
     caused_by: int | None = None
+    # Who signs its policy (``signers``): None, this process's operator key.
+    signer: Signer | None = None
 
 
 class Committer(Protocol):
@@ -212,7 +215,7 @@ class Plane:
         With a ``committer`` (the service's group commit) the job is handed to it: it is
         decided and appended the same way, in a transaction shared with other plans'
         jobs (``run_batch``)."""
-        job = Job(stream, decide, actor, blobs, correlation_id, caused_by)
+        job = Job(stream, decide, actor, blobs, correlation_id, caused_by, SIGNER.get())
         if self.committer is not None:
             return self._after(self.committer.submit(job))
         while True:
@@ -254,6 +257,7 @@ class Plane:
             blobs=list(job.blobs() if callable(job.blobs) else job.blobs),
             correlation_id=job.correlation_id,
             caused_by=job.caused_by,
+            signer=job.signer,
         )
 
     def run_batch(self, jobs: Sequence[Job]) -> list[list[RecordedEvent] | LedgerError]:
@@ -321,10 +325,11 @@ class Plane:
         blobs: list[bytes],
         correlation_id: str | None,
         caused_by: int | None,
+        signer: Signer | None = None,
     ) -> list[RecordedEvent]:
         """With ``caused_by`` the events after the one at that index of ``payloads`` name
         it as their causation (a gate check and the failure and halt it routes to)."""
-        payloads, bootstrap = self._signed(tx, state, payloads)
+        payloads, bootstrap = self._signed(tx, state, payloads, signer)
         doc = state.doc
         events = []
         cause_id = new_ulid()
@@ -372,7 +377,7 @@ class Plane:
         return self.log().identity()
 
     def _signed(
-        self, tx: WriteTx, state: StreamState, payloads: Decision
+        self, tx: WriteTx, state: StreamState, payloads: Decision, signer: Signer | None = None
     ) -> tuple[list[EventPayload], list[StreamAppend]]:
         """Each payload signed where it will stand (``Place``: this ledger, the stream,
         its version there, its type): a key registration endorsed by the plane key,
@@ -381,15 +386,19 @@ class Plane:
         signatures need is appended first, in the same append: the ledger's
         identification when it has none, and, on a fresh ledger with no operator yet,
         this key endorsed as the first operator (the single-user mode). A key that is
-        not an active, endorsed operator key refuses the command."""
+        not an active, endorsed operator key refuses the command. With ``signer`` (an
+        operator elsewhere: ``signers``) the policy is its to sign, or to have signed."""
         endorse = [isinstance(p, ApproverKeyAdded) and not p.endorsement for p in payloads]
         policy = [needs_operator(p) for p in payloads]
         if not any(endorse) and not any(policy):
             return list(payloads), []
         log = self._authority(tx)
         ledger_id, bootstrap = self._identified(tx, log)
-        operator = self._operator(tx, log, ledger_id, bootstrap) if any(policy) else None
+        operator: Signer | None = signer
+        if operator is None and any(policy):
+            operator = self._operator(tx, log, ledger_id, bootstrap)
         signed: list[EventPayload] = []
+        asked: list[tuple[EventPayload, Place]] = []
         for i, p in enumerate(payloads):
             place = Place(ledger_id, state.stream, state.version + i + 1, p.type_name())
             if endorse[i]:
@@ -397,8 +406,11 @@ class Plane:
                 p = endorse_key(load_or_create_plane_key(self.store.url), p, place)
             if policy[i]:
                 assert operator is not None
-                p = operator.sign(p, place)
+                p = operator.sign(p, place, log)
+                asked.append((p, place))
             signed.append(p)
+        if operator is not None:
+            operator.done(asked)
         return signed, bootstrap
 
     def _identified(self, tx: WriteTx, log: Authority) -> tuple[str, list[StreamAppend]]:
@@ -481,7 +493,7 @@ class _Operator:
     name: str
     fingerprint: str
 
-    def sign(self, p: EventPayload, place: Place) -> EventPayload:
+    def sign(self, p: EventPayload, place: Place, log: object = None) -> EventPayload:
         return msgspec.structs.replace(
             p,
             signed=PolicySignature(
@@ -491,3 +503,6 @@ class _Operator:
                 place=place.stated(),
             ),
         )
+
+    def done(self, signed: Sequence[tuple[EventPayload, Place]]) -> None:
+        return None

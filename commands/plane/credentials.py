@@ -47,6 +47,7 @@ MAX_TTL = timedelta(days=30)
 # evd_ + a ULID + _ + 43 characters of base64url (256 bits)
 _ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
 _TOKEN = re.compile(rf"evd_({_ID.pattern})_([A-Za-z0-9_-]{{43}})")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class Unauthenticated(LedgerError):
@@ -72,10 +73,20 @@ def _now() -> datetime:
 
 
 def issue_credential(
-    plane: Plane, plan_id: str, *, ttl: timedelta, actor: str = "operator"
+    plane: Plane,
+    plan_id: str,
+    *,
+    ttl: timedelta,
+    actor: str = "operator",
+    credential_id: str | None = None,
+    secret_sha256: str | None = None,
 ) -> IssuedCredential:
     """A credential for ``plan_id`` valid for ``ttl`` (at most ``MAX_TTL``), signed by
-    this process's operator key as all policy is. Refused for an unknown or ended plan."""
+    this process's operator key as all policy is. Refused for an unknown or ended plan.
+
+    With ``credential_id`` and ``secret_sha256`` (an operator elsewhere made the secret
+    and keeps it: ``commands.operator_client``), the credential is issued for that
+    secret's digest, and its token is not known here (``token`` is empty)."""
     if not timedelta(0) < ttl <= MAX_TTL:
         raise CommandRefused(f"a credential's lifetime is more than 0 and at most {MAX_TTL}")
     plan = plane.log().state(f"plan:{plan_id}").of(PlanState)
@@ -83,13 +94,19 @@ def issue_credential(
         raise CommandRefused(f"unknown plan {plan_id!r}")
     if plan.terminal is not None:
         raise CommandRefused(f"plan {plan_id} has ended ({plan.terminal}): no agent acts for it")
-    credential_id = str(ULID())
-    secret = secrets.token_urlsafe(32)
+    if (credential_id is None) != (secret_sha256 is None):
+        raise CommandRefused("a credential made elsewhere gives both its id and its digest")
+    secret = ""
+    if credential_id is None or secret_sha256 is None:
+        credential_id, secret = str(ULID()), secrets.token_urlsafe(32)
+        secret_sha256 = _digest(secret)
+    elif not _ID.fullmatch(credential_id) or not _DIGEST.fullmatch(secret_sha256):
+        raise CommandRefused("a credential's id is a ULID and its digest 64 hex digits")
     expires_at = rfc3339(_now() + ttl)
     issued = CredentialIssued(
         credential_id=credential_id,
         plan_id=plan_id,
-        secret_sha256=_digest(secret),
+        secret_sha256=secret_sha256,
         expires_at=expires_at,
     )
 
@@ -99,7 +116,8 @@ def issue_credential(
         return [issued]
 
     plane.run(f"credential:{credential_id}", decide, actor=actor)
-    return IssuedCredential(credential_id, plan_id, f"{PREFIX}{credential_id}_{secret}", expires_at)
+    token = f"{PREFIX}{credential_id}_{secret}" if secret else ""
+    return IssuedCredential(credential_id, plan_id, token, expires_at)
 
 
 def revoke_credential(

@@ -101,7 +101,9 @@ __all__ = [
     "verify_token",
 ]
 
-Domain = Literal["decision", "token", "approver", "operator", "policy", "review", "ledger"]
+Domain = Literal[
+    "decision", "token", "approver", "operator", "policy", "review", "ledger", "request"
+]
 DOMAINS: tuple[str, ...] = (
     "decision",
     "token",
@@ -110,6 +112,7 @@ DOMAINS: tuple[str, ...] = (
     "policy",
     "review",
     "ledger",
+    "request",  # an operator's request to the service (``commands.service.operator``)
 )
 DECISION_CHOICES: tuple[str, ...] = ("revise", "abandon")  # DecisionRecorded.choice
 PLANE_KEY_ENV = "EVIDENCE_PLANE_KEY"

@@ -78,10 +78,11 @@ from commands.text import inert
 from ledger import LedgerError
 from ledger.errors import LedgerOpenError, LedgerUnavailable
 from ledger.events import Deviation
-from ledger.intake import LIMITS, InputError, env_seconds, limit_bytes, parse_json
+from ledger.intake import LIMITS, InputError, env_seconds, limit_bytes
 from ledger.keys import fingerprint, load_private_key
 from ledger.store import url_identity
 
+from . import operator
 from .admission import QUEUE, WAIT_S, Admission, Overloaded
 from .auth import (
     OBTAIN,
@@ -92,6 +93,9 @@ from .auth import (
     check_plan,
     credential_for,
 )
+from .bodies import BODY_SOURCE, BadRequest
+from .bodies import body_of as _body
+from .bodies import deviations_line as _deviations_line
 from .committer import GroupCommitter
 from .door import DoorChecks
 from .follower import ReadModelFollower
@@ -113,7 +117,6 @@ CLIENT_CLOSED = 499  # the client went away before its request was whole
 BODY_TIMEOUT_ENV = "EVIDENCE_BODY_TIMEOUT"  # seconds a request body may take to arrive
 ADMISSION_WAIT_ENV = "EVIDENCE_ADMISSION_WAIT"  # seconds a request may wait for a place
 DEFAULT_BODY_TIMEOUT_S = 10.0
-BODY_SOURCE = "the request body"
 # The JSON-RPC error code of a request the service refused before MCP read it (401, 403,
 # 408, 413, 422, 429, 503 at /mcp): in the implementation-defined band, -32000..-32019,
 # clear of the SDK's own -32000 and -32001. Its ``data`` holds the HTTP status.
@@ -122,14 +125,6 @@ RESOURCE_NAME = "Evidence Ledger plane service"
 log = logging.getLogger("evidence.service")
 T = TypeVar("T")
 ROUND_SECRET = b"evidence/mcp-request-state/v1\0"  # the derivation's label
-
-
-class BadRequest(Exception):
-    """The request itself is refused (its query or body): 413 or 422."""
-
-    def __init__(self, status: int, message: str, deviations: list[Deviation] | None = None):
-        super().__init__(message)
-        self.status, self.deviations = status, deviations or []
 
 
 class Service:
@@ -606,31 +601,6 @@ async def _read_body(request: Request) -> bytes:
     return limit_bytes(b"".join(chunks), "agent", BODY_SOURCE)
 
 
-def _body(endpoint: Endpoint, data: bytes) -> dict[str, Any]:
-    """The JSON body through the input layer, checked against the route's closed schema
-    (an empty body is the empty object: the verbs that take no argument; a route without
-    a body schema takes no body)."""
-    if endpoint.body is None:  # a GET: its parameters are in the query
-        if data:
-            raise BadRequest(422, f"{BODY_SOURCE}: {endpoint.method} {endpoint.path} takes none")
-        return {}
-    value = parse_json(data, BODY_SOURCE, kind=None) if data.strip() else {}
-    deviations = check(endpoint.body, value)
-    if deviations:
-        raise BadRequest(422, _deviations_line(BODY_SOURCE, deviations), deviations)
-    assert isinstance(value, dict)  # every body schema is a closed object
-    return value
-
-
-def _deviations_line(what: str, deviations: list[Deviation]) -> str:
-    first = deviations[0]
-    more = f" (and {len(deviations) - 1} more)" if len(deviations) > 1 else ""
-    return (
-        f"{what} does not match its schema: {first.pointer or '/'}: {first.kind} "
-        f"(expected {first.expected}; got {first.actual_type}){more}"
-    )
-
-
 class TraceContext:
     """The caller's W3C trace context (the ``traceparent`` and ``tracestate`` headers)
     made current for its request when tracing is on (``commands.plane.tracing``): the
@@ -715,6 +685,8 @@ def create_app(
             started = time.perf_counter()
             if endpoint.access == "open":
                 response: Response = await open_routes[endpoint.operation_id](request)
+            elif endpoint.access == "operator":
+                response = await operator.serve(service, endpoint, request)
             else:
                 response = await service.agent(endpoint, request)
             observe(endpoint, started, response.status_code)

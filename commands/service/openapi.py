@@ -30,6 +30,7 @@ from .routes import (
     HOOK_INPUT,
     JSONRPC_ERROR,
     MCP_TRANSPORT_ERRORS,
+    PLACE,
     PLAN_DOC,
     PLAN_STATE,
     PROTECTED_RESOURCE,
@@ -41,6 +42,13 @@ from .routes import (
 
 OPENAPI_VERSION = "3.1.0"
 SECURITY_SCHEME = "credential"
+OPERATOR_SCHEME = "operator_signature"
+OPERATOR_AUTH = (
+    "`Evidence-Operator key=FINGERPRINT, time=UNIX_SECONDS, signature=BASE64`: the "
+    "operator key's Ed25519 signature (domain `request`) over the method, the path, the "
+    "time and the body's SHA-256, within five minutes of the service's clock "
+    '(docs/service.md, "Operators through the service"). The key never travels.'
+)
 # The schemas several answers share, named once under components/schemas and referred to
 # wherever they appear (a code generator makes one type of each, not one per route).
 SHARED: dict[str, dict[str, Any]] = {
@@ -58,6 +66,7 @@ SHARED: dict[str, dict[str, Any]] = {
     "HookAnswer": HOOK_ANSWER,
     "UnknownTools": UNKNOWN_TOOLS,
     "ProtectedResourceMetadata": PROTECTED_RESOURCE,
+    "Place": PLACE,
 }
 CHALLENGE = (
     'Bearer (RFC 6750): the realm, error="invalid_token" when a token was given, '
@@ -131,12 +140,20 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         "operationId": endpoint.operation_id,
         "summary": endpoint.summary,
         "tags": [
-            {"open": "operations", "agent": "agent", "hook": "hooks", "mcp": "mcp"}[endpoint.access]
+            {
+                "open": "operations",
+                "agent": "agent",
+                "hook": "hooks",
+                "mcp": "mcp",
+                "operator": "operators",
+            }[endpoint.access]
         ],
         "responses": _responses(endpoint),
     }
     if endpoint.access == "open":
         operation["security"] = []  # no credential needed
+    if endpoint.access == "operator":
+        operation["security"] = [{OPERATOR_SCHEME: []}]  # a signature, no bearer
     parameters = [
         {"name": name, "in": "path", "required": True, "schema": schema}
         for name, schema in endpoint.path_params.items()
@@ -178,7 +195,13 @@ def openapi_document(endpoints: Iterable[Endpoint]) -> dict[str, Any]:
                     "type": "http",
                     "scheme": "bearer",
                     "description": "An agent credential (`evidence credential issue`).",
-                }
+                },
+                OPERATOR_SCHEME: {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "Authorization",
+                    "description": OPERATOR_AUTH,
+                },
             },
         },
         "security": [{SECURITY_SCHEME: []}],

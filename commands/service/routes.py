@@ -36,7 +36,7 @@ from commands.plane.runs import call_tool
 
 # open: no credential; agent, hook: the JSON routes of the credential's plan; mcp: the
 # plane's MCP gate over streamable HTTP (its messages are MCP's: opaque to this table).
-Access = Literal["open", "agent", "hook", "mcp"]
+Access = Literal["open", "agent", "hook", "mcp", "operator"]
 # RFC 9728's well-known path: the service's metadata, and (suffixed) that of /mcp
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 CREDENTIALS_DOC = "/docs/credentials"
@@ -286,6 +286,67 @@ MCP_TRANSPORT_ERRORS: dict[int, str] = {
     406: "the Accept header does not include application/json and text/event-stream",
     415: "the body is not application/json",
 }
+
+
+OPERATOR_VERBS = (
+    "credential.issue",
+    "credential.revoke",
+    "tool.register",
+    "validation.register",
+    "skill.define",
+    "attachment.attach",
+    "attachment.detach",
+)
+OPERATOR_COMMAND = closed(
+    {"verb": {"enum": list(OPERATOR_VERBS)}, "args": OBJECT}, ["verb", "args"]
+)
+PLACE = closed(
+    {
+        "ledger": {"type": "string"},
+        "stream": {"type": "string"},
+        "version": {"type": "integer", "minimum": 1},
+        "type": {"type": "string"},
+    },
+    ["ledger", "stream", "version", "type"],
+)
+OPERATOR_PREPARED = closed(
+    {
+        "operator": {"type": "string"},
+        "stream": {"type": ["string", "null"]},
+        "version": {"type": ["integer", "null"]},
+        "prepared": {
+            "type": "array",
+            "items": closed({"place": PLACE, "payload": OBJECT}, ["place", "payload"]),
+        },
+        "unchanged": {"type": "boolean"},
+    },
+    ["operator", "stream", "version", "prepared", "unchanged"],
+)
+OPERATOR_SIGNED = closed(
+    {
+        "stream": {"type": "string", "minLength": 1, "maxLength": 300},
+        "version": {"type": "integer", "minimum": 0},
+        "payloads": {"type": "array", "items": OBJECT, "minItems": 1, "maxItems": 16},
+    },
+    ["stream", "version", "payloads"],
+)
+OPERATOR_COMMITTED = closed(
+    {
+        "appended": {
+            "type": "array",
+            "items": closed(
+                {
+                    "position": {"type": "integer"},
+                    "stream": {"type": "string"},
+                    "version": {"type": "integer"},
+                    "type": {"type": "string"},
+                },
+                ["position", "stream", "version", "type"],
+            ),
+        }
+    },
+    ["appended"],
+)
 
 
 def with_plan(schema: dict[str, Any]) -> dict[str, Any]:
@@ -611,6 +672,29 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         hook=_hook("post"),
         hook_kind="post",
     ),
+    Endpoint(
+        "POST",
+        "/v1/operator/prepare",
+        "operator_prepare",
+        "An operator's command (register a tool, attach a validation, issue a credential "
+        "…) decided by the plane and answered unsigned, with the place each event will "
+        "stand at: the operator signs them where they sit. Nothing is appended.",
+        "operator",
+        ok=OPERATOR_PREPARED,
+        body=OPERATOR_COMMAND,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/operator/commit",
+        "operator_commit",
+        "The events of a prepared command, signed by the operator for their places: "
+        "appended as signed when each signature verifies under an active operator key "
+        "of the ledger where its event will stand (409 when the stream moved: prepare "
+        "again).",
+        "operator",
+        ok=OPERATOR_COMMITTED,
+        body=OPERATOR_SIGNED,
+    ),
 )
 
 # What every route answers before anything else (commands/service/door.py): a web page's
@@ -651,6 +735,20 @@ ERRORS["mcp"] = {
     "nothing appended",
     500: "a defect of the service (see its log); a fault inside a message's handling is a "
     "JSON-RPC error instead",
+}
+ERRORS["operator"] = {
+    **DOOR_ERRORS,
+    401: "no operator signature on the request, or one that does not verify under an "
+    "active operator key of the ledger, or made more than five minutes from now; "
+    "nothing appended",
+    408: ERRORS["agent"][408],
+    409: "refused: the command's own refusal, a stream that moved since it was prepared, "
+    "or an event whose signature does not stand where it would; nothing appended",
+    413: ERRORS["agent"][413],
+    422: "the body breaks the input rules, its closed schema or its verb's arguments; "
+    "nothing appended",
+    500: ERRORS["agent"][500],
+    503: "the database does not answer; nothing started",
 }
 ERRORS["hook"] = {
     **ERRORS["agent"],

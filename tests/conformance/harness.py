@@ -218,7 +218,7 @@ def _read_url(proc: subprocess.Popen[bytes]) -> str:
             raise RuntimeError(f"{proc.args!r} printed no URL in {START_TIMEOUT_S} s")
     line = proc.stdout.readline().decode().strip()
     url = line.removeprefix("listening on ")
-    if not url.startswith("http://"):
+    if not url.startswith(("http://", "unix:")):
         raise RuntimeError(f"{proc.args!r} did not start (exit {proc.poll()}): {line!r}")
     return url
 

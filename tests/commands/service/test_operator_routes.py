@@ -1,0 +1,230 @@
+"""Operators through the service (`/v1/operator/prepare`, `/v1/operator/commit`,
+docs/service.md "Operators through the service"), against a real `evidence serve` on a
+unix socket: an operator whose key is on their own machine (no database, no plane key
+there) registers a tool, attaches a validation and issues a credential with the CLI's
+`--server`, the events signed where they sit.
+
+The attacks, each at the routes themselves: a request signed by a key that is no
+operator's (an agent's own), or too old; a commit whose event was changed after it was
+signed; the same signed event committed twice, or into another stream; an operator key
+revoked since. None appends anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import msgspec
+import pytest
+
+import ledger
+from commands.plane import Plane
+from commands.plane.lifecycle import add_approver_key, revoke_approver
+from commands.plane.registry import register_tool
+from commands.rules.operator_requests import authorization
+from commands.rules.signing import Place, policy_record, sign_record
+from ledger.events import AttachmentCreated, CredentialIssued, PolicySignature, SignedPlace
+from ledger.keys import fingerprint, generate_key_pair, load_private_key
+from tests.conformance import harness
+from tests.helpers import invoke, run_cli
+
+PASS = [sys.executable, "-c", "print('{{}}')"]
+
+
+@pytest.fixture
+def service(sqlite_url: str, socket_dir: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A ledger whose host operator registered validation `lint` and endorsed Alice's
+    operator key (made on Alice's machine: her key never leaves it), and `evidence
+    serve` on it at a unix socket: the socket's URL and Alice's key."""
+    alice = tmp_path / "alice" / "operator.key"
+    alice.parent.mkdir()
+    generate_key_pair(alice)
+    with Plane.open(sqlite_url) as plane:
+        register_tool(plane, {"name": "probe", "command": PASS})  # the host's operator
+        add_approver_key(plane, "alice", Path(f"{alice}.pub"), role="operator")
+    invoke("validation", "register", _validation(tmp_path), "--db", sqlite_url)
+    run_cli("plan", "create", "P-1", "--project", "p", "--resource", "repo:p", "--db", sqlite_url)
+    sock = socket_dir / "serve.sock"
+    serve = [sys.executable, "-m", "commands.cli", "serve", "--db", sqlite_url, "--uds", str(sock)]
+    env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
+    with harness.serving(serve, stderr=tmp_path / "serve.log", env=env) as url:
+        yield url, alice
+
+
+def _validation(tmp_path: Path) -> str:
+    path = tmp_path / "lint.json"
+    path.write_text(json.dumps({"name": "lint", "command": PASS, "mode": "required"}))
+    return str(path)
+
+
+def _elsewhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Alice's machine: no ledger, and no plane key or operator key of the host's."""
+    monkeypatch.delenv("EVIDENCE_DB", raising=False)
+    monkeypatch.setenv("EVIDENCE_PLANE_KEY", str(tmp_path / "nowhere" / "plane.key"))
+    monkeypatch.delenv("EVIDENCE_OPERATOR_KEY", raising=False)
+
+
+def test_an_operator_elsewhere_registers_attaches_and_issues_through_the_service(
+    service: tuple[str, Path], sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, alice = service
+    tool = tmp_path / "calc.json"
+    tool.write_text(json.dumps({"name": "calc", "command": PASS}))
+    _elsewhere(monkeypatch, tmp_path)
+    remote = ("--server", url, "--operator-key", str(alice))
+    registered = invoke("tool", "register", str(tool), *remote)
+    assert registered.exit_code == 0, registered.output
+    assert "registered tool calc version 1" in registered.stdout
+    attached = invoke("attach", "lint", "--resource", "repo:p", *remote)
+    assert attached.exit_code == 0, attached.output
+    monkeypatch.setenv("EVIDENCE_OPERATOR_KEY", str(alice))
+    issued = invoke("credential", "issue", "--plan", "P-1", "--server", url, "--json")
+    assert issued.exit_code == 0, issued.output
+    token = json.loads(issued.stdout)["credential"]["token"]
+    assert not (tmp_path / "nowhere").exists()  # no plane key was made or read here
+    # The agent's credential works at the service; the secret never went there.
+    answer = _http(url).get("/v1/plan", headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 200, answer.text
+    with ledger.open(sqlite_url, create=False) as store:
+        events = list(store.read_all())
+        signed = [
+            e.payload.signed.operator
+            for e in events
+            if e.stream in ("tool:calc", f"attachment:{attached.stdout.strip()}")
+            or e.stream.startswith("credential:")
+        ]
+        assert signed == ["alice", "alice", "alice"]
+        secret = token.rsplit("_", 1)[1]
+        assert all(secret.encode() not in (store.get_blob(d) or b"") for d in _digests(events))
+    audit = run_cli("audit", "--db", sqlite_url)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def _digests(events: list[ledger.RecordedEvent]) -> list[str]:
+    return [
+        v
+        for e in events
+        for k, v in msgspec.to_builtins(e.payload).items()
+        if k.endswith("_sha256") and isinstance(v, str)
+    ]
+
+
+def _http(url: str) -> httpx2.Client:
+    transport = httpx2.HTTPTransport(uds=url.removeprefix("unix:"))
+    return httpx2.Client(transport=transport, base_url="http://localhost", timeout=30)
+
+
+def _post(url: str, key: Any, path: str, body: dict[str, Any], at: int | None = None) -> Any:
+    data = json.dumps(body).encode()
+    headers = {"Authorization": authorization(key, "POST", path, data, at)}
+    return _http(url).post(path, content=data, headers=headers)
+
+
+def _issue(plan_id: str = "P-1") -> dict[str, Any]:
+    from ulid import ULID
+
+    return {
+        "verb": "credential.issue",
+        "args": {
+            "plan_id": plan_id,
+            "ttl_s": 3600,
+            "credential_id": str(ULID()),
+            "secret_sha256": "ab" * 32,
+        },
+    }
+
+
+def _sign(key: Any, operator: str, item: dict[str, Any], **changed: Any) -> dict[str, Any]:
+    payload = msgspec.convert(item["payload"], CredentialIssued)
+    place = Place(**item["place"])
+    signature = sign_record(key, policy_record(payload), domain="policy", place=place)
+    signed = msgspec.structs.replace(
+        payload,
+        signed=PolicySignature(
+            operator=operator,
+            fingerprint=fingerprint(key.public_key()),
+            signature=signature,
+            place=SignedPlace(ledger=place.ledger, stream=place.stream, version=place.version),
+        ),
+        **changed,
+    )
+    return dict(msgspec.to_builtins(signed))
+
+
+def _head(sqlite_url: str) -> int:
+    with ledger.open(sqlite_url, create=False) as store:
+        return store.head().size
+
+
+def test_only_an_operator_keys_fresh_signature_opens_the_routes(
+    service: tuple[str, Path], sqlite_url: str, tmp_path: Path
+) -> None:
+    url, alice = service
+    key = load_private_key(alice)
+    generate_key_pair(tmp_path / "agent.key")
+    agents = load_private_key(tmp_path / "agent.key")
+    before = _head(sqlite_url)
+    assert _post(url, agents, "/v1/operator/prepare", _issue()).status_code == 401
+    stale = int(time.time()) - 3600
+    assert _post(url, key, "/v1/operator/prepare", _issue(), at=stale).status_code == 401
+    unsigned = _http(url).post("/v1/operator/prepare", json=_issue())
+    assert unsigned.status_code == 401
+    # Signed for another body: the signature covers the body's digest.
+    data = json.dumps(_issue()).encode()
+    headers = {"Authorization": authorization(key, "POST", "/v1/operator/prepare", b"{}")}
+    swapped = _http(url).post("/v1/operator/prepare", content=data, headers=headers)
+    assert swapped.status_code == 401
+    assert _head(sqlite_url) == before
+
+
+def test_a_signed_event_is_appended_once_where_it_was_signed_and_unchanged(
+    service: tuple[str, Path], sqlite_url: str
+) -> None:
+    url, alice = service
+    key = load_private_key(alice)
+    before = _head(sqlite_url)
+    prepared = _post(url, key, "/v1/operator/prepare", _issue()).json()
+    assert prepared["operator"] == "alice" and not prepared["unchanged"]
+    assert _head(sqlite_url) == before  # a prepare appends nothing
+    [item] = prepared["prepared"]
+    stream, version = prepared["stream"], prepared["version"]
+
+    def commit(payload: dict[str, Any], into: str = stream) -> Any:
+        body = {"stream": into, "version": version, "payloads": [payload]}
+        return _post(url, key, "/v1/operator/commit", body)
+
+    changed = commit(_sign(key, "alice", item, plan_id="P-2"))  # changed after signing
+    assert changed.status_code == 409 and "does not verify" in changed.json()["error"]
+    elsewhere = commit(_sign(key, "alice", item), into="credential:01J00000000000000000000000")
+    assert elsewhere.status_code == 409, elsewhere.text  # another stream than it was signed for
+    assert _head(sqlite_url) == before
+    good = commit(_sign(key, "alice", item))
+    assert good.status_code == 200, good.text
+    assert [a["type"] for a in good.json()["appended"]] == ["credential.issued"]
+    again = commit(_sign(key, "alice", item))  # the same signed event, committed again
+    assert again.status_code == 409 and "prepare it again" in again.json()["error"]
+    assert _head(sqlite_url) == before + 1
+
+
+def test_a_revoked_operator_key_opens_nothing(service: tuple[str, Path], sqlite_url: str) -> None:
+    url, alice = service
+    key = load_private_key(alice)
+    prepared = _post(url, key, "/v1/operator/prepare", _issue()).json()
+    with Plane.open(sqlite_url) as plane:
+        revoke_approver(plane, "alice", reason="left the team")
+    body = {
+        "stream": prepared["stream"],
+        "version": prepared["version"],
+        "payloads": [_sign(key, "alice", prepared["prepared"][0])],
+    }
+    assert _post(url, key, "/v1/operator/commit", body).status_code == 401
+    assert _post(url, key, "/v1/operator/prepare", _issue()).status_code == 401
+    with ledger.open(sqlite_url, create=False) as store:
+        assert not [e for e in store.read_all() if isinstance(e.payload, AttachmentCreated)]
