@@ -37,6 +37,7 @@ __all__ = [
     "private_pem",
     "public_key_b64",
     "public_key_from_b64",
+    "public_pem",
     "raw_public_key",
 ]
 
@@ -83,7 +84,7 @@ def generate_key_pair(out: str | os.PathLike[str]) -> KeyPair:
     except FileExistsError:
         raise SigningError(f"refusing to overwrite existing file {private_path}") from None
     try:
-        create_key_file(public_path, _public_pem(key.public_key()), 0o644)
+        create_key_file(public_path, public_pem(key.public_key()), 0o644)
     except BaseException as exc:
         # Half a key pair is worse than none: the caller can simply retry.
         private_path.unlink(missing_ok=True)
@@ -171,7 +172,7 @@ def private_pem(key: Ed25519PrivateKey) -> bytes:
     )
 
 
-def _public_pem(key: Ed25519PublicKey) -> bytes:
+def public_pem(key: Ed25519PublicKey) -> bytes:
     return key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )

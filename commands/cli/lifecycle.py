@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -202,6 +202,14 @@ def list_keys(fmt: str) -> None:
 @click.option("--abandon", is_flag=True, help="End the plan (terminal failure).")
 @click.option("--reason", help="Why (recorded).")
 @db_option
+@click.option(
+    "--server",
+    "server",
+    metavar="URL",
+    default=None,
+    help="Through the evidence service at URL (unix:PATH or https://…): the requests "
+    "and the decision signed here with --key; no database needed.",
+)
 @format_option()
 def authorize_(
     decision_id: str | None,
@@ -209,6 +217,7 @@ def authorize_(
     revise: str | None,
     abandon: bool,
     reason: str | None,
+    server: str | None,
     fmt: str,
 ) -> None:
     """List pending decisions, or sign and record one.
@@ -228,25 +237,16 @@ def authorize_(
 
     if decision_id is not None and fmt in ("jsonl", "csv"):
         fail(f"--format {fmt} lists the pending decisions: give no DECISION_ID")
+    if server is not None:
+        _authorize_remotely(server, decision_id, key_file, revise, abandon, reason, fmt)
+        return
     plane = open_plane()
     if decision_id is None:
         if key_file is not None or revise is not None or abandon or reason is not None:
             fail(
                 "give the DECISION_ID to decide (without it, authorize lists the pending decisions)"
             )
-        pending = [msgspec.to_builtins(p) for p in pending_decisions(plane)]
-        emit_listing(
-            fmt,
-            {"decisions": pending},
-            pending,
-            lambda: print_table(
-                ["decision", "plan", "options", "reason"],
-                [
-                    [p["decision_id"], p["plan_id"], ",".join(p["options"]), p["reason"]]
-                    for p in pending
-                ],
-            ),
-        )
+        _print_pending([msgspec.to_builtins(p) for p in pending_decisions(plane)], fmt)
         return
     if key_file is None:
         fail("--key FILE is required to decide")
@@ -260,15 +260,64 @@ def authorize_(
         guidance=text_or_file(revise, "--revise") if revise else None,
         reason=reason,
     )
+    _report_decision(msgspec.to_builtins(decided), fmt)
+
+
+def _report_decision(decided: dict[str, Any], fmt: str) -> None:
     if fmt == "json":
-        emit_json({"decision": msgspec.to_builtins(decided)})
-    else:
-        then = (
-            "plan back in Strategize: record a strategy, execute, re-validate"
-            if decided.choice == "revise"
-            else "plan ended (terminal failure)"
-        )
-        click.echo(f"decision {decision_id}: {decided.choice} by {inert(decided.approver)}; {then}")
+        emit_json({"decision": decided})
+        return
+    then = (
+        "plan back in Strategize: record a strategy, execute, re-validate"
+        if decided["choice"] == "revise"
+        else "plan ended (terminal failure)"
+    )
+    who = inert(str(decided["approver"]))
+    click.echo(f"decision {decided['decision_id']}: {decided['choice']} by {who}; {then}")
+
+
+def _print_pending(pending: list[dict[str, Any]], fmt: str) -> None:
+    emit_listing(
+        fmt,
+        {"decisions": pending},
+        pending,
+        lambda: print_table(
+            ["decision", "plan", "options", "reason"],
+            [
+                [p["decision_id"], p["plan_id"], ",".join(p["options"]), p["reason"]]
+                for p in pending
+            ],
+        ),
+    )
+
+
+def _authorize_remotely(
+    server: str,
+    decision_id: str | None,
+    key_file: Path | None,
+    revise: str | None,
+    abandon: bool,
+    reason: str | None,
+    fmt: str,
+) -> None:
+    """``authorize --server``: the listing or the decision through the service, every
+    request and the decision signed here with the approver's key."""
+    from .operator_remote import decide, pending, remote
+
+    if key_file is None:
+        fail("--server needs --key FILE: the approver's key signs the requests")
+    to = remote(server, str(key_file))
+    if decision_id is None:
+        _print_pending(pending(to), fmt)
+        return
+    if (revise is None) == (not abandon):
+        fail("give exactly one of --revise TEXT or --abandon")
+    asked: dict[str, Any] = {"decision_id": decision_id, "choice": "abandon"}
+    if revise is not None:
+        asked.update(choice="revise", guidance=text_or_file(revise, "--revise"))
+    if reason is not None:
+        asked["reason"] = reason
+    _report_decision(decide(to, asked), fmt)
 
 
 @click.command("apply")

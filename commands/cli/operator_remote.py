@@ -35,7 +35,7 @@ from ledger import EventPayload
 from ledger.events import AnyEvent, PolicySignature, SignedPlace
 from ledger.keys import fingerprint, load_private_key
 
-__all__ = ["ATTEMPTS", "Remote", "act", "remote"]
+__all__ = ["ATTEMPTS", "Remote", "act", "decide", "pending", "remote"]
 
 ATTEMPTS = 3
 TIMEOUT_S = 60.0
@@ -108,6 +108,30 @@ def _signed(to: Remote, operator: str, item: dict[str, Any], expect: Expect) -> 
         ),
     )
     return dict(msgspec.to_builtins(signed))
+
+
+def pending(to: Remote) -> list[dict[str, Any]]:
+    """The escalations waiting for a decision (an approver's signed request)."""
+    return list(_post(to, "/v1/approver/pending", {})["decisions"])
+
+
+def decide(to: Remote, asked: dict[str, Any]) -> dict[str, Any]:
+    """Decide an escalation through the service: the plane builds the record, it is
+    checked to be the decision asked for, signed here with the approver's key, and
+    recorded once the plane verified it. The recorded decision."""
+    record = _post(to, "/v1/approver/prepare", asked)["record"]
+    for name in ("decision_id", "choice", "guidance", "reason"):
+        if record.get(name) != asked.get(name):
+            raise CommandRefused(
+                f"the service prepared another decision ({name}): not signed, nothing recorded"
+            )
+    signature = sign_record(to.key, record, domain="decision")
+    body = {
+        "record": record,
+        "fingerprint": fingerprint(to.key.public_key()),
+        "signature": signature,
+    }
+    return dict(_post(to, "/v1/approver/decide", body)["decision"])
 
 
 class _Moved(Exception):

@@ -32,6 +32,7 @@ from commands.rules.signing import (
     key_registration,
     load_or_create_operator_key,
     load_or_create_plane_key,
+    load_plane_public_key,
     operator_key_path,
     operator_name,
     policy_record,
@@ -169,9 +170,11 @@ class Plane:
     # -- state ------------------------------------------------------------------------
 
     def plane_public_key(self) -> Ed25519PublicKey:
-        """The plane key's public half: it endorses approver keys and signs tokens."""
+        """The plane key's public half: it endorses approver keys and signs tokens.
+        Read, never made (``load_plane_public_key``): only what signs as the plane makes
+        the plane key."""
         if self._plane_public is None:
-            self._plane_public = load_or_create_plane_key(self.store.url).public_key()
+            self._plane_public = load_plane_public_key(self.store.url)
         return self._plane_public
 
     def sandbox(self, plan: PlanState) -> PlanSandbox:

@@ -631,6 +631,33 @@ def _escalation(plane: Plane, decision_id: str) -> tuple[RecordedEvent, Escalate
     )
 
 
+def decision_to_sign(
+    plane: Plane,
+    decision_id: str,
+    *,
+    choice: str,
+    guidance: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """The record an approver signs to decide escalation ``decision_id`` (domain
+    ``decision``: the decision, its plan, the escalation's leaf hash, the choice, the
+    guidance, the reason, the time): built here, signed wherever the approver's key is."""
+    if choice not in DECISION_OPTIONS:
+        raise CommandRefused(f"a decision is one of {', '.join(DECISION_OPTIONS)}")
+    if choice == "revise" and not (guidance or "").strip():
+        raise CommandRefused("--revise needs the guidance text")
+    escalation_event, escalated = _escalation(plane, decision_id)
+    return decision_record(
+        decision_id,
+        escalated.plan_id,
+        choice,
+        guidance if choice == "revise" else None,
+        escalation_event.leaf_hash.hex(),
+        rfc3339(_now()),
+        reason,
+    )
+
+
 def authorize(
     plane: Plane,
     decision_id: str,
@@ -645,29 +672,30 @@ def authorize(
     signature covers the decision, its plan, the escalation's leaf hash, the choice,
     the guidance and the reason; the plane verifies it against the approver key in
     force before recording it, and again wherever the decision is acted on."""
-    if choice not in DECISION_OPTIONS:
-        raise CommandRefused(f"a decision is one of {', '.join(DECISION_OPTIONS)}")
-    if choice == "revise" and not (guidance or "").strip():
-        raise CommandRefused("--revise needs the guidance text")
+    record = decision_to_sign(plane, decision_id, choice=choice, guidance=guidance, reason=reason)
     try:
         private = load_private_key(key_file)
     except SigningError as exc:
         raise CommandRefused(str(exc)) from None
-    print_ = fingerprint(private.public_key())
-    escalation_event, escalated = _escalation(plane, decision_id)
-    plan_id = escalated.plan_id
-    signed_at = rfc3339(_now())
-    kept_guidance = guidance if choice == "revise" else None
-    record = decision_record(
-        decision_id,
-        plan_id,
-        choice,
-        kept_guidance,
-        escalation_event.leaf_hash.hex(),
-        signed_at,
-        reason,
-    )
     signature = sign_record(private, record, domain="decision")
+    return record_decision(plane, record, fingerprint(private.public_key()), signature, actor=actor)
+
+
+def record_decision(
+    plane: Plane,
+    record: dict[str, Any],
+    print_: str,
+    signature: str,
+    *,
+    actor: str = "human",
+) -> DecisionRecorded:
+    """Record a decision signed elsewhere (``record`` as ``decision_to_sign`` built it,
+    signed by the key of fingerprint ``print_``) on its pending escalation, after the
+    plane verified the signature against that approver's key in force."""
+    decision_id, plan_id = str(record["decision_id"]), str(record["plan_id"])
+    escalation_event, _escalated = _escalation(plane, decision_id)
+    if record.get("escalation_hash") != escalation_event.leaf_hash.hex():
+        raise CommandRefused(f"the decision is not for escalation {decision_id}'s event")
 
     def decide(state: StreamState) -> list[DecisionRecorded]:
         plan = state.of(PlanState)
@@ -690,11 +718,11 @@ def authorize(
         decided = DecisionRecorded(
             plan_id=plan_id,
             decision_id=decision_id,
-            choice=choice,  # type: ignore[arg-type]
-            guidance=kept_guidance,
-            reason=reason,
+            choice=record["choice"],
+            guidance=record.get("guidance"),
+            reason=record.get("reason"),
             escalation_hash=record["escalation_hash"],
-            signed_at=signed_at,
+            signed_at=record["signed_at"],
             approver=key.name,
             key_fingerprint=print_,
             signature=signature,
@@ -714,7 +742,7 @@ def authorize(
             "evidence.operation": "decision",
             "evidence.plan.id": plan_id,
             "evidence.decision.id": decision_id,
-            "evidence.decision.choice": choice,
+            "evidence.decision.choice": record.get("choice"),
         },
         records=DecisionRecorded.type_name(),
     ):

@@ -63,7 +63,9 @@ from ledger.keys import (
     create_key_file,
     generate_key_pair,
     load_private_key,
+    load_public_key,
     private_pem,
+    public_pem,
 )
 from ledger.store import url_identity
 from ledger.timestamps import rfc3339
@@ -87,6 +89,7 @@ __all__ = [
     "key_registration",
     "load_or_create_operator_key",
     "load_or_create_plane_key",
+    "load_plane_public_key",
     "mint_token",
     "operator_key_path",
     "operator_name",
@@ -402,13 +405,36 @@ def load_or_create_plane_key(db_url: str) -> Ed25519PrivateKey:
     """
     path = plane_key_path(db_url)
     if not os.path.lexists(path):
-        _make_key_file(
-            path,
-            "plane key",
-            lambda p: create_key_file(p, private_pem(Ed25519PrivateKey.generate()), 0o600),
-            FileExistsError,
-        )
+        _make_key_file(path, "plane key", _new_plane_key, FileExistsError)
     return load_private_key(path)
+
+
+def _new_plane_key(path: Path) -> None:
+    """A new plane key at ``path``, and its public half at ``path.pub`` (0644: what
+    verifiers elsewhere are given)."""
+    key = Ed25519PrivateKey.generate()
+    create_key_file(path, private_pem(key), 0o600)
+    public = path.with_name(path.name + ".pub")
+    with contextlib.suppress(FileExistsError):
+        create_key_file(public, public_pem(key.public_key()), 0o644)
+
+
+def load_plane_public_key(db_url: str) -> Ed25519PublicKey:
+    """The plane key's public half, to verify with: from the plane key when this process
+    holds it, else from its public half beside it (``PATH.pub``). Never made here: a
+    process that only verifies (an operator's, an auditor's) must not mint a plane key
+    of its own, under which every endorsement of the real one would read as forged."""
+    path = plane_key_path(db_url)
+    if os.path.lexists(path):
+        return load_private_key(path).public_key()
+    public = path.with_name(path.name + ".pub")
+    if os.path.lexists(public):
+        return load_public_key(public)
+    raise SigningError(
+        f"no plane key at {path}, nor its public half at {public}: checking the ledger's "
+        "signatures needs the plane's public key (copy the service's plane key's .pub "
+        "there); only a command that signs as the plane makes a plane key"
+    )
 
 
 def _make_key_file(

@@ -685,7 +685,7 @@ def create_app(
             started = time.perf_counter()
             if endpoint.access == "open":
                 response: Response = await open_routes[endpoint.operation_id](request)
-            elif endpoint.access == "operator":
+            elif endpoint.access in ("operator", "approver"):
                 response = await operator.serve(service, endpoint, request)
             else:
                 response = await service.agent(endpoint, request)

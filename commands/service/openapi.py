@@ -45,8 +45,9 @@ SECURITY_SCHEME = "credential"
 OPERATOR_SCHEME = "operator_signature"
 OPERATOR_AUTH = (
     "`Evidence-Operator key=FINGERPRINT, time=UNIX_SECONDS, signature=BASE64`: the "
-    "operator key's Ed25519 signature (domain `request`) over the method, the path, the "
-    "time and the body's SHA-256, within five minutes of the service's clock "
+    "operator's (on /v1/operator) or approver's (on /v1/approver) key's Ed25519 "
+    "signature (domain `request`) over the method, the path, the time and the body's "
+    "SHA-256, within five minutes of the service's clock "
     '(docs/service.md, "Operators through the service"). The key never travels.'
 )
 # The schemas several answers share, named once under components/schemas and referred to
@@ -146,13 +147,14 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
                 "hook": "hooks",
                 "mcp": "mcp",
                 "operator": "operators",
+                "approver": "approvers",
             }[endpoint.access]
         ],
         "responses": _responses(endpoint),
     }
     if endpoint.access == "open":
         operation["security"] = []  # no credential needed
-    if endpoint.access == "operator":
+    if endpoint.access in ("operator", "approver"):
         operation["security"] = [{OPERATOR_SCHEME: []}]  # a signature, no bearer
     parameters = [
         {"name": name, "in": "path", "required": True, "schema": schema}

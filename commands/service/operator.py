@@ -1,5 +1,6 @@
-"""The operator routes: ``/v1/operator/prepare`` and ``/v1/operator/commit``
-(docs/service.md, "Operators through the service").
+"""The routes of the people who govern the plane (docs/service.md, "Operators through the
+service"): an operator's ``/v1/operator/prepare`` and ``/v1/operator/commit``, an
+approver's ``/v1/approver/pending``, ``prepare`` and ``decide``.
 
 An operator on another machine acts through the service without the service holding
 their key: the request is signed by the operator key (``commands.rules.operator_requests``),
@@ -7,6 +8,9 @@ the command is decided by the plane and answered unsigned (``commands.plane.sign
 ``prepare``), the operator signs each event for its place where they sit, and the signed
 events come back to be appended as signed (``commit``), each signature checked where its
 event will stand. The verbs are the CLI's operator commands, run by the same handlers.
+An approver's decision is signed the same way: the plane builds the record (the
+escalation's leaf hash in it), the approver signs it where they sit, and the plane
+verifies it against their key before it records it (``record_decision``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from commands.errors import CommandRefused
 from commands.plane.attachments import attach, detach
 from commands.plane.core import Plane
 from commands.plane.credentials import Unauthenticated, issue_credential, revoke_credential
+from commands.plane.lifecycle import decision_to_sign, pending_decisions, record_decision
 from commands.plane.registry import define_skill, register_tool, register_validation
 from commands.plane.signers import commit, prepare
 from commands.rules.operator_requests import SKEW_S, parse_authorization, request_record
@@ -110,9 +115,17 @@ VERBS: dict[str, tuple[dict[str, Any], Verb]] = {
 }
 
 
-def operator_of(plane: Plane, header: str | None, method: str, path: str, body: bytes) -> str:
-    """The name of the operator whose key signed this request (``Unauthenticated``
-    otherwise): an active operator key of the ledger, within ``SKEW_S`` of now."""
+def operator_of(
+    plane: Plane,
+    header: str | None,
+    method: str,
+    path: str,
+    body: bytes,
+    role: str = "operator",
+) -> str:
+    """The name of the person whose key signed this request (``Unauthenticated``
+    otherwise): an active key of ``role`` (operator, approver) in the ledger, within
+    ``SKEW_S`` of now."""
     try:
         key_print, at, signature = parse_authorization(header)
     except ValueError as exc:
@@ -120,8 +133,8 @@ def operator_of(plane: Plane, header: str | None, method: str, path: str, body: 
     if abs(time.time() - at) > SKEW_S:
         raise Unauthenticated(f"the request's time is more than {SKEW_S} s from the service's")
     key = plane.log().approver_keys().get(key_print)
-    if key is None or key.role != "operator" or key.status != "active":
-        raise Unauthenticated("the request is not signed by an active operator key of the ledger")
+    if key is None or key.role != role or key.status != "active":
+        raise Unauthenticated(f"the request is not signed by an active {role} key of the ledger")
     record = request_record(method, path, at, body)
     try:
         public = public_key_from_b64(key.public_key)
@@ -176,6 +189,36 @@ def committed(plane: Plane, body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _pending(plane: Plane, _name: str, _body: Mapping[str, Any]) -> dict[str, Any]:
+    return {"decisions": [msgspec.to_builtins(p) for p in pending_decisions(plane)]}
+
+
+def _to_sign(plane: Plane, _name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    record = decision_to_sign(
+        plane,
+        str(body["decision_id"]),
+        choice=str(body["choice"]),
+        guidance=body.get("guidance"),
+        reason=body.get("reason"),
+    )
+    return {"record": record}
+
+
+def _decided(plane: Plane, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    record = dict(body["record"])
+    decided = record_decision(plane, record, str(body["fingerprint"]), str(body["signature"]))
+    return {"decision": msgspec.to_builtins(decided)}
+
+
+ROUTES: dict[str, Callable[[Plane, str, Mapping[str, Any]], dict[str, Any]]] = {
+    "operator_prepare": prepared,
+    "operator_commit": lambda plane, _name, body: committed(plane, body),
+    "approver_pending": _pending,
+    "approver_prepare": _to_sign,
+    "approver_decide": _decided,
+}
+
+
 async def serve(service: Any, endpoint: Endpoint, request: Request) -> Response:
     """An operator route: the request's signature, its body, the command."""
     try:
@@ -183,11 +226,10 @@ async def serve(service: Any, endpoint: Endpoint, request: Request) -> Response:
         header, path = request.headers.get("authorization"), request.url.path
 
         def operate(plane: Plane) -> dict[str, Any]:
-            name = operator_of(plane, header, endpoint.method, path, data)  # first
+            role = endpoint.access  # operator or approver
+            name = operator_of(plane, header, endpoint.method, path, data, role)  # first
             body = body_of(endpoint, data)
-            if endpoint.operation_id == "operator_prepare":
-                return prepared(plane, name, body)
-            return committed(plane, body)
+            return ROUTES[endpoint.operation_id](plane, name, body)
 
         return service.json(await service.in_thread(operate))
     except Unauthenticated as exc:

@@ -36,7 +36,7 @@ from commands.plane.runs import call_tool
 
 # open: no credential; agent, hook: the JSON routes of the credential's plan; mcp: the
 # plane's MCP gate over streamable HTTP (its messages are MCP's: opaque to this table).
-Access = Literal["open", "agent", "hook", "mcp", "operator"]
+Access = Literal["open", "agent", "hook", "mcp", "operator", "approver"]
 # RFC 9728's well-known path: the service's metadata, and (suffixed) that of /mcp
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 CREDENTIALS_DOC = "/docs/credentials"
@@ -346,6 +346,46 @@ OPERATOR_COMMITTED = closed(
         }
     },
     ["appended"],
+)
+
+
+PENDING = closed(
+    {
+        "plan_id": {"type": "string"},
+        "decision_id": {"type": "string"},
+        "options": {"type": "array", "items": {"type": "string"}},
+        "reason": {"type": "string"},
+    },
+    ["plan_id", "decision_id", "options", "reason"],
+)
+_TEXT = {"type": "string", "maxLength": 20000}
+DECISION_ASKED = closed(
+    {
+        "decision_id": {"type": "string", "minLength": 1, "maxLength": 64},
+        "choice": {"enum": ["revise", "abandon"]},
+        "guidance": _TEXT,
+        "reason": _TEXT,
+    },
+    ["decision_id", "choice"],
+)
+DECISION_SIGNED = closed(
+    {
+        "record": closed(
+            {
+                "decision_id": {"type": "string"},
+                "plan_id": {"type": "string"},
+                "choice": {"enum": ["revise", "abandon"]},
+                "guidance": {"type": ["string", "null"]},
+                "reason": {"type": ["string", "null"]},
+                "escalation_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                "signed_at": {"type": "string"},
+            },
+            ["decision_id", "plan_id", "choice", "escalation_hash", "signed_at"],
+        ),
+        "fingerprint": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "signature": {"type": "string", "maxLength": 200},
+    },
+    ["record", "fingerprint", "signature"],
 )
 
 
@@ -695,6 +735,37 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ok=OPERATOR_COMMITTED,
         body=OPERATOR_SIGNED,
     ),
+    Endpoint(
+        "POST",
+        "/v1/approver/pending",
+        "approver_pending",
+        "The escalations waiting for a human decision: each plan, its decision id, the "
+        "options and the reason it escalated.",
+        "approver",
+        ok=closed({"decisions": {"type": "array", "items": PENDING}}, ["decisions"]),
+        body=closed({}),
+    ),
+    Endpoint(
+        "POST",
+        "/v1/approver/prepare",
+        "approver_prepare",
+        "The record an approver signs to decide a pending escalation (the decision, its "
+        "plan, the escalation event's leaf hash, the choice, the guidance, the reason, "
+        "the time), built by the plane: the approver signs it where they sit.",
+        "approver",
+        ok=closed({"record": OBJECT}, ["record"]),
+        body=DECISION_ASKED,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/approver/decide",
+        "approver_decide",
+        "A decision signed by the approver's key: recorded when the escalation is still "
+        "pending and the signature verifies under an active approver key of the ledger.",
+        "approver",
+        ok=closed({"decision": OBJECT}, ["decision"]),
+        body=DECISION_SIGNED,
+    ),
 )
 
 # What every route answers before anything else (commands/service/door.py): a web page's
@@ -749,6 +820,14 @@ ERRORS["operator"] = {
     "nothing appended",
     500: ERRORS["agent"][500],
     503: "the database does not answer; nothing started",
+}
+ERRORS["approver"] = {
+    **ERRORS["operator"],
+    401: "no approver signature on the request, or one that does not verify under an "
+    "active approver key of the ledger, or made more than five minutes from now; "
+    "nothing appended",
+    409: "refused: no such pending escalation (decided already, or a blocker), or a "
+    "decision whose signature does not verify; nothing appended",
 }
 ERRORS["hook"] = {
     **ERRORS["agent"],

@@ -825,3 +825,33 @@ def test_keys_generate_says_the_next_step(tmp_path: Path) -> None:
     made = run_cli("keys", "generate", "--out", str(tmp_path / "alice.key"))
     assert made.returncode == 0, made.stderr
     assert f"next: evidence keys add NAME {tmp_path / 'alice.key'}.pub" in made.stdout
+
+
+def test_what_only_verifies_never_makes_a_plane_key(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plane key is made only by what signs as the plane, with its public half beside
+    it. A process that only verifies (on another machine, or an operator's) reads the
+    public half, and with neither half says so instead of minting a key of its own, under
+    which every endorsement of the real one would read as forged."""
+    from commands.plane import Plane
+    from commands.plane.lifecycle import add_approver_key
+    from commands.rules.signing import load_plane_public_key, plane_key_path
+
+    with Plane.open(sqlite_url) as plane:  # the host: signs, so it makes the key
+        generate_key_pair(tmp_path / "alice.key")
+        add_approver_key(plane, "alice", tmp_path / "alice.key.pub")
+        real = plane.plane_public_key()
+    host = plane_key_path(sqlite_url)
+    assert load_public_key(f"{host}.pub") == real  # its public half, beside it
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("EVIDENCE_PLANE_KEY", str(elsewhere / "plane.key"))
+    with pytest.raises(LedgerError, match="public half"):
+        load_plane_public_key(sqlite_url)
+    assert list(elsewhere.iterdir()) == []  # nothing made
+    (elsewhere / "plane.key.pub").write_bytes(Path(f"{host}.pub").read_bytes())
+    with Plane.open(sqlite_url, create=False) as plane:  # only the public half here
+        keys = plane.log().approver_keys()
+        assert keys and all(k.status == "active" for k in keys.values())  # endorsed
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["plane.key.pub"]

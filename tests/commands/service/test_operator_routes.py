@@ -30,7 +30,13 @@ from commands.plane.lifecycle import add_approver_key, revoke_approver
 from commands.plane.registry import register_tool
 from commands.rules.operator_requests import authorization
 from commands.rules.signing import Place, policy_record, sign_record
-from ledger.events import AttachmentCreated, CredentialIssued, PolicySignature, SignedPlace
+from ledger.events import (
+    AttachmentCreated,
+    CredentialIssued,
+    DecisionRecorded,
+    PolicySignature,
+    SignedPlace,
+)
 from ledger.keys import fingerprint, generate_key_pair, load_private_key
 from tests.conformance import harness
 from tests.helpers import invoke, run_cli
@@ -228,3 +234,78 @@ def test_a_revoked_operator_key_opens_nothing(service: tuple[str, Path], sqlite_
     assert _post(url, key, "/v1/operator/prepare", _issue()).status_code == 401
     with ledger.open(sqlite_url, create=False) as store:
         assert not [e for e in store.read_all() if isinstance(e.payload, AttachmentCreated)]
+
+
+# -- approvers ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def escalated(sqlite_url: str, socket_dir: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """Plan P-1 escalated (no retries, no revisions left) with approver alice, whose key
+    is on her machine, and `evidence serve` on the ledger: the socket's URL and her key."""
+    from commands.plane.validation_runs import validate_plan
+    from tests.helpers import status_plan
+
+    with Plane.open(sqlite_url) as plane:
+        status_plan(plane, tmp_path, {"retry_limit": 0, "max_strategy_revisions": 0})
+        assert validate_plan(plane, "P-1").outcome == "escalate"
+    sock = socket_dir / "serve.sock"
+    serve = [sys.executable, "-m", "commands.cli", "serve", "--db", sqlite_url, "--uds", str(sock)]
+    env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
+    with harness.serving(serve, stderr=tmp_path / "serve.log", env=env) as url:
+        yield url, tmp_path / "alice.key"
+
+
+def test_an_approver_elsewhere_lists_and_decides_through_the_service(
+    escalated: tuple[str, Path], sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, alice = escalated
+    host_key = os.environ["EVIDENCE_PLANE_KEY"]
+    _elsewhere(monkeypatch, tmp_path)
+    listed = invoke("authorize", "--server", url, "--key", str(alice), "--json")
+    assert listed.exit_code == 0, listed.output
+    [pending] = json.loads(listed.stdout)["decisions"]
+    assert pending["plan_id"] == "P-1"
+    decided = invoke(
+        "authorize", pending["decision_id"], "--server", url, "--key", str(alice),
+        "--revise", "write good", "--reason", "the check is right",
+    )  # fmt: skip
+    assert decided.exit_code == 0, decided.output
+    assert "revise by alice" in decided.stdout
+    again = invoke(
+        "authorize", pending["decision_id"], "--server", url, "--key", str(alice), "--abandon"
+    )
+    assert again.exit_code == 2 and "no pending escalation" in again.stderr
+    with ledger.open(sqlite_url, create=False) as store:
+        last = list(store.read_stream("plan:P-1"))[-1].payload
+    assert isinstance(last, DecisionRecorded) and last.approver == "alice"
+    assert (last.choice, last.guidance) == ("revise", "write good")
+    audit = run_cli("audit", "--db", sqlite_url, env={"EVIDENCE_PLANE_KEY": host_key})
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_only_an_approvers_signature_decides_and_only_as_signed(
+    escalated: tuple[str, Path], sqlite_url: str, tmp_path: Path
+) -> None:
+    """An operator's key is no approver's; a decision whose record was changed after
+    the approver signed it (abandon signed, revise sent) does not verify."""
+    url, alice = escalated
+    key = load_private_key(alice)
+    operator = tmp_path / "ops.key"
+    generate_key_pair(operator)
+    with Plane.open(sqlite_url) as plane:
+        add_approver_key(plane, "ops", Path(f"{operator}.pub"), role="operator")
+    ops = load_private_key(operator)
+    assert _post(url, ops, "/v1/approver/pending", {}).status_code == 401
+    [pending] = _post(url, key, "/v1/approver/pending", {}).json()["decisions"]
+    asked = {"decision_id": pending["decision_id"], "choice": "abandon"}
+    record = _post(url, key, "/v1/approver/prepare", asked).json()["record"]
+    signature = sign_record(key, record, domain="decision")
+    changed = {**record, "choice": "revise", "guidance": "anything"}
+    body = {"record": changed, "fingerprint": fingerprint(key.public_key()), "signature": signature}
+    before = _head(sqlite_url)
+    refused = _post(url, key, "/v1/approver/decide", body)
+    assert refused.status_code == 409 and "does not verify" in refused.json()["error"]
+    assert _head(sqlite_url) == before
+    body["record"] = record
+    assert _post(url, key, "/v1/approver/decide", body).status_code == 200

@@ -210,8 +210,9 @@ def _go(served: Served, agent: Agent) -> Path:
     return served.plane.sandbox(doc).ensure().copies[str(agent.project)]
 
 
-# (the operator routes take an operator's signature, no credential: test_operator_routes.py)
-AGENT_ROUTES = [e for e in ENDPOINTS if e.access not in ("open", "operator")]
+# (the operator and approver routes take a person's signature, no credential:
+# test_operator_routes.py)
+AGENT_ROUTES = [e for e in ENDPOINTS if e.access not in ("open", "operator", "approver")]
 
 
 # -- the open routes and the document -----------------------------------------------------
