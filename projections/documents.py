@@ -34,6 +34,7 @@ from ledger.events import (
     CredentialRevoked,
     DecisionRecorded,
     Escalated,
+    EscalationExpired,
     EventPayload,
     ExecuteEntered,
     FixRecorded,
@@ -270,9 +271,23 @@ def _escalated(doc: PlanState, p: Escalated) -> PlanState:
     return replace(
         doc,
         pending_decision=PendingDecision(
-            decision_id=p.decision_id, options=list(p.options), reason=p.reason
+            decision_id=p.decision_id,
+            options=list(p.options),
+            reason=p.reason,
+            expires_at=p.expires_at,
         ),
         token=_superseded(doc.token),
+    )
+
+
+@fold_plan.on(EscalationExpired)
+def _expired(doc: PlanState, p: EscalationExpired) -> PlanState:
+    return replace(
+        doc,
+        pending_decision=None,
+        token=_superseded(doc.token),
+        decisions={**doc.decisions, p.decision_id: "expired"},
+        terminal="failed",
     )
 
 

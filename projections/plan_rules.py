@@ -19,6 +19,7 @@ authority reads (``commands``) and the audit walk.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -34,6 +35,7 @@ from ledger.events import (
     CompensationRequested,
     DecisionRecorded,
     Escalated,
+    EscalationExpired,
     EventPayload,
     ExecuteEntered,
     FixRecorded,
@@ -87,6 +89,7 @@ _WHILE_PENDING = (
     ValidationRunCompleted,
     PlanHalted,
     DecisionRecorded,
+    EscalationExpired,
     CompensationRequested,
 )
 
@@ -266,6 +269,27 @@ def _input_given(doc: PlanState, p: McpInputGiven) -> str | None:
     if asked is None or (asked.tool, asked.params_sha256) != (p.tool, p.params_sha256):
         return "a round is answered once, by a call of its tool with its arguments"
     return None
+
+
+@rule_for(EscalationExpired)
+def _escalation_expired(doc: PlanState, p: EscalationExpired) -> str | None:
+    pending = doc.pending_decision
+    if pending is None or pending.decision_id != p.decision_id:
+        return "an escalation expires only while it is pending"
+    due, at = _moment(pending.expires_at), _moment(p.expired_at)
+    if due is None or at is None or at < due:
+        return "an escalation expires at or after its expiry, and only one that has one"
+    return None
+
+
+def _moment(text: object) -> datetime | None:
+    """An RFC 3339 UTC time as the plane writes it (``...Z``), else None."""
+    if not isinstance(text, str) or not text.endswith("Z"):
+        return None
+    try:
+        return datetime.fromisoformat(text[:-1] + "+00:00")
+    except ValueError:
+        return None
 
 
 @rule_for(Escalated)

@@ -200,6 +200,8 @@ class PendingDecision(_Doc, frozen=True, kw_only=True):
     decision_id: str
     options: list[str]
     reason: str
+    # When the plan is denied without a decision (absent: it waits).
+    expires_at: str | UnsetType = UNSET
 
 
 class TokenState(_Doc, frozen=True, kw_only=True):

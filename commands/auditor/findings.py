@@ -25,6 +25,7 @@ INVARIANTS = (
     "skills",  # skills not pinned as defined, or an input gate that ignored them
     "no_vacuous_pass",  # a pass / token with no required validation run, not opted out
     "decision_signature",  # a decision not signed by its approver's key in force
+    "expiry_signature",  # an escalation's expiry the plane key did not sign
     "token_signature",  # a token not signed by the plane key
     "approver_endorsement",  # an approver key the plane key did not endorse
     "policy_signature",  # policy not signed by an operator key in force: the plane ignores it
@@ -71,6 +72,7 @@ class AuditReport(msgspec.Struct, kw_only=True):
 # signed policy (through the operators the plane key endorsed) and vouched for reviews.
 NEEDS_PLANE_KEY = (
     "token_signature",
+    "expiry_signature",
     "approver_endorsement",
     "policy_signature",
     "review_signature",

@@ -14,6 +14,7 @@ from ledger.events import (
     CompensationRequested,
     DecisionRecorded,
     Escalated,
+    EscalationExpired,
     EventPayload,
     ExecuteEntered,
     FixRecorded,
@@ -111,6 +112,9 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
     FixRecorded: lambda p: f"fix for attempt {p.attempt}: {_short(p.note)}",
     StrategyRevisionRequested: lambda p: f"strategy revision {p.revision}: {p.reason}",
     Escalated: lambda p: f"escalated: decision {p.decision_id} ({', '.join(p.options)})",
+    EscalationExpired: lambda p: (
+        f"escalation {p.decision_id} expired at {p.expired_at} with no decision: plan denied"
+    ),
     DecisionRecorded: lambda p: (
         f"decision {p.decision_id}: {p.choice} by {p.approver}"
         + (f" — {_short(p.guidance)}" if p.guidance else "")

@@ -10,13 +10,14 @@ from typing import Any
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from commands.rules.trust import decision_problem
+from commands.rules.trust import decision_problem, expiry_problem
 from commands.runner.sandbox import change_set_problem
 from ledger import LogReader, RecordedEvent
 from ledger.events import (
     ChangesRecorded,
     DecisionRecorded,
     Escalated,
+    EscalationExpired,
     ExecuteEntered,
     FixRecorded,
     GateChecked,
@@ -70,6 +71,7 @@ class PlanChecks(Reporting):
         self.unconfined: set[str] = set()  # plans whose programs ran unconfined
         self.tokens = TokenChecks(findings, store, plane_public_key)
         self.rederivation = Rederivation(findings, store, log)
+        self.plane_public_key = plane_public_key
 
     def policy_docs(self) -> dict[str, State | None]:
         return self.log.policy_docs()
@@ -217,6 +219,25 @@ class PlanChecks(Reporting):
         self, plan_id: str, walk: PlanWalk, event: RecordedEvent, p: DecisionRecorded
     ) -> None:
         self.check_decision(plan_id, event.position, walk, p)
+
+    @on(EscalationExpired)
+    def escalation_expired(
+        self, plan_id: str, walk: PlanWalk, event: RecordedEvent, p: EscalationExpired
+    ) -> None:
+        """The plane's denial of an escalation nobody decided in time: signed by the
+        plane key over that escalation (checked with the key), and it ends the wait."""
+        if self.plane_public_key is not None:
+            self.count("expiry_signature")
+            leaf = walk.escalation_leaf.get(p.decision_id)
+            problem = expiry_problem(p, leaf, self.plane_public_key)
+            if problem is not None:
+                self.violation(
+                    event.position, plan_id, "expiry_signature", problem,
+                    f"escalation {p.decision_id} denied as the plane's",
+                )  # fmt: skip
+        walk.decided.setdefault(p.decision_id, (event.position, "expired"))
+        if walk.pending_escalation == p.decision_id:
+            walk.pending_escalation = None
 
     @on(TokenMinted)
     def token_minted(

@@ -201,6 +201,12 @@ def list_keys(fmt: str) -> None:
 @click.option("--revise", metavar="TEXT|@file", help="Back to Strategize with this guidance.")
 @click.option("--abandon", is_flag=True, help="End the plan (terminal failure).")
 @click.option("--reason", help="Why (recorded).")
+@click.option(
+    "--expire",
+    is_flag=True,
+    help="Deny every plan whose escalation expired undecided (the plane key signs: run it "
+    "where the plane key is; the service does it on its own).",
+)
 @db_option
 @click.option(
     "--server",
@@ -217,6 +223,7 @@ def authorize_(
     revise: str | None,
     abandon: bool,
     reason: str | None,
+    expire: bool,
     server: str | None,
     fmt: str,
 ) -> None:
@@ -237,6 +244,11 @@ def authorize_(
 
     if decision_id is not None and fmt in ("jsonl", "csv"):
         fail(f"--format {fmt} lists the pending decisions: give no DECISION_ID")
+    if expire:
+        if decision_id is not None or server is not None or key_file is not None:
+            fail("--expire takes no DECISION_ID, --key or --server: the plane key signs")
+        _expire(fmt)
+        return
     if server is not None:
         _authorize_remotely(server, decision_id, key_file, revise, abandon, reason, fmt)
         return
@@ -261,6 +273,21 @@ def authorize_(
         reason=reason,
     )
     _report_decision(msgspec.to_builtins(decided), fmt)
+
+
+def _expire(fmt: str) -> None:
+    import msgspec
+
+    from commands.plane.expiry import expire_escalations
+
+    expired = [msgspec.to_builtins(e) for e in expire_escalations(open_plane())]
+    if fmt == "json":
+        emit_json({"expired": expired})
+        return
+    for e in expired:
+        click.echo(f"escalation {e['decision_id']} of plan {inert(e['plan_id'])} expired: denied")
+    if not expired:
+        click.echo("no escalation has expired")
 
 
 def _report_decision(decided: dict[str, Any], fmt: str) -> None:

@@ -28,6 +28,7 @@ from commands.rules.trust import (
     ApproverKey,
     Identity,
     decision_problem,
+    expiry_problem,
     needs_operator,
     token_signed,
 )
@@ -39,6 +40,7 @@ from ledger.events import (
     ChangesRecorded,
     DecisionRecorded,
     Escalated,
+    EscalationExpired,
     ExecuteEntered,
     PlanCreated,
     ResolvedAttachment,
@@ -375,6 +377,9 @@ class Authority:
                 self._escalation_leaf(stream, p.decision_id),
                 self.approver_keys(before=event.position).get(p.key_fingerprint),
             )
+        if isinstance(p, EscalationExpired) and self._plane_key is not None:
+            leaf = self._escalation_leaf(stream, p.decision_id)
+            return expiry_problem(p, leaf, self._plane_key())
         return None
 
     def _token_problem(self, p: TokenMinted, minted: set[str]) -> str | None:

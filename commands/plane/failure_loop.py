@@ -14,9 +14,13 @@ as folded before it.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
+import msgspec
 from ulid import ULID
 
 from ledger.events import Escalated, EventPayload, PlanHalted, StrategyRevisionRequested
+from ledger.timestamps import rfc3339
 from projections.states import PlanState
 
 DECISION_OPTIONS = ["revise", "abandon"]
@@ -74,7 +78,14 @@ def _next_step(
 
 
 def escalation(plan: PlanState, reason: str) -> Escalated:
-    """A pending decision for a human (a fresh decision id, the options)."""
+    """A pending decision for a human (a fresh decision id, the options), expiring after
+    the plan's ``decision_timeout_s`` when it has one."""
+    timeout = plan.global_config.decision_timeout_s
+    expires = (
+        rfc3339(datetime.now(UTC) + timedelta(seconds=timeout))
+        if isinstance(timeout, int)
+        else msgspec.UNSET
+    )
     return Escalated(
         plan_id=plan.plan_id,
         decision_id=str(ULID()),
@@ -82,6 +93,7 @@ def escalation(plan: PlanState, reason: str) -> Escalated:
         reason=reason,
         revision=plan.revision,
         attempt=plan.attempt,
+        expires_at=expires,
     )
 
 

@@ -110,6 +110,11 @@ def plan_brief(plane: Plane, plan_id: str) -> dict[str, Any]:
         "needs_fix": doc.needs_fix,
         "terminal": doc.terminal,
         "pending_decision": pending.decision_id if pending is not None else None,
+        **(
+            {"decision_expires_at": pending.expires_at}
+            if pending is not None and isinstance(pending.expires_at, str)
+            else {}
+        ),
     }
 
 

@@ -85,6 +85,7 @@ __all__ = [
     "approver_record",
     "decision_record",
     "endorse_key",
+    "expiry_record",
     "identity_record",
     "key_registration",
     "load_or_create_operator_key",
@@ -105,7 +106,15 @@ __all__ = [
 ]
 
 Domain = Literal[
-    "decision", "token", "approver", "operator", "policy", "review", "ledger", "request"
+    "decision",
+    "token",
+    "approver",
+    "operator",
+    "policy",
+    "review",
+    "ledger",
+    "request",
+    "expiry",
 ]
 DOMAINS: tuple[str, ...] = (
     "decision",
@@ -116,6 +125,7 @@ DOMAINS: tuple[str, ...] = (
     "review",
     "ledger",
     "request",  # an operator's request to the service (``commands.service.operator``)
+    "expiry",  # the plane's: an escalation's time ran out (``EscalationExpired``)
 )
 DECISION_CHOICES: tuple[str, ...] = ("revise", "abandon")  # DecisionRecorded.choice
 PLANE_KEY_ENV = "EVIDENCE_PLANE_KEY"
@@ -253,6 +263,19 @@ def decision_record(
         "reason": reason,
         "escalation_hash": escalation_hash,
         "signed_at": signed_at,
+    }
+
+
+def expiry_record(
+    decision_id: str, plan_id: str, escalation_hash: str, expired_at: str
+) -> dict[str, Any]:
+    """The record the plane key signs (domain ``expiry``) to deny a plan whose escalation
+    nobody decided in time: the escalation (its leaf hash pins one) and the time."""
+    return {
+        "decision_id": decision_id,
+        "plan_id": plan_id,
+        "escalation_hash": escalation_hash,
+        "expired_at": expired_at,
     }
 
 

@@ -33,6 +33,7 @@ from ledger.events import (
     CredentialIssued,
     CredentialRevoked,
     DecisionRecorded,
+    EscalationExpired,
     EventPayload,
     GlobalConfig,
     LedgerIdentified,
@@ -56,6 +57,7 @@ from .signing import (
     SigningError,
     approver_record,
     decision_record,
+    expiry_record,
     identity_record,
     policy_record,
     review_record,
@@ -451,6 +453,19 @@ def review_problem(
                 ok = False
             return None if ok else "the plane's signature over the review does not verify"
     return "it has no committed report"
+
+
+def expiry_problem(
+    p: EscalationExpired, escalation_leaf: bytes | None, plane_public_key: Ed25519PublicKey
+) -> str | None:
+    """Why an escalation's expiry is not the plane's (None when its signature holds): the
+    plane key signs the escalation's leaf hash and the time."""
+    if escalation_leaf is None or p.escalation_hash != escalation_leaf.hex():
+        return f"escalation {p.decision_id}'s expiry is signed over its escalation's leaf hash"
+    record = expiry_record(p.decision_id, p.plan_id, p.escalation_hash, p.expired_at)
+    if not _verifies(plane_public_key, record, p.signature, "expiry", None):
+        return f"escalation {p.decision_id}'s expiry is signed by the plane key"
+    return None
 
 
 def decision_problem(

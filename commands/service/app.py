@@ -48,6 +48,7 @@ import hashlib
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -70,6 +71,7 @@ from commands.errors import CommandRefused, said_by
 from commands.plane import tracing
 from commands.plane.core import Plane
 from commands.plane.credentials import CredentialState
+from commands.plane.expiry import expire_escalations
 from commands.plane.hooks import HookCall, UnknownTools, read_hook_input, refused_answer
 from commands.rules.signing import plane_key_path
 from commands.runner.mcp_sessions import WarmSessions
@@ -125,6 +127,7 @@ RESOURCE_NAME = "Evidence Ledger plane service"
 log = logging.getLogger("evidence.service")
 T = TypeVar("T")
 ROUND_SECRET = b"evidence/mcp-request-state/v1\0"  # the derivation's label
+EXPIRE_EVERY_S = 15.0  # how often the service denies escalations whose time ran out
 
 
 class Service:
@@ -164,6 +167,10 @@ class Service:
         # readiness and metrics reads beside them.
         self._limiter: anyio.CapacityLimiter | None = None
         self.mcp = McpGate(self, sessions=mcp_sessions)
+        self._stopping = threading.Event()
+        self._expiring = threading.Thread(
+            target=self._expire_due, name="escalation-expiry", daemon=True
+        )
 
     # -- life -------------------------------------------------------------------------
 
@@ -189,8 +196,19 @@ class Service:
         self._limiter = anyio.CapacityLimiter(self.max_in_flight + AUTH_POOL + 2)
         self.committer.start()
         self.follower.start()
+        self._expiring.start()
+
+    def _expire_due(self) -> None:
+        """Every ``EXPIRE_EVERY_S``: deny the plans whose escalation expired undecided
+        (``commands.plane.expiry``: a plane-signed ``plan.escalation_expired`` each)."""
+        while not self._stopping.wait(EXPIRE_EVERY_S):
+            try:
+                self.pool.run(expire_escalations)
+            except Exception as exc:  # the database is away: the next round tries again
+                log.warning("escalation expiry: %s", exc)
 
     def stop(self) -> None:
+        self._stopping.set()
         self.pool.close()
         self.warm.close()
         self.committer.stop()

@@ -165,6 +165,8 @@ PLAN_STATE = {
         "needs_fix": {"type": "boolean"},
         "terminal": {"enum": [None, "failed", "applied"]},
         "pending_decision": {"type": ["string", "null"]},
+        # when the pending decision's time runs out (a plan with decision_timeout_s)
+        "decision_expires_at": {"type": "string"},
     },
     "additionalProperties": False,
 }

@@ -34,6 +34,11 @@ class GlobalConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     # opt-out (each run recorded ``unconfined``). Absent means ``landlock``: absent, not
     # defaulted, so plans created before the option keep their bytes.
     confinement: Literal["landlock", "none"] | msgspec.UnsetType = msgspec.UNSET
+    # Seconds an escalation waits for a human decision; then the plan is denied (it ends,
+    # failed) on the plane's signature. Absent: an escalation waits until it is decided.
+    decision_timeout_s: Annotated[int, msgspec.Meta(ge=60, le=30 * 86400)] | msgspec.UnsetType = (
+        msgspec.UNSET
+    )
 
 
 class PlanCreated(EventPayload, tag="plan.created", kw_only=True, frozen=True):
@@ -163,6 +168,24 @@ class Escalated(EventPayload, tag="plan.escalated", kw_only=True, frozen=True):
     reason: str
     revision: int
     attempt: int
+    # When the plan is denied if no approver decided (the plan's decision_timeout_s
+    # after the escalation; absent: it waits). RFC 3339, UTC.
+    expires_at: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class EscalationExpired(EventPayload, tag="plan.escalation_expired", kw_only=True, frozen=True):
+    """No approver decided a pending escalation before it expired: the plan is denied
+    (it ends, failed). A timeout, not a silence: the plane key signs the escalation's
+    leaf hash and the time, and only after the escalation's ``expires_at``."""
+
+    STREAM = "plan:{plan_id}"
+    DELTA = "clears /pending_decision, records /decisions/<decision_id> = expired, /terminal failed"
+
+    plan_id: str
+    decision_id: str
+    escalation_hash: str  # leaf hash of the escalation event, hex
+    expired_at: str  # RFC 3339, UTC: at or after the escalation's expires_at
+    signature: str  # base64 Ed25519 by the plane key over the expiry record
 
 
 class DecisionRecorded(EventPayload, tag="plan.decision_recorded", kw_only=True, frozen=True):

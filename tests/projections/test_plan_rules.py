@@ -53,6 +53,7 @@ from ledger.events import (
     CompensationRequested,
     DecisionRecorded,
     Escalated,
+    EscalationExpired,
     EventPayload,
     ExecuteEntered,
     FixRecorded,
@@ -309,7 +310,9 @@ class Plan:
             terminal=terminal,
         )
 
-    def escalated(self, options: tuple[str, ...] = ("revise", "abandon")) -> Escalated:
+    def escalated(
+        self, options: tuple[str, ...] = ("revise", "abandon"), expires_at: str | None = None
+    ) -> Escalated:
         return Escalated(
             plan_id=self.id,
             decision_id=DECISION,
@@ -317,6 +320,18 @@ class Plan:
             reason="a human decides",
             revision=0,
             attempt=1,
+            expires_at=expires_at if expires_at is not None else msgspec.UNSET,
+        )
+
+    def expired(
+        self, at: str = "2026-12-07T05:00:00.000000Z", decision_id: str = DECISION
+    ) -> EscalationExpired:
+        return EscalationExpired(
+            plan_id=self.id,
+            decision_id=decision_id,
+            escalation_hash=DIGEST,
+            expired_at=at,
+            signature="c2lnbmF0dXJl",
         )
 
     def decision(self, decision_id: str = DECISION, choice: str = "revise") -> DecisionRecorded:
@@ -470,6 +485,34 @@ PLAN_CASES: list[Case] = [
         "only-the-decision-while-pending",
         "nothing but the decision moves a plan awaiting a human decision",
         lambda p: [*p.executing(), p.escalated(), p.fix()],
+    ),
+    Case(
+        "an-expiry-of-a-pending-escalation",
+        "an escalation expires only while it is pending",
+        lambda p: [*p.executing(), p.expired()],
+    ),
+    Case(
+        "an-expiry-of-its-own-escalation",
+        "an escalation expires only while it is pending",
+        lambda p: [
+            *p.executing(),
+            p.escalated(expires_at="2026-12-07T04:00:00.000000Z"),
+            p.expired(decision_id="01J00000000000000000000OTH"),
+        ],
+    ),
+    Case(
+        "an-expiry-after-its-time",
+        "an escalation expires at or after its expiry, and only one that has one",
+        lambda p: [
+            *p.executing(),
+            p.escalated(expires_at="2026-12-07T06:00:00.000000Z"),
+            p.expired(at="2026-12-07T05:59:59.999999Z"),
+        ],
+    ),
+    Case(
+        "an-expiry-of-one-that-expires",
+        "an escalation expires at or after its expiry, and only one that has one",
+        lambda p: [*p.executing(), p.escalated(), p.expired()],
     ),
     Case(
         "one-pending-decision",
