@@ -275,6 +275,7 @@ def _escalated(doc: PlanState, p: Escalated) -> PlanState:
             options=list(p.options),
             reason=p.reason,
             expires_at=p.expires_at,
+            approvals_required=p.approvals_required,
         ),
         token=_superseded(doc.token),
     )
@@ -293,6 +294,11 @@ def _expired(doc: PlanState, p: EscalationExpired) -> PlanState:
 
 @fold_plan.on(DecisionRecorded)
 def _decided(doc: PlanState, p: DecisionRecorded) -> PlanState:
+    pending = doc.pending_decision
+    if pending is not None and not pending.stands_with(p.approver, p.choice):
+        # k of n: one approver's signature, kept until k signed one choice
+        signed = pending.signed_with(p.approver, p.choice)
+        return replace(doc, pending_decision=replace(pending, approvals=signed))
     decided = replace(
         doc,
         pending_decision=None,

@@ -317,6 +317,8 @@ def _decided(doc: PlanState, p: DecisionRecorded) -> str | None:
         return "a decision decides the plan's pending escalation"
     if p.choice not in pending.options:
         return f"a decision is one of the escalation's options {pending.options}"
+    if pending.approvals is not msgspec.UNSET and p.approver in pending.approvals:
+        return "an approver signs an escalation once"
     return None
 
 

@@ -202,6 +202,23 @@ class PendingDecision(_Doc, frozen=True, kw_only=True):
     reason: str
     # When the plan is denied without a decision (absent: it waits).
     expires_at: str | UnsetType = UNSET
+    # k of n: how many approvers must sign one choice, and who signed what so far
+    # (absent: one approver decides).
+    approvals_required: int | UnsetType = UNSET
+    approvals: dict[str, str] | UnsetType = UNSET
+
+    def signed_with(self, approver: str, choice: str) -> dict[str, str]:
+        """Who signed what, with ``approver``'s signature of ``choice`` added."""
+        before = self.approvals if self.approvals is not UNSET else {}
+        return {**before, approver: choice}
+
+    def stands_with(self, approver: str, choice: str) -> bool:
+        """Whether ``approver``'s signature of ``choice`` decides the escalation: always
+        with one approver; with k of n, once k signed that choice."""
+        if not isinstance(self.approvals_required, int):
+            return True
+        signed = self.signed_with(approver, choice)
+        return sum(c == choice for c in signed.values()) >= self.approvals_required
 
 
 class TokenState(_Doc, frozen=True, kw_only=True):

@@ -359,6 +359,8 @@ class PlanChecks(Reporting):
                 problem,
                 f"decision {p.decision_id} recorded as {p.approver}'s",
             )
+        if _partial(walk, p):  # k of n: one approver's signature of several
+            return
         walk.decided.setdefault(p.decision_id, (pos, p.choice))
         if walk.pending_escalation == p.decision_id:
             walk.pending_escalation = None
@@ -479,3 +481,9 @@ class PlanChecks(Reporting):
 
 def _pins(pins: dict[str, SkillPin]) -> str:
     return ", ".join(f"{name} v{pin.version}" for name, pin in sorted(pins.items())) or "none"
+
+
+def _partial(walk: PlanWalk, p: DecisionRecorded) -> bool:
+    """The decision is one approver's of an escalation that needs more to stand."""
+    pending = walk.doc.pending_decision if walk.doc is not None else None
+    return pending is not None and not pending.stands_with(p.approver, p.choice)

@@ -240,7 +240,7 @@ def authorize_(
     """
     import msgspec
 
-    from commands.plane.lifecycle import authorize, pending_decisions
+    from commands.plane.lifecycle import authorize, decision_stands, pending_decisions
 
     if decision_id is not None and fmt in ("jsonl", "csv"):
         fail(f"--format {fmt} lists the pending decisions: give no DECISION_ID")
@@ -272,7 +272,8 @@ def authorize_(
         guidance=text_or_file(revise, "--revise") if revise else None,
         reason=reason,
     )
-    _report_decision(msgspec.to_builtins(decided), fmt)
+    stands = decision_stands(plane, decided.plan_id, decided.decision_id)
+    _report_decision({**msgspec.to_builtins(decided), "stands": stands}, fmt)
 
 
 def _expire(fmt: str) -> None:
@@ -291,15 +292,24 @@ def _expire(fmt: str) -> None:
 
 
 def _report_decision(decided: dict[str, Any], fmt: str) -> None:
+    """The decision recorded (``stands``: it decided the escalation; with k of n
+    approvers, a signature may leave it waiting for more)."""
+    stands = decided.pop("stands", True)
     if fmt == "json":
-        emit_json({"decision": decided})
+        emit_json({"decision": decided, "stands": stands})
+        return
+    who = inert(str(decided["approver"]))
+    if not stands:
+        click.echo(
+            f"decision {decided['decision_id']}: {decided['choice']} signed by {who}; "
+            "waiting for more approvers"
+        )
         return
     then = (
         "plan back in Strategize: record a strategy, execute, re-validate"
         if decided["choice"] == "revise"
         else "plan ended (terminal failure)"
     )
-    who = inert(str(decided["approver"]))
     click.echo(f"decision {decided['decision_id']}: {decided['choice']} by {who}; {then}")
 
 

@@ -131,7 +131,8 @@ def decide(to: Remote, asked: dict[str, Any]) -> dict[str, Any]:
         "fingerprint": fingerprint(to.key.public_key()),
         "signature": signature,
     }
-    return dict(_post(to, "/v1/approver/decide", body)["decision"])
+    answer = _post(to, "/v1/approver/decide", body)
+    return {**answer["decision"], "stands": bool(answer["stands"])}
 
 
 class _Moved(Exception):

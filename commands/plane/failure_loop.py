@@ -17,6 +17,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+from msgspec import UNSET
 from ulid import ULID
 
 from ledger.events import Escalated, EventPayload, PlanHalted, StrategyRevisionRequested
@@ -79,8 +80,10 @@ def _next_step(
 
 def escalation(plan: PlanState, reason: str) -> Escalated:
     """A pending decision for a human (a fresh decision id, the options), expiring after
-    the plan's ``decision_timeout_s`` when it has one."""
+    the plan's ``decision_timeout_s`` when it has one, needing ``approvals_required``
+    approvers' signatures on one choice when more than one."""
     timeout = plan.global_config.decision_timeout_s
+    required = plan.global_config.approvals_required
     expires = (
         rfc3339(datetime.now(UTC) + timedelta(seconds=timeout))
         if isinstance(timeout, int)
@@ -94,6 +97,7 @@ def escalation(plan: PlanState, reason: str) -> Escalated:
         revision=plan.revision,
         attempt=plan.attempt,
         expires_at=expires,
+        approvals_required=required if isinstance(required, int) and required > 1 else UNSET,
     )
 
 

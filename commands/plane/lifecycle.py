@@ -631,6 +631,14 @@ def _escalation(plane: Plane, decision_id: str) -> tuple[RecordedEvent, Escalate
     )
 
 
+def decision_stands(plane: Plane, plan_id: str, decision_id: str) -> bool:
+    """Whether escalation ``decision_id`` is decided (with k of n approvers, a signature
+    recorded may leave it waiting for more)."""
+    doc = plane.state(f"plan:{plan_id}").of(PlanState)
+    pending = doc.pending_decision if doc is not None else None
+    return pending is None or pending.decision_id != decision_id
+
+
 def decision_to_sign(
     plane: Plane,
     decision_id: str,

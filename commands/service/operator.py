@@ -28,7 +28,12 @@ from commands.errors import CommandRefused
 from commands.plane.attachments import attach, detach
 from commands.plane.core import Plane
 from commands.plane.credentials import Unauthenticated, issue_credential, revoke_credential
-from commands.plane.lifecycle import decision_to_sign, pending_decisions, record_decision
+from commands.plane.lifecycle import (
+    decision_stands,
+    decision_to_sign,
+    pending_decisions,
+    record_decision,
+)
 from commands.plane.registry import define_skill, register_tool, register_validation
 from commands.plane.signers import commit, prepare
 from commands.rules.operator_requests import SKEW_S, parse_authorization, request_record
@@ -207,7 +212,8 @@ def _to_sign(plane: Plane, _name: str, body: Mapping[str, Any]) -> dict[str, Any
 def _decided(plane: Plane, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
     record = dict(body["record"])
     decided = record_decision(plane, record, str(body["fingerprint"]), str(body["signature"]))
-    return {"decision": msgspec.to_builtins(decided)}
+    stands = decision_stands(plane, decided.plan_id, decided.decision_id)
+    return {"decision": msgspec.to_builtins(decided), "stands": stands}
 
 
 ROUTES: dict[str, Callable[[Plane, str, Mapping[str, Any]], dict[str, Any]]] = {

@@ -765,7 +765,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "A decision signed by the approver's key: recorded when the escalation is still "
         "pending and the signature verifies under an active approver key of the ledger.",
         "approver",
-        ok=closed({"decision": OBJECT}, ["decision"]),
+        ok=closed({"decision": OBJECT, "stands": {"type": "boolean"}}, ["decision", "stands"]),
         body=DECISION_SIGNED,
     ),
 )

@@ -39,6 +39,9 @@ class GlobalConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     decision_timeout_s: Annotated[int, msgspec.Meta(ge=60, le=30 * 86400)] | msgspec.UnsetType = (
         msgspec.UNSET
     )
+    # How many approvers must each sign the same choice before an escalation is
+    # decided (k of the n registered). Absent: one.
+    approvals_required: Annotated[int, msgspec.Meta(ge=1, le=9)] | msgspec.UnsetType = msgspec.UNSET
 
 
 class PlanCreated(EventPayload, tag="plan.created", kw_only=True, frozen=True):
@@ -171,6 +174,9 @@ class Escalated(EventPayload, tag="plan.escalated", kw_only=True, frozen=True):
     # When the plan is denied if no approver decided (the plan's decision_timeout_s
     # after the escalation; absent: it waits). RFC 3339, UTC.
     expires_at: str | msgspec.UnsetType = msgspec.UNSET
+    # Approvers who must each sign the same choice (the plan's approvals_required, when
+    # more than one); absent: one decides.
+    approvals_required: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class EscalationExpired(EventPayload, tag="plan.escalation_expired", kw_only=True, frozen=True):

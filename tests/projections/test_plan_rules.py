@@ -311,7 +311,10 @@ class Plan:
         )
 
     def escalated(
-        self, options: tuple[str, ...] = ("revise", "abandon"), expires_at: str | None = None
+        self,
+        options: tuple[str, ...] = ("revise", "abandon"),
+        expires_at: str | None = None,
+        approvals: int | None = None,
     ) -> Escalated:
         return Escalated(
             plan_id=self.id,
@@ -321,6 +324,7 @@ class Plan:
             revision=0,
             attempt=1,
             expires_at=expires_at if expires_at is not None else msgspec.UNSET,
+            approvals_required=approvals if approvals is not None else msgspec.UNSET,
         )
 
     def expired(
@@ -513,6 +517,12 @@ PLAN_CASES: list[Case] = [
         "an-expiry-of-one-that-expires",
         "an escalation expires at or after its expiry, and only one that has one",
         lambda p: [*p.executing(), p.escalated(), p.expired()],
+    ),
+    Case(
+        "an-approver-signs-once",
+        "an approver signs an escalation once",
+        lambda p: [*p.executing(), p.escalated(approvals=2), p.decision(), p.decision()],
+        on_a_store=False,  # the first decision is not signed
     ),
     Case(
         "one-pending-decision",
@@ -1021,6 +1031,8 @@ def test_the_plane_refuses_a_plan_at_each_rule_and_audit_reports_it(db_url: str)
                 plane.store, plan.stream, *case.history(plan), blobs=(SNAPSHOT_BLOB, CHANGES_BLOB)
             )
             forged[positions[-1]] = case.id
+            if not case.on_a_store:  # refused earlier, at its unsigned decision
+                continue
             try:
                 plane.state(plan.stream)
             except TamperedPlan as refused:
