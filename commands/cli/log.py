@@ -349,6 +349,12 @@ def _indented_json(value: object) -> str:
     default=None,
     help="Processes checking parts of the log at once (default: the cores available).",
 )
+@click.option(
+    "--trace",
+    "trace_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="An OTLP JSON trace of the plane: check each span's receipt against the log.",
+)
 @bundle_option
 @db_option
 @json_option
@@ -358,6 +364,7 @@ def verify(
     public_key_file: Path | None,
     verifier: str | None,
     jobs: int | None,
+    trace_file: Path | None,
     bundle_file: Path | None,
     as_json: bool,
 ) -> None:
@@ -373,6 +380,9 @@ def verify(
     """
     from ledger.verify import available_cores, parse_tree_head, verify_store
 
+    if trace_file is not None:
+        _verify_trace(trace_file, as_json)
+        return
     if verifier is not None and checkpoint_file is None:
         fail("--verifier-key checks a --checkpoint: give one")
     if bundle_file is not None:
@@ -421,5 +431,29 @@ def verify(
                 at = f"position {p.position}" if p.position is not None else "head"
                 out.print(f"  {at}: {p.kind}: {inert(p.detail)}", markup=False)
         out.print(f"tree head {report.size}:{report.root}")
+    if not report.ok:
+        click.get_current_context().exit(EXIT_VERDICT)
+
+
+def _verify_trace(trace_file: Path, as_json: bool) -> None:
+    """``verify --trace``: every span's receipt in the log as named (exit 1 otherwise)."""
+    from commands.auditor.traces import check_trace
+
+    try:
+        text = trace_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--trace {inert(str(trace_file))}: {exc}")
+    report = check_trace(open_store(), text)
+    if as_json:
+        emit_json(report.to_json())
+    elif report.ok:
+        click.echo(
+            f"ok: {report.receipted} of {report.spans} spans carry receipts; "
+            f"{report.checked} events in the log as named"
+        )
+    else:
+        click.echo(f"FAILED: {len(report.problems)} receipt(s) not in the log as named")
+        for problem in report.problems:
+            click.echo(f"  {inert(problem)}")
     if not report.ok:
         click.get_current_context().exit(EXIT_VERDICT)

@@ -38,6 +38,7 @@ from commands.plane.attachments import attach
 from commands.plane.credentials import issue_credential
 from commands.service import create_app
 from projections.states import PlanState
+from tests.helpers import run_cli
 
 SEARCH = {
     "name": "search",
@@ -348,3 +349,68 @@ def test_a_decision_is_a_span_whose_receipt_is_the_decision(
         assert "plan.decision_recorded" in attrs["evidence.event.types"]
         assert attrs["evidence.plan.id"] == "P-1"
         _check_receipt(plane, decided)
+
+
+def _otlp_value(value: Any) -> dict[str, Any]:
+    """An attribute value as OTLP JSON's ``AnyValue`` (an int64 as a string: proto3 JSON)."""
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, list | tuple):
+        return {"arrayValue": {"values": [_otlp_value(v) for v in value]}}
+    return {"stringValue": str(value)}
+
+
+def _otlp_line(spans: list[ReadableSpan]) -> str:
+    """The spans as one OTLP JSON document, as the Collector's `file` exporter writes it."""
+    encoded = [
+        {
+            "name": s.name,
+            "attributes": [
+                {"key": k, "value": _otlp_value(v)} for k, v in (s.attributes or {}).items()
+            ],
+        }
+        for s in spans
+    ]
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": encoded}]}]})
+
+
+def test_verify_trace_checks_each_receipt_against_the_log(
+    plane: Plane, tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    """`evidence verify --trace FILE`: every span's receipt is in the log as named (exit
+    0); a span naming another hash, or a position the log does not hold, is found
+    (exit 1)."""
+    _plan(plane, tmp_path, "T-1")
+    assert call_tool(plane, "T-1", "search", {"query": "x"}, recorded_output={"hits": []}).ok
+    finished = list(spans.get_finished_spans())
+    trace = tmp_path / "trace.json"
+    trace.write_text(_otlp_line(finished) + "\n" + _otlp_line(finished[:1]) + "\n")
+    db = ["--db", plane.store.url]
+    good = run_cli("verify", "--trace", str(trace), "--json", *db)
+    assert good.returncode == 0, good.stdout + good.stderr
+    checked = json.loads(good.stdout)
+    assert checked["ok"] and checked["receipted"] == checked["spans"] == len(finished) + 1
+    assert checked["checked"] == 3  # the gate check, the call, the output verdict
+    head = plane.store.head().size
+
+    def forged(key: str, value: dict[str, Any]) -> str:
+        """The first span's receipt with one list's first item replaced."""
+        document = json.loads(_otlp_line(finished[:1]))
+        [span] = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        [found] = [a for a in span["attributes"] if a["key"] == key]
+        found["value"]["arrayValue"]["values"][0] = value
+        return json.dumps(document)
+
+    for changed in (
+        forged("evidence.event.hashes", {"stringValue": "00" * 32}),  # another hash
+        forged("evidence.ledger.positions", {"intValue": str(head + 100)}),  # no event
+        forged("evidence.event.types", {"stringValue": "plan.applied"}),  # another type
+    ):
+        trace.write_text(changed + "\n")
+        bad = run_cli("verify", "--trace", str(trace), *db)
+        assert bad.returncode == 1, bad.stdout + bad.stderr
+        assert "not in the log as named" in bad.stdout
