@@ -37,10 +37,12 @@ from commands.plane.lifecycle import (
 from commands.plane.registry import define_skill, register_tool, register_validation
 from commands.plane.signers import commit, prepare
 from commands.rules.operator_requests import SKEW_S, parse_authorization, request_record
+from commands.rules.plan_runs import last_run_failures, plan_runs
 from commands.rules.signing import SigningError, verify_record
 from commands.schemas.checker import check
 from ledger.events import AnyEvent
 from ledger.keys import public_key_from_b64
+from projections.states import PlanState
 
 from .bodies import BadRequest, body_of
 from .routes import Endpoint, closed
@@ -195,7 +197,25 @@ def committed(plane: Plane, body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _pending(plane: Plane, _name: str, _body: Mapping[str, Any]) -> dict[str, Any]:
-    return {"decisions": [msgspec.to_builtins(p) for p in pending_decisions(plane)]}
+    """What waits for a decision, with what an approver decides on: the escalation's
+    reason, when it expires, who signed what so far (k of n), and the failing results
+    of the plan's last run (their messages and the tails of what their programs said)."""
+    decisions = []
+    for pending in pending_decisions(plane):
+        doc = plane.state(f"plan:{pending.plan_id}").of(PlanState)
+        waiting = doc.pending_decision if doc is not None else None
+        events = plan_runs(plane.store, pending.plan_id)
+        failures = last_run_failures(events, plane.store.get_blob)
+        extra = {
+            "expires_at": waiting.expires_at if waiting is not None else None,
+            "approvals_required": waiting.approvals_required if waiting is not None else None,
+            "approvals": waiting.approvals if waiting is not None else None,
+            "strategy": doc.strategy if doc is not None else None,
+            "failures": [msgspec.to_builtins(f) for f in failures],
+        }
+        found = {k: v for k, v in extra.items() if v is not None and v is not msgspec.UNSET}
+        decisions.append({**msgspec.to_builtins(pending), **found})
+    return {"decisions": decisions}
 
 
 def _to_sign(plane: Plane, _name: str, body: Mapping[str, Any]) -> dict[str, Any]:

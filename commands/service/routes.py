@@ -357,6 +357,11 @@ PENDING = closed(
         "decision_id": {"type": "string"},
         "options": {"type": "array", "items": {"type": "string"}},
         "reason": {"type": "string"},
+        "expires_at": {"type": "string"},
+        "approvals_required": {"type": "integer"},
+        "approvals": {"type": "object", "additionalProperties": {"type": "string"}},
+        "strategy": {"type": "string"},
+        "failures": {"type": "array", "items": OBJECT},
     },
     ["plan_id", "decision_id", "options", "reason"],
 )

@@ -309,3 +309,55 @@ def test_only_an_approvers_signature_decides_and_only_as_signed(
     assert _head(sqlite_url) == before
     body["record"] = record
     assert _post(url, key, "/v1/approver/decide", body).status_code == 200
+
+
+@pytest.fixture
+def two_of_three(sqlite_url: str, socket_dir: Path, tmp_path: Path) -> Iterator[str]:
+    """P-1 escalated needing 2 of its 3 approvers (alice, bob, carol: each key on its
+    owner's machine), and `evidence serve` on the ledger: the socket's URL."""
+    from commands.plane.validation_runs import validate_plan
+    from tests.helpers import status_plan
+
+    config = {"retry_limit": 0, "max_strategy_revisions": 0, "approvals_required": 2}
+    with Plane.open(sqlite_url) as plane:
+        status_plan(plane, tmp_path, config)
+        for name in ("bob", "carol"):
+            generate_key_pair(tmp_path / f"{name}.key")
+            add_approver_key(plane, name, Path(f"{tmp_path / name}.key.pub"))
+        assert validate_plan(plane, "P-1").outcome == "escalate"
+    sock = socket_dir / "serve.sock"
+    serve = [sys.executable, "-m", "commands.cli", "serve", "--db", sqlite_url, "--uds", str(sock)]
+    env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
+    with harness.serving(serve, stderr=tmp_path / "serve.log", env=env) as url:
+        yield url
+
+
+def test_two_of_three_approvers_decide_through_the_service(
+    two_of_three: str, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each approver lists what waits (with the failing results it is about) and signs
+    where they sit; the first signature waits for a second, the second decides."""
+    url = two_of_three
+    host_key = os.environ["EVIDENCE_PLANE_KEY"]
+    _elsewhere(monkeypatch, tmp_path)
+
+    def as_(name: str, *args: str) -> Any:
+        return invoke("authorize", *args, "--server", url, "--key", str(tmp_path / f"{name}.key"))
+
+    listed = as_("carol", "--json")
+    assert listed.exit_code == 0, listed.output
+    [pending] = json.loads(listed.stdout)["decisions"]
+    assert pending["approvals_required"] == 2 and "approvals" not in pending
+    [failure] = pending["failures"]
+    assert failure["validation"] == "status" and "bad" in failure["message"]
+    decision = pending["decision_id"]
+    first = as_("alice", decision, "--abandon", "--json")
+    assert first.exit_code == 0 and json.loads(first.stdout)["stands"] is False, first.output
+    [waiting] = json.loads(as_("carol", "--json").stdout)["decisions"]
+    assert waiting["approvals"] == {"alice": "abandon"}
+    second = as_("bob", decision, "--abandon")
+    assert second.exit_code == 0, second.output
+    assert f"decision {decision}: abandon by bob; plan ended" in second.stdout
+    assert json.loads(as_("carol", "--json").stdout)["decisions"] == []
+    audit = run_cli("audit", "--db", sqlite_url, env={"EVIDENCE_PLANE_KEY": host_key})
+    assert audit.returncode == 0, audit.stdout + audit.stderr
