@@ -8,6 +8,7 @@ and the audit names it)."""
 from __future__ import annotations
 
 import base64
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -87,3 +88,17 @@ def test_an_expiry_the_plane_did_not_sign_is_refused_and_audited(
     audit = run_cli("audit", "--db", db_url)
     assert audit.returncode == 1, audit.stdout + audit.stderr
     assert "expiry_signature" in audit.stdout and "signed by the plane key" in audit.stdout
+
+
+def test_authorize_expire_records_only_what_is_due(db_url: str, tmp_path: Path) -> None:
+    """`evidence authorize --expire` on the host: an escalation not yet due stays
+    pending (its time is the plane's clock, not the caller's)."""
+    with Plane.open(db_url) as plane:
+        _escalated(plane, tmp_path)
+    done = run_cli("authorize", "--expire", "--json", "--db", db_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == {"expired": []}
+    refused = run_cli("authorize", "01M8N0Q6Z4", "--expire", "--db", db_url)
+    assert refused.returncode == 2 and "--expire takes no DECISION_ID" in refused.stderr
+    with Plane.open(db_url) as plane:
+        assert get_plan(plane, "P-1").pending_decision is not None
