@@ -147,8 +147,11 @@ def _issue_remotely(
 @click.argument("credential_id")
 @click.option("--reason", default="", help="Why (recorded).")
 @db_option
+@server_options
 @json_option
-def revoke(credential_id: str, reason: str, as_json: bool) -> None:
+def revoke(
+    credential_id: str, reason: str, server: str | None, operator_key: str | None, as_json: bool
+) -> None:
     """Revoke CREDENTIAL_ID: the service refuses it from now on.
 
     \b
@@ -157,9 +160,32 @@ def revoke(credential_id: str, reason: str, as_json: bool) -> None:
     """
     from commands.plane.credentials import revoke_credential
 
+    if server is not None:
+        _revoke_remotely(server, operator_key, credential_id, reason, as_json)
+        return
     state = revoke_credential(open_plane(), credential_id, reason)
     if as_json:
         emit_json({"credential": _listed(state, True)})
+    else:
+        click.echo(f"credential {credential_id}: revoked")
+
+
+def _revoke_remotely(
+    server: str, operator_key: str | None, credential_id: str, reason: str, as_json: bool
+) -> None:
+    """The revocation through the service, signed here (that credential's only)."""
+    from ledger.events import CredentialRevoked
+
+    from .operator_remote import act, remote
+
+    def expect(p: object) -> str | None:
+        ok = isinstance(p, CredentialRevoked) and p.credential_id == credential_id
+        return None if ok else f"another event than the revocation of {credential_id}"
+
+    args = {"credential_id": credential_id, "reason": reason}
+    act(remote(server, operator_key), "credential.revoke", args, expect)
+    if as_json:
+        emit_json({"credential": {"credential_id": credential_id, "status": "revoked"}})
     else:
         click.echo(f"credential {credential_id}: revoked")
 

@@ -383,16 +383,8 @@ def verify(
     if trace_file is not None:
         _verify_trace(trace_file, as_json)
         return
-    if verifier is not None and checkpoint_file is None:
-        fail("--verifier-key checks a --checkpoint: give one")
+    _refuse_mixed(against, checkpoint_file, verifier, bundle_file)
     if bundle_file is not None:
-        if verifier is not None:
-            fail(
-                "--verifier-key checks a kept --checkpoint of a database; "
-                "a bundle takes --public-key"
-            )
-        if against:
-            fail("--against does not apply to --bundle: give a kept --checkpoint FILE")
         verify_bundle_command(
             bundle_file, checkpoint_file, public_key_file, as_json, jobs or available_cores()
         )
@@ -433,6 +425,18 @@ def verify(
         out.print(f"tree head {report.size}:{report.root}")
     if not report.ok:
         click.get_current_context().exit(EXIT_VERDICT)
+
+
+def _refuse_mixed(
+    against: str | None, checkpoint: Path | None, verifier: str | None, bundle: Path | None
+) -> None:
+    """The options of ``verify`` that do not go together, refused in one line."""
+    if verifier is not None and checkpoint is None:
+        fail("--verifier-key checks a --checkpoint: give one")
+    if bundle is not None and verifier is not None:
+        fail("--verifier-key checks a kept --checkpoint of a database; a bundle takes --public-key")
+    if bundle is not None and against:
+        fail("--against does not apply to --bundle: give a kept --checkpoint FILE")
 
 
 def _verify_trace(trace_file: Path, as_json: bool) -> None:

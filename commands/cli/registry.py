@@ -202,25 +202,33 @@ def tool_register(file: str, server: str | None, operator_key: str | None, as_js
 def _register_remotely(
     server: str, operator_key: str | None, kind: str, spec: Any, as_json: bool
 ) -> None:
-    """Register ``spec`` (a parsed tool's) through the service, signed here."""
+    """Register or define ``spec`` (a parsed tool's, validation's or skill's) through the
+    service, signed here: only the event that registers this very name is signed."""
     import msgspec
 
-    from ledger.events import ToolRegistered
+    from ledger.events import SkillDefined, ToolRegistered, ValidationRegistered
 
     from .operator_remote import act, remote
 
+    event_type, verb = {
+        "tool": (ToolRegistered, "tool.register"),
+        "validation": (ValidationRegistered, "validation.register"),
+        "skill": (SkillDefined, "skill.define"),
+    }[kind]
+
     def expect(p: object) -> str | None:
-        ok = isinstance(p, ToolRegistered) and p.name == spec.name
-        return None if ok else f"another event than the registration of {spec.name!r}"
+        ok = type(p) is event_type and getattr(p, "name", None) == spec.name
+        return None if ok else f"another event than the {kind} {spec.name!r}"
 
     args = {"spec": msgspec.to_builtins(spec)}
-    answer = act(remote(server, operator_key), f"{kind}.register", args, expect)
+    answer = act(remote(server, operator_key), verb, args, expect)
     prepared = answer.get("prepared") or []
     version = prepared[0]["payload"].get("version") if prepared else None
+    done = "defined" if kind == "skill" else "registered"
     if as_json:
         emit_json({kind: {"name": spec.name, "version": version}, "changed": bool(prepared)})
     elif prepared:
-        click.echo(f"registered {kind} {inert(spec.name)} version {version}")
+        click.echo(f"{done} {kind} {inert(spec.name)} version {version}")
     else:
         click.echo(f"{kind} {inert(spec.name)} unchanged")
 
@@ -413,8 +421,11 @@ def validation() -> None:
 @validation.command("register")
 @click.argument("file")
 @db_option
+@server_options
 @json_option
-def validation_register(file: str, as_json: bool) -> None:
+def validation_register(
+    file: str, server: str | None, operator_key: str | None, as_json: bool
+) -> None:
     """Register the validation in FILE (JSON, YAML or TOML).
 
     Registering it again with a change appends its next version.
@@ -429,6 +440,9 @@ def validation_register(file: str, as_json: bool) -> None:
     raw = _load(file, "validation")
     with _about(file):
         spec = parse_validation_spec(raw)
+    if server is not None:
+        _register_remotely(server, operator_key, "validation", spec, as_json)
+        return
     plane = open_plane(create=True)
     with _about(file):
         result = register_validation(plane, spec)
@@ -504,8 +518,9 @@ def skill() -> None:
 @skill.command("define")
 @click.argument("file")
 @db_option
+@server_options
 @json_option
-def skill_define(file: str, as_json: bool) -> None:
+def skill_define(file: str, server: str | None, operator_key: str | None, as_json: bool) -> None:
     """Define the skill in FILE (JSON, YAML or TOML).
 
     Defining it again with a change appends its next version.
@@ -520,6 +535,9 @@ def skill_define(file: str, as_json: bool) -> None:
     raw = _load(file, "skill")
     with _about(file):
         spec = parse_skill_spec(raw)
+    if server is not None:
+        _register_remotely(server, operator_key, "skill", spec, as_json)
+        return
     plane = open_plane(create=True)
     with _about(file):
         result = define_skill(plane, spec)

@@ -186,8 +186,8 @@ def apply_plan(
 def _apply_plan(
     plane: Plane, plan_id: str, token: str, *, actor: str, progress: Progress
 ) -> PlanState:
-    public = load_or_create_plane_key(plane.store.url).public_key()
     try:
+        public = plane.plane_public_key()  # verifying: read, never made
         claims = verify_token(public, token, plan_id=plan_id, now=_now())
     except SigningError as exc:
         raise CommandRefused(f"token refused: {exc}") from None

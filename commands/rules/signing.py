@@ -47,7 +47,7 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, NoReturn
+from typing import Annotated, Any, Literal, NamedTuple, NoReturn, get_args
 
 import msgspec
 from cryptography.exceptions import InvalidSignature
@@ -105,28 +105,13 @@ __all__ = [
     "verify_token",
 ]
 
+# What a signature is for, bound into what it signs: ``request``, an operator's or an
+# approver's request to the service (``commands.service.operator``); ``expiry``, the
+# plane's denial of an escalation whose time ran out (``EscalationExpired``).
 Domain = Literal[
-    "decision",
-    "token",
-    "approver",
-    "operator",
-    "policy",
-    "review",
-    "ledger",
-    "request",
-    "expiry",
+    "decision", "token", "approver", "operator", "policy", "review", "ledger", "request", "expiry"
 ]
-DOMAINS: tuple[str, ...] = (
-    "decision",
-    "token",
-    "approver",
-    "operator",
-    "policy",
-    "review",
-    "ledger",
-    "request",  # an operator's request to the service (``commands.service.operator``)
-    "expiry",  # the plane's: an escalation's time ran out (``EscalationExpired``)
-)
+DOMAINS: tuple[str, ...] = get_args(Domain)
 DECISION_CHOICES: tuple[str, ...] = ("revise", "abandon")  # DecisionRecorded.choice
 PLANE_KEY_ENV = "EVIDENCE_PLANE_KEY"
 OPERATOR_KEY_ENV = "EVIDENCE_OPERATOR_KEY"

@@ -361,3 +361,38 @@ def test_two_of_three_approvers_decide_through_the_service(
     assert json.loads(as_("carol", "--json").stdout)["decisions"] == []
     audit = run_cli("audit", "--db", sqlite_url, env={"EVIDENCE_PLANE_KEY": host_key})
     assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
+def test_the_other_operator_verbs_through_the_service(
+    service: tuple[str, Path], sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A validation registered, a skill defined and a credential revoked from Alice's
+    machine; the revoked credential is refused at the service from then on."""
+    url, alice = service
+    validation = tmp_path / "check.json"
+    validation.write_text(json.dumps({"name": "check", "command": PASS, "mode": "required"}))
+    skill = tmp_path / "qa.json"
+    skill.write_text(json.dumps({"name": "qa", "members": ["probe", "check"]}))
+    _elsewhere(monkeypatch, tmp_path)
+    monkeypatch.setenv("EVIDENCE_OPERATOR_KEY", str(alice))
+    registered = invoke("validation", "register", str(validation), "--server", url)
+    assert registered.exit_code == 0, registered.output
+    assert "registered validation check version 1" in registered.stdout
+    defined = invoke("skill", "define", str(skill), "--server", url, "--json")
+    assert defined.exit_code == 0, defined.output
+    assert json.loads(defined.stdout) == {"skill": {"name": "qa", "version": 1}, "changed": True}
+    issued = invoke("credential", "issue", "--plan", "P-1", "--server", url, "--json")
+    credential = json.loads(issued.stdout)["credential"]
+    bearer = {"Authorization": f"Bearer {credential['token']}"}
+    assert _http(url).get("/v1/plan", headers=bearer).status_code == 200
+    revoked = invoke("credential", "revoke", credential["credential_id"], "--server", url)
+    assert revoked.exit_code == 0, revoked.output
+    assert _http(url).get("/v1/plan", headers=bearer).status_code == 401
+    with ledger.open(sqlite_url, create=False) as store:
+        signers = {
+            e.stream: e.payload.signed.operator
+            for e in store.read_all()
+            if e.stream in ("tool:check", "skill:qa")
+            or e.stream == f"credential:{credential['credential_id']}"
+        }
+    assert set(signers.values()) == {"alice"} and len(signers) == 3
