@@ -101,12 +101,31 @@ def _attach_remotely(server: str, operator_key: str | None, wanted: dict[str, An
     return fold(f"attachment:{created.attachment_id}", None, created)
 
 
+def _detach_remotely(
+    server: str, operator_key: str | None, attachment_id: str, reason: str
+) -> None:
+    """The detachment through the service, signed here (that attachment's only)."""
+    from ledger.events import AttachmentDetached
+
+    from .operator_remote import act, remote
+
+    def expect(p: object) -> str | None:
+        ok = isinstance(p, AttachmentDetached) and p.attachment_id == attachment_id
+        return None if ok else f"another event than the detachment of {attachment_id}"
+
+    args = {"attachment_id": attachment_id, "reason": reason}
+    act(remote(server, operator_key), "attachment.detach", args, expect)
+
+
 @click.command()
 @click.argument("attachment_id")
 @click.option("--reason", default="", help="Why (recorded).")
 @db_option
+@server_options
 @json_option
-def detach(attachment_id: str, reason: str, as_json: bool) -> None:
+def detach(
+    attachment_id: str, reason: str, server: str | None, operator_key: str | None, as_json: bool
+) -> None:
     """Detach an attachment.
 
     Resolution as of earlier positions still sees it; plans that pinned it keep it.
@@ -119,9 +138,13 @@ def detach(attachment_id: str, reason: str, as_json: bool) -> None:
     from commands.plane.attachments import detach as detach_attachment
     from projections.states import to_json
 
-    doc = detach_attachment(open_plane(), attachment_id, reason=reason)
+    if server is not None:
+        _detach_remotely(server, operator_key, attachment_id, reason)
+        shown: dict[str, object] = {"attachment_id": attachment_id, "status": "detached"}
+    else:
+        shown = to_json(detach_attachment(open_plane(), attachment_id, reason=reason))
     if as_json:
-        emit_json({"attachment": to_json(doc)})
+        emit_json({"attachment": shown})
     else:
         click.echo(f"detached {inert(attachment_id)}")
 

@@ -90,6 +90,10 @@ def test_an_operator_elsewhere_registers_attaches_and_issues_through_the_service
     assert "registered tool calc version 1" in registered.stdout
     attached = invoke("attach", "lint", "--resource", "repo:p", *remote)
     assert attached.exit_code == 0, attached.output
+    spare = invoke("attach", "lint", "--resource", "repo:q", *remote).stdout.strip()
+    detached = invoke("detach", spare, "--reason", "not needed", "--json", *remote)
+    assert detached.exit_code == 0, detached.output
+    assert json.loads(detached.stdout)["attachment"]["status"] == "detached"
     monkeypatch.setenv("EVIDENCE_OPERATOR_KEY", str(alice))
     issued = invoke("credential", "issue", "--plan", "P-1", "--server", url, "--json")
     assert issued.exit_code == 0, issued.output
@@ -107,6 +111,8 @@ def test_an_operator_elsewhere_registers_attaches_and_issues_through_the_service
             or e.stream.startswith("credential:")
         ]
         assert signed == ["alice", "alice", "alice"]
+        detaching = [e for e in events if e.type == "attachment.detached"]
+        assert [e.payload.signed.operator for e in detaching] == ["alice"]
         secret = token.rsplit("_", 1)[1]
         assert all(secret.encode() not in (store.get_blob(d) or b"") for d in _digests(events))
     audit = run_cli("audit", "--db", sqlite_url)
