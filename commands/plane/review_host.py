@@ -325,8 +325,11 @@ def _spawn_host(plane: Plane, task_id: str, fd: int, log: Path, preflight: str) 
 # -- the host ------------------------------------------------------------------------------
 
 
-class HostStopped(Exception):
-    """The host process was asked to stop (SIGTERM): the review is recorded as failed."""
+class HostStopped(BaseException):
+    """The host process was asked to stop (SIGTERM): the review is recorded as failed.
+    A ``BaseException``, as ``KeyboardInterrupt`` is: it may arrive inside any code the
+    host runs, and a handler there that takes every ``Exception`` (a program's run that
+    never raises, the store's driver-error mapping) must not swallow it and go on."""
 
 
 @contextlib.contextmanager
