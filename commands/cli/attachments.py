@@ -87,15 +87,10 @@ def _attach_remotely(server: str, operator_key: str | None, wanted: dict[str, An
     from ledger.events import AttachmentCreated
     from projections.documents import fold
 
-    from .operator_remote import act, remote
+    from .operator_remote import act, expecting, remote
 
-    def expect(p: object) -> str | None:
-        if not isinstance(p, AttachmentCreated):
-            return "another event than an attachment"
-        if p.validation != wanted["validation"]:
-            return "an attachment of another validation"
-        return None
-
+    validation = wanted["validation"]
+    expect = expecting(AttachmentCreated, f"an attachment of {validation!r}", validation=validation)
     answer = act(remote(server, operator_key), "attachment.attach", wanted, expect)
     created = msgspec.convert(answer["prepared"][0]["payload"], AttachmentCreated)
     return fold(f"attachment:{created.attachment_id}", None, created)
@@ -107,12 +102,10 @@ def _detach_remotely(
     """The detachment through the service, signed here (that attachment's only)."""
     from ledger.events import AttachmentDetached
 
-    from .operator_remote import act, remote
+    from .operator_remote import act, expecting, remote
 
-    def expect(p: object) -> str | None:
-        ok = isinstance(p, AttachmentDetached) and p.attachment_id == attachment_id
-        return None if ok else f"another event than the detachment of {attachment_id}"
-
+    what = f"the detachment of {attachment_id}"
+    expect = expecting(AttachmentDetached, what, attachment_id=attachment_id)
     args = {"attachment_id": attachment_id, "reason": reason}
     act(remote(server, operator_key), "attachment.detach", args, expect)
 

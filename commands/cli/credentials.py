@@ -120,18 +120,15 @@ def _issue_remotely(
     from commands.plane.credentials import PREFIX, IssuedCredential
     from ledger.events import CredentialIssued
 
-    from .operator_remote import act, remote
+    from .operator_remote import act, expecting, remote
 
     credential_id, secret = str(ULID()), secrets.token_urlsafe(32)
     digest = hashlib.sha256(secret.encode()).hexdigest()
 
-    def expect(p: object) -> str | None:
-        if not isinstance(p, CredentialIssued):
-            return "another event than a credential's issuance"
-        if (p.credential_id, p.plan_id, p.secret_sha256) != (credential_id, plan_id, digest):
-            return "another credential than the one asked for"
-        return None
-
+    expect = expecting(
+        CredentialIssued, "the credential asked for",
+        credential_id=credential_id, plan_id=plan_id, secret_sha256=digest,
+    )  # fmt: skip
     args = {
         "plan_id": plan_id,
         "ttl_s": int(ttl.total_seconds()),
@@ -176,12 +173,10 @@ def _revoke_remotely(
     """The revocation through the service, signed here (that credential's only)."""
     from ledger.events import CredentialRevoked
 
-    from .operator_remote import act, remote
+    from .operator_remote import act, expecting, remote
 
-    def expect(p: object) -> str | None:
-        ok = isinstance(p, CredentialRevoked) and p.credential_id == credential_id
-        return None if ok else f"another event than the revocation of {credential_id}"
-
+    what = f"the revocation of {credential_id}"
+    expect = expecting(CredentialRevoked, what, credential_id=credential_id)
     args = {"credential_id": credential_id, "reason": reason}
     act(remote(server, operator_key), "credential.revoke", args, expect)
     if as_json:

@@ -35,7 +35,7 @@ from ledger import EventPayload
 from ledger.events import AnyEvent, PolicySignature, SignedPlace
 from ledger.keys import fingerprint, load_private_key
 
-__all__ = ["ATTEMPTS", "Remote", "act", "decide", "pending", "remote"]
+__all__ = ["ATTEMPTS", "Remote", "act", "decide", "expecting", "pending", "remote"]
 
 ATTEMPTS = 3
 TIMEOUT_S = 60.0
@@ -67,6 +67,17 @@ def remote(url: str, key_path: str | None) -> Remote:
     except OSError as exc:
         raise CommandRefused(f"the evidence service at {url} is unreachable ({exc})") from None
     return Remote(server, key)
+
+
+def expecting(event_type: type, what: str, **fields: Any) -> Expect:
+    """The check that a prepared event is the one asked for: of exactly ``event_type``,
+    with these ``fields``' values (else: "another event than ``what``")."""
+
+    def expect(p: EventPayload) -> str | None:
+        ok = type(p) is event_type and all(getattr(p, k, None) == v for k, v in fields.items())
+        return None if ok else f"another event than {what}"
+
+    return expect
 
 
 def act(to: Remote, verb: str, args: dict[str, Any], expect: Expect) -> dict[str, Any]:

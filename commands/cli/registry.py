@@ -208,7 +208,7 @@ def _register_remotely(
 
     from ledger.events import SkillDefined, ToolRegistered, ValidationRegistered
 
-    from .operator_remote import act, remote
+    from .operator_remote import act, expecting, remote
 
     event_type, verb = {
         "tool": (ToolRegistered, "tool.register"),
@@ -216,10 +216,7 @@ def _register_remotely(
         "skill": (SkillDefined, "skill.define"),
     }[kind]
 
-    def expect(p: object) -> str | None:
-        ok = type(p) is event_type and getattr(p, "name", None) == spec.name
-        return None if ok else f"another event than the {kind} {spec.name!r}"
-
+    expect = expecting(event_type, f"the {kind} {spec.name!r}", name=spec.name)
     args = {"spec": msgspec.to_builtins(spec)}
     answer = act(remote(server, operator_key), verb, args, expect)
     prepared = answer.get("prepared") or []
