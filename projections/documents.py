@@ -22,6 +22,7 @@ import jsonpatch
 import msgspec
 
 from ledger.events import (
+    ApprovalPolicySet,
     ApproverKeyAdded,
     ApproverKeyRevoked,
     AttachmentCreated,
@@ -60,6 +61,7 @@ from .folding import StreamFold
 from .reviews import fold_review
 from .states import (
     ApplyingState,
+    ApprovalPolicyState,
     ApproverKeyState,
     ApproverState,
     AttachmentState,
@@ -88,6 +90,7 @@ State = (
     | ApproverState
     | ReviewState
     | CredentialState
+    | ApprovalPolicyState
 )
 Fold = Callable[[Any, EventPayload], Any]
 
@@ -477,6 +480,20 @@ def _credential_revoked(doc: CredentialState, _p: CredentialRevoked) -> Credenti
     return replace(doc, status="revoked")
 
 
+# -- approval_policy ----------------------------------------------------------------------
+
+fold_approval_policy: StreamFold[ApprovalPolicyState] = StreamFold(
+    "approval_policy", ApprovalPolicyState
+)
+
+
+@fold_approval_policy.on_any(ApprovalPolicySet)
+def _approval_policy_set(
+    _doc: ApprovalPolicyState | None, p: ApprovalPolicySet
+) -> ApprovalPolicyState:
+    return ApprovalPolicyState(min_approvals=p.min_approvals, separate_duties=p.separate_duties)
+
+
 FOLDS: dict[str, StreamFold[Any]] = {
     f.kind: f
     for f in (
@@ -487,6 +504,7 @@ FOLDS: dict[str, StreamFold[Any]] = {
         fold_plan,
         fold_review,
         fold_credential,
+        fold_approval_policy,
     )
 }
 

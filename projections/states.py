@@ -150,6 +150,16 @@ class ApproverState(_Doc, frozen=True, kw_only=True):
     keys: dict[str, ApproverKeyState]
 
 
+# -- approval_policy ----------------------------------------------------------------------
+
+
+class ApprovalPolicyState(_Doc, frozen=True, kw_only=True):
+    """``approval_policy``: how every escalation is decided (the latest policy counts)."""
+
+    min_approvals: int
+    separate_duties: bool
+
+
 # -- credential: ------------------------------------------------------------------------
 
 

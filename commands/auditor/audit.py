@@ -20,6 +20,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from commands.errors import CommandRefused
+from commands.rules.approvals import Approvals
 from commands.rules.trust import (
     POLICY_TYPE_NAMES,
     ApproverKey,
@@ -342,6 +343,10 @@ class _Auditor(Reporting):
         """The policy streams' documents resolution reads: as the plane trusts them
         when the plane key is known (what it ignores changes nothing), else as folded."""
         return self.policy.docs if self.plane_public_key is not None else self.docs
+
+    def approvals(self) -> Approvals | None:
+        """The approval policy and plans' operators as of the event being audited."""
+        return self.policy.approvals if self.plane_public_key is not None else None
 
     def approver_key(self, fingerprint: str) -> ApproverKey | None:
         """The approver key as of the event being audited (the walk is in order)."""

@@ -26,6 +26,7 @@ INVARIANTS = (
     "no_vacuous_pass",  # a pass / token with no required validation run, not opted out
     "decision_signature",  # a decision not signed by its approver's key in force
     "expiry_signature",  # an escalation's expiry the plane key did not sign
+    "approvals",  # an escalation asking fewer approvals than required, or a self-approval
     "token_signature",  # a token not signed by the plane key
     "approver_endorsement",  # an approver key the plane key did not endorse
     "policy_signature",  # policy not signed by an operator key in force: the plane ignores it
@@ -73,6 +74,7 @@ class AuditReport(msgspec.Struct, kw_only=True):
 NEEDS_PLANE_KEY = (
     "token_signature",
     "expiry_signature",
+    "approvals",
     "approver_endorsement",
     "policy_signature",
     "review_signature",

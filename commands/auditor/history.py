@@ -111,7 +111,10 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
     ),
     FixRecorded: lambda p: f"fix for attempt {p.attempt}: {_short(p.note)}",
     StrategyRevisionRequested: lambda p: f"strategy revision {p.revision}: {p.reason}",
-    Escalated: lambda p: f"escalated: decision {p.decision_id} ({', '.join(p.options)})",
+    Escalated: lambda p: (
+        f"escalated: decision {p.decision_id} ({', '.join(p.options)})"
+        + (f", {p.approvals_required} approvers" if isinstance(p.approvals_required, int) else "")
+    ),
     EscalationExpired: lambda p: (
         f"escalation {p.decision_id} expired at {p.expired_at} with no decision: plan denied"
     ),

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from commands.rules.approvals import duties_problem, escalation_problem
 from commands.rules.trust import decision_problem, expiry_problem
 from commands.runner.sandbox import change_set_problem
 from ledger import LogReader, RecordedEvent
@@ -203,6 +204,15 @@ class PlanChecks(Reporting):
 
     @on(Escalated)
     def escalated(self, plan_id: str, walk: PlanWalk, event: RecordedEvent, p: Escalated) -> None:
+        approvals = self.log.approvals()
+        if approvals is not None and walk.doc is not None:
+            self.count("approvals")
+            problem = escalation_problem(p, walk.doc.global_config, approvals, event.position)
+            if problem is not None:
+                self.violation(
+                    event.position, plan_id, "approvals", problem,
+                    f"escalation {p.decision_id} asks for {p.approvals_required or 1}",
+                )  # fmt: skip
         walk.escalations[p.decision_id] = event.position
         walk.escalation_leaf[p.decision_id] = event.leaf_hash
         walk.pending_escalation = p.decision_id
@@ -359,6 +369,15 @@ class PlanChecks(Reporting):
                 problem,
                 f"decision {p.decision_id} recorded as {p.approver}'s",
             )
+        approvals = self.log.approvals()
+        if approvals is not None:
+            self.count("approvals")
+            conflict = duties_problem(p, approvals, pos)
+            if conflict is not None:
+                self.violation(
+                    pos, plan_id, "approvals", conflict,
+                    f"decision {p.decision_id} ({p.choice}) recorded as {p.approver}'s",
+                )  # fmt: skip
         if _partial(walk, p):  # k of n: one approver's signature of several
             return
         walk.decided.setdefault(p.decision_id, (pos, p.choice))

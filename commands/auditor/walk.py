@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from commands.rules.approvals import Approvals
 from commands.rules.trust import ApproverKey
 from ledger.events import (
     Truncation,
@@ -24,6 +25,10 @@ class LogView(Protocol):
     def policy_docs(self) -> dict[str, State | None]: ...
 
     def approver_key(self, fingerprint: str) -> ApproverKey | None: ...
+
+    def approvals(self) -> Approvals | None:
+        """The approval policy and plans' operators as the plane trusts them (None:
+        without the plane key, nothing of policy is trusted, so they are unchecked)."""
 
 
 class Run:

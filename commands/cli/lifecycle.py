@@ -240,7 +240,7 @@ def authorize_(
     """
     import msgspec
 
-    from commands.plane.lifecycle import authorize, decision_stands, pending_decisions
+    from commands.plane.lifecycle import authorize, decision_stands
 
     if decision_id is not None and fmt in ("jsonl", "csv"):
         fail(f"--format {fmt} lists the pending decisions: give no DECISION_ID")
@@ -258,7 +258,9 @@ def authorize_(
             fail(
                 "give the DECISION_ID to decide (without it, authorize lists the pending decisions)"
             )
-        _print_pending([msgspec.to_builtins(p) for p in pending_decisions(plane)], fmt)
+        from commands.plane.escalations import pending_evidence
+
+        _print_pending(pending_evidence(plane), fmt)
         return
     if key_file is None:
         fail("--key FILE is required to decide")
@@ -314,18 +316,48 @@ def _report_decision(decided: dict[str, Any], fmt: str) -> None:
 
 
 def _print_pending(pending: list[dict[str, Any]], fmt: str) -> None:
-    emit_listing(
-        fmt,
-        {"decisions": pending},
-        pending,
-        lambda: print_table(
+    def table() -> None:
+        print_table(
             ["decision", "plan", "options", "reason"],
             [
                 [p["decision_id"], p["plan_id"], ",".join(p["options"]), p["reason"]]
                 for p in pending
             ],
-        ),
-    )
+        )
+        for p in pending:
+            _print_evidence(p)
+
+    emit_listing(fmt, {"decisions": pending}, pending, table)
+
+
+_MARKS = {"added": "A", "removed": "D", "modified": "M"}
+
+
+def _print_evidence(pending: dict[str, Any]) -> None:
+    """What an approver decides on, after the table: the last run's failures, and the
+    changes it judged with their diffs (the log's text and the plan's files: inert)."""
+    import msgspec
+
+    from commands.rules.plan_runs import Failure, failure_lines
+
+    failures, changes = pending.get("failures") or [], pending.get("changes") or []
+    if not failures and not changes:
+        return
+    click.echo(f"\ndecision {pending['decision_id']} (plan {inert(pending['plan_id'])}):")
+    for failure in failures:
+        lines = failure_lines(msgspec.convert(failure, Failure), "    ")
+        click.echo(inert("  " + "\n".join(lines), multiline=True))
+    for change in changes:
+        where = f"{change['resource']}/{change['path']}"
+        click.echo(inert(f"  {_MARKS[change['change']]} {where}"))
+        if "diff" in change:
+            click.echo(inert(_indented(change["diff"], "    "), multiline=True))
+        elif "diff_note" in change:
+            click.echo(inert(f"    ({change['diff_note']})"))
+
+
+def _indented(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in text.rstrip("\n").split("\n"))
 
 
 def _authorize_remotely(

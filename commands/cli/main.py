@@ -53,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "commands.cli.audit:audit",
         "Check the invariants; re-derive every verdict from the log.",
     ),
+    "approvals": (
+        "commands.cli.approvals:approvals",
+        "The approval policy: how many approvers, who may decide.",
+    ),
     "authorize": (
         "commands.cli.lifecycle:authorize_",
         "List pending decisions, or sign and record one.",
@@ -172,7 +176,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Registry", ("tool", "validation", "skill", "attach", "detach", "resolve")),
     ("Plans and runs", ("plan", "call", "validate", "fix", "halt", "run", "demo", "examples")),
     ("Gates", ("gate",)),
-    ("Decisions and Apply", ("authorize", "keys", "credential", "apply")),
+    ("Decisions and Apply", ("authorize", "approvals", "keys", "credential", "apply")),
     ("Auditing", ("audit", "replay", "checkpoint", "prove", "report")),
     ("Analytics", ("tail", "export", "stats")),
     ("Reviews", ("review",)),

@@ -24,6 +24,7 @@ import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from commands.errors import CommandRefused
+from commands.rules.approvals import Approvals, duties_problem, escalation_problem
 from commands.rules.trust import (
     ApproverKey,
     Identity,
@@ -304,6 +305,10 @@ class Authority:
                     key.status = "revoked"
         return keys
 
+    def approvals(self) -> Approvals:
+        """The approval policy in force and each plan's operators, by position."""
+        return self._policy().approvals
+
     def policy_ok(self, event: RecordedEvent) -> bool:
         """Whether the plane may decide from this event: not policy, or policy an
         operator signed with a key in force at its position, standing where it was
@@ -371,12 +376,14 @@ class Authority:
             return self._token_problem(p, minted)
         if isinstance(p, ValidationResultRecorded) and doc is not None:
             return _closed_run_problem(doc, p, runs)
+        if isinstance(p, Escalated) and doc is not None:
+            return escalation_problem(p, doc.global_config, self.approvals(), event.position)
         if isinstance(p, DecisionRecorded):
             return decision_problem(
                 p,
                 self._escalation_leaf(stream, p.decision_id),
                 self.approver_keys(before=event.position).get(p.key_fingerprint),
-            )
+            ) or duties_problem(p, self.approvals(), event.position)
         if isinstance(p, EscalationExpired) and self._plane_key is not None:
             leaf = self._escalation_leaf(stream, p.decision_id)
             return expiry_problem(p, leaf, self._plane_key())

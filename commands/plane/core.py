@@ -53,6 +53,7 @@ from ledger import (
 from ledger import open as open_store
 from ledger.events import (
     ApproverKeyAdded,
+    Escalated,
     ExecuteEntered,
     LedgerIdentified,
     PlanApplied,
@@ -332,7 +333,7 @@ class Plane:
     ) -> list[RecordedEvent]:
         """With ``caused_by`` the events after the one at that index of ``payloads`` name
         it as their causation (a gate check and the failure and halt it routes to)."""
-        payloads, bootstrap = self._signed(tx, state, payloads, signer)
+        payloads, bootstrap = self._signed(tx, state, _in_force(state, payloads), signer)
         doc = state.doc
         events = []
         cause_id = new_ulid()
@@ -509,3 +510,21 @@ class _Operator:
 
     def done(self, signed: Sequence[tuple[EventPayload, Place]]) -> None:
         return None
+
+
+def _in_force(state: StreamState, payloads: Decision) -> Decision:
+    """``payloads`` with the approval policy in force applied, under the ledger lock (no
+    policy change races it): an escalation asks for the approvals its plan and the
+    policy require, whichever is more (``commands.rules.approvals``)."""
+    if state.log is None or not any(isinstance(p, Escalated) for p in payloads):
+        return payloads
+    plan = state.doc if isinstance(state.doc, PlanState) else None
+    if plan is None:
+        return payloads
+    required = state.log.approvals().required(plan.global_config)
+    return [
+        msgspec.structs.replace(p, approvals_required=required if required > 1 else msgspec.UNSET)
+        if isinstance(p, Escalated)
+        else p
+        for p in payloads
+    ]

@@ -36,6 +36,7 @@ from ulid import ULID
 
 from commands.errors import NextStep
 from commands.names import check_identifier
+from commands.rules.approvals import duties_problem
 from commands.rules.signing import (
     SigningError,
     decision_record,
@@ -739,6 +740,9 @@ def record_decision(
         problem = decision_problem(decided, escalation_event.leaf_hash, key)
         if problem is not None:
             raise CommandRefused(f"the decision does not verify: {problem}")
+        conflict = duties_problem(decided, state.log.approvals())
+        if conflict is not None:
+            raise CommandRefused(f"refused: {conflict}")
         done["event"] = decided
         return [decided]
 

@@ -33,6 +33,7 @@ from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from commands.rules.approvals import Approvals
 from commands.rules.trust import POLICY_TYPE_NAMES, Identity, PolicyFold
 from ledger import RecordedEvent
 from ledger.events import (
@@ -153,6 +154,11 @@ class PolicyCache:
     def counts(self, event: RecordedEvent) -> bool:
         """Whether a scanned event counts (any other event is not policy)."""
         return event.position not in self.problems
+
+    @property
+    def approvals(self) -> Approvals:
+        """The approval policy and each plan's operators, by position."""
+        return self._fold.approvals
 
     def doc(self, stream: str) -> State | None:
         """A policy stream's document, folded from its trusted events only."""

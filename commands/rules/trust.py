@@ -26,6 +26,7 @@ import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger.events import (
+    ApprovalPolicySet,
     ApproverKeyAdded,
     ApproverKeyRevoked,
     AttachmentCreated,
@@ -51,6 +52,7 @@ from ledger.keys import public_key_from_b64
 from projections.documents import State, fold
 from projections.plan_rules import broken_rule
 
+from .approvals import Approvals
 from .signing import (
     Domain,
     Place,
@@ -102,6 +104,7 @@ POLICY_TYPES = (
     PlanCreated,
     CredentialIssued,  # who may act for a plan through the service
     CredentialRevoked,
+    ApprovalPolicySet,  # how escalations are decided
 )
 
 
@@ -374,10 +377,12 @@ class PolicyFold:
     ) -> None:
         self.ring = KeyRing(plane_public_key)
         self.docs: dict[str, State | None] = {}
+        self.approvals = Approvals()  # the approval policy and plans' operators, by position
 
     def copy(self) -> PolicyFold:
         twin = PolicyFold(None)
         twin.ring, twin.docs = self.ring.copy(), dict(self.docs)
+        twin.approvals = self.approvals.copy()
         return twin
 
     def take(self, event: RecordedEvent) -> str | None:
@@ -397,6 +402,8 @@ class PolicyFold:
             problem = self.ring.policy_problem(event) or (self._rule(event) if folded else None)
         if problem is None and folded:
             self.docs[event.stream] = fold(event.stream, self.docs.get(event.stream), p)
+        if problem is None and (not isinstance(p, PlanCreated) or needs_operator(p)):
+            self.approvals.take(event)  # a plan's signer counts where the signature was checked
         return problem
 
     def _rule(self, event: RecordedEvent) -> str | None:

@@ -25,24 +25,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from commands.errors import CommandRefused
+from commands.plane.approvals import set_approval_policy
 from commands.plane.attachments import attach, detach
 from commands.plane.core import Plane
 from commands.plane.credentials import Unauthenticated, issue_credential, revoke_credential
+from commands.plane.escalations import pending_evidence
 from commands.plane.lifecycle import (
     decision_stands,
     decision_to_sign,
-    pending_decisions,
     record_decision,
 )
 from commands.plane.registry import define_skill, register_tool, register_validation
 from commands.plane.signers import commit, prepare
 from commands.rules.operator_requests import SKEW_S, parse_authorization, request_record
-from commands.rules.plan_runs import last_run_failures, plan_runs
 from commands.rules.signing import SigningError, verify_record
 from commands.schemas.checker import check
 from ledger.events import AnyEvent
 from ledger.keys import public_key_from_b64
-from projections.states import PlanState
 
 from .bodies import BadRequest, body_of
 from .routes import Endpoint, closed
@@ -112,6 +111,21 @@ VERBS: dict[str, tuple[dict[str, Any], Verb]] = {
             project=a.get("project"),
             plan=a.get("plan"),
             args=a.get("args"),
+            actor=ACTOR,
+        ),
+    ),
+    "approvals.set": (
+        closed(
+            {
+                "min_approvals": {"type": "integer", "minimum": 1, "maximum": 9},
+                "separate_duties": {"type": "boolean"},
+            },
+            ["min_approvals", "separate_duties"],
+        ),
+        lambda plane, a: set_approval_policy(
+            plane,
+            min_approvals=a["min_approvals"],
+            separate_duties=a["separate_duties"],
             actor=ACTOR,
         ),
     ),
@@ -197,25 +211,9 @@ def committed(plane: Plane, body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _pending(plane: Plane, _name: str, _body: Mapping[str, Any]) -> dict[str, Any]:
-    """What waits for a decision, with what an approver decides on: the escalation's
-    reason, when it expires, who signed what so far (k of n), and the failing results
-    of the plan's last run (their messages and the tails of what their programs said)."""
-    decisions = []
-    for pending in pending_decisions(plane):
-        doc = plane.state(f"plan:{pending.plan_id}").of(PlanState)
-        waiting = doc.pending_decision if doc is not None else None
-        events = plan_runs(plane.store, pending.plan_id)
-        failures = last_run_failures(events, plane.store.get_blob)
-        extra = {
-            "expires_at": waiting.expires_at if waiting is not None else None,
-            "approvals_required": waiting.approvals_required if waiting is not None else None,
-            "approvals": waiting.approvals if waiting is not None else None,
-            "strategy": doc.strategy if doc is not None else None,
-            "failures": [msgspec.to_builtins(f) for f in failures],
-        }
-        found = {k: v for k, v in extra.items() if v is not None and v is not msgspec.UNSET}
-        decisions.append({**msgspec.to_builtins(pending), **found})
-    return {"decisions": decisions}
+    """What waits for a decision, with what an approver decides on
+    (``escalations.pending_evidence``)."""
+    return {"decisions": pending_evidence(plane)}
 
 
 def _to_sign(plane: Plane, _name: str, body: Mapping[str, Any]) -> dict[str, Any]:

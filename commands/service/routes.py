@@ -298,6 +298,7 @@ OPERATOR_VERBS = (
     "skill.define",
     "attachment.attach",
     "attachment.detach",
+    "approvals.set",
 )
 OPERATOR_COMMAND = closed(
     {"verb": {"enum": list(OPERATOR_VERBS)}, "args": OBJECT}, ["verb", "args"]

@@ -52,6 +52,7 @@ from .plans import (
     TokenMinted,
 )
 from .registry import (
+    ApprovalPolicySet,
     ApproverKeyAdded,
     ApproverKeyRevoked,
     AttachmentCreated,
@@ -96,6 +97,7 @@ ALL_EVENT_TYPES: tuple[type[EventPayload], ...] = (
     ApproverKeyRevoked,
     CredentialIssued,
     CredentialRevoked,
+    ApprovalPolicySet,
     LedgerIdentified,
     PlanCreated,
     StrategyRecorded,
@@ -279,6 +281,7 @@ __all__ = [
     "ALL_EVENT_TYPES",
     "DEFAULT_CATALOG",
     "AnyEvent",
+    "ApprovalPolicySet",
     "ApproverKeyAdded",
     "ApproverKeyRevoked",
     "AttachmentCreated",

@@ -4,7 +4,7 @@ approver keys."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -220,6 +220,21 @@ class CredentialRevoked(EventPayload, tag="credential.revoked", kw_only=True, fr
 
     credential_id: str
     reason: str = ""
+    signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
+
+
+class ApprovalPolicySet(EventPayload, tag="approval_policy.set", kw_only=True, frozen=True):
+    """An operator set how every escalation of the ledger is decided, from this position
+    on: by at least ``min_approvals`` approvers signing one choice (a plan may ask for
+    more, never fewer), and, with ``separate_duties``, never by an approver who is the
+    plan's operator (whose name signed its credential or its weakened configuration).
+    Policy: an operator signs it (``signed``); the latest that counts is in force."""
+
+    STREAM = "approval_policy"
+    DELTA = "replaces the document with {min_approvals, separate_duties}"
+
+    min_approvals: Annotated[int, msgspec.Meta(ge=1, le=9)] = 1
+    separate_duties: bool = False
     signed: PolicySignature | msgspec.UnsetType = msgspec.UNSET
 
 

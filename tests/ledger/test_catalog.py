@@ -36,6 +36,7 @@ def test_every_type_declares_its_stream_delta_and_version() -> None:
             "plan",
             "review",
             "credential",
+            "approval_policy",
             "ledger",
         }, cls
         assert cls.DELTA and cls.__doc__, cls

@@ -18,8 +18,8 @@ from tests.helpers import run_cli
 
 # What the lazy table replaced: every verb `main.py` registered by hand.
 VERBS = {
-    "apply", "attach", "audit", "authorize", "call", "checkpoint", "completion", "demo",
-    "examples",
+    "apply", "approvals", "attach", "audit", "authorize", "call", "checkpoint", "completion",
+    "demo", "examples",
     "credential", "detach", "docs", "event", "events", "export", "fix", "gate", "halt",
     "hook", "init",
     "keys", "mcp", "plan", "projections", "prove", "replay", "report", "resolve", "review",

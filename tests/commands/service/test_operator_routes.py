@@ -372,9 +372,11 @@ def test_two_of_three_approvers_decide_through_the_service(
 def test_the_other_operator_verbs_through_the_service(
     service: tuple[str, Path], sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A validation registered, a skill defined and a credential revoked from Alice's
-    machine; the revoked credential is refused at the service from then on."""
+    """A validation registered, a skill defined, a credential revoked and the approval
+    policy set from Alice's machine; the revoked credential is refused at the service
+    from then on."""
     url, alice = service
+    host_key = os.environ["EVIDENCE_PLANE_KEY"]
     validation = tmp_path / "check.json"
     validation.write_text(json.dumps({"name": "check", "command": PASS, "mode": "required"}))
     skill = tmp_path / "qa.json"
@@ -394,11 +396,20 @@ def test_the_other_operator_verbs_through_the_service(
     revoked = invoke("credential", "revoke", credential["credential_id"], "--server", url)
     assert revoked.exit_code == 0, revoked.output
     assert _http(url).get("/v1/plan", headers=bearer).status_code == 401
+    policy = invoke("approvals", "set", "--min", "2", "--separate-duties", "--server", url)
+    assert policy.exit_code == 0, policy.output
+    assert policy.stdout == "min approvals: 2\nduties: separate\n"
     with ledger.open(sqlite_url, create=False) as store:
         signers = {
             e.stream: e.payload.signed.operator
             for e in store.read_all()
-            if e.stream in ("tool:check", "skill:qa")
+            if e.stream in ("tool:check", "skill:qa", "approval_policy")
             or e.stream == f"credential:{credential['credential_id']}"
         }
-    assert set(signers.values()) == {"alice"} and len(signers) == 3
+    assert set(signers.values()) == {"alice"} and len(signers) == 4
+    monkeypatch.setenv("EVIDENCE_PLANE_KEY", host_key)  # on the service's host
+    shown = invoke("approvals", "show", "--json", "--db", sqlite_url)
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout) == {
+        "approval_policy": {"min_approvals": 2, "separate_duties": True}
+    }
