@@ -28,10 +28,12 @@ import contextlib
 import copy
 import ipaddress
 import os
+import shutil
 import signal
 import socket
 import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -316,6 +318,9 @@ def serve(
         )
     limit = max_in_flight or DEFAULT_MAX_IN_FLIGHT
     sockets, where, hosts = _listen(host, port, workers, uds, https=tls is not None)
+    # Several processes publish their metrics here, so that a scrape of any is all of
+    # them (0700, made by mkdtemp: no other user reads or writes it).
+    metrics_dir = Path(tempfile.mkdtemp(prefix="evidence-metrics-")) if workers > 1 else None
 
     def run(sock: socket.socket) -> None:
         """One service process on its socket, until a stop has drained it."""
@@ -323,7 +328,12 @@ def serve(
             # A server door's MCP session lives in the process that opened it: with
             # several, a session's next request could reach another (stateless there).
             create_app(
-                url, max_in_flight=limit, workdir=workdir, hosts=hosts, mcp_sessions=workers == 1
+                url,
+                max_in_flight=limit,
+                workdir=workdir,
+                hosts=hosts,
+                mcp_sessions=workers == 1,
+                metrics_dir=metrics_dir,
             ),
             lifespan="on",
             log_config=_log_config(),
@@ -352,6 +362,8 @@ def serve(
     finally:
         for sock in sockets:
             sock.close()
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
         if uds is not None:
             with contextlib.suppress(OSError):
                 os.unlink(where[len("unix:") :])

@@ -59,6 +59,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 import sqlalchemy.exc
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -98,11 +99,12 @@ from .auth import (
 from .bodies import BODY_SOURCE, BadRequest
 from .bodies import body_of as _body
 from .bodies import deviations_line as _deviations_line
+from .checkpoints import CHECKPOINT_EVERY_S, Published, latest, origin_of, publish
 from .committer import GroupCommitter
 from .door import DoorChecks
 from .follower import ReadModelFollower
 from .mcp import SCOPE_PLAN, SCOPE_SERVER, SCOPE_SLOT, McpGate, Slot, session_owner
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import CONTENT_TYPE, PUBLISH_EVERY_S, Fleet, LedgerReadings, Metrics, Process
 from .openapi import openapi_document
 from .pool import PlanePool
 from .routes import CREDENTIALS_DOC, ENDPOINTS, SERVER, WELL_KNOWN, Endpoint, Outcome, closed
@@ -140,6 +142,7 @@ class Service:
         max_in_flight: int,
         workdir: Path | None,
         mcp_sessions: bool = True,
+        metrics_dir: Path | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -160,7 +163,10 @@ class Service:
             db_url, workdir=workdir, committer=self.committer, mcp_sessions=self.warm
         )
         self.follower = ReadModelFollower(db_url)
-        self.metrics = Metrics()
+        self.metrics = Metrics(routes=[(e.path, e.method) for e in ENDPOINTS])
+        # One view of the metrics across `serve --workers N`'s processes.
+        self.fleet = Fleet(metrics_dir) if metrics_dir is not None else None
+        self.published: Published | None = None  # the checkpoint last kept, as this process saw it
         self.plane_key_fingerprint: str | None = None
         self.openapi = msgspec.json.encode(openapi_document(ENDPOINTS))
         # Worker threads for plane work: one per operation in flight, and room for the
@@ -171,6 +177,10 @@ class Service:
         self._expiring = threading.Thread(
             target=self._expire_due, name="escalation-expiry", daemon=True
         )
+        self._checkpointing = threading.Thread(
+            target=self._checkpoint_due, name="checkpoints", daemon=True
+        )
+        self._plane_key: Ed25519PrivateKey | None = None
 
     # -- life -------------------------------------------------------------------------
 
@@ -187,6 +197,7 @@ class Service:
                 "set EVIDENCE_PLANE_KEY to the ledger's plane key"
             )
         key = load_private_key(path)
+        self._plane_key = key
         self.plane_key_fingerprint = fingerprint(key.public_key())
         # The door's requestState is sealed under a secret every service of this ledger
         # derives alike, and no agent can: it holds no plane key.
@@ -197,6 +208,7 @@ class Service:
         self.committer.start()
         self.follower.start()
         self._expiring.start()
+        self._checkpointing.start()
 
     def _expire_due(self) -> None:
         """Every ``EXPIRE_EVERY_S``: deny the plans whose escalation expired undecided
@@ -206,6 +218,27 @@ class Service:
                 self.pool.run(expire_escalations)
             except Exception as exc:  # the database is away: the next round tries again
                 log.warning("escalation expiry: %s", exc)
+
+    def publish_checkpoint(self) -> Published:
+        """Sign the log's head with the plane key and keep it (``checkpoints``)."""
+        assert self._plane_key is not None, "the service has not started"
+        key = self._plane_key
+
+        def publish_with(plane: Plane) -> Published:
+            return publish(plane.store, key, origin_of(plane.store))
+
+        self.published = self.pool.run(publish_with)
+        return self.published
+
+    def _checkpoint_due(self) -> None:
+        """A checkpoint now, then every ``CHECKPOINT_EVERY_S`` (``checkpoints``)."""
+        while True:
+            try:
+                self.publish_checkpoint()
+            except Exception as exc:  # the database is away: the next round tries again
+                log.warning("checkpoint: %s", exc)
+            if self._stopping.wait(CHECKPOINT_EVERY_S):
+                return
 
     def stop(self) -> None:
         self._stopping.set()
@@ -469,18 +502,67 @@ class Service:
         return self.json({"status": "ready", "head_size": size})
 
     async def metrics_text(self, _request: Request) -> Response:
+        def read(plane: Plane) -> LedgerReadings:
+            kept = latest(plane.store)
+            return LedgerReadings(
+                head_size=plane.store.head().size,
+                checkpoint_size=kept.size if kept is not None else None,
+                checkpoint_age_s=kept.age_s() if kept is not None else None,
+            )
+
         try:
-            size: int | None = await self.in_thread(lambda plane: plane.store.head().size)
-        except Exception:  # the metrics still answer; the head's gauge is left out
-            size = None
-        text = self.metrics.render(
+            ledger_readings = await self.in_thread(read)
+        except Exception:  # the metrics still answer; the ledger's gauges are left out
+            ledger_readings = LedgerReadings()
+        own = self._process()
+        if self.fleet is None:
+            return Response(self.metrics.render(own, ledger_readings), media_type=CONTENT_TYPE)
+        total, fleet = await anyio.to_thread.run_sync(self.fleet.gather, self.metrics.snapshot(own))
+        return Response(total.render(fleet, ledger_readings), media_type=CONTENT_TYPE)
+
+    def _process(self) -> Process:
+        return Process(
             in_flight=self.admission.active,
             waiting=self.admission.queued,
             limit=self.max_in_flight,
-            head_size=size,
             commits=(self.committer.batches, self.committer.jobs),
         )
-        return Response(text, media_type=CONTENT_TYPE)
+
+    async def publish_metrics(self) -> None:
+        """This process's snapshot in the fleet's directory, every ``PUBLISH_EVERY_S``."""
+        assert self.fleet is not None
+        while True:
+            await anyio.sleep(PUBLISH_EVERY_S)
+            snapshot = self.metrics.snapshot(self._process())
+            try:
+                await anyio.to_thread.run_sync(self.fleet.publish, snapshot)
+            except OSError as exc:
+                log.warning("metrics: %s", exc)
+
+    async def checkpoint_text(self, _request: Request) -> Response:
+        """The latest checkpoint kept (``checkpoints``), as C2SP tlog-tiles serves it."""
+        kept = await self.in_thread(lambda plane: latest(plane.store))
+        if kept is None:
+            return self.json({"error": "no checkpoint published yet"}, 404)
+        return Response(
+            kept.note,
+            media_type="text/plain; charset=utf-8",
+            headers={"Cache-Control": "no-cache"},
+        )
+
+    def open_routes(self) -> dict[str, Callable[[Request], Any]]:
+        """The routes open to anyone, by operation id."""
+        return {
+            "healthz": self.healthz,
+            "readyz": self.readyz,
+            "metrics": self.metrics_text,
+            "checkpoint": self.checkpoint_text,
+            "openapi": self.openapi_json,
+            "protected_resource": self.protected_resource,
+            "mcp_protected_resource": self.mcp_protected_resource,
+            "mcp_server_protected_resource": self.mcp_protected_resource,
+            "credentials_doc": self.credentials_doc,
+        }
 
     async def openapi_json(self, _request: Request) -> Response:
         return Response(self.openapi, media_type="application/json")
@@ -652,6 +734,7 @@ def create_app(
     workdir: Path | None = None,
     hosts: list[str] | None = None,
     mcp_sessions: bool = True,
+    metrics_dir: Path | None = None,
 ) -> Starlette:
     """The service for the ledger at ``db_url``: at most ``max_in_flight`` plane
     operations at once (503 beyond); ``workdir`` as ``--workdir`` (plans' sandboxes);
@@ -660,18 +743,13 @@ def create_app(
     at the server doors unless not ``mcp_sessions`` (one process of several: a session
     lives in the process that opened it)."""
     service = Service(
-        db_url, max_in_flight=max_in_flight, workdir=workdir, mcp_sessions=mcp_sessions
+        db_url,
+        max_in_flight=max_in_flight,
+        workdir=workdir,
+        mcp_sessions=mcp_sessions,
+        metrics_dir=metrics_dir,
     )
-    open_routes: dict[str, Callable[[Request], Any]] = {
-        "healthz": service.healthz,
-        "readyz": service.readyz,
-        "metrics": service.metrics_text,
-        "openapi": service.openapi_json,
-        "protected_resource": service.protected_resource,
-        "mcp_protected_resource": service.mcp_protected_resource,
-        "mcp_server_protected_resource": service.mcp_protected_resource,
-        "credentials_doc": service.credentials_doc,
-    }
+    open_routes = service.open_routes()
 
     def observe(endpoint: Endpoint, started: float, status: int) -> None:
         service.metrics.requests.inc(
@@ -732,8 +810,11 @@ def create_app(
             max_in_flight,
         )
         try:
-            async with service.mcp.running():
+            async with service.mcp.running(), anyio.create_task_group() as tasks:
+                if service.fleet is not None:
+                    tasks.start_soon(service.publish_metrics)
                 yield
+                tasks.cancel_scope.cancel()
         finally:
             service.stop()
 

@@ -486,10 +486,21 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "/metrics",
         "metrics",
         "Prometheus text exposition: requests, latency, gate checks, deviations, "
-        "validation outcomes, hook answers, in-flight operations, the ledger's head size.",
+        "validation outcomes, hook answers, in-flight operations, the ledger's head size, "
+        "the published checkpoint's size and age; with --workers, every process's added up.",
         "open",
         ok={"type": "string"},
         media_type="text/plain; version=0.0.4",
+    ),
+    Endpoint(
+        "GET",
+        "/checkpoint",
+        "checkpoint",
+        "The latest checkpoint the service published: a C2SP signed note of the log's "
+        "size and root, signed by the plane key (404 before the first).",
+        "open",
+        ok={"type": "string"},
+        media_type="text/plain; charset=utf-8",
     ),
     Endpoint(
         "GET",

@@ -50,6 +50,7 @@ from commands.plane.plans import create_plan
 from commands.plane.proxy_verbs import PLANE_TOOLS
 from commands.plane.registry import register_tool, register_validation
 from commands.service import create_app
+from commands.service.app import DEFAULT_MAX_IN_FLIGHT
 from commands.service.routes import ENDPOINTS, ERROR
 from tests.helpers import REPO, assert_refused, invoke, run_cli
 
@@ -1388,8 +1389,9 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.slow
 def test_workers_share_the_port_and_stop_together(pg_url: str, tmp_path: Path) -> None:
-    """`--workers 2`: two service processes answer on the one port; SIGTERM to the
-    supervisor drains both (exit 0); one dying on its own stops the other too (exit 2)."""
+    """`--workers 2`: two service processes answer on the one port, and a scrape of
+    either counts both; SIGTERM to the supervisor drains both (exit 0); one dying on its
+    own stops the other too (exit 2)."""
     _setup_ledger(pg_url, tmp_path)
     with Plane.open(pg_url) as plane:
         agents = [_new_plan(plane, tmp_path, f"W-{i}") for i in (1, 2, 3)]
@@ -1409,6 +1411,11 @@ def test_workers_share_the_port_and_stop_together(pg_url: str, tmp_path: Path) -
         ]
         assert answers == [200] * 30
         assert all(Path(f"/proc/{w}").exists() for w in workers)
+        # One view of the fleet: whichever process a scrape reaches counts all 30.
+        checks = 'evidence_http_requests_total{method="POST",route="/v1/gate/input",status="200"}'
+        _wait_for(lambda: _metric(server.base, checks) == 30, timeout=30)
+        assert [_metric(server.base, checks) for _ in range(8)] == [30] * 8
+        assert _metric(server.base, "evidence_in_flight_limit") == 2 * DEFAULT_MAX_IN_FLIGHT
     finally:
         assert server.stop() == 0
     assert not any(Path(f"/proc/{w}").exists() for w in workers)

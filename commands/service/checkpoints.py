@@ -1,0 +1,87 @@
+"""The service's published checkpoint (docs/service.md, "Checkpoints"): a C2SP signed
+note of the log's size and root, signed by the plane key, made again every
+``CHECKPOINT_EVERY_S`` by a thread of its own — after the append path, never in it: it
+reads the head as any reader does and takes no ledger lock, so no gated check waits for
+it. It is kept in the ledger's ``ledger_meta`` table, so every process and replica of
+the service answers the same one at ``GET /checkpoint`` (the path C2SP tlog-tiles
+gives it), and ``/metrics`` tells how old it is and what size it covers.
+
+The table is writable by whoever can write the database, as is everything in it: a
+checkpoint is worth its signature, which a client checks with the plane's public key
+(``evidence verify --checkpoint``). What the agent writes there verifies under no key it
+holds. A checkpoint never goes back: one of a smaller size than the one kept is not
+stored (two replicas racing keep the larger).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ledger import Store, tables
+from ledger.checkpoints import Checkpoint, sign_checkpoint
+from ledger.timestamps import rfc3339
+
+__all__ = ["CHECKPOINT_EVERY_S", "Published", "latest", "origin_of", "publish"]
+
+CHECKPOINT_EVERY_S = 30.0
+_NOTE, _SIZE, _AT = "checkpoint", "checkpoint_size", "checkpoint_at"
+
+
+@dataclass(frozen=True)
+class Published:
+    """The checkpoint kept: its note, the size it covers, when it was signed (UTC)."""
+
+    note: str
+    size: int
+    at: datetime
+
+    def age_s(self, now: datetime | None = None) -> float:
+        return max(0.0, ((now or datetime.now(UTC)) - self.at).total_seconds())
+
+
+def origin_of(store: Store) -> str:
+    """The checkpoint's origin line, as ``evidence checkpoint`` names it by default."""
+    return f"evidence-ledger/{store.meta()['ledger_id']}"
+
+
+def latest(store: Store) -> Published | None:
+    """The checkpoint kept (None: none yet, or a row that is not one)."""
+    return _parsed(store.meta())
+
+
+def _parsed(meta: dict[str, str]) -> Published | None:
+    try:
+        at = datetime.fromisoformat(meta[_AT].replace("Z", "+00:00"))
+        return Published(meta[_NOTE], int(meta[_SIZE]), at.astimezone(UTC))
+    except (KeyError, ValueError):
+        return None
+
+
+def publish(store: Store, key: Ed25519PrivateKey, origin: str) -> Published:
+    """Sign the log's current head and keep it (the signing time renewed when the size
+    did not change: its age says the publisher is alive); the kept one when it is
+    larger (another replica read a later head)."""
+    head = store.head()
+    note = sign_checkpoint(Checkpoint(origin=origin, size=head.size, root=head.root), key)
+    now = datetime.now(UTC)
+    meta = tables.ledger_meta
+    keys = (_NOTE, _SIZE, _AT)
+    with store.side_write() as conn:
+        rows = conn.execute(sa.select(meta.c.key, meta.c.value).where(meta.c.key.in_(keys)))
+        kept = _parsed({str(k): str(v) for k, v in rows.all()})
+        if kept is not None and kept.size > head.size:
+            return kept
+        conn.execute(meta.delete().where(meta.c.key.in_(keys)))
+        conn.execute(
+            meta.insert(),
+            [
+                {"key": _NOTE, "value": note},
+                {"key": _SIZE, "value": str(head.size)},
+                {"key": _AT, "value": rfc3339(now)},
+            ],
+        )
+    return Published(note, head.size, now)
