@@ -17,6 +17,7 @@ from .common import (
     open_plane,
     print_table,
     refuse_stdout,
+    server_options,
     workdir_option,
 )
 from .inputs import raw_bytes, text_or_file
@@ -115,12 +116,21 @@ def generate(out: Path, as_json: bool) -> None:
     help="approver: decides escalations; operator: signs policy.",
 )
 @db_option
+@server_options
 @json_option
-def add(name: str, pubkey_file: Path, role: str, as_json: bool) -> None:
+def add(
+    name: str,
+    pubkey_file: Path,
+    role: str,
+    server: str | None,
+    operator_key: str | None,
+    as_json: bool,
+) -> None:
     """Register NAME's public key as an approver's or an operator's.
 
     Needs the plane key (it endorses the key); an approver's registration is policy,
-    signed with this process's operator key too.
+    signed with this process's operator key too. With --server, an approver's key
+    through the service (its plane key endorses; the operator signs here).
 
     \b
     Examples:
@@ -130,6 +140,9 @@ def add(name: str, pubkey_file: Path, role: str, as_json: bool) -> None:
     from commands.plane.lifecycle import add_approver_key
     from projections.states import to_json
 
+    if server is not None:
+        _add_remotely(server, operator_key, name, pubkey_file, role, as_json)
+        return
     doc = add_approver_key(open_plane(create=True), name, pubkey_file, role=role)  # type: ignore[arg-type]
     if as_json:
         emit_json({"approver": to_json(doc), "role": role})
@@ -137,12 +150,44 @@ def add(name: str, pubkey_file: Path, role: str, as_json: bool) -> None:
         click.echo(f"{role} {inert(name)}: {len(doc.keys)} key(s)")
 
 
+def _add_remotely(
+    server: str, operator_key: str | None, name: str, pubkey_file: Path, role: str, as_json: bool
+) -> None:
+    """An approver's key added through the service: the service's plane key endorses
+    it, the operator signs its registration here."""
+    from commands.errors import CommandRefused
+    from ledger.events import ApproverKeyAdded
+    from ledger.keys import SigningError, load_public_key, public_key_b64
+
+    from .operator_remote import act, expecting, remote
+
+    if role != "approver":
+        fail(
+            "--server adds approvers' keys only: an operator key is the plane key's alone "
+            "to make, on the service's host"
+        )
+    try:
+        public = public_key_b64(load_public_key(pubkey_file))
+    except SigningError as exc:
+        raise CommandRefused(str(exc)) from None
+    what = f"the registration of {name}'s key"
+    expect = expecting(ApproverKeyAdded, what, name=name, public_key=public, role="approver")
+    act(remote(server, operator_key), "keys.add", {"name": name, "public_key": public}, expect)
+    if as_json:
+        emit_json({"approver": {"name": name}, "role": role})
+    else:
+        click.echo(f"{role} {inert(name)}: key added")
+
+
 @keys.command("revoke")
 @click.argument("name")
 @click.option("--reason", default="")
 @db_option
+@server_options
 @json_option
-def revoke(name: str, reason: str, as_json: bool) -> None:
+def revoke(
+    name: str, reason: str, server: str | None, operator_key: str | None, as_json: bool
+) -> None:
     """Revoke NAME's active keys.
 
     Decisions signed with them are refused from now on.
@@ -150,11 +195,23 @@ def revoke(name: str, reason: str, as_json: bool) -> None:
     \b
     Examples:
       evidence keys revoke alice --reason "laptop lost"
-      evidence keys revoke bob --json
+      evidence keys revoke bob --server unix:/run/evidence/serve.sock
     """
     from commands.plane.lifecycle import revoke_approver
     from projections.states import to_json
 
+    if server is not None:
+        from ledger.events import ApproverKeyRevoked
+
+        from .operator_remote import act, expecting, remote
+
+        expect = expecting(ApproverKeyRevoked, f"a revocation of {name}'s keys", name=name)
+        act(remote(server, operator_key), "keys.revoke", {"name": name, "reason": reason}, expect)
+        if as_json:
+            emit_json({"approver": {"name": name}, "revoked": True})
+        else:
+            click.echo(f"approver {inert(name)}: keys revoked")
+        return
     doc = revoke_approver(open_plane(), name, reason=reason)
     if as_json:
         emit_json({"approver": to_json(doc)})

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ulid import ULID
 
 from commands.errors import NextStep
@@ -503,11 +504,24 @@ def add_approver_key(
     """Register NAME's public key as an approver's (decisions; the registration is policy,
     signed by an operator) or an operator's (policy). Either way the plane key endorses
     it: only whoever holds the plane key makes a key anybody's."""
-    check_identifier(name, "approver name")
     try:
         public = load_public_key(public_key_file)
     except SigningError as exc:
         raise CommandRefused(str(exc)) from None
+    return add_public_key(plane, name, public, role=role, actor=actor)
+
+
+def add_public_key(
+    plane: Plane,
+    name: str,
+    public: Ed25519PublicKey,
+    *,
+    role: Literal["approver", "operator"] = "approver",
+    actor: str = "operator",
+) -> ApproverState:
+    """``add_approver_key`` for a public key already read (an operator's elsewhere sends
+    it through the service)."""
+    check_identifier(name, "approver name")
     print_ = fingerprint(public)
     load_or_create_plane_key(plane.store.url)  # only whoever holds it adds a key
 

@@ -31,9 +31,11 @@ from commands.plane.core import Plane
 from commands.plane.credentials import Unauthenticated, issue_credential, revoke_credential
 from commands.plane.escalations import pending_evidence
 from commands.plane.lifecycle import (
+    add_public_key,
     decision_stands,
     decision_to_sign,
     record_decision,
+    revoke_approver,
 )
 from commands.plane.registry import define_skill, register_tool, register_validation
 from commands.plane.signers import commit, prepare
@@ -51,6 +53,9 @@ __all__ = ["VERBS", "committed", "operator_of", "prepared"]
 ACTOR = "operator"
 STRING = {"type": "string", "minLength": 1, "maxLength": 2000}
 OBJECT = {"type": "object"}
+# A raw Ed25519 public key in base64: 32 bytes. Only an approver's is added through the
+# service: an operator key is the plane key's alone to make (on the service's host).
+B64_KEY = "^[A-Za-z0-9+/]{43}=$"
 
 
 Verb = Callable[[Plane, dict[str, Any]], Any]
@@ -129,11 +134,31 @@ VERBS: dict[str, tuple[dict[str, Any], Verb]] = {
             actor=ACTOR,
         ),
     ),
+    "keys.add": (
+        closed(
+            {"name": STRING, "public_key": {"type": "string", "pattern": B64_KEY}},
+            ["name", "public_key"],
+        ),
+        lambda plane, a: add_public_key(
+            plane, a["name"], _public(a["public_key"]), role="approver", actor=ACTOR
+        ),
+    ),
+    "keys.revoke": (
+        closed({"name": STRING, "reason": {"type": "string"}}, ["name"]),
+        lambda plane, a: revoke_approver(plane, a["name"], reason=a.get("reason", ""), actor=ACTOR),
+    ),
     "attachment.detach": (
         closed({"attachment_id": STRING, "reason": {"type": "string"}}, ["attachment_id"]),
         lambda plane, a: detach(plane, a["attachment_id"], reason=a.get("reason", ""), actor=ACTOR),
     ),
 }
+
+
+def _public(text: str) -> Any:
+    try:
+        return public_key_from_b64(text)
+    except (SigningError, ValueError) as exc:
+        raise BadRequest(422, f"args: /public_key: not an Ed25519 public key ({exc})") from None
 
 
 def operator_of(

@@ -299,6 +299,8 @@ OPERATOR_VERBS = (
     "attachment.attach",
     "attachment.detach",
     "approvals.set",
+    "keys.add",
+    "keys.revoke",
 )
 OPERATOR_COMMAND = closed(
     {"verb": {"enum": list(OPERATOR_VERBS)}, "args": OBJECT}, ["verb", "args"]

@@ -413,3 +413,35 @@ def test_the_other_operator_verbs_through_the_service(
     assert json.loads(shown.stdout) == {
         "approval_policy": {"min_approvals": 2, "separate_duties": True}
     }
+
+
+def test_an_operator_elsewhere_adds_and_revokes_an_approvers_key(
+    service: tuple[str, Path], sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dave's key, made on his machine, added by Alice through the service (its plane key
+    endorses it, Alice signs the registration): Dave's requests open the approver's
+    routes; once Alice revoked it, they do not. An operator key is not added this way."""
+    url, alice = service
+    host_key = os.environ["EVIDENCE_PLANE_KEY"]
+    dave = tmp_path / "dave" / "dave.key"
+    dave.parent.mkdir()
+    generate_key_pair(dave)
+    _elsewhere(monkeypatch, tmp_path)
+    remote = ("--server", url, "--operator-key", str(alice))
+    added = invoke("keys", "add", "dave", f"{dave}.pub", *remote)
+    assert added.exit_code == 0, added.output
+    assert added.stdout == "approver dave: key added\n"
+    key = load_private_key(dave)
+    assert _post(url, key, "/v1/approver/pending", {}).status_code == 200
+    again = invoke("keys", "add", "dave", f"{dave}.pub", *remote)
+    assert again.exit_code == 2 and "already registered" in again.stderr
+    operator = invoke("keys", "add", "eve", f"{dave}.pub", "--role", "operator", *remote)
+    assert operator.exit_code == 2 and "plane key's alone" in operator.stderr
+    revoked = invoke("keys", "revoke", "dave", "--reason", "left", *remote)
+    assert revoked.exit_code == 0, revoked.output
+    assert _post(url, key, "/v1/approver/pending", {}).status_code == 401
+    with ledger.open(sqlite_url, create=False) as store:
+        signed = [e.payload.signed.operator for e in store.read_stream("approver:dave")]
+    assert signed == ["alice", "alice"]
+    audit = run_cli("audit", "--db", sqlite_url, env={"EVIDENCE_PLANE_KEY": host_key})
+    assert audit.returncode == 0, audit.stdout + audit.stderr
