@@ -10,7 +10,7 @@ import msgspec
 from commands.names import check_identifier, check_plan_resource
 from commands.rules.vocabulary import terminal_state
 from ledger.events import GlobalConfig, PlanCreated
-from projections.states import HaltState, PlanState
+from projections.states import HaltState, PendingDecision, PlanState
 
 from .core import CommandRefused, Plane, StreamState
 
@@ -110,12 +110,20 @@ def plan_brief(plane: Plane, plan_id: str) -> dict[str, Any]:
         "needs_fix": doc.needs_fix,
         "terminal": doc.terminal,
         "pending_decision": pending.decision_id if pending is not None else None,
-        **(
-            {"decision_expires_at": pending.expires_at}
-            if pending is not None and isinstance(pending.expires_at, str)
-            else {}
-        ),
+        **(_waiting_for(pending) if pending is not None else {}),
     }
+
+
+def _waiting_for(pending: PendingDecision) -> dict[str, Any]:
+    """What a pending decision waits for, beyond its id: when it expires, and with k of
+    n approvers, how many must sign one choice and how many have signed."""
+    found: dict[str, Any] = {}
+    if isinstance(pending.expires_at, str):
+        found["decision_expires_at"] = pending.expires_at
+    if isinstance(pending.approvals_required, int):
+        found["approvals_required"] = pending.approvals_required
+        found["approvals_given"] = len(pending.approvals or {})
+    return found
 
 
 def sandbox_paths(plane: Plane, doc: PlanState | None) -> dict[str, str]:

@@ -167,6 +167,9 @@ PLAN_STATE = {
         "pending_decision": {"type": ["string", "null"]},
         # when the pending decision's time runs out (a plan with decision_timeout_s)
         "decision_expires_at": {"type": "string"},
+        # with k of n approvers: how many must sign one choice, how many have signed
+        "approvals_required": {"type": "integer"},
+        "approvals_given": {"type": "integer"},
     },
     "additionalProperties": False,
 }

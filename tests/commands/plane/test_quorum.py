@@ -11,7 +11,7 @@ import pytest
 from commands.plane import Plane
 from commands.plane.core import CommandRefused
 from commands.plane.lifecycle import add_approver_key, authorize, pending_decisions
-from commands.plane.plans import get_plan
+from commands.plane.plans import get_plan, plan_brief
 from commands.plane.validation_runs import validate_plan
 from ledger.keys import generate_key_pair
 from tests.helpers import run_cli, status_plan
@@ -35,9 +35,12 @@ def test_two_of_three_approvers_decide_and_each_signs_once(db_url: str, tmp_path
                 choice=choice, guidance=guidance,
             )  # fmt: skip
 
+        assert plan_brief(plane, "P-1")["approvals_given"] == 0
         sign("alice", "revise")
         waiting = get_plan(plane, "P-1").pending_decision
         assert waiting is not None and waiting.approvals == {"alice": "revise"}
+        brief = plan_brief(plane, "P-1")  # what the agent's door says it waits for
+        assert (brief["approvals_required"], brief["approvals_given"]) == (2, 1)
         with pytest.raises(CommandRefused, match="signs an escalation once"):
             sign("alice", "abandon")
         sign("bob", "abandon")  # one of each: nothing stands yet
