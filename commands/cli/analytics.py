@@ -230,16 +230,22 @@ def tail(
     help="Instead: write an offline bundle for auditors (docs/auditing.md); - for standard output.",
 )
 @click.option(
+    "--tiles",
+    "tiles_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Instead: write the log as C2SP tlog-tiles into DIR, adding what is new.",
+)
+@click.option(
     "--key",
     "key_file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="With --bundle: sign its checkpoint with this key (default: the plane key).",
+    help="With --bundle or --tiles: sign the checkpoint with this key (default: the plane key).",
 )
 @click.option(
     "--origin",
     default=None,
     metavar="NAME",
-    help="With --bundle: the checkpoint's origin (default: evidence-ledger/<id>).",
+    help="With --bundle or --tiles: the checkpoint's origin (default: evidence-ledger/<id>).",
 )
 @click.option("--batch-size", type=whole(1), default=2_000, show_default=True, hidden=True)
 @db_option
@@ -252,6 +258,7 @@ def export(
     plan: str | None,
     out: str | None,
     bundle_out: Path | None,
+    tiles_dir: Path | None,
     key_file: Path | None,
     origin: str | None,
     batch_size: int,
@@ -263,7 +270,8 @@ def export(
     (docs/analytics.md) and the tree head that covers them; `--out -` writes JSONL or
     CSV to standard output (the summary goes to standard error). With --bundle FILE:
     one signed file an auditor checks with no database (`--bundle -`: to standard
-    output).
+    output). With --tiles DIR: the log as C2SP tlog-tiles, for any tile client
+    (docs/auditing.md, "Tiles"); run again, it adds only what is new.
 
     \b
     Examples:
@@ -277,6 +285,12 @@ def export(
         fail("--json prints a summary on standard output, which `-` fills with the export")
     if to_stdout:
         data_to_stdout("--bundle" if bundle_out is not None else "--out")
+    if tiles_dir is not None:
+        given: dict[str, Any] = {"--format": fmt, "--out": out, "--since": since != 1}
+        given |= {"--until": until}
+        given |= {"--type": types, "--plan": plan, "--bundle": bundle_out}
+        _export_tiles(tiles_dir, given, key_file, origin, as_json)
+        return
     if bundle_out is not None:
         extra = [
             name
@@ -489,3 +503,34 @@ def _print_stats(report: dict[str, Any], project: str | None) -> None:
         if report[key]:
             click.echo()
             _bars(title, report[key])
+
+
+def _export_tiles(
+    tiles_dir: Path, given: dict[str, Any], key_file: Path | None, origin: str | None, as_json: bool
+) -> None:
+    """``export --tiles DIR``: the whole log (tiles cover every leaf) as C2SP tlog-tiles."""
+    from ledger.checkpoints import CheckpointError
+    from ledger.tiles import TilesError, export_tiles
+
+    from .bundle import default_origin, signing_key
+
+    extra = [name for name, value in given.items() if value]
+    if extra:
+        fail(f"--tiles takes only --key and --origin, not {', '.join(extra)}: tiles are all of it")
+    store = open_store()
+    key = signing_key(store, key_file)
+    try:
+        written = export_tiles(
+            store, tiles_dir, key=key, origin=default_origin(store) if origin is None else origin
+        )
+    except CheckpointError as exc:
+        fail(f"--origin: {exc}")
+    except TilesError as exc:
+        fail(str(exc))
+    if as_json:
+        emit_json({"tiles": {"dir": str(tiles_dir), **written.to_json()}})
+        return
+    click.echo(
+        f"tiles of {written.size} event(s) in {inert(str(tiles_dir))}: "
+        f"{written.tiles} tile(s) and {written.bundles} entry bundle(s) new, checkpoint signed"
+    )

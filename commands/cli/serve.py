@@ -260,6 +260,12 @@ def _holds_password(url: str | None) -> bool:
 )
 @click.option("--tls-key", metavar="FILE", default=None, help="The private key of --tls-cert.")
 @click.option(
+    "--tile-entries",
+    is_flag=True,
+    help="Serve the log's entry bundles at /tile/entries/ too: every event's bytes, to "
+    "anyone who reaches the port (the hash tiles are always served).",
+)
+@click.option(
     "--insecure-single-user",
     is_flag=True,
     help="Serve the developer's layout (the keys beside the ledger, this user's): an "
@@ -275,6 +281,7 @@ def serve(
     uds: str | None,
     tls_cert: str | None,
     tls_key: str | None,
+    tile_entries: bool,
     insecure_single_user: bool,
 ) -> None:
     """Serve the plane over HTTP to agents holding a credential.
@@ -334,6 +341,7 @@ def serve(
                 hosts=hosts,
                 mcp_sessions=workers == 1,
                 metrics_dir=metrics_dir,
+                tile_entries=tile_entries,
             ),
             lifespan="on",
             log_config=_log_config(),
@@ -360,13 +368,19 @@ def serve(
     except SystemExit as exc:  # uvicorn's startup failure (the lifespan refused)
         fail(f"the service did not start (exit {exc.code}); its log above says why")
     finally:
-        for sock in sockets:
-            sock.close()
-        if metrics_dir is not None:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
-        if uds is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(where[len("unix:") :])
+        _clean_up(sockets, metrics_dir, where if uds is not None else None)
+
+
+def _clean_up(sockets: list[socket.socket], metrics_dir: Path | None, uds: str | None) -> None:
+    """What a stopped service leaves behind: its sockets, the workers' metrics, the
+    unix socket's file (``uds``: ``unix:PATH``)."""
+    for sock in sockets:
+        sock.close()
+    if metrics_dir is not None:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    if uds is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(uds[len("unix:") :])
 
 
 def _servable(url: str, given: str | None, insecure_single_user: bool) -> Path | None:

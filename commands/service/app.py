@@ -99,15 +99,17 @@ from .auth import (
 from .bodies import BODY_SOURCE, BadRequest
 from .bodies import body_of as _body
 from .bodies import deviations_line as _deviations_line
-from .checkpoints import CHECKPOINT_EVERY_S, Published, latest, origin_of, publish
+from .checkpoints import Published
 from .committer import GroupCommitter
 from .door import DoorChecks
 from .follower import ReadModelFollower
 from .mcp import SCOPE_PLAN, SCOPE_SERVER, SCOPE_SLOT, McpGate, Slot, session_owner
-from .metrics import CONTENT_TYPE, PUBLISH_EVERY_S, Fleet, LedgerReadings, Metrics, Process
+from .metrics import Fleet, Metrics
 from .openapi import openapi_document
 from .pool import PlanePool
+from .public import PublicReads
 from .routes import CREDENTIALS_DOC, ENDPOINTS, SERVER, WELL_KNOWN, Endpoint, Outcome, closed
+from .tiles import TileSource
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "RETRY_AFTER_S", "Service", "create_app"]
 
@@ -132,7 +134,7 @@ ROUND_SECRET = b"evidence/mcp-request-state/v1\0"  # the derivation's label
 EXPIRE_EVERY_S = 15.0  # how often the service denies escalations whose time ran out
 
 
-class Service:
+class Service(PublicReads):
     """One app's state: the plane pool, the in-flight bound and the metrics."""
 
     def __init__(
@@ -143,6 +145,7 @@ class Service:
         workdir: Path | None,
         mcp_sessions: bool = True,
         metrics_dir: Path | None = None,
+        tile_entries: bool = False,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -166,6 +169,7 @@ class Service:
         self.metrics = Metrics(routes=[(e.path, e.method) for e in ENDPOINTS])
         # One view of the metrics across `serve --workers N`'s processes.
         self.fleet = Fleet(metrics_dir) if metrics_dir is not None else None
+        self.tiles = TileSource(entries=tile_entries)
         self.published: Published | None = None  # the checkpoint last kept, as this process saw it
         self.plane_key_fingerprint: str | None = None
         self.openapi = msgspec.json.encode(openapi_document(ENDPOINTS))
@@ -219,26 +223,27 @@ class Service:
             except Exception as exc:  # the database is away: the next round tries again
                 log.warning("escalation expiry: %s", exc)
 
-    def publish_checkpoint(self) -> Published:
-        """Sign the log's head with the plane key and keep it (``checkpoints``)."""
-        assert self._plane_key is not None, "the service has not started"
-        key = self._plane_key
-
-        def publish_with(plane: Plane) -> Published:
-            return publish(plane.store, key, origin_of(plane.store))
-
-        self.published = self.pool.run(publish_with)
-        return self.published
-
-    def _checkpoint_due(self) -> None:
-        """A checkpoint now, then every ``CHECKPOINT_EVERY_S`` (``checkpoints``)."""
-        while True:
-            try:
-                self.publish_checkpoint()
-            except Exception as exc:  # the database is away: the next round tries again
-                log.warning("checkpoint: %s", exc)
-            if self._stopping.wait(CHECKPOINT_EVERY_S):
-                return
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """The app's lifespan: started, its background work running, stopped."""
+        # OTLP export when the `otel` extra is installed and an endpoint is configured
+        # (docs/service.md, "Traces"); else nothing of OpenTelemetry is loaded here.
+        tracing.configure_from_environment()
+        self.start()
+        log.info(
+            "serving %s (plane key %s…), at most %d operations in flight",
+            url_identity(self.db_url),  # never the password
+            (self.plane_key_fingerprint or "")[:16],
+            self.max_in_flight,
+        )
+        try:
+            async with self.mcp.running(), anyio.create_task_group() as tasks:
+                if self.fleet is not None:
+                    tasks.start_soon(self.publish_metrics)
+                yield
+                tasks.cancel_scope.cancel()
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -501,55 +506,6 @@ class Service:
             return self.json({"error": inert(f"the database does not answer: {exc}")}, 503)
         return self.json({"status": "ready", "head_size": size})
 
-    async def metrics_text(self, _request: Request) -> Response:
-        def read(plane: Plane) -> LedgerReadings:
-            kept = latest(plane.store)
-            return LedgerReadings(
-                head_size=plane.store.head().size,
-                checkpoint_size=kept.size if kept is not None else None,
-                checkpoint_age_s=kept.age_s() if kept is not None else None,
-            )
-
-        try:
-            ledger_readings = await self.in_thread(read)
-        except Exception:  # the metrics still answer; the ledger's gauges are left out
-            ledger_readings = LedgerReadings()
-        own = self._process()
-        if self.fleet is None:
-            return Response(self.metrics.render(own, ledger_readings), media_type=CONTENT_TYPE)
-        total, fleet = await anyio.to_thread.run_sync(self.fleet.gather, self.metrics.snapshot(own))
-        return Response(total.render(fleet, ledger_readings), media_type=CONTENT_TYPE)
-
-    def _process(self) -> Process:
-        return Process(
-            in_flight=self.admission.active,
-            waiting=self.admission.queued,
-            limit=self.max_in_flight,
-            commits=(self.committer.batches, self.committer.jobs),
-        )
-
-    async def publish_metrics(self) -> None:
-        """This process's snapshot in the fleet's directory, every ``PUBLISH_EVERY_S``."""
-        assert self.fleet is not None
-        while True:
-            await anyio.sleep(PUBLISH_EVERY_S)
-            snapshot = self.metrics.snapshot(self._process())
-            try:
-                await anyio.to_thread.run_sync(self.fleet.publish, snapshot)
-            except OSError as exc:
-                log.warning("metrics: %s", exc)
-
-    async def checkpoint_text(self, _request: Request) -> Response:
-        """The latest checkpoint kept (``checkpoints``), as C2SP tlog-tiles serves it."""
-        kept = await self.in_thread(lambda plane: latest(plane.store))
-        if kept is None:
-            return self.json({"error": "no checkpoint published yet"}, 404)
-        return Response(
-            kept.note,
-            media_type="text/plain; charset=utf-8",
-            headers={"Cache-Control": "no-cache"},
-        )
-
     def open_routes(self) -> dict[str, Callable[[Request], Any]]:
         """The routes open to anyone, by operation id."""
         return {
@@ -557,6 +513,7 @@ class Service:
             "readyz": self.readyz,
             "metrics": self.metrics_text,
             "checkpoint": self.checkpoint_text,
+            "tile": self.tile,
             "openapi": self.openapi_json,
             "protected_resource": self.protected_resource,
             "mcp_protected_resource": self.mcp_protected_resource,
@@ -735,19 +692,22 @@ def create_app(
     hosts: list[str] | None = None,
     mcp_sessions: bool = True,
     metrics_dir: Path | None = None,
+    tile_entries: bool = False,
 ) -> Starlette:
     """The service for the ledger at ``db_url``: at most ``max_in_flight`` plane
     operations at once (503 beyond); ``workdir`` as ``--workdir`` (plans' sandboxes);
     a request with a foreign ``Origin`` refused before anything else, and one whose
     ``Host`` is none of ``hosts`` (None: any) too (``door.DoorChecks``); MCP sessions
     at the server doors unless not ``mcp_sessions`` (one process of several: a session
-    lives in the process that opened it)."""
+    lives in the process that opened it); ``metrics_dir``: where ``--workers``' processes
+    publish their metrics; ``tile_entries``: serve the log's entry bundles too."""
     service = Service(
         db_url,
         max_in_flight=max_in_flight,
         workdir=workdir,
         mcp_sessions=mcp_sessions,
         metrics_dir=metrics_dir,
+        tile_entries=tile_entries,
     )
     open_routes = service.open_routes()
 
@@ -788,7 +748,8 @@ def create_app(
             observe(endpoint, started, response.status_code)
             return response
 
-        return Route(endpoint.path, answer, methods=[endpoint.method], name=endpoint.operation_id)
+        path = endpoint.route or endpoint.path
+        return Route(path, answer, methods=[endpoint.method], name=endpoint.operation_id)
 
     async def not_routed(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -797,31 +758,10 @@ def create_app(
         )
         return service.json({"error": exc.detail}, exc.status_code, dict(exc.headers or {}))
 
-    @asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        # OTLP export when the `otel` extra is installed and an endpoint is configured
-        # (docs/service.md, "Traces"); else nothing of OpenTelemetry is loaded here.
-        tracing.configure_from_environment()
-        service.start()
-        log.info(
-            "serving %s (plane key %s…), at most %d operations in flight",
-            url_identity(service.db_url),  # never the password
-            (service.plane_key_fingerprint or "")[:16],
-            max_in_flight,
-        )
-        try:
-            async with service.mcp.running(), anyio.create_task_group() as tasks:
-                if service.fleet is not None:
-                    tasks.start_soon(service.publish_metrics)
-                yield
-                tasks.cancel_scope.cancel()
-        finally:
-            service.stop()
-
     app = Starlette(
         routes=[mount(e) for e in ENDPOINTS],
         exception_handlers={HTTPException: not_routed},
-        lifespan=lifespan,
+        lifespan=lambda _app: service.serving(),
         middleware=[Middleware(DoorChecks, hosts=hosts), Middleware(TraceContext)],
     )
     app.state.service = service

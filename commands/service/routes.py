@@ -73,6 +73,8 @@ class Endpoint:
     hook: HookOperation | None = None
     hook_kind: HookKind | None = None
     media_type: str = "application/json"
+    # the route's own path where a parameter spans path segments (Starlette's {name:path})
+    route: str | None = None
     # answers other than 200 this endpoint gives beyond those of its access (ERRORS)
     errors: dict[int, str] = field(default_factory=dict)
 
@@ -506,6 +508,26 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "open",
         ok={"type": "string"},
         media_type="text/plain; charset=utf-8",
+    ),
+    Endpoint(
+        "GET",
+        "/tile/{tile}",
+        "tile",
+        "The log as C2SP tlog-tiles: tile/<L>/<N>[.p/<W>] (hashes, for any tile client), "
+        "and tile/entries/<N>[.p/<W>] (the events' bytes; only with serve --tile-entries). "
+        "Each names one content for good: cached for a year.",
+        "open",
+        ok={"type": "string", "format": "binary"},
+        media_type="application/octet-stream",
+        path_params={
+            "tile": {
+                "type": "string",
+                "description": "The rest of the path after /tile/, as C2SP tlog-tiles writes it.",
+                "pattern": "^(entries|[0-9]{1,2})/(x[0-9]{3}/)*[0-9]{3}(\\.p/[0-9]{1,3})?$",
+            }
+        },
+        route="/tile/{tile:path}",
+        errors={404: "no such tile (not a tile path, not in the log yet, or entries not served)"},
     ),
     Endpoint(
         "GET",
