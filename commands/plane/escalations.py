@@ -34,7 +34,6 @@ from ledger.events import ValidationRunStarted
 from projections.states import PlanState
 
 from .core import Plane
-from .lifecycle import pending_decisions
 
 __all__ = ["MAX_DIFF_BYTES", "MAX_FILE_BYTES", "pending_evidence", "run_changes"]
 
@@ -43,24 +42,33 @@ MAX_DIFF_BYTES = 256 * 1024  # the diffs of one escalation, together
 
 
 def pending_evidence(plane: Plane) -> list[dict[str, Any]]:
-    """Every pending escalation with its evidence (the module's docstring)."""
+    """Every pending escalation with its evidence (the module's docstring), from the
+    plans' read model caught up now: a listing, which needs no key (each decision is
+    checked against the log where it is recorded)."""
+    plane.projections.catch_up()
     decisions = []
-    for pending in pending_decisions(plane):
-        doc = plane.state(f"plan:{pending.plan_id}").of(PlanState)
-        waiting = doc.pending_decision if doc is not None else None
-        events = plan_runs(plane.store, pending.plan_id)
+    for doc in plane.projections.documents("plans"):
+        if not isinstance(doc, PlanState) or doc.pending_decision is None:
+            continue
+        waiting = doc.pending_decision
+        events = plan_runs(plane.store, doc.plan_id)
         extra = {
-            "expires_at": waiting.expires_at if waiting is not None else None,
-            "approvals_required": waiting.approvals_required if waiting is not None else None,
-            "approvals": waiting.approvals if waiting is not None else None,
-            "strategy": doc.strategy if doc is not None else None,
+            "plan_id": doc.plan_id,
+            "decision_id": waiting.decision_id,
+            "options": waiting.options,
+            "reason": waiting.reason,
+            "expires_at": waiting.expires_at,
+            "approvals_required": waiting.approvals_required,
+            "approvals": waiting.approvals,
+            "strategy": doc.strategy,
             "failures": [
                 msgspec.to_builtins(f) for f in last_run_failures(events, plane.store.get_blob)
             ],
-            "changes": run_changes(plane, doc) if doc is not None else [],
+            "changes": run_changes(plane, doc),
         }
-        found = {k: v for k, v in extra.items() if v is not None and v is not msgspec.UNSET}
-        decisions.append({**msgspec.to_builtins(pending), **found})
+        decisions.append(
+            {k: v for k, v in extra.items() if v is not None and v is not msgspec.UNSET}
+        )
     return decisions
 
 
