@@ -253,18 +253,29 @@ def audit(
     metavar="NAME",
     help="The checkpoint's origin line (default: evidence-ledger/<ledger id>).",
 )
+@click.option(
+    "--witness",
+    "policy_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A witness policy (C2SP tlog-policy): have its witnesses cosign, print the "
+    "checkpoint only if its quorum holds.",
+)
 @db_option
 @json_option
-def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None:
+def checkpoint(
+    key_file: Path | None, origin: str | None, policy_file: Path | None, as_json: bool
+) -> None:
     """Print a signed tree head (a C2SP checkpoint) of the log.
 
     A C2SP tlog-checkpoint signed note of the current size and root, signed by the plane
     key (or --key): keep it outside the database and check the log against it later.
+    With --witness POLICY, the policy's witnesses are asked to cosign it, and it is
+    printed only when their quorum holds (exit 1 otherwise, each witness's answer said).
 
     \b
     Examples:
       evidence checkpoint > kept.checkpoint
-      evidence checkpoint --key auditor.key --origin example.org/ledger --json
+      evidence checkpoint --witness witnesses.policy > cosigned.checkpoint
     """
     from ledger.checkpoints import Checkpoint, CheckpointError, sign_checkpoint, verifier_key
     from ledger.keys import fingerprint, public_key_b64
@@ -277,6 +288,9 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
         text = sign_checkpoint(Checkpoint(origin=origin, size=head.size, root=head.root), key)
     except CheckpointError as exc:
         fail(f"--origin: {exc}")
+    if policy_file is not None:
+        _witnessed_checkpoint(store, text, policy_file, as_json)
+        return
     if as_json:
         emit_json(
             {
@@ -292,6 +306,44 @@ def checkpoint(key_file: Path | None, origin: str | None, as_json: bool) -> None
         )
     else:
         click.echo(text, nl=False)
+
+
+def _witnessed_checkpoint(store: ledger.Store, note: str, policy_file: Path, as_json: bool) -> None:
+    """``checkpoint --witness POLICY``: the checkpoint cosigned by the policy's witnesses,
+    printed only when the quorum holds; each witness's refusal said (exit 1 without it)."""
+    from commands.plane.witnesses import witness
+    from ledger.checkpoints import CheckpointError, parse_checkpoint, stored_leaves
+    from ledger.merkle import consistency_proof
+    from ledger.tlog_policy import parse_policy
+
+    try:
+        policy = parse_policy(read_text(policy_file, "document", f"--witness {policy_file}"))
+    except CheckpointError as exc:
+        fail(f"--witness {inert(str(policy_file))}: {exc}")
+    size = parse_checkpoint(note)[0].size
+    leaves = stored_leaves(store, size)
+    done = witness(note, policy, lambda old: consistency_proof(leaves, old))
+    answers = {a.witness: a.why or "cosigned" for a in done.asked}
+    if as_json:
+        emit_json(
+            {
+                "checkpoint": done.note if done.check.ok else None,
+                "quorum": done.check.quorum,
+                "log_signed": done.check.log is not None,
+                "cosigned": sorted(done.check.cosigned),
+                "witnesses": answers,
+            }
+        )
+    else:
+        for name, answer in answers.items():
+            click.echo(inert(f"witness {name}: {answer}"), err=True)
+        if done.check.ok:
+            click.echo(done.note, nl=False)
+    if not done.check.ok:
+        why = "the policy lists no key of this log" if done.check.log is None else "no quorum"
+        if not as_json:
+            click.echo(f"not published: {why}", err=True)
+        click.get_current_context().exit(EXIT_VERDICT)
 
 
 VERIFIER_KEY_HELP = (
@@ -349,6 +401,15 @@ def verifier_key_option(fn: Any) -> Any:
     help="The checkpoint signer's public key (default: the plane key).",
 )
 @verifier_key_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "tlog-proof"]),
+    default="text",
+    show_default=True,
+    help="tlog-proof: POSITION's offline proof in C2SP tlog-proof form, with the event, "
+    "against --checkpoint FILE (a cosigned one) or a checkpoint signed now.",
+)
 @db_option
 @json_option
 def prove(
@@ -360,6 +421,7 @@ def prove(
     checkpoint_file: Path | None,
     public_key_file: Path | None,
     verifier: str | None,
+    fmt: str,
     as_json: bool,
 ) -> None:
     """Print or check an RFC 9162 inclusion or consistency proof.
@@ -380,6 +442,9 @@ def prove(
     from ledger.checkpoints import CheckpointError
     from ledger.proofs import check_consistency, check_inclusion
 
+    if fmt == "tlog-proof":
+        _tlog_proof(position, size, old_head, check, against, as_json, checkpoint_file)
+        return
     _check_prove_options(
         position, size, old_head, check, against, checkpoint_file, public_key_file, verifier
     )
@@ -402,6 +467,25 @@ def prove(
     except CheckpointError as exc:
         fail(str(exc))
     _report_check(result, problems, "inclusion" if position is not None else "consistency", as_json)
+
+
+def _tlog_proof(
+    position: int | None,
+    size: int | None,
+    old_head: str | None,
+    check: bool,
+    against: str | None,
+    as_json: bool,
+    checkpoint_file: Path | None,
+) -> None:
+    """``prove POSITION --format tlog-proof [--checkpoint FILE]``."""
+    from .tlog_proofs import print_tlog_proof
+
+    if position is None or old_head is not None:
+        fail("--format tlog-proof proves one event's inclusion: give POSITION")
+    if size is not None or check or against is not None or as_json:
+        fail("--format tlog-proof takes only POSITION and --checkpoint (its text is the proof)")
+    print_tlog_proof(open_store(), position, checkpoint_file)
 
 
 def _check_prove_options(
@@ -489,8 +573,23 @@ def checkpoint_verifier(
     or a ``--public-key`` file holding one), else the public key given or the plane key's,
     standing for the verifier key named after the checkpoint's origin."""
     from commands.rules.signing import plane_key_path
-    from ledger.checkpoints import CheckpointError, parse_verifier_key
     from ledger.keys import load_private_key
+
+    given = given_verifier(public_key_file, verifier)
+    if given is not None:
+        return given
+    plane = plane_key_path(store.url)
+    if not os.path.lexists(plane):
+        fail(
+            "--checkpoint needs --verifier-key NAME+HASH+KEY or --public-key FILE (no plane "
+            "key here to check it with)"
+        )
+    return load_private_key(plane).public_key()
+
+
+def given_verifier(public_key_file: Path | None, verifier: str | None) -> Verifier | None:
+    """The key ``--verifier-key`` (text or @FILE) or ``--public-key`` gives (None: none)."""
+    from ledger.checkpoints import CheckpointError, parse_verifier_key
 
     if verifier is not None and public_key_file is not None:
         fail("give --verifier-key or --public-key, not both")
@@ -506,13 +605,7 @@ def checkpoint_verifier(
             fail(f"--verifier-key: {exc}")
     if public_key_file is not None:
         return load_verifier(public_key_file)
-    plane = plane_key_path(store.url)
-    if not os.path.lexists(plane):
-        fail(
-            "--checkpoint needs --verifier-key NAME+HASH+KEY or --public-key FILE (no plane "
-            "key here to check it with)"
-        )
-    return load_private_key(plane).public_key()
+    return None
 
 
 def load_verifier(path: Path) -> Verifier:
@@ -664,25 +757,68 @@ def verify_checkpoint_command(
     public_key_file: Path | None,
     as_json: bool,
     verifier: str | None = None,
+    policy_file: Path | None = None,
 ) -> CheckpointReport:
     """The body of ``evidence verify --checkpoint FILE [--verifier-key VKEY | --public-key
-    FILE]``: check the note's signature (under the verifier key given, else the public
-    key given or the plane key's, named after the origin) and that the log extends its
-    tree head; print the report; exit 1 if anything failed."""
+    FILE | --policy POLICY]``: check the note's signature (under the verifier key given,
+    else the public key given or the plane key's, named after the origin; with a policy,
+    one of its logs' keys and its witnesses' quorum) and that the log extends its tree
+    head; print the report; exit 1 if anything failed."""
     from ledger.checkpoints import verify_against_checkpoint
 
     text = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
     store = open_store()
-    report = verify_against_checkpoint(
-        store, text, checkpoint_verifier(store, public_key_file, verifier)
-    )
+    witnessed: dict[str, Any] | None = None
+    if policy_file is not None:
+        if verifier is not None or public_key_file is not None:
+            fail("--policy names the log's keys: give it without --verifier-key or --public-key")
+        key, witnessed = _held_to_policy(text, policy_file, as_json)
+    else:
+        key = checkpoint_verifier(store, public_key_file, verifier)
+    report = verify_against_checkpoint(store, text, key)
     if as_json:
-        emit_json(report)
+        emit_json(
+            report if witnessed is None else {**msgspec_builtins(report), "policy": witnessed}
+        )
     else:
         print_checkpoint_report(report)
+        if witnessed is not None:
+            click.echo(f"cosigned by {', '.join(witnessed['cosigned'])}: the policy's quorum holds")
     if not report.ok:
         click.get_current_context().exit(EXIT_VERDICT)
     return report
+
+
+def msgspec_builtins(value: Any) -> Any:
+    import msgspec
+
+    return msgspec.to_builtins(value)
+
+
+def _held_to_policy(text: str, policy_file: Path, as_json: bool) -> tuple[Any, dict[str, Any]]:
+    """The log key of the policy that signed the checkpoint, and what the policy found;
+    a checkpoint no policy log signed, or whose witnesses' quorum does not hold, is a
+    verdict (exit 1), said here."""
+    from ledger.checkpoints import CheckpointError
+    from ledger.tlog_policy import parse_policy
+
+    try:
+        policy = parse_policy(read_text(policy_file, "document", f"--policy {policy_file}"))
+        check = policy.check(text)
+    except CheckpointError as exc:
+        fail(f"--policy {inert(str(policy_file))}: {exc}")
+    cosigned = sorted(check.cosigned)
+    found = {"log": check.log, "cosigned": cosigned, "quorum": check.quorum}
+    if not check.ok:
+        why = "signed by none of the policy's logs" if check.log is None else "no quorum"
+        if as_json:
+            emit_json({"ok": False, "policy": found})
+        else:
+            click.echo(f"FAILED: the checkpoint does not satisfy the policy: {why}")
+            click.echo(inert(f"cosigned by: {', '.join(cosigned) or 'nobody'}"))
+        click.get_current_context().exit(EXIT_VERDICT)
+    key = next(k for k, _url in policy.logs if k.name == check.log)
+    return key, found
 
 
 def print_checkpoint_report(report: CheckpointReport) -> None:

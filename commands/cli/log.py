@@ -344,6 +344,20 @@ def _indented_json(value: object) -> str:
 )
 @verifier_key_option
 @click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --checkpoint: a witness policy (C2SP tlog-policy) it must satisfy: signed "
+    "by one of its logs, cosigned by its witnesses' quorum.",
+)
+@click.option(
+    "--tlog-proof",
+    "tlog_proof_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Check a C2SP tlog-proof offline (no database): with --policy, --verifier-key "
+    "or --public-key.",
+)
+@click.option(
     "--jobs",
     type=click.IntRange(min=1, max=64),
     default=None,
@@ -363,6 +377,8 @@ def verify(
     checkpoint_file: Path | None,
     public_key_file: Path | None,
     verifier: str | None,
+    policy_file: Path | None,
+    tlog_proof_file: Path | None,
     jobs: int | None,
     trace_file: Path | None,
     bundle_file: Path | None,
@@ -383,6 +399,9 @@ def verify(
     if trace_file is not None:
         _verify_trace(trace_file, as_json)
         return
+    if tlog_proof_file is not None:
+        _verify_tlog_proof(tlog_proof_file, policy_file, verifier, public_key_file, as_json)
+        return
     _refuse_mixed(against, checkpoint_file, verifier, bundle_file)
     if bundle_file is not None:
         verify_bundle_command(
@@ -392,8 +411,12 @@ def verify(
     if checkpoint_file is not None:
         if against:
             fail("give --against or --checkpoint, not both")
-        verify_checkpoint_command(checkpoint_file, public_key_file, as_json, verifier)
+        verify_checkpoint_command(
+            checkpoint_file, public_key_file, as_json, verifier, policy_file=policy_file
+        )
         return
+    if policy_file is not None:
+        fail("--policy checks a --checkpoint: give one")
     if public_key_file is not None:
         fail("--public-key checks a --checkpoint or a --bundle: give one")
     try:
@@ -461,3 +484,20 @@ def _verify_trace(trace_file: Path, as_json: bool) -> None:
             click.echo(f"  {inert(problem)}")
     if not report.ok:
         click.get_current_context().exit(EXIT_VERDICT)
+
+
+def _verify_tlog_proof(
+    path: Path,
+    policy_file: Path | None,
+    verifier: str | None,
+    public_key_file: Path | None,
+    as_json: bool,
+) -> None:
+    """``verify --tlog-proof FILE``: offline, with the keys given (never the database's)."""
+    from .audit import given_verifier
+    from .tlog_proofs import verify_tlog_proof
+
+    given = [policy_file, verifier, public_key_file]
+    if sum(v is not None for v in given) != 1:
+        fail("--tlog-proof is checked with one of --policy, --verifier-key or --public-key")
+    verify_tlog_proof(path, policy_file, given_verifier(public_key_file, verifier), as_json)

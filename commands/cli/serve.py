@@ -36,6 +36,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -266,6 +267,14 @@ def _holds_password(url: str | None) -> bool:
     "anyone who reaches the port (the hash tiles are always served).",
 )
 @click.option(
+    "--witness-policy",
+    "policy_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A witness policy (C2SP tlog-policy): publish a checkpoint only once its "
+    "witnesses' quorum cosigned it.",
+)
+@click.option(
     "--insecure-single-user",
     is_flag=True,
     help="Serve the developer's layout (the keys beside the ledger, this user's): an "
@@ -282,6 +291,7 @@ def serve(
     tls_cert: str | None,
     tls_key: str | None,
     tile_entries: bool,
+    policy_file: Path | None,
     insecure_single_user: bool,
 ) -> None:
     """Serve the plane over HTTP to agents holding a credential.
@@ -324,6 +334,7 @@ def serve(
             "so the service listens on loopback only"
         )
     limit = max_in_flight or DEFAULT_MAX_IN_FLIGHT
+    policy = _witness_policy(policy_file, url) if policy_file is not None else None
     sockets, where, hosts = _listen(host, port, workers, uds, https=tls is not None)
     # Several processes publish their metrics here, so that a scrape of any is all of
     # them (0700, made by mkdtemp: no other user reads or writes it).
@@ -342,6 +353,7 @@ def serve(
                 mcp_sessions=workers == 1,
                 metrics_dir=metrics_dir,
                 tile_entries=tile_entries,
+                witness_policy=policy,
             ),
             lifespan="on",
             log_config=_log_config(),
@@ -369,6 +381,30 @@ def serve(
         fail(f"the service did not start (exit {exc.code}); its log above says why")
     finally:
         _clean_up(sockets, metrics_dir, where if uds is not None else None)
+
+
+def _witness_policy(path: Path, url: str) -> Any:
+    """The witness policy at ``path``, refused unless it lists this ledger's log key (the
+    plane key under the checkpoints' origin): its witnesses would cosign nothing."""
+    from commands.rules.signing import plane_key_path
+    from commands.service.checkpoints import origin_of
+    from ledger.checkpoints import CheckpointError, VerifierKey
+    from ledger.intake import read_text
+    from ledger.keys import load_private_key
+    from ledger.tlog_policy import parse_policy
+
+    try:
+        policy = parse_policy(read_text(path, "document", f"--witness-policy {path}"))
+    except CheckpointError as exc:
+        fail(f"--witness-policy {inert(str(path))}: {exc}")
+    with ledger.open(url, create=False) as store:
+        log = VerifierKey.of(origin_of(store), load_private_key(plane_key_path(url)))
+    if not any(k.name == log.name and k.key_hash == log.key_hash for k, _ in policy.logs):
+        fail(
+            f"--witness-policy {inert(str(path))} lists no key of this log: add the line "
+            f"`log {log}`"
+        )
+    return policy
 
 
 def _clean_up(sockets: list[socket.socket], metrics_dir: Path | None, uds: str | None) -> None:

@@ -84,6 +84,7 @@ from ledger.events import Deviation
 from ledger.intake import LIMITS, InputError, env_seconds, limit_bytes
 from ledger.keys import fingerprint, load_private_key
 from ledger.store import url_identity
+from ledger.tlog_policy import Policy
 
 from . import operator
 from .admission import QUEUE, WAIT_S, Admission, Overloaded
@@ -146,6 +147,7 @@ class Service(PublicReads):
         mcp_sessions: bool = True,
         metrics_dir: Path | None = None,
         tile_entries: bool = False,
+        witness_policy: Policy | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -171,6 +173,7 @@ class Service(PublicReads):
         self.fleet = Fleet(metrics_dir) if metrics_dir is not None else None
         self.tiles = TileSource(entries=tile_entries)
         self.published: Published | None = None  # the checkpoint last kept, as this process saw it
+        self.witness_policy = witness_policy  # cosigners a checkpoint needs to be published
         self.plane_key_fingerprint: str | None = None
         self.openapi = msgspec.json.encode(openapi_document(ENDPOINTS))
         # Worker threads for plane work: one per operation in flight, and room for the
@@ -693,6 +696,7 @@ def create_app(
     mcp_sessions: bool = True,
     metrics_dir: Path | None = None,
     tile_entries: bool = False,
+    witness_policy: Policy | None = None,
 ) -> Starlette:
     """The service for the ledger at ``db_url``: at most ``max_in_flight`` plane
     operations at once (503 beyond); ``workdir`` as ``--workdir`` (plans' sandboxes);
@@ -700,7 +704,8 @@ def create_app(
     ``Host`` is none of ``hosts`` (None: any) too (``door.DoorChecks``); MCP sessions
     at the server doors unless not ``mcp_sessions`` (one process of several: a session
     lives in the process that opened it); ``metrics_dir``: where ``--workers``' processes
-    publish their metrics; ``tile_entries``: serve the log's entry bundles too."""
+    publish their metrics; ``tile_entries``: serve the log's entry bundles too;
+    ``witness_policy``: publish a checkpoint only once its witnesses' quorum cosigned it."""
     service = Service(
         db_url,
         max_in_flight=max_in_flight,
@@ -708,6 +713,7 @@ def create_app(
         mcp_sessions=mcp_sessions,
         metrics_dir=metrics_dir,
         tile_entries=tile_entries,
+        witness_policy=witness_policy,
     )
     open_routes = service.open_routes()
 

@@ -25,7 +25,15 @@ from ledger import Store, tables
 from ledger.checkpoints import Checkpoint, sign_checkpoint
 from ledger.timestamps import rfc3339
 
-__all__ = ["CHECKPOINT_EVERY_S", "Published", "latest", "origin_of", "publish"]
+__all__ = [
+    "CHECKPOINT_EVERY_S",
+    "Published",
+    "keep",
+    "latest",
+    "origin_of",
+    "publish",
+    "sign_head",
+]
 
 CHECKPOINT_EVERY_S = 30.0
 _NOTE, _SIZE, _AT = "checkpoint", "checkpoint_size", "checkpoint_at"
@@ -61,27 +69,38 @@ def _parsed(meta: dict[str, str]) -> Published | None:
         return None
 
 
-def publish(store: Store, key: Ed25519PrivateKey, origin: str) -> Published:
-    """Sign the log's current head and keep it (the signing time renewed when the size
-    did not change: its age says the publisher is alive); the kept one when it is
-    larger (another replica read a later head)."""
+def sign_head(store: Store, key: Ed25519PrivateKey, origin: str) -> tuple[str, int]:
+    """A checkpoint of the log's current head, signed by ``key``, and its size."""
     head = store.head()
-    note = sign_checkpoint(Checkpoint(origin=origin, size=head.size, root=head.root), key)
+    return sign_checkpoint(
+        Checkpoint(origin=origin, size=head.size, root=head.root), key
+    ), head.size
+
+
+def keep(store: Store, note: str, size: int) -> Published:
+    """Keep ``note`` (of a tree of ``size``) as the published checkpoint, the signing time
+    renewed when the size did not change (its age says the publisher is alive); the kept
+    one when it is larger (another replica read a later head)."""
     now = datetime.now(UTC)
     meta = tables.ledger_meta
     keys = (_NOTE, _SIZE, _AT)
     with store.side_write() as conn:
         rows = conn.execute(sa.select(meta.c.key, meta.c.value).where(meta.c.key.in_(keys)))
         kept = _parsed({str(k): str(v) for k, v in rows.all()})
-        if kept is not None and kept.size > head.size:
+        if kept is not None and kept.size > size:
             return kept
         conn.execute(meta.delete().where(meta.c.key.in_(keys)))
         conn.execute(
             meta.insert(),
             [
                 {"key": _NOTE, "value": note},
-                {"key": _SIZE, "value": str(head.size)},
+                {"key": _SIZE, "value": str(size)},
                 {"key": _AT, "value": rfc3339(now)},
             ],
         )
-    return Published(note, head.size, now)
+    return Published(note, size, now)
+
+
+def publish(store: Store, key: Ed25519PrivateKey, origin: str) -> Published:
+    """Sign the log's current head and keep it (``sign_head``, ``keep``)."""
+    return keep(store, *sign_head(store, key, origin))

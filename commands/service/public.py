@@ -18,9 +18,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from commands.plane import Plane
+from commands.plane.witnesses import witness
+from ledger.checkpoints import stored_leaves
+from ledger.merkle import consistency_proof
+from ledger.tlog_policy import Policy
 
 from .admission import Admission
-from .checkpoints import CHECKPOINT_EVERY_S, Published, latest, origin_of, publish
+from .checkpoints import CHECKPOINT_EVERY_S, Published, keep, latest, origin_of, sign_head
 from .committer import GroupCommitter
 from .metrics import CONTENT_TYPE, PUBLISH_EVERY_S, Fleet, LedgerReadings, Metrics, Process
 from .pool import PlanePool
@@ -39,6 +43,7 @@ class PublicReads:
     fleet: Fleet | None
     tiles: TileSource
     published: Published | None
+    witness_policy: Policy | None
     admission: Admission
     committer: GroupCommitter
     pool: PlanePool
@@ -52,15 +57,24 @@ class PublicReads:
     def json(self, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
         raise NotImplementedError  # Service's
 
-    def publish_checkpoint(self) -> Published:
-        """Sign the log's head with the plane key and keep it (``checkpoints``)."""
+    def publish_checkpoint(self) -> Published | None:
+        """Sign the log's head with the plane key and keep it (``checkpoints``); with a
+        witness policy, only once its witnesses' quorum cosigned it (else the one kept
+        stays, and the log says why)."""
         assert self._plane_key is not None, "the service has not started"
         key = self._plane_key
-
-        def publish_with(plane: Plane) -> Published:
-            return publish(plane.store, key, origin_of(plane.store))
-
-        self.published = self.pool.run(publish_with)
+        note, size = self.pool.run(
+            lambda plane: sign_head(plane.store, key, origin_of(plane.store))
+        )
+        if self.witness_policy is not None:  # the witnesses are asked off the pool
+            leaves = self.pool.run(lambda plane: stored_leaves(plane.store, size))
+            done = witness(note, self.witness_policy, lambda old: consistency_proof(leaves, old))
+            if not done.check.ok:
+                refusals = "; ".join(f"{a.witness}: {a.why}" for a in done.asked if a.why)
+                log.warning("checkpoint of %d not published: no quorum (%s)", size, refusals)
+                return self.published
+            note = done.note
+        self.published = self.pool.run(lambda plane: keep(plane.store, note, size))
         return self.published
 
     def _checkpoint_due(self) -> None:
