@@ -33,10 +33,13 @@ operation counts when it starts and ends inside the timed window. Scenarios:
   service-x2    two ``evidence serve`` processes on the same ledger, N/2 agents each
   service-w2    one ``evidence serve --workers 2`` (two service processes sharing its
                 port, the kernel handing each connection to one) and N agents
+  service-ckpt  ``service`` with the service publishing a signed checkpoint every 0.5 s
+                (``EVIDENCE_CHECKPOINT_EVERY``; by default every 30 s): what continuous
+                checkpoints cost the gated checks, against ``service`` in the same run
 
-SQLite runs ``append``, ``plane-1``, ``plane``, ``plane-proc``, ``service-1`` and
-``service`` (one writer at a time by design; ``raw`` and two services on one database
-are PostgreSQL questions).
+SQLite runs ``append``, ``plane-1``, ``plane``, ``plane-proc``, ``service-1``,
+``service`` and ``service-ckpt`` (one writer at a time by design; ``raw`` and two
+services on one database are PostgreSQL questions).
 
 The agents are one asyncio loop in this process with N concurrent connections, each a
 minimal HTTP/1.1 keep-alive client on asyncio streams: on a two-core machine every
@@ -132,6 +135,7 @@ SCENARIOS: dict[str, str] = {
     "service": "evidence serve x1",
     "service-x2": "evidence serve x2",
     "service-w2": "evidence serve --workers 2",
+    "service-ckpt": "evidence serve x1, checkpoint every 0.5 s",
 }
 MODES = {
     "raw": "thread",
@@ -145,6 +149,7 @@ MODES = {
     "service": "service",
     "service-x2": "service",
     "service-w2": "service",
+    "service-ckpt": "service",
 }
 KINDS = {
     "raw": "raw",
@@ -157,7 +162,7 @@ KINDS = {
 }
 BACKEND_SCENARIOS = {
     "postgresql": list(SCENARIOS),
-    "sqlite": ["append", "plane-1", "plane", "plane-proc", "service-1", "service"],
+    "sqlite": ["append", "plane-1", "plane", "plane-proc", "service-1", "service", "service-ckpt"],
 }
 FLOOR = "append"
 
@@ -632,8 +637,15 @@ class Service:
     """`evidence serve --port 0` in a subprocess (optionally under PROFILED_SERVE); its log
     goes to a file (a pipe nobody reads would fill and stall it)."""
 
-    def __init__(self, led: Ledger, profile_to: str | None = None, workers: int = 1) -> None:
+    def __init__(
+        self,
+        led: Ledger,
+        profile_to: str | None = None,
+        workers: int = 1,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"} | led.env
+        env |= extra_env or {}
         args = ["serve", "--db", led.url, "--port", "0", "--workers", str(workers)]
         if profile_to is None:
             cmd = [sys.executable, "-m", "commands.cli", *args]
@@ -756,12 +768,13 @@ def run_service(
     seconds: float,
     profile_to: str | None = None,
     workers: int = 1,
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[Tally, dict[str, float], dict[str, Any]]:
     servers: list[Service] = []
     try:
         for i in range(services):
             profiled = None if profile_to is None else f"{profile_to}.{i}"
-            servers.append(Service(led, profiled, workers))
+            servers.append(Service(led, profiled, workers, extra_env))
         if profile_to is not None:
             for s in servers:
                 s.proc.send_signal(signal.SIGUSR1)  # the main thread's profiler: on
@@ -856,6 +869,7 @@ def run_scenario(key: str, backend: str, pg_url: str, args: argparse.Namespace) 
                 args.warmup,
                 args.seconds,
                 workers=2 if key == "service-w2" else 1,
+                extra_env={"EVIDENCE_CHECKPOINT_EVERY": "0.5"} if key == "service-ckpt" else None,
             )
             kind = "gate"
         else:
@@ -1309,6 +1323,12 @@ def print_results(out: Any, rows: list[dict[str, Any]], args: argparse.Namespace
                 f"{base:.0f}/s = {r['ops_per_s'] / base:.2f}x (target: not slower, >= 1x); "
                 f"checks each counted (its /metrics, warm-up included): "
                 f"{[int(c) for c in r['per_service_checks']]}"
+            )
+        if r["scenario"] == "service-ckpt" and r["backend"] in one:
+            base = one[r["backend"]]["ops_per_s"]
+            out.print(
+                f"{r['backend']}: with a checkpoint every 0.5 s {r['ops_per_s']:.0f}/s against "
+                f"{base:.0f}/s = {r['ops_per_s'] / base:.2f}x (target: within 10%, >= 0.90x)"
             )
 
 

@@ -310,6 +310,7 @@ def serve(
 
     from commands.service import DEFAULT_MAX_IN_FLIGHT, create_app
     from commands.service.app import admission_wait, body_timeout
+    from commands.service.checkpoints import checkpoint_every
     from commands.service.head_deadline import head_deadline_protocol, header_timeout
 
     url = db_url()
@@ -327,6 +328,7 @@ def serve(
     protocol = head_deadline_protocol(header_timeout())
     body_timeout()
     admission_wait()
+    checkpoint_every()
     if uds is None and not is_loopback(host) and not _has_operator(url, workdir):
         fail(
             f"--host {inert(host)} is not loopback and the ledger has no active operator key: no "

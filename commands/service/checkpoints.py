@@ -23,11 +23,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import Store, tables
 from ledger.checkpoints import Checkpoint, sign_checkpoint
+from ledger.intake import env_seconds
 from ledger.timestamps import rfc3339
 
 __all__ = [
     "CHECKPOINT_EVERY_S",
     "Published",
+    "checkpoint_every",
     "keep",
     "latest",
     "origin_of",
@@ -36,6 +38,15 @@ __all__ = [
 ]
 
 CHECKPOINT_EVERY_S = 30.0
+CHECKPOINT_EVERY_ENV = "EVIDENCE_CHECKPOINT_EVERY"  # seconds; 0: publish none
+
+
+def checkpoint_every() -> float:
+    """``EVIDENCE_CHECKPOINT_EVERY`` (seconds, 0 to 3600; 0: no checkpoint is published),
+    else ``CHECKPOINT_EVERY_S``."""
+    return env_seconds(CHECKPOINT_EVERY_ENV, CHECKPOINT_EVERY_S, zero=True)
+
+
 _NOTE, _SIZE, _AT = "checkpoint", "checkpoint_size", "checkpoint_at"
 
 

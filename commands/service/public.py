@@ -24,7 +24,7 @@ from ledger.merkle import consistency_proof
 from ledger.tlog_policy import Policy
 
 from .admission import Admission
-from .checkpoints import CHECKPOINT_EVERY_S, Published, keep, latest, origin_of, sign_head
+from .checkpoints import Published, checkpoint_every, keep, latest, origin_of, sign_head
 from .committer import GroupCommitter
 from .metrics import CONTENT_TYPE, PUBLISH_EVERY_S, Fleet, LedgerReadings, Metrics, Process
 from .pool import PlanePool
@@ -78,13 +78,14 @@ class PublicReads:
         return self.published
 
     def _checkpoint_due(self) -> None:
-        """A checkpoint now, then every ``CHECKPOINT_EVERY_S`` (``checkpoints``)."""
-        while True:
+        """A checkpoint now, then every ``checkpoint_every()`` seconds (never with 0)."""
+        every = checkpoint_every()
+        while every:
             try:
                 self.publish_checkpoint()
             except Exception as exc:  # the database is away: the next round tries again
                 log.warning("checkpoint: %s", exc)
-            if self._stopping.wait(CHECKPOINT_EVERY_S):
+            if self._stopping.wait(every):
                 return
 
     async def metrics_text(self, _request: Request) -> Response:
