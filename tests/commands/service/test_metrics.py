@@ -9,9 +9,11 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgspec
+import pytest
 from starlette.testclient import TestClient
 
 import ledger
@@ -113,3 +115,18 @@ def test_a_checkpoint_never_goes_back(tmp_path: Path) -> None:
         kept = publish(store, key, origin_of(store))
         assert (kept.note, kept.size) == ("later\n", size + 5)
         assert latest(store) == kept
+
+
+def test_checkpoints_are_a_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EVIDENCE_CHECKPOINT_EVERY=0 publishes none; a value that is no number of seconds
+    is a refused start."""
+    url = f"sqlite:///{tmp_path / 'evidence.db'}"
+    assert run_cli("init", "--db", url).returncode == 0
+    monkeypatch.setenv("EVIDENCE_CHECKPOINT_EVERY", "0")
+    with TestClient(create_app(url)) as client:
+        time.sleep(0.2)
+        assert client.get("/checkpoint").status_code == 404
+    monkeypatch.setenv("EVIDENCE_CHECKPOINT_EVERY", "often")
+    refused = run_cli("serve", "--db", url, "--insecure-single-user")
+    assert refused.returncode == 2
+    assert "EVIDENCE_CHECKPOINT_EVERY must be a number of seconds from 0 to 3600" in refused.stderr
