@@ -55,7 +55,8 @@ from .bundle_report import Bundle, BundleReport, KeptCheckpoint, _kept, _report
 from .bundle_write import BundleSummary, write_bundle
 from .events import DEFAULT_CATALOG, Catalog
 from .intake import read_bytes
-from .verify import Progress
+from .tlog_policy import Policy
+from .verify import Problem, Progress
 from .verify import process_context as process_context
 
 __all__ = [
@@ -313,12 +314,14 @@ def verify_bundle(
     max_problems: int = 100,
     jobs: int = 1,
     progress: Progress | None = None,
+    policy: Policy | None = None,
 ) -> BundleReport:
     """Check a bundle from its bytes alone: every record's form, every event against its
     leaf hash, the leaves against the signed checkpoint (by ``public_key``, else by the
     signer key the bundle carries: ``key_source`` says which), blobs against their
     digests, that every blob an event references is carried, and with
-    ``kept_checkpoint`` that the bundle's tree extends it.
+    ``kept_checkpoint`` that the bundle's tree extends it, and with ``policy`` that its
+    checkpoint is signed by one of the policy's logs and cosigned by its quorum.
 
     ``jobs`` > 1 checks the event lines of a large bundle in parts, in that many
     processes (``progress`` is told the lines checked and the total as parts finish);
@@ -336,7 +339,27 @@ def verify_bundle(
     )
     _read(reader, data)
     kept = _kept(reader, kept_checkpoint) if kept_checkpoint is not None else None
-    return _report(reader, kept)
+    report = _report(reader, kept)
+    return report if policy is None else _held_to(report, reader.checkpoint_note, policy)
+
+
+def _held_to(report: BundleReport, note: str | None, policy: Policy) -> BundleReport:
+    """The report with the bundle's checkpoint held to the auditor's witness ``policy``:
+    signed by one of its logs and cosigned by its quorum, else a problem."""
+    check = policy.check(note) if note is not None else None
+    found = {
+        "log": check.log if check else None,
+        "cosigned": sorted(check.cosigned) if check else [],
+        "quorum": bool(check and check.quorum),
+    }
+    if check is not None and check.ok:
+        return msgspec.structs.replace(report, policy=found)
+    problem = Problem(
+        None, "witness_policy", "the checkpoint is not signed and cosigned as the policy requires"
+    )
+    return msgspec.structs.replace(
+        report, ok=False, policy=found, problems=[*report.problems, problem]
+    )
 
 
 def load_bundle(

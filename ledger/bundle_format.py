@@ -72,6 +72,9 @@ class _Header(msgspec.Struct, forbid_unknown_fields=True):
 
 class _CheckpointRecord(msgspec.Struct, forbid_unknown_fields=True):
     checkpoint: str
+    # The witness policy (C2SP tlog-policy text) the checkpoint's cosignatures satisfied
+    # when the bundle was written: what was claimed, for an auditor to hold to their own.
+    policy: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class _LeavesRecord(msgspec.Struct, forbid_unknown_fields=True):

@@ -89,6 +89,7 @@ class _Reader:
         self.given_key = public_key
         self.header: dict[str, Any] | None = None
         self.checkpoint_note: str | None = None
+        self.policy_text: str | None = None  # the policy the bundle says it satisfied
         self.signer: Ed25519PublicKey | None = None
         self.signature_ok = False
         self.leaves: list[bytes] = []
@@ -200,6 +201,7 @@ class _Reader:
             return
         note = record.checkpoint
         self.checkpoint_note = note
+        self.policy_text = record.policy if isinstance(record.policy, str) else None
         header = self.header
         assert header is not None
         try:

@@ -10,6 +10,7 @@ and replay run on it unchanged; it holds the bundle in memory.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
+from typing import Any
 
 import msgspec
 
@@ -45,6 +46,10 @@ class BundleReport(msgspec.Struct, kw_only=True):
     key_source: str  # "given": the auditor's key; "bundle": the key the bundle carries
     kept: KeptCheckpoint | None
     problems: list[Problem]
+    # Held to a witness policy (``verify --bundle --policy``): {log, cosigned, quorum}.
+    policy: dict[str, Any] | None = None
+    # The policy text the bundle says its checkpoint satisfied (its writer's claim).
+    carried_policy: str | None = None
 
 
 def _kept(reader: _Reader, note: str) -> KeptCheckpoint:
@@ -120,6 +125,7 @@ def _report(reader: _Reader, kept: KeptCheckpoint | None) -> BundleReport:
         key_source="given" if reader.given_key is not None else "bundle",
         kept=kept,
         problems=reader.problems,
+        carried_policy=reader.policy_text,
     )
 
 

@@ -14,7 +14,7 @@ import base64
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 import msgspec
@@ -171,6 +171,10 @@ def _write_atomically(
         raise
 
 
+# (checkpoint note, the log's leaf hashes) -> (the cosigned note, the policy's text)
+Cosign = Callable[[str, list[bytes]], tuple[str, str]]
+
+
 def write_bundle(
     store: Store,
     out: str | os.PathLike[str],
@@ -178,9 +182,13 @@ def write_bundle(
     key: Ed25519PrivateKey,
     origin: str,
     plan: str | None = None,
+    cosign: Cosign | None = None,
 ) -> BundleSummary:
     """Write the bundle of the whole log (or of ``plan``) at one snapshot, signed by
-    ``key``; the file appears atomically (a temp file renamed over ``out``)."""
+    ``key`` and, with ``cosign``, cosigned (the checkpoint and the leaf hashes in, the
+    cosigned checkpoint and the policy it satisfied out; it raises ``BundleError`` when
+    the quorum does not hold); the file appears atomically (a temp file renamed over
+    ``out``)."""
     out = os.fspath(out)
     with store.snapshot() as snap, tempfile.TemporaryFile() as spool:
         size, _, frontier = snap.head_row()
@@ -217,7 +225,12 @@ def write_bundle(
             "signer": {"name": origin, "public_key": public_key_b64(key)},
         }
         leaves = base64.b64encode(export.leaves).decode("ascii")
-        head = [header, {"checkpoint": note}, {"leaves": leaves}, {"keys": keys}]
+        record: dict[str, str] = {"checkpoint": note}
+        if cosign is not None:
+            hashes = [bytes(export.leaves[i : i + 32]) for i in range(0, len(export.leaves), 32)]
+            note, policy = cosign(note, hashes)
+            record = {"checkpoint": note, "policy": policy}
+        head = [header, record, {"leaves": leaves}, {"keys": keys}]
         _write_atomically(out, head, spool, blobs)
     return BundleSummary(
         out=out,

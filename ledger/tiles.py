@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,14 +211,21 @@ class TilesError(LedgerError):
 
 
 def export_tiles(
-    store: Store, directory: str | os.PathLike[str], *, key: Ed25519PrivateKey, origin: str
+    store: Store,
+    directory: str | os.PathLike[str],
+    *,
+    key: Ed25519PrivateKey,
+    origin: str,
+    cosign: Callable[[str, list[bytes]], tuple[str, str]] | None = None,
 ) -> TilesWritten:
     """Write the log's tiles, entry bundles and a checkpoint signed by ``key`` into
     ``directory``, as of one snapshot: the tiles and bundles it does not hold yet (a
     tile path names one content for good), then the checkpoint, last and atomically, so
     a reader never sees a checkpoint whose tiles are missing. A directory that holds
     another log's checkpoint (another origin, or a tree this log does not extend) is
-    refused: its tiles are not this log's."""
+    refused: its tiles are not this log's. With ``cosign`` (``write_bundle``'s), the
+    checkpoint written is the cosigned one; when it raises, the tiles are written and the
+    checkpoint is left as it was."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     with store.snapshot() as snap:
@@ -250,6 +257,8 @@ def export_tiles(
             Checkpoint(origin=origin, size=size, root=Frontier.from_bytes(size, frontier).root()),
             key,
         )
+    if cosign is not None:
+        note = cosign(note, leaves)[0]
     partial = root / ".checkpoint.partial"
     partial.write_text(note)
     os.replace(partial, root / "checkpoint")

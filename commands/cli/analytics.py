@@ -20,6 +20,7 @@ from ledger.rows import COLUMNS
 
 from .bundle import export_bundle_command
 from .common import (
+    EXIT_VERDICT,
     STDOUT,
     console,
     csv_cell,
@@ -242,6 +243,13 @@ def tail(
     help="With --bundle or --tiles: sign the checkpoint with this key (default: the plane key).",
 )
 @click.option(
+    "--witness",
+    "policy_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --bundle or --tiles: a witness policy; the checkpoint is cosigned by its "
+    "quorum, or not written (exit 1).",
+)
+@click.option(
     "--origin",
     default=None,
     metavar="NAME",
@@ -260,6 +268,7 @@ def export(
     bundle_out: Path | None,
     tiles_dir: Path | None,
     key_file: Path | None,
+    policy_file: Path | None,
     origin: str | None,
     batch_size: int,
     as_json: bool,
@@ -289,7 +298,7 @@ def export(
         given: dict[str, Any] = {"--format": fmt, "--out": out, "--since": since != 1}
         given |= {"--until": until}
         given |= {"--type": types, "--plan": plan, "--bundle": bundle_out}
-        _export_tiles(tiles_dir, given, key_file, origin, as_json)
+        _export_tiles(tiles_dir, given, key_file, origin, as_json, policy_file)
         return
     if bundle_out is not None:
         extra = [
@@ -305,12 +314,12 @@ def export(
         ]
         if extra:
             fail(f"--bundle takes only --plan, --key and --origin, not {', '.join(extra)}")
-        export_bundle_command(bundle_out, plan, key_file, origin, as_json)
+        export_bundle_command(bundle_out, plan, key_file, origin, as_json, policy_file)
         return
     if fmt is None or out is None:
         fail("export needs --format and --out (or --bundle FILE)")
-    if key_file is not None or origin is not None:
-        fail("--key and --origin apply only to --bundle")
+    if key_file is not None or origin is not None or policy_file is not None:
+        fail("--key, --origin and --witness apply only to --bundle and --tiles")
     if fmt == "parquet":
         refuse_stdout(out, "--out", "Parquet is binary, with its index written last")
     store = open_store()
@@ -506,13 +515,19 @@ def _print_stats(report: dict[str, Any], project: str | None) -> None:
 
 
 def _export_tiles(
-    tiles_dir: Path, given: dict[str, Any], key_file: Path | None, origin: str | None, as_json: bool
+    tiles_dir: Path,
+    given: dict[str, Any],
+    key_file: Path | None,
+    origin: str | None,
+    as_json: bool,
+    policy_file: Path | None,
 ) -> None:
     """``export --tiles DIR``: the whole log (tiles cover every leaf) as C2SP tlog-tiles."""
+    from commands.plane.witnesses import NotCosigned
     from ledger.checkpoints import CheckpointError
     from ledger.tiles import TilesError, export_tiles
 
-    from .bundle import default_origin, signing_key
+    from .bundle import default_origin, signing_key, witness_cosigner
 
     extra = [name for name, value in given.items() if value]
     if extra:
@@ -521,8 +536,15 @@ def _export_tiles(
     key = signing_key(store, key_file)
     try:
         written = export_tiles(
-            store, tiles_dir, key=key, origin=default_origin(store) if origin is None else origin
+            store,
+            tiles_dir,
+            key=key,
+            origin=default_origin(store) if origin is None else origin,
+            cosign=witness_cosigner(policy_file),
         )
+    except NotCosigned as exc:
+        click.echo(f"checkpoint not written: {exc}", err=True)
+        click.get_current_context().exit(EXIT_VERDICT)
     except CheckpointError as exc:
         fail(f"--origin: {exc}")
     except TilesError as exc:

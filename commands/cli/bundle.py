@@ -84,29 +84,57 @@ def default_origin(store: ledger.Store) -> str:
     return f"evidence-ledger/{store.meta()['ledger_id']}"
 
 
+def witness_cosigner(policy_file: Path | None) -> Any:
+    """``--witness POLICY``'s cosigner (``witnesses.cosigner``), or None without one."""
+    if policy_file is None:
+        return None
+    from commands.plane.witnesses import cosigner
+    from ledger.checkpoints import CheckpointError
+    from ledger.tlog_policy import parse_policy
+
+    text = read_text(policy_file, "document", f"--witness {policy_file}")
+    try:
+        return cosigner(parse_policy(text), text)
+    except CheckpointError as exc:
+        fail(f"--witness {inert(str(policy_file))}: {exc}")
+
+
 def export_bundle_command(
-    out: Path, plan: str | None, key_file: Path | None, origin: str | None, as_json: bool
+    out: Path,
+    plan: str | None,
+    key_file: Path | None,
+    origin: str | None,
+    as_json: bool,
+    policy_file: Path | None = None,
 ) -> None:
     """``export --bundle FILE``; ``-`` writes the bundle to standard output (made in a
     temporary directory first, as a file is: the bundle is assembled at one snapshot
-    and written whole) and the summary to standard error."""
+    and written whole) and the summary to standard error. With ``--witness POLICY`` its
+    checkpoint carries the quorum's cosignatures and the policy (no quorum: nothing is
+    written, exit 1)."""
+    from commands.plane.witnesses import NotCosigned
     from ledger.bundle import BundleError, write_bundle
 
     store = open_store()
     key = signing_key(store, key_file)
+    cosign = witness_cosigner(policy_file)
     to_stdout = str(out) == STDOUT
     try:
         origin = default_origin(store) if origin is None else origin
         if to_stdout:
             with tempfile.TemporaryDirectory(prefix="evidence-bundle-") as scratch:
                 summary = write_bundle(
-                    store, Path(scratch) / "bundle", key=key, origin=origin, plan=plan
-                )
+                    store, Path(scratch) / "bundle", key=key, origin=origin, plan=plan,
+                    cosign=cosign,
+                )  # fmt: skip
                 with open(summary.out, "rb") as made:
                     shutil.copyfileobj(made, sys.stdout.buffer)
                 sys.stdout.buffer.flush()
         else:
-            summary = write_bundle(store, out, key=key, origin=origin, plan=plan)
+            summary = write_bundle(store, out, key=key, origin=origin, plan=plan, cosign=cosign)
+    except NotCosigned as exc:
+        click.echo(f"not written: {exc}", err=True)
+        click.get_current_context().exit(EXIT_VERDICT)
     except BundleError as exc:
         fail(str(exc))
     except OSError as exc:
@@ -174,11 +202,20 @@ def verify_bundle_command(
     public_key_file: Path | None,
     as_json: bool,
     jobs: int,
+    policy_file: Path | None = None,
 ) -> None:
     from ledger.bundle import BundleError, verify_bundle
+    from ledger.checkpoints import CheckpointError
     from ledger.keys import load_public_key
+    from ledger.tlog_policy import parse_policy
 
     public_key = load_public_key(public_key_file) if public_key_file is not None else None
+    policy = None
+    if policy_file is not None:
+        try:
+            policy = parse_policy(read_text(policy_file, "document", f"--policy {policy_file}"))
+        except CheckpointError as exc:
+            fail(f"--policy {inert(str(policy_file))}: {exc}")
     kept = None
     if checkpoint_file is not None:
         kept = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")
@@ -190,6 +227,7 @@ def verify_bundle_command(
                 kept_checkpoint=kept,
                 jobs=jobs,
                 progress=progress,
+                policy=policy,
             )
         except BundleError as exc:
             fail(str(exc))

@@ -405,8 +405,9 @@ def verify(
     _refuse_mixed(against, checkpoint_file, verifier, bundle_file)
     if bundle_file is not None:
         verify_bundle_command(
-            bundle_file, checkpoint_file, public_key_file, as_json, jobs or available_cores()
-        )
+            bundle_file, checkpoint_file, public_key_file, as_json, jobs or available_cores(),
+            policy_file,
+        )  # fmt: skip
         return
     if checkpoint_file is not None:
         if against:

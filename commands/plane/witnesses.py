@@ -25,11 +25,12 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ledger.checkpoints import SIGNATURE_PREFIX, parse_checkpoint
+from ledger.checkpoints import SIGNATURE_PREFIX, CheckpointError, parse_checkpoint
 from ledger.cosignatures import cosigned_by
+from ledger.merkle import consistency_proof
 from ledger.tlog_policy import Policy, PolicyCheck, Witness
 
-__all__ = ["ATTEMPTS", "Asked", "Witnessed", "witness"]
+__all__ = ["ATTEMPTS", "Asked", "NotCosigned", "Witnessed", "cosigner", "witness"]
 
 ATTEMPTS = 3
 TIMEOUT_S = 30.0
@@ -155,3 +156,22 @@ def _cosignature(w: Witness, answer: str) -> Asked:
         if line.startswith(f"{SIGNATURE_PREFIX}{w.key.name} "):
             return Asked(w.name, cosignature=line + "\n")
     return Asked(w.name, why=f"its answer holds no cosignature by {w.key.name}")
+
+
+class NotCosigned(CheckpointError):
+    """The witnesses' quorum did not cosign the checkpoint (one line: each one's answer)."""
+
+
+def cosigner(policy: Policy, policy_text: str) -> Callable[[str, list[bytes]], tuple[str, str]]:
+    """What writes a cosigned checkpoint into a bundle or a tile directory: the
+    checkpoint and the log's leaf hashes in, the checkpoint with the quorum's
+    cosignatures and the policy's text out; ``NotCosigned`` without the quorum."""
+
+    def cosign(note: str, leaves: list[bytes]) -> tuple[str, str]:
+        done = witness(note, policy, lambda old: consistency_proof(leaves, old))
+        if not done.check.ok:
+            answers = "; ".join(f"{a.witness}: {a.why or 'cosigned'}" for a in done.asked)
+            raise NotCosigned(f"the witnesses' quorum did not cosign ({answers or 'none asked'})")
+        return done.note, policy_text
+
+    return cosign

@@ -349,7 +349,7 @@ def test_cli_refusals(two_plans, db_url: str) -> None:
     assert not Path(out).exists()
     assert_refused(
         run_cli("export", "--format", "jsonl", "--out", out, "--key", key, "--db", db_url),
-        "--key and --origin apply only to --bundle",
+        "--key, --origin and --witness apply only to --bundle and --tiles",
     )
     assert_refused(
         run_cli("verify", "--bundle", str(tmp / "missing.bundle")),

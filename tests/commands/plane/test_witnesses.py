@@ -266,3 +266,59 @@ def test_the_service_publishes_only_checkpoints_its_witnesses_cosigned(
         "serve", "--witness-policy", str(policy), "--db", f"sqlite:///{policy.parent / 'other.db'}"
     )
     assert refused.returncode == 2
+
+
+def test_bundles_and_tiles_carry_the_cosigned_checkpoint(
+    sqlite_url: str, policy: Path, tmp_path: Path
+) -> None:
+    """`export --bundle/--tiles --witness`: the checkpoint written is the quorum's
+    cosigned one (a bundle carries the policy too), `verify --bundle --policy` holds it
+    to the auditor's policy; without the quorum nothing is written (exit 1)."""
+    _fill(sqlite_url, 0, 30)
+    bundle = tmp_path / "log.bundle"
+    made = run_cli(
+        "export", "--bundle", str(bundle), "--origin", _origin(policy),
+        "--witness", str(policy), "--db", sqlite_url,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    checked = run_cli("verify", "--bundle", str(bundle), "--policy", str(policy), "--json")
+    assert checked.returncode == 0, checked.stdout
+    report = json.loads(checked.stdout)
+    assert report["policy"] == {
+        "log": _origin(policy),
+        "cosigned": ["w1", "w2", "w3"],
+        "quorum": True,
+    }
+    assert report["carried_policy"] == policy.read_text()
+    plain = tmp_path / "plain.bundle"
+    assert (
+        run_cli(
+            "export", "--bundle", str(plain), "--origin", _origin(policy), "--db", sqlite_url
+        ).returncode
+        == 0
+    )
+    unwitnessed = run_cli("verify", "--bundle", str(plain), "--policy", str(policy), "--json")
+    assert unwitnessed.returncode == 1
+    assert [p["kind"] for p in json.loads(unwitnessed.stdout)["problems"]] == ["witness_policy"]
+    tiles = tmp_path / "tiles"
+    exported = run_cli(
+        "export", "--tiles", str(tiles), "--origin", _origin(policy), "--witness", str(policy),
+        "--db", sqlite_url,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    assert parse_policy(policy.read_text()).check((tiles / "checkpoint").read_text()).ok
+    before = (tiles / "checkpoint").read_text()
+    _fill(sqlite_url, 30, 3)
+    away = tmp_path / "away.policy"
+    away.write_text(policy.read_text().replace("http://127.0.0.1:", "http://127.0.0.1:9#"))
+    again = run_cli(
+        "export", "--tiles", str(tiles), "--origin", _origin(policy), "--witness", str(away),
+        "--db", sqlite_url,
+    )  # fmt: skip
+    assert again.returncode == 1 and "checkpoint not written" in again.stderr
+    assert (tiles / "checkpoint").read_text() == before
+    gone = run_cli(
+        "export", "--bundle", str(tmp_path / "no.bundle"), "--origin", _origin(policy),
+        "--witness", str(away), "--db", sqlite_url,
+    )  # fmt: skip
+    assert gone.returncode == 1 and not (tmp_path / "no.bundle").exists()
