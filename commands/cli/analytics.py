@@ -294,31 +294,22 @@ def export(
         fail("--json prints a summary on standard output, which `-` fills with the export")
     if to_stdout:
         data_to_stdout("--bundle" if bundle_out is not None else "--out")
+    # what selects events: no option of a bundle's or tiles' (they are the log's)
+    ranged: dict[str, Any] = {"--format": fmt, "--out": out, "--since": since != 1}
+    ranged |= {"--until": until, "--type": types}
     if tiles_dir is not None:
-        given: dict[str, Any] = {"--format": fmt, "--out": out, "--since": since != 1}
-        given |= {"--until": until}
-        given |= {"--type": types, "--plan": plan, "--bundle": bundle_out}
+        given = ranged | {"--plan": plan, "--bundle": bundle_out}
         _export_tiles(tiles_dir, given, key_file, origin, as_json, policy_file)
         return
     if bundle_out is not None:
-        extra = [
-            name
-            for name, given in (
-                ("--format", fmt),
-                ("--out", out),
-                ("--since", since != 1),
-                ("--until", until),
-                ("--type", types),
-            )
-            if given
-        ]
+        extra = [name for name, value in ranged.items() if value]
         if extra:
             fail(f"--bundle takes only --plan, --key and --origin, not {', '.join(extra)}")
         export_bundle_command(bundle_out, plan, key_file, origin, as_json, policy_file)
         return
     if fmt is None or out is None:
         fail("export needs --format and --out (or --bundle FILE)")
-    if key_file is not None or origin is not None or policy_file is not None:
+    if any(v is not None for v in (key_file, origin, policy_file)):
         fail("--key, --origin and --witness apply only to --bundle and --tiles")
     if fmt == "parquet":
         refuse_stdout(out, "--out", "Parquet is binary, with its index written last")

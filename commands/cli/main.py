@@ -67,7 +67,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Print the shell completion script for bash, zsh or fish.",
     ),
     "checkpoint": (
-        "commands.cli.audit:checkpoint",
+        "commands.cli.checkpoints:checkpoint",
         "Print a signed tree head (a C2SP checkpoint) of the log.",
     ),
     "credential": (

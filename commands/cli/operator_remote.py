@@ -35,7 +35,16 @@ from ledger import EventPayload
 from ledger.events import AnyEvent, PolicySignature, SignedPlace
 from ledger.keys import fingerprint, load_private_key
 
-__all__ = ["ATTEMPTS", "Remote", "act", "decide", "expecting", "pending", "remote"]
+__all__ = [
+    "ATTEMPTS",
+    "Remote",
+    "act",
+    "checkpoint_now",
+    "decide",
+    "expecting",
+    "pending",
+    "remote",
+]
 
 ATTEMPTS = 3
 TIMEOUT_S = 60.0
@@ -119,6 +128,11 @@ def _signed(to: Remote, operator: str, item: dict[str, Any], expect: Expect) -> 
         ),
     )
     return dict(msgspec.to_builtins(signed))
+
+
+def checkpoint_now(to: Remote) -> dict[str, Any]:
+    """Have the service publish a checkpoint now (an operator's signed request)."""
+    return _post(to, "/v1/operator/checkpoint", {})
 
 
 def pending(to: Remote) -> list[dict[str, Any]]:

@@ -338,9 +338,7 @@ def serve(
     limit = max_in_flight or DEFAULT_MAX_IN_FLIGHT
     policy = _witness_policy(policy_file, url) if policy_file is not None else None
     sockets, where, hosts = _listen(host, port, workers, uds, https=tls is not None)
-    # Several processes publish their metrics here, so that a scrape of any is all of
-    # them (0700, made by mkdtemp: no other user reads or writes it).
-    metrics_dir = Path(tempfile.mkdtemp(prefix="evidence-metrics-")) if workers > 1 else None
+    metrics_dir = _metrics_dir(workers)
 
     def run(sock: socket.socket) -> None:
         """One service process on its socket, until a stop has drained it."""
@@ -407,6 +405,12 @@ def _witness_policy(path: Path, url: str) -> Any:
             f"`log {log}`"
         )
     return policy
+
+
+def _metrics_dir(workers: int) -> Path | None:
+    """Where several processes publish their metrics, so that a scrape of any is all of
+    them (0700, made by mkdtemp: no other user reads or writes it); None for one."""
+    return Path(tempfile.mkdtemp(prefix="evidence-metrics-")) if workers > 1 else None
 
 
 def _clean_up(sockets: list[socket.socket], metrics_dir: Path | None, uds: str | None) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import ledger
 
+from .people_schemas import PLACE
 from .routes import (
     CONFINEMENT,
     DEVIATION,
@@ -30,7 +31,6 @@ from .routes import (
     HOOK_INPUT,
     JSONRPC_ERROR,
     MCP_TRANSPORT_ERRORS,
-    PLACE,
     PLAN_DOC,
     PLAN_STATE,
     PROTECTED_RESOURCE,

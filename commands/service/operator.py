@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
@@ -268,6 +270,19 @@ ROUTES: dict[str, Callable[[Plane, str, Mapping[str, Any]], dict[str, Any]]] = {
 }
 
 
+def published(service: Any) -> dict[str, Any]:
+    """A checkpoint published now (``public.PublicReads.publish_checkpoint``): the one
+    published after it, and whether it was this one (not: the witnesses' quorum did not
+    cosign it)."""
+    before = service.published
+    after = service.publish_checkpoint()
+    return {
+        "checkpoint": after.note if after is not None else None,
+        "size": after.size if after is not None else None,
+        "published": after is not None and after is not before,
+    }
+
+
 async def serve(service: Any, endpoint: Endpoint, request: Request) -> Response:
     """An operator route: the request's signature, its body, the command."""
     try:
@@ -278,9 +293,14 @@ async def serve(service: Any, endpoint: Endpoint, request: Request) -> Response:
             role = endpoint.access  # operator or approver
             name = operator_of(plane, header, endpoint.method, path, data, role)  # first
             body = body_of(endpoint, data)
+            if endpoint.operation_id == "operator_checkpoint":
+                return {}  # the service's to do, off this plane (``published``)
             return ROUTES[endpoint.operation_id](plane, name, body)
 
-        return service.json(await service.in_thread(operate))
+        answer = await service.in_thread(operate)
+        if endpoint.operation_id == "operator_checkpoint":
+            answer = await anyio.to_thread.run_sync(lambda: published(service))
+        return service.json(answer)
     except Unauthenticated as exc:
         return service.error(endpoint, 401, str(exc))
     except Exception as exc:

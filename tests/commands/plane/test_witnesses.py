@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -322,3 +323,34 @@ def test_bundles_and_tiles_carry_the_cosigned_checkpoint(
         "--witness", str(away), "--db", sqlite_url,
     )  # fmt: skip
     assert gone.returncode == 1 and not (tmp_path / "no.bundle").exists()
+
+
+def test_an_operator_has_the_service_publish_now(
+    sqlite_url: str, policy: Path, tmp_path: Path, socket_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`evidence checkpoint --server`: the service publishes one now, cosigned by its
+    witnesses' quorum; a request not signed by an operator key is refused (401)."""
+    operator = tmp_path / "ops.key"
+    generate_key_pair(operator)
+    run_cli("keys", "add", "ops", f"{operator}.pub", "--role", "operator", "--db", sqlite_url)
+    _fill(sqlite_url, 0, 12)
+    sock = socket_dir / "serve.sock"
+    serve = [sys.executable, "-m", "commands.cli", "serve", "--db", sqlite_url, "--uds", str(sock),
+             "--witness-policy", str(policy), "--insecure-single-user"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
+    with harness.serving(serve, stderr=tmp_path / "serve.log", env=env) as url:
+        _fill(sqlite_url, 12, 4)
+        done = run_cli("checkpoint", "--server", url, "--operator-key", str(operator), "--json")
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        assert (
+            answer["published"] is True
+            and parse_policy(policy.read_text()).check(answer["checkpoint"]).ok
+        )
+        with ledger.open(sqlite_url, create=False) as store:
+            assert answer["size"] == store.head().size
+        stranger = tmp_path / "agent.key"
+        generate_key_pair(stranger)
+        refused = run_cli("checkpoint", "--server", url, "--operator-key", str(stranger))
+        assert refused.returncode == 2, refused.stderr
+        assert "not signed by an active operator key" in refused.stderr
