@@ -6,6 +6,7 @@ log's tiles (docs/service.md, "Metrics", "Checkpoints", "Tiles"). A mixin of ``S
 
 from __future__ import annotations
 
+import gzip
 import logging
 import threading
 from collections.abc import Callable
@@ -135,9 +136,13 @@ class PublicReads:
             return self.json({"error": f"not a tile path: {exc}"}, 404)
         if data is None:
             return self.json({"error": "no such tile: not in the log yet, or not served"}, 404)
-        return Response(
-            data, media_type="application/octet-stream", headers={"Cache-Control": IMMUTABLE}
-        )
+        headers = {"Cache-Control": IMMUTABLE}
+        if path.startswith("tile/entries/"):  # JSON text: compressed when the client takes gzip
+            headers["Vary"] = "Accept-Encoding"
+            if "gzip" in request.headers.get("accept-encoding", ""):
+                data = await anyio.to_thread.run_sync(gzip.compress, data)
+                headers["Content-Encoding"] = "gzip"
+        return Response(data, media_type="application/octet-stream", headers=headers)
 
     async def checkpoint_text(self, _request: Request) -> Response:
         """The latest checkpoint kept (``checkpoints``), as C2SP tlog-tiles serves it."""

@@ -62,4 +62,8 @@ def test_the_service_serves_the_tiles_export_writes(tmp_path: Path) -> None:
     with TestClient(create_app(url, tile_entries=True)) as client:
         for path, data in files.items():
             if path.startswith("tile/entries/"):
-                assert client.get("/" + path).content == data, path
+                answer = client.get("/" + path, headers={"Accept-Encoding": "gzip"})
+                assert answer.headers["content-encoding"] == "gzip"  # the client unzips it
+                assert answer.content == data, path
+                plain = client.get("/" + path, headers={"Accept-Encoding": "identity"})
+                assert "content-encoding" not in plain.headers and plain.content == data
