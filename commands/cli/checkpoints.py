@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 import ledger
-from ledger.intake import read_text
 
 from .bundle import default_origin, signing_key
 from .common import (
@@ -18,6 +17,7 @@ from .common import (
     fail,
     json_option,
     open_store,
+    read_policy,
     server_options,
 )
 from .terminal import inert
@@ -122,18 +122,12 @@ def _published_remotely(server: str, operator_key: str | None, as_json: bool) ->
 def _witnessed_checkpoint(store: ledger.Store, note: str, policy_file: Path, as_json: bool) -> None:
     """``checkpoint --witness POLICY``: the checkpoint cosigned by the policy's witnesses,
     printed only when the quorum holds; each witness's refusal said (exit 1 without it)."""
-    from commands.plane.witnesses import witness
-    from ledger.checkpoints import CheckpointError, parse_checkpoint, stored_leaves
-    from ledger.merkle import consistency_proof
-    from ledger.tlog_policy import parse_policy
+    from commands.plane.witnesses import proofs, witness
+    from ledger.checkpoints import parse_checkpoint, stored_leaves
 
-    try:
-        policy = parse_policy(read_text(policy_file, "document", f"--witness {policy_file}"))
-    except CheckpointError as exc:
-        fail(f"--witness {inert(str(policy_file))}: {exc}")
+    policy, _ = read_policy(policy_file, "--witness")
     size = parse_checkpoint(note)[0].size
-    leaves = stored_leaves(store, size)
-    done = witness(note, policy, lambda old: consistency_proof(leaves, old))
+    done = witness(note, policy, proofs(lambda: stored_leaves(store, size)))
     answers = {a.witness: a.why or "cosigned" for a in done.asked}
     if as_json:
         emit_json(

@@ -398,3 +398,17 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 def fail(message: str) -> NoReturn:
     """Refuse the command: one line on stderr, exit 2."""
     raise click.UsageError(inert(message))
+
+
+def read_policy(path: Path, option: str) -> tuple[Any, str]:
+    """The witness policy (C2SP tlog-policy) ``option`` names, and its text; refused
+    (exit 2, one line) when the file is not one."""
+    from ledger.checkpoints import CheckpointError
+    from ledger.intake import read_text
+    from ledger.tlog_policy import parse_policy
+
+    text = read_text(path, "document", f"{option} {path}")
+    try:
+        return parse_policy(text), text
+    except CheckpointError as exc:
+        fail(f"{option} {inert(str(path))}: {exc}")

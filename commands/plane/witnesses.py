@@ -26,11 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ledger.checkpoints import SIGNATURE_PREFIX, CheckpointError, parse_checkpoint
-from ledger.cosignatures import cosigned_by
 from ledger.merkle import consistency_proof
 from ledger.tlog_policy import Policy, PolicyCheck, Witness
 
-__all__ = ["ATTEMPTS", "Asked", "NotCosigned", "Witnessed", "cosigner", "witness"]
+__all__ = ["ATTEMPTS", "Asked", "NotCosigned", "Witnessed", "cosigner", "proofs", "witness"]
 
 ATTEMPTS = 3
 TIMEOUT_S = 30.0
@@ -58,6 +57,19 @@ class Witnessed:
     check: PolicyCheck
 
 
+def proofs(read_leaves: Callable[[], Sequence[bytes]]) -> Proof:
+    """The consistency proofs of a checkpoint's tree, its leaf hashes read once, and only
+    when a witness needs one (none does when the tree it holds is this one)."""
+    leaves: list[bytes] = []
+
+    def proof(old: int) -> Sequence[bytes]:
+        if not leaves:
+            leaves.extend(read_leaves())
+        return consistency_proof(leaves, old)
+
+    return proof
+
+
 def witness(note: str, policy: Policy, proof: Proof, *, timeout: float = TIMEOUT_S) -> Witnessed:
     """Ask each witness of ``policy`` that has a URL to cosign the checkpoint ``note``
     (``proof(old)``: the consistency proof from a tree of ``old`` leaves)."""
@@ -67,19 +79,17 @@ def witness(note: str, policy: Policy, proof: Proof, *, timeout: float = TIMEOUT
         for w in policy.witnesses.values()
         if w.url is not None
     ]
-    lines = "".join(a.cosignature for a in asked if a.cosignature is not None)
-    keys = {w.name: w.key for w in policy.witnesses.values()}
-    found = cosigned_by(note + lines, keys.values())
-    verified = {name for name, key in keys.items() if key in found}
-    kept = [a for a in asked if a.cosignature is not None and a.witness in verified]
-    final = note + "".join(a.cosignature for a in kept if a.cosignature is not None)
+    # Every line received, held to the policy once: a line that does not verify under
+    # its witness's key counts for nobody, and is not kept.
+    check = policy.check(note + "".join(a.cosignature or "" for a in asked))
+    final = note + "".join(a.cosignature or "" for a in asked if a.witness in check.cosigned)
     answers = [
         a
-        if a.cosignature is None or a.witness in verified
+        if a.cosignature is None or a.witness in check.cosigned
         else Asked(a.witness, why="its cosignature does not verify under its key")
         for a in asked
     ]
-    return Witnessed(final, answers, policy.check(final))
+    return Witnessed(final, answers, check)
 
 
 def _ask(w: Witness, note: str, size: int, proof: Proof, timeout: float) -> Asked:
@@ -168,7 +178,7 @@ def cosigner(policy: Policy, policy_text: str) -> Callable[[str, list[bytes]], t
     cosignatures and the policy's text out; ``NotCosigned`` without the quorum."""
 
     def cosign(note: str, leaves: list[bytes]) -> tuple[str, str]:
-        done = witness(note, policy, lambda old: consistency_proof(leaves, old))
+        done = witness(note, policy, proofs(lambda: leaves))
         if not done.check.ok:
             answers = "; ".join(f"{a.witness}: {a.why or 'cosigned'}" for a in done.asked)
             raise NotCosigned(f"the witnesses' quorum did not cosign ({answers or 'none asked'})")

@@ -19,10 +19,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ledger import Store, tables
-from ledger.checkpoints import Checkpoint, sign_checkpoint
+from ledger.checkpoints import (
+    Checkpoint,
+    CheckpointError,
+    sign_checkpoint,
+    verify_checkpoint_signature,
+)
 from ledger.intake import env_seconds
 from ledger.timestamps import rfc3339
 
@@ -67,17 +72,21 @@ def origin_of(store: Store) -> str:
     return f"evidence-ledger/{store.meta()['ledger_id']}"
 
 
-def latest(store: Store) -> Published | None:
-    """The checkpoint kept (None: none yet, or a row that is not one)."""
-    return _parsed(store.meta())
+def latest(store: Store, key: Ed25519PublicKey) -> Published | None:
+    """The checkpoint kept, when it is one ``key`` signed (None: none yet, or rows the
+    plane did not write: anyone who can write the database can write them)."""
+    return _parsed(store.meta(), key)
 
 
-def _parsed(meta: dict[str, str]) -> Published | None:
+def _parsed(meta: dict[str, str], key: Ed25519PublicKey) -> Published | None:
     try:
         at = datetime.fromisoformat(meta[_AT].replace("Z", "+00:00"))
-        return Published(meta[_NOTE], int(meta[_SIZE]), at.astimezone(UTC))
-    except (KeyError, ValueError):
+        kept = Published(meta[_NOTE], int(meta[_SIZE]), at.astimezone(UTC))
+        if verify_checkpoint_signature(kept.note, key).size != kept.size:
+            return None
+    except (KeyError, ValueError, CheckpointError):
         return None
+    return kept
 
 
 def sign_head(store: Store, key: Ed25519PrivateKey, origin: str) -> tuple[str, int]:
@@ -88,16 +97,17 @@ def sign_head(store: Store, key: Ed25519PrivateKey, origin: str) -> tuple[str, i
     ), head.size
 
 
-def keep(store: Store, note: str, size: int) -> Published:
+def keep(store: Store, note: str, size: int, key: Ed25519PublicKey) -> Published:
     """Keep ``note`` (of a tree of ``size``) as the published checkpoint, the signing time
     renewed when the size did not change (its age says the publisher is alive); the kept
-    one when it is larger (another replica read a later head)."""
+    one when it is larger and ``key`` signed it (another replica read a later head; a
+    larger one nobody signed is replaced, never obeyed)."""
     now = datetime.now(UTC)
     meta = tables.ledger_meta
     keys = (_NOTE, _SIZE, _AT)
     with store.side_write() as conn:
         rows = conn.execute(sa.select(meta.c.key, meta.c.value).where(meta.c.key.in_(keys)))
-        kept = _parsed({str(k): str(v) for k, v in rows.all()})
+        kept = _parsed({str(k): str(v) for k, v in rows.all()}, key)
         if kept is not None and kept.size > size:
             return kept
         conn.execute(meta.delete().where(meta.c.key.in_(keys)))
@@ -114,4 +124,4 @@ def keep(store: Store, note: str, size: int) -> Published:
 
 def publish(store: Store, key: Ed25519PrivateKey, origin: str) -> Published:
     """Sign the log's current head and keep it (``sign_head``, ``keep``)."""
-    return keep(store, *sign_head(store, key, origin))
+    return keep(store, *sign_head(store, key, origin), key.public_key())

@@ -14,14 +14,13 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from starlette.requests import Request
 from starlette.responses import Response
 
 from commands.plane import Plane
-from commands.plane.witnesses import witness
+from commands.plane.witnesses import proofs, witness
 from ledger.checkpoints import stored_leaves
-from ledger.merkle import consistency_proof
 from ledger.tlog_policy import Policy
 
 from .admission import Admission
@@ -68,14 +67,15 @@ class PublicReads:
             lambda plane: sign_head(plane.store, key, origin_of(plane.store))
         )
         if self.witness_policy is not None:  # the witnesses are asked off the pool
-            leaves = self.pool.run(lambda plane: stored_leaves(plane.store, size))
-            done = witness(note, self.witness_policy, lambda old: consistency_proof(leaves, old))
+            read = proofs(lambda: self.pool.run(lambda plane: stored_leaves(plane.store, size)))
+            done = witness(note, self.witness_policy, read)
             if not done.check.ok:
                 refusals = "; ".join(f"{a.witness}: {a.why}" for a in done.asked if a.why)
                 log.warning("checkpoint of %d not published: no quorum (%s)", size, refusals)
                 return self.published
             note = done.note
-        self.published = self.pool.run(lambda plane: keep(plane.store, note, size))
+        public = key.public_key()
+        self.published = self.pool.run(lambda plane: keep(plane.store, note, size, public))
         return self.published
 
     def _checkpoint_due(self) -> None:
@@ -91,7 +91,7 @@ class PublicReads:
 
     async def metrics_text(self, _request: Request) -> Response:
         def read(plane: Plane) -> LedgerReadings:
-            kept = latest(plane.store)
+            kept = latest(plane.store, self._public_key())
             return LedgerReadings(
                 head_size=plane.store.head().size,
                 checkpoint_size=kept.size if kept is not None else None,
@@ -144,9 +144,13 @@ class PublicReads:
                 headers["Content-Encoding"] = "gzip"
         return Response(data, media_type="application/octet-stream", headers=headers)
 
+    def _public_key(self) -> Ed25519PublicKey:
+        assert self._plane_key is not None, "the service has not started"
+        return self._plane_key.public_key()
+
     async def checkpoint_text(self, _request: Request) -> Response:
         """The latest checkpoint kept (``checkpoints``), as C2SP tlog-tiles serves it."""
-        kept = await self.in_thread(lambda plane: latest(plane.store))
+        kept = await self.in_thread(lambda plane: latest(plane.store, self._public_key()))
         if kept is None:
             return self.json({"error": "no checkpoint published yet"}, 404)
         return Response(

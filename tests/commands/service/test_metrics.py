@@ -24,7 +24,13 @@ from commands.service import create_app
 from commands.service.checkpoints import latest, origin_of, publish
 from commands.service.metrics import Fleet, LedgerReadings, Metrics, Process
 from ledger import tables
-from ledger.checkpoints import parse_verifier_key, verifier_key, verify_checkpoint_signature
+from ledger.checkpoints import (
+    Checkpoint,
+    parse_verifier_key,
+    sign_checkpoint,
+    verifier_key,
+    verify_checkpoint_signature,
+)
 from ledger.keys import load_private_key
 from tests.helpers import run_cli
 
@@ -95,26 +101,57 @@ def test_the_service_publishes_a_checkpoint_and_says_how_old_it_is(tmp_path: Pat
     )
 
 
+def _kept_row(store: ledger.Store, note: str, size: int) -> None:
+    """Rows in ledger_meta as another replica, or an agent holding the file, writes them."""
+    with store.side_write() as conn:
+        conn.execute(
+            tables.ledger_meta.insert(),
+            [
+                {"key": "checkpoint", "value": note},
+                {"key": "checkpoint_size", "value": str(size)},
+                {"key": "checkpoint_at", "value": "2026-01-01T00:00:00.000000Z"},
+            ],
+        )
+
+
 def test_a_checkpoint_never_goes_back(tmp_path: Path) -> None:
     """A replica that read an older head does not replace a larger checkpoint another
-    one kept."""
+    one signed and kept."""
     url = f"sqlite:///{tmp_path / 'evidence.db'}"
     assert run_cli("init", "--db", url).returncode == 0
     key = load_private_key(plane_key_path(url))
     with ledger.open(url, create=False) as store:
-        size = store.head().size
-        with store.side_write() as conn:  # a later replica's, of a larger log
-            conn.execute(
-                tables.ledger_meta.insert(),
-                [
-                    {"key": "checkpoint", "value": "later\n"},
-                    {"key": "checkpoint_size", "value": str(size + 5)},
-                    {"key": "checkpoint_at", "value": "2026-01-01T00:00:00.000000Z"},
-                ],
-            )
-        kept = publish(store, key, origin_of(store))
-        assert (kept.note, kept.size) == ("later\n", size + 5)
-        assert latest(store) == kept
+        size, origin = store.head().size + 5, origin_of(store)
+        later = sign_checkpoint(Checkpoint(origin=origin, size=size, root=bytes(32)), key)
+        _kept_row(store, later, size)
+        kept = publish(store, key, origin)
+        assert (kept.note, kept.size) == (later, size)
+        assert latest(store, key.public_key()) == kept
+
+
+def test_a_checkpoint_the_plane_did_not_sign_is_never_obeyed_nor_served(tmp_path: Path) -> None:
+    """The agent writes ledger_meta a "checkpoint" of a huge tree, to stop every later
+    publication (a kept one is never replaced by a smaller one): unsigned, it is neither
+    served nor kept; the next publication replaces it."""
+    url = f"sqlite:///{tmp_path / 'evidence.db'}"
+    assert run_cli("init", "--db", url).returncode == 0
+    key = load_private_key(plane_key_path(url))
+    app = create_app(url)
+    with TestClient(app) as client:
+        app.state.service.publish_checkpoint()
+        with ledger.open(url, create=False) as store:
+            with store.side_write() as conn:
+                conn.execute(
+                    tables.ledger_meta.delete().where(tables.ledger_meta.c.key.like("checkpoint%"))
+                )
+            _kept_row(store, "evidence-ledger/x\n999999\nAAAA\n\n— x AAAA\n", 999_999)
+            assert latest(store, key.public_key()) is None
+        assert client.get("/checkpoint").status_code == 404  # never served
+        assert "evidence_checkpoint_size 999999" not in client.get("/metrics").text
+        published = app.state.service.publish_checkpoint()
+        with ledger.open(url, create=False) as store:
+            assert published.size == store.head().size
+            assert latest(store, key.public_key()) == published
 
 
 def test_checkpoints_are_a_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
