@@ -347,11 +347,7 @@ def _held_to(report: BundleReport, note: str | None, policy: Policy) -> BundleRe
     """The report with the bundle's checkpoint held to the auditor's witness ``policy``:
     signed by one of its logs and cosigned by its quorum, else a problem."""
     check = policy.check(note) if note is not None else None
-    found = {
-        "log": check.log if check else None,
-        "cosigned": sorted(check.cosigned) if check else [],
-        "quorum": bool(check and check.quorum),
-    }
+    found = check.to_json() if check else {"log": None, "cosigned": [], "quorum": False}
     if check is not None and check.ok:
         return msgspec.structs.replace(report, policy=found)
     problem = Problem(

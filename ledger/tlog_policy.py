@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
+from typing import Any
 
 from .checkpoints import CheckpointError, VerifierKey, open_note, parse_verifier_key
 from .cosignatures import CosignerKey, cosigned_by, parse_cosigner_key
@@ -49,6 +50,9 @@ class PolicyCheck:
     @property
     def ok(self) -> bool:
         return self.log is not None and self.quorum
+
+    def to_json(self) -> dict[str, Any]:
+        return {"log": self.log, "cosigned": sorted(self.cosigned), "quorum": self.quorum}
 
 
 @dataclass

@@ -22,7 +22,8 @@ from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import register_validation
 from commands.plane.validation_runs import validate_plan
-from ledger import NewEvent, Store
+from ledger import NewEvent, Store, StreamAppend
+from ledger import open as open_ledger
 from ledger.events import EventPayload, PlanCreated, PlanHalted, StrategyRecorded
 from ledger.keys import generate_key_pair
 from projections.documents import delta, fold, fold_all
@@ -345,3 +346,31 @@ def forged_halt(plan_id: str = "P-1") -> PlanHalted:
         phase="execute",
         attempt=1,
     )
+
+
+def append_plans(
+    where: Store | str,
+    first: int,
+    count: int,
+    *,
+    resource: str = "r",
+    large_at: int | None = None,
+) -> None:
+    """``count`` events appended past the plane, a plan's creation each (plans T-first
+    onwards, each in its own stream), a thousand to an append: a log of a given size for
+    the tree's tests (tiles, witnesses, proofs). The one at ``large_at`` is over a tile
+    entry's 65,535 bytes. ``where``: a store, or the URL of one to open."""
+    if isinstance(where, str):
+        with open_ledger(where) as store:
+            append_plans(store, first, count, resource=resource, large_at=large_at)
+        return
+    for start in range(first, first + count, 1_000):
+        appends = []
+        for i in range(start, min(start + 1_000, first + count)):
+            created = PlanCreated(
+                plan_id=f"T-{i}",
+                project="p",
+                resources=[resource * (70_000 if i == large_at else 1)],
+            )
+            appends.append(StreamAppend(f"plan:T-{i}", [NewEvent(payload=created)]))
+        where.append_batch(appends)

@@ -30,6 +30,7 @@ from .common import (
     json_option,
     open_store,
     print_table,
+    read_policy,
 )
 from .inputs import whole
 from .progress import progress_bar
@@ -691,15 +692,14 @@ def _held_to_policy(text: str, policy_file: Path, as_json: bool) -> tuple[Any, d
     a checkpoint no policy log signed, or whose witnesses' quorum does not hold, is a
     verdict (exit 1), said here."""
     from ledger.checkpoints import CheckpointError
-    from ledger.tlog_policy import parse_policy
 
+    policy, _ = read_policy(policy_file, "--policy")
     try:
-        policy = parse_policy(read_text(policy_file, "document", f"--policy {policy_file}"))
         check = policy.check(text)
     except CheckpointError as exc:
-        fail(f"--policy {inert(str(policy_file))}: {exc}")
+        fail(f"--checkpoint: {exc}")
     cosigned = sorted(check.cosigned)
-    found = {"log": check.log, "cosigned": cosigned, "quorum": check.quorum}
+    found = check.to_json()
     if not check.ok:
         why = "signed by none of the policy's logs" if check.log is None else "no quorum"
         if as_json:

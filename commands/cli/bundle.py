@@ -17,7 +17,7 @@ import click
 import ledger  # light: the errors and the version; the store loads on first use
 from ledger.intake import read_text
 
-from .common import EXIT_VERDICT, STDOUT, console, emit_json, fail, open_store
+from .common import EXIT_VERDICT, STDOUT, console, emit_json, fail, open_store, read_policy
 from .progress import progress_bar
 from .terminal import inert
 
@@ -89,14 +89,8 @@ def witness_cosigner(policy_file: Path | None) -> Any:
     if policy_file is None:
         return None
     from commands.plane.witnesses import cosigner
-    from ledger.checkpoints import CheckpointError
-    from ledger.tlog_policy import parse_policy
 
-    text = read_text(policy_file, "document", f"--witness {policy_file}")
-    try:
-        return cosigner(parse_policy(text), text)
-    except CheckpointError as exc:
-        fail(f"--witness {inert(str(policy_file))}: {exc}")
+    return cosigner(*read_policy(policy_file, "--witness"))
 
 
 def export_bundle_command(
@@ -205,17 +199,10 @@ def verify_bundle_command(
     policy_file: Path | None = None,
 ) -> None:
     from ledger.bundle import BundleError, verify_bundle
-    from ledger.checkpoints import CheckpointError
     from ledger.keys import load_public_key
-    from ledger.tlog_policy import parse_policy
 
     public_key = load_public_key(public_key_file) if public_key_file is not None else None
-    policy = None
-    if policy_file is not None:
-        try:
-            policy = parse_policy(read_text(policy_file, "document", f"--policy {policy_file}"))
-        except CheckpointError as exc:
-            fail(f"--policy {inert(str(policy_file))}: {exc}")
+    policy = read_policy(policy_file, "--policy")[0] if policy_file is not None else None
     kept = None
     if checkpoint_file is not None:
         kept = read_text(checkpoint_file, "checkpoint", f"--checkpoint {checkpoint_file}")

@@ -42,7 +42,7 @@ import click
 
 import ledger
 
-from .common import db_option, db_url, fail, workdir_option
+from .common import db_option, db_url, fail, read_policy, workdir_option
 from .terminal import inert
 
 DEFAULT_HOST = "127.0.0.1"
@@ -388,15 +388,10 @@ def _witness_policy(path: Path, url: str) -> Any:
     plane key under the checkpoints' origin): its witnesses would cosign nothing."""
     from commands.rules.signing import plane_key_path
     from commands.service.checkpoints import origin_of
-    from ledger.checkpoints import CheckpointError, VerifierKey
-    from ledger.intake import read_text
+    from ledger.checkpoints import VerifierKey
     from ledger.keys import load_private_key
-    from ledger.tlog_policy import parse_policy
 
-    try:
-        policy = parse_policy(read_text(path, "document", f"--witness-policy {path}"))
-    except CheckpointError as exc:
-        fail(f"--witness-policy {inert(str(path))}: {exc}")
+    policy, _ = read_policy(path, "--witness-policy")
     with ledger.open(url, create=False) as store:
         log = VerifierKey.of(origin_of(store), load_private_key(plane_key_path(url)))
     if not any(k.name == log.name and k.key_hash == log.key_hash for k, _ in policy.logs):

@@ -12,7 +12,7 @@ import click
 import ledger
 from ledger.intake import read_text
 
-from .common import EXIT_VERDICT, emit_json, fail
+from .common import EXIT_VERDICT, emit_json, fail, read_policy
 from .terminal import inert
 
 
@@ -61,11 +61,11 @@ def verify_tlog_proof(path: Path, policy_file: Path | None, verifier: Any, as_js
     checkpoint is signed (``verifier``: the log's key) or satisfies ``policy_file``. A
     proof that does not hold is a verdict (exit 1)."""
     from ledger.checkpoints import CheckpointError, VerifierKey, open_note, parse_checkpoint
-    from ledger.tlog_policy import parse_policy
     from ledger.tlog_proof import parse_proof
 
     try:
-        proof = parse_proof(read_text(path, "checkpoint", f"--tlog-proof {path}"))
+        # a proof carries its event: up to a bundle entry's 64 KiB, in base64
+        proof = parse_proof(read_text(path, "document", f"--tlog-proof {path}"))
     except CheckpointError as exc:
         fail(f"--tlog-proof {inert(str(path))}: {exc}")
     problems: list[str] = []
@@ -73,12 +73,8 @@ def verify_tlog_proof(path: Path, policy_file: Path | None, verifier: Any, as_js
         problems.append("the proof does not take the entry to the checkpoint's root")
     found: dict[str, Any] = {}
     if policy_file is not None:
-        try:
-            policy = parse_policy(read_text(policy_file, "document", f"--policy {policy_file}"))
-        except CheckpointError as exc:
-            fail(f"--policy {inert(str(policy_file))}: {exc}")
-        check = policy.check(proof.checkpoint)
-        found = {"log": check.log, "cosigned": sorted(check.cosigned), "quorum": check.quorum}
+        check = read_policy(policy_file, "--policy")[0].check(proof.checkpoint)
+        found = check.to_json()
         if not check.ok:
             problems.append("the checkpoint does not satisfy the policy")
     else:

@@ -48,12 +48,13 @@ class TileSource:
         if n * WIDTH + width > size // WIDTH**level:
             return None
         first = n * WIDTH
+        if level == 0:  # the leaf hashes themselves, in one read
+            return b"".join(_leaves(store, first, width))
         return b"".join(self._node(store, level, i) for i in range(first, first + width))
 
     def _node(self, store: Store, level: int, index: int) -> bytes:
-        """The root of the ``index``-th complete subtree of ``WIDTH ** level`` leaves."""
-        if level == 0:
-            return _leaves(store, index, 1)[0]
+        """The root of the ``index``-th complete subtree of ``WIDTH ** level`` leaves
+        (``level`` >= 1)."""
         with self._lock:
             kept = self._nodes.get((level, index))
         if kept is not None:

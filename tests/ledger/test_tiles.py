@@ -12,7 +12,6 @@ import pytest
 
 import ledger
 from ledger.checkpoints import parse_checkpoint, stored_leaves
-from ledger.events import PlanCreated
 from ledger.keys import generate_key_pair, load_private_key
 from ledger.merkle import leaf_hash, root_of
 from ledger.tiles import (
@@ -28,6 +27,7 @@ from ledger.tiles import (
     tile_path,
     tiles_of,
 )
+from tests.helpers import append_plans
 
 
 def test_paths_are_written_as_the_spec_writes_them() -> None:
@@ -77,23 +77,6 @@ def key(tmp_path: Path) -> object:
     return load_private_key(tmp_path / "log.key")
 
 
-def _append(store: ledger.Store, first: int, count: int, big: int | None = None) -> None:
-    appends = [
-        ledger.StreamAppend(
-            f"plan:T-{i}",
-            [
-                ledger.NewEvent(
-                    payload=PlanCreated(
-                        plan_id=f"T-{i}", project="p", resources=["r" * (70_000 if i == big else 1)]
-                    )
-                )
-            ],
-        )
-        for i in range(first, first + count)
-    ]
-    store.append_batch(appends)
-
-
 def _entries(bundle: bytes) -> list[bytes]:
     found = []
     while bundle:
@@ -108,7 +91,7 @@ def test_an_export_writes_tiles_that_hash_to_the_log_and_adds_only_what_is_new(
 ) -> None:
     out = tmp_path / "tiles"
     with ledger.open(db_url) as store:
-        _append(store, 0, 300, big=260)
+        append_plans(store, 0, 300, large_at=260)
         first = export_tiles(store, out, key=key, origin="example.org/log")  # type: ignore[arg-type]
         assert (first.size, first.tiles, first.bundles) == (300, 3, 2)  # 0/000 0/001.p 1/000.p
         leaves = stored_leaves(store)
@@ -133,7 +116,7 @@ def test_an_export_writes_tiles_that_hash_to_the_log_and_adds_only_what_is_new(
         )
         assert leaf_hash(full) == leaves[260] and row_entry(row) == large
         before = (out / "tile/0/000").stat().st_mtime_ns
-        _append(store, 300, 300)
+        append_plans(store, 300, 300)
         again = export_tiles(store, out, key=key, origin="example.org/log")  # type: ignore[arg-type]
         # new: 0/001 (full now), 0/002.p/88, 1/000.p/2; entries 001, 002.p/88
         assert (again.size, again.tiles, again.bundles) == (600, 3, 2)
@@ -154,9 +137,9 @@ def _full_leaf(row: tuple) -> bytes:
 def test_a_directory_of_another_logs_tiles_is_refused(tmp_path: Path, key: object) -> None:
     out = tmp_path / "tiles"
     with ledger.open(f"sqlite:///{tmp_path / 'a.db'}") as a:
-        _append(a, 0, 10)
+        append_plans(a, 0, 10)
         export_tiles(a, out, key=key, origin="example.org/log")  # type: ignore[arg-type]
     with ledger.open(f"sqlite:///{tmp_path / 'b.db'}") as b:
-        _append(b, 100, 20)  # other events: a tree that does not extend a's
+        append_plans(b, 100, 20)  # other events: a tree that does not extend a's
         with pytest.raises(TilesError, match="does not extend"):
             export_tiles(b, out, key=key, origin="example.org/log")  # type: ignore[arg-type]

@@ -20,11 +20,11 @@ import pytest
 
 import ledger
 from ledger.checkpoints import stored_leaves, verifier_key
-from ledger.events import PlanCreated
 from ledger.keys import generate_key_pair, load_private_key
 from ledger.merkle import root_of
 from ledger.tiles import export_tiles
 from tests.conftest import IN_CI
+from tests.helpers import append_plans
 
 pytestmark = pytest.mark.slow
 
@@ -55,19 +55,6 @@ def tlogcheck(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield binary
 
 
-def _fill(store: ledger.Store, count: int, large: int | None = None) -> None:
-    """``count`` events, one plan's creation each (the one at ``large`` over 65,535
-    bytes), appended a thousand at a time."""
-    for first in range(0, count, 1_000):
-        appends = []
-        for i in range(first, min(first + 1_000, count)):
-            created = PlanCreated(
-                plan_id=f"T-{i}", project="p", resources=["r" * (70_000 if i == large else 1)]
-            )
-            appends.append(ledger.StreamAppend(f"plan:T-{i}", [ledger.NewEvent(payload=created)]))
-        store.append_batch(appends)
-
-
 def _check(tlogcheck: Path, tiles: Path, key: object, indexes: str, trees: str) -> Any:
     return subprocess.run(
         [str(tlogcheck), str(tiles), verifier_key(ORIGIN, key), indexes, trees],  # type: ignore[arg-type]
@@ -83,7 +70,7 @@ def test_go_tlog_reads_our_tiles_of_a_large_ledger(
     generate_key_pair(tmp_path / "plane.key")
     key = load_private_key(tmp_path / "plane.key")
     with ledger.open(db_url) as store:
-        _fill(store, EVENTS, LARGE)
+        append_plans(store, 0, EVENTS, large_at=LARGE)
         export_tiles(store, tmp_path / "tiles", key=key, origin=ORIGIN)
         leaves = stored_leaves(store)
     assert len(leaves) == EVENTS
@@ -104,7 +91,7 @@ def test_a_tampered_tile_fails_go_tlog(db_url: str, tmp_path: Path, tlogcheck: P
     generate_key_pair(tmp_path / "plane.key")
     key = load_private_key(tmp_path / "plane.key")
     with ledger.open(db_url) as store:
-        _fill(store, 600)
+        append_plans(store, 0, 600)
         export_tiles(store, tmp_path / "tiles", key=key, origin=ORIGIN)
     assert _check(tlogcheck, tmp_path / "tiles", key, "300", "").returncode == 0
     tile = tmp_path / "tiles" / "tile/0/001"

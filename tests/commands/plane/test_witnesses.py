@@ -30,21 +30,11 @@ from commands.service import create_app
 from commands.service.checkpoints import origin_of
 from ledger.checkpoints import SIGNATURE_PREFIX, stored_leaves, verifier_key
 from ledger.cosignatures import CosignerKey
-from ledger.events import PlanCreated
 from ledger.keys import generate_key_pair, load_private_key
 from ledger.merkle import consistency_proof
 from ledger.tlog_policy import parse_policy
 from tests.conformance import harness
-from tests.helpers import run_cli
-
-
-def _fill(url: str, first: int, count: int, tag: str = "r") -> None:
-    appends = []
-    for i in range(first, first + count):
-        created = PlanCreated(plan_id=f"T-{i}", project="p", resources=[tag])
-        appends.append(ledger.StreamAppend(f"plan:T-{i}", [ledger.NewEvent(payload=created)]))
-    with ledger.open(url) as store:
-        store.append_batch(appends)
+from tests.helpers import append_plans, run_cli
 
 
 @pytest.fixture
@@ -90,10 +80,10 @@ def _checkpoint(url: str, policy: Path) -> tuple[int, str, dict]:
 def test_witnesses_cosign_honest_growth_and_verify_accepts_it(
     sqlite_url: str, policy: Path, tmp_path: Path
 ) -> None:
-    _fill(sqlite_url, 0, 100)
+    append_plans(sqlite_url, 0, 100)
     code, _, first = _checkpoint(sqlite_url, policy)
     assert code == 0 and first["quorum"] and first["cosigned"] == ["w1", "w2", "w3"], first
-    _fill(sqlite_url, 100, 37)
+    append_plans(sqlite_url, 100, 37)
     text = run_cli("checkpoint", "--witness", str(policy), "--db", sqlite_url)
     assert text.returncode == 0, text.stderr
     assert text.stdout.count(SIGNATURE_PREFIX) == 4  # the log's and three cosignatures
@@ -121,7 +111,7 @@ def test_witnesses_cosign_honest_growth_and_verify_accepts_it(
 def test_stripped_or_forged_cosignatures_do_not_make_a_quorum(
     sqlite_url: str, policy: Path, tmp_path: Path
 ) -> None:
-    _fill(sqlite_url, 0, 10)
+    append_plans(sqlite_url, 0, 10)
     note = _checkpoint(sqlite_url, policy)[2]["checkpoint"]
     lines = note.split("\n")
     body, signatures = (
@@ -163,16 +153,16 @@ def _other_ledger(sqlite_url: str, tmp_path: Path, name: str) -> str:
 
 
 def test_a_forked_log_is_never_cosigned(sqlite_url: str, policy: Path, tmp_path: Path) -> None:
-    _fill(sqlite_url, 0, 50)
+    append_plans(sqlite_url, 0, 50)
     assert _checkpoint(sqlite_url, policy)[0] == 0  # the witnesses hold tree 50
     fork = _other_ledger(sqlite_url, tmp_path, "fork.db")
-    _fill(fork, 0, 50, tag="other")  # the same size, another root
+    append_plans(fork, 0, 50, resource="other")  # the same size, another root
     code, _, found = _checkpoint(fork, policy)
     assert code == 1 and found["checkpoint"] is None and found["cosigned"] == []
     assert set(found["witnesses"].values()) == {
         "it has cosigned another tree of size 50: the log forked"
     }
-    _fill(fork, 50, 10, tag="other")  # larger, but not extending what they hold
+    append_plans(fork, 50, 10, resource="other")  # larger, but not extending what they hold
     code, _, found = _checkpoint(fork, policy)
     assert code == 1 and all("the log forked" in why for why in found["witnesses"].values())
 
@@ -180,11 +170,11 @@ def test_a_forked_log_is_never_cosigned(sqlite_url: str, policy: Path, tmp_path:
 def test_a_truncated_log_or_a_rolled_back_checkpoint_is_never_cosigned(
     sqlite_url: str, policy: Path, tmp_path: Path
 ) -> None:
-    _fill(sqlite_url, 0, 40)
+    append_plans(sqlite_url, 0, 40)
     old_note = _checkpoint(sqlite_url, policy)[2]["checkpoint"]
     older = tmp_path / "older.db"
     shutil.copy(sqlite_url.removeprefix("sqlite:///"), older)  # the log as it was at 40
-    _fill(sqlite_url, 40, 20)
+    append_plans(sqlite_url, 40, 20)
     assert _checkpoint(sqlite_url, policy)[0] == 0  # the witnesses hold tree 60
     truncated = _other_ledger(sqlite_url, tmp_path, "older.db")
     code, _, found = _checkpoint(truncated, policy)
@@ -217,7 +207,7 @@ def test_one_witness_away_still_makes_two_of_three(
         for line in text
     ]
     policy.write_text("\n".join(down))
-    _fill(sqlite_url, 0, 5)
+    append_plans(sqlite_url, 0, 5)
     code, _, found = _checkpoint(sqlite_url, policy)
     assert code == 0 and found["cosigned"] == ["w1", "w2"]
     assert found["witnesses"]["w3"].startswith("unreachable")
@@ -244,7 +234,7 @@ def test_the_service_publishes_only_checkpoints_its_witnesses_cosigned(
     """`evidence serve --witness-policy`: the published checkpoint carries the quorum's
     cosignatures; while the witnesses are away, the last cosigned one stays published."""
     parsed = parse_policy(policy.read_text())
-    _fill(sqlite_url, 0, 20)
+    append_plans(sqlite_url, 0, 20)
     app = create_app(sqlite_url, witness_policy=parsed)
     with TestClient(app) as client:
         service = app.state.service
@@ -254,7 +244,7 @@ def test_the_service_publishes_only_checkpoints_its_witnesses_cosigned(
         assert first is not None and first.size == size
         note = client.get("/checkpoint").text
         assert parsed.check(note).ok and note == first.note
-        _fill(sqlite_url, 20, 5)
+        append_plans(sqlite_url, 20, 5)
         away = policy.read_text().replace("http://127.0.0.1:", "http://127.0.0.1:9#")
         service.witness_policy = parse_policy(away)
         kept = service.publish_checkpoint()  # (the service's own first round may race it)
@@ -275,7 +265,7 @@ def test_bundles_and_tiles_carry_the_cosigned_checkpoint(
     """`export --bundle/--tiles --witness`: the checkpoint written is the quorum's
     cosigned one (a bundle carries the policy too), `verify --bundle --policy` holds it
     to the auditor's policy; without the quorum nothing is written (exit 1)."""
-    _fill(sqlite_url, 0, 30)
+    append_plans(sqlite_url, 0, 30)
     bundle = tmp_path / "log.bundle"
     made = run_cli(
         "export", "--bundle", str(bundle), "--origin", _origin(policy),
@@ -309,7 +299,7 @@ def test_bundles_and_tiles_carry_the_cosigned_checkpoint(
     assert exported.returncode == 0, exported.stderr
     assert parse_policy(policy.read_text()).check((tiles / "checkpoint").read_text()).ok
     before = (tiles / "checkpoint").read_text()
-    _fill(sqlite_url, 30, 3)
+    append_plans(sqlite_url, 30, 3)
     away = tmp_path / "away.policy"
     away.write_text(policy.read_text().replace("http://127.0.0.1:", "http://127.0.0.1:9#"))
     again = run_cli(
@@ -333,13 +323,13 @@ def test_an_operator_has_the_service_publish_now(
     operator = tmp_path / "ops.key"
     generate_key_pair(operator)
     run_cli("keys", "add", "ops", f"{operator}.pub", "--role", "operator", "--db", sqlite_url)
-    _fill(sqlite_url, 0, 12)
+    append_plans(sqlite_url, 0, 12)
     sock = socket_dir / "serve.sock"
     serve = [sys.executable, "-m", "commands.cli", "serve", "--db", sqlite_url, "--uds", str(sock),
              "--witness-policy", str(policy), "--insecure-single-user"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "EVIDENCE_DB"}
     with harness.serving(serve, stderr=tmp_path / "serve.log", env=env) as url:
-        _fill(sqlite_url, 12, 4)
+        append_plans(sqlite_url, 12, 4)
         done = run_cli("checkpoint", "--server", url, "--operator-key", str(operator), "--json")
         assert done.returncode == 0, done.stderr
         answer = json.loads(done.stdout)

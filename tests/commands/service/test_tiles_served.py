@@ -11,19 +11,9 @@ from starlette.testclient import TestClient
 import ledger
 from commands.rules.signing import plane_key_path
 from commands.service import create_app
-from ledger.events import PlanCreated
 from ledger.keys import load_private_key
 from ledger.tiles import export_tiles
-from tests.helpers import run_cli
-
-
-def _fill(url: str, first: int, count: int) -> None:
-    appends = []
-    for i in range(first, first + count):
-        created = PlanCreated(plan_id=f"T-{i}", project="p", resources=["r"])
-        appends.append(ledger.StreamAppend(f"plan:T-{i}", [ledger.NewEvent(payload=created)]))
-    with ledger.open(url) as store:
-        store.append_batch(appends)
+from tests.helpers import append_plans, run_cli
 
 
 def _exported(url: str, out: Path) -> dict[str, bytes]:
@@ -40,9 +30,9 @@ def _exported(url: str, out: Path) -> dict[str, bytes]:
 def test_the_service_serves_the_tiles_export_writes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'evidence.db'}"
     assert run_cli("init", "--db", url).returncode == 0
-    _fill(url, 0, 300)
+    append_plans(url, 0, 300)
     earlier = _exported(url, tmp_path / "tiles")
-    _fill(url, 300, 400)
+    append_plans(url, 300, 400)
     files = _exported(url, tmp_path / "tiles")  # every size's tiles: the earlier partials too
     assert set(earlier) < set(files)
     with TestClient(create_app(url)) as client:
