@@ -300,6 +300,7 @@ async def call_tool(
 # -- resources -----------------------------------------------------------------------------
 
 STATIC_TEXT = "This is the content of the static text resource."
+RECEIVED_META = "test://received-meta"  # unlisted: the read answers the _meta it came with
 TEMPLATE = re.compile(r"^test://template/(?P<id>[^/]+)/data$")
 SUBSCRIPTIONS: set[str] = set()
 
@@ -361,6 +362,10 @@ async def read_resource(
         contents = [
             types.TextResourceContents(uri=uri, mime_type="text/plain", text="Watched resource.")
         ]
+    elif uri == RECEIVED_META:  # not the suite's: a test's probe of what a gate forwards
+        meta = dict(params.meta or {})
+        text = json.dumps(meta, sort_keys=True, default=str)
+        contents = [types.TextResourceContents(uri=uri, mime_type="application/json", text=text)]
     elif match := TEMPLATE.match(uri):  # resources-templates-read: {id} substituted
         id_ = match["id"]
         data = {"id": id_, "templateTest": True, "data": f"Data for ID: {id_}"}

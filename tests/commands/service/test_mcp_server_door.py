@@ -337,6 +337,7 @@ def test_a_2026_07_28_request_is_answered_and_its_envelope_stays_at_the_door(url
         "io.modelcontextprotocol/clientInfo": {"name": "stateless", "version": "0"},
         "io.modelcontextprotocol/clientCapabilities": {},
     }
+    own = {"evidence/credential": "for-the-gate-alone"}
     headers = {
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
@@ -350,13 +351,14 @@ def test_a_2026_07_28_request_is_answered_and_its_envelope_stays_at_the_door(url
                 ("server/discover", {}),
                 ("resources/read", {"uri": "test://static-text"}),
                 ("tools/call", {"name": "test_simple_text", "arguments": {}}),
+                ("resources/read", {"uri": "test://received-meta"}),
             ]
         ):
             body = {
                 "jsonrpc": "2.0",
                 "id": number,
                 "method": method,
-                "params": {**params, "_meta": envelope},
+                "params": {**params, "_meta": {**envelope, **own, "vendor/trace": "t-1"}},
             }
             routing = {"Mcp-Method": method}  # the revision's routing header
             if method == "tools/call":
@@ -366,13 +368,19 @@ def test_a_2026_07_28_request_is_answered_and_its_envelope_stays_at_the_door(url
             answers.append(await http.post(DOOR, json=body, headers={**headers, **routing}))
         return answers
 
-    discovered, read, called = (_message(a) for a in _as_agent(url, token, work))
+    discovered, read, called, probe = (_message(a) for a in _as_agent(url, token, work))
     assert "tools" in discovered["result"]["capabilities"], discovered
     assert read["result"]["contents"][0]["text"].startswith("This is the content"), read
     assert read["result"]["resultType"] == "complete"
     assert called["result"]["content"][0]["text"].startswith("This is a simple text"), called
+    assert "result" in probe, probe
+    received = json.loads(probe["result"]["contents"][0]["text"])
+    # the agent's own _meta keys pass; its envelope and the plane's keys stay here
+    assert received["vendor/trace"] == "t-1", received
+    assert not [key for key in received if key.startswith("evidence/")], received
+    assert "stateless" not in json.dumps(received), received
     fetched = [e.payload for e in _events(url) if isinstance(e.payload, McpFetched)]
-    assert [f.name for f in fetched] == ["test://static-text"]
+    assert [f.name for f in fetched] == ["test://static-text", "test://received-meta"]
 
 
 def _message(answer: httpx2.Response) -> dict[str, Any]:
