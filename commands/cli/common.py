@@ -104,7 +104,9 @@ def note_single_user_layout() -> None:
     )
 
 
-def open_plane(*, create: bool = False, layout_note: bool = True) -> Plane:
+def open_plane(
+    *, create: bool = False, layout_note: bool = True, inline_read_models: bool = True
+) -> Plane:
     """The store with its read models (opening them may rebuild or catch them up), and
     the developer layout's note on stderr unless ``layout_note`` is false (a hook: its
     stderr is what the agent is told).
@@ -112,7 +114,11 @@ def open_plane(*, create: bool = False, layout_note: bool = True) -> Plane:
     One rule for a missing ledger: only a command that starts something (``init``,
     ``run``, ``demo``, registering, defining, creating a plan, adding a key, starting a
     review) passes ``create=True``; every other refuses with the store's one line
-    (``no ledger at …: run `evidence init` first``) and creates nothing."""
+    (``no ledger at …: run `evidence init` first``) and creates nothing.
+
+    ``inline_read_models=False``: a long-lived writer (the MCP proxy) that leaves the read
+    models to whoever reads them next (every listing catches them up first), as the
+    service's planes do, so a gated call does not pay for them."""
     from commands.plane.core import Plane
 
     from .progress import progress_bar
@@ -127,6 +133,7 @@ def open_plane(*, create: bool = False, layout_note: bool = True) -> Plane:
             create=create,
             workdir=click.get_current_context().find_root().meta.get("evidence.workdir"),
             progress=progress,
+            inline_read_models=inline_read_models,
         )
     click.get_current_context().call_on_close(plane.close)
     if layout_note:

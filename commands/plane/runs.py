@@ -302,8 +302,9 @@ def _call_tool(
     if not report.input_gate.passed:
         return report  # an invented tool or bad parameters: the call is never made
     assert plan is not None and tool_doc is not None and copies is not None  # it passed
-    # The sandbox as it was before the call: put back unless the call passes both gates.
-    guards = [TreeGuard(copy) for copy in copies.values()]
+    # The sandbox as it was before the call: put back unless the call passes both gates
+    # (a recorded call runs nothing here: whoever ran it guarded it, as the proxy does).
+    guards = [TreeGuard(copy) for copy in copies.values()] if recorded is None else []
     site = _Site(plane, plan, tool_doc, raw_params, copies, recorded, call_id, step, actor,
                  confinement)  # fmt: skip
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -920,3 +921,29 @@ def test_a_flooding_upstream_reaches_the_agent_and_the_record_within_the_budget(
         kept = store.get_blob(called.exchange_sha256)
     assert kept is not None and len(kept) <= EXCHANGE_CAP
     assert len(json.loads(kept)) == len(logs)
+
+
+def test_the_proxy_leaves_the_read_models_to_their_readers(sqlite_url: str, tmp_path: Path) -> None:
+    """A gated call through the proxy keeps its read models out of the call (they are
+    its readers' to catch up, as the service's are): after the calls the plan's read
+    model is behind the log, and a listing catches it up and shows them."""
+    _setup(sqlite_url)
+    count = tmp_path / "calls.jsonl"
+
+    async def session(agent: ClientSession) -> None:
+        for i in range(3):
+            result = await agent.call_tool("add", {"a": i, "b": 1})
+            assert not result.is_error, result
+
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+    with ledger.open(sqlite_url, create=False) as store:
+        head = store.head().size
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        [(position,)] = db.execute(
+            "SELECT position FROM projection_checkpoints WHERE name = 'plans'"
+        ).fetchall()
+    assert position < head, "the proxy kept the plans' read model inline"
+    shown = run_cli("plan", "list", "--json", "--db", sqlite_url)
+    assert shown.returncode == 0, shown.stderr
+    [plan] = [p for p in json.loads(shown.stdout)["plans"] if p["plan_id"] == "P-1"]
+    assert plan["tool_calls"] == 3, plan
