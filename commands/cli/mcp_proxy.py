@@ -69,8 +69,9 @@ from commands.plane.proxy_verbs import INSTRUCTIONS, PLANE_TOOLS
 from commands.rules.vocabulary import terminal_state
 from commands.runner.bounded_stdio import BoundedStdio, bounded_stdio_client
 from commands.runner.confine import Confinement, launched
+from commands.runner.guards import KeptSnapshots
 from commands.runner.mcp_client import answered_error, refused_meanwhile
-from commands.runner.process import TreeGuard, output_cap
+from commands.runner.process import output_cap
 from ledger import LedgerError
 from projections.states import PlanState
 
@@ -207,7 +208,7 @@ class GateProxy:
         # both gates (an upstream working in the sandbox keeps no rejected write).
         plan = self.plane.state(f"plan:{self.plan_id}").of(PlanState)
         copies = self.plane.sandbox(plan).existing() if plan is not None else {}
-        guards = [TreeGuard(copy) for copy in copies.values()]
+        guards = [self.plane.guard_sandbox(self.plan_id, c) for c in copies.values()]
         report = None
         try:
             result = await self._send(params, arguments, exchange)
@@ -395,6 +396,10 @@ async def serve(
     template, command = command, _in_sandbox(command, workdir)
     confinement = _upstream_confinement(plane, doc, template) if url is None else None
     async with contextlib.AsyncExitStack() as stack:
+        # The sandbox's snapshot is kept across the agent's calls, copied again only
+        # when the tree changed (``guards``), and removed with the proxy.
+        plane.snapshots = KeptSnapshots()
+        stack.callback(plane.snapshots.close)
         read, write, bounded = await stack.enter_async_context(
             _connect(command, url, workdir, confinement)
         )

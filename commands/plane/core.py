@@ -39,6 +39,7 @@ from commands.rules.signing import (
     sign_record,
 )
 from commands.rules.trust import needs_operator
+from commands.runner.guards import Guard, KeptSnapshots, TreeGuard
 from commands.runner.sandbox import PlanSandbox, sandboxes_dir
 from ledger import (
     ConcurrencyError,
@@ -128,6 +129,8 @@ class Plane:
         self.committer: Committer | None = None
         # The service's warm MCP servers (None: every MCP call starts its server).
         self.mcp_sessions: WarmSessions | None = None
+        # Sandbox snapshots kept across a plan's calls (None: each call copies its own).
+        self.snapshots: KeptSnapshots | None = None
         self.sandboxes = sandboxes_dir(store.url, workdir)  # where plans' sandboxes live
         self.projections = projections or open_projections(
             store, progress, catch_up=inline_read_models
@@ -182,6 +185,13 @@ class Plane:
         """The plan's sandbox (``ensure()`` it before use: the copies are made lazily)."""
         return PlanSandbox.of(self.sandboxes, plan)
 
+    def guard_sandbox(self, plan_id: str, root: Path) -> Guard:
+        """A guard over one of the plan's sandbox copies while a call runs in it: the
+        snapshot kept across the plan's calls (``snapshots``), else one of its own."""
+        if self.snapshots is None:
+            return TreeGuard(root)
+        return self.snapshots.guard(plan_id, root)
+
     def one_look(self) -> AbstractContextManager[None]:
         """One operation's look at the policy (``PolicyCache.one_look``): the service
         checks a request's credential and runs it inside one."""
@@ -235,16 +245,19 @@ class Plane:
 
     def _after(self, events: list[RecordedEvent]) -> list[RecordedEvent]:
         """What follows an append outside the log: a plan whose sandbox is made anew (a
-        new Execute) or which ended keeps no warm MCP server (``mcp_sessions``); an open
+        new Execute) or which ended keeps no warm MCP server (``mcp_sessions``) and no
+        sandbox snapshot (``snapshots``); an open
         span of the plane (``tracing``) keeps them for its receipt."""
         tracing.recorded(events)
-        if self.mcp_sessions is not None:
-            for event in events:
-                p = event.payload
-                if isinstance(p, ExecuteEntered | PlanApplied) or (
-                    isinstance(p, PlanHalted) and p.terminal
-                ):
+        for event in events:
+            p = event.payload
+            if isinstance(p, ExecuteEntered | PlanApplied) or (
+                isinstance(p, PlanHalted) and p.terminal
+            ):
+                if self.mcp_sessions is not None:
                     self.mcp_sessions.drop(p.plan_id)
+                if self.snapshots is not None:
+                    self.snapshots.drop(p.plan_id)
         return events
 
     def _run_job(self, tx: WriteTx, job: Job) -> list[RecordedEvent]:

@@ -61,7 +61,8 @@ from ulid import ULID
 
 from commands.names import check_relative_path
 from commands.runner.confine import Confinement, program_files
-from commands.runner.process import RunResult, TreeGuard, run_command
+from commands.runner.guards import TreeGuard
+from commands.runner.process import RunResult, run_command
 from ledger import EventPayload
 from ledger.canonical import canonical_json
 from ledger.events import ReviewHostScheduled, ReviewHostStarted, ReviewRoleRan, ReviewStarted

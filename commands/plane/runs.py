@@ -25,6 +25,7 @@ import msgspec
 from ulid import ULID
 
 from commands.runner.confine import Confinement
+from commands.runner.guards import Guard
 from commands.runner.mcp_client import (
     LEGACY_MCP_TOOL_RESULT_SHA256,
     Forward,
@@ -39,7 +40,6 @@ from commands.runner.mcp_client import (
 from commands.runner.mcp_client import tool_output as mcp_tool_output
 from commands.runner.process import (
     ArgvError,
-    TreeGuard,
     fill_argv,
     output_cap,
     run_command,
@@ -304,7 +304,7 @@ def _call_tool(
     assert plan is not None and tool_doc is not None and copies is not None  # it passed
     # The sandbox as it was before the call: put back unless the call passes both gates
     # (a recorded call runs nothing here: whoever ran it guarded it, as the proxy does).
-    guards = [TreeGuard(copy) for copy in copies.values()] if recorded is None else []
+    guards = [plane.guard_sandbox(plan_id, c) for c in copies.values()] if recorded is None else []
     site = _Site(plane, plan, tool_doc, raw_params, copies, recorded, call_id, step, actor,
                  confinement)  # fmt: skip
     try:
@@ -364,7 +364,7 @@ def _input_gate(
 
 
 def _after_call(
-    plane: Plane, plan: PlanState, guards: list[TreeGuard], report: CallReport, *,
+    plane: Plane, plan: PlanState, guards: list[Guard], report: CallReport, *,
     keep_names: bool,
 ) -> None:  # fmt: skip
     """The sandbox as the call leaves it: kept if the call passed, else put back; a

@@ -22,7 +22,7 @@ from ulid import ULID
 from commands.errors import NextStep
 from commands.rules.verdicts import results_digest
 from commands.runner.confine import Confinement
-from commands.runner.process import TreeGuard
+from commands.runner.guards import TreeGuard
 from commands.runner.results import output_tails
 from commands.runner.sandbox import RunSnapshot, decode_trees, encode_trees, resource_kind
 from commands.runner.trees import ResourceKind, manifest_digest, manifest_of

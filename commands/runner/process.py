@@ -31,12 +31,10 @@ import hashlib
 import os
 import select
 import selectors
-import shutil
 import signal
 import string
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,17 +48,12 @@ from ledger.intake import LIMITS, InputError, parse_json
 from ledger.timestamps import utc_now
 
 from .confine import Confinement, exec_failure, launched
-from .trees import Entry, tree_digest
-from .trees import changed_paths as _changed
-from .trees import copy_entry as _copy_entry
-from .trees import entries as _entries
-from .trees import remove_tree as _remove_tree
+from .trees import tree_digest
 
 __all__ = [
     "STDERR_TAIL",
     "ArgvError",
     "RunResult",
-    "TreeGuard",
     "elapsed_ms",
     "fill_argv",
     "output_cap",
@@ -498,57 +491,3 @@ def tool_output(result: RunResult) -> tuple[bytes, Any]:
         "stderr": result.stderr.decode("utf-8", errors="replace"),
     }
     return canonical_json(structure), structure
-
-
-# -- trees: copy, digest, compare, remove ---------------------------------------------------
-
-
-class TreeGuard:
-    """A snapshot of a tree, kept while something that must not change it runs (the
-    original resource during validations; a plan's sandbox during a tool call whose
-    output gate may still fail).
-
-    Validations run in copies, but one that writes through an absolute path (or a
-    python validation writing to its ``resource`` argument) could reach the original.
-    ``restore_if_changed`` compares the original with the snapshot afterwards and, if
-    anything differs, puts the snapshot back byte for byte: no write survives.
-    """
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self._scratch = Path(tempfile.mkdtemp(prefix="evidence-guard-"))
-        self._copy = self._scratch / "tree"
-        shutil.copytree(self.root, self._copy, symlinks=True, copy_function=_copy_entry)
-        self._before = _entries(self.root)
-
-    @property
-    def before(self) -> dict[str, Entry]:
-        """The tree's entries when the snapshot was taken."""
-        return self._before
-
-    def discard(self) -> None:
-        """Keep the tree as it is now; drop the snapshot."""
-        _remove_tree(self._scratch)
-
-    def restore_if_changed(self) -> list[str]:
-        """The changed paths (empty if none); the original is restored when there are."""
-        try:
-            changed = _changed(self._before, _entries(self.root))
-            if changed:
-                for name in os.listdir(self.root):
-                    path = self.root / name
-                    if path.is_dir() and not path.is_symlink():
-                        _remove_tree(path)
-                    else:
-                        path.unlink()
-                shutil.copytree(
-                    self._copy,
-                    self.root,
-                    symlinks=True,
-                    dirs_exist_ok=True,
-                    copy_function=_copy_entry,
-                )
-                os.chmod(self.root, self._before["."][1])
-            return changed
-        finally:
-            _remove_tree(self._scratch)

@@ -23,6 +23,7 @@ import hashlib
 import os
 import shutil
 import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +34,12 @@ from ledger.events import FileChange
 
 __all__ = [
     "Entry",
+    "Hashed",
     "Manifest",
     "ResourceKind",
     "Scan",
     "changed_paths",
+    "copy_bytes",
     "copy_entry",
     "copy_tree",
     "entries",
@@ -69,10 +72,29 @@ class Scan:
     hard_links: list[str]
 
 
-def scan(root: Path | str) -> Scan:
+# A regular file's identity as ``lstat`` sees it: device, inode, size, mode, and the
+# modification and change times. No user process can set a change time (the kernel
+# sets it to now on every write, chmod, rename or utime), so bytes that moved move it.
+StatKey = tuple[int, int, int, int, int, int]
+# Path -> (its StatKey when last hashed, its Entry then): what ``scan`` may reuse.
+Hashed = dict[str, tuple[StatKey, Entry]]
+# A file changed within this long of a scan is hashed again next time whatever its
+# times say: the kernel stamps times from a coarse clock, so a second write in the same
+# tick as the scan can leave them equal (git's "racily clean" entries).
+RACY_NS = 1_000_000_000
+
+
+def scan(root: Path | str, hashed: Hashed | None = None) -> Scan:
     """Every path under ``root`` (``.`` for root itself), never following symlinks. An
     entry that cannot be read is recorded as such rather than raising, so a program that
-    chmods something unreadable shows up as a change."""
+    chmods something unreadable shows up as a change.
+
+    ``hashed`` (kept by the caller between scans of the same tree): a regular file whose
+    ``StatKey`` is the one it had when last hashed, and whose change time is older than
+    ``RACY_NS`` before that scan, keeps its digest without being read; the map is
+    brought up to date with this scan's files."""
+    started = time.time_ns()
+    seen: Hashed = {}
     found: dict[str, Entry] = {}
     linked: list[str] = []
     pending = [""]
@@ -95,14 +117,34 @@ def scan(root: Path | str) -> Scan:
             found[key] = ("dir", mode, "")
             pending.extend(os.path.join(rel, name) if rel else name for name in names)
         elif stat.S_ISREG(st.st_mode):
-            found[key] = ("file", mode, file_sha256(path))
+            found[key] = _file_entry(path, key, st, mode, hashed, seen, started)
             if st.st_nlink > 1:
                 linked.append(key)
         elif stat.S_ISLNK(st.st_mode):
             found[key] = ("symlink", mode, os.readlink(path))
         else:  # FIFO, socket, device: never opened (a FIFO would block)
             found[key] = ("special", mode, str(stat.S_IFMT(st.st_mode)))
+    if hashed is not None:
+        hashed.clear()
+        hashed.update(seen)
     return Scan(found, sorted(linked))
+
+
+def _file_entry(
+    path: str, key: str, st: os.stat_result, mode: int,
+    hashed: Hashed | None, seen: Hashed, started: int,
+) -> Entry:  # fmt: skip
+    """A regular file's entry: its digest as last hashed when nothing moved since (and
+    that hash was not racy), else read now (and kept for the next scan when settled)."""
+    if hashed is None:
+        return ("file", mode, file_sha256(path))
+    now = (st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns, st.st_ctime_ns)
+    known = hashed.get(key)
+    fresh = known is None or known[0] != now
+    entry = ("file", mode, file_sha256(path)) if fresh or known is None else known[1]
+    if st.st_ctime_ns < started - RACY_NS and not entry[2].startswith("unreadable:"):
+        seen[key] = (now, entry)
+    return entry
 
 
 def entries(root: Path | str) -> dict[str, Entry]:
@@ -233,14 +275,14 @@ def _copy_file(fd: int, name: str, out: str, st: os.stat_result, rel: str) -> No
         _same_entry(source, st, rel)
         target = os.open(out, _NEW_FLAGS, 0o600)
         try:
-            _copy_bytes(source, target)
+            copy_bytes(source, target)
         finally:
             os.close(target)
     finally:
         os.close(source)
 
 
-def _copy_bytes(source: int, target: int) -> None:
+def copy_bytes(source: int, target: int) -> None:
     """In the kernel (``sendfile``) where it can; else read and write, in chunks small
     enough not to allocate a fresh mapping per read."""
     try:
@@ -273,21 +315,30 @@ def _keep_metadata(path: str, st: os.stat_result) -> None:
 
 
 def remove_tree(root: Path | str) -> None:
-    """Delete a tree even if something in it made directories unwritable."""
-    pending = [os.fspath(root)]
-    while pending:
-        path = pending.pop()
-        try:
-            os.chmod(path, 0o700)
-            names = os.listdir(path)
-        except OSError:
-            continue
-        for name in names:
-            child = os.path.join(path, name)
-            with contextlib.suppress(OSError):
-                if stat.S_ISDIR(os.lstat(child).st_mode):
-                    pending.append(child)
+    """Delete a tree even if something in it made directories unwritable, following no
+    link: each directory is made writable through a descriptor opened with
+    ``O_NOFOLLOW`` (a path swapped for a link meanwhile is not entered, never chmodded
+    through), and ``shutil.rmtree`` removes by descriptors too."""
+    with contextlib.suppress(OSError):
+        _unlock(os.open(root, _DIR_FLAGS))
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _unlock(fd: int) -> None:
+    """Make the directory ``fd`` and every directory under it writable (``fd`` closed)."""
+    stack = [fd]
+    while stack:
+        fd = stack.pop()
+        try:
+            os.fchmod(fd, 0o700)
+            for name in os.listdir(fd):
+                with contextlib.suppress(OSError):
+                    if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                        stack.append(os.open(name, _DIR_FLAGS, dir_fd=fd))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def file_sha256(path: str) -> str:

@@ -75,6 +75,7 @@ from commands.plane.credentials import CredentialState
 from commands.plane.expiry import expire_escalations
 from commands.plane.hooks import HookCall, UnknownTools, read_hook_input, refused_answer
 from commands.rules.signing import plane_key_path
+from commands.runner.guards import KeptSnapshots
 from commands.runner.mcp_sessions import WarmSessions
 from commands.schemas.checker import check
 from commands.text import inert
@@ -164,9 +165,12 @@ class Service(PublicReads):
         )
         # MCP servers kept open across a plan's calls (started on its first call).
         self.warm = WarmSessions()
+        # Plans' sandbox snapshots kept across their calls (copied again only on change).
+        self.snapshots = KeptSnapshots()
         self.pool = PlanePool(
-            db_url, workdir=workdir, committer=self.committer, mcp_sessions=self.warm
-        )
+            db_url, workdir=workdir, committer=self.committer, mcp_sessions=self.warm,
+            snapshots=self.snapshots,
+        )  # fmt: skip
         self.follower = ReadModelFollower(db_url)
         self.metrics = Metrics(routes=[(e.path, e.method) for e in ENDPOINTS])
         # One view of the metrics across `serve --workers N`'s processes.
@@ -252,6 +256,7 @@ class Service(PublicReads):
         self._stopping.set()
         self.pool.close()
         self.warm.close()
+        self.snapshots.close()
         self.committer.stop()
         self.follower.stop()
 

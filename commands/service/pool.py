@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from commands.plane.core import Committer, Plane
+from commands.runner.guards import KeptSnapshots
 from commands.runner.mcp_sessions import WarmSessions
 
 T = TypeVar("T")
@@ -35,11 +36,13 @@ class PlanePool:
         workdir: Path | None = None,
         committer: Committer | None = None,
         mcp_sessions: WarmSessions | None = None,
+        snapshots: KeptSnapshots | None = None,
     ) -> None:
         self.db_url = db_url
         self.workdir = workdir
         self.committer = committer
         self.mcp_sessions = mcp_sessions
+        self.snapshots = snapshots
         self._planes: dict[threading.Thread, Plane] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -51,6 +54,7 @@ class PlanePool:
         )
         plane.committer = self.committer
         plane.mcp_sessions = self.mcp_sessions
+        plane.snapshots = self.snapshots
         return plane
 
     def _mine(self) -> Plane:
