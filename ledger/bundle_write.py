@@ -193,6 +193,7 @@ def write_bundle(
     with store.snapshot() as snap, tempfile.TemporaryFile() as spool:
         size, _, frontier = snap.head_row()
         root = Frontier.from_bytes(size, frontier).root()
+        store.flush()  # what the signature names is on disk
         try:
             note = sign_checkpoint(Checkpoint(origin=origin, size=size, root=root), key)
         except CheckpointError as exc:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol
 
@@ -337,18 +337,30 @@ class Store:
         return [row[0] for row in rows]
 
     @contextmanager
-    def write(self, *, tails: StreamTails | None = None) -> Iterator[WriteTx]:
+    def write(
+        self, *, tails: StreamTails | None = None, may_defer: bool = False
+    ) -> Iterator[WriteTx]:
         """A write transaction holding the ledger lock.
 
         Appends made through it and the caller's own statements (read models, written
         inline by command handlers) commit together or not at all. With ``tails`` (the
         writer's own, kept across its transactions: ``ledger.tails``) stream reads the
         tails hold cost no statement.
+
+        ``may_defer``: a writer of the transaction may leave its flush to disk to the
+        next durable commit (``WriteTx.defer_flush``); known before it begins.
         """
         tx: WriteTx | None = None
         view = tails.claim() if tails is not None else None
         try:
-            with self._driver_errors(), self._write_cursor() as (cursor, aux):
+
+            def lasting() -> bool:  # asked at the commit: what the writers said by then
+                return tx is None or tx.lasting
+
+            with (
+                self._driver_errors(),
+                self._write_cursor(lasting, may_defer) as (cursor, aux),
+            ):
                 tx = WriteTx(self._write_path, cursor, aux, view)
                 yield tx
         except BaseException as exc:
@@ -382,8 +394,23 @@ class Store:
                 raise
             raise mapped from exc
 
+    def durable_head(self) -> TreeHead:
+        """The head, with every event under it on disk (``flush``): the one to sign."""
+        head = self.head()
+        self.flush()
+        return head
+
+    def flush(self) -> None:
+        """Make every committed append durable, those whose flush was left to a later
+        commit too (``WriteTx.defer_flush``): before a tree head that covers them is
+        signed, so that no power cut can take back an event a signature names."""
+        with self._driver_errors():
+            self._backend.flush(driver_connection(self._writer()))
+
     @contextmanager
-    def _write_cursor(self) -> Iterator[tuple[Any, Any]]:
+    def _write_cursor(
+        self, lasting: Callable[[], bool] = lambda: True, may_defer: bool = False
+    ) -> Iterator[tuple[Any, Any]]:
         """A write transaction on this thread's driver connection.
 
         The append path talks to the driver directly: it is the hot path, and on
@@ -393,7 +420,7 @@ class Store:
         raw = self._writer()
         driver = driver_connection(raw)
         try:
-            with self._backend.write_cursors(driver) as cursors:
+            with self._backend.write_cursors(driver, lasting, may_defer) as cursors:
                 yield cursors
         except BaseException:
             try:

@@ -253,6 +253,7 @@ def export_tiles(
                 start = n * WIDTH + 1 - first
                 bundle = entry_bundle(entries[start : start + width])
                 written.bundles += write_file(root, entries_path(n, width), bundle)
+        store.flush()  # what the signature names is on disk
         note = sign_checkpoint(
             Checkpoint(origin=origin, size=size, root=Frontier.from_bytes(size, frontier).root()),
             key,

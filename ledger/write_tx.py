@@ -111,6 +111,20 @@ class WriteTx:
         self._event_ids: list[str] = []
         self._reader: Any = None
         self._writer: Any = None
+        # Whether the commit may leave its flush to the next durable one: None until a
+        # writer says, and False once any writer of the transaction needs it durable.
+        self._deferrable: bool | None = None
+
+    def defer_flush(self, allowed: bool) -> None:
+        """One writer's word on this transaction's flush (``Store.write``): it is left
+        to the next durable commit only if every writer allowed it (a group commit's
+        jobs each have a say)."""
+        self._deferrable = allowed and self._deferrable is not False
+
+    @property
+    def lasting(self) -> bool:
+        """Whether the commit flushes to disk before it returns."""
+        return self._deferrable is not True
 
     @property
     def _reads(self) -> Any:

@@ -78,7 +78,7 @@ def checkpoint(
     store = open_store()
     key = signing_key(store, key_file)
     origin = default_origin(store) if origin is None else origin
-    head = store.head()
+    head = store.durable_head()
     try:
         text = sign_checkpoint(Checkpoint(origin=origin, size=head.size, root=head.root), key)
     except CheckpointError as exc:

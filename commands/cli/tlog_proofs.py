@@ -40,7 +40,7 @@ def print_tlog_proof(store: ledger.Store, position: int, checkpoint_file: Path |
         except CheckpointError as exc:
             fail(f"--checkpoint {inert(str(checkpoint_file))}: {exc}")
     else:
-        head = store.head()
+        head = store.durable_head()
         checkpoint = Checkpoint(origin=default_origin(store), size=head.size, root=head.root)
         note = sign_checkpoint(checkpoint, signing_key(store, None))
     if not 0 < position <= checkpoint.size:

@@ -94,6 +94,9 @@ class Job:
     caused_by: int | None = None
     # Who signs its policy (``signers``): None, this process's operator key.
     signer: Signer | None = None
+    # Whether its events may wait for the next durable commit to reach the disk (asked
+    # of what it decided): a passing input check whose call's record follows.
+    deferrable: Callable[[Decision], bool] | None = None
 
 
 class Committer(Protocol):
@@ -219,6 +222,7 @@ class Plane:
         blobs: Iterable[bytes] | Callable[[], Iterable[bytes]] = (),
         correlation_id: str | None = None,
         caused_by: int | None = None,
+        deferrable: Callable[[Decision], bool] | None = None,
     ) -> list[RecordedEvent]:
         """Fold the stream from the log under the ledger lock, decide, append — one
         transaction, so nothing can move the state between the decision and its events.
@@ -226,14 +230,18 @@ class Plane:
         read through ``state.log``, in the same transaction. ``blobs`` may be a function,
         asked after ``decide`` (when what is kept depends on the decision).
 
+        ``deferrable(decided)`` true: the commit may leave its flush to disk to the next
+        durable one (``WriteTx.defer_flush``): committed and safe from any process's
+        end when this returns, durable with the record that follows it.
+
         With a ``committer`` (the service's group commit) the job is handed to it: it is
         decided and appended the same way, in a transaction shared with other plans'
         jobs (``run_batch``)."""
-        job = Job(stream, decide, actor, blobs, correlation_id, caused_by, SIGNER.get())
+        job = Job(stream, decide, actor, blobs, correlation_id, caused_by, SIGNER.get(), deferrable)
         if self.committer is not None:
             return self._after(self.committer.submit(job))
         while True:
-            with self.store.write(tails=self._tails) as tx:
+            with self.store.write(tails=self._tails, may_defer=deferrable is not None) as tx:
                 # The read models are kept current in the appending transaction; events
                 # another writer appended without them are applied first: here, under
                 # the lock, when they are few, else outside it (``catch_up``), then again.
@@ -266,6 +274,7 @@ class Plane:
         payloads = job.decide(state)
         if not payloads:
             return []
+        tx.defer_flush(job.deferrable is not None and job.deferrable(payloads))
         return self._append(
             tx,
             state,
@@ -300,7 +309,8 @@ class Plane:
     def _decide_batch(
         self, jobs: Sequence[Job], answers: list[list[RecordedEvent] | LedgerError]
     ) -> None:
-        with self.store.write(tails=self._tails) as tx:
+        may_defer = any(job.deferrable is not None for job in jobs)
+        with self.store.write(tails=self._tails, may_defer=may_defer) as tx:
             for job in jobs:
                 try:
                     answers.append(self._run_job(tx, job))

@@ -130,8 +130,13 @@ def gate_input(
     *,
     step: str | None = None,
     actor: str = "agent",
+    call_follows: bool = False,
 ) -> GateOutcome:
-    """Tool identity and parameters against the tool's registered (closed) schema."""
+    """Tool identity and parameters against the tool's registered (closed) schema.
+
+    ``call_follows``: the caller makes the call when the check passes and records it
+    at once (``call_tool``, the MCP doors): a passing check is then flushed to disk
+    with that record, one flush a call (``Plane.run``'s ``deferrable``)."""
     started = tracing.now_ns()
     raw = as_bytes(params)
     found = plane.log().tool(tool)  # the registered schema, from the log
@@ -184,6 +189,7 @@ def gate_input(
         },
         refine=refine,
         started_ns=started,
+        call_follows=call_follows,
     )
 
 
@@ -316,6 +322,7 @@ def _record(
     blobs: Sequence[bytes] = (),
     refine: Refine | None = None,
     started_ns: int = 0,
+    call_follows: bool = False,
 ) -> GateOutcome:
     """Append the check (after ``before``, in one transaction) and what it routes to,
     each routed event caused by the check. ``refine`` sees the plan as the transaction
@@ -334,7 +341,7 @@ def _record(
     ) as op:
         outcome = _append_check(
             plane, plan_id, raw, schema, actor=actor, fields=fields, before=before,
-            blobs=blobs, refine=refine,
+            blobs=blobs, refine=refine, call_follows=call_follows,
         )  # fmt: skip
         if op is not None:
             op.set(
@@ -358,6 +365,7 @@ def _append_check(
     before: Sequence[EventPayload],
     blobs: Sequence[bytes],
     refine: Refine | None,
+    call_follows: bool,
 ) -> GateOutcome:
     decided: dict[str, Any] = {}
 
@@ -398,6 +406,9 @@ def _append_check(
         actor=actor,
         blobs=lambda: decided["kept"],
         caused_by=len(before),
+        # A passing input check whose call follows reaches the disk with the call's
+        # record (one flush a call); anything routed, or a check no call follows, now.
+        deferrable=(lambda _: decided["routed"] is None) if call_follows else None,
     )
     return GateOutcome(
         decided["check"], decided["routed"], recorded[len(before) :], decided["left"]

@@ -201,8 +201,9 @@ def gate_proxy_call(
     open_for_calls(plane, plan_id, "the MCP proxy forwards")
     name = registered.get(tool)
     outcome = gate_input(
-        plane, plan_id, name or agent_name(server, tool), json_bytes(arguments), step=step
-    )
+        plane, plan_id, name or agent_name(server, tool), json_bytes(arguments), step=step,
+        call_follows=True,
+    )  # fmt: skip
     return ProxyGate(name, outcome)
 
 

@@ -357,7 +357,9 @@ def _input_gate(
     """The call's input gate: checked and recorded now, or the passing check a hook
     already recorded for exactly this tool and step (anything else is refused)."""
     if given is None:
-        return gate_input(plane, plan_id, tool, raw_params, step=step, actor=actor)
+        return gate_input(
+            plane, plan_id, tool, raw_params, step=step, actor=actor, call_follows=True
+        )
     if not (given.passed and given.check.tool == tool and given.check.step == step):
         raise CommandRefused(f"the input gate given is no pass of tool {tool!r} at step {step!r}")
     return given

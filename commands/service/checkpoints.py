@@ -91,7 +91,7 @@ def _parsed(meta: dict[str, str], key: Ed25519PublicKey) -> Published | None:
 
 def sign_head(store: Store, key: Ed25519PrivateKey, origin: str) -> tuple[str, int]:
     """A checkpoint of the log's current head, signed by ``key``, and its size."""
-    head = store.head()
+    head = store.durable_head()
     return sign_checkpoint(
         Checkpoint(origin=origin, size=head.size, root=head.root), key
     ), head.size

@@ -11,7 +11,7 @@ sees one moment, how the raw log is scanned, and the schema's backend-only extra
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
@@ -81,10 +81,22 @@ class Backend(ABC):
         a read see one moment."""
 
     @abstractmethod
-    def write_cursors(self, driver: Any) -> AbstractContextManager[tuple[Any, Any]]:
+    def write_cursors(
+        self, driver: Any, lasting: Callable[[], bool], may_defer: bool
+    ) -> AbstractContextManager[tuple[Any, Any]]:
         """Begin a write transaction on the driver connection ``driver`` and yield two
         cursors (the append path's and the caller's; they may be one cursor); commit
-        when the block ends normally. Rolling back is the caller's part."""
+        when the block ends normally. Rolling back is the caller's part.
+
+        ``may_defer`` (known at the start) and ``lasting()`` (asked at the end) False:
+        the commit skips its own flush to disk (it is committed, visible and safe from
+        any process's end, and the next lasting commit, or ``flush``, makes it durable
+        with its own)."""
+
+    @abstractmethod
+    def flush(self, driver: Any) -> None:
+        """Make every committed transaction durable, one whose flush was left to a later
+        commit too (see ``write_cursors``)."""
 
     @abstractmethod
     def in_transaction(self, driver: Any) -> bool:

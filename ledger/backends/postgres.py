@@ -10,7 +10,7 @@ psycopg is imported by SQLAlchemy only when a PostgreSQL URL is opened.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -139,10 +139,23 @@ class PostgresBackend(Backend):
         return {}
 
     @contextmanager
-    def write_cursors(self, driver: Any) -> Iterator[tuple[Any, Any]]:
+    def write_cursors(
+        self, driver: Any, lasting: Callable[[], bool], may_defer: bool
+    ) -> Iterator[tuple[Any, Any]]:
         with driver.pipeline():
-            yield driver.cursor(), driver.cursor()
+            cursors = driver.cursor(), driver.cursor()
+            yield cursors
+            if not lasting():
+                # Committed without waiting for its WAL to reach the disk: the next
+                # synchronous commit waits for the WAL up to its own, past this one.
+                cursors[0].execute("SET LOCAL synchronous_commit = off")
             driver.commit()
+
+    def flush(self, driver: Any) -> None:
+        # A transaction given an id writes a commit record, and its synchronous commit
+        # waits for the WAL to be flushed up to it: every earlier commit with it.
+        driver.execute("SELECT txid_current()")
+        driver.commit()
 
     def in_transaction(self, driver: Any) -> bool:
         from psycopg.pq import TransactionStatus

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -135,11 +135,48 @@ class SQLiteBackend(Backend):
         return {_WRITE_OPTION: True} if write else {}
 
     @contextmanager
-    def write_cursors(self, driver: Any) -> Iterator[tuple[Any, Any]]:
+    def write_cursors(
+        self, driver: Any, lasting: Callable[[], bool], may_defer: bool
+    ) -> Iterator[tuple[Any, Any]]:
         cursor = driver.cursor()
-        cursor.execute("BEGIN IMMEDIATE")
-        yield cursor, cursor
-        driver.commit()
+        if not may_defer:
+            cursor.execute("BEGIN IMMEDIATE")
+            yield cursor, cursor
+            driver.commit()
+            return
+        # The level may not change inside a transaction: one that may leave its flush
+        # begins at NORMAL (its commit written to the WAL, not synced; the next commit
+        # at FULL syncs the WAL, these frames with its own), and syncs after its commit
+        # if it turned out it must last.
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            yield cursor, cursor
+            driver.commit()
+            if lasting():
+                self.flush(driver)
+        finally:
+            if driver.in_transaction:
+                driver.rollback()  # the caller's rollback comes after this finally
+            cursor.execute("PRAGMA synchronous = FULL")
+
+    def flush(self, driver: Any) -> None:
+        # The WAL's frames of commits made at NORMAL are in the file, not yet on disk:
+        # synced through any descriptor of it (a checkpoint had already synced what it
+        # copied into the database file).
+        [(_seq, _name, path, *_rest)] = [
+            row for row in driver.execute("PRAGMA database_list").fetchall() if row[1] == "main"
+        ]
+        if not path:
+            return  # in memory: nothing is ever on disk
+        try:
+            fd = os.open(path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def in_transaction(self, driver: Any) -> bool:
         return bool(driver.in_transaction)
