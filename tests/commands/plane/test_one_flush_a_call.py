@@ -105,9 +105,7 @@ def test_a_check_left_unflushed_survives_its_process_killed(db_url: str, tmp_pat
     assert [(c.step, c.verdict) for c in checks] == [("s-7", "pass")]
 
 
-def test_a_signed_head_is_on_disk_first(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_signed_head_is_on_disk_first(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`evidence checkpoint` signs only after the WAL is synced: a check whose flush was
     left to a call's record never stands under a signature a power cut could undo."""
     _plan(sqlite_url)
