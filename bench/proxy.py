@@ -14,7 +14,8 @@ output), each transaction committed as the store always commits (SQLite in WAL m
 PostgreSQL with its default ``synchronous_commit``), the output as a blob.
 
 Reported per backend: the median and p99 of each side, in ms; the overhead — the
-proxied call's median minus the direct call's — against the target (3 ms on SQLite);
+proxied call's median minus the direct call's — against the target (5 ms on SQLite, the
+embedded default: issue 46; an earlier issue asked 3);
 and the plane's share of it — the proxied median minus the pass-through's.
 Nothing is written into the repository: the ledger lives in a temporary directory or a
 throwaway PostgreSQL schema.
@@ -41,7 +42,7 @@ from rich.table import Table
 SERVER = Path(REPO) / "tests" / "mcp_server.py"
 PASSTHROUGH = Path(__file__).with_name("mcp_passthrough.py")
 SIDES = ("direct", "pass-through", "proxied")
-TARGET_MS = {"sqlite": 3.0}
+TARGET_MS = {"sqlite": 5.0}  # issue 46, item 6: at most 5 ms p50 over the direct call
 
 
 def setup_plan(url: str) -> None:
