@@ -246,7 +246,12 @@ class McpGate:
         def operate(plane: Plane, plan_id: str) -> GateCall:
             return gate_call(plane, plan_id, params.name, arguments, meta)
 
-        return self._answer(await self._plane(ctx, operate))
+        # As at a server's door: for an agent of the stateless revision the server's
+        # questions are answered as input_required (this door has no stream: a request
+        # of 2025-11-25 offers nothing to ask, and a question is refused and recorded).
+        async with _relayed(ctx, meta, _resumed(ctx, params, rounds=True)):
+            called = await self._plane(ctx, operate)
+        return self._answer(called)
 
     def _answer(self, called: GateCall) -> types.CallToolResult | types.InputRequiredResult:
         self.host.count(Outcome({}, gates=called.gates, validation=called.validation))

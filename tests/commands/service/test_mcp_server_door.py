@@ -615,6 +615,34 @@ def test_a_servers_questions_reach_the_agent_and_its_answers_act_once(url: str) 
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
+def test_the_planes_own_door_asks_the_agent_too(url: str) -> None:
+    """``/mcp`` (every tool the plan may call, under its registered name) relays a
+    server's questions to an agent of the stateless revision as the server's door does,
+    and records the round and the answers the same way."""
+    token = _plan(url)
+    registered = f"fx.{ASKS}"
+
+    async def post(http: httpx2.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+        body["params"]["name"] = registered
+        routing = {"Mcp-Method": "tools/call", "Mcp-Name": registered}
+        return _message(await http.post("/mcp", json=body, headers={**MODERN, **routing}))
+
+    async def work(http: httpx2.AsyncClient) -> list[dict[str, Any]]:
+        asked = await post(http, _call({}))
+        state = asked["result"]["requestState"]
+        return [asked, await post(http, _call({}, inputResponses=YES, requestState=state))]
+
+    asked, answered = _as_agent(url, token, work)
+    assert asked["result"]["resultType"] == "input_required", asked
+    assert "state-ok" in answered["result"]["content"][0]["text"], answered
+    kinds = [
+        type(e.payload).__name__
+        for e in _events(url)
+        if isinstance(e.payload, McpInputRequired | McpInputGiven | ToolCalled)
+    ]
+    assert kinds == ["McpInputRequired", "McpInputGiven", "ToolCalled"]
+
+
 def test_a_sealed_state_is_bound_to_its_arguments_and_its_credential(url: str) -> None:
     """The state the door gives is good for the same call by the same credential only:
     with other arguments, from another plan's credential, or as plain JSON the agent
