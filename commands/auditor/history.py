@@ -81,7 +81,10 @@ SUMMARIES: dict[type, Callable[[Any], str]] = {
     ToolCalled: lambda p: (
         _tool_called(p) + (", UNCONFINED" if p.confinement == "unconfined" else "")
     ),
-    McpFetched: lambda p: f"read {p.what} {_short(p.name)} of {p.server} ({p.size} bytes)",
+    McpFetched: lambda p: (
+        f"read {p.what} {_short(p.name)} of {p.server} ({p.size} bytes)"
+        + (f", after answering {', '.join(p.given)}" if isinstance(p.given, list) else "")
+    ),
     McpInputRequired: lambda p: (
         f"tool {p.tool} asked the agent's client first (round {p.round_id[-6:]}): "
         + ", ".join(f"{key} ({method})" for key, method in sorted(p.asked.items()))

@@ -369,7 +369,9 @@ def server_request(
             said = called.error or "its answer is larger than the tool's output cap"
             return Forwarded(None, called.error_code or types.INTERNAL_ERROR, said)
         if fetch:
-            record_fetch(plane, plan_id, server, fetch[0], name, called.result)
+            back = BACKCHANNEL.get()  # the answers to the server's questions it came with
+            given = back.resume.responses if back is not None and back.resume else None
+            record_fetch(plane, plan_id, server, fetch[0], name, called.result, given)
     except LedgerError as exc:
         return Forwarded(None, types.INVALID_REQUEST, said_by(exc, "mcp"))
     return Forwarded(called.result)

@@ -46,6 +46,7 @@ from .authority import Authority
 from .core import CommandRefused, Plane, StreamState
 from .gates import GateOutcome, gate_input
 from .hooks import MCP_PREFIX, json_bytes, open_for_calls
+from .input_rounds import MAX_ANSWERS
 from .phases import require_plan
 from .proxy_verbs import PREFIX as PLANE_PREFIX
 from .registry import register_tool
@@ -275,14 +276,32 @@ def check_fetched_name(what: str, name: str) -> None:
 
 
 def record_fetch(
-    plane: Plane, plan_id: str, server: str, what: str, name: str, answer: Mapping[str, Any]
+    plane: Plane,
+    plan_id: str,
+    server: str,
+    what: str,
+    name: str,
+    answer: Mapping[str, Any],
+    given: Mapping[str, Any] | None = None,
 ) -> McpFetched:
     """Record what a gate gives the agent to read — a resource's contents or a prompt —
-    before the agent gets it (the answer's JSON kept as a blob). Refused in an unknown or
-    ended plan, while Apply is under way, and in a plan with skills when none of the
-    server's tools is in them."""
+    before the agent gets it (the answer's JSON kept as a blob), with the answers to the
+    server's questions it came with (``given``, kept as a blob too: a person's answer
+    that shaped what the agent reads). Refused in an unknown or ended plan, while Apply
+    is under way, and in a plan with skills when none of the server's tools is in
+    them."""
     check_fetched_name(what, name)
     content = json_bytes(answer)
+    kept = [content]
+    answers: dict[str, Any] = {}
+    if given:
+        if len(given) > MAX_ANSWERS:
+            raise CommandRefused(f"at most {MAX_ANSWERS} answers in one request")
+        kept.append(json_bytes(dict(given)))
+        answers = {
+            "given_sha256": hashlib.sha256(kept[1]).hexdigest(),
+            "given": sorted(str(key) for key in given),
+        }
     fetched = McpFetched(
         plan_id=plan_id,
         fetch_id=str(ULID()),
@@ -291,6 +310,7 @@ def record_fetch(
         name=name,
         size=len(content),
         content_sha256=hashlib.sha256(content).hexdigest(),
+        **answers,
     )
 
     def decide(state: StreamState) -> list[McpFetched]:
@@ -306,7 +326,7 @@ def record_fetch(
                 )
         return [fetched]
 
-    plane.run(f"plan:{plan_id}", decide, actor="agent", blobs=[content])
+    plane.run(f"plan:{plan_id}", decide, actor="agent", blobs=kept)
     return fetched
 
 

@@ -141,11 +141,13 @@ class ToolCalled(EventPayload, tag="tool.called", kw_only=True, frozen=True):
 
 class McpFetched(EventPayload, tag="mcp.fetched", kw_only=True, frozen=True):
     """An agent read a resource or got a prompt of an MCP server through a gate: what it
-    was given to read, kept whole, because it may shape what the agent does next."""
+    was given to read, kept whole, because it may shape what the agent does next; and,
+    when the server asked first (the stateless revision's ``input_required``), the
+    answers the agent's client gave it, which shaped what it gave."""
 
     STREAM = "plan:{plan_id}"
     DELTA = "empty: a read changes no plan state"
-    BLOB_FIELDS = ("content_sha256",)
+    BLOB_FIELDS = ("content_sha256", "given_sha256")
 
     plan_id: str
     fetch_id: str
@@ -154,6 +156,10 @@ class McpFetched(EventPayload, tag="mcp.fetched", kw_only=True, frozen=True):
     name: str  # the resource's URI or the prompt's name, as the agent asked for it
     size: int  # bytes of the answer's JSON (the blob)
     content_sha256: str  # blob digest of the answer, as the server gave it
+    # The answers to the server's questions this read came with (``inputResponses``):
+    # blob digest of their JSON, as the agent's client sent them, and their keys.
+    given_sha256: str | msgspec.UnsetType = msgspec.UNSET
+    given: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class McpInputRequired(EventPayload, tag="mcp.input_required", kw_only=True, frozen=True):

@@ -109,7 +109,7 @@ BLOB_REFERENCES = {
     "gate.checked": ("schema_sha256", "checked_sha256"),  # gates._record: raw + schema
     # runs.call_tool: params + output, and what an MCP server said meanwhile (proxy)
     "tool.called": ("params_sha256", "output_sha256", "exchange_sha256"),
-    "mcp.fetched": ("content_sha256",),  # proxy.record_fetch: the answer read
+    "mcp.fetched": ("content_sha256", "given_sha256"),  # proxy.record_fetch: what was read
     # input_rounds: the call's arguments, the server's questions / the agent's answers
     "mcp.input_required": ("params_sha256", "asked_sha256"),
     "mcp.input_given": ("params_sha256", "given_sha256"),

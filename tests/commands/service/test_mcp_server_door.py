@@ -643,6 +643,38 @@ def test_the_planes_own_door_asks_the_agent_too(url: str) -> None:
     assert kinds == ["McpInputRequired", "McpInputGiven", "ToolCalled"]
 
 
+def test_a_reads_answers_are_recorded_with_what_it_read(url: str) -> None:
+    """A prompt whose server asks first (the agent's context): the question reaches the
+    agent, and the prompt it finally gets is recorded with the answers it came with, a
+    person's input that shaped what the agent reads."""
+    token = _plan(url)
+    context = {"user_context": {"action": "accept", "content": {"context": "billing"}}}
+
+    def get(**more: Any) -> dict[str, Any]:
+        params = {"name": "test_input_required_result_prompt", "_meta": ENVELOPE, **more}
+        return {"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": params}
+
+    async def post(http: httpx2.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+        routing = {"Mcp-Method": "prompts/get", "Mcp-Name": body["params"]["name"]}
+        return _message(await http.post(DOOR, json=body, headers={**MODERN, **routing}))
+
+    async def work(http: httpx2.AsyncClient) -> list[dict[str, Any]]:
+        asked = await post(http, get())
+        state = asked["result"]["requestState"]
+        return [asked, await post(http, get(inputResponses=context, requestState=state))]
+
+    asked, got = _as_agent(url, token, work)
+    assert asked["result"]["resultType"] == "input_required", asked
+    assert "billing" in got["result"]["messages"][0]["content"]["text"], got
+    [fetched] = [e.payload for e in _events(url) if isinstance(e.payload, McpFetched)]
+    assert fetched.given == ["user_context"]
+    with ledger.open(url, create=False) as store:
+        assert isinstance(fetched.given_sha256, str)
+        assert json.loads(store.get_blob(fetched.given_sha256)) == context
+    audit = _audit(url)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+
+
 def test_a_sealed_state_is_bound_to_its_arguments_and_its_credential(url: str) -> None:
     """The state the door gives is good for the same call by the same credential only:
     with other arguments, from another plan's credential, or as plain JSON the agent
