@@ -569,9 +569,11 @@ GATE_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "re
 GATE_PARAMS = b'{"path": "src/app.py"}'
 
 
-def plan_in_execute(url: str, history: int) -> None:
+def plan_in_execute(url: str, history: int, others: int = 0) -> None:
     """Plan ``P`` in Execute with the tool ``read`` registered and ``history`` events on
-    its stream (passing input gates after the first four)."""
+    its stream (passing input gates after the first four); before it, about ``others``
+    events of other plans (100 each: a plan in Execute and its gate checks), appended
+    without the read models, which the first command then catches up."""
     from commands.plane import Plane
     from commands.plane.gates import gate_input
     from commands.plane.phases import enter_execute, record_strategy
@@ -580,6 +582,15 @@ def plan_in_execute(url: str, history: int) -> None:
 
     with Plane.open(url) as plane:
         register_tool(plane, {"name": "read", "command": ["true"], "input_schema": GATE_SCHEMA})
+    with Plane.open(url, inline_read_models=False) as plane:
+        for n in range(others // 100):
+            other = f"O-{n}"
+            create_plan(plane, other, project="bench", resources=["repo:bench"])
+            record_strategy(plane, other, "read files")
+            enter_execute(plane, other)
+            for _ in range(96):
+                gate_input(plane, other, "read", GATE_PARAMS)
+    with Plane.open(url) as plane:
         create_plan(plane, "P", project="bench", resources=["repo:bench"])
         record_strategy(plane, "P", "read files")
         enter_execute(plane, "P")

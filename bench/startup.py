@@ -1,6 +1,6 @@
 """Whole-process start-up time of the ``evidence`` command, against a bare interpreter.
 
-    python bench/startup.py [--runs N] [--warmup N] [--history N] [--json]
+    python bench/startup.py [--runs N] [--warmup N] [--history N] [--others N] [--json]
 
 Each case is a new process, timed from spawn to exit (what a shell or an agent's
 orchestrator waits for), with output to /dev/null:
@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=20, help="timed processes per case")
     ap.add_argument("--warmup", type=int, default=2, help="untimed processes per case first")
     ap.add_argument("--history", type=int, default=10, help="events on the plan's stream")
+    ap.add_argument(
+        "--others", type=int, default=0, help="events of other plans in the ledger (100 a plan)"
+    )
     ap.add_argument("--json", action="store_true", help="print JSON on stdout")
     args = ap.parse_args(argv)
     out = err_console if args.json else console
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="evb-") as tmp:
         env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         url = f"sqlite:///{Path(tmp) / 'ledger.db'}"
-        plan_in_execute(url, args.history)
+        plan_in_execute(url, args.history, args.others)
         commands = cases(url)
         samples: dict[str, list[float]] = {name: [] for name in commands}
         for round_ in range(args.warmup + args.runs):
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     table = Table(
         title=f"whole-process time, ms ({args.runs} runs per case, round-robin; "
-        f"history {args.history})",
+        f"history {args.history}, other plans' events {args.others})",
         title_justify="left",
     )
     for column in ("case", "median ms", "p90 ms", "x python -c pass", "target", "met"):
