@@ -29,7 +29,7 @@ import msgspec
 from ulid import ULID
 
 from commands.runner.mcp_client import json_bytes
-from ledger.events import McpInputGiven, McpInputRequired
+from ledger.events import Exchange, McpInputGiven, McpInputRequired
 from projections.states import PlanState
 
 from .core import CommandRefused, Plane, StreamState
@@ -49,8 +49,11 @@ def asked(
     raw_params: bytes,
     result: Mapping[str, Any],
     duration_ms: int,
+    said: tuple[bytes, Exchange] | None = None,
 ) -> McpInputRequired:
-    """Record the server's questions (``result``: its ``input_required`` answer as JSON)."""
+    """Record the server's questions (``result``: its ``input_required`` answer as JSON),
+    and what it said meanwhile (``said``: the messages' JSON, kept as a blob, and their
+    counts), as a call records it."""
     questions = result.get("inputRequests") or {}
     methods = {
         str(key): str(q.get("method", "")) if isinstance(q, Mapping) else ""
@@ -67,9 +70,11 @@ def asked(
         asked_sha256=sha256_hex(kept),
         asked=methods,
         duration_ms=duration_ms,
+        exchange_sha256=sha256_hex(said[0]) if said else msgspec.UNSET,
+        exchange=said[1] if said else msgspec.UNSET,
     )
-    plane.run(f"plan:{plan.plan_id}", lambda _state: [event], actor="agent",
-              blobs=[raw_params, kept])  # fmt: skip
+    blobs = [raw_params, kept, *([said[0]] if said else [])]
+    plane.run(f"plan:{plan.plan_id}", lambda _state: [event], actor="agent", blobs=blobs)
     return event
 
 

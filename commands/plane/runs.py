@@ -662,8 +662,11 @@ def _call_mcp(site: _Site) -> PlanHalted | _Asked | _McpRan:
         streams = {"stdout_truncated": call.truncation}
         return call.kept, call.started_at, call.ended_at, streams, False, {}, Said()
     if call.input_required is not None:
-        asked = input_rounds.asked(plane, plan, tool, site.step, raw_params,
-                                   call.input_required, call.duration_ms)  # fmt: skip
+        meanwhile = exchanged(call.exchange if isinstance(call.exchange, Said) else Said())
+        asked = input_rounds.asked(
+            plane, plan, tool, site.step, raw_params, call.input_required, call.duration_ms,
+            (meanwhile.messages, meanwhile.counts) if meanwhile else None,
+        )  # fmt: skip
         return _Asked(asked, call.input_required)
     result = call.result if call.result is not None else refused_error(call)
     if result is None:

@@ -166,11 +166,13 @@ class McpInputRequired(EventPayload, tag="mcp.input_required", kw_only=True, fro
     """A tool's MCP server answered a call with questions for the agent's client instead
     of its result (the stateless revision's ``input_required``): the call is not over,
     nothing it did is kept, and the agent answers by calling the tool again with the same
-    arguments and its answers — once (``mcp.input_given`` closes the round)."""
+    arguments and its answers — once (``mcp.input_given`` closes the round). What the
+    server said meanwhile (its log and progress messages) is kept as a call's is
+    (``exchange_sha256``, ``exchange``)."""
 
     STREAM = "plan:{plan_id}"
     DELTA = "adds /rounds/<round_id> = {tool, params_sha256}"
-    BLOB_FIELDS = ("params_sha256", "asked_sha256")
+    BLOB_FIELDS = ("params_sha256", "asked_sha256", "exchange_sha256")
 
     plan_id: str
     round_id: str
@@ -181,6 +183,8 @@ class McpInputRequired(EventPayload, tag="mcp.input_required", kw_only=True, fro
     asked_sha256: str  # blob digest of the server's answer: its questions, as it sent them
     asked: dict[str, str]  # each question's key and its method (elicitation/create …)
     duration_ms: int
+    exchange_sha256: str | msgspec.UnsetType = msgspec.UNSET
+    exchange: Exchange | msgspec.UnsetType = msgspec.UNSET
 
 
 class McpInputGiven(EventPayload, tag="mcp.input_given", kw_only=True, frozen=True):

@@ -214,6 +214,9 @@ async def call_tool(
 ) -> types.CallToolResult | types.InputRequiredResult:
     name, args = params.name, params.arguments or {}
     if name.startswith(input_required.PREFIX) and name in {t.name for t in TOOLS}:
+        if (params.meta or {}).get("progress_token") is not None:
+            # not the suite's: a round that reports its progress first, when asked to
+            await ctx.session.report_progress(0, 1)
         return input_required.call(name, params)
     session, request_id = ctx.session, ctx.request_id
     content: list[Any]

@@ -111,7 +111,7 @@ BLOB_REFERENCES = {
     "tool.called": ("params_sha256", "output_sha256", "exchange_sha256"),
     "mcp.fetched": ("content_sha256", "given_sha256"),  # proxy.record_fetch: what was read
     # input_rounds: the call's arguments, the server's questions / the agent's answers
-    "mcp.input_required": ("params_sha256", "asked_sha256"),
+    "mcp.input_required": ("params_sha256", "asked_sha256", "exchange_sha256"),
     "mcp.input_given": ("params_sha256", "given_sha256"),
     "validation.result_recorded": ("raw_output_sha256", "stderr_sha256"),  # runs: both streams
     "plan.fix_recorded": ("diff_sha256",),  # lifecycle.record_fix: the diff

@@ -40,7 +40,7 @@ from commands.plane.phases import enter_execute, record_strategy
 from commands.plane.plans import create_plan
 from commands.plane.registry import define_skill, register_tool
 from commands.service import create_app
-from ledger.events import McpFetched, McpInputGiven, McpInputRequired, ToolCalled
+from ledger.events import Exchange, McpFetched, McpInputGiven, McpInputRequired, ToolCalled
 from tests.helpers import TESTS, forge, register_mcp_server, run_cli
 
 FIXTURE = TESTS / "conformance" / "fixture_server.py"
@@ -641,6 +641,26 @@ def test_the_planes_own_door_asks_the_agent_too(url: str) -> None:
         if isinstance(e.payload, McpInputRequired | McpInputGiven | ToolCalled)
     ]
     assert kinds == ["McpInputRequired", "McpInputGiven", "ToolCalled"]
+
+
+def test_what_a_server_says_during_a_round_is_recorded_with_it(url: str) -> None:
+    """A round has no call record: its progress messages are kept with the round's own
+    event, as a call's are with its record."""
+    token = _plan(url)
+
+    async def work(http: httpx2.AsyncClient) -> dict[str, Any]:
+        body = _call({})
+        body["params"]["_meta"] = {**ENVELOPE, "progressToken": "p-1"}
+        return await _post(http, body)
+
+    asked = _as_agent(url, token, work)
+    assert asked["result"]["resultType"] == "input_required", asked
+    [round_] = [e.payload for e in _events(url) if isinstance(e.payload, McpInputRequired)]
+    assert isinstance(round_.exchange, Exchange) and round_.exchange.progress == 1, round_
+    with ledger.open(url, create=False) as store:
+        assert isinstance(round_.exchange_sha256, str)
+        said = json.loads(store.get_blob(round_.exchange_sha256))
+    assert [m["kind"] for m in said] == ["progress"], said
 
 
 def test_a_reads_answers_are_recorded_with_what_it_read(url: str) -> None:
