@@ -82,24 +82,34 @@ class TreeGuard:
             remove_tree(self._scratch)
 
 
+# Snapshots a process keeps at most: past it, the one used longest ago goes (its next
+# call copies its sandbox again). A plan that stops calling without ending holds no copy
+# of its sandbox for ever.
+MAX_KEPT = 32
+
+
 class KeptSnapshots:
     """One snapshot per sandbox root, kept across calls (a process's planes share it,
     as they share the warm MCP servers): ``guard(owner, root)`` before a call."""
 
-    def __init__(self) -> None:
+    def __init__(self, most: int = MAX_KEPT) -> None:
         self._lock = threading.Lock()
-        self._kept: dict[str, _Kept] = {}
+        self._kept: dict[str, _Kept] = {}  # in the order of their last use
+        self._most = most
 
     def guard(self, owner: str, root: Path) -> Guard:
         """The guard of one call of ``owner`` (a plan) on ``root``: the kept snapshot
         brought up to date, or a snapshot of its own while another call holds it."""
         key = os.path.abspath(root)
         with self._lock:
-            kept = self._kept.get(key)
+            kept = self._kept.pop(key, None)
             if kept is None or kept.owner != owner:
                 if kept is not None:
                     kept.retire()
-                kept = self._kept[key] = _Kept(owner, Path(key))
+                kept = _Kept(owner, Path(key))
+            self._kept[key] = kept  # the last used, last
+            while len(self._kept) > self._most:
+                self._kept.pop(next(iter(self._kept))).retire()
         if not kept.busy.acquire(blocking=False):
             return TreeGuard(Path(key))
         try:

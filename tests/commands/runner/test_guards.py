@@ -193,3 +193,19 @@ def test_a_second_call_meanwhile_takes_a_snapshot_of_its_own(tmp_path: Path) -> 
         first.discard()
     finally:
         kept.close()
+
+
+def test_a_process_keeps_a_bounded_number_of_snapshots(tmp_path: Path) -> None:
+    """A plan that stops calling without ending does not hold a copy of its sandbox for
+    ever: past the bound, the snapshot used longest ago is removed."""
+    roots = [_tree(tmp_path / f"sandbox-{n}") for n in range(3)]
+    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("evidence-guard-*"))
+    kept = KeptSnapshots(most=2)
+    try:
+        for n, root in enumerate(roots):
+            kept.guard(f"P-{n}", root).discard()
+        now = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("evidence-guard-*"))
+        assert len(now - before) == 2
+    finally:
+        kept.close()
+    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("evidence-guard-*")) == before
