@@ -170,16 +170,20 @@ class GateProxy:
     ) -> types.CallToolResult:
         arguments: Any = params.arguments if params.arguments is not None else {}
         verb = PLANE_TOOLS.get(params.name)
-        try:
-            if verb is not None:
-                self.relay.seen(ctx)
-                result = call_verb(self.plane, self.plan_id, verb, arguments)
-            else:
-                with self.relay.call(ctx) as exchange:
-                    result = await self._forward(params, arguments, exchange)
-        except LedgerError as exc:
-            return refused(said_by(exc, "mcp"))
-        return with_plan_state(result, self.plane, self.plan_id)
+        # One look at the policy for the whole call, as the service's requests take:
+        # its reads outside the ledger lock share one (a revocation binds the next
+        # call); what is appended still reads the policy under the lock.
+        with self.plane.one_look():
+            try:
+                if verb is not None:
+                    self.relay.seen(ctx)
+                    result = call_verb(self.plane, self.plan_id, verb, arguments)
+                else:
+                    with self.relay.call(ctx) as exchange:
+                        result = await self._forward(params, arguments, exchange)
+            except LedgerError as exc:
+                return refused(said_by(exc, "mcp"))
+            return with_plan_state(result, self.plane, self.plan_id)
 
     async def _forward(
         self, params: types.CallToolRequestParams, arguments: Any, exchange: CallExchange

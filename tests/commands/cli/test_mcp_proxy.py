@@ -947,3 +947,32 @@ def test_the_proxy_leaves_the_read_models_to_their_readers(sqlite_url: str, tmp_
     assert shown.returncode == 0, shown.stderr
     [plan] = [p for p in json.loads(shown.stdout)["plans"] if p["plan_id"] == "P-1"]
     assert plan["tool_calls"] == 3, plan
+
+
+def test_a_registration_made_between_calls_binds_the_next(sqlite_url: str, tmp_path: Path) -> None:
+    """The proxy takes one look at the policy a call (as the service takes one a
+    request): what an operator registers while the proxy runs judges the next call."""
+    _setup(sqlite_url)
+    count = tmp_path / "calls.jsonl"
+    seen: list[types.CallToolResult] = []
+    narrower = {
+        "name": "test-upstream.add",
+        "mcp_server": "test-upstream",
+        "mcp_tool_name": "add",
+        "input_schema": {
+            "type": "object",
+            "properties": {"a": {"type": "integer", "maximum": 9}, "b": {"type": "integer"}},
+        },
+        "output_schema": {"type": "object", "properties": {"sum": {"type": "integer"}}},
+    }
+
+    async def session(agent: ClientSession) -> None:
+        seen.append(await agent.call_tool("add", {"a": 10, "b": 2}))
+        with Plane.open(sqlite_url) as plane:  # the operator, meanwhile
+            register_tool(plane, narrower)
+        seen.append(await agent.call_tool("add", {"a": 10, "b": 2}))
+
+    _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+    assert seen[0].structured_content == {"sum": 12}
+    assert seen[1].is_error and _refusal(seen[1])["deviations"][0]["pointer"] == "/a"
+    assert len(_calls(count)) == 1
