@@ -571,9 +571,10 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
     """No false positives: a ledger holding every blob-referencing event the plane writes
     (gates with and without a schema, executed and recorded tool calls, raw outputs of
     command, wrapped and review results, a fix with a diff, compensation output, a review
-    report, a hosted review's program outputs, what an MCP server said during a call, a
-    resource read) verifies, in the database and as a bundle;
-    and the blobs the events reference are exactly the blobs stored."""
+    report, a hosted review's program outputs, what an MCP server said during a call or a
+    round of questions, a resource read and the answers it came with) verifies, in the
+    database and as a bundle; and the blobs the events reference are exactly the blobs
+    stored."""
     with Plane.open(db_url) as plane:
         for name in ("green-after-fix", "strict-output-deviation"):  # fix diff, compensation
             shutil.copytree(EXAMPLES / name, tmp_path / name)
@@ -587,7 +588,8 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
         said = exchanged([{"kind": "log", "params": {"level": "info", "data": "x"}}])
         recorded = Recorded(b'{"python_files": []}', exchange=said)  # a gate's MCP call
         assert call_tool(plane, "P-R", "inspect-project", {}, recorded=recorded).ok
-        record_fetch(plane, "P-R", "srv", "resource", "test://r", {"contents": []})
+        answers = {"ok": {"action": "accept"}}  # a read the server's questions shaped
+        record_fetch(plane, "P-R", "srv", "resource", "test://r", {"contents": []}, answers)
         # a server's round of questions, and the agent's answers to it
         plan = plane.state("plan:P-R").of(PlanState)
         assert plan is not None
@@ -595,7 +597,10 @@ def test_every_kind_of_blob_reference_the_plane_writes_verifies(
             "resultType": "input_required",
             "inputRequests": {"ok": {"method": "roots/list"}},
         }
-        round_ = input_rounds.asked(plane, plan, "inspect-project", None, b"{}", question, 1)
+        assert said is not None  # what the server said during the round, kept with it
+        round_ = input_rounds.asked(
+            plane, plan, "inspect-project", None, b"{}", question, 1, (said.messages, said.counts)
+        )
         input_rounds.given(plane, "P-R", "inspect-project", b"{}", {"ok": {}}, round_.round_id)
         assert not gate_input(plane, "P-R", "ghost", {}).passed  # no schema: no schema blob
         task = start_review(plane, request(), plan_id="P-R")
