@@ -23,7 +23,9 @@ Schema the output gate checks after the tool's registered one: it only narrows).
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
+import signal
 import sys
 import warnings
 from collections.abc import AsyncIterator, Sequence
@@ -381,6 +383,20 @@ def _in_sandbox(command: Sequence[str], workdir: Path | None) -> list[str]:
     return [arg.replace(SANDBOX_PLACEHOLDER, str(workdir)) for arg in command]
 
 
+def _removed_on_sigterm(snapshots: KeptSnapshots, stack: contextlib.AsyncExitStack) -> None:
+    """A client that ends the proxy with SIGTERM (MCP clients do, after closing its
+    input) ends it as before, at once, but not with a copy of the sandbox left behind:
+    the kept snapshots are removed first, then the signal takes its default course."""
+
+    def removed(signum: int, _frame: object) -> None:
+        snapshots.remove_now()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    previous = signal.signal(signal.SIGTERM, removed)
+    stack.callback(signal.signal, signal.SIGTERM, previous)
+
+
 async def serve(
     plane: Plane,
     plan_id: str,
@@ -404,6 +420,7 @@ async def serve(
         # when the tree changed (``guards``), and removed with the proxy.
         plane.snapshots = KeptSnapshots()
         stack.callback(plane.snapshots.close)
+        _removed_on_sigterm(plane.snapshots, stack)
         read, write, bounded = await stack.enter_async_context(
             _connect(command, url, workdir, confinement)
         )

@@ -134,6 +134,13 @@ class KeptSnapshots:
         for kept in gone:
             kept.retire()
 
+    def remove_now(self) -> None:
+        """Remove every copy, taking no lock: for a signal handler, which may run while
+        this very thread holds one (the process ends right after)."""
+        for kept in list(self._kept.values()):
+            if kept.scratch is not None:
+                remove_tree(kept.scratch)
+
 
 class _Kept:
     """A sandbox's snapshot between calls: its copy, the entries the copy holds, and the

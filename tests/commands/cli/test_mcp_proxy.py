@@ -9,8 +9,10 @@ PostgreSQL ledger at once leave it verifiable; the audit is clean afterwards."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -976,3 +978,33 @@ def test_a_registration_made_between_calls_binds_the_next(sqlite_url: str, tmp_p
     assert seen[0].structured_content == {"sum": 12}
     assert seen[1].is_error and _refusal(seen[1])["deviations"][0]["pointer"] == "/a"
     assert len(_calls(count)) == 1
+
+
+def test_a_proxy_ended_by_sigterm_leaves_no_copy_of_the_sandbox(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy keeps the sandbox's snapshot across calls; a client that ends it with
+    SIGTERM (as MCP clients do after closing its input) ends it at once, as before, and
+    no copy of the sandbox is left behind."""
+    _setup(sqlite_url)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    count = tmp_path / "calls.jsonl"
+    seen: dict[str, Any] = {}
+
+    async def session(agent: ClientSession) -> None:
+        assert not (await agent.call_tool("add", {"a": 1, "b": 2})).is_error
+        seen["kept"] = sorted(p.name for p in scratch.glob("evidence-guard-*"))
+        proxy = _proxy_pid(sqlite_url)
+        os.kill(proxy, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{proxy}").exists() and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        seen["alive"] = Path(f"/proc/{proxy}").exists()
+
+    with contextlib.suppress(Exception):  # the session ends with its server
+        _with_agent(_proxy(sqlite_url, tmp_path / "work", _stdio(count)), session)
+    assert len(seen["kept"]) == 1, seen  # kept while the proxy ran
+    assert seen["alive"] is False
+    assert list(scratch.glob("evidence-guard-*")) == []
