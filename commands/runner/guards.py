@@ -23,7 +23,16 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from .trees import Entry, Hashed, changed_paths, copy_bytes, copy_tree, remove_tree, scan
+from .trees import (
+    Entry,
+    Hashed,
+    changed_paths,
+    clear_dir,
+    copy_bytes,
+    copy_tree,
+    remove_tree,
+    scan,
+)
 
 __all__ = ["Guard", "KeptSnapshots", "TreeGuard", "put_back"]
 
@@ -223,7 +232,7 @@ def put_back(copy: Path, root: Path, mode: int) -> None:
     all by descriptors that follow no link."""
     target = os.open(root, _DIR)
     try:
-        _clear(target)
+        clear_dir(target)
         source = os.open(copy, _DIR)
         try:
             _copy_into(source, target)
@@ -232,22 +241,6 @@ def put_back(copy: Path, root: Path, mode: int) -> None:
         os.fchmod(target, mode)
     finally:
         os.close(target)
-
-
-def _clear(fd: int) -> None:
-    """Remove every entry of the directory ``fd`` (directories made writable first)."""
-    for name in os.listdir(fd):
-        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            child = os.open(name, _DIR, dir_fd=fd)
-            try:
-                os.fchmod(child, 0o700)
-                _clear(child)
-            finally:
-                os.close(child)
-            os.rmdir(name, dir_fd=fd)
-        else:
-            os.unlink(name, dir_fd=fd)
 
 
 def _copy_into(source: int, target: int) -> None:

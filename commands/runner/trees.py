@@ -39,6 +39,7 @@ __all__ = [
     "ResourceKind",
     "Scan",
     "changed_paths",
+    "clear_dir",
     "copy_bytes",
     "copy_entry",
     "copy_tree",
@@ -320,25 +321,35 @@ def remove_tree(root: Path | str) -> None:
     ``O_NOFOLLOW`` (a path swapped for a link meanwhile is not entered, never chmodded
     through), and ``shutil.rmtree`` removes by descriptors too."""
     with contextlib.suppress(OSError):
-        _unlock(os.open(root, _DIR_FLAGS))
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _unlock(fd: int) -> None:
-    """Make the directory ``fd`` and every directory under it writable (``fd`` closed)."""
-    stack = [fd]
-    while stack:
-        fd = stack.pop()
+        fd = os.open(root, _DIR_FLAGS)
         try:
             os.fchmod(fd, 0o700)
-            for name in os.listdir(fd):
-                with contextlib.suppress(OSError):
-                    if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-                        stack.append(os.open(name, _DIR_FLAGS, dir_fd=fd))
-        except OSError:
-            pass
+            clear_dir(fd, best_effort=True)
         finally:
             os.close(fd)
+    shutil.rmtree(root, ignore_errors=True)  # what is left: the root itself, or a file
+
+
+def clear_dir(fd: int, *, best_effort: bool = False) -> None:
+    """Remove every entry of the directory ``fd``, following no link: directories are
+    entered by descriptors opened with ``O_NOFOLLOW`` and made writable first.
+    ``best_effort``: an entry that cannot be removed is left, the others go on."""
+    for name in os.listdir(fd):
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    os.fchmod(child, 0o700)
+                    clear_dir(child, best_effort=best_effort)
+                finally:
+                    os.close(child)
+                os.rmdir(name, dir_fd=fd)
+            else:
+                os.unlink(name, dir_fd=fd)
+        except OSError:
+            if not best_effort:
+                raise
 
 
 def file_sha256(path: str) -> str:
